@@ -1,0 +1,29 @@
+"""hopgraph: GPU-accelerated sparse-graph retrieval (G3RAG, STITCH-RAG, DMAR).
+
+The public API: :class:`Index` (build/save/load/search), the pipelines
+(``G3RAG``, ``STITCH``, ``DMAR`` and the ``Dense``/``BM25`` baselines, each with
+``fit(X)`` and ``search(Q, top_k)``), the corpus and embedder helpers.
+"""
+from __future__ import annotations
+
+from .engine.corpus import Corpus
+from .engine.embedders import CallableEmbedder, HashingEmbedder, MiniLMEmbedder
+from .engine.errors import HopgraphError, IndexFormatError, InputError
+from .engine.pipelines import pipeline_class, pipeline_names
+from .index import Hit, Index
+
+__version__ = "0.1.0"
+
+_PIPELINE_EXPORTS = {"Dense": "dense", "BM25": "bm25", "Hybrid": "hybrid", "G3RAG": "g3rag",
+                     "STITCH": "stitch", "PPRBinary": "ppr_binary", "DMAR": "dmar"}
+
+
+def __getattr__(name: str):
+    """Pipeline classes are imported on first access (``hopgraph.G3RAG`` ...)."""
+    if name in _PIPELINE_EXPORTS:
+        return pipeline_class(_PIPELINE_EXPORTS[name])
+    raise AttributeError(f"module 'hopgraph' has no attribute {name!r}")
+
+
+__all__ = ["Index", "Hit", "Corpus", "MiniLMEmbedder", "HashingEmbedder", "CallableEmbedder",
+           "HopgraphError", "InputError", "IndexFormatError", "pipeline_names", *_PIPELINE_EXPORTS]

@@ -1,0 +1,125 @@
+"""The ``hopgraph`` command line: index, search, eval, demo."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from .engine.errors import HopgraphError
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _name_list(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from .index import Index
+
+    t0 = time.perf_counter()
+    index = Index.build(args.corpus, embedder=args.embedder, embeddings=args.embeddings, device=args.device,
+                        pipelines=args.pipelines, progress=not args.quiet, batch_size=args.batch_size)
+    index.save(args.out)
+    print(f"indexed {len(index.corpus)} passages ({', '.join(index.pipelines)}) into {args.out} "
+          f"in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from .index import Index
+
+    index = Index.load(args.index, embedder=args.embedder, device=args.device, progress=not args.quiet)
+    results = index.search(args.questions, pipeline=args.pipeline, k=args.k)
+    if args.json:
+        print(json.dumps([{"question": q, "hits": [h.to_dict() for h in hits]}
+                          for q, hits in zip(args.questions, results)], indent=2))
+        return 0
+    for q, hits in zip(args.questions, results):
+        print(f"Q: {q}")
+        for h in hits:
+            text = index.corpus.texts[index.corpus.position(h.id)]
+            print(f"  {h.rank}. [{h.id}] {h.score:.4f} {h.title + ': ' if h.title else ''}{text[:100]}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from .evaluate import evaluate, format_table, json_report
+
+    report = evaluate(args.data_dir, args.pipelines, args.k, embedder=args.embedder, cache_dir=args.cache_dir,
+                      device=args.device, progress=not args.quiet)
+    print(format_table(report, args.k))
+    if args.json:
+        Path(args.json).write_text(json.dumps(json_report(report, args.k), indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(embedder=args.embedder, device=args.device, progress=not args.quiet)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hopgraph", description="GPU-accelerated multi-hop graph retrieval")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser, embedder_default: str | None = "minilm") -> None:
+        p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+        p.add_argument("--embedder", default=embedder_default,
+                       help="'minilm' (all-MiniLM-L6-v2, default) or 'hashing-DIM'")
+        p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+
+    p = sub.add_parser("index", help="build an index directory from a JSON-lines corpus")
+    p.add_argument("corpus", help='JSON lines {"id", "title", "text"}')
+    p.add_argument("--out", required=True, help="index directory to write")
+    p.add_argument("--embeddings", help="precomputed passage embeddings (.npy), row i = passage i")
+    p.add_argument("--pipelines", type=_name_list, default=["dense", "bm25", "g3rag"])
+    p.add_argument("--batch-size", type=int, default=64)
+    common(p)
+    p.set_defaults(func=cmd_index)
+
+    p = sub.add_parser("search", help="query an index")
+    p.add_argument("index", help="index directory")
+    p.add_argument("questions", nargs="+")
+    p.add_argument("--pipeline", default="g3rag")
+    p.add_argument("--k", type=int, default=5)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    common(p, embedder_default=None)
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("eval", help="Recall@k on a benchmark folder (corpus.jsonl + questions.jsonl)")
+    p.add_argument("data_dir")
+    p.add_argument("--pipelines", type=_name_list, default=["dense", "bm25", "g3rag"])
+    p.add_argument("--k", type=_int_list, default=[2, 5, 8])
+    p.add_argument("--json", help="write the results as JSON to this file")
+    p.add_argument("--cache-dir", default=".hopgraph-cache", help="where built indexes are cached")
+    common(p)
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("demo", help="index the bundled demo corpus and query every pipeline")
+    common(p)
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (HopgraphError, NotImplementedError, KeyError, ValueError) as e:
+        print(f"hopgraph {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

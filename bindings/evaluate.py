@@ -1,0 +1,115 @@
+"""``hopgraph eval``: Recall@k of pipelines on a benchmark folder, with an index cache.
+
+The folder holds ``corpus.jsonl`` and ``questions.jsonl`` (format of ../shared/data).
+The built index is cached under ``cache_dir`` keyed by corpus checksum and embedder,
+so a second run does not embed again; pipelines missing from the cache are fitted
+and the cache is rewritten (atomically).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .engine.corpus import Corpus
+from .engine.embedders import resolve_embedder
+from .engine.errors import HopgraphError, InputError
+from .engine.evaluation import load_questions, mean_and_stderr, recall_at_k
+from .index import Index
+
+
+def cached_index(data_dir: Path, embedder: str, cache_dir: Path, device: str, pipelines: Sequence[str],
+                 progress: bool) -> tuple[Index, Path]:
+    """Load the cached index of ``data_dir`` or build it; fit and cache missing pipelines."""
+    corpus = Corpus.from_jsonl(data_dir / "corpus.jsonl")
+    emb = resolve_embedder(embedder)
+    safe_name = "".join(c if c.isalnum() or c in "-_." else "_" for c in emb.name)
+    path = cache_dir / f"{data_dir.name}-{corpus.checksum[:16]}-{safe_name}"
+    index = None
+    if path.is_dir():
+        try:
+            index = Index.load(path, embedder=emb, device=device, progress=progress)
+        except (HopgraphError, NotImplementedError) as e:
+            print(f"[hopgraph eval] cached index {path} unusable ({e}); rebuilding")
+    if index is None:
+        index = Index.build(corpus, embedder=emb, device=device, pipelines=(), progress=progress)
+    missing = [p for p in pipelines if p not in index.pipelines]
+    for p in missing:
+        index.pipeline(p)
+    if missing or index.path is None:
+        index.save(path)
+    return index, path
+
+
+def evaluate(data_dir: str | Path, pipelines: Sequence[str], ks: Sequence[int], embedder: str = "minilm",
+             cache_dir: str | Path = ".hopgraph-cache", device: str = "auto", progress: bool = True
+             ) -> dict[str, Any]:
+    """Run every pipeline on every question of ``data_dir``; returns the ``--json`` report.
+
+    ``queries_per_second`` counts the pipeline's batched search over all questions,
+    given their embeddings (question embedding is shared by all pipelines and
+    reported once as ``query_embedding_seconds``).
+    """
+    data_dir = Path(data_dir)
+    for f in ("corpus.jsonl", "questions.jsonl"):
+        if not (data_dir / f).is_file():
+            raise InputError(f"{data_dir} must hold {f}")
+    if not ks or any(k < 1 for k in ks):
+        raise InputError(f"--k must list positive integers, got {list(ks)}")
+    index, path = cached_index(data_dir, embedder, Path(cache_dir), device, pipelines, progress)
+    questions = load_questions(data_dir / "questions.jsonl", index.corpus)
+    texts = [q.text for q in questions]
+    gold = [[index.corpus.position(g) for g in q.gold_ids] for q in questions]
+    t0 = time.perf_counter()
+    Q = index.embed_queries(texts)
+    embed_seconds = time.perf_counter() - t0
+    kmax = max(ks)
+    results: dict[str, Any] = {}
+    for name in pipelines:
+        t0 = time.perf_counter()
+        rows, _ = index.search_arrays(texts, pipeline=name, k=kmax, query_embeddings=Q)
+        seconds = time.perf_counter() - t0
+        entry: dict[str, Any] = {}
+        for k in ks:
+            mean, err = mean_and_stderr(recall_at_k(rows, gold, k))
+            entry[f"recall@{k}"] = mean
+            entry[f"recall@{k}_stderr"] = err
+        entry["index_seconds"] = index.embed_seconds + index.fit_seconds.get(name, 0.0)
+        entry["queries_per_second"] = len(texts) / max(seconds, 1e-9)
+        results[name] = entry
+    return {
+        "dataset": data_dir.name,
+        "n_passages": len(index.corpus),
+        "n_questions": len(questions),
+        "embedder": index.embedder_name,
+        "query_embedding_seconds": embed_seconds,
+        "index_path": str(path),
+        "results": results,
+    }
+
+
+def json_report(report: dict[str, Any], ks: Sequence[int]) -> dict[str, Any]:
+    """The exact ``--json`` schema of the eval command (issue #2)."""
+    keep = [f"recall@{k}" for k in ks] + ["index_seconds", "queries_per_second"]
+    return {
+        "dataset": report["dataset"],
+        "n_passages": report["n_passages"],
+        "n_questions": report["n_questions"],
+        "results": {p: {key: float(r[key]) for key in keep} for p, r in report["results"].items()},
+    }
+
+
+def format_table(report: dict[str, Any], ks: Sequence[int]) -> str:
+    """A plain-text table: Recall@k as mean ± standard error, index time, queries/s."""
+    head = ["pipeline"] + [f"R@{k}" for k in ks] + ["index s", "queries/s"]
+    rows = []
+    for name, r in report["results"].items():
+        rows.append([name] + [f"{r[f'recall@{k}']:.3f} ± {r[f'recall@{k}_stderr']:.3f}" for k in ks]
+                    + [f"{r['index_seconds']:.1f}", f"{r['queries_per_second']:.1f}"])
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+    title = (f"{report['dataset']}: {report['n_passages']} passages, {report['n_questions']} questions, "
+             f"embedder {report['embedder']}")
+    return "\n".join([title, line(head), line(["-" * w for w in widths])] + [line(r) for r in rows])

@@ -1,0 +1,238 @@
+"""The public façade: build, save, load and search a hopgraph index."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from .engine import storage
+from .engine.corpus import Corpus
+from .engine.embedders import Embedder, load_precomputed, resolve_embedder, validate_embeddings
+from .engine.errors import IndexFormatError, InputError
+from .engine.pipelines import Pipeline, pipeline_class
+
+DEFAULT_PIPELINES = ("dense", "bm25", "g3rag")
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One retrieved passage: its corpus id, score, rank (from 1) and title."""
+
+    id: str
+    score: float
+    rank: int
+    title: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Index:
+    """A corpus, its embeddings and the fitted pipelines over them.
+
+    Build with :meth:`build`, persist with :meth:`save` / :meth:`load`, query with
+    :meth:`search`. Pipelines not fitted at build time are fitted on first use.
+    """
+
+    def __init__(self, corpus: Corpus, X: np.ndarray, embedder: Embedder | None, embedder_name: str,
+                 device: str = "auto", params: Mapping[str, Mapping[str, Any]] | None = None,
+                 progress: bool = True) -> None:
+        self.corpus = corpus
+        self.X = X
+        self._embedder = embedder
+        self.embedder_name = embedder_name
+        self.device = device
+        self.params: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (params or {}).items()}
+        self.progress = progress
+        self.pipelines: dict[str, Pipeline] = {}
+        self.fit_seconds: dict[str, float] = {}
+        self.embed_seconds = 0.0
+        self.path: Path | None = None
+
+    # ------------------------------------------------------------------ build
+    @classmethod
+    def build(cls, corpus: Corpus | str | Path | Sequence, embedder: Embedder | Callable | str | None = None,
+              embeddings: np.ndarray | str | Path | None = None, device: str = "auto",
+              pipelines: Sequence[str] = DEFAULT_PIPELINES,
+              params: Mapping[str, Mapping[str, Any]] | None = None,
+              progress: bool = True, batch_size: int = 64) -> "Index":
+        """Embed ``corpus`` (or take precomputed ``embeddings``) and fit ``pipelines``.
+
+        ``params`` maps a pipeline name to its constructor parameters.
+        """
+        corpus = Corpus.coerce(corpus)
+        t0 = time.perf_counter()
+        if embeddings is not None:
+            if isinstance(embeddings, (str, Path)):
+                X = load_precomputed(embeddings, n_rows=len(corpus))
+                name = f"precomputed:{Path(embeddings).name}"
+            else:
+                X = validate_embeddings(np.asarray(embeddings), "precomputed embeddings")
+                name = "precomputed"
+            if len(X) != len(corpus):
+                raise InputError(f"embeddings have {len(X)} rows but the corpus has {len(corpus)} passages")
+            emb = resolve_embedder(embedder) if embedder is not None else None
+            if emb is not None and emb.dim != X.shape[1]:
+                raise InputError(f"embedder {emb.name} has dimension {emb.dim}, embeddings have {X.shape[1]}")
+            name = emb.name if emb is not None else name
+        else:
+            emb = resolve_embedder(embedder)
+            X = emb.encode(corpus.embedding_texts(), batch_size=batch_size, progress=progress)
+            name = emb.name
+        index = cls(corpus, X, emb, name, device=device, params=params, progress=progress)
+        index.embed_seconds = time.perf_counter() - t0
+        for p in pipelines:
+            index.pipeline(p)
+        return index
+
+    # ------------------------------------------------------------------ pipelines
+    @property
+    def embedder(self) -> Embedder:
+        """The query embedder; resolved by name on first use after :meth:`load`."""
+        if self._embedder is None:
+            if self.embedder_name.startswith("precomputed"):
+                raise InputError(
+                    "this index was built from precomputed embeddings: pass query embeddings, "
+                    "or give embedder=... to Index.load/Index.build"
+                )
+            self._embedder = resolve_embedder(self.embedder_name)
+        return self._embedder
+
+    def pipeline(self, name: str) -> Pipeline:
+        """The fitted pipeline ``name`` (fitted now with ``self.params[name]`` if needed)."""
+        if name not in self.pipelines:
+            cls = pipeline_class(name)
+            t0 = time.perf_counter()
+            pipe = cls(**self._pipeline_params(cls))
+            emb = self.embedder if cls.needs_embedder else self._embedder
+            pipe.fit(self.X, self.corpus, emb, progress=self.progress)
+            self.fit_seconds[name] = time.perf_counter() - t0
+            self.pipelines[name] = pipe
+        return self.pipelines[name]
+
+    def _pipeline_params(self, cls: type[Pipeline]) -> dict[str, Any]:
+        params = dict(self.params.get(cls.name, {}))
+        if "device" in _init_arg_names(cls) and "device" not in params:
+            params["device"] = self.device
+        return params
+
+    # ------------------------------------------------------------------ search
+    def embed_queries(self, questions: Sequence[str]) -> np.ndarray:
+        return self.embedder.encode(list(questions), progress=False)
+
+    def search_arrays(self, questions: str | Sequence[str] | np.ndarray, pipeline: str = "g3rag", k: int = 5,
+                      query_embeddings: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Like :meth:`search` but returns the raw ``(rows int64 [B,k], scores float32 [B,k])``."""
+        texts, Q = self._queries(questions, query_embeddings)
+        pipe = self.pipeline(pipeline)
+        return pipe.search(Q, top_k=k, query_texts=texts)
+
+    def search(self, questions: str | Sequence[str] | np.ndarray, pipeline: str = "g3rag", k: int = 5,
+               query_embeddings: np.ndarray | None = None) -> list[list[Hit]]:
+        """Top-``k`` passages for each question (texts, or a ``[B, d]`` embedding matrix).
+
+        Returns one list of :class:`Hit` per question, best first.
+        """
+        ids, scores = self.search_arrays(questions, pipeline, k, query_embeddings)
+        return [
+            [Hit(self.corpus.ids[j], float(s), r + 1, self.corpus.titles[j])
+             for r, (j, s) in enumerate(zip(row_ids, row_scores)) if j >= 0]
+            for row_ids, row_scores in zip(ids, scores)
+        ]
+
+    def _queries(self, questions, query_embeddings) -> tuple[list[str] | None, np.ndarray]:
+        if isinstance(questions, str):
+            questions = [questions]
+        if isinstance(questions, np.ndarray) and questions.dtype.kind == "f":
+            return None, validate_embeddings(questions if questions.ndim == 2 else questions[None, :],
+                                             "query embeddings", dim=self.X.shape[1])
+        texts = list(questions)
+        for i, t in enumerate(texts):
+            if not isinstance(t, str) or not t.strip():
+                raise InputError(f"question {i} must be a non-empty string, got {t!r}")
+        if query_embeddings is not None:
+            Q = validate_embeddings(np.asarray(query_embeddings), "query embeddings", dim=self.X.shape[1])
+            if len(Q) != len(texts):
+                raise InputError(f"{len(Q)} query embeddings for {len(texts)} questions")
+        else:
+            Q = self.embed_queries(texts) if texts else np.zeros((0, self.X.shape[1]), np.float32)
+        return texts, Q
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path: str | Path) -> Path:
+        """Write the index atomically to ``path`` (see :mod:`hopgraph.engine.storage`)."""
+        path = Path(path)
+        with storage.atomic_directory(path) as tmp:
+            self.corpus.write_jsonl(tmp / "corpus.jsonl")
+            files = {"embeddings": storage.save_array(tmp, "embeddings", self.X)}
+            pipes = {}
+            for name, pipe in self.pipelines.items():
+                pdir = tmp / "pipelines" / name
+                pdir.mkdir(parents=True)
+                pipe.save(pdir)
+                pipes[name] = {"params": pipe.get_params(), "fit_seconds": self.fit_seconds.get(name, 0.0)}
+            manifest = storage.new_manifest(
+                corpus={"n_passages": len(self.corpus), "checksum": self.corpus.checksum,
+                        "source": self.corpus.source},
+                embedder={"name": self.embedder_name, "dim": int(self.X.shape[1])},
+                embed_seconds=self.embed_seconds,
+                files=files,
+                pipelines=pipes,
+                params=self.params,
+            )
+            storage.write_json(tmp / storage.MANIFEST, manifest)
+        self.path = path
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path, embedder: Embedder | Callable | str | None = None, device: str = "auto",
+             progress: bool = True) -> "Index":
+        """Open a saved index (arrays memory-mapped); refuses corrupt or mismatched indexes."""
+        path = Path(path)
+        manifest = storage.read_manifest(path)
+        try:
+            corpus = Corpus.from_jsonl(path / "corpus.jsonl")
+        except InputError as e:
+            raise IndexFormatError(f"index {path}: corpus is unreadable: {e}") from None
+        if corpus.checksum != manifest["corpus"]["checksum"]:
+            raise IndexFormatError(f"index {path}: corpus.jsonl does not match the manifest checksum")
+        storage.check_array(path, manifest["files"]["embeddings"])
+        X = storage.load_array(path, "embeddings")
+        if len(X) != len(corpus):
+            raise IndexFormatError(f"index {path}: {len(X)} embeddings for {len(corpus)} passages")
+        emb = resolve_embedder(embedder) if embedder is not None else None
+        dim = manifest["embedder"]["dim"]
+        if emb is not None and emb.dim != dim:
+            raise IndexFormatError(f"index {path} has dimension {dim}; embedder {emb.name} has {emb.dim}")
+        index = cls(corpus, X, emb, manifest["embedder"]["name"], device=device,
+                    params=manifest.get("params"), progress=progress)
+        index.embed_seconds = float(manifest.get("embed_seconds", 0.0))
+        for name, entry in manifest["pipelines"].items():
+            cls_ = pipeline_class(name)
+            pdir = path / "pipelines" / name
+            if not pdir.is_dir():
+                raise IndexFormatError(f"index {path}: pipeline directory {pdir} is missing")
+            params = dict(entry["params"])
+            if "device" in params:
+                params["device"] = device
+            index.pipelines[name] = cls_.load(pdir, params, X, corpus, index.embedder if cls_.needs_embedder else emb)
+            index.fit_seconds[name] = float(entry.get("fit_seconds", 0.0))
+        index.path = path
+        return index
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The manifest of the directory this index was loaded from or saved to."""
+        if self.path is None:
+            raise RuntimeError("this index has not been saved")
+        return json.loads((self.path / storage.MANIFEST).read_text())
+
+
+def _init_arg_names(cls: type) -> set[str]:
+    import inspect
+
+    return set(inspect.signature(cls.__init__).parameters)

@@ -1,0 +1,1 @@
+"""hopgraph.engine: corpus, embedders, graph builders, pipelines, index storage, evaluation."""

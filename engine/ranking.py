@@ -1,0 +1,52 @@
+"""Small ranking helpers shared by every pipeline (top-k with padding, fusion)."""
+from __future__ import annotations
+
+import numpy as np
+
+PAD_ID = -1
+PAD_SCORE = -np.inf
+
+
+def topk_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``k`` columns of each row of a dense ``[B, N]`` score matrix, best first.
+
+    Returns ``(ids int64 [B, k], scores float32 [B, k])``; when ``k > N`` the tail is
+    padded with id ``-1`` and score ``-inf``. Ties break toward the lower column.
+    ``-inf`` scores are treated as "not a result" and padded likewise.
+    """
+    scores = np.asarray(scores, dtype=np.float32)
+    B, N = scores.shape
+    ids = np.full((B, k), PAD_ID, dtype=np.int64)
+    out = np.full((B, k), PAD_SCORE, dtype=np.float32)
+    kk = min(k, N)
+    if kk == 0 or B == 0:
+        return ids, out
+    if kk < N:
+        part = np.argpartition(-scores, kk - 1, axis=1)[:, :kk]
+    else:
+        part = np.broadcast_to(np.arange(N), (B, N))
+    part_scores = np.take_along_axis(scores, part, axis=1)
+    order = np.lexsort((part, -part_scores), axis=1)
+    top = np.take_along_axis(part, order, axis=1)
+    top_scores = np.take_along_axis(part_scores, order, axis=1)
+    valid = np.isfinite(top_scores) | (top_scores > 0)
+    ids[:, :kk] = np.where(valid, top, PAD_ID)
+    out[:, :kk] = np.where(valid, top_scores, PAD_SCORE)
+    return ids, out
+
+
+def reciprocal_rank_fusion(rankings: list[np.ndarray], n_items: int, k: int = 60) -> np.ndarray:
+    """Reciprocal rank fusion scores ``Σ_r 1 / (k + rank_r(d))`` (rank from 1).
+
+    ``rankings`` are ``[B, m]`` id matrices (``-1`` = padding, ignored). Returns a
+    dense ``[B, n_items]`` float32 score matrix (0 for items no ranking holds).
+    """
+    B = rankings[0].shape[0]
+    fused = np.zeros((B, n_items), dtype=np.float32)
+    for ids in rankings:
+        ranks = np.arange(1, ids.shape[1] + 1, dtype=np.float32)
+        contrib = np.broadcast_to(1.0 / (k + ranks), ids.shape)
+        rows = np.broadcast_to(np.arange(B)[:, None], ids.shape)
+        valid = ids >= 0
+        np.add.at(fused, (rows[valid], ids[valid]), contrib[valid])
+    return fused

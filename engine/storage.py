@@ -1,0 +1,133 @@
+"""Index storage: one directory with a versioned ``manifest.json``.
+
+Layout::
+
+    INDEX/manifest.json          format, version, embedder, corpus checksum, pipelines, files
+    INDEX/corpus.jsonl           the passages
+    INDEX/embeddings.npy         X, float32 [N, d] (memory-mapped on load)
+    INDEX/pipelines/NAME/*.npy   each fitted pipeline's arrays (CSR as indptr/indices/data)
+
+An index is always written to a temporary sibling directory and renamed into place,
+so an interrupted build never leaves a half-written index. Loading checks the
+format version, every listed file's shape and dtype, and the corpus checksum.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from .errors import IndexFormatError
+
+FORMAT_NAME = "hopgraph-index"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+@contextmanager
+def atomic_directory(path: str | Path) -> Iterator[Path]:
+    """Yield a fresh temporary directory beside ``path``; on success it replaces ``path``.
+
+    On any exception the temporary directory is removed and ``path`` is untouched.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        yield tmp
+        _fsync_tree(tmp)
+        if path.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+            old.rmdir()
+            os.rename(path, old)
+            os.rename(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _fsync_tree(root: Path) -> None:
+    for p in root.rglob("*"):
+        if p.is_file():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+
+
+def save_array(directory: Path, name: str, array: np.ndarray) -> dict[str, Any]:
+    """Write ``name.npy`` in ``directory``; returns its manifest entry (shape, dtype)."""
+    array = np.ascontiguousarray(array)
+    np.save(directory / f"{name}.npy", array, allow_pickle=False)
+    return {"file": f"{name}.npy", "shape": list(array.shape), "dtype": str(array.dtype)}
+
+
+def save_arrays(directory: Path, arrays: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+    directory.mkdir(parents=True, exist_ok=True)
+    return {name: save_array(directory, name, a) for name, a in arrays.items()}
+
+
+def load_array(directory: Path, name: str, mmap: bool = True) -> np.ndarray:
+    """Load ``name.npy`` (memory-mapped by default); IndexFormatError if missing or corrupt."""
+    path = directory / f"{name}.npy"
+    if not path.is_file():
+        raise IndexFormatError(f"index file {path} is missing")
+    try:
+        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        raise IndexFormatError(f"index file {path} is corrupt: {e}") from None
+
+
+def load_arrays(directory: Path, names: list[str], mmap: bool = True) -> dict[str, np.ndarray]:
+    return {n: load_array(directory, n, mmap) for n in names}
+
+
+def write_json(path: Path, obj: Any) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def new_manifest(**fields: Any) -> dict[str, Any]:
+    return {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "created": time.time(), **fields}
+
+
+def read_manifest(directory: str | Path) -> dict[str, Any]:
+    """Read and check ``manifest.json``: format name and version; clear error otherwise."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise IndexFormatError(f"index directory {directory} does not exist")
+    path = directory / MANIFEST
+    if not path.is_file():
+        raise IndexFormatError(f"{directory} is not a hopgraph index (no {MANIFEST})")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise IndexFormatError(f"{path} is corrupt: {e}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        raise IndexFormatError(f"{path} is not a hopgraph index manifest")
+    version = manifest.get("format_version")
+    if version != FORMAT_VERSION:
+        raise IndexFormatError(
+            f"{directory} has index format version {version}; this hopgraph reads version {FORMAT_VERSION}"
+            " — rebuild the index with `hopgraph index`"
+        )
+    return manifest
+
+
+def check_array(directory: Path, entry: dict[str, Any]) -> None:
+    """Verify that a file listed in the manifest exists with the recorded shape and dtype."""
+    arr = load_array(directory, Path(entry["file"]).stem)
+    if list(arr.shape) != list(entry["shape"]) or str(arr.dtype) != entry["dtype"]:
+        raise IndexFormatError(
+            f"index file {directory / entry['file']} has shape {list(arr.shape)} dtype {arr.dtype}, "
+            f"manifest says {entry['shape']} {entry['dtype']}"
+        )

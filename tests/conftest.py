@@ -1,0 +1,49 @@
+"""Shared fixtures. Triton kernels run in the CPU interpreter in tests."""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(0)
+
+
+@pytest.fixture(scope="session")
+def demo_corpus():
+    from hopgraph.demo import demo_corpus
+
+    return demo_corpus()
+
+
+@pytest.fixture(scope="session")
+def hashing_embedder():
+    from hopgraph import HashingEmbedder
+
+    return HashingEmbedder(64)
+
+
+def shared_dataset(name: str) -> Path:
+    """Path of ../shared/data/NAME, or skip the test when the shared data is absent."""
+    path = SHARED_DATA / name
+    if not (path / "corpus.jsonl").is_file():
+        pytest.skip(f"shared data {path} not available")
+    return path
+
+
+def clustered_embeddings(n: int, d: int, n_clusters: int, seed: int = 0, noise: float = 0.35) -> np.ndarray:
+    """Normalised float32 points around random cluster centres (test data)."""
+    g = np.random.default_rng(seed)
+    centres = g.standard_normal((n_clusters, d))
+    X = centres[g.integers(0, n_clusters, n)] + noise * np.sqrt(d) * g.standard_normal((n, d)) / np.sqrt(d) * 3
+    X = X.astype(np.float32)
+    return X / np.linalg.norm(X, axis=1, keepdims=True)
