@@ -49,6 +49,7 @@ class Index:
         self.params: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (params or {}).items()}
         self.progress = progress
         self.pipelines: dict[str, Pipeline] = {}
+        self._variants: dict[str, Pipeline] = {}
         self.fit_seconds: dict[str, float] = {}
         self.embed_seconds = 0.0
         self.path: Path | None = None
@@ -102,8 +103,26 @@ class Index:
             self._embedder = resolve_embedder(self.embedder_name)
         return self._embedder
 
-    def pipeline(self, name: str) -> Pipeline:
-        """The fitted pipeline ``name`` (fitted now with ``self.params[name]`` if needed)."""
+    def pipeline(self, name: str, **overrides: Any) -> Pipeline:
+        """The fitted pipeline ``name`` (fitted now with ``self.params[name]`` if needed).
+
+        ``overrides`` give a variant (e.g. for ablations): query-time parameters reuse
+        the fitted base pipeline, others fit a separate instance. Variants are cached
+        in memory under ``variant_key(name, overrides)`` and are not saved.
+        """
+        if overrides:
+            key = variant_key(name, overrides)
+            if key not in self._variants:
+                base = self.pipeline(name)
+                try:
+                    self._variants[key] = base.variant(**overrides)
+                except ValueError:
+                    cls = pipeline_class(name)
+                    params = {**self._pipeline_params(cls), **overrides}
+                    self._variants[key] = cls(**params).fit(
+                        self.X, self.corpus, self.embedder if cls.needs_embedder else self._embedder,
+                        progress=self.progress)
+            return self._variants[key]
         if name not in self.pipelines:
             cls = pipeline_class(name)
             t0 = time.perf_counter()
@@ -125,19 +144,21 @@ class Index:
         return self.embedder.encode(list(questions), progress=False)
 
     def search_arrays(self, questions: str | Sequence[str] | np.ndarray, pipeline: str = "g3rag", k: int = 5,
-                      query_embeddings: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                      query_embeddings: np.ndarray | None = None, **overrides: Any
+                      ) -> tuple[np.ndarray, np.ndarray]:
         """Like :meth:`search` but returns the raw ``(rows int64 [B,k], scores float32 [B,k])``."""
         texts, Q = self._queries(questions, query_embeddings)
-        pipe = self.pipeline(pipeline)
+        pipe = self.pipeline(pipeline, **overrides)
         return pipe.search(Q, top_k=k, query_texts=texts)
 
     def search(self, questions: str | Sequence[str] | np.ndarray, pipeline: str = "g3rag", k: int = 5,
-               query_embeddings: np.ndarray | None = None) -> list[list[Hit]]:
+               query_embeddings: np.ndarray | None = None, **overrides: Any) -> list[list[Hit]]:
         """Top-``k`` passages for each question (texts, or a ``[B, d]`` embedding matrix).
 
+        ``overrides`` select a variant of the pipeline (see :meth:`pipeline`).
         Returns one list of :class:`Hit` per question, best first.
         """
-        ids, scores = self.search_arrays(questions, pipeline, k, query_embeddings)
+        ids, scores = self.search_arrays(questions, pipeline, k, query_embeddings, **overrides)
         return [
             [Hit(self.corpus.ids[j], float(s), r + 1, self.corpus.titles[j])
              for r, (j, s) in enumerate(zip(row_ids, row_scores)) if j >= 0]
@@ -230,6 +251,11 @@ class Index:
         if self.path is None:
             raise RuntimeError("this index has not been saved")
         return json.loads((self.path / storage.MANIFEST).read_text())
+
+
+def variant_key(name: str, overrides: Mapping[str, Any]) -> str:
+    """``name[key=value,...]`` with keys sorted: the label of a pipeline variant."""
+    return f"{name}[{','.join(f'{k}={overrides[k]!r}' for k in sorted(overrides))}]"
 
 
 def _init_arg_names(cls: type) -> set[str]:

@@ -27,6 +27,11 @@ class Pipeline(ABC):
     needs_corpus: ClassVar[bool] = False
     needs_query_texts: ClassVar[bool] = False
     needs_embedder: ClassVar[bool] = False
+    #: constructor parameters that only affect ``search`` (a variant differing only in
+    #: these shares the fitted structures instead of refitting)
+    query_params: ClassVar[frozenset[str]] = frozenset()
+    #: named ablations for ``hopgraph eval --ablations``: variant name → parameter overrides
+    ablations: ClassVar[dict[str, dict[str, Any]]] = {}
 
     X: np.ndarray | None = None
 
@@ -52,6 +57,21 @@ class Pipeline(ABC):
              embedder: Embedder | None) -> "Pipeline":
         """Rebuild a fitted pipeline from ``save``'s output. Default: refit (cheap pipelines)."""
         return cls(**params).fit(X, corpus, embedder)
+
+    def variant(self, **overrides: Any) -> "Pipeline":
+        """A copy of this fitted pipeline with query-time parameters changed.
+
+        Raises ValueError when an override is not in ``query_params`` (it needs a refit).
+        """
+        import copy
+
+        needs_refit = set(overrides) - set(self.query_params)
+        if needs_refit:
+            raise ValueError(f"{self.name}: parameters {sorted(needs_refit)} need a refit")
+        other = copy.copy(self)
+        for key, value in overrides.items():
+            setattr(other, key, value)
+        return other
 
     # ------------------------------------------------------------------ shared checks
     def _require_fitted(self) -> None:
