@@ -80,12 +80,25 @@ def backend_for(op: Op, device: str, backend: str | None) -> str:
     return "triton" if device == "cuda" and op.triton_path is not None else "cpu"
 
 
-def call(name: str, *args: Any, device: str = "auto", backend: str | None = None, **kwargs: Any) -> Any:
-    """Run op ``name`` on ``device`` (see module docstring); ``device`` is passed on to the op."""
+def get_op(name: str) -> Op:
+    """The op registered as ``name``; by convention its module ``hopgraph.kernels.<name>``
+    is imported on first use (importing it registers the op)."""
+    if name not in _OPS:
+        module = f"{__package__}.{name}"
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name != module:
+                raise
     try:
-        op = _OPS[name]
+        return _OPS[name]
     except KeyError:
         raise KeyError(f"unknown kernel op {name!r}; known: {sorted(_OPS)}") from None
+
+
+def call(name: str, *args: Any, device: str = "auto", backend: str | None = None, **kwargs: Any) -> Any:
+    """Run op ``name`` on ``device`` (see module docstring); ``device`` is passed on to the op."""
+    op = get_op(name)
     dev = resolve_device(device)
     impl = op.triton if backend_for(op, dev, backend) == "triton" else op.cpu
     return impl(*args, device=dev, **kwargs)
