@@ -17,6 +17,7 @@ from .engine.corpus import Corpus
 from .engine.embedders import resolve_embedder
 from .engine.errors import HopgraphError, InputError
 from .engine.evaluation import load_questions, mean_and_stderr, recall_at_k
+from .engine.pipelines import pipeline_class
 from .index import Index
 
 
@@ -44,13 +45,15 @@ def cached_index(data_dir: Path, embedder: str, cache_dir: Path, device: str, pi
 
 
 def evaluate(data_dir: str | Path, pipelines: Sequence[str], ks: Sequence[int], embedder: str = "minilm",
-             cache_dir: str | Path = ".hopgraph-cache", device: str = "auto", progress: bool = True
-             ) -> dict[str, Any]:
+             cache_dir: str | Path = ".hopgraph-cache", device: str = "auto", progress: bool = True,
+             ablations: bool = False) -> dict[str, Any]:
     """Run every pipeline on every question of ``data_dir``; returns the ``--json`` report.
 
     ``queries_per_second`` counts the pipeline's batched search over all questions,
     given their embeddings (question embedding is shared by all pipelines and
-    reported once as ``query_embedding_seconds``).
+    reported once as ``query_embedding_seconds``). With ``ablations``, every named
+    ablation of each pipeline (its class's ``ablations``) is evaluated as an extra
+    row labelled ``pipeline[ablation]``.
     """
     data_dir = Path(data_dir)
     for f in ("corpus.jsonl", "questions.jsonl"):
@@ -67,9 +70,9 @@ def evaluate(data_dir: str | Path, pipelines: Sequence[str], ks: Sequence[int], 
     embed_seconds = time.perf_counter() - t0
     kmax = max(ks)
     results: dict[str, Any] = {}
-    for name in pipelines:
+    for label, name, overrides in _runs(pipelines, ablations):
         t0 = time.perf_counter()
-        rows, _ = index.search_arrays(texts, pipeline=name, k=kmax, query_embeddings=Q)
+        rows, _ = index.search_arrays(texts, pipeline=name, k=kmax, query_embeddings=Q, **overrides)
         seconds = time.perf_counter() - t0
         entry: dict[str, Any] = {}
         for k in ks:
@@ -78,7 +81,9 @@ def evaluate(data_dir: str | Path, pipelines: Sequence[str], ks: Sequence[int], 
             entry[f"recall@{k}_stderr"] = err
         entry["index_seconds"] = index.embed_seconds + index.fit_seconds.get(name, 0.0)
         entry["queries_per_second"] = len(texts) / max(seconds, 1e-9)
-        results[name] = entry
+        if overrides:
+            entry["overrides"] = {k: v for k, v in overrides.items()}
+        results[label] = entry
     return {
         "dataset": data_dir.name,
         "n_passages": len(index.corpus),
@@ -88,6 +93,45 @@ def evaluate(data_dir: str | Path, pipelines: Sequence[str], ks: Sequence[int], 
         "index_path": str(path),
         "results": results,
     }
+
+
+def _runs(pipelines: Sequence[str], ablations: bool) -> list[tuple[str, str, dict[str, Any]]]:
+    """(label, pipeline, overrides) for each evaluation row."""
+    runs: list[tuple[str, str, dict[str, Any]]] = []
+    for name in pipelines:
+        runs.append((name, name, {}))
+        if ablations:
+            for variant, overrides in pipeline_class(name).ablations.items():
+                runs.append((f"{name}[{variant}]", name, dict(overrides)))
+    return runs
+
+
+def plot_report(report: dict[str, Any], ks: Sequence[int], path: str | Path) -> None:
+    """Bar chart of Recall@k (one group per pipeline, one bar per k, standard-error whiskers)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise InputError("--plot needs matplotlib (pip install 'hopgraph[plot]')") from e
+    names = list(report["results"])
+    width = 0.8 / len(ks)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(names) + 2), 4.5))
+    x = np.arange(len(names))
+    for i, k in enumerate(ks):
+        means = [report["results"][n][f"recall@{k}"] for n in names]
+        errs = [report["results"][n][f"recall@{k}_stderr"] for n in names]
+        ax.bar(x + (i - (len(ks) - 1) / 2) * width, means, width, yerr=errs, capsize=2, label=f"Recall@{k}")
+    ax.set_xticks(x, names, rotation=30, ha="right")
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("passage recall")
+    ax.set_title(f"{report['dataset']} ({report['n_questions']} questions, {report['embedder']})")
+    ax.legend(loc="lower right")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def json_report(report: dict[str, Any], ks: Sequence[int]) -> dict[str, Any]:

@@ -81,8 +81,15 @@ class MiniLMEmbedder:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
 
-        self.model = SentenceTransformer(str(minilm_model_dir()), device=device)
+        was_enabled = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # the weight-loading bar is noise for a local model
+        try:
+            self.model = SentenceTransformer(str(minilm_model_dir()), device=device)
+        finally:
+            if was_enabled:
+                hf_logging.enable_progress_bar()
 
     def encode(self, texts: Sequence[str], batch_size: int = 64, progress: bool = False) -> np.ndarray:
         if len(texts) == 0:
