@@ -52,11 +52,14 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from .evaluate import evaluate, format_table, json_report
+    from .evaluate import evaluate, format_table, json_report, plot_report
 
     report = evaluate(args.data_dir, args.pipelines, args.k, embedder=args.embedder, cache_dir=args.cache_dir,
-                      device=args.device, progress=not args.quiet)
+                      device=args.device, progress=not args.quiet, ablations=args.ablations)
     print(format_table(report, args.k))
+    if args.plot:
+        plot_report(report, args.k, args.plot)
+        print(f"wrote {args.plot}")
     if args.json:
         Path(args.json).write_text(json.dumps(json_report(report, args.k), indent=2) + "\n")
         print(f"wrote {args.json}")
@@ -103,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=_int_list, default=[2, 5, 8])
     p.add_argument("--json", help="write the results as JSON to this file")
     p.add_argument("--cache-dir", default=".hopgraph-cache", help="where built indexes are cached")
+    p.add_argument("--ablations", action="store_true", help="also evaluate each pipeline's named ablations")
+    p.add_argument("--plot", help="write a bar chart of Recall@k per pipeline to this PNG")
     common(p)
     p.set_defaults(func=cmd_eval)
 
