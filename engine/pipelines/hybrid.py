@@ -42,6 +42,7 @@ class Hybrid(Pipeline):
     name = "hybrid"
     needs_corpus = True
     needs_query_texts = True
+    query_params = frozenset({"rrf_k", "depth"})
 
     def __init__(self, rrf_k: int = RRF_K, depth: int = 100) -> None:
         self.rrf_k, self.depth = int(rrf_k), int(depth)

@@ -1,0 +1,124 @@
+import json
+
+import numpy as np
+import pytest
+
+import hopgraph
+from hopgraph import Index, IndexFormatError, InputError
+from hopgraph.engine import storage
+
+
+@pytest.fixture(scope="module")
+def built(demo_corpus, hashing_embedder):
+    return Index.build(demo_corpus, embedder=hashing_embedder, pipelines=["dense", "bm25", "hybrid"],
+                       progress=False)
+
+
+def test_search_returns_hits(built):
+    res = built.search(["Who founded Orbis Computing?", "comet discovered at Cerro Alto"], pipeline="bm25", k=3)
+    assert len(res) == 2 and [h.rank for h in res[0]] == [1, 2, 3]
+    assert res[0][0].title == "Orbis Computing" and res[0][0].id.startswith("demo-")
+    assert res[0][0].score >= res[0][1].score
+    dense = built.search("Linda Faraday Purdue", pipeline="dense", k=40)[0]
+    assert len(dense) == len(built.corpus)  # k > N: all passages, no padding
+    with pytest.raises(InputError, match="question 0 must be a non-empty string"):
+        built.search([""], pipeline="dense")
+    with pytest.raises(ValueError, match="unknown pipeline 'nope'"):
+        built.search(["x"], pipeline="nope")
+
+
+def test_hybrid_fuses_dense_and_bm25(built):
+    q = ["Who founded Orbis Computing?"]
+    n = len(built.corpus)
+    h = built.search(q, pipeline="hybrid", k=5)[0]
+    fused = {}
+    for p in ("dense", "bm25"):
+        for hit in built.search(q, pipeline=p, k=n)[0]:
+            fused[hit.id] = fused.get(hit.id, 0.0) + 1.0 / (60 + hit.rank)
+    expected = sorted(fused.items(), key=lambda kv: -kv[1])[:5]
+    assert [x.id for x in h] == [pid for pid, _ in expected]
+    assert np.allclose([x.score for x in h], [s for _, s in expected])
+
+
+def test_query_embeddings_only(built):
+    Q = built.embedder.encode(["Brunel bridge Bristol"])
+    res = built.search(Q, pipeline="dense", k=2)
+    assert res[0][0].title in {"Clifton Suspension Bridge", "Bristol", "Isambard Kingdom Brunel"}
+    with pytest.raises(InputError, match="needs the query texts"):
+        built.search(Q, pipeline="bm25", k=2)
+    with pytest.raises(InputError, match="dimension 3 does not match"):
+        built.search(np.ones((1, 3), np.float32), pipeline="dense")
+
+
+def test_save_load_roundtrip(built, tmp_path):
+    path = built.save(tmp_path / "idx")
+    m = json.loads((path / "manifest.json").read_text())
+    assert m["format_version"] == storage.FORMAT_VERSION and m["embedder"] == {"name": "hashing-64", "dim": 64}
+    assert m["corpus"]["checksum"] == built.corpus.checksum and set(m["pipelines"]) == {"dense", "bm25", "hybrid"}
+    loaded = Index.load(path)
+    assert isinstance(loaded.X, np.memmap)
+    q = ["Which company acquired Tessellate Systems?"]
+    for p in ("dense", "bm25", "hybrid"):
+        assert built.search(q, pipeline=p, k=4) == loaded.search(q, pipeline=p, k=4)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".idx")]  # no temp dirs left
+
+
+def test_interrupted_save_leaves_previous_index(built, tmp_path, monkeypatch):
+    path = built.save(tmp_path / "idx")
+    before = (path / "manifest.json").read_text()
+
+    def boom(*a, **k):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(storage, "write_json", boom)
+    with pytest.raises(RuntimeError, match="disk full"):
+        built.save(path)
+    assert (path / "manifest.json").read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
+
+
+def test_load_refuses_corrupt_or_mismatched(built, tmp_path):
+    path = built.save(tmp_path / "idx")
+    with pytest.raises(IndexFormatError, match="does not exist"):
+        Index.load(tmp_path / "missing")
+    with pytest.raises(IndexFormatError, match="dimension 64; embedder hashing-32 has 32"):
+        Index.load(path, embedder="hashing-32")
+    m = json.loads((path / "manifest.json").read_text())
+    m["format_version"] = 999
+    (path / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(IndexFormatError, match="format version 999"):
+        Index.load(path)
+    path = built.save(tmp_path / "idx2")
+    (path / "embeddings.npy").write_bytes((path / "embeddings.npy").read_bytes()[:200])
+    with pytest.raises(IndexFormatError, match="embeddings.npy"):
+        Index.load(path)
+    path = built.save(tmp_path / "idx3")
+    with open(path / "corpus.jsonl", "a") as f:
+        f.write('{"id": "extra", "text": "tampered"}\n')
+    with pytest.raises(IndexFormatError, match="does not match the manifest checksum"):
+        Index.load(path)
+    (path / "manifest.json").write_text("{broken")
+    with pytest.raises(IndexFormatError, match="corrupt"):
+        Index.load(path)
+
+
+def test_build_from_precomputed(demo_corpus, tmp_path, rng):
+    X = rng.standard_normal((len(demo_corpus), 16)).astype(np.float32)
+    np.save(tmp_path / "x.npy", X)
+    idx = Index.build(demo_corpus, embeddings=tmp_path / "x.npy", pipelines=["dense"], progress=False)
+    assert idx.embedder_name == "precomputed:x.npy"
+    ids = idx.search(X[:2] / np.linalg.norm(X[:2], axis=1, keepdims=True), pipeline="dense", k=1)
+    assert [h[0].id for h in ids] == [demo_corpus.ids[0], demo_corpus.ids[1]]
+    with pytest.raises(InputError, match="precomputed embeddings"):
+        idx.search(["text query"], pipeline="dense")
+    with pytest.raises(InputError, match="has 30 rows but the corpus has 29"):
+        Index.build(hopgraph.Corpus.from_strings(["a"] * 29), embeddings=tmp_path / "x.npy")
+    X[3, 5] = np.nan
+    with pytest.raises(InputError, match="NaN"):
+        Index.build(demo_corpus, embeddings=X)
+
+
+def test_variants_share_fit(built):
+    base = built.pipeline("hybrid")
+    v = built.pipeline("hybrid", depth=10)
+    assert v is not base and v.dense is base.dense and built.pipeline("hybrid", depth=10) is v

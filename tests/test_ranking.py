@@ -1,0 +1,28 @@
+import numpy as np
+
+from hopgraph.engine.ranking import reciprocal_rank_fusion, topk_rows
+
+
+def test_topk_rows_orders_breaks_ties_and_pads():
+    s = np.array([[0.1, 0.5, -np.inf, 0.5], [1, 2, 3, 4]], np.float32)
+    ids, sc = topk_rows(s, 3)
+    assert ids.tolist() == [[1, 3, 0], [3, 2, 1]]
+    ids, sc = topk_rows(s, 6)
+    assert ids.tolist() == [[1, 3, 0, -1, -1, -1], [3, 2, 1, 0, -1, -1]]
+    assert np.isneginf(sc[0, 3:]).all()
+    assert topk_rows(np.zeros((0, 4), np.float32), 2)[0].shape == (0, 2)
+    assert topk_rows(np.zeros((2, 0), np.float32), 2)[0].tolist() == [[-1, -1], [-1, -1]]
+
+
+def test_topk_rows_matches_argsort(rng):
+    s = rng.standard_normal((7, 50)).astype(np.float32)
+    ids, sc = topk_rows(s, 10)
+    assert (ids == np.argsort(-s, axis=1, kind="stable")[:, :10]).all()
+
+
+def test_rrf():
+    a = np.array([[0, 1, -1]])
+    b = np.array([[1, 2, 0]])
+    f = reciprocal_rank_fusion([a, b], 4, k=60)
+    assert np.isclose(f[0, 1], 1 / 62 + 1 / 61) and np.isclose(f[0, 0], 1 / 61 + 1 / 63)
+    assert np.isclose(f[0, 2], 1 / 62) and f[0, 3] == 0
