@@ -1,0 +1,168 @@
+"""Batched Monte Carlo Shapley scores of query subgraphs (SPEC §3 step 2, structural path).
+
+For one query Q with subgraph set G_Q = {g_1..g_n} and one candidate D with subgraph set G_D,
+
+    F(S) = λ · |nodes(S) ∩ nodes(G_D)| / |nodes(S)|
+           + (1 − λ) · mean_{g_s ∈ S} max_{g_d ∈ G_D} structsim(g_s, g_d),      F(∅) = 0,
+
+and Shapley(g) is estimated from T random permutations of G_Q \\ {g}, each cut at a random
+prefix S, as the mean marginal gain F(S ∪ {g}) − F(S). Score_ent = mean_g Shapley(g).
+
+The op works on a whole batch at once as tensor operations (no Python loop over
+permutations, subgraphs or candidates). Its inputs are already reduced to what F needs:
+
+- ``node_sets`` ``[B, G, U]``: membership of the query's local node u in subgraph g
+  (rows g ≥ ``n_sub[b]`` are padding);
+- ``n_sub`` ``[B]``: |G_Q| per query;
+- ``cand_nodes`` ``[B, C, U]``: whether local node u ∈ nodes(G_D) for candidate c;
+- ``best_sim`` ``[B, C, G]``: max_{g_d ∈ G_D} structsim(g, g_d) (0 when G_D is empty).
+
+Sampling (choice documented here, SPEC leaves it open): for each (query, t, g) we draw
+independent uniform keys for all subgraphs; the predecessors of g under the key order
+are a uniformly random permutation of G_Q \\ {g} cut at a uniformly random prefix
+length, which is exactly the Shapley weighting. The same permutations are used for
+every candidate of a query (common random numbers), so candidates are ranked
+against identical samples. ``mode="shared"`` instead uses one permutation per t for all
+g (Castro et al. 2009); it is lower-variance, and the mean over g is then exactly
+F(G_Q)/|G_Q| by the efficiency axiom. Keys come from a seeded CPU ``torch.Generator`` so
+the CPU and Triton paths see identical samples.
+"""
+from __future__ import annotations
+
+from itertools import combinations
+from math import factorial
+
+import numpy as np
+import torch
+
+from .dispatch import register
+
+MODES = ("independent", "shared")
+
+
+def predecessor_masks(n_sub: torch.Tensor, G: int, T: int, seed: int, mode: str = "independent") -> torch.Tensor:
+    """``pred[b, t, g, h] = 1`` when subgraph h precedes g in sample t of query b (float32).
+
+    Only valid subgraphs (h < n_sub[b], h ≠ g) can be predecessors.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if T < 1:
+        raise ValueError(f"T (number of permutations) must be >= 1, got {T}")
+    B = int(n_sub.shape[0])
+    gen = torch.Generator().manual_seed(int(seed))
+    if mode == "independent":
+        keys = torch.rand((B, T, G, G), generator=gen)
+    else:
+        keys = torch.rand((B, T, 1, G), generator=gen).expand(B, T, G, G)
+    own = torch.diagonal(keys, dim1=2, dim2=3)[..., None]  # [B, T, G, 1] key of g itself
+    valid = torch.arange(G)[None, :] < n_sub.cpu()[:, None]  # [B, G]
+    not_self = ~torch.eye(G, dtype=torch.bool)
+    pred = (keys < own) & valid[:, None, None, :] & not_self
+    return pred.to(torch.float32)
+
+
+def _check_inputs(node_sets: torch.Tensor, n_sub: torch.Tensor, cand_nodes: torch.Tensor,
+                  best_sim: torch.Tensor, lam: float) -> tuple[int, int, int, int]:
+    if node_sets.ndim != 3:
+        raise ValueError(f"node_sets must be [B, G, U], got shape {tuple(node_sets.shape)}")
+    B, G, U = node_sets.shape
+    if tuple(n_sub.shape) != (B,):
+        raise ValueError(f"n_sub must have shape ({B},), got {tuple(n_sub.shape)}")
+    if cand_nodes.ndim != 3 or cand_nodes.shape[0] != B or cand_nodes.shape[2] != U:
+        raise ValueError(f"cand_nodes must be [B={B}, C, U={U}], got {tuple(cand_nodes.shape)}")
+    C = cand_nodes.shape[1]
+    if tuple(best_sim.shape) != (B, C, G):
+        raise ValueError(f"best_sim must be [B={B}, C={C}, G={G}], got {tuple(best_sim.shape)}")
+    if not 0.0 <= lam <= 1.0:
+        raise ValueError(f"lam must be in [0, 1], got {lam}")
+    if (n_sub < 0).any() or (n_sub > G).any():
+        raise ValueError(f"n_sub values must lie in [0, {G}]")
+    return B, G, U, C
+
+
+def marginal_terms(pred: torch.Tensor, node_sets: torch.Tensor, cand_nodes: torch.Tensor,
+                   best_sim: torch.Tensor, lam: float) -> torch.Tensor:
+    """Mean marginal gains ``[B, C, G]`` for given predecessor masks (the core tensor program)."""
+    B, T, G, _ = pred.shape
+    C = cand_nodes.shape[1]
+    M = node_sets.to(torch.float32)
+    H = cand_nodes.to(torch.float32)
+    P = pred.reshape(B, T * G, G)
+    union_s = (torch.bmm(P, M) > 0).to(torch.float32)  # nodes(S)          [B, T*G, U]
+    own = M[:, None, :, :].expand(B, T, G, M.shape[2]).reshape(B, T * G, -1)
+    union_sg = torch.maximum(union_s, own)  # nodes(S ∪ {g})                [B, T*G, U]
+    Ht = H.transpose(1, 2)  # [B, U, C]
+    inter_s = torch.bmm(union_s, Ht)  # |nodes(S) ∩ nodes(G_D)|             [B, T*G, C]
+    inter_sg = torch.bmm(union_sg, Ht)
+    size_s = union_s.sum(-1, keepdim=True)
+    size_sg = union_sg.sum(-1, keepdim=True)
+    best = best_sim.to(torch.float32)
+    struct_s = torch.bmm(P, best.transpose(1, 2))  # Σ_{h∈S} best[c, h]        [B, T*G, C]
+    count_s = P.sum(-1, keepdim=True)  # |S|
+    best_g = best.transpose(1, 2)[:, None, :, :].expand(B, T, G, C).reshape(B, T * G, C)
+    f_s = torch.where(count_s > 0,
+                      lam * inter_s / size_s.clamp_min(1.0) + (1 - lam) * struct_s / count_s.clamp_min(1.0),
+                      torch.zeros((), dtype=torch.float32))
+    f_sg = lam * inter_sg / size_sg.clamp_min(1.0) + (1 - lam) * (struct_s + best_g) / (count_s + 1.0)
+    marg = (f_sg - f_s).reshape(B, T, G, C).mean(1)  # [B, G, C]
+    return marg.transpose(1, 2).contiguous()
+
+
+def shapley_mc(node_sets: torch.Tensor, n_sub: torch.Tensor, cand_nodes: torch.Tensor, best_sim: torch.Tensor,
+               lam: float = 0.5, T: int = 50, seed: int = 0, mode: str = "independent",
+               device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """CPU/torch path. Returns ``(phi [B, C, G], score [B, C])``: per-subgraph Shapley
+    estimates (0 on padding rows) and Score_ent = mean over the query's valid subgraphs
+    (0 for queries with no subgraph)."""
+    node_sets, n_sub, cand_nodes, best_sim = (torch.as_tensor(a) for a in (node_sets, n_sub, cand_nodes, best_sim))
+    B, G, U, C = _check_inputs(node_sets, n_sub, cand_nodes, best_sim, lam)
+    if B == 0 or C == 0 or G == 0:
+        return torch.zeros((B, C, G)), torch.zeros((B, C))
+    pred = predecessor_masks(n_sub, G, T, seed, mode).to(node_sets.device)
+    phi = marginal_terms(pred, node_sets, cand_nodes, best_sim, lam)
+    return finish(phi, n_sub)
+
+
+def finish(phi: torch.Tensor, n_sub: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zero padding subgraphs and average the valid ones into Score_ent."""
+    G = phi.shape[2]
+    valid = (torch.arange(G, device=phi.device)[None, :] < n_sub.to(phi.device)[:, None]).to(phi.dtype)
+    phi = phi * valid[:, None, :]
+    score = phi.sum(-1) / n_sub.to(phi.device).clamp_min(1).to(phi.dtype)[:, None]
+    return phi, score
+
+
+def coalition_value(members: list[int], node_sets: np.ndarray, cand_nodes: np.ndarray, best_sim: np.ndarray,
+                    lam: float) -> float:
+    """F(S) for one query/candidate pair (numpy; reference for tests and docs)."""
+    if not members:
+        return 0.0
+    union = np.any(node_sets[members] > 0, axis=0)
+    overlap = float(np.sum(union & (cand_nodes > 0))) / max(float(union.sum()), 1.0)
+    return lam * overlap + (1 - lam) * float(np.mean(best_sim[members]))
+
+
+def shapley_exact(node_sets: np.ndarray, cand_nodes: np.ndarray, best_sim: np.ndarray, lam: float = 0.5
+                  ) -> np.ndarray:
+    """Exact Shapley values ``[n]`` by enumerating every coalition (one query, one candidate).
+
+    ``node_sets`` ``[n, U]``, ``cand_nodes`` ``[U]``, ``best_sim`` ``[n]``. Exponential in n:
+    refuses n > 12.
+    """
+    n = len(node_sets)
+    if n > 12:
+        raise ValueError(f"exact enumeration is for small subgraph sets (n <= 12), got n = {n}")
+    phi = np.zeros(n)
+    for g in range(n):
+        others = [h for h in range(n) if h != g]
+        for size in range(n):
+            weight = factorial(size) * factorial(n - size - 1) / factorial(n)
+            for S in combinations(others, size):
+                S = list(S)
+                phi[g] += weight * (coalition_value(S + [g], node_sets, cand_nodes, best_sim, lam)
+                                    - coalition_value(S, node_sets, cand_nodes, best_sim, lam))
+    return phi
+
+
+register("shapley_mc", shapley_mc, triton="hopgraph.kernels.shapley_mc_triton:shapley_mc_triton")
