@@ -159,6 +159,10 @@ class Index:
         Returns one list of :class:`Hit` per question, best first.
         """
         ids, scores = self.search_arrays(questions, pipeline, k, query_embeddings, **overrides)
+        return self.hits(ids, scores)
+
+    def hits(self, ids: np.ndarray, scores: np.ndarray) -> list[list[Hit]]:
+        """Turn a pipeline's ``(rows [B,k], scores [B,k])`` into :class:`Hit` lists (padding dropped)."""
         return [
             [Hit(self.corpus.ids[j], float(s), r + 1, self.corpus.titles[j])
              for r, (j, s) in enumerate(zip(row_ids, row_scores)) if j >= 0]
