@@ -1,0 +1,432 @@
+"""Topic / entity extraction for the STITCH topic hypergraph (SPEC §2, "Index").
+
+Two sources produce the same :class:`Extraction` (arrays, not Python objects):
+
+* :func:`extract` — hopgraph's default **zero-token** extractor (no language model).
+  Deterministic rules, applied to every passage (chunk) in corpus order:
+
+  1. **Topics** (hyperedges) are the sentences of the passage text. Sentences end at
+     ``. ! ?`` (optionally followed by closing quotes/brackets) followed by white
+     space and a non-lower-case character, except after a single letter
+     (``J. R. R. Tolkien``), a dotted acronym (``U.S.``) or a common abbreviation (``Mr``, ``St``, ``Inc``, ``Jan`` ...). A passage
+     with no sentence end is one topic.
+  2. **Entities** of a sentence:
+     * the **passage title** (when non-empty and ``title_entities=True``) is an
+       entity of every sentence of its passage — the passage is about it;
+     * **capitalised spans**: maximal runs of capitalised words separated only by
+       spaces or hyphens (or the dot of an initial, ``George T. Solomon``), which
+       may contain the lower-case connectors ``of the de del della da di la le von
+       van der den du y for`` (a connector must be followed by a capitalised word;
+       ``and`` never joins). Leading function words (``The``, ``In``, ``He`` ...)
+       are dropped; a possessive ``'s`` ends a span; a span left with only a
+       month/weekday name or a function word is dropped, and so is a one-word span
+       opening the sentence whose lower-case form occurs as a word elsewhere in
+       the corpus (``Originally``, ``Traditional``);
+     * **numbers** (``numbers=True``): digit tokens of 3+ digits (years, counts;
+       ``1,000`` is one token). Smaller numbers form huge, meaningless groups.
+  3. **Entity states** (nodes): one per (passage, canonical name) — the same name
+     mentioned in several sentences of a passage is one state that belongs to all
+     those hyperedges. Its **description** ψ(v) is the sentence (sentences joined
+     by a space, in order) that mention it; the title state's description is the
+     passage's embedding text ``"title: text"`` (shared with the chunk embedding).
+  4. **Canonical name** φ = :func:`canonical_name`: Unicode NFKC, casefold, a
+     trailing possessive removed, punctuation turned into spaces, white space
+     collapsed, leading articles (``the``, ``a``, ``an``) removed.
+
+  10,000 passages take a few seconds (pure Python regular expressions, linear in
+  the text length; the arrays are assembled with numpy).
+
+* :func:`load_extractions` — extractions made elsewhere (e.g. by a language model)
+  as JSON lines, one chunk a line (SPEC §2)::
+
+      {"chunk_id": "...", "topics": [{"text": "...", "entities": [{"name": "...", "description": "..."}]}]}
+
+  Every problem is reported as an :class:`~hopgraph.engine.errors.InputError`
+  naming the file and line. Chunks without a line have no topics. An entity met
+  in several topics of a chunk is one state whose description joins the distinct
+  descriptions given.
+
+Texts (topic sentences and descriptions) are stored once in ``Extraction.texts``
+and referred to by index, so identical texts are embedded once.
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .corpus import Corpus, iter_jsonl
+from .errors import InputError
+
+#: lower-case words allowed inside a capitalised span (between capitalised words)
+CONNECTORS = frozenset("of the de del della da di la le von van der den du y for".split())
+#: capitalised words that are not entities on their own and are dropped at a span's start
+FUNCTION_WORDS = frozenset("""
+a an the in on at of for to from by with as and or but nor so yet if when while after before during
+since until unlike despite although though because however thus also then there here this that these
+those it its he she his her hers they them their we our you your i my me him us who whom whose which
+what where why how all some many most several each every both either neither no not one another other
+such first last later early late born is was are were be been has had have do does did can could will
+would may might must shall should according following located based known called named
+""".split())
+MONTHS_DAYS = frozenset("""
+january february march april may june july august september october november december
+monday tuesday wednesday thursday friday saturday sunday
+""".split())
+ABBREVIATIONS = frozenset("""
+mr mrs ms dr prof st jr sr inc co ltd corp no vs etc mt ft gen col lt sgt rev hon gov sen rep
+jan feb mar apr jun jul aug sep sept oct nov dec est approx fig vol pp ca
+""".split())
+ARTICLES = ("the ", "a ", "an ")
+
+_SENT_END = re.compile(r"[.!?][\"'”’)\]]*\s+")
+_WORD = re.compile(r"[^\W_](?:[\w&]|['’\-.](?=\w)|,(?=\d{3}))*")
+_NON_WORD = re.compile(r"[\W_]+")
+_LOWER_WORD = re.compile(r"(?<![\w'’\-])[a-z]+(?![\w'’\-])")
+_POSSESSIVE = re.compile(r"['’]s$", re.IGNORECASE)
+
+
+def canonical_name(name: str) -> str:
+    """φ: NFKC, casefold, possessive and punctuation removed, leading article dropped.
+
+    >>> canonical_name("The  Beatles'")
+    'beatles'
+    >>> canonical_name("Hello Love's")
+    'hello love'
+    """
+    s = unicodedata.normalize("NFKC", name).casefold().strip()
+    s = _POSSESSIVE.sub("", s)
+    s = _NON_WORD.sub(" ", s).strip()
+    for art in ARTICLES:
+        if s.startswith(art) and len(s) > len(art):
+            s = s[len(art):]
+            break
+    return s
+
+
+def split_sentences(text: str) -> list[str]:
+    """Topics of a passage: its sentences (rules in the module docstring), stripped, non-empty."""
+    out, start = [], 0
+    for m in _SENT_END.finditer(text):
+        before = text[start:m.start()].rsplit(None, 1)
+        last = before[-1].rstrip(".") if before else ""
+        word = _NON_WORD.sub("", last).lower()
+        if (len(word) <= 1 and not word.isdigit()) or word in ABBREVIATIONS or "." in last:
+            continue  # initial, abbreviation or dotted acronym (U.S.)
+        nxt = text[m.end():m.end() + 1]
+        if nxt and nxt.islower():
+            continue
+        out.append(text[start:m.end()].strip())
+        start = m.end()
+    tail = text[start:].strip()
+    if tail:
+        out.append(tail)
+    return [s for s in out if s]
+
+
+def _is_capitalised(word: str) -> bool:
+    return word[0].isupper() or (word[0].isdigit() and any(c.isupper() for c in word))
+
+
+def sentence_entities(sentence: str, numbers: bool = True, common_words: frozenset[str] | set[str] = frozenset()
+                      ) -> list[str]:
+    """Surface forms of the entities of one sentence (capitalised spans, numbers), in order.
+
+    ``common_words``: lower-case words of the corpus; a one-word span at the start of
+    the sentence that is such a word (``Originally``, ``Traditional``) is dropped.
+    """
+    words = list(_WORD.finditer(sentence))
+    found: list[str] = []
+    i, n = 0, len(words)
+    while i < n:
+        w = words[i].group()
+        if not _is_capitalised(w):
+            if numbers and w.replace(",", "").isdigit() and len(w.replace(",", "")) >= 3:
+                found.append(w)
+            i += 1
+            continue
+        span = [i]
+        j = i
+        while not _POSSESSIVE.search(words[j].group()) and j + 1 < n:
+            gap = sentence[words[j].end():words[j + 1].start()]
+            if len(words[j].group()) == 1 and gap.startswith("."):
+                gap = gap[1:]  # an initial: George T. Solomon
+            if gap.strip(" -"):
+                break
+            nw = words[j + 1].group()
+            if _is_capitalised(nw):
+                j += 1
+                span.append(j)
+                continue
+            if nw in CONNECTORS and j + 2 < n and _is_capitalised(words[j + 2].group()) \
+                    and not sentence[words[j + 1].end():words[j + 2].start()].strip(" -"):
+                span += [j + 1, j + 2]
+                j += 2
+                continue
+            break
+        tokens = [words[k].group() for k in span]
+        while tokens and tokens[0].lower() in FUNCTION_WORDS:
+            tokens.pop(0)
+        single = _POSSESSIVE.sub("", tokens[0].lower()) if len(tokens) == 1 else ""
+        if single and (single in MONTHS_DAYS or single in FUNCTION_WORDS or (span[0] == 0 and single in common_words)):
+            tokens = []
+        if tokens:
+            found.append(" ".join(tokens))
+        i = j + 1
+    return found
+
+
+@dataclass
+class Extraction:
+    """A topic hypergraph's raw extraction as arrays (SPEC §2).
+
+    Topics (hyperedges) ``e``: ``topic_chunk[e]`` and text ``texts[topic_text[e]]``.
+    Entity states (nodes) ``v``: chunk ``node_chunk[v]``, canonical name
+    ``names[node_name[v]]`` and description ``texts[node_text[v]]``.
+    Mentions (incidences, sorted by topic then node): state ``mention_node[m]``
+    occurs in topic ``mention_topic[m]`` — two states co-occur within a sentence
+    when they share a topic. ``names`` is the sorted canonical-name vocabulary;
+    ``texts`` holds every distinct topic/description text once.
+    """
+
+    n_chunks: int
+    topic_chunk: np.ndarray  # int32 [T]
+    topic_text: np.ndarray  # int32 [T]
+    node_chunk: np.ndarray  # int32 [V]
+    node_name: np.ndarray  # int32 [V]
+    node_text: np.ndarray  # int32 [V]
+    mention_node: np.ndarray  # int32 [M]
+    mention_topic: np.ndarray  # int32 [M]
+    names: list[str]
+    texts: list[str]
+
+    @property
+    def n_topics(self) -> int:
+        return len(self.topic_chunk)
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.node_chunk)
+
+    def name_ids(self) -> dict[str, int]:
+        """Canonical name → its id in ``names``."""
+        return {n: i for i, n in enumerate(self.names)}
+
+    def cooccurring_names(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Distinct unordered pairs of name ids co-occurring within a topic (sentence),
+        with the number of topics they share: ``(a int32, b int32, count int32)``, ``a < b``."""
+        t, nm = self.mention_topic.astype(np.int64), self.node_name[self.mention_node].astype(np.int64)
+        order = np.lexsort((nm, t))
+        t, nm = t[order], nm[order]
+        starts = np.flatnonzero(np.r_[True, t[1:] != t[:-1]])
+        sizes = np.diff(np.r_[starts, len(t)])
+        # every later mention of the same topic pairs with each mention (vectorised repeat)
+        pos = np.arange(len(t)) - np.repeat(starts, sizes)
+        later = np.repeat(sizes, sizes) - 1 - pos
+        total = int(later.sum())
+        if total == 0:
+            z = np.zeros(0, np.int32)
+            return z, z, z
+        src = np.repeat(np.arange(len(t)), later)
+        dst = src + 1 + np.arange(total) - np.repeat(np.cumsum(later) - later, later)
+        a, b = nm[src], nm[dst]
+        lo, hi = np.minimum(a, b), np.maximum(a, b)
+        keep = lo != hi
+        key = lo[keep] * len(self.names) + hi[keep]
+        uniq, counts = np.unique(key, return_counts=True)
+        return ((uniq // len(self.names)).astype(np.int32), (uniq % len(self.names)).astype(np.int32),
+                counts.astype(np.int32))
+
+    def validate(self) -> "Extraction":
+        """Check array shapes and index ranges; InputError names the bad field."""
+        T, V = self.n_topics, self.n_nodes
+        checks = [("topic_chunk", self.topic_chunk, self.n_chunks), ("topic_text", self.topic_text, len(self.texts)),
+                  ("node_chunk", self.node_chunk, self.n_chunks), ("node_name", self.node_name, len(self.names)),
+                  ("node_text", self.node_text, len(self.texts)), ("mention_node", self.mention_node, V),
+                  ("mention_topic", self.mention_topic, T)]
+        for field, arr, bound in checks:
+            if arr.ndim != 1:
+                raise InputError(f"extraction field {field} must be 1-D")
+            if len(arr) and (arr.min() < 0 or arr.max() >= bound):
+                raise InputError(f"extraction field {field} has ids outside [0, {bound})")
+        if len(self.topic_text) != T or len(self.node_name) != V or len(self.node_text) != V \
+                or len(self.mention_topic) != len(self.mention_node):
+            raise InputError("extraction arrays have inconsistent lengths")
+        return self
+
+
+class _Builder:
+    """Accumulates (chunk, topic, surface name, description) mentions and assembles arrays."""
+
+    def __init__(self, n_chunks: int) -> None:
+        self.n_chunks = n_chunks
+        self.text_ids: dict[str, int] = {}
+        self.texts: list[str] = []
+        self.topic_chunk: list[int] = []
+        self.topic_text: list[int] = []
+        self.m_topic: list[int] = []
+        self.m_name: list[str] = []
+        self.m_desc: list[int] = []
+
+    def text(self, s: str) -> int:
+        i = self.text_ids.get(s)
+        if i is None:
+            i = self.text_ids[s] = len(self.texts)
+            self.texts.append(s)
+        return i
+
+    def topic(self, chunk: int, text: str) -> int:
+        self.topic_chunk.append(chunk)
+        self.topic_text.append(self.text(text))
+        return len(self.topic_chunk) - 1
+
+    def mention(self, topic: int, phi: str, description: int) -> None:
+        self.m_topic.append(topic)
+        self.m_name.append(phi)
+        self.m_desc.append(description)
+
+    def build(self) -> Extraction:
+        topic_chunk = np.asarray(self.topic_chunk, np.int32)
+        m_topic = np.asarray(self.m_topic, np.int64)
+        names, m_name = np.unique(np.asarray(self.m_name, dtype=object).astype(str), return_inverse=True) \
+            if self.m_name else (np.zeros(0, str), np.zeros(0, np.int64))
+        m_name = m_name.astype(np.int64)
+        m_chunk = topic_chunk[m_topic].astype(np.int64) if len(m_topic) else np.zeros(0, np.int64)
+        n_names = max(len(names), 1)
+        state_key = m_chunk * n_names + m_name
+        keys, m_node = np.unique(state_key, return_inverse=True)
+        m_node = m_node.astype(np.int64)
+        # description of a state: its distinct mention descriptions, joined in mention order
+        first = np.full(len(keys), -1, np.int64)
+        node_text = np.zeros(len(keys), np.int64)
+        order = np.lexsort((np.arange(len(m_node)), m_node))
+        descs: dict[int, list[int]] = {}
+        if len(order):
+            starts = np.flatnonzero(np.r_[True, m_node[order][1:] != m_node[order][:-1]])
+            sizes = np.diff(np.r_[starts, len(order)])
+            first = np.asarray(self.m_desc, np.int64)[order[starts]]
+            node_text[:] = first
+            m_desc = np.asarray(self.m_desc, np.int64)
+            for v in np.flatnonzero(sizes > 1):  # only multi-mention states need joining
+                ids = list(dict.fromkeys(m_desc[order[starts[v]:starts[v] + sizes[v]]].tolist()))
+                if len(ids) > 1:
+                    node_text[v] = self.text(" ".join(self.texts[i] for i in ids))
+        # incidences: distinct (topic, node), sorted by topic then node
+        inc = np.unique(m_topic * max(len(keys), 1) + m_node)
+        mention_topic = inc // max(len(keys), 1)
+        mention_node = inc % max(len(keys), 1)
+        return Extraction(
+            n_chunks=self.n_chunks,
+            topic_chunk=topic_chunk,
+            topic_text=np.asarray(self.topic_text, np.int32),
+            node_chunk=(keys // n_names).astype(np.int32),
+            node_name=(keys % n_names).astype(np.int32),
+            node_text=node_text.astype(np.int32),
+            mention_node=mention_node.astype(np.int32),
+            mention_topic=mention_topic.astype(np.int32),
+            names=[str(x) for x in names],
+            texts=self.texts,
+        ).validate()
+
+
+def extract(corpus: Corpus, title_entities: bool = True, numbers: bool = True,
+            progress: bool = False) -> Extraction:
+    """The zero-token extractor (rules in the module docstring); deterministic."""
+    from tqdm.auto import tqdm
+
+    b = _Builder(len(corpus))
+    emb_texts = corpus.embedding_texts()
+    common = set()
+    for text in corpus.texts:
+        common.update(_LOWER_WORD.findall(text))
+    for c in tqdm(range(len(corpus)), desc="extract topics/entities", disable=not progress, unit="passage"):
+        title = corpus.titles[c]
+        phi_title = canonical_name(title) if title_entities and title else ""
+        title_desc = b.text(emb_texts[c]) if phi_title else -1
+        for sentence in split_sentences(corpus.texts[c]):
+            e = b.topic(c, sentence)
+            desc = b.text_ids[sentence]
+            if phi_title:
+                b.mention(e, phi_title, title_desc)
+            for surface in sentence_entities(sentence, numbers, common):
+                phi = canonical_name(surface)
+                if phi and phi != phi_title:
+                    b.mention(e, phi, desc)
+    return b.build()
+
+
+def load_extractions(path: str | Path, corpus: Corpus) -> Extraction:
+    """Read SPEC §2 JSON lines for ``corpus``; InputError names the file and line of each problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"extraction file {path} does not exist")
+    b = _Builder(len(corpus))
+    seen: dict[int, int] = {}
+    records: list[tuple[int, int, list]] = []
+    for lineno, rec in iter_jsonl(path):
+        where = f"{path} line {lineno}"
+        if "chunk_id" not in rec:
+            raise InputError(f"{where}: missing field 'chunk_id'")
+        cid = rec["chunk_id"]
+        if not isinstance(cid, (str, int)) or isinstance(cid, bool):
+            raise InputError(f"{where}: 'chunk_id' must be a string or integer")
+        try:
+            c = corpus.position(str(cid))
+        except KeyError:
+            raise InputError(f"{where}: chunk_id {cid!r} is not a passage of the corpus") from None
+        if c in seen:
+            raise InputError(f"{where}: chunk_id {cid!r} repeated (first on line {seen[c]})")
+        seen[c] = lineno
+        topics = rec.get("topics")
+        if not isinstance(topics, list):
+            raise InputError(f"{where}: 'topics' must be a list")
+        records.append((c, lineno, topics))
+    records.sort(key=lambda r: r[0])  # chunk order t(c), whatever the file order
+    for c, lineno, topics in records:
+        where = f"{path} line {lineno}"
+        for ti, topic in enumerate(topics):
+            if not isinstance(topic, dict):
+                raise InputError(f"{where}: topic {ti} must be an object")
+            text = topic.get("text")
+            if not isinstance(text, str) or not text.strip():
+                raise InputError(f"{where}: topic {ti} needs a non-empty string 'text'")
+            entities = topic.get("entities", [])
+            if not isinstance(entities, list):
+                raise InputError(f"{where}: topic {ti} 'entities' must be a list")
+            e = b.topic(c, text.strip())
+            for ei, ent in enumerate(entities):
+                if not isinstance(ent, dict):
+                    raise InputError(f"{where}: topic {ti} entity {ei} must be an object")
+                name, desc = ent.get("name"), ent.get("description", text)
+                if not isinstance(name, str) or not canonical_name(name):
+                    raise InputError(f"{where}: topic {ti} entity {ei} needs a non-empty string 'name'")
+                if not isinstance(desc, str) or not desc.strip():
+                    raise InputError(f"{where}: topic {ti} entity {ei} 'description' must be a non-empty string")
+                b.mention(e, canonical_name(name), b.text(desc.strip()))
+    return b.build()
+
+
+def query_names(texts: Sequence[str], name_ids: dict[str, int], max_words: int = 6,
+                stop: Iterable[str] = ()) -> list[np.ndarray]:
+    """Name ids mentioned by each query: every word n-gram (n ≤ ``max_words``) of the
+    canonical query text that is a canonical name of the vocabulary (minus ``stop``).
+
+    Used for query-side entity matching (binary PPR seeds, SPEC §2 baseline).
+    """
+    stop = set(stop)
+    out = []
+    for text in texts:
+        words = canonical_name(text).split()
+        ids = set()
+        for n in range(1, max_words + 1):
+            for s in range(len(words) - n + 1):
+                phrase = " ".join(words[s:s + n])
+                i = name_ids.get(phrase)
+                if i is not None and phrase not in stop:
+                    ids.add(i)
+        out.append(np.asarray(sorted(ids), np.int32))
+    return out
