@@ -10,6 +10,7 @@ from .engine.corpus import Corpus
 from .engine.embedders import CallableEmbedder, HashingEmbedder, MiniLMEmbedder
 from .engine.errors import HopgraphError, IndexFormatError, InputError
 from .engine.pipelines import pipeline_class, pipeline_names
+from .client import Client
 from .index import Hit, Index
 
 __version__ = "0.1.0"
@@ -25,5 +26,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'hopgraph' has no attribute {name!r}")
 
 
-__all__ = ["Index", "Hit", "Corpus", "MiniLMEmbedder", "HashingEmbedder", "CallableEmbedder",
+__all__ = ["Index", "Hit", "Client", "Corpus", "MiniLMEmbedder", "HashingEmbedder", "CallableEmbedder",
            "HopgraphError", "InputError", "IndexFormatError", "pipeline_names", *_PIPELINE_EXPORTS]

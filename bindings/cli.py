@@ -66,6 +66,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .serve.runner import cmd_serve as run
+
+    return run(args)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -114,6 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="index the bundled demo corpus and query every pipeline")
     common(p)
     p.set_defaults(func=cmd_demo)
+
+    from .serve.limits import add_serve_arguments
+
+    p = sub.add_parser("serve", help="serve an index over HTTP (POST /search; needs the [serve] extra)")
+    add_serve_arguments(p)
+    common(p, embedder_default=None)
+    p.set_defaults(func=cmd_serve)
     return parser
 
 

@@ -1,0 +1,217 @@
+"""The ``hopgraph serve`` HTTP application (issue 7): FastAPI over one loaded :class:`Index`.
+
+Endpoints: ``POST /search`` (batched questions → hits and timing), ``GET /health``,
+``GET /info`` (index manifest, pipelines, embedder, device, limits) and the OpenAPI
+schema at ``/openapi.json`` (browsable at ``/docs``). Every bad request gets a 4xx
+answer whose ``detail`` names the input and the limit; it never reaches the shared
+search worker, so it cannot disturb other clients.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import asynccontextmanager
+from typing import Any, Sequence
+
+import numpy as np
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from .. import __version__
+from ..engine.embedders import validate_embeddings
+from ..engine.errors import InputError
+from ..engine.pipelines import pipeline_class, pipeline_names
+from ..index import Index
+from ..kernels.dispatch import cuda_available, resolve_device
+from .auth import ApiKeyMiddleware
+from .batcher import MicroBatcher, QueueFull
+from .limits import ServeLimits
+from .schema import EmbeddingQuery, ErrorResponse, SearchRequest, SearchResponse
+
+log = logging.getLogger("hopgraph.serve")
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorResponse, "description": "malformed JSON"},
+    401: {"model": ErrorResponse, "description": "missing or wrong API key (when the server has one)"},
+    413: {"model": ErrorResponse, "description": "request body larger than limits.max_body_bytes"},
+    422: {"model": ErrorResponse, "description": "a field is invalid or beyond a limit; detail says which"},
+    503: {"model": ErrorResponse, "description": "too many queries waiting; retry later"},
+}
+
+
+def create_app(index: Index, limits: ServeLimits | None = None, api_key: str | None = None,
+               pipelines: Sequence[str] | None = None) -> FastAPI:
+    """The FastAPI app serving ``index``.
+
+    ``pipelines`` (default: those fitted in the index) are fitted now if needed, so no
+    request ever waits for a fit. ``api_key`` enables the 401 check (see :mod:`.auth`).
+    """
+    limits = limits or ServeLimits()
+    served = list(dict.fromkeys(pipelines or index.pipelines))
+    if not served:
+        raise InputError("the index has no fitted pipeline: give the pipelines to serve (--pipelines)")
+    for name in served:
+        index.pipeline(name)
+    needs_text = {name: pipeline_class(name).needs_query_texts for name in served}
+    dim = int(index.X.shape[1])
+    batcher = MicroBatcher(index, limits)
+    started = time.time()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await batcher.start()
+        try:
+            yield
+        finally:
+            await batcher.stop()
+
+    app = FastAPI(title="hopgraph", version=__version__, lifespan=lifespan, max_body_size=limits.max_body_bytes,
+                  description="Multi-hop graph retrieval over one hopgraph index. "
+                              "POST /search answers a batch of questions with one pipeline.")
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    if api_key is not None:
+        app.add_middleware(ApiKeyMiddleware, api_key=api_key)
+    app.state.batcher = batcher
+    app.state.pipelines = served
+    info = _server_info(index, served, limits)
+
+    @app.get("/health", summary="liveness: the index is loaded and the search worker runs")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "passages": len(index.corpus), "uptime_s": round(time.time() - started, 3),
+                "batches": batcher.batches}
+
+    @app.get("/info", summary="index manifest, pipelines, embedder, device and limits")
+    async def get_info() -> dict[str, Any]:
+        return info
+
+    @app.post("/search", summary="top-k passages for each query", response_model=None,
+              responses={200: {"model": SearchResponse}, **_ERRORS})
+    async def search(request: SearchRequest) -> JSONResponse:
+        t0 = time.perf_counter()
+        queries = _check_request(request, served, needs_text, dim, limits)
+        if not queries:
+            return JSONResponse({"pipeline": request.pipeline, "k": request.k, "results": [],
+                                 "timing": {"queue_ms": 0.0, "embed_ms": 0.0, "search_ms": 0.0, "total_ms": 0.0,
+                                            "batch_queries": 0, "batch_requests": 0}})
+        try:
+            result = await batcher.submit(request.pipeline, request.k, queries)
+        except QueueFull as e:
+            raise HTTPException(503, str(e), headers={"Retry-After": "1"}) from None
+        except InputError as e:
+            raise HTTPException(422, str(e)) from None
+        except Exception as e:
+            log.exception("search failed")
+            raise HTTPException(500, f"internal error while searching: {type(e).__name__}: {e}") from None
+        timing = {**result.timing, "total_ms": (time.perf_counter() - t0) * 1000}
+        return JSONResponse({
+            "pipeline": request.pipeline, "k": request.k,
+            "results": [{"hits": [{"id": h.id, "title": h.title, "score": h.score, "rank": h.rank} for h in hits]}
+                        for hits in result.hits],
+            "timing": timing,
+        })
+
+    return app
+
+
+def _check_request(request: SearchRequest, served: list[str], needs_text: dict[str, bool], dim: int,
+                   limits: ServeLimits) -> list[str | np.ndarray]:
+    """The request's queries as texts / normalised rows; HTTPException 422 naming the first problem."""
+    name = request.pipeline
+    if name not in served:
+        if name in pipeline_names():
+            why = f"pipeline {name!r} is not loaded by this server (restart it with --pipelines ...,{name})"
+        else:
+            try:
+                pipeline_class(name)
+                why = f"pipeline {name!r} is not available"
+            except NotImplementedError as e:
+                why = str(e)
+            except ValueError:
+                why = f"unknown pipeline {name!r}"
+        raise HTTPException(422, f"{why}; this server serves: {', '.join(served)}")
+    if not 1 <= request.k <= limits.max_k:
+        raise HTTPException(422, f"k must be between 1 and {limits.max_k}, got {request.k}")
+    if len(request.queries) > limits.max_batch:
+        raise HTTPException(422, f"{len(request.queries)} queries in one request; the limit is {limits.max_batch}")
+    out: list[str | np.ndarray] = []
+    for i, q in enumerate(request.queries):
+        if isinstance(q, EmbeddingQuery):
+            if needs_text[name]:
+                raise HTTPException(422, f"queries[{i}]: pipeline {name!r} needs the question text, "
+                                         "not only its embedding")
+            if len(q.embedding) != dim:
+                raise HTTPException(422, f"queries[{i}]: embedding has dimension {len(q.embedding)}, "
+                                         f"the index has {dim}")
+            try:
+                out.append(validate_embeddings(np.asarray([q.embedding], dtype=np.float64),
+                                               f"queries[{i}].embedding", dim)[0])
+            except InputError as e:
+                raise HTTPException(422, str(e)) from None
+            continue
+        text = q if isinstance(q, str) else q.text
+        if len(text) > limits.max_query_chars:
+            raise HTTPException(422, f"queries[{i}] has {len(text)} characters; the limit is "
+                                     f"{limits.max_query_chars}")
+        if not text.strip():
+            raise HTTPException(422, f"queries[{i}] is empty")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise HTTPException(422, f"queries[{i}] is not valid Unicode text (lone surrogate)") from None
+        out.append(text)
+    return out
+
+
+def _server_info(index: Index, served: list[str], limits: ServeLimits) -> dict[str, Any]:
+    try:
+        manifest = index.manifest
+    except RuntimeError:  # an index that was built in memory and never saved
+        manifest = None
+    try:
+        device = resolve_device(index.device)
+    except (RuntimeError, ValueError) as e:
+        device = f"unavailable ({e})"
+    return {
+        "version": __version__,
+        "passages": len(index.corpus),
+        "pipelines": served,
+        "pipelines_needing_text": [p for p in served if pipeline_class(p).needs_query_texts],
+        "embedder": {"name": index.embedder_name, "dim": int(index.X.shape[1])},
+        "device": {"requested": index.device, "resolved": device, "cuda_available": cuda_available()},
+        "limits": limits.to_dict(),
+        "manifest": manifest,
+    }
+
+
+_QUERY_TAGS = {"string", "text", "embedding"}
+
+
+def _format_loc(loc: Sequence[Any]) -> str:
+    parts: list[str] = []
+    for i, item in enumerate(loc):
+        if i == 0 and item == "body":
+            continue
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif i >= 2 and isinstance(loc[i - 1], int) and loc[i - 2] == "queries" and item in _QUERY_TAGS:
+            continue  # the union branch pydantic tried; the next item names the field
+        else:
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts) or "body"
+
+
+async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """400 for malformed JSON, else 422 with the first problems as one readable line."""
+    errors = exc.errors()
+    for e in errors:
+        if e.get("type") == "json_invalid":
+            pos = e["loc"][-1] if e.get("loc") else "?"
+            return JSONResponse({"detail": f"malformed JSON at character {pos}: "
+                                           f"{e.get('ctx', {}).get('error', 'decode error')}"}, status_code=400)
+    if any(tuple(e.get("loc", ())) == ("body",) for e in errors):
+        return JSONResponse({"detail": "the request body must be a JSON object "
+                                       "sent with 'Content-Type: application/json'"}, status_code=422)
+    parts = [f"{_format_loc(e.get('loc', ()))}: {e.get('msg', 'invalid')}" for e in errors[:5]]
+    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+    return JSONResponse({"detail": "; ".join(parts) + more}, status_code=422)

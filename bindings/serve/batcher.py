@@ -1,0 +1,181 @@
+"""Micro-batching of concurrent search requests (issue 7, "Concurrency").
+
+Requests are queued; one dispatcher task takes everything queued (under concurrent
+load it first waits ``batch_wait_ms`` for more), groups it by ``(pipeline, k,
+all-text?)`` and runs each group as ONE embedding call and ONE pipeline search in a
+single worker thread, so the event loop keeps accepting requests meanwhile. A lone
+client never waits: the gathering window opens only after a batch that held more
+than one request.
+
+A failing batch is re-run request by request, so one bad request cannot change the
+answers to the others.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..index import Hit, Index
+from .limits import ServeLimits
+
+
+class QueueFull(Exception):
+    """More queries are waiting than ``ServeLimits.max_pending`` allows."""
+
+
+@dataclass
+class SearchJob:
+    """One request's queries: a question string, or a normalised embedding row."""
+
+    pipeline: str
+    k: int
+    queries: Sequence[str | np.ndarray]
+    future: asyncio.Future
+    enqueued: float = field(default_factory=time.perf_counter)
+
+    @property
+    def all_text(self) -> bool:
+        return all(isinstance(q, str) for q in self.queries)
+
+    @property
+    def key(self) -> tuple[str, int, bool]:
+        return self.pipeline, self.k, self.all_text
+
+
+@dataclass
+class JobResult:
+    hits: list[list[Hit]]
+    timing: dict[str, Any]
+
+
+def run_search(index: Index, pipeline: str, k: int, queries: Sequence[str | np.ndarray]
+               ) -> tuple[list[list[Hit]], float, float]:
+    """Search a mixed list of question texts and embedding rows; returns (hits, embed_s, search_s).
+
+    Gives the same result as ``Index.search`` on the texts (all texts: they are passed to
+    the pipeline as ``query_texts``) or on the stacked embeddings (otherwise).
+    """
+    t0 = time.perf_counter()
+    Q = np.empty((len(queries), index.X.shape[1]), dtype=np.float32)
+    text_rows = [i for i, q in enumerate(queries) if isinstance(q, str)]
+    if text_rows:
+        Q[text_rows] = index.embed_queries([queries[i] for i in text_rows])
+    for i, q in enumerate(queries):
+        if not isinstance(q, str):
+            Q[i] = q
+    t1 = time.perf_counter()
+    texts = list(queries) if len(text_rows) == len(queries) else None
+    ids, scores = index.pipeline(pipeline).search(Q, top_k=k, query_texts=texts)
+    t2 = time.perf_counter()
+    return index.hits(ids, scores), t1 - t0, t2 - t1
+
+
+class MicroBatcher:
+    """Queue of :class:`SearchJob` served by one worker thread in micro-batches."""
+
+    def __init__(self, index: Index, limits: ServeLimits) -> None:
+        self.index = index
+        self.limits = limits
+        self._queue: asyncio.Queue[SearchJob] | None = None
+        self._task: asyncio.Task | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hopgraph-search")
+        self._pending_queries = 0
+        self._gather = False
+        self.batches = 0
+
+    async def start(self) -> None:
+        self._queue = asyncio.Queue()
+        self._task = asyncio.get_running_loop().create_task(self._dispatch(), name="hopgraph-batcher")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        while self._queue is not None and not self._queue.empty():
+            job = self._queue.get_nowait()
+            if not job.future.done():
+                job.future.set_exception(RuntimeError("the server is shutting down"))
+        self._executor.shutdown(wait=True)
+
+    async def submit(self, pipeline: str, k: int, queries: Sequence[str | np.ndarray]) -> JobResult:
+        """Queue one request and wait for its hits; raises :class:`QueueFull` when overloaded."""
+        if self._queue is None:
+            raise RuntimeError("MicroBatcher.start() was not awaited")
+        if self._pending_queries + len(queries) > self.limits.max_pending:
+            raise QueueFull(f"{self._pending_queries} queries are already waiting "
+                            f"(limit {self.limits.max_pending}); retry later")
+        job = SearchJob(pipeline, k, queries, asyncio.get_running_loop().create_future())
+        self._pending_queries += len(queries)
+        try:
+            self._queue.put_nowait(job)
+            return await job.future
+        finally:
+            self._pending_queries -= len(queries)
+
+    # ------------------------------------------------------------------ dispatcher
+    async def _dispatch(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._queue is not None
+        while True:
+            jobs = [await self._queue.get()]
+            if self._gather and self.limits.batch_wait_ms > 0:
+                await asyncio.sleep(self.limits.batch_wait_ms / 1000)
+            n = len(jobs[0].queries)
+            while n < self.limits.batch_max_queries and not self._queue.empty():
+                job = self._queue.get_nowait()
+                jobs.append(job)
+                n += len(job.queries)
+            self._gather = len(jobs) > 1
+            groups: dict[tuple[str, int, bool], list[SearchJob]] = {}
+            for job in jobs:
+                if not job.future.done():  # a client that went away cancels its future
+                    groups.setdefault(job.key, []).append(job)
+            for (pipeline, k, _), group in groups.items():
+                started = time.perf_counter()
+                try:
+                    results = await loop.run_in_executor(self._executor, self._run_group, pipeline, k, group)
+                except Exception as e:  # the worker itself failed: answer, keep dispatching
+                    results = [e] * len(group)
+                self.batches += 1
+                for job, result in zip(group, results):
+                    if job.future.done():
+                        continue
+                    if isinstance(result, BaseException):
+                        job.future.set_exception(result)
+                    else:
+                        result.timing["queue_ms"] = (started - job.enqueued) * 1000
+                        job.future.set_result(result)
+
+    def _run_group(self, pipeline: str, k: int, group: list[SearchJob]) -> list[JobResult | BaseException]:
+        """Run a group as one batch; on failure, each request alone (runs in the worker thread)."""
+        try:
+            return self._run_batch(pipeline, k, group)
+        except Exception as e:
+            if len(group) == 1:
+                return [e]
+        out: list[JobResult | BaseException] = []
+        for job in group:
+            try:
+                out.extend(self._run_batch(pipeline, k, [job]))
+            except Exception as e:
+                out.append(e)
+        return out
+
+    def _run_batch(self, pipeline: str, k: int, group: list[SearchJob]) -> list[JobResult]:
+        queries = [q for job in group for q in job.queries]
+        hits, embed_s, search_s = run_search(self.index, pipeline, k, queries)
+        timing = {"embed_ms": embed_s * 1000, "search_ms": search_s * 1000,
+                  "batch_queries": len(queries), "batch_requests": len(group)}
+        out, start = [], 0
+        for job in group:
+            out.append(JobResult(hits[start:start + len(job.queries)], dict(timing)))
+            start += len(job.queries)
+        return out

@@ -1,0 +1,125 @@
+"""Running the service: ``hopgraph serve`` and an in-process background server (issue 7).
+
+The listening socket is bound before uvicorn starts, so ``--port 0`` picks a free
+port and the printed address is the real one.
+"""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Sequence
+
+import uvicorn
+from fastapi import FastAPI
+
+from ..index import Index
+from .app import create_app
+from .auth import read_api_key
+from .limits import ServeLimits, limits_from_args
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (IPv4 or IPv6; port 0 = any free port)."""
+    if not 0 <= port <= 65535:
+        raise ValueError(f"--port must be between 0 and 65535, got {port}")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise ValueError(f"cannot bind {host}:{port}: {e.strerror or e}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _uvicorn_server(app: FastAPI, log_level: str) -> uvicorn.Server:
+    config = uvicorn.Config(app, log_level=log_level, access_log=log_level == "debug", lifespan="on",
+                            timeout_graceful_shutdown=5)
+    return uvicorn.Server(config)
+
+
+class BackgroundServer:
+    """Run an app with uvicorn in a daemon thread of this process (tests, notebooks).
+
+    >>> with BackgroundServer(create_app(index)) as srv:  # doctest: +SKIP
+    ...     hopgraph.Client(srv.url).search("question", pipeline="dense")
+    """
+
+    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> None:
+        self.app, self.host, self.port, self.log_level = app, host, port, log_level
+        self.url = ""
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self, timeout: float = 30.0) -> "BackgroundServer":
+        sock = bind_socket(self.host, self.port)
+        self.url = url_of(sock)
+        self._server = _uvicorn_server(self.app, self.log_level)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
+                                        name="hopgraph-serve", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the server on {self.url} did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=15)
+        self._server = self._thread = None
+
+    def __enter__(self) -> "BackgroundServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve(index_dir: str | Path, host: str = "127.0.0.1", port: int = 8080, api_key_file: str | Path | None = None,
+          limits: ServeLimits | None = None, pipelines: Sequence[str] | None = None, embedder: str | None = None,
+          device: str = "auto", log_level: str = "info", progress: bool = True) -> int:
+    """Load ``index_dir`` (memory-mapped) once and serve it until interrupted."""
+    api_key = read_api_key(api_key_file) if api_key_file else None
+    index = Index.load(index_dir, embedder=embedder, device=device, progress=progress)
+    app = create_app(index, limits, api_key=api_key, pipelines=pipelines)
+    if index.embedder_name and not index.embedder_name.startswith("precomputed"):
+        index.embed_queries(["warm-up question"])  # load the query embedder before the first request
+    sock = bind_socket(host, port)
+    if not is_loopback(host) and api_key is None:
+        print(f"hopgraph serve: warning: listening on {host} without --api-key-file", file=sys.stderr)
+    print(f"hopgraph serve: {len(index.corpus)} passages, pipelines {', '.join(app.state.pipelines)}; "
+          f"listening on {url_of(sock)}{' (API key required)' if api_key else ''}", flush=True)
+    _uvicorn_server(app, log_level).run(sockets=[sock])
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """``hopgraph serve`` (options from :func:`hopgraph.serve.limits.add_serve_arguments`)."""
+    return serve(args.index, host=args.host, port=args.port, api_key_file=args.api_key_file,
+                 limits=limits_from_args(args), pipelines=args.pipelines, embedder=args.embedder,
+                 device=args.device, log_level=args.log_level, progress=not args.quiet)

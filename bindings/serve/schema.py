@@ -1,0 +1,92 @@
+"""JSON schema of the ``hopgraph serve`` API (issue 7), as pydantic models.
+
+A query is a question string, ``{"text": str}`` or ``{"embedding": [float, ...]}``.
+Types are strict (no string-to-number coercion) and embedding values must be
+finite: JSON has no NaN literal, but Python's json module reads ``NaN`` and
+``Infinity``, so they are refused here explicitly. Size limits (batch, question
+length, k, embedding dimension) depend on the server's :class:`ServeLimits` and
+on the index, and are checked by the endpoint.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any, Union
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictInt, StrictStr, Tag
+
+FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+
+
+class TextQuery(BaseModel):
+    """A question given as ``{"text": "..."}``."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: StrictStr
+
+
+class EmbeddingQuery(BaseModel):
+    """A question given by its embedding (same dimension as the index); only for
+    pipelines that do not need the question text (e.g. ``dense``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    embedding: list[FiniteFloat]
+
+
+def _query_kind(value: Any) -> str | None:
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, dict):
+        return "embedding" if "embedding" in value else "text"
+    if isinstance(value, (TextQuery, EmbeddingQuery)):
+        return "embedding" if isinstance(value, EmbeddingQuery) else "text"
+    return None
+
+
+Query = Annotated[
+    Union[Annotated[StrictStr, Tag("string")], Annotated[TextQuery, Tag("text")],
+          Annotated[EmbeddingQuery, Tag("embedding")]],
+    Discriminator(_query_kind, custom_error_type="query_type",
+                  custom_error_message='a query must be a string, {"text": str} or {"embedding": [float, ...]}'),
+]
+
+
+class SearchRequest(BaseModel):
+    """``POST /search``: top-``k`` passages for each query with ``pipeline``."""
+
+    model_config = ConfigDict(extra="forbid")
+    queries: list[Query] = Field(description="questions (a batch); see GET /info for the size limits")
+    pipeline: StrictStr = Field(description="one of GET /info's 'pipelines' (g3rag, stitch, dmar, dense, bm25, hybrid)")
+    k: StrictInt = Field(5, description="passages per query, from 1 to GET /info's limits.max_k")
+
+
+class HitOut(BaseModel):
+    id: str
+    title: str
+    score: float
+    rank: int
+
+
+class QueryResult(BaseModel):
+    hits: list[HitOut]
+
+
+class Timing(BaseModel):
+    """Where the request's time went. The search runs in micro-batches shared with
+    concurrent requests: ``embed_ms`` and ``search_ms`` are those of the whole batch."""
+
+    queue_ms: float = Field(description="waiting for the search worker")
+    embed_ms: float = Field(description="embedding the batch's question texts")
+    search_ms: float = Field(description="the pipeline's search over the batch")
+    total_ms: float = Field(description="from the request's arrival to its answer")
+    batch_queries: int = Field(description="queries in the micro-batch this request ran in")
+    batch_requests: int = Field(description="requests in that micro-batch")
+
+
+class SearchResponse(BaseModel):
+    pipeline: str
+    k: int
+    results: list[QueryResult] = Field(description="one entry per query, in request order")
+    timing: Timing
+
+
+class ErrorResponse(BaseModel):
+    detail: str
