@@ -25,10 +25,15 @@ def _name_list(text: str) -> list[str]:
 def cmd_index(args: argparse.Namespace) -> int:
     from .index import Index
 
+    from .engine import streaming
+
     t0 = time.perf_counter()
+    work_dir = streaming.work_dir_for(args.out)
     index = Index.build(args.corpus, embedder=args.embedder, embeddings=args.embeddings, device=args.device,
-                        pipelines=args.pipelines, progress=not args.quiet, batch_size=args.batch_size)
+                        pipelines=args.pipelines, progress=not args.quiet, batch_size=args.batch_size,
+                        work_dir=work_dir, resume=args.resume, ray_address=args.ray)
     index.save(args.out)
+    streaming.finish(work_dir)
     print(f"indexed {len(index.corpus)} passages ({', '.join(index.pipelines)}) into {args.out} "
           f"in {time.perf_counter() - t0:.1f} s")
     return 0
@@ -91,9 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("index", help="build an index directory from a JSON-lines corpus")
     p.add_argument("corpus", help='JSON lines {"id", "title", "text"}')
     p.add_argument("--out", required=True, help="index directory to write")
-    p.add_argument("--embeddings", help="precomputed passage embeddings (.npy), row i = passage i")
+    p.add_argument("--embeddings", help="precomputed passage embeddings: a .npy (row i = passage i) or a folder "
+                   "of .npy shards; ids alongside (NAME.ids.txt / NAME.ids.npy) place rows by passage id")
     p.add_argument("--pipelines", type=_name_list, default=["dense", "bm25", "g3rag"])
     p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted build from its last finished batch (work dir OUT.work)")
+    p.add_argument("--ray", metavar="ADDRESS", help="build on a Ray cluster ('auto', 'ray://host:port', 'local'); "
+                   "needs hopgraph[distributed]")
     common(p)
     p.set_defaults(func=cmd_index)
 

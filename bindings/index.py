@@ -11,7 +11,7 @@ import numpy as np
 
 from .engine import storage
 from .engine.corpus import Corpus
-from .engine.embedders import Embedder, load_precomputed, resolve_embedder, validate_embeddings
+from .engine.embedders import Embedder, resolve_embedder, validate_embeddings
 from .engine.errors import IndexFormatError, InputError
 from .engine.pipelines import Pipeline, pipeline_class
 
@@ -60,16 +60,25 @@ class Index:
               embeddings: np.ndarray | str | Path | None = None, device: str = "auto",
               pipelines: Sequence[str] = DEFAULT_PIPELINES,
               params: Mapping[str, Mapping[str, Any]] | None = None,
-              progress: bool = True, batch_size: int = 64) -> "Index":
+              progress: bool = True, batch_size: int = 64, work_dir: str | Path | None = None,
+              resume: bool = False, ray_address: str | None = None) -> "Index":
         """Embed ``corpus`` (or take precomputed ``embeddings``) and fit ``pipelines``.
 
-        ``params`` maps a pipeline name to its constructor parameters.
+        ``params`` maps a pipeline name to its constructor parameters. ``embeddings``
+        may be an array, a ``.npy`` file or a folder of ``.npy`` shards (ids alongside,
+        see :mod:`hopgraph.engine.shards`). With ``work_dir``, embeddings are written
+        batch by batch to a memory-mapped file there and ``resume=True`` continues an
+        interrupted build (:mod:`hopgraph.engine.streaming`). ``ray_address`` runs
+        embedding and the gain-kNN row blocks on a Ray cluster
+        (:mod:`hopgraph.engine.distributed`); the index is the same.
         """
+        from .engine import distributed, shards, streaming
+
         corpus = Corpus.coerce(corpus)
         t0 = time.perf_counter()
         if embeddings is not None:
             if isinstance(embeddings, (str, Path)):
-                X = load_precomputed(embeddings, n_rows=len(corpus))
+                X = shards.open_embeddings(embeddings, corpus.ids, work_dir, progress=progress)
                 name = f"precomputed:{Path(embeddings).name}"
             else:
                 X = validate_embeddings(np.asarray(embeddings), "precomputed embeddings")
@@ -80,14 +89,20 @@ class Index:
             if emb is not None and emb.dim != X.shape[1]:
                 raise InputError(f"embedder {emb.name} has dimension {emb.dim}, embeddings have {X.shape[1]}")
             name = emb.name if emb is not None else name
+        elif work_dir is not None or ray_address is not None:
+            emb = resolve_embedder(embedder)
+            X = streaming.embed_corpus(corpus, emb, work_dir if work_dir is not None else _scratch_dir(),
+                                       batch_size, resume=resume, progress=progress, ray_address=ray_address)
+            name = emb.name
         else:
             emb = resolve_embedder(embedder)
             X = emb.encode(corpus.embedding_texts(), batch_size=batch_size, progress=progress)
             name = emb.name
         index = cls(corpus, X, emb, name, device=device, params=params, progress=progress)
         index.embed_seconds = time.perf_counter() - t0
-        for p in pipelines:
-            index.pipeline(p)
+        with distributed.ray_cluster(ray_address):
+            for p in pipelines:
+                index.pipeline(p)
         return index
 
     # ------------------------------------------------------------------ pipelines
@@ -255,6 +270,13 @@ class Index:
         if self.path is None:
             raise RuntimeError("this index has not been saved")
         return json.loads((self.path / storage.MANIFEST).read_text())
+
+
+def _scratch_dir() -> Path:
+    """A fresh temporary work directory (for a Ray build without ``work_dir``)."""
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix="hopgraph-work-")) / "work"
 
 
 def variant_key(name: str, overrides: Mapping[str, Any]) -> str:

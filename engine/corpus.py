@@ -104,9 +104,10 @@ class Corpus:
         except KeyError:
             raise KeyError(f"passage id {pid!r} is not in corpus {self.source}") from None
 
-    def embedding_texts(self) -> list[str]:
-        """Texts as embedded: ``"title: text"`` when a title exists, else the text."""
-        return [f"{t}: {x}" if t else x for t, x in zip(self.titles, self.texts)]
+    def embedding_texts(self, start: int = 0, stop: int | None = None) -> list[str]:
+        """Texts as embedded: ``"title: text"`` when a title exists, else the text
+        (passages ``start:stop``, all by default, so large corpora are embedded in batches)."""
+        return [f"{t}: {x}" if t else x for t, x in zip(self.titles[start:stop], self.texts[start:stop])]
 
     @property
     def checksum(self) -> str:

@@ -1,0 +1,125 @@
+"""Distributed index build on a Ray cluster (optional extra ``hopgraph[distributed]``).
+
+``hopgraph index CORPUS --out DIR --ray ADDRESS`` (or ``Index.build(...,
+ray_address=ADDRESS)``) shards the two expensive stages across the cluster's
+workers and assembles exactly the single-process result:
+
+- **embedding**: each chunk of passages (the same chunk boundaries as the
+  single-process loop) is embedded by a remote task; blocks are written in row
+  order into the memory-mapped matrix, with the same resume state
+  (:mod:`hopgraph.engine.streaming`);
+- **gain-kNN row blocks**: while :func:`ray_cluster` is active, the G3RAG graph
+  build (:func:`hopgraph.engine.ann_graph.ann_gain_knn`) sends its row blocks
+  (IVF cells) to remote tasks; X, the partition and the penalty are put in the
+  object store once. Every block is computed independently and deterministically,
+  so the assembled graph is identical.
+
+``ADDRESS`` is what :func:`ray.init` takes: ``"auto"`` (a running cluster),
+``"ray://host:10001"``, or ``"local"`` to start a local cluster in-process. Ray is
+imported only here, only when asked for.
+"""
+from __future__ import annotations
+
+import contextvars
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+
+from .errors import InputError
+
+#: the task runner used by ann_gain_knn while a cluster is active
+_ACTIVE_MAP: contextvars.ContextVar[Callable | None] = contextvars.ContextVar("hopgraph_ray_map", default=None)
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise InputError("--ray needs Ray: pip install 'hopgraph[distributed]'") from None
+    return ray
+
+
+def connect(address: str) -> Any:
+    """``ray.init`` on ``address`` unless Ray is already initialised (e.g. by a test)."""
+    ray = import_ray()
+    if not ray.is_initialized():
+        if address == "local":
+            ray.init(include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    return ray
+
+
+def current_task_map() -> Callable | None:
+    """The Ray task map of the active :func:`ray_cluster`, or None (run locally)."""
+    return _ACTIVE_MAP.get()
+
+
+@contextmanager
+def ray_cluster(address: str | None) -> Iterator[Callable | None]:
+    """Within this block, gain-kNN row blocks run as Ray tasks on ``address`` (None: no-op)."""
+    if address is None:
+        yield None
+        return
+    connect(address)
+    token = _ACTIVE_MAP.set(ray_map)
+    try:
+        yield ray_map
+    finally:
+        _ACTIVE_MAP.reset(token)
+
+
+def _cluster_cpus(ray) -> int:
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def ray_map(fn: Callable[..., Any], task_args: list[tuple], shared: dict[str, Any]) -> Iterable[Any]:
+    """Run ``fn(**shared, cell_ids=args[0])`` for every task on the cluster; yields results
+    as they finish (callers place them by row, so order does not matter).
+
+    Large ``shared`` values are put in the object store once and passed by reference.
+    """
+    ray = import_ray()
+    refs = {k: ray.put(v) for k, v in shared.items()}
+    remote = ray.remote(_run_task)
+    window = 2 * _cluster_cpus(ray)
+    pending: list = []
+    for args in task_args:
+        pending.append(remote.remote(fn, refs, args[0]))
+        if len(pending) >= window:
+            done, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(done[0])
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        yield ray.get(done[0])
+
+
+def _run_task(fn: Callable[..., Any], shared: dict[str, Any], cell_ids: Any) -> Any:
+    # Ray resolves the top-level ObjectRefs of the dict lazily: fetch them here.
+    import ray
+
+    values = {k: (ray.get(v) if isinstance(v, ray.ObjectRef) else v) for k, v in shared.items()}
+    return fn(**values, cell_ids=cell_ids)
+
+
+def ray_embedded_chunks(corpus, embedder, start: int, chunk_size: int, batch_size: int, address: str
+                        ) -> Iterator[tuple[int, np.ndarray]]:
+    """``(first row, block)`` for the chunks from row ``start`` in row order, one Ray task per
+    chunk (the same chunk boundaries as the local loop), at most 2 × CPUs in flight."""
+    from .streaming import encode_batch
+
+    ray = connect(address)
+    remote = ray.remote(encode_batch)
+    emb_ref = ray.put(embedder)
+    n = len(corpus)
+    window = 2 * _cluster_cpus(ray)
+    queue: list[tuple[int, Any]] = []
+    for a in range(start, n, chunk_size):
+        texts = corpus.embedding_texts(a, min(a + chunk_size, n))
+        queue.append((a, remote.remote(emb_ref, texts, a, batch_size)))
+        if len(queue) >= window:
+            first, ref = queue.pop(0)
+            yield first, ray.get(ref)
+    for first, ref in queue:
+        yield first, ray.get(ref)
