@@ -18,10 +18,11 @@ from .index import Hit
 
 
 class ServiceError(HopgraphError):
-    """The service answered with an error (``status`` is the HTTP status, ``detail`` its message)."""
+    """The service answered with an error (``status`` is the HTTP status, ``detail`` its message),
+    or could not be reached (``status`` is None)."""
 
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(f"hopgraph service answered HTTP {status}: {detail}")
+    def __init__(self, status: int | None, detail: str) -> None:
+        super().__init__(f"hopgraph service answered HTTP {status}: {detail}" if status is not None else detail)
         self.status = status
         self.detail = detail
 
@@ -61,6 +62,7 @@ class Client:
             raise ImportError("hopgraph.Client needs httpx: pip install 'hopgraph[serve]'") from e
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.url = url.rstrip("/")
+        self._transport_error = httpx.TransportError
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, trust_env=False)
 
     def search(self, queries: str | Sequence[Any] | np.ndarray, pipeline: str = "g3rag", k: int = 5
@@ -88,7 +90,11 @@ class Client:
         return self._request("GET", "/info")
 
     def _request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        response = self._http.request(method, path, **kwargs)
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except self._transport_error as e:
+            raise ServiceError(None, f"cannot reach the hopgraph service at {self.url}: "
+                                     f"{type(e).__name__}: {e}") from e
         if response.status_code >= 400:
             try:
                 detail = response.json().get("detail", response.text)

@@ -143,9 +143,12 @@ def _check_request(request: SearchRequest, served: list[str], needs_text: dict[s
             if len(q.embedding) != dim:
                 raise HTTPException(422, f"queries[{i}]: embedding has dimension {len(q.embedding)}, "
                                          f"the index has {dim}")
-            try:
-                out.append(validate_embeddings(np.asarray([q.embedding], dtype=np.float64),
-                                               f"queries[{i}].embedding", dim)[0])
+            row = np.asarray([q.embedding], dtype=np.float64)
+            if np.abs(row).max() > _FLOAT32_MAX:
+                raise HTTPException(422, f"queries[{i}].embedding: values must fit in float32 "
+                                         f"(|x| <= {_FLOAT32_MAX:.3g})")
+            try:  # float32 as in the index, so a float32 client vector is used unchanged
+                out.append(validate_embeddings(row.astype(np.float32), f"queries[{i}].embedding", dim)[0])
             except InputError as e:
                 raise HTTPException(422, str(e)) from None
             continue
@@ -185,6 +188,7 @@ def _server_info(index: Index, served: list[str], limits: ServeLimits) -> dict[s
 
 
 _QUERY_TAGS = {"string", "text", "embedding"}
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def _format_loc(loc: Sequence[Any]) -> str:

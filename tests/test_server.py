@@ -1,0 +1,387 @@
+"""hopgraph serve (issue 7): end-to-end against the real uvicorn server on loopback,
+one test per request limit, API key, micro-batching, CLI, and a hypothesis fuzz."""
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi")
+httpx = pytest.importorskip("httpx")
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import hopgraph  # noqa: E402
+from hopgraph.client import RequestRejected, ServiceError  # noqa: E402
+from hopgraph.demo import DEMO_QUESTIONS  # noqa: E402
+from hopgraph.engine.embedders import CallableEmbedder, HashingEmbedder  # noqa: E402
+from hopgraph.engine.pipelines import pipeline_names  # noqa: E402
+from hopgraph.serve import BackgroundServer, ServeLimits, create_app  # noqa: E402
+from hopgraph.serve.batcher import MicroBatcher  # noqa: E402
+
+BASELINES = ["dense", "bm25", "hybrid"]
+LIMITS = ServeLimits(max_batch=8, max_query_chars=200, max_k=20, max_body_bytes=64 * 1024)
+DIM = 64
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory, demo_corpus) -> Path:
+    path = tmp_path_factory.mktemp("serve") / "index"
+    hopgraph.Index.build(demo_corpus, embedder=f"hashing-{DIM}", pipelines=BASELINES, progress=False).save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def index(index_dir) -> hopgraph.Index:
+    return hopgraph.Index.load(index_dir, progress=False)
+
+
+@pytest.fixture(scope="module")
+def server(index):
+    with BackgroundServer(create_app(hopgraph.Index.load(index.path, progress=False), LIMITS)) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def http(server):
+    with httpx.Client(base_url=server.url, trust_env=False, timeout=30) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    with hopgraph.Client(server.url) as c:
+        yield c
+
+
+def post(http, body, content_type="application/json") -> httpx.Response:
+    content = body if isinstance(body, (bytes, str)) else json.dumps(body, allow_nan=True)
+    return http.post("/search", content=content, headers={"content-type": content_type})
+
+
+def questions(n: int) -> list[str]:
+    return [(DEMO_QUESTIONS * (n // len(DEMO_QUESTIONS) + 1))[i] + f" variant {i}" for i in range(n)]
+
+
+# ---------------------------------------------------------------- end to end
+@pytest.mark.parametrize("pipeline", BASELINES)
+def test_client_results_equal_index_search(client, index, pipeline):
+    qs = questions(6)
+    assert client.search(qs, pipeline=pipeline, k=5) == index.search(qs, pipeline=pipeline, k=5)
+    for q in qs[:2]:  # one question per request, given as a bare string and as {"text": ...}
+        assert client.search(q, pipeline=pipeline, k=3) == index.search(q, pipeline=pipeline, k=3)
+        assert client.search([{"text": q}], pipeline=pipeline, k=3) == index.search([q], pipeline=pipeline, k=3)
+
+
+def test_embedding_queries_equal_index_search(client, index):
+    Q = HashingEmbedder(DIM).encode(questions(4))
+    expected = index.search(Q, pipeline="dense", k=4)
+    assert client.search(Q, pipeline="dense", k=4) == expected
+    unnormalised = [{"embedding": (3.0 * row).tolist()} for row in Q]  # the server normalises
+    got = client.search(unnormalised, pipeline="dense", k=4)
+    assert [[h.id for h in hits] for hits in got] == [[h.id for h in hits] for hits in expected]
+
+
+def test_response_shape_and_timing(client):
+    r = client.search_response(questions(2), pipeline="bm25", k=3)
+    assert r["pipeline"] == "bm25" and r["k"] == 3 and len(r["results"]) == 2
+    hit = r["results"][0]["hits"][0]
+    assert set(hit) == {"id", "title", "score", "rank"} and hit["rank"] == 1
+    t = r["timing"]
+    assert t["batch_queries"] >= 2 and t["batch_requests"] >= 1
+    assert 0 <= t["search_ms"] <= t["total_ms"] and t["queue_ms"] >= 0 and t["embed_ms"] >= 0
+
+
+def test_empty_batch(client):
+    assert client.search([], pipeline="dense", k=3) == []
+
+
+def test_health_info_openapi(http, client, index):
+    assert client.health()["status"] == "ok"
+    info = client.info()
+    assert sorted(info["pipelines"]) == sorted(BASELINES)
+    assert set(info["pipelines_needing_text"]) == {"bm25", "hybrid"}
+    assert info["embedder"] == {"name": f"hashing-{DIM}", "dim": DIM}
+    assert info["manifest"]["corpus"]["checksum"] == index.corpus.checksum
+    assert info["device"]["resolved"] in ("cpu", "cuda") and info["limits"]["max_k"] == LIMITS.max_k
+    schema = http.get("/openapi.json").json()
+    assert {"/search", "/health", "/info"} <= set(schema["paths"])
+    assert "SearchRequest" in schema["components"]["schemas"]
+
+
+# ---------------------------------------------------------------- limits: one test each
+def _detail(r: httpx.Response) -> str:
+    return r.json()["detail"]
+
+
+@pytest.mark.parametrize("body, status, message", [
+    ({"queries": ["q"] * 9, "pipeline": "dense"}, 422, "9 queries in one request; the limit is 8"),
+    ({"queries": ["x" * 201], "pipeline": "dense"}, 422, "queries[0] has 201 characters; the limit is 200"),
+    ({"queries": ["q"], "pipeline": "dense", "k": 0}, 422, "k must be between 1 and 20, got 0"),
+    ({"queries": ["q"], "pipeline": "dense", "k": 21}, 422, "k must be between 1 and 20, got 21"),
+    ({"queries": ["q"], "pipeline": "dense", "k": "5"}, 422, "k: Input should be a valid integer"),
+    ({"queries": ["q"], "pipeline": "dense", "k": True}, 422, "k: Input should be a valid integer"),
+    ({"queries": ["q"], "pipeline": "nope"}, 422, "unknown pipeline 'nope'; this server serves: "),
+    ({"queries": ["q"]}, 422, "pipeline: Field required"),
+    ({"queries": [{"embedding": [1.0] * 3}], "pipeline": "dense"}, 422,
+     "queries[0]: embedding has dimension 3, the index has 64"),
+    ({"queries": [{"embedding": [0.0] * DIM}], "pipeline": "dense"}, 422, "zero vector"),
+    ({"queries": [{"embedding": [math.nan] + [1.0] * (DIM - 1)}], "pipeline": "dense"}, 422,
+     "queries[0].embedding[0]: Input should be a finite number"),
+    ({"queries": [{"embedding": [1.0] * (DIM - 1) + [math.inf]}], "pipeline": "dense"}, 422,
+     "queries[0].embedding[63]: Input should be a finite number"),
+    ({"queries": [{"embedding": ["1"] * DIM}], "pipeline": "dense"}, 422, "Input should be a valid number"),
+    ({"queries": [{"embedding": [1.0] * DIM}], "pipeline": "bm25"}, 422,
+     "queries[0]: pipeline 'bm25' needs the question text, not only its embedding"),
+    ({"queries": ["ok", {"embedding": [1.0] * DIM}], "pipeline": "hybrid"}, 422, "queries[1]: pipeline 'hybrid' needs"),
+    ({"queries": ["   "], "pipeline": "dense"}, 422, "queries[0] is empty"),
+    ({"queries": [7], "pipeline": "dense"}, 422, 'a query must be a string, {"text": str} or {"embedding"'),
+    ({"queries": [{"text": "q", "extra": 1}], "pipeline": "dense"}, 422, "queries[0].extra: Extra inputs"),
+    ({"queries": "q", "pipeline": "dense"}, 422, "queries: Input should be a valid list"),
+    ({"queries": ["q"], "pipeline": "dense", "top_k": 3}, 422, "top_k: Extra inputs are not permitted"),
+    ([1, 2], 422, "the request body must be a JSON object"),
+])
+def test_bad_request_limits(http, body, status, message):
+    r = post(http, body)
+    assert r.status_code == status, r.text
+    assert message in _detail(r)
+
+
+def test_nan_literal_in_raw_json(http):
+    """Python's json reads the non-standard NaN / Infinity literals: they are refused."""
+    for literal in ("NaN", "Infinity", "-Infinity", "1e999"):
+        values = ",".join(["0.5"] * (DIM - 1) + [literal])
+        r = post(http, '{"queries": [{"embedding": [' + values + ']}], "pipeline": "dense"}')
+        assert r.status_code == 422 and "finite number" in _detail(r), (literal, r.text)
+
+
+@pytest.mark.parametrize("raw", ['{"queries": [', "not json", '{"queries": ["a"],}', ""])
+def test_malformed_json(http, raw):
+    r = post(http, raw)
+    assert r.status_code in (400, 422), r.text
+    if raw:
+        assert "malformed JSON" in _detail(r)
+
+
+def test_lone_surrogate_and_content_type(http):
+    r = post(http, '{"queries": ["\\ud800"], "pipeline": "dense"}')
+    assert r.status_code == 422 and "lone surrogate" in _detail(r)
+    r = post(http, json.dumps({"queries": ["q"], "pipeline": "dense"}), content_type="text/plain")
+    assert r.status_code == 422 and "Content-Type: application/json" in _detail(r)
+
+
+def test_body_too_large(http):
+    r = post(http, json.dumps({"queries": ["word " * 20] * 2000, "pipeline": "dense"}))
+    assert r.status_code == 413
+
+
+def test_pipeline_not_served_or_not_implemented(http):
+    for name in pipeline_names():
+        if name not in BASELINES:
+            r = post(http, {"queries": ["q"], "pipeline": name})
+            assert r.status_code == 422 and "not loaded by this server" in _detail(r)
+    from hopgraph.engine.pipelines import _REGISTRY
+
+    for name in set(_REGISTRY) - set(pipeline_names()):
+        r = post(http, {"queries": ["q"], "pipeline": name})
+        assert r.status_code == 422 and "not implemented" in _detail(r)
+
+
+def test_client_raises_on_rejection(client):
+    with pytest.raises(RequestRejected, match="HTTP 422.*k must be between") as e:
+        client.search("q", pipeline="dense", k=0)
+    assert isinstance(e.value, hopgraph.InputError) and e.value.status == 422
+
+
+def test_bad_requests_do_not_change_answers_to_others(server, index):
+    """Good and bad requests sent at the same time: the good ones get Index.search's answer."""
+    qs = questions(8)
+    expected = {q: index.search([q], pipeline="dense", k=5) for q in qs}
+    bad = [{"queries": [{"embedding": [0.0] * DIM}], "pipeline": "dense"}, {"queries": ["q"], "pipeline": "x"},
+           {"queries": [{"embedding": [1.0] * 5}], "pipeline": "dense"}]
+    failures: list[str] = []
+
+    def good_worker(i: int) -> None:
+        with hopgraph.Client(server.url) as c:
+            for j in range(6):
+                q = qs[(i + j) % len(qs)]
+                if c.search([q], pipeline="dense", k=5) != expected[q]:
+                    failures.append(q)
+
+    def bad_worker(i: int) -> None:
+        with httpx.Client(base_url=server.url, trust_env=False) as h:
+            for j in range(6):
+                if post(h, bad[(i + j) % len(bad)]).status_code != 422:
+                    failures.append("bad request not refused")
+
+    threads = [threading.Thread(target=good_worker, args=(i,)) for i in range(6)]
+    threads += [threading.Thread(target=bad_worker, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+
+
+# ---------------------------------------------------------------- micro-batching
+def test_micro_batcher_batches_and_isolates_failures(demo_corpus):
+    """Queued requests run as one batch; a request that fails inside the batch is re-run
+    alone, and the others still get their answers."""
+    hashing = HashingEmbedder(DIM)
+
+    def embed(texts):
+        if any("boom" in t for t in texts):
+            raise RuntimeError("embedder failed on 'boom'")
+        return hashing.encode(texts)
+
+    index = hopgraph.Index.build(demo_corpus, embedder=CallableEmbedder(embed, "boom-embedder", DIM),
+                                 pipelines=["dense"], progress=False)
+    qs = questions(5)
+
+    async def scenario():
+        batcher = MicroBatcher(index, ServeLimits())
+        await batcher.start()
+        try:
+            jobs = [batcher.submit("dense", 3, [q]) for q in qs] + [batcher.submit("dense", 3, ["boom"])]
+            return await asyncio.gather(*jobs, return_exceptions=True), batcher.batches
+        finally:
+            await batcher.stop()
+
+    results, batches = asyncio.run(scenario())
+    assert isinstance(results[-1], RuntimeError) and "boom" in str(results[-1])
+    for q, r in zip(qs, results):
+        assert r.hits == index.search([q], pipeline="dense", k=3)
+        assert r.timing["batch_requests"] == 1  # re-run alone after the shared batch failed
+    assert batches == 1
+
+    async def good_only():
+        batcher = MicroBatcher(index, ServeLimits())
+        await batcher.start()
+        try:
+            return await asyncio.gather(*[batcher.submit("dense", 3, [q]) for q in qs])
+        finally:
+            await batcher.stop()
+
+    results = asyncio.run(good_only())
+    assert all(r.timing["batch_requests"] == len(qs) and r.timing["batch_queries"] == len(qs) for r in results)
+    assert [r.hits[0] for r in results] == index.search(qs, pipeline="dense", k=3)
+
+
+def test_queue_full_answers_503(index):
+    limits = ServeLimits(max_pending=2)
+    with BackgroundServer(create_app(index, limits, pipelines=["dense"])) as srv, \
+            httpx.Client(base_url=srv.url, trust_env=False) as h:
+        r = post(h, {"queries": ["a", "b", "c"], "pipeline": "dense"})
+        assert r.status_code == 503 and "limit 2" in _detail(r)
+        assert post(h, {"queries": ["a", "b"], "pipeline": "dense"}).status_code == 200
+
+
+# ---------------------------------------------------------------- API key
+def test_api_key(index, tmp_path):
+    key = "s3cret-key"
+    with BackgroundServer(create_app(index, api_key=key, pipelines=["dense"])) as srv, \
+            httpx.Client(base_url=srv.url, trust_env=False) as h:
+        assert h.get("/health").status_code == 200
+        assert h.get("/openapi.json").status_code == 200
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"X-API-Key": key + "x"}, {"Authorization": key}):
+            r = h.post("/search", json={"queries": ["q"], "pipeline": "dense"}, headers=headers)
+            assert r.status_code == 401 and "API key" in _detail(r), headers
+            assert h.get("/info", headers=headers).status_code == 401
+        assert post(h, "{malformed").status_code == 401  # refused before the body is read
+        for headers in ({"Authorization": f"Bearer {key}"}, {"X-API-Key": key}):
+            r = h.post("/search", json={"queries": ["q"], "pipeline": "dense"}, headers=headers)
+            assert r.status_code == 200
+        with pytest.raises(ServiceError, match="HTTP 401"):
+            hopgraph.Client(srv.url).search("q", pipeline="dense")
+        assert hopgraph.Client(srv.url, api_key=key).search("q", pipeline="dense", k=2) == \
+            index.search("q", pipeline="dense", k=2)
+
+
+# ---------------------------------------------------------------- CLI
+def test_cli_serve_subprocess(index_dir, index, tmp_path):
+    """`hopgraph serve INDEX --port 0 --api-key-file F` in a real subprocess."""
+    key_file = tmp_path / "key"
+    key_file.write_text("cli-key\n")
+    cmd = [sys.executable, "-m", "hopgraph", "serve", str(index_dir), "--port", "0", "--api-key-file",
+           str(key_file), "--log-level", "warning", "-q", "--max-k", "7"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline()
+        m = re.search(r"listening on (http://127\.0\.0\.1:\d+) \(API key required\)", line)
+        assert m, (line, proc.stderr.read() if proc.poll() is not None else "")
+        with hopgraph.Client(m.group(1), api_key="cli-key") as c:
+            assert c.search(questions(3), pipeline="hybrid", k=7) == index.search(questions(3), pipeline="hybrid", k=7)
+            with pytest.raises(RequestRejected, match="between 1 and 7"):
+                c.search("q", pipeline="dense", k=8)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def test_cli_serve_errors(index_dir, tmp_path):
+    from hopgraph.cli import main
+
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    assert main(["serve", str(index_dir), "--api-key-file", str(empty)]) == 2
+    assert main(["serve", str(index_dir), "--max-k", "0"]) == 2
+    assert main(["serve", str(index_dir), "--pipelines", "nope", "--port", "0"]) == 2
+
+
+# ---------------------------------------------------------------- fuzz
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**20, 10**20) | st.floats() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=12,
+)
+_floats = st.floats(allow_nan=True, allow_infinity=True, width=64)
+_query = st.one_of(
+    st.text(max_size=40),
+    st.text(max_size=250).map(lambda t: {"text": t}),
+    st.lists(_floats, min_size=DIM, max_size=DIM).map(lambda e: {"embedding": e}),
+    st.lists(st.floats(-1, 1), min_size=0, max_size=DIM + 2).map(lambda e: {"embedding": e}),
+    _json,
+)
+_pipeline = st.one_of(st.sampled_from(BASELINES), st.sampled_from(BASELINES + ["g3rag", "stitch", "dmar", "", "DENSE"]),
+                      st.text(max_size=6))
+_k = st.one_of(st.integers(1, LIMITS.max_k), st.integers(-3, 30), st.integers(), _json)
+_well_formed_query = st.one_of(  # reaches the search worker: random texts and vectors
+    st.text(min_size=1, max_size=60),
+    st.lists(st.floats(-2, 2, width=32), min_size=DIM, max_size=DIM).map(lambda e: {"embedding": e}),
+)
+_request = st.one_of(
+    st.fixed_dictionaries({"queries": st.lists(_well_formed_query, max_size=LIMITS.max_batch),
+                           "pipeline": st.sampled_from(BASELINES), "k": st.integers(1, LIMITS.max_k)}),
+    st.fixed_dictionaries({"queries": st.lists(_query, max_size=10), "pipeline": _pipeline, "k": _k},
+                          optional={"extra": _json}),
+    _json,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(body=_request | st.binary(max_size=120))
+def test_fuzz_request_schema_never_5xx(http, index, body):
+    r = post(http, body if isinstance(body, bytes) else json.dumps(body, allow_nan=True))
+    assert r.status_code < 500, (body, r.status_code, r.text)
+    assert r.status_code in (200, 400, 413, 422), r.status_code
+    if r.status_code == 200:
+        assert len(r.json()["results"]) == len(body["queries"])
+
+
+def test_server_healthy_and_unchanged_after_fuzz(http, client, index):
+    # runs after the fuzz test in file order; also fine alone
+    assert http.get("/health").json()["status"] == "ok"
+    qs = questions(4)
+    for p in BASELINES:
+        assert client.search(qs, pipeline=p, k=5) == index.search(qs, pipeline=p, k=5)
