@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from .errors import InputError
-from .ranking import topk_rows
+from .graph import CSR, csr_from_topk
 
 #: target rows per IVF cell (nlist = ceil(N / CELL_SIZE)): constant work per row
 CELL_SIZE = 512
@@ -53,7 +53,6 @@ KMEANS_NITER = 12
 #: rows of one GEMM tile (a cell larger than this is split into row tiles)
 ROW_TILE = 1024
 
-CSR = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -131,44 +130,36 @@ def _own_cell_first(probes: np.ndarray) -> np.ndarray:
 
 def rescore_rows(X: np.ndarray, rows: np.ndarray, cols: np.ndarray, target_penalty: np.ndarray, k: int,
                  sim_min: float, sim_max: float) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-``k`` gain edges of ``rows`` among the candidate ``cols`` (SPEC §1 steps 3–5).
+    """Exact top-``k`` gain edges of ``rows`` among the sorted candidate ``cols`` (SPEC §1 steps 3–5).
 
-    Returns ``(nbr int64 [len(rows), k], w float32 [len(rows), k])`` best first, padded
-    with -1 / -inf.
+    Uses the fused tile epilogue of :mod:`hopgraph.kernels.gain_knn` (band, gain, target
+    penalty; weight > 0; ties toward the lower column), so a row whose candidates are all
+    rows gets exactly its ``gain_knn`` edges. Returns ``(nbr int64 [len(rows), k],
+    w float32 [len(rows), k])`` best first, padded with -1 / -inf.
     """
+    import torch
+
+    from ..kernels.gain_knn import select_topk, tile_candidates, weights_function
+
     cols = np.asarray(cols, np.int64)
-    Xc = np.ascontiguousarray(X[cols], dtype=np.float32)
-    pen = np.ascontiguousarray(target_penalty[cols], dtype=np.float32)
+    weights = weights_function(len(X))
+    Xc = torch.from_numpy(np.ascontiguousarray(X[cols], dtype=np.float32))
+    pen = torch.from_numpy(np.ascontiguousarray(target_penalty[cols], dtype=np.float32))
+    cols_t = torch.from_numpy(cols)
     nbr = np.full((len(rows), k), -1, np.int64)
     w = np.full((len(rows), k), -np.inf, np.float32)
     for a in range(0, len(rows), ROW_TILE):
-        r = rows[a:a + ROW_TILE]
-        S = np.ascontiguousarray(X[r], dtype=np.float32) @ Xc.T
-        idx, val = _gain_topk(S, r, cols, pen, k, sim_min, sim_max)
-        nbr[a:a + len(r)] = idx
-        w[a:a + len(r)] = val
+        r = np.asarray(rows[a:a + ROW_TILE], np.int64)
+        S = torch.from_numpy(np.ascontiguousarray(X[r], dtype=np.float32)) @ Xc.T
+        W = weights(S, pen, sim_min, sim_max)
+        own = np.minimum(np.searchsorted(cols, r), len(cols) - 1)
+        is_own = cols[own] == r
+        W[torch.from_numpy(np.flatnonzero(is_own)), torch.from_numpy(own[is_own])] = -np.inf
+        vals, pos = tile_candidates(W, 0, k)
+        vals, c = select_topk(vals, torch.where(pos >= 0, cols_t[pos.clamp(min=0)], -1), k)
+        nbr[a:a + len(r)] = c.numpy()
+        w[a:a + len(r)] = vals.numpy()
     return nbr, w
-
-
-def _gain_topk(S: np.ndarray, rows: np.ndarray, cols: np.ndarray, pen: np.ndarray, k: int,
-               sim_min: float, sim_max: float) -> tuple[np.ndarray, np.ndarray]:
-    """Band filter, gain x·sqrt(1−x²) × pen[target], self-loop removal, top-k (in place on S)."""
-    out_of_band = (S < sim_min) | (S > sim_max)
-    out_of_band |= rows[:, None] == cols[None, :]
-    np.clip(S, 0.0, 1.0, out=S)
-    gain = np.multiply(S, S)
-    np.subtract(1.0, gain, out=gain)
-    np.sqrt(gain, out=gain)
-    gain *= S
-    gain *= pen
-    gain[out_of_band] = -np.inf
-    return topk_rows_sparse(gain, cols, k)
-
-
-def topk_rows_sparse(W: np.ndarray, cols: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top-``k`` of each row of ``W`` (``-inf`` = no edge) mapped through ``cols``; ties toward lower id."""
-    ids, vals = topk_rows(W, k)
-    return np.where(ids >= 0, cols[np.maximum(ids, 0)], -1), vals
 
 
 def cell_task(X: np.ndarray, cells: IVFCells, cell_ids: Sequence[int], target_penalty: np.ndarray, k: int,
@@ -216,8 +207,8 @@ def ann_gain_knn(X: np.ndarray, k: int = 32, sim_min: float = 0.3, sim_max: floa
                  map_tasks: TaskMap | None = None, rows_per_task: int = 16_384) -> CSR:
     """The G3RAG gain-kNN graph from IVF candidates rescored exactly (see module docstring).
 
-    Returns CSR ``(indptr int64 [N+1], indices int32, data float32)``, each row's edges
-    best first. ``map_tasks`` runs the per-cell work elsewhere (e.g. Ray); the result
+    Returns :class:`~hopgraph.engine.graph.CSR` (``indptr int64 [N+1]``, ``indices int32``,
+    ``data float32``), each row's edges best first, as ``gain_knn`` orders them. ``map_tasks`` runs the per-cell work elsewhere (e.g. Ray); the result
     does not depend on it.
     """
     X = _check_matrix(X)
@@ -244,15 +235,7 @@ def ann_gain_knn(X: np.ndarray, k: int = 32, sim_min: float = 0.3, sim_max: floa
             bar.update(len(rows))
     if bar is not None:
         bar.close()
-    return padded_to_csr(nbr, w)
-
-
-def padded_to_csr(nbr: np.ndarray, w: np.ndarray) -> CSR:
-    """Rows of padded top-k (``-1`` ids) to CSR, keeping each row's order."""
-    valid = nbr >= 0
-    indptr = np.zeros(len(nbr) + 1, np.int64)
-    np.cumsum(valid.sum(axis=1), out=indptr[1:])
-    return indptr, nbr[valid].astype(np.int32), w[valid].astype(np.float32)
+    return csr_from_topk(w, nbr, n)
 
 
 def graph_recall(approx: CSR, exact: CSR) -> float:
@@ -268,7 +251,7 @@ def graph_recall(approx: CSR, exact: CSR) -> float:
 
 
 def _edge_keys(g: CSR, n: int) -> np.ndarray:
-    indptr, indices, _ = g
+    indptr, indices = g[0], g[1]
     rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
     return np.unique(rows * n + indices.astype(np.int64))
 

@@ -5,8 +5,10 @@ import numpy as np
 import pytest
 from conftest import clustered_embeddings
 
-from hopgraph.engine.ann_graph import ann_gain_knn, build_ivf_cells, graph_recall, padded_to_csr
+from hopgraph.engine.ann_graph import ann_gain_knn, build_ivf_cells, graph_recall
 from hopgraph.engine.errors import InputError
+from hopgraph.engine.graph import csr_from_topk
+from hopgraph.kernels import call
 
 
 def dense_reference(X: np.ndarray, k: int, sim_min: float, sim_max: float, pen: np.ndarray):
@@ -24,7 +26,7 @@ def dense_reference(X: np.ndarray, k: int, sim_min: float, sim_max: float, pen: 
 
 
 def _rows(g):
-    indptr, indices, data = g
+    indptr, indices, data = g.indptr, g.indices, g.data
     return [list(zip(indices[indptr[i]:indptr[i + 1]].tolist(), data[indptr[i]:indptr[i + 1]].tolist()))
             for i in range(len(indptr) - 1)]
 
@@ -38,6 +40,10 @@ def test_probing_every_cell_gives_the_exact_graph():
     for got, want in zip(_rows(g), ref):
         assert [j for j, _ in got] == [j for j, _ in want]
         np.testing.assert_allclose([w for _, w in got], [w for _, w in want], rtol=1e-5, atol=1e-6)
+    kernel = call("gain_knn", X, 7, 0.3, 0.9, pen, device="cpu")      # the exact blocked kernel
+    np.testing.assert_array_equal(g.indptr, kernel.indptr)
+    np.testing.assert_array_equal(g.indices, kernel.indices)
+    np.testing.assert_allclose(g.data, kernel.data, rtol=1e-6)
 
 
 def test_recall_against_exact_graph_on_clustered_data():
@@ -69,7 +75,7 @@ def test_cells_partition_rows_and_probe_their_own_cell_first():
 @pytest.mark.parametrize("n", [1, 3])
 def test_tiny_inputs_and_k_above_n(n):
     X = clustered_embeddings(n, 8, 1, seed=5)
-    indptr, indices, data = ann_gain_knn(X, k=10, sim_min=-1.0, sim_max=1.0)
+    indptr, indices, data, _ = ann_gain_knn(X, k=10, sim_min=-1.0, sim_max=1.0)
     assert len(indptr) == n + 1
     assert indptr[-1] <= n * (n - 1)
     assert all(i not in indices[indptr[i]:indptr[i + 1]] for i in range(n))
@@ -77,7 +83,7 @@ def test_tiny_inputs_and_k_above_n(n):
 
 def test_identical_vectors_have_no_in_band_edges():
     X = np.tile(np.array([[0.6, 0.8]], np.float32), (50, 1))
-    indptr, indices, data = ann_gain_knn(X, k=4)
+    indptr, indices, data, _ = ann_gain_knn(X, k=4)
     assert indptr[-1] == 0 and len(indices) == 0
 
 
@@ -91,10 +97,10 @@ def test_bad_inputs_are_named():
         ann_gain_knn(X, k=0)
 
 
-def test_graph_recall_and_padding():
+def test_graph_recall():
     nbr = np.array([[1, 2, -1], [0, -1, -1], [-1, -1, -1]])
     w = np.array([[0.5, 0.4, -np.inf], [0.3, -np.inf, -np.inf], [-np.inf] * 3], np.float32)
-    g = padded_to_csr(nbr, w)
-    assert g[0].tolist() == [0, 2, 3, 3] and g[1].tolist() == [1, 2, 0]
-    half = padded_to_csr(np.array([[1, -1, -1], [2, -1, -1], [-1] * 3]), w)
+    g = csr_from_topk(w, nbr, 3)
+    assert g.indptr.tolist() == [0, 2, 3, 3] and g.indices.tolist() == [1, 2, 0]
+    half = csr_from_topk(w, np.array([[1, -1, -1], [2, -1, -1], [-1] * 3]), 3)
     assert graph_recall(half, g) == pytest.approx(1 / 3)
