@@ -1,0 +1,193 @@
+"""The corpus knowledge graph of DMAR (SPEC §3 step 2, structural path).
+
+Nodes are canonical entity names φ from the zero-token extractor
+(:mod:`hopgraph.engine.extraction`, the same entities as STITCH). Two names are joined
+by an edge weighted by the number of sentences (topics) in which they co-occur. An
+external edge list (``head<TAB>relation<TAB>tail`` per line, names canonicalised, new
+names added as nodes without passages) adds weight 1 per listed edge; the relation is
+kept only for validation.
+
+Subgraphs: the subgraph of an entity e is its **ego network of radius 1, capped** to e
+plus its ``ego_size − 1`` heaviest neighbours (ties toward the lower id). G_D of a
+passage D are the subgraphs of the entities D mentions (its ``max_passage_entities``
+rarest ones); G_Q of a query are those of the names it links.
+
+Linking (choice documented here): a passage links the entities the extractor found in
+it. A query links every canonical name of the vocabulary that occurs as a word n-gram
+of its canonical text (:func:`hopgraph.engine.extraction.query_names`); a match lying
+inside a longer match (``nolan`` in ``christopher nolan``) is dropped, and of the rest
+the ``max_query_entities`` rarest (fewest passages) are kept.
+
+Everything is built with vectorised array code (sort/unique/CSR), linear up to the
+sorts in passages + entity states + incidences (issue #5); no per-entity Python lists.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from .errors import InputError
+from .extraction import Extraction, canonical_name, query_names
+
+
+def read_edge_list(path: str | Path) -> tuple[list[str], list[str]]:
+    """Read ``head<TAB>relation<TAB>tail`` lines; returns canonical (heads, tails).
+
+    Blank lines and lines starting with ``#`` are skipped; errors name the file and line.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"edge list {path} does not exist")
+    heads, tails = [], []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            line = line.rstrip("\n\r")
+            if not line.strip() or line.startswith("#"):
+                continue
+            parts = line.split("\t")
+            if len(parts) != 3:
+                raise InputError(f"{path} line {lineno}: expected head<TAB>relation<TAB>tail, got {len(parts)} field(s)")
+            h, t = canonical_name(parts[0]), canonical_name(parts[2])
+            if not h or not t:
+                raise InputError(f"{path} line {lineno}: empty head or tail entity name")
+            heads.append(h), tails.append(t)
+    return heads, tails
+
+
+def pack_strings(strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """UTF-8 blob (uint8) + offsets (int64, len n+1): a compact, mmap-able string list."""
+    encoded = [s.encode("utf-8") for s in strings]
+    offsets = np.zeros(len(encoded) + 1, np.int64)
+    offsets[1:] = np.cumsum([len(b) for b in encoded])
+    return np.frombuffer(b"".join(encoded), np.uint8).copy(), offsets
+
+
+def unpack_strings(blob: np.ndarray, offsets: np.ndarray) -> list[str]:
+    raw = bytes(np.asarray(blob))
+    return [raw[a:b].decode("utf-8") for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+
+
+def top_per_row(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray]:
+    """Keep the ``cap`` heaviest entries of each CSR row (ties toward the lower column);
+    returns the new (indptr, indices), rows ordered by weight."""
+    n = len(indptr) - 1
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    order = np.lexsort((indices, -data, rows))
+    rank = np.arange(len(order)) - np.repeat(indptr[:-1], np.diff(indptr))
+    keep = order[rank < cap]
+    counts = np.minimum(np.diff(indptr), cap)
+    new_ptr = np.zeros(n + 1, np.int64)
+    new_ptr[1:] = np.cumsum(counts)
+    return new_ptr, indices[keep].astype(np.int32)
+
+
+@dataclass
+class KnowledgeGraph:
+    """Arrays of the corpus KG (see module docstring). CSR matrices as (indptr, indices[, data])."""
+
+    names: list[str]
+    adj: sp.csr_matrix  # [E, E] float32, symmetric co-occurrence weights
+    passage_entities: sp.csr_matrix  # [N, E] 0/1, the linked entities of each passage (rarest first capped)
+    ego: sp.csr_matrix  # [E, E] 0/1, row e = nodes of e's capped ego subgraph (e included)
+    df: np.ndarray  # int32 [E] passages mentioning each entity
+    max_query_entities: int = 8
+    _name_ids: dict[str, int] | None = field(default=None, repr=False)
+
+    @property
+    def n_entities(self) -> int:
+        return len(self.names)
+
+    @property
+    def name_ids(self) -> dict[str, int]:
+        if self._name_ids is None:
+            self._name_ids = {n: i for i, n in enumerate(self.names)}
+        return self._name_ids
+
+    def link_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Entity ids linked in each query (rules in the module docstring), rarest first."""
+        out = []
+        for ids in query_names(texts, self.name_ids):
+            names = [self.names[i] for i in ids]
+            keep = [i for i, n in zip(ids, names)
+                    if not any(m != n and f" {n} " in f" {m} " for m in names)]
+            keep = np.asarray(keep, np.int64)
+            keep = keep[np.lexsort((keep, self.df[keep]))][: self.max_query_entities]
+            out.append(keep.astype(np.int32))
+        return out
+
+    # ------------------------------------------------------------------ persistence
+    def arrays(self) -> dict[str, np.ndarray]:
+        blob, offsets = pack_strings(self.names)
+        return {"kg_names_blob": blob, "kg_names_offsets": offsets,
+                "kg_adj_indptr": self.adj.indptr.astype(np.int64), "kg_adj_indices": self.adj.indices.astype(np.int32),
+                "kg_adj_data": self.adj.data.astype(np.float32),
+                "kg_pe_indptr": self.passage_entities.indptr.astype(np.int64),
+                "kg_pe_indices": self.passage_entities.indices.astype(np.int32),
+                "kg_ego_indptr": self.ego.indptr.astype(np.int64), "kg_ego_indices": self.ego.indices.astype(np.int32),
+                "kg_df": self.df.astype(np.int32),
+                "kg_meta": np.asarray([self.max_query_entities], np.int64)}
+
+    @classmethod
+    def from_arrays(cls, a: dict[str, np.ndarray], n_passages: int) -> "KnowledgeGraph":
+        names = unpack_strings(a["kg_names_blob"], a["kg_names_offsets"])
+        E = len(names)
+        csr = lambda p, i, d, shape: sp.csr_matrix((d, i, p), shape=shape)  # noqa: E731
+        ones = lambda i: np.ones(len(i), np.float32)  # noqa: E731
+        return cls(names=names,
+                   adj=csr(a["kg_adj_indptr"], a["kg_adj_indices"], a["kg_adj_data"], (E, E)),
+                   passage_entities=csr(a["kg_pe_indptr"], a["kg_pe_indices"], ones(a["kg_pe_indices"]),
+                                        (n_passages, E)),
+                   ego=csr(a["kg_ego_indptr"], a["kg_ego_indices"], ones(a["kg_ego_indices"]), (E, E)),
+                   df=np.asarray(a["kg_df"]), max_query_entities=int(a["kg_meta"][0]))
+
+    ARRAY_NAMES = ("kg_names_blob", "kg_names_offsets", "kg_adj_indptr", "kg_adj_indices", "kg_adj_data",
+                   "kg_pe_indptr", "kg_pe_indices", "kg_ego_indptr", "kg_ego_indices", "kg_df", "kg_meta")
+
+
+def build_knowledge_graph(extraction: Extraction, n_passages: int, edge_list: str | Path | None = None,
+                          ego_size: int = 16, max_passage_entities: int = 32,
+                          max_query_entities: int = 8) -> KnowledgeGraph:
+    """Build the KG from an :class:`Extraction` (+ optional external edge list); SPEC §3."""
+    if extraction.n_chunks != n_passages:
+        raise InputError(f"extraction covers {extraction.n_chunks} chunks but the corpus has {n_passages} passages")
+    for name, v in (("ego_size", ego_size), ("max_passage_entities", max_passage_entities),
+                    ("max_query_entities", max_query_entities)):
+        if v < 1:
+            raise InputError(f"{name} must be >= 1, got {v}")
+    names = list(extraction.names)
+    a, b, w = extraction.cooccurring_names()
+    a, b, w = a.astype(np.int64), b.astype(np.int64), w.astype(np.float32)
+    if edge_list is not None:
+        heads, tails = read_edge_list(edge_list)
+        ids = {n: i for i, n in enumerate(names)}
+        for n in dict.fromkeys(heads + tails):
+            if n not in ids:
+                ids[n] = len(names)
+                names.append(n)
+        h = np.fromiter((ids[x] for x in heads), np.int64, len(heads))
+        t = np.fromiter((ids[x] for x in tails), np.int64, len(tails))
+        keep = h != t
+        a, b, w = np.r_[a, h[keep]], np.r_[b, t[keep]], np.r_[w, np.ones(int(keep.sum()), np.float32)]
+    E = len(names)
+    adj = sp.coo_matrix((np.r_[w, w], (np.r_[a, b], np.r_[b, a])), shape=(E, E)).tocsr()  # sums duplicates
+    adj.sort_indices()
+    # passages → entities: one entity state per (passage, name) in the extraction
+    chunk, name = extraction.node_chunk.astype(np.int64), extraction.node_name.astype(np.int64)
+    df = np.bincount(name, minlength=E).astype(np.int32)
+    order = np.lexsort((name, df[name], chunk))  # per passage, rarest first
+    chunk, name = chunk[order], name[order]
+    starts = np.searchsorted(chunk, np.arange(n_passages + 1))
+    rank = np.arange(len(chunk)) - np.repeat(starts[:-1], np.diff(starts))
+    keep = rank < max_passage_entities
+    pe = sp.csr_matrix((np.ones(int(keep.sum()), np.float32), (chunk[keep], name[keep])), shape=(n_passages, E))
+    # capped ego subgraphs: e itself + its ego_size-1 heaviest neighbours
+    nb_ptr, nb_idx = top_per_row(adj.indptr.astype(np.int64), adj.indices, adj.data, ego_size - 1)
+    rows = np.r_[np.arange(E), np.repeat(np.arange(E), np.diff(nb_ptr))]
+    cols = np.r_[np.arange(E), nb_idx]
+    ego = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(E, E))
+    return KnowledgeGraph(names=names, adj=adj.astype(np.float32), passage_entities=pe, ego=ego, df=df,
+                          max_query_entities=max_query_entities)
