@@ -1,0 +1,236 @@
+"""The semi-merged topic hypergraph H = (V, E, φ, ψ) of STITCH-RAG as arrays (SPEC §2 "Index").
+
+Built from an :class:`~hopgraph.engine.extraction.Extraction` with vectorised numpy
+code whose cost is linear in passages + entity states + incidences (plus the pairs
+of the φ-induced chunk graph, bounded by ``max_group_chunks`` per state):
+
+* ``node_chunk[V]``, ``node_group[V]`` (name-equivalence group = canonical name id),
+  ``group_size[G]`` and the group → node CSR ``group_indptr``/``group_nodes``;
+* hyperedge ↔ node incidence as CSR both ways: ``edge_indptr``/``edge_nodes`` (edge →
+  nodes, the incidence order) and ``node_indptr``/``node_edges`` with
+  ``node_incidence`` (the position of each node-side entry in ``edge_nodes``);
+* ``chunk_node_indptr`` (nodes are sorted by chunk: chunk c holds nodes
+  ``chunk_node_indptr[c]:chunk_node_indptr[c+1]``), ``edge_chunk[E]``, the chunk index
+  ``chunk_t[N]`` = t(c) = corpus order;
+* the φ-induced chunk graph as a column-stochastic CSR ``P`` (``graph_*``): chunks c ≠ c'
+  are linked when they hold states of the same group g with
+  ``2 ≤ |g| ≤ max_group_chunks``; the link weight is ``Σ_g 1 / (|g| − 1)`` (a walk
+  c → g → c' with g and c' chosen uniformly), columns normalised to sum to 1; chunks
+  with no link are dangling (the PPR kernel gives them a self-loop). Names held by
+  more than ``max_group_chunks`` passages (``united states``) link everything to
+  everything and carry no information, so they do not link chunks (they still count
+  in the activation and the prior, SPEC §2.5); this also keeps the graph linear in
+  the number of states;
+* ``text_emb[U, d]``: one embedding per distinct text (topic sentences and
+  descriptions; ``node_text`` / ``edge_text`` index it). A text equal to a passage's
+  embedding text (the title state's description) reuses that passage's row of X
+  instead of being embedded again.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from .corpus import Corpus
+from .embedders import Embedder, validate_embeddings
+from .errors import InputError
+from .extraction import Extraction
+from .storage import load_arrays, save_arrays
+
+
+def pack_strings(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """UTF-8 bytes of all strings concatenated (uint8) and their int64 offsets [n + 1]."""
+    encoded = [s.encode("utf-8") for s in strings]
+    offsets = np.zeros(len(encoded) + 1, np.int64)
+    np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    return np.frombuffer(b"".join(encoded), np.uint8).copy(), offsets
+
+
+def unpack_strings(data: np.ndarray, offsets: np.ndarray) -> list[str]:
+    raw = np.asarray(data).tobytes()
+    o = np.asarray(offsets).tolist()
+    return [raw[o[i]:o[i + 1]].decode("utf-8") for i in range(len(o) - 1)]
+
+
+def csr_from_keys(keys: np.ndarray, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stable grouping of positions by row key: (indptr int64 [n_rows+1], order int64)."""
+    order = np.argsort(keys, kind="stable")
+    indptr = np.zeros(n_rows + 1, np.int64)
+    np.cumsum(np.bincount(keys, minlength=n_rows), out=indptr[1:])
+    return indptr, order
+
+
+def group_pairs(indptr: np.ndarray, members: np.ndarray, max_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """All ordered pairs (a, b), a ≠ b, of members within each group of size 2..max_size,
+    with the group's size: vectorised by repeats (cost = Σ |g|² over kept groups)."""
+    sizes = np.diff(indptr)
+    keep = (sizes >= 2) & (sizes <= max_size)
+    starts, sz = indptr[:-1][keep], sizes[keep]
+    if len(sz) == 0:
+        z = np.zeros(0, np.int64)
+        return z, z, z
+    # member positions of kept groups, each repeated |g| times (one per partner)
+    pos = np.repeat(starts, sz) + (np.arange(sz.sum()) - np.repeat(np.cumsum(sz) - sz, sz))
+    gsize = np.repeat(sz, sz)
+    a_pos = np.repeat(pos, gsize)
+    first = np.repeat(np.repeat(starts, sz), gsize)
+    k = np.arange(len(a_pos)) - np.repeat(np.cumsum(gsize) - gsize, gsize)
+    b_pos = first + k
+    off = a_pos != b_pos
+    return members[a_pos[off]], members[b_pos[off]], np.repeat(gsize, gsize)[off]
+
+
+def column_stochastic(W: sp.spmatrix) -> sp.csr_matrix:
+    """Normalise the columns of a non-negative adjacency (``W[i, j]`` = weight j → i) to sum
+    to 1 (duplicates summed, indices sorted); all-zero columns stay zero (dangling)."""
+    W = sp.csr_matrix(W, dtype=np.float64)
+    W.sum_duplicates()
+    col = np.asarray(W.sum(axis=0)).ravel()
+    inv = np.divide(1.0, col, out=np.zeros_like(col), where=col > 0)
+    P = sp.csr_matrix(W.multiply(inv[None, :]))
+    P.sort_indices()
+    return P
+
+
+@dataclass
+class TopicHypergraph:
+    """Arrays of the topic hypergraph and its chunk graph (see module docstring)."""
+
+    n_chunks: int
+    node_chunk: np.ndarray
+    node_group: np.ndarray
+    node_text: np.ndarray
+    group_size: np.ndarray
+    group_indptr: np.ndarray
+    group_nodes: np.ndarray
+    edge_chunk: np.ndarray
+    edge_text: np.ndarray
+    edge_indptr: np.ndarray
+    edge_nodes: np.ndarray
+    node_indptr: np.ndarray
+    node_edges: np.ndarray
+    node_incidence: np.ndarray
+    chunk_node_indptr: np.ndarray
+    chunk_t: np.ndarray
+    graph_indptr: np.ndarray
+    graph_indices: np.ndarray
+    graph_data: np.ndarray
+    text_emb: np.ndarray
+    names_data: np.ndarray
+    names_offsets: np.ndarray
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.node_chunk)
+
+    @property
+    def n_edges(self) -> int:
+        return len(self.edge_chunk)
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.group_size)
+
+    def names(self) -> list[str]:
+        return unpack_strings(self.names_data, self.names_offsets)
+
+    def transition(self) -> sp.csr_matrix:
+        """The column-stochastic chunk-graph matrix P (row = target chunk) as scipy CSR."""
+        return sp.csr_matrix((self.graph_data, self.graph_indices, self.graph_indptr),
+                             shape=(self.n_chunks, self.n_chunks))
+
+    def group_alpha(self) -> np.ndarray:
+        """α_G = |G| / mean group size (SPEC §2.3), float32 [G]."""
+        if self.n_groups == 0:
+            return np.zeros(0, np.float32)
+        return (self.group_size / self.group_size.mean()).astype(np.float32)
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, directory: Path) -> None:
+        arrays = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "n_chunks"}
+        arrays["n_chunks"] = np.asarray([self.n_chunks], np.int64)
+        save_arrays(directory, arrays)
+
+    @classmethod
+    def load(cls, directory: Path, mmap: bool = True) -> "TopicHypergraph":
+        names = [f.name for f in fields(cls)]
+        arrays = load_arrays(directory, names, mmap=mmap)
+        arrays["n_chunks"] = int(arrays["n_chunks"][0])
+        return cls(**arrays)
+
+
+def embed_texts(texts: list[str], corpus: Corpus, X: np.ndarray, embedder: Embedder | None,
+                progress: bool = False, batch_size: int = 64) -> np.ndarray:
+    """Embeddings of ``texts`` (distinct); passage embedding texts reuse rows of X."""
+    row_of = {t: i for i, t in enumerate(corpus.embedding_texts())}
+    rows = np.fromiter((row_of.get(t, -1) for t in texts), np.int64, len(texts))
+    out = np.empty((len(texts), X.shape[1]), np.float32)
+    have = rows >= 0
+    out[have] = X[rows[have]]
+    todo = np.flatnonzero(~have)
+    if len(todo):
+        if embedder is None:
+            raise InputError("STITCH needs an embedder to embed topic and entity descriptions")
+        emb = embedder.encode([texts[i] for i in todo], batch_size=batch_size, progress=progress)
+        if emb.shape[1] != X.shape[1]:
+            raise InputError(f"embedder {embedder.name} has dimension {emb.shape[1]}, the passages {X.shape[1]}")
+        out[todo] = emb
+    return validate_embeddings(out, "topic/description embeddings")
+
+
+def build_hypergraph(ex: Extraction, text_emb: np.ndarray, max_group_chunks: int = 64) -> TopicHypergraph:
+    """Assemble the index arrays from an extraction and the embeddings of ``ex.texts``."""
+    ex.validate()
+    if len(text_emb) != len(ex.texts):
+        raise InputError(f"{len(text_emb)} text embeddings for {len(ex.texts)} extraction texts")
+    if max_group_chunks < 2:
+        raise InputError(f"max_group_chunks must be >= 2, got {max_group_chunks}")
+    N, V, T = ex.n_chunks, ex.n_nodes, ex.n_topics
+    # nodes sorted by chunk (Extraction guarantees it: states are keyed chunk-major)
+    if V and (np.diff(ex.node_chunk) < 0).any():
+        raise InputError("extraction nodes must be sorted by chunk")
+    chunk_node_indptr = np.zeros(N + 1, np.int64)
+    np.cumsum(np.bincount(ex.node_chunk, minlength=N), out=chunk_node_indptr[1:])
+    # groups: only names that have a state
+    used, node_group = np.unique(ex.node_name, return_inverse=True)
+    node_group = node_group.astype(np.int64)
+    G = len(used)
+    group_size = np.bincount(node_group, minlength=G).astype(np.int32)
+    group_indptr, group_nodes = csr_from_keys(node_group, G)
+    names = [ex.names[i] for i in used.tolist()]
+    # incidence CSR both ways (mentions are sorted by topic then node)
+    edge_indptr = np.zeros(T + 1, np.int64)
+    np.cumsum(np.bincount(ex.mention_topic, minlength=T), out=edge_indptr[1:])
+    node_indptr, node_incidence = csr_from_keys(ex.mention_node.astype(np.int64), V)
+    node_edges = ex.mention_topic[node_incidence]
+    # φ-induced chunk graph: pairs of chunks sharing a (small enough) group
+    a, b, gsize = group_pairs(group_indptr, ex.node_chunk[group_nodes].astype(np.int64), max_group_chunks)
+    P = column_stochastic(sp.csr_matrix((1.0 / (gsize - 1.0), (b, a)), shape=(N, N), dtype=np.float64))
+    names_data, names_offsets = pack_strings(names)
+    return TopicHypergraph(
+        n_chunks=N,
+        node_chunk=ex.node_chunk.astype(np.int32),
+        node_group=node_group.astype(np.int32),
+        node_text=ex.node_text.astype(np.int32),
+        group_size=group_size,
+        group_indptr=group_indptr,
+        group_nodes=group_nodes.astype(np.int32),
+        edge_chunk=ex.topic_chunk.astype(np.int32),
+        edge_text=ex.topic_text.astype(np.int32),
+        edge_indptr=edge_indptr,
+        edge_nodes=ex.mention_node.astype(np.int32),
+        node_indptr=node_indptr,
+        node_edges=node_edges.astype(np.int32),
+        node_incidence=node_incidence.astype(np.int32),
+        chunk_node_indptr=chunk_node_indptr,
+        chunk_t=np.arange(N, dtype=np.int64),
+        graph_indptr=P.indptr.astype(np.int64),
+        graph_indices=P.indices.astype(np.int32),
+        graph_data=P.data.astype(np.float32),
+        text_emb=np.ascontiguousarray(text_emb, np.float32),
+        names_data=names_data,
+        names_offsets=names_offsets,
+    )

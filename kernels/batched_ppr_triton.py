@@ -1,0 +1,75 @@
+"""Triton path of ``batched_ppr`` (SPEC §2 step 6; semantics in batched_ppr.py).
+
+One fused kernel per power iteration: program (row i, block of queries) gathers the
+CSR row of P against the dense block X[:, queries] and writes
+``y[i] = mask · (c[i] + d (Σ_j P[i, j] x[j] + dangling[i] · x[i]))`` with c = (1 − d) p.
+The host driver (per-column convergence and compaction) is shared with the CPU path.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from .batched_ppr import as_csr_arrays, check_priors, dangling_columns, power_iterate
+
+BLOCK_NNZ = 32
+BLOCK_B = 16
+
+
+@triton.jit
+def _ppr_step_kernel(indptr_ptr, indices_ptr, data_ptr, x_ptr, c_ptr, mask_ptr, dang_ptr, y_ptr, B, d,
+                     HAS_MASK: tl.constexpr, BLOCK_NNZ: tl.constexpr, BLOCK_B: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs_b = (tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)).to(tl.int64)
+    b_ok = offs_b < B
+    lo = tl.load(indptr_ptr + row)
+    hi = tl.load(indptr_ptr + row + 1)
+    acc = tl.zeros((BLOCK_B,), dtype=x_ptr.dtype.element_ty)
+    for start in range(lo, hi, BLOCK_NNZ):
+        offs = start + tl.arange(0, BLOCK_NNZ)
+        ok = offs < hi
+        cols = tl.load(indices_ptr + offs, mask=ok, other=0).to(tl.int64)
+        vals = tl.load(data_ptr + offs, mask=ok, other=0.0).to(acc.dtype)
+        xb = tl.load(x_ptr + cols[:, None] * B + offs_b[None, :], mask=ok[:, None] & b_ok[None, :], other=0.0)
+        acc += tl.sum(vals[:, None] * xb, axis=0)
+    xr = tl.load(x_ptr + row * B + offs_b, mask=b_ok, other=0.0)
+    cr = tl.load(c_ptr + row * B + offs_b, mask=b_ok, other=0.0)
+    dg = tl.load(dang_ptr + row).to(acc.dtype)
+    y = cr + d * (acc + dg * xr)
+    if HAS_MASK:
+        m = tl.load(mask_ptr + row * B + offs_b, mask=b_ok, other=0)
+        y = tl.where(m != 0, y, 0.0)
+    tl.store(y_ptr + row * B + offs_b, y, mask=b_ok)
+
+
+def batched_ppr_triton(P, priors, d: float = 0.85, tol: float = 1e-6, max_iter: int = 100, region=None,
+                       device: str = "cuda") -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton path; tensors live on ``device`` (CPU tensors under TRITON_INTERPRET=1)."""
+    indptr, indices, data, n = as_csr_arrays(P)
+    if not 0.0 < d < 1.0:
+        raise ValueError(f"damping d must lie in (0, 1), got {d}")
+    p, r = check_priors(priors, n, region)
+    B = p.shape[0]
+    dev = torch.device("cuda" if device == "cuda" else "cpu")
+    if p.dtype not in (torch.float32, torch.float64):
+        p = p.to(torch.float32)
+    if B == 0:
+        return torch.zeros((0, n), dtype=p.dtype, device=dev), torch.zeros(0, dtype=torch.int64)
+    t_indptr = torch.from_numpy(np.asarray(indptr, np.int64)).to(dev)
+    t_indices = torch.from_numpy(np.asarray(indices, np.int32)).to(dev)
+    t_data = torch.from_numpy(np.asarray(data)).to(dev, p.dtype)
+    dang = torch.from_numpy(dangling_columns(indices, data, n).astype(np.float32)).to(dev)
+    pt = p.to(dev).T.contiguous()
+    mt = r.to(dev).T.contiguous().to(torch.int8) if r is not None else None
+
+    def step(x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, mc: torch.Tensor | None) -> None:
+        Bc = x.shape[1]
+        grid = (n, triton.cdiv(Bc, BLOCK_B))
+        _ppr_step_kernel[grid](t_indptr, t_indices, t_data, x, c, mc if mc is not None else x, dang, y, Bc,
+                               float(d), HAS_MASK=mc is not None, BLOCK_NNZ=BLOCK_NNZ, BLOCK_B=BLOCK_B)
+
+    x0 = pt * mt if mt is not None else pt
+    out, iters = power_iterate(step, x0, (1.0 - d) * x0, mt, tol, max_iter)
+    return out.T.contiguous(), iters
