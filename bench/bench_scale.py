@@ -1,0 +1,288 @@
+"""Million-passage indexing benchmark (issue 5).
+
+Generates N clustered embeddings (d = 384) with synthetic passage texts that name
+entities, then builds, each stage in a fresh subprocess (so peak RSS is per stage):
+
+- ``g3rag``   the G3RAG index from the precomputed embeddings (``Index.build`` with
+              ``embeddings=X.npy`` and a work directory, then ``save``): density
+              (sampled above ``SAMPLED_DENSITY_MIN_N``), IVF-candidate gain-kNN graph;
+- ``stitch``  the STITCH topic hypergraph (zero-token extraction + hypergraph arrays);
+- ``dmar``    the DMAR knowledge graph (extraction + co-occurrence graph);
+- ``query``   ``Index.load`` of the saved index (memory-mapped) and one batch of 256
+              G3RAG questions;
+- ``recall``  the ANN gain-kNN graph against the exact ``gain_knn`` graph on a
+              50,000-passage random sample of the embeddings.
+
+It prints wall time, peak RSS and throughput per stage and size, and the 10⁶ / 10⁵
+cost ratio. Usage::
+
+    .venv/bin/python bench/bench_scale.py                 # N = 100,000 and 1,000,000
+    .venv/bin/python bench/bench_scale.py --sizes 100000  # development run
+    .venv/bin/python bench/bench_scale.py --json out.json
+
+The machine of the README figures: 2 shared CPU cores, 24 GiB, no GPU. Timings are
+noisy when other processes run; the numbers in the README say how they were taken.
+Stand-in for the sentence embedder in the STITCH stage: a topic or description text
+gets the embedding of the passage it comes from (embedding millions of sentences is
+the embedder's cost, not the index structure's, and is measured by ``hopgraph index``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+D = 384
+N_QUERIES = 256
+RECALL_SAMPLE = 50_000
+#: rows per subcluster / cluster / topic of the generator, and their variance shares
+SUB, CLUSTER, TOPIC = 25, 250, 5_000
+SHARES = {"topic": 0.25, "cluster": 0.20, "sub": 0.20, "noise": 0.35}
+SYLLABLES = ("ka ro mi ta ne lo vi sa du re po li an be ko mu ra te si no ga hu el or "
+             "ve da ni su ya ze bo fi lu ma ri to wa ke").split()
+VERBS = ("met", "studied with", "wrote about", "founded a school with", "succeeded", "married", "painted",
+         "corresponded with")
+
+
+# ---------------------------------------------------------------------- data
+def entity_name(i: int) -> str:
+    """A deterministic two-word capitalised name for entity id ``i``."""
+    s = len(SYLLABLES)
+    parts = []
+    for _ in range(4):
+        parts.append(SYLLABLES[i % s])
+        i //= s
+    return f"{(parts[0] + parts[2]).capitalize()} {(parts[1] + parts[3]).capitalize()}{'' if i == 0 else i}"
+
+
+def generate(n: int, out: Path, seed: int = 0) -> None:
+    """Write ``X.npy`` (normalised float32 [n, D]), ``corpus.jsonl``, ``Q.npy`` and ``questions.json``."""
+    out.mkdir(parents=True, exist_ok=True)
+    if (out / "done").is_file():
+        return
+    rng = np.random.default_rng(seed)
+    sub = rng.permutation(n) // SUB
+    cluster, topic = sub // (CLUSTER // SUB), sub // (TOPIC // SUB)
+    centres = {name: rng.standard_normal((int(labels.max()) + 1, D)).astype(np.float32) / np.sqrt(D)
+               for name, labels in (("topic", topic), ("cluster", cluster), ("sub", sub))}
+    X = np.lib.format.open_memmap(out / "X.npy", mode="w+", dtype=np.float32, shape=(n, D))
+    for a in range(0, n, 100_000):
+        b = min(a + 100_000, n)
+        block = np.sqrt(SHARES["noise"]) * rng.standard_normal((b - a, D)).astype(np.float32) / np.sqrt(D)
+        for name, labels in (("topic", topic), ("cluster", cluster), ("sub", sub)):
+            block += np.sqrt(SHARES[name]) * centres[name][labels[a:b]]
+        X[a:b] = block / np.linalg.norm(block, axis=1, keepdims=True)
+    X.flush()
+    # entities: 8 names per cluster, 20 per topic; a passage names 2 of its cluster, 1 of its topic
+    n_cluster_names = 8 * (int(cluster.max()) + 1)
+    pick = rng.integers(0, 8, (n, 2))
+    pick[:, 1] = (pick[:, 0] + 1 + rng.integers(0, 7, n)) % 8          # two different names
+    pick_t = rng.integers(0, 20, n)
+    years = rng.integers(1500, 2000, n)
+    verbs = rng.integers(0, len(VERBS), (n, 2))
+    with open(out / "corpus.jsonl", "w", encoding="utf-8") as f:
+        for i in range(n):
+            a = entity_name(8 * int(cluster[i]) + int(pick[i, 0]))
+            b = entity_name(8 * int(cluster[i]) + int(pick[i, 1]))
+            c = entity_name(n_cluster_names + 20 * int(topic[i]) + int(pick_t[i]))
+            text = (f"{a} {VERBS[verbs[i, 0]]} {b} in {years[i]}. {b} later {VERBS[verbs[i, 1]]} {c}, "
+                    f"and the record was kept in {c}.")
+            f.write(json.dumps({"id": f"p{i}", "title": a, "text": text}) + "\n")
+    rows = rng.choice(n, N_QUERIES, replace=False)
+    Q = np.asarray(X[rows]) + 0.5 * rng.standard_normal((N_QUERIES, D)).astype(np.float32) / np.sqrt(D)
+    np.save(out / "Q.npy", (Q / np.linalg.norm(Q, axis=1, keepdims=True)).astype(np.float32))
+    questions = [f"Whom did {entity_name(8 * int(cluster[r]) + int(pick[r, 0]))} meet?" for r in rows]
+    (out / "questions.json").write_text(json.dumps(questions))
+    (out / "done").write_text("ok")
+
+
+# ---------------------------------------------------------------------- stages (child processes)
+def peak_rss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
+
+
+def stage_g3rag(data: Path) -> dict:
+    from hopgraph.index import Index
+
+    out = data / "index"
+    t0 = time.perf_counter()
+    index = Index.build(data / "corpus.jsonl", embeddings=data / "X.npy", pipelines=["g3rag"],
+                        work_dir=data / "index.work", progress=False)
+    t1 = time.perf_counter()
+    index.save(out)
+    t2 = time.perf_counter()
+    g = index.pipelines["g3rag"]
+    return {"seconds": t2 - t0, "items": len(index.corpus),
+            "detail": {"load+validate s": round(index.embed_seconds, 1), "fit s": round(t1 - t0 - index.embed_seconds, 1),
+                       "save s": round(t2 - t1, 1), "params": g.get_params()}}
+
+
+def stage_stitch(data: Path) -> dict:
+    from hopgraph.engine.corpus import Corpus
+    from hopgraph.engine.extraction import extract
+    from hopgraph.engine.hypergraph import build_hypergraph
+
+    t0 = time.perf_counter()
+    corpus = Corpus.from_jsonl(data / "corpus.jsonl")
+    X = np.load(data / "X.npy", mmap_mode="r")
+    t1 = time.perf_counter()
+    ex = extract(corpus)
+    t2 = time.perf_counter()
+    text_emb = np.asarray(X[text_chunks(ex)])
+    H = build_hypergraph(ex, text_emb)
+    t3 = time.perf_counter()
+    return {"seconds": t3 - t0, "items": len(corpus),
+            "detail": {"load s": round(t1 - t0, 1), "extract s": round(t2 - t1, 1), "hypergraph s": round(t3 - t2, 1),
+                       "states": H.n_nodes, "hyperedges": H.n_edges, "groups": H.n_groups}}
+
+
+def text_chunks(ex) -> np.ndarray:
+    """The passage each extraction text comes from (the bench's stand-in text embedding)."""
+    chunk = np.zeros(len(ex.texts), np.int64)
+    chunk[ex.node_text] = ex.node_chunk
+    chunk[ex.topic_text] = ex.topic_chunk
+    return chunk
+
+
+def stage_dmar(data: Path) -> dict:
+    from hopgraph.engine.corpus import Corpus
+    from hopgraph.engine.extraction import extract
+    from hopgraph.engine.knowledge_graph import build_knowledge_graph
+
+    t0 = time.perf_counter()
+    corpus = Corpus.from_jsonl(data / "corpus.jsonl")
+    t1 = time.perf_counter()
+    ex = extract(corpus)
+    t2 = time.perf_counter()
+    kg = build_knowledge_graph(ex, len(corpus))
+    t3 = time.perf_counter()
+    return {"seconds": t3 - t0, "items": len(corpus),
+            "detail": {"load s": round(t1 - t0, 1), "extract s": round(t2 - t1, 1), "graph s": round(t3 - t2, 1),
+                       "entities": kg.n_entities}}
+
+
+def stage_query(data: Path) -> dict:
+    from hopgraph.index import Index
+
+    Q = np.load(data / "Q.npy")
+    questions = json.loads((data / "questions.json").read_text())
+    t0 = time.perf_counter()
+    index = Index.load(data / "index", progress=False)
+    t1 = time.perf_counter()
+    ids, _ = index.search_arrays(questions, pipeline="g3rag", k=5, query_embeddings=Q)
+    t2 = time.perf_counter()
+    assert ids.shape == (len(Q), 5) and (ids[:, 0] >= 0).all()
+    return {"seconds": t2 - t0, "items": len(Q),
+            "detail": {"load s": round(t1 - t0, 1), "search s": round(t2 - t1, 2),
+                       "queries/s": round(len(Q) / (t2 - t1), 1)}}
+
+
+def stage_recall(data: Path) -> dict:
+    from hopgraph.engine.ann_graph import ann_gain_knn, graph_recall
+    from hopgraph.engine.pipelines.g3rag import G3RAG
+    from hopgraph.kernels import call
+
+    X = np.load(data / "X.npy", mmap_mode="r")
+    rows = np.sort(np.random.default_rng(1).choice(len(X), min(RECALL_SAMPLE, len(X)), replace=False))
+    S = np.ascontiguousarray(X[rows])
+    g = G3RAG()
+    pen = g.target_penalty(S)
+    t0 = time.perf_counter()
+    approx = ann_gain_knn(S, g.k, g.sim_min, g.sim_max, pen)
+    t1 = time.perf_counter()
+    exact = call("gain_knn", S, g.k, g.sim_min, g.sim_max, pen, device="cpu")
+    t2 = time.perf_counter()
+    recall = graph_recall(approx, exact)
+    return {"seconds": t2 - t0, "items": len(S),
+            "detail": {"ann s": round(t1 - t0, 1), "exact s": round(t2 - t1, 1), "recall": round(recall, 4),
+                       "ann edges": approx.nnz, "exact edges": exact.nnz}}
+
+
+STAGES = {"g3rag": stage_g3rag, "stitch": stage_stitch, "dmar": stage_dmar, "query": stage_query,
+          "recall": stage_recall}
+
+
+def run_stage(stage: str, data: Path) -> dict:
+    """Run one stage in a fresh interpreter; returns its JSON report (or the error)."""
+    proc = subprocess.run([sys.executable, __file__, "--stage", stage, "--data", str(data)],
+                          capture_output=True, text=True)
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        return {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
+    return json.loads(lines[-1])
+
+
+# ---------------------------------------------------------------------- report
+def table(results: dict[int, dict[str, dict]], sizes: list[int]) -> str:
+    lines = [f"| stage | N | wall s | peak RSS GB | items/s | detail |", "|---|---:|---:|---:|---:|---|"]
+    for stage in STAGES:
+        for n in sizes:
+            r = results.get(n, {}).get(stage)
+            if r is None:
+                continue
+            if "error" in r:
+                lines.append(f"| {stage} | {n:,} | – | – | – | error: {r['error'][:120]} |")
+                continue
+            detail = ", ".join(f"{k} {v}" for k, v in r["detail"].items() if k != "params")
+            lines.append(f"| {stage} | {n:,} | {r['seconds']:.1f} | {r['peak_rss_gb']:.2f} | "
+                         f"{r['items'] / r['seconds']:,.0f} | {detail} |")
+    if len(sizes) >= 2:
+        lo, hi = sizes[0], sizes[-1]
+        lines.append("")
+        lines.append(f"| stage | wall ratio {hi:,} / {lo:,} | size ratio |")
+        lines.append("|---|---:|---:|")
+        for stage in ("g3rag", "stitch", "dmar", "query"):
+            a, b = results.get(lo, {}).get(stage), results.get(hi, {}).get(stage)
+            if a and b and "error" not in a and "error" not in b:
+                lines.append(f"| {stage} | {b['seconds'] / a['seconds']:.1f}× | {hi / lo:.0f}× |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="100000,1000000", help="comma-separated corpus sizes")
+    p.add_argument("--stages", default=",".join(STAGES), help="stages to run")
+    p.add_argument("--recall-at", type=int, default=None, help="size whose sample gives the recall (default: largest)")
+    p.add_argument("--workdir", default="/tmp/hopgraph-bench-scale")
+    p.add_argument("--json", help="write all results as JSON here")
+    p.add_argument("--stage", help=argparse.SUPPRESS)
+    p.add_argument("--data", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.stage:
+        t0 = time.perf_counter()
+        report = STAGES[args.stage](Path(args.data))
+        report["peak_rss_gb"] = peak_rss_gb()
+        report["total_s"] = time.perf_counter() - t0
+        print(json.dumps(report, default=str))
+        return 0
+    sizes = [int(x) for x in args.sizes.split(",")]
+    stages = [s for s in args.stages.split(",") if s]
+    recall_at = args.recall_at or max(sizes)
+    results: dict[int, dict[str, dict]] = {}
+    for n in sizes:
+        data = Path(args.workdir) / str(n)
+        t0 = time.perf_counter()
+        generate(n, data)
+        print(f"N={n:,}: data ready in {time.perf_counter() - t0:.0f} s ({data})", flush=True)
+        for stage in stages:
+            if stage == "recall" and n != recall_at:
+                continue
+            results.setdefault(n, {})[stage] = r = run_stage(stage, data)
+            print(f"  {stage}: {json.dumps(r, default=str)}", flush=True)
+    print()
+    print(f"bench_scale: d={D}, {os.cpu_count()} CPU cores, stages in fresh processes")
+    print(table(results, sizes))
+    if args.json:
+        Path(args.json).write_text(json.dumps({str(k): v for k, v in results.items()}, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
