@@ -32,7 +32,7 @@ def _rows(g):
 
 
 def test_probing_every_cell_gives_the_exact_graph():
-    X = clustered_embeddings(600, 24, 6, seed=3)
+    X = clustered_embeddings(400, 24, 6, seed=3)
     pen = np.random.default_rng(0).uniform(0.3, 1.0, len(X)).astype(np.float32)
     g = ann_gain_knn(X, k=7, sim_min=0.3, sim_max=0.9, target_penalty=pen, nlist=5, nprobe=5)
     assert g[0].dtype == np.int64 and g[1].dtype == np.int32 and g[2].dtype == np.float32
@@ -47,10 +47,10 @@ def test_probing_every_cell_gives_the_exact_graph():
 
 
 def test_recall_against_exact_graph_on_clustered_data():
-    X = clustered_embeddings(4000, 32, 20, seed=1)
+    X = clustered_embeddings(2000, 32, 10, seed=1)
     pen = np.random.default_rng(1).uniform(0.3, 1.0, len(X)).astype(np.float32)
-    approx = ann_gain_knn(X, k=16, target_penalty=pen, nlist=16, nprobe=4)
-    exact = ann_gain_knn(X, k=16, target_penalty=pen, nlist=16, nprobe=16)
+    approx = ann_gain_knn(X, k=16, target_penalty=pen, nlist=8, nprobe=3)
+    exact = ann_gain_knn(X, k=16, target_penalty=pen, nlist=8, nprobe=8)
     recall = graph_recall(approx, exact)
     assert recall >= 0.9, recall
     assert graph_recall(exact, exact) == 1.0

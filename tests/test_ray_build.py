@@ -21,12 +21,12 @@ def local_cluster():
 
 
 def test_ray_gain_knn_row_blocks_equal_single_process(local_cluster):
-    X = clustered_embeddings(2000, 16, 10, seed=7)
+    X = clustered_embeddings(1000, 16, 10, seed=7)
     pen = np.random.default_rng(0).uniform(0.5, 1.0, len(X)).astype(np.float32)
     single = ann_gain_knn(X, k=8, target_penalty=pen, nlist=10, nprobe=3)
     with distributed.ray_cluster("auto") as task_map:
         assert task_map is distributed.ray_map
-        spread = ann_gain_knn(X, k=8, target_penalty=pen, nlist=10, nprobe=3, rows_per_task=150)
+        spread = ann_gain_knn(X, k=8, target_penalty=pen, nlist=10, nprobe=3, rows_per_task=300)
     assert distributed.current_task_map() is None
     for a, b in zip(single, spread):
         np.testing.assert_array_equal(a, b)
