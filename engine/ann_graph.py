@@ -151,7 +151,7 @@ def rescore_rows(X: np.ndarray, rows: np.ndarray, cols: np.ndarray, target_penal
     for a in range(0, len(rows), ROW_TILE):
         r = np.asarray(rows[a:a + ROW_TILE], np.int64)
         S = torch.from_numpy(np.ascontiguousarray(X[r], dtype=np.float32)) @ Xc.T
-        W, _ = weights(S, pen, sim_min, sim_max, torch.zeros(len(r)))
+        W = weights(S, pen, sim_min, sim_max)
         own = np.minimum(np.searchsorted(cols, r), len(cols) - 1)
         is_own = cols[own] == r
         W[torch.from_numpy(np.flatnonzero(is_own)), torch.from_numpy(own[is_own])] = -np.inf
