@@ -58,6 +58,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pipelines", type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
                         help="pipelines to serve (default: those fitted in the index); "
                         "missing ones are fitted at start")
+    parser.add_argument("--threads", type=int, help="CPU threads of torch and faiss in the search worker "
+                        "(default: the libraries' own choice; 1 avoids oversubscription on a busy machine)")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     defaults = ServeLimits()
     for f in fields(ServeLimits):

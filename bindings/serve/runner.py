@@ -28,7 +28,9 @@ def bind_socket(host: str, port: int) -> socket.socket:
     if not 0 <= port <= 65535:
         raise ValueError(f"--port must be between 0 and 65535, got {port}")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted connections only when
+    # the socket says so; without it every answer waits ~40 ms for a delayed ACK
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
@@ -50,6 +52,17 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return host == "localhost"
+
+
+def set_cpu_threads(n: int) -> None:
+    """Use ``n`` CPU threads in torch (the embedder) and faiss (dense search) in this process."""
+    if n < 1:
+        raise ValueError(f"--threads must be a positive integer, got {n}")
+    import faiss
+    import torch
+
+    torch.set_num_threads(n)
+    faiss.omp_set_num_threads(n)
 
 
 def _uvicorn_server(app: FastAPI, log_level: str) -> uvicorn.Server:
@@ -102,9 +115,11 @@ class BackgroundServer:
 
 def serve(index_dir: str | Path, host: str = "127.0.0.1", port: int = 8080, api_key_file: str | Path | None = None,
           limits: ServeLimits | None = None, pipelines: Sequence[str] | None = None, embedder: str | None = None,
-          device: str = "auto", log_level: str = "info", progress: bool = True) -> int:
+          device: str = "auto", log_level: str = "info", progress: bool = True, threads: int | None = None) -> int:
     """Load ``index_dir`` (memory-mapped) once and serve it until interrupted."""
     api_key = read_api_key(api_key_file) if api_key_file else None
+    if threads is not None:
+        set_cpu_threads(threads)
     index = Index.load(index_dir, embedder=embedder, device=device, progress=progress)
     app = create_app(index, limits, api_key=api_key, pipelines=pipelines)
     if index.embedder_name and not index.embedder_name.startswith("precomputed"):
@@ -122,4 +137,4 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """``hopgraph serve`` (options from :func:`hopgraph.serve.limits.add_serve_arguments`)."""
     return serve(args.index, host=args.host, port=args.port, api_key_file=args.api_key_file,
                  limits=limits_from_args(args), pipelines=args.pipelines, embedder=args.embedder,
-                 device=args.device, log_level=args.log_level, progress=not args.quiet)
+                 device=args.device, log_level=args.log_level, progress=not args.quiet, threads=args.threads)
