@@ -398,3 +398,14 @@ def test_listening_socket_gets_tcp_nodelay_connections():
         assert sock.proto == socket.IPPROTO_TCP and sock.getsockname()[1] > 0
     with pytest.raises(ValueError, match="--port"):
         bind_socket("127.0.0.1", 70000)
+
+
+def test_precomputed_index_answers_embeddings_refuses_texts(demo_corpus):
+    X = HashingEmbedder(DIM).encode(demo_corpus.embedding_texts())
+    index = hopgraph.Index.build(demo_corpus, embeddings=X, pipelines=["dense"], progress=False)
+    Q = HashingEmbedder(DIM).encode(questions(2))
+    with BackgroundServer(create_app(index)) as srv, hopgraph.Client(srv.url) as c:
+        assert c.search(Q, pipeline="dense", k=3) == index.search(Q, pipeline="dense", k=3)
+        with pytest.raises(RequestRejected, match="precomputed embeddings"):
+            c.search("a question", pipeline="dense", k=3)
+        assert c.health()["status"] == "ok"

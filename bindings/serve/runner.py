@@ -17,6 +17,7 @@ from typing import Sequence
 import uvicorn
 from fastapi import FastAPI
 
+from ..engine.errors import InputError
 from ..index import Index
 from .app import create_app
 from .auth import read_api_key
@@ -122,8 +123,10 @@ def serve(index_dir: str | Path, host: str = "127.0.0.1", port: int = 8080, api_
         set_cpu_threads(threads)
     index = Index.load(index_dir, embedder=embedder, device=device, progress=progress)
     app = create_app(index, limits, api_key=api_key, pipelines=pipelines)
-    if index.embedder_name and not index.embedder_name.startswith("precomputed"):
+    try:
         index.embed_queries(["warm-up question"])  # load the query embedder before the first request
+    except InputError as e:
+        print(f"hopgraph serve: warning: only embedding queries can be answered: {e}", file=sys.stderr)
     sock = bind_socket(host, port)
     if not is_loopback(host) and api_key is None:
         print(f"hopgraph serve: warning: listening on {host} without --api-key-file", file=sys.stderr)
