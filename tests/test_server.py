@@ -165,12 +165,22 @@ def test_nan_literal_in_raw_json(http):
         assert r.status_code == 422 and "finite number" in _detail(r), (literal, r.text)
 
 
-@pytest.mark.parametrize("raw", ['{"queries": [', "not json", '{"queries": ["a"],}', ""])
-def test_malformed_json(http, raw):
+@pytest.mark.parametrize("raw, message", [
+    ('{"queries": [', "malformed JSON at character 13"),
+    ("not json", "malformed JSON at character 0"),
+    ('{"queries": ["a"],}', "malformed JSON"),
+    ("[" * 20000 + "]" * 20000, "error parsing the body"),  # RecursionError in the JSON parser
+    ('{"queries": ["a"], "pipeline": "dense", "k": ' + "9" * 5000 + "}", "error parsing the body"),  # int too long
+])
+def test_malformed_json(http, raw, message):
     r = post(http, raw)
-    assert r.status_code in (400, 422), r.text
-    if raw:
-        assert "malformed JSON" in _detail(r)
+    assert r.status_code == 400 and message in _detail(r), r.text
+    assert http.get("/health").status_code == 200
+
+
+def test_empty_body(http):
+    r = post(http, "")
+    assert r.status_code == 422 and "must be a JSON object" in _detail(r)
 
 
 def test_lone_surrogate_and_content_type(http):
