@@ -1,0 +1,213 @@
+"""``gain_knn``: the sparsified geometric-gain graph of SPEC §1 index steps 3-5.
+
+For every passage i, keep the ``k`` out-edges of largest weight
+``w_ij = gain(s_ij) · penalty[j]`` with ``gain(s) = x·sqrt(1 − x²)``, ``x = clip(s, 0, 1)``
+(SPEC §1 step 3; the penalty of step 2 is on the target, step 4), among ``j ≠ i`` whose
+cosine similarity lies in the band ``sim_min ≤ s_ij ≤ sim_max`` (step 5).
+
+Semantics shared by the CPU and Triton paths (they agree on indices exactly):
+
+* an edge is *eligible* when ``j ≠ i``, ``sim_min ≤ s_ij ≤ sim_max`` and ``w_ij > 0``
+  (a zero-weight edge carries nothing through the transition of step 6, so it is dropped);
+* per row the eligible edges are ordered by weight descending, ties broken toward the
+  LOWER column index; the first ``k`` are kept, so a row with fewer than ``k`` eligible
+  neighbours is shorter (possibly empty);
+* the result is CSR (``indptr int64 [N+1]``, ``indices int32``, ``data float32``), each row
+  sorted in that order.
+
+The CPU path computes the similarity in row blocks × column blocks with torch matmul
+(multi-threaded BLAS), exploiting ``s_ij = s_ji`` so each block product serves both
+directions, fuses band, gain and penalty into the tile and keeps a running top-k per
+row: the N×N matrix never exists. Exact tie-breaking uses an int64 key
+``(float bits of w) << 32 | (2^31 − 1 − j)``, unique per row.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ..engine.errors import InputError
+from ..engine.graph import CSR, csr_from_topk
+from .dispatch import register
+
+#: above this many similarity entries (N²) the tile arithmetic is compiled with
+#: torch.compile (one fused pass instead of ~8); set HOPGRAPH_COMPILE=0 to disable
+COMPILE_MIN_ENTRIES = 10_000 ** 2
+_LOW31 = 0x7FFFFFFF
+#: tile candidate lists gathered per row block before one exact merge
+MERGE_EVERY = 8
+
+
+# ---------------------------------------------------------------------- validation
+def check_gain_knn_inputs(X, k, sim_min, sim_max, penalty) -> tuple[torch.Tensor, torch.Tensor, int, float, float]:
+    """Validate the inputs of :func:`gain_knn_cpu` / the Triton kernel; returns float32 tensors."""
+    X = as_embedding_tensor(X, "X")
+    n = X.shape[0]
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise InputError(f"gain_knn: k must be a positive integer, got {k!r}")
+    sim_min, sim_max = float(sim_min), float(sim_max)
+    if not (math.isfinite(sim_min) and math.isfinite(sim_max)) or sim_min > sim_max:
+        raise InputError(f"gain_knn: need finite sim_min <= sim_max, got [{sim_min}, {sim_max}]")
+    if penalty is None:
+        pen = torch.ones(n, dtype=torch.float32)
+    else:
+        pen = torch.as_tensor(np.asarray(penalty, dtype=np.float32))
+        if pen.shape != (n,):
+            raise InputError(f"gain_knn: penalty must have shape ({n},), got {tuple(pen.shape)}")
+        if not bool(torch.isfinite(pen).all()) or bool((pen < 0).any()):
+            raise InputError("gain_knn: penalty must be finite and non-negative")
+    return X, pen.contiguous(), int(min(k, max(n - 1, 0))), sim_min, sim_max
+
+
+def as_embedding_tensor(X, name: str) -> torch.Tensor:
+    """A contiguous float32 CPU tensor of a finite 2-D array (shared with :mod:`.density`)."""
+    if isinstance(X, torch.Tensor):
+        t = X.detach().to("cpu", torch.float32)
+    else:
+        t = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))
+    if t.ndim != 2:
+        raise InputError(f"{name} must be a 2-D [N, d] array, got shape {tuple(t.shape)}")
+    if t.numel() and not bool(torch.isfinite(t).all()):
+        raise InputError(f"{name} contains NaN or infinite values")
+    return t.contiguous()
+
+
+# ---------------------------------------------------------------------- exact ordering
+def order_keys(values: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+    """int64 keys whose descending order is (weight desc, column asc); -1 for non-edges
+    (weight <= 0 or column < 0). Keys of one row are unique."""
+    bits = values.contiguous().view(torch.int32).to(torch.int64)
+    keys = (bits << 32) | (_LOW31 - columns.to(torch.int64))
+    return torch.where((values > 0) & (columns >= 0), keys, torch.full_like(keys, -1))
+
+
+def decode_keys(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inverse of :func:`order_keys`: (weights float32, columns int64; -inf / -1 for non-edges)."""
+    valid = keys >= 0
+    cols = torch.where(valid, _LOW31 - (keys & 0xFFFFFFFF), torch.full_like(keys, -1))
+    vals = (keys >> 32).to(torch.int32).view(torch.float32)
+    vals = torch.where(valid, vals, torch.full_like(vals, -math.inf))
+    return vals, cols
+
+
+def select_topk(values: torch.Tensor, columns: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` best (weight desc, column asc) of each row of candidate lists, padded with -inf / -1."""
+    keys = order_keys(values, columns)
+    m = keys.shape[1]
+    top = torch.topk(keys, min(k, m), dim=1).values if m else keys
+    if top.shape[1] < k:
+        top = torch.cat([top, torch.full((top.shape[0], k - top.shape[1]), -1, dtype=torch.int64)], dim=1)
+    return decode_keys(top)
+
+
+def finalise_csr(values: torch.Tensor, columns: torch.Tensor, n_cols: int) -> CSR:
+    """Sort per-row candidate lists exactly and pack them as CSR (non-edges dropped)."""
+    vals, cols = select_topk(values, columns, values.shape[1])
+    return csr_from_topk(vals.numpy(), cols.numpy(), n_cols)
+
+
+# ---------------------------------------------------------------------- tile arithmetic
+def edge_weights(S: torch.Tensor, pen: torch.Tensor, sim_min: float, sim_max: float) -> torch.Tensor:
+    """SPEC §1 steps 3-5 on a similarity tile: ``x·sqrt(1−x²)·pen[col]`` in the band, else -inf."""
+    x = S.clamp(0.0, 1.0)
+    w = torch.sqrt(1.0 - x * x) * x * pen
+    return torch.where((S >= sim_min) & (S <= sim_max), w, torch.full_like(w, -math.inf))
+
+
+_COMPILED: Callable | None = None
+
+
+def weights_function(n: int) -> Callable:
+    """:func:`edge_weights`, compiled into one fused loop for large N when torch.compile works."""
+    global _COMPILED
+    if n * n < COMPILE_MIN_ENTRIES or os.environ.get("HOPGRAPH_COMPILE", "1") == "0":
+        return edge_weights
+    if _COMPILED is None:
+        try:
+            fn = torch.compile(edge_weights, dynamic=True)
+            probe = torch.rand(4, 3)
+            fn(probe, torch.ones(3), 0.3, 0.9)
+            _COMPILED = fn
+        except Exception:  # no C++ toolchain: stay eager (same results, slower)
+            _COMPILED = edge_weights
+    return _COMPILED
+
+
+def tile_candidates(w: torch.Tensor, c0: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` best edges of each row of a weight tile whose first column is ``c0``.
+
+    A float ``topk(k+1)`` finds them; rows where the k-th and (k+1)-th weights tie are
+    redone with exact keys so that the lower column wins, as the merge requires.
+    """
+    b, t = w.shape
+    if t <= k:
+        return w, torch.arange(c0, c0 + t, dtype=torch.int64).expand(b, t)
+    v, ix = torch.topk(w, k + 1, dim=1)
+    vals, cols = v[:, :k], ix[:, :k] + c0
+    tie = (v[:, k] == v[:, k - 1]) & (v[:, k] > 0)
+    if bool(tie.any()):
+        rows = tie.nonzero().squeeze(1)
+        sub_cols = torch.arange(c0, c0 + t, dtype=torch.int64).expand(len(rows), t)
+        rv, rc = select_topk(w[rows], sub_cols, k)
+        vals, cols = vals.clone(), cols.clone()
+        vals[rows], cols[rows] = rv, rc
+    return vals, cols
+
+
+# ---------------------------------------------------------------------- the op
+def gain_knn_cpu(X, k: int = 32, sim_min: float = 0.3, sim_max: float = 0.9, penalty=None,
+                 block: int = 2048, progress: bool = False, device: str = "cpu") -> CSR:
+    """SPEC §1 steps 3-5 on the CPU: the top-``k`` gain graph of the rows of X as CSR.
+
+    ``X [N, d]`` (normalised rows, so that ``X Xᵀ`` is cosine), ``penalty [N]`` the hub
+    penalty of the target (SPEC §1 step 2; default all ones). See the module docstring
+    for eligibility and tie-breaking. Memory is O(N·k + block²).
+    """
+    X, pen, k, sim_min, sim_max = check_gain_knn_inputs(X, k, sim_min, sim_max, penalty)
+    n = X.shape[0]
+    vals = torch.full((n, max(k, 1)), -math.inf)
+    cols = torch.full((n, max(k, 1)), -1, dtype=torch.int64)
+    if n < 2 or k == 0:
+        return finalise_csr(vals[:, :0], cols[:, :0], n)
+    weights = weights_function(n)
+    starts = list(range(0, n, block))
+    pairs = [(a, b) for i, a in enumerate(starts) for b in starts[i:]]
+    if progress:
+        from tqdm.auto import tqdm
+
+        pairs = tqdm(pairs, desc="gain-kNN blocks", unit="block")
+
+    pending: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {a: [] for a in starts}
+
+    def merge(r0: int, force: bool = False) -> None:
+        """Fold the pending tile candidates of row block ``r0`` into its running top-k (batched,
+        since small tensor ops are dominated by per-call overhead)."""
+        if not pending[r0] or (len(pending[r0]) < MERGE_EVERY and not force):
+            return
+        r1 = r0 + len(pending[r0][0][0])
+        cand_v = torch.cat([vals[r0:r1]] + [v for v, _ in pending[r0]], 1)
+        cand_c = torch.cat([cols[r0:r1]] + [c for _, c in pending[r0]], 1)
+        vals[r0:r1], cols[r0:r1] = select_topk(cand_v, cand_c, k)
+        pending[r0].clear()
+
+    for a, b in pairs:
+        S = X[a:a + block] @ X[b:b + block].T
+        w = weights(S, pen[b:b + block], sim_min, sim_max)
+        if a == b:
+            w.diagonal().fill_(-math.inf)
+        pending[a].append(tile_candidates(w, b, k))
+        merge(a)
+        if a != b:
+            wt = weights(S.T, pen[a:a + block], sim_min, sim_max)
+            pending[b].append(tile_candidates(wt, a, k))
+            merge(b)
+    for a in starts:
+        merge(a, force=True)
+    return finalise_csr(vals, cols, n)
+
+
+register("gain_knn", gain_knn_cpu, triton="hopgraph.kernels.gain_knn_triton:gain_knn_triton")

@@ -1,0 +1,215 @@
+"""Kernel ops of SPEC §1 (density, gain_knn, sparse_diffusion): the CPU path against
+independent dense numpy references, and every Triton kernel (TRITON_INTERPRET=1 on
+the CPU, see conftest) against the CPU path, on random, clustered and adversarial inputs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import clustered_embeddings
+
+from hopgraph.engine.errors import InputError
+from hopgraph.engine.graph import CSR, hub_penalty, row_normalised
+from hopgraph.kernels import call
+
+
+# ---------------------------------------------------------------- references (dense numpy)
+def ref_density(X: np.ndarray, cols: np.ndarray | None = None) -> np.ndarray:
+    S = np.maximum(X.astype(np.float64) @ X.T.astype(np.float64), 0)
+    n = len(X)
+    cols = np.arange(n) if cols is None else cols
+    out = np.zeros(n)
+    for i in range(n):
+        others = cols[cols != i]
+        out[i] = S[i, others].mean() if len(others) else 0.0
+    return out
+
+
+def ref_gain_knn(X, k, sim_min, sim_max, pen) -> list[np.ndarray]:
+    S = X @ X.T
+    x = np.clip(S, 0, 1)
+    W = x * np.sqrt(1 - x * x) * pen[None, :]
+    ok = (S >= sim_min) & (S <= sim_max) & (W > 0)
+    np.fill_diagonal(ok, False)
+    rows = []
+    for i in range(len(X)):
+        js = np.nonzero(ok[i])[0]
+        rows.append(js[np.lexsort((js, -W[i, js]))][:k])
+    return rows
+
+
+def row(g: CSR, i: int) -> np.ndarray:
+    return g.indices[g.indptr[i]:g.indptr[i + 1]]
+
+
+def random_unit(n: int, d: int, seed: int) -> np.ndarray:
+    X = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
+    return X / np.linalg.norm(X, axis=1, keepdims=True)
+
+
+def adversarial_inputs() -> dict[str, np.ndarray]:
+    """All-identical vectors, an isolated (orthogonal) row, exact duplicates, N < k."""
+    g = np.random.default_rng(3)
+    same = np.tile(random_unit(1, 16, 1), (12, 1))
+    iso = clustered_embeddings(20, 16, 2, seed=4)
+    iso[:, -1] = 0
+    iso[7] = 0
+    iso[7, -1] = 1.0  # orthogonal to every other row: no neighbour in any band above 0
+    dup = clustered_embeddings(16, 16, 3, seed=5)
+    dup[8:] = dup[:8]
+    tiny = random_unit(3, 16, 6)
+    one_hot = np.eye(16, dtype=np.float32)[g.integers(0, 4, 12)]  # similarities exactly 0 or 1
+    return {"identical": same, "isolated": iso, "duplicates": dup, "tiny": tiny, "one_hot": one_hot}
+
+
+# ---------------------------------------------------------------- density
+@pytest.mark.parametrize("X", [random_unit(50, 8, 0), clustered_embeddings(60, 16, 3, seed=1)])
+def test_density_exact_matches_dense_reference(X):
+    got = call("density", X, device="cpu", block=16)
+    np.testing.assert_allclose(got, ref_density(X), rtol=1e-5, atol=1e-6)
+
+
+def test_density_sampled_is_the_mean_over_the_fixed_sample():
+    from hopgraph.kernels.density import sample_columns
+
+    X = clustered_embeddings(80, 16, 4, seed=2)
+    got = call("density", X, mode="sampled", n_samples=25, seed=7, device="cpu", block=32)
+    np.testing.assert_allclose(got, ref_density(X, sample_columns(80, 25, 7)), rtol=1e-5, atol=1e-6)
+    full = call("density", X, mode="sampled", n_samples=500, device="cpu")
+    np.testing.assert_allclose(full, call("density", X, device="cpu"), rtol=1e-5, atol=1e-7)
+
+
+def test_density_sampled_is_unbiased_over_seeds():
+    X = clustered_embeddings(60, 8, 3, seed=3)
+    est = np.mean([call("density", X, mode="sampled", n_samples=10, seed=s, device="cpu") for s in range(300)], 0)
+    np.testing.assert_allclose(est, ref_density(X), atol=0.03)
+
+
+def test_density_rejects_bad_input():
+    with pytest.raises(InputError, match="mode"):
+        call("density", random_unit(4, 3, 0), mode="approx", device="cpu")
+    with pytest.raises(InputError, match="NaN"):
+        call("density", np.full((3, 2), np.nan, np.float32), device="cpu")
+    assert call("density", random_unit(1, 3, 0), device="cpu").tolist() == [0.0]
+
+
+# ---------------------------------------------------------------- gain_knn (CPU)
+@pytest.mark.parametrize("case", ["random", "clustered", "adversarial"])
+def test_gain_knn_cpu_matches_dense_reference(case):
+    inputs = {"random": [random_unit(70, 8, 0)], "clustered": [clustered_embeddings(90, 16, 4, seed=1)],
+              "adversarial": list(adversarial_inputs().values())}[case]
+    for X in inputs:
+        pen = np.random.default_rng(len(X)).uniform(0.2, 1, len(X)).astype(np.float32)
+        for k, lo, hi in ((5, 0.3, 0.9), (len(X) + 3, 0.0, 1.0)):
+            g = call("gain_knn", X, k=k, sim_min=lo, sim_max=hi, penalty=pen, block=16, device="cpu")
+            ref = ref_gain_knn(X, k, lo, hi, pen)
+            for i in range(len(X)):
+                np.testing.assert_array_equal(row(g, i), ref[i], err_msg=f"row {i} k={k}")
+            assert np.all(np.diff(g.data[g.indptr[0]:g.indptr[1]]) <= 0)
+
+
+def test_gain_knn_ties_go_to_the_lower_column_across_tiles():
+    X = np.tile(np.array([[1.0, 0.0]], np.float32), (40, 1))
+    X[:, 1] = 0.6
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    X[::2, 1] *= -1  # two groups: equal similarity to every member of the other group
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    g = call("gain_knn", X, k=3, sim_min=0.0, sim_max=0.99, block=8, device="cpu")
+    ref = ref_gain_knn(X, 3, 0.0, 0.99, np.ones(40, np.float32))
+    for i in range(40):
+        np.testing.assert_array_equal(row(g, i), ref[i])
+
+
+def test_gain_knn_isolated_and_out_of_band_rows_are_empty():
+    X = adversarial_inputs()["isolated"]
+    g = call("gain_knn", X, k=4, sim_min=0.3, sim_max=0.9, device="cpu")
+    assert g.indptr[8] - g.indptr[7] == 0
+    same = adversarial_inputs()["identical"]
+    assert call("gain_knn", same, k=4, device="cpu").nnz == 0  # s = 1 > sim_max everywhere
+    assert g.indices.dtype == np.int32 and g.indptr.dtype == np.int64 and g.data.dtype == np.float32
+
+
+def test_gain_knn_rejects_bad_input():
+    X = random_unit(5, 3, 0)
+    with pytest.raises(InputError, match="k must"):
+        call("gain_knn", X, k=0, device="cpu")
+    with pytest.raises(InputError, match="sim_min"):
+        call("gain_knn", X, k=2, sim_min=0.9, sim_max=0.1, device="cpu")
+    with pytest.raises(InputError, match="penalty"):
+        call("gain_knn", X, k=2, penalty=np.ones(4), device="cpu")
+
+
+# ---------------------------------------------------------------- sparse_diffusion (CPU)
+def test_sparse_diffusion_is_p_times_row_normalised_w():
+    X = clustered_embeddings(40, 8, 3, seed=2)
+    g = call("gain_knn", X, k=6, device="cpu")
+    seeds = np.array([[0, 5, -1], [39, -1, -1], [1, 2, 3]])
+    weights = np.array([[0.5, 0.5, 0.0], [2.0, 0, 0], [0.2, 0.3, 0.5]], np.float32)
+    T = row_normalised(g).to_dense()
+    P = np.zeros((3, 40), np.float32)
+    for b in range(3):
+        for j, w in zip(seeds[b], weights[b]):
+            if j >= 0:
+                P[b, j] += w
+    got = call("sparse_diffusion", seeds, weights, g.indptr, g.indices, g.data, 40, device="cpu")
+    np.testing.assert_allclose(got, P @ T, rtol=1e-5, atol=1e-7)
+    uniform = call("sparse_diffusion", seeds, None, g.indptr, g.indices, g.data, 40, device="cpu")
+    np.testing.assert_allclose(uniform[0], (T[0] + T[5]) / 2, rtol=1e-5, atol=1e-7)
+    raw = call("sparse_diffusion", seeds, weights, g.indptr, g.indices, g.data, 40, normalise=False, device="cpu")
+    np.testing.assert_allclose(raw, P @ g.to_dense(), rtol=1e-5, atol=1e-7)
+
+
+def test_sparse_diffusion_zero_sum_rows_stay_zero():
+    indptr = np.array([0, 2, 2, 4])
+    indices = np.array([1, 2, 0, 1])
+    data = np.array([0.0, 0.0, 1.0, 3.0], np.float32)  # row 0 sums to 0, row 1 is empty
+    got = call("sparse_diffusion", np.array([[0, 1], [2, -1]]), None, indptr, indices, data, 3, device="cpu")
+    np.testing.assert_allclose(got, [[0, 0, 0], [0.25, 0.75, 0]])
+    with pytest.raises(InputError, match="seed ids"):
+        call("sparse_diffusion", np.array([[3]]), None, indptr, indices, data, 3, device="cpu")
+
+
+def test_hub_penalty_follows_spec_step_2():
+    pen = hub_penalty(np.array([0.1, 0.3, 0.5]), beta=1.0)
+    np.testing.assert_allclose(pen, np.exp(-np.array([0.0, 0.5, 1.0])), rtol=1e-6)
+
+
+# ---------------------------------------------------------------- Triton kernels vs CPU path
+TRITON_INPUTS = {"random": random_unit(37, 8, 0), "clustered": clustered_embeddings(40, 16, 3, seed=1),
+                 **adversarial_inputs()}
+
+
+@pytest.mark.parametrize("name", sorted(TRITON_INPUTS))
+def test_triton_density_matches_cpu(name):
+    X = TRITON_INPUTS[name]
+    for kw in ({"mode": "exact"}, {"mode": "sampled", "n_samples": 9, "seed": 1}):
+        cpu = call("density", X, device="cpu", **kw)
+        tri = call("density", X, device="cpu", backend="triton", **kw)
+        np.testing.assert_allclose(tri, cpu, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(TRITON_INPUTS))
+def test_triton_gain_knn_matches_cpu(name):
+    X = TRITON_INPUTS[name]
+    pen = np.random.default_rng(2).uniform(0.3, 1, len(X)).astype(np.float32)
+    k, lo, hi = (3, 0.3, 0.9) if name != "one_hot" else (20, 0.0, 1.0)
+    cpu = call("gain_knn", X, k=k, sim_min=lo, sim_max=hi, penalty=pen, device="cpu")
+    tri = call("gain_knn", X, k=k, sim_min=lo, sim_max=hi, penalty=pen, device="cpu", backend="triton")
+    np.testing.assert_array_equal(tri.indptr, cpu.indptr)
+    np.testing.assert_array_equal(tri.indices, cpu.indices)
+    np.testing.assert_allclose(tri.data, cpu.data, rtol=1e-5)
+
+
+def test_triton_sparse_diffusion_matches_cpu():
+    X = TRITON_INPUTS["clustered"]
+    g = call("gain_knn", X, k=4, device="cpu")
+    data = g.data.copy()
+    data[g.indptr[3]:g.indptr[4]] = 0.0  # a zero-sum row
+    seeds = np.array([[0, 3, -1], [5, 6, 7], [-1, -1, -1], [3, -1, -1]])
+    for weights in (None, np.random.default_rng(0).random(seeds.shape).astype(np.float32)):
+        for normalise in (True, False):
+            cpu = call("sparse_diffusion", seeds, weights, g.indptr, g.indices, data, len(X),
+                       normalise=normalise, device="cpu")
+            tri = call("sparse_diffusion", seeds, weights, g.indptr, g.indices, data, len(X),
+                       normalise=normalise, device="cpu", backend="triton")
+            np.testing.assert_allclose(tri, cpu, rtol=1e-5, atol=1e-7)
+    assert not call("sparse_diffusion", seeds, None, g.indptr, g.indices, data, len(X), device="cpu")[3].any()
