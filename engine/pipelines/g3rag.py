@@ -1,0 +1,270 @@
+"""G3RAG: geometric gain graph retrieval, zero-token (SPEC §1).
+
+Index (``fit``): density of every passage (SPEC §1 step 1, op ``density``), hub penalty
+(step 2), the gain graph W (steps 3-5, op ``gain_knn``: top-``k`` in the similarity band
+for ``mode="knn"``; every pair with similarity in [0, 1] for ``mode="exact"``). T is W
+row-normalised (step 6), applied on the fly by op ``sparse_diffusion``.
+
+Query (``search``), two scorings:
+
+* ``scoring="mask"`` — the published algorithm (SPEC §1 query steps 1-4): seeds = the
+  ``seed_k`` passages most similar to q (or, with ``seeds="hybrid"``, the top of the
+  dense+BM25 reciprocal-rank fusion), p uniform over the seeds, ``y = pᵀT``, seeds
+  masked, result = seeds, then the top diffused passages, filled with the next most
+  relevant. Scores are tiered so that they decrease down the list: seeds ``4 + cos``,
+  diffused ``2 + y``, fill ``cos`` (or the fused rank score with hybrid seeds).
+* ``scoring="fused"`` (issue #6) — the diffused score is combined with query relevance
+  instead of masking: relevance ``r = cos(q, ·) + lexical · bm25(q, ·)/max bm25`` over the
+  ``n_candidates`` most relevant passages, seed vector ``p = softmax(r/τ)`` over them,
+  final score ``(1 − α)·p + α·pᵀT`` restricted to the candidates (``expand=True``
+  lets diffusion bring passages from outside them).
+
+``G3RAG(published=True)`` selects the published behaviour; every option can still be
+set on its own. Search is batched: one sparse product per chunk of queries.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+
+from ..corpus import Corpus
+from ..embedders import Embedder
+from ..errors import InputError
+from ..graph import CSR, check_csr, hub_penalty
+from ..ranking import PAD_ID, PAD_SCORE, reciprocal_rank_fusion, topk_rows
+from ..storage import load_arrays, save_arrays
+from .base import Pipeline
+from .bm25 import BM25
+from .dense import Dense, faiss_topk
+from .hybrid import RRF_K
+
+MODES = ("knn", "exact")
+SEEDS = ("dense", "hybrid")
+SCORINGS = ("mask", "fused")
+#: the published algorithm's query options (SPEC §1)
+PUBLISHED: dict[str, Any] = {"scoring": "mask", "seeds": "dense", "seed_k": 3}
+#: the improved defaults (issue #6), one set for every corpus
+IMPROVED: dict[str, Any] = {"scoring": "fused", "seeds": "dense", "seed_k": 3}
+#: queries per sparse product (bounds the dense [chunk, N] diffusion output)
+QUERY_CHUNK = 256
+
+
+class G3RAG(Pipeline):
+    """Geometric-gain graph retrieval (SPEC §1); see the module docstring for the options."""
+
+    name = "g3rag"
+    query_params: ClassVar[frozenset[str]] = frozenset(
+        {"seed_k", "seeds", "scoring", "alpha", "tau", "lexical", "n_candidates", "expand", "hybrid_depth"})
+    ablations: ClassVar[dict[str, dict[str, Any]]] = {
+        "published": dict(PUBLISHED),
+        "published_hybrid_seeds": {**PUBLISHED, "seeds": "hybrid"},
+        "no_graph": {"alpha": 0.0},
+        "no_lexical": {"lexical": 0.0},
+        "expand": {"expand": True},
+    }
+
+    def __init__(self, k: int = 32, sim_min: float = 0.3, sim_max: float = 0.9, beta: float = 1.0,
+                 seed_k: int | None = None, mode: str = "knn", device: str = "auto",
+                 published: bool = False, seeds: str | None = None, scoring: str | None = None,
+                 alpha: float = 0.2, tau: float = 0.05, lexical: float = 0.15, n_candidates: int = 20,
+                 expand: bool = False, hybrid_depth: int = 100, density: str = "exact",
+                 density_samples: int = 4096, progress: bool = True) -> None:
+        preset = PUBLISHED if published else IMPROVED
+        self.k, self.sim_min, self.sim_max, self.beta = int(k), float(sim_min), float(sim_max), float(beta)
+        self.mode, self.device, self.published = mode, device, bool(published)
+        self.seed_k = int(preset["seed_k"] if seed_k is None else seed_k)
+        self.seeds = preset["seeds"] if seeds is None else seeds
+        self.scoring = preset["scoring"] if scoring is None else scoring
+        self.alpha, self.tau, self.lexical = float(alpha), float(tau), float(lexical)
+        self.n_candidates, self.expand, self.hybrid_depth = int(n_candidates), bool(expand), int(hybrid_depth)
+        self.density, self.density_samples, self.progress = density, int(density_samples), bool(progress)
+        self._check_params()
+        self.X = None
+        self.graph: CSR | None = None
+        self.node_density: np.ndarray | None = None
+        self.dense = Dense()
+        self.bm25: BM25 | None = None
+
+    def _check_params(self) -> None:
+        for value, name, allowed in ((self.mode, "mode", MODES), (self.seeds, "seeds", SEEDS),
+                                     (self.scoring, "scoring", SCORINGS), (self.density, "density", ("exact", "sampled"))):
+            if value not in allowed:
+                raise InputError(f"G3RAG: {name} must be one of {allowed}, got {value!r}")
+        if self.k < 1 or self.seed_k < 1 or self.n_candidates < 1:
+            raise InputError("G3RAG: k, seed_k and n_candidates must be positive")
+        if not 0.0 <= self.alpha <= 1.0 or self.tau <= 0 or self.lexical < 0:
+            raise InputError(f"G3RAG: need 0 <= alpha <= 1, tau > 0, lexical >= 0; got {self.alpha}, "
+                             f"{self.tau}, {self.lexical}")
+
+    def get_params(self) -> dict[str, Any]:
+        return {"k": self.k, "sim_min": self.sim_min, "sim_max": self.sim_max, "beta": self.beta,
+                "seed_k": self.seed_k, "mode": self.mode, "device": self.device, "published": self.published,
+                "seeds": self.seeds, "scoring": self.scoring, "alpha": self.alpha, "tau": self.tau,
+                "lexical": self.lexical, "n_candidates": self.n_candidates, "expand": self.expand,
+                "hybrid_depth": self.hybrid_depth, "density": self.density,
+                "density_samples": self.density_samples}
+
+    # ------------------------------------------------------------------ index
+    def fit(self, X: np.ndarray, corpus: Corpus | None = None, embedder: Embedder | None = None,
+            progress: bool = False) -> "G3RAG":
+        """SPEC §1 index steps 1-6 (T is applied row-normalised at query time).
+
+        With ``corpus`` a BM25 index is also fitted (for hybrid seeds / lexical relevance).
+        """
+        from ...kernels import call
+
+        self.X = self._check_fit_inputs(X, corpus, False, self.name)
+        n = len(self.X)
+        self.node_density = call("density", self.X, mode=self.density, n_samples=self.density_samples,
+                                 device=self.device)
+        pen = hub_penalty(self.node_density, self.beta)
+        if self.mode == "exact":
+            self.graph = call("gain_knn", self.X, k=max(n - 1, 1), sim_min=0.0, sim_max=1.0, penalty=pen,
+                              device=self.device)
+        else:
+            self.graph = call("gain_knn", self.X, k=self.k, sim_min=self.sim_min, sim_max=self.sim_max,
+                              penalty=pen, device=self.device)
+        self.dense.fit(self.X)
+        self.bm25 = BM25().fit(self.X, corpus, progress=progress) if corpus is not None else None
+        return self
+
+    def save(self, directory: Path) -> None:
+        save_arrays(directory, {**self.graph.arrays(), "density": self.node_density})
+        if self.bm25 is not None:
+            self.bm25.save(directory)
+
+    @classmethod
+    def load(cls, directory: Path, params: dict[str, Any], X: np.ndarray, corpus: Corpus | None,
+             embedder: Embedder | None) -> "G3RAG":
+        """Open the saved graph memory-mapped (no refit)."""
+        self = cls(**params)
+        self.X = X
+        arrays = load_arrays(directory, ["indptr", "indices", "data", "density"])
+        self.graph = check_csr(arrays["indptr"], arrays["indices"], arrays["data"], len(X), f"{directory} graph")
+        self.node_density = arrays["density"]
+        self.dense.fit(X)
+        if (directory / "bm25s").is_dir():
+            self.bm25 = BM25.load(directory, {}, X, corpus, embedder)
+        return self
+
+    # ------------------------------------------------------------------ query
+    def search(self, Q: np.ndarray, top_k: int = 5,
+               query_texts: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """SPEC §1 query steps 1-4 (``scoring="mask"``) or the fused scoring; batched."""
+        Q = self._check_queries(Q, top_k, query_texts)
+        if query_texts is not None and len(query_texts) != len(Q):
+            raise InputError(f"{len(query_texts)} query texts for {len(Q)} query embeddings")
+        if self.seeds == "hybrid" and self.scoring == "mask":
+            if self.bm25 is None:
+                raise InputError("G3RAG: hybrid seeds need the corpus at fit time: fit(X, corpus)")
+            if query_texts is None:
+                raise InputError("G3RAG: hybrid seeds need query_texts, one per query")
+        # lexical relevance (fused scoring) is used when both the corpus and the texts are known
+        needs_text = self.bm25 is not None and query_texts is not None
+        ids = np.full((len(Q), top_k), PAD_ID, np.int64)
+        scores = np.full((len(Q), top_k), PAD_SCORE, np.float32)
+        for c0 in range(0, len(Q), QUERY_CHUNK):
+            texts = list(query_texts[c0:c0 + QUERY_CHUNK]) if needs_text else None
+            run = self._search_masked if self.scoring == "mask" else self._search_fused
+            ids[c0:c0 + QUERY_CHUNK], scores[c0:c0 + QUERY_CHUNK] = run(Q[c0:c0 + QUERY_CHUNK], top_k, texts)
+        return ids, scores
+
+    def _diffuse(self, seed_ids: np.ndarray, seed_weights: np.ndarray | None) -> np.ndarray:
+        from ...kernels import call
+
+        g = self.graph
+        return call("sparse_diffusion", seed_ids, seed_weights, g.indptr, g.indices, g.data, g.n_cols,
+                    device=self.device)
+
+    def _relevance_ranking(self, Q: np.ndarray, depth: int, texts: list[str] | None
+                           ) -> tuple[np.ndarray, np.ndarray]:
+        """Seed ranking of the masked scoring: dense cosine, or dense+BM25 RRF (``seeds="hybrid"``)."""
+        if self.seeds == "dense":
+            return faiss_topk(self.dense._index, Q, depth)
+        d_ids, _ = faiss_topk(self.dense._index, Q, max(depth, self.hybrid_depth))
+        b_ids, _ = self.bm25.scores(texts, max(depth, self.hybrid_depth))
+        fused = reciprocal_rank_fusion([d_ids, b_ids], len(self.X), k=RRF_K)
+        fused[fused == 0] = -np.inf
+        return topk_rows(fused, depth)
+
+    def _search_masked(self, Q: np.ndarray, top_k: int, texts: list[str] | None
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        """The published query (SPEC §1 query steps 1-4)."""
+        n = len(self.X)
+        seed_k = min(self.seed_k, n)
+        rank_ids, rank_scores = self._relevance_ranking(Q, min(seed_k + top_k, n), texts)
+        seeds = rank_ids[:, :seed_k]
+        y = self._diffuse(seeds, None)
+        np.put_along_axis(y, np.where(seeds >= 0, seeds, 0), -np.inf, axis=1)  # step 3: seed masking
+        y[~(y > 0)] = -np.inf  # only passages diffusion reached
+        diff_ids, diff_scores = topk_rows(y, top_k)
+        ids = np.full((len(Q), top_k), PAD_ID, np.int64)
+        scores = np.full((len(Q), top_k), PAD_SCORE, np.float32)
+        for b in range(len(Q)):
+            chosen: list[int] = []
+            tiers: list[float] = []
+            for j, s in zip(seeds[b], rank_scores[b, :seed_k]):
+                if j >= 0:
+                    chosen.append(int(j)); tiers.append(4.0 + float(s))
+            for j, s in zip(diff_ids[b], diff_scores[b]):
+                if j >= 0 and len(chosen) < top_k:
+                    chosen.append(int(j)); tiers.append(2.0 + float(s))
+            for j, s in zip(rank_ids[b, seed_k:], rank_scores[b, seed_k:]):
+                if len(chosen) >= top_k:
+                    break
+                if j >= 0 and j not in chosen:
+                    chosen.append(int(j)); tiers.append(float(s))
+            m = min(len(chosen), top_k)
+            ids[b, :m], scores[b, :m] = chosen[:m], tiers[:m]
+        return ids, scores
+
+    def _relevance(self, Q: np.ndarray, texts: list[str] | None, depth: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``depth`` passages by ``cos + lexical · bm25/max bm25`` (float32, best first)."""
+        n = len(self.X)
+        d_ids, d_scores = faiss_topk(self.dense._index, Q, min(max(depth, self.hybrid_depth), n))
+        if self.lexical == 0 or texts is None:
+            return d_ids[:, :depth], d_scores[:, :depth]
+        b_ids, b_scores = self.bm25.scores(texts, min(self.hybrid_depth, n))
+        cand = np.concatenate([d_ids, b_ids], axis=1)
+        rel = np.einsum("bd,bkd->bk", Q, self.X[np.maximum(cand, 0)])
+        top_bm25 = np.where(np.isfinite(b_scores[:, :1]) & (b_scores[:, :1] > 0), b_scores[:, :1], 1.0)
+        lex = np.zeros_like(rel)
+        for b in range(len(Q)):
+            lookup = {int(j): s / top_bm25[b, 0] for j, s in zip(b_ids[b], b_scores[b]) if j >= 0}
+            lex[b] = [lookup.get(int(j), 0.0) for j in cand[b]]
+        rel = rel + self.lexical * lex
+        rel[cand < 0] = -np.inf
+        # drop duplicate candidates (in both lists) before taking the top
+        out_ids = np.full((len(Q), depth), PAD_ID, np.int64)
+        out = np.full((len(Q), depth), PAD_SCORE, np.float32)
+        for b in range(len(Q)):
+            uniq, first = np.unique(cand[b], return_index=True)
+            keep = uniq >= 0
+            u, r = uniq[keep], rel[b, first[keep]]
+            order = np.lexsort((u, -r))[:depth]
+            out_ids[b, :len(order)], out[b, :len(order)] = u[order], r[order]
+        return out_ids, out
+
+    def _search_fused(self, Q: np.ndarray, top_k: int, texts: list[str] | None
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """Issue #6 scoring: ``(1 − α)·p + α·pᵀT`` with ``p = softmax(relevance/τ)`` on the candidates."""
+        n = len(self.X)
+        m = min(max(self.n_candidates, top_k), n)
+        cand, rel = self._relevance(Q, texts, m)
+        valid = cand >= 0
+        z = np.where(valid, np.exp((rel - rel[:, :1]) / self.tau), 0.0)
+        p = (z / z.sum(axis=1, keepdims=True)).astype(np.float32)
+        score = np.zeros((len(Q), n), np.float32)
+        rows = np.broadcast_to(np.arange(len(Q))[:, None], cand.shape)
+        score[rows[valid], cand[valid]] = (1.0 - self.alpha) * p[valid]
+        if self.alpha > 0:
+            y = self._diffuse(cand, p)
+            if not self.expand:
+                y = np.where(score > 0, y, 0.0)
+            score += self.alpha * y
+        in_list = np.zeros((len(Q), n), bool)
+        in_list[rows[valid], cand[valid]] = True
+        score[~in_list & ~(score > 0)] = -np.inf
+        return topk_rows(score, top_k)

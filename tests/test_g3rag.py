@@ -1,0 +1,135 @@
+"""G3RAG (SPEC §1): exact mode against an independent dense numpy implementation of the
+published algorithm, the scalable kNN mode, the issue-6 options, persistence."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import clustered_embeddings
+
+from hopgraph import G3RAG
+from hopgraph.engine.errors import InputError
+
+
+def published_g3rag_reference(X: np.ndarray, Q: np.ndarray, seed_k: int, top_k: int, beta: float = 1.0) -> np.ndarray:
+    """The published algorithm written densely, independent of hopgraph's kernels."""
+    X64, Q64 = X.astype(np.float64), Q.astype(np.float64)
+    n = len(X)
+    S = X64 @ X64.T
+    off = ~np.eye(n, dtype=bool)
+    dens = np.array([np.maximum(S[i, off[i]], 0).mean() for i in range(n)])
+    nd = (dens - dens.min()) / (dens.max() - dens.min() + 1e-9)
+    pen = np.exp(-beta * nd)
+    x = np.clip(S, 0, 1)
+    G = np.where((S >= 0) & (S <= 1) & off, x * np.sqrt(1 - x * x), 0.0) * pen[None, :]
+    sums = G.sum(1, keepdims=True)
+    T = np.divide(G, sums, out=np.zeros_like(G), where=sums > 0)
+    out = np.full((len(Q), top_k), -1)
+    for b, q in enumerate(Q64):
+        sims = X64 @ q
+        order = np.argsort(-sims, kind="stable")
+        seeds = list(order[:seed_k])
+        y = T[seeds].mean(0)  # p uniform over the seeds: pᵀT
+        y[seeds] = -np.inf
+        diffused = [j for j in np.argsort(-y, kind="stable") if y[j] > 0]
+        result = seeds + diffused[:max(top_k - len(seeds), 0)]
+        result += [j for j in order if j not in result]
+        out[b] = result[:top_k]
+    return out
+
+
+def data(n=120, d=24, n_q=9, seed=0):
+    X = clustered_embeddings(n, d, 6, seed=seed)
+    Q = clustered_embeddings(n_q, d, 6, seed=seed)  # same centres: queries fall in the clusters
+    return X, Q
+
+
+@pytest.mark.parametrize("seed_k,top_k", [(3, 5), (2, 8), (4, 3)])
+def test_exact_mode_reproduces_the_published_algorithm(seed_k, top_k):
+    X, Q = data()
+    pipe = G3RAG(mode="exact", published=True, seed_k=seed_k, device="cpu").fit(X)
+    ids, scores = pipe.search(Q, top_k=top_k)
+    np.testing.assert_array_equal(ids, published_g3rag_reference(X, Q, seed_k, top_k))
+    assert ids.dtype == np.int64 and scores.dtype == np.float32
+    assert np.all(np.diff(scores, axis=1) <= 0)
+
+
+def test_knn_mode_equals_exact_when_k_and_band_cover_everything():
+    X, Q = data(60)
+    exact = G3RAG(mode="exact", published=True, device="cpu").fit(X).search(Q, 6)[0]
+    knn = G3RAG(mode="knn", k=59, sim_min=0.0, sim_max=1.0, published=True, device="cpu").fit(X).search(Q, 6)[0]
+    np.testing.assert_array_equal(knn, exact)
+
+
+def test_knn_graph_shape_and_batched_search_equals_single_queries():
+    X, Q = data()
+    pipe = G3RAG(k=8, published=True, device="cpu").fit(X)
+    counts = np.diff(pipe.graph.indptr)
+    assert counts.max() <= 8 and pipe.graph.n_rows == len(X)
+    batch = pipe.search(Q, 5)[0]
+    single = np.vstack([pipe.search(q[None], 5)[0] for q in Q])
+    np.testing.assert_array_equal(batch, single)
+    assert len(set(batch[0])) == 5  # no duplicates after seed masking and filling
+
+
+def test_fill_when_diffusion_reaches_too_few_and_padding_beyond_the_corpus():
+    X = np.eye(6, dtype=np.float32)  # orthogonal passages: the gain graph has no edge
+    pipe = G3RAG(published=True, seed_k=2, device="cpu").fit(X)
+    ids, scores = pipe.search(X[[3]], top_k=8)
+    assert ids[0, 0] == 3 and sorted(ids[0, :6]) == list(range(6))
+    assert ids[0, 6:].tolist() == [-1, -1] and np.all(np.isneginf(scores[0, 6:]))
+
+
+def test_fused_scoring_keeps_relevance_first_and_uses_the_graph(demo_corpus, hashing_embedder):
+    X = hashing_embedder.encode(demo_corpus.embedding_texts())
+    texts = ["Who wrote the novel?", "Where is the river?"]
+    Q = hashing_embedder.encode(texts)
+    pipe = G3RAG(k=8, device="cpu").fit(X, demo_corpus)
+    assert pipe.scoring == "fused" and pipe.lexical > 0
+    ids, scores = pipe.search(Q, 5, query_texts=texts)
+    assert np.all(np.diff(scores, axis=1) <= 0) and np.all(ids >= 0)
+    no_graph = pipe.variant(alpha=0.0).search(Q, 5, query_texts=texts)[0]
+    dense_only = pipe.variant(alpha=0.0, lexical=0.0).search(Q, 5)[0]
+    np.testing.assert_array_equal(dense_only[:, 0], np.argmax(Q @ X.T, axis=1))
+    assert no_graph.shape == ids.shape
+    # without the corpus the fused relevance is the cosine alone
+    alone = G3RAG(k=8, device="cpu").fit(X).search(Q, 5)[0]
+    np.testing.assert_array_equal(alone, G3RAG(k=8, lexical=0.0, device="cpu").fit(X).search(Q, 5)[0])
+
+
+def test_hybrid_seeds_need_corpus_and_texts(demo_corpus, hashing_embedder):
+    X = hashing_embedder.encode(demo_corpus.embedding_texts())
+    Q = X[:2]
+    with pytest.raises(InputError, match="corpus"):
+        G3RAG(published=True, seeds="hybrid", device="cpu").fit(X).search(Q, 3, query_texts=["a", "b"])
+    pipe = G3RAG(published=True, seeds="hybrid", device="cpu").fit(X, demo_corpus)
+    with pytest.raises(InputError, match="query_texts"):
+        pipe.search(Q, 3)
+    ids, _ = pipe.search(Q, 3, query_texts=[demo_corpus.texts[0], demo_corpus.texts[1]])
+    assert ids[0, 0] == 0 and ids[1, 0] == 1
+
+
+def test_parameters_are_checked():
+    with pytest.raises(InputError, match="mode"):
+        G3RAG(mode="dense")
+    with pytest.raises(InputError, match="scoring"):
+        G3RAG(scoring="sum")
+    with pytest.raises(InputError, match="alpha"):
+        G3RAG(alpha=2.0)
+    with pytest.raises(RuntimeError, match="not fitted"):
+        G3RAG().search(np.ones((1, 3), np.float32))
+
+
+def test_save_and_load_memory_mapped(tmp_path, demo_corpus, hashing_embedder):
+    X = hashing_embedder.encode(demo_corpus.embedding_texts())
+    texts = ["Who wrote the novel?"]
+    Q = hashing_embedder.encode(texts)
+    pipe = G3RAG(k=6, device="cpu").fit(X, demo_corpus)
+    pipe.save(tmp_path)
+    loaded = G3RAG.load(tmp_path, pipe.get_params(), X, demo_corpus, None)
+    assert isinstance(loaded.graph.indices, np.memmap) or isinstance(loaded.graph.indices.base, np.memmap)
+    for variant in ({}, {"scoring": "mask", "seeds": "dense", "seed_k": 3}):
+        a = pipe.variant(**variant).search(Q, 5, query_texts=texts)
+        b = loaded.variant(**variant).search(Q, 5, query_texts=texts)
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_allclose(a[1], b[1], rtol=1e-6)
+    np.testing.assert_array_equal(loaded.node_density, pipe.node_density)
