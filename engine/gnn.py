@@ -21,8 +21,9 @@ costs only cosines between stored embeddings.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import scipy.sparse as sp
@@ -41,10 +42,12 @@ class SAGELayer(nn.Module):
         self.neigh_lin = nn.Linear(d_in, d_out, bias=False)
 
     def forward(self, h: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
-        agg = torch.zeros_like(h).index_add_(0, dst, h[src])
-        deg = torch.zeros(len(h), dtype=h.dtype).index_add_(0, dst, torch.ones(len(dst), dtype=h.dtype))
+        # W · mean(h_u) = mean(W h_u): project first, then aggregate at the (smaller) output width
+        msg = self.neigh_lin(h)
+        agg = torch.zeros_like(msg).index_add_(0, dst, msg[src])
+        deg = torch.bincount(dst, minlength=len(h)).to(h.dtype)
         agg = agg / deg.clamp_min(1.0)[:, None]
-        return torch.relu(self.self_lin(h) + self.neigh_lin(agg))
+        return torch.relu(self.self_lin(h) + agg)
 
 
 class SubgraphEncoder(nn.Module):
@@ -124,6 +127,21 @@ def ego_batch(ego: sp.csr_matrix, adj: sp.csr_matrix, features: np.ndarray, cent
                          torch.from_numpy(d_loc), torch.from_numpy(graph), len(centres))
 
 
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run torch with ``n`` intra-op threads, restoring the previous count afterwards.
+
+    The GNN works on many small tensors; on a loaded 2-core machine the thread pool's
+    synchronisation costs ~6x more than it saves, so training and encoding use one thread.
+    """
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
 def triplet_loss(a: torch.Tensor, p: torch.Tensor, n: torch.Tensor, margin: float) -> torch.Tensor:
     """SPEC §3: mean of ``max(0, D(a,p) − D(a,n) + m)`` with cosine distance on unit vectors."""
     d_ap = 1 - (a * p).sum(1)
@@ -151,8 +169,6 @@ def pretrain(encoder: SubgraphEncoder, ego: sp.csr_matrix, adj: sp.csr_matrix, f
     """Triplet pre-training (module docstring); returns the loss per step."""
     if steps < 0 or batch_size < 1:
         raise InputError(f"steps must be >= 0 and batch_size >= 1, got {steps}, {batch_size}")
-    from tqdm.auto import tqdm
-
     E = ego.shape[0]
     losses: list[float] = []
     if E < 2 or steps == 0:
@@ -161,6 +177,18 @@ def pretrain(encoder: SubgraphEncoder, ego: sp.csr_matrix, adj: sp.csr_matrix, f
     rng = np.random.default_rng(seed)
     opt = torch.optim.Adam(encoder.parameters(), lr=lr)
     encoder.train()
+    with torch_threads(1):
+        _pretrain_loop(encoder, ego, adj, features, opt, rng, losses, steps, batch_size, margin, light_drop,
+                       heavy_drop, progress, log)
+    encoder.eval()
+    return losses
+
+
+def _pretrain_loop(encoder, ego, adj, features, opt, rng, losses, steps, batch_size, margin, light_drop,
+                   heavy_drop, progress, log) -> None:
+    from tqdm.auto import tqdm
+
+    E = ego.shape[0]
     for step in tqdm(range(steps), desc="pre-train GNN (triplet)", disable=not progress, unit="step"):
         anchors = rng.integers(0, E, batch_size)
         half = batch_size // 2
@@ -175,8 +203,6 @@ def pretrain(encoder: SubgraphEncoder, ego: sp.csr_matrix, adj: sp.csr_matrix, f
         losses.append(float(loss.detach()))
         if log is not None and (step + 1) % max(steps // 10, 1) == 0:
             log(f"step {step + 1}/{steps}: triplet loss {np.mean(losses[-max(steps // 10, 1):]):.4f}")
-    encoder.eval()
-    return losses
 
 
 @torch.no_grad()
@@ -189,9 +215,10 @@ def encode_all(encoder: SubgraphEncoder, ego: sp.csr_matrix, adj: sp.csr_matrix,
     encoder.eval()
     d_out = encoder.layers[-1].self_lin.out_features
     out = np.zeros((E, d_out), np.float32)
-    for s in tqdm(range(0, E, chunk), desc="encode ego subgraphs", disable=not progress, unit="chunk"):
-        ids = np.arange(s, min(s + chunk, E))
-        out[ids] = encoder(ego_batch(ego, adj, features, ids)).numpy()
+    with torch_threads(1):
+        for s in tqdm(range(0, E, chunk), desc="encode ego subgraphs", disable=not progress, unit="chunk"):
+            ids = np.arange(s, min(s + chunk, E))
+            out[ids] = encoder(ego_batch(ego, adj, features, ids)).numpy()
     return out
 
 

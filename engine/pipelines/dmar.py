@@ -94,20 +94,20 @@ class DMAR(Pipeline):
                               "seed", "recall", "union", "lexical", "mmr", "shift", "min_query_entities",
                               "shapley_mode", "generator", "device"})
     ablations = {
-        "published": {"recall": "bm25", "union": False, "lexical": 0.0, "mmr": 0.0},
+        "published": {"recall": "bm25", "union": 0, "lexical": 0.0, "mmr": 0.0},
         "structural=False": {"structural": False},
         "reformulate=False": {"reformulate": False},
         "gate=False": {"gate": False},
         "anchors=1": {"anchors": 1},
         "recall=bm25": {"recall": "bm25"},
-        "union=False": {"union": False},
+        "union=0": {"union": 0},
         "lexical=0": {"lexical": 0.0},
         "mmr=0": {"mmr": 0.0},
     }
 
     def __init__(self, n_recall: int = 100, anchors: int = 3, p: int = 20, structural: bool = True,
                  reformulate: bool = True, gate: bool = True, lam: float = 0.5, T: int = 50, seed: int = 0,
-                 recall: str = "hybrid", union: bool = True, lexical: float = 0.5, mmr: float = 0.0,
+                 recall: str = "hybrid", union: int = 20, lexical: float = 0.5, mmr: float = 0.0,
                  shift: float = 1.0, min_query_entities: int = 1, shapley_mode: str = "independent",
                  ego_size: int = 16, max_passage_entities: int = 32, max_query_entities: int = 8,
                  gnn_steps: int = 60, edge_list: str | None = None,
@@ -121,7 +121,7 @@ class DMAR(Pipeline):
             raise InputError(f"lam must be in [0, 1], got {lam}")
         self.n_recall, self.anchors, self.p, self.T = int(n_recall), int(anchors), int(p), int(T)
         self.structural, self.reformulate, self.gate = bool(structural), bool(reformulate), bool(gate)
-        self.lam, self.seed, self.recall, self.union = float(lam), int(seed), recall, bool(union)
+        self.lam, self.seed, self.recall, self.union = float(lam), int(seed), recall, int(union)
         self.lexical, self.mmr, self.shift = float(lexical), float(mmr), float(shift)
         self.min_query_entities, self.shapley_mode = int(min_query_entities), shapley_mode
         self.ego_size, self.max_passage_entities = int(ego_size), int(max_passage_entities)
@@ -169,6 +169,7 @@ class DMAR(Pipeline):
         """(Re)train the Siamese encoder from scratch with the triplet loss and re-encode every
         ego subgraph (SPEC §3); returns the per-step losses."""
         features = entity_features(self.kg.passage_entities, self.X)
+        torch.manual_seed(self.seed if seed is None else seed)  # seeds the initial weights too
         self.encoder = SubgraphEncoder(features.shape[1])
         losses = pretrain(self.encoder, self.kg.ego, self.kg.adj, features, steps=steps,
                           seed=self.seed if seed is None else seed, progress=progress, log=log)
@@ -217,11 +218,13 @@ class DMAR(Pipeline):
         ids2, _ = faiss_topk(self.dense._index, Q2, self.p)
         t["second_stage"] += clock() - t0
         t0 = clock()
-        if self.union:
-            final = dedupe_rows(np.concatenate([cand, ids2], 1))
-            new = final[:, cand.shape[1]:]
-            fused_new, parts_new = self._dual_path(Q, query_texts, new, linked, t, only_raw=True)
-            raw = {k: np.concatenate([parts1[k], parts_new[k]], 1) for k in parts1}
+        if self.union > 0:
+            cols1, _ = topk_rows(np.where(cand >= 0, fused1, -np.inf), min(self.union, cand.shape[1]))
+            keep1 = np.where(cols1 >= 0, np.take_along_axis(cand, np.maximum(cols1, 0), 1), PAD_ID)
+            final = dedupe_rows(np.concatenate([keep1, ids2], 1))
+            _, parts_new = self._dual_path(Q, query_texts, final[:, keep1.shape[1]:], linked, t, only_raw=True)
+            raw = {k: np.concatenate([np.take_along_axis(parts1[k], np.maximum(cols1, 0), 1), parts_new[k]], 1)
+                   for k in parts1}
             fused = self._fuse(Q, final, raw, linked)
         else:
             final = ids2
@@ -340,12 +343,12 @@ class DMAR(Pipeline):
         Zd = Z[np.maximum(ent_pad, 0)].reshape(B, C * Dm, -1)
         sims = np.matmul(Zd, Zq.transpose(0, 2, 1)).reshape(B, C, Dm, G)
         sims = np.where((ent_pad >= 0).reshape(B, C, Dm, 1), sims, -np.inf).max(2)
-        best = np.where(np.isfinite(sims), sims, 0.0).astype(np.float32)
+        best = (np.where(np.isfinite(sims), sims, 0.0) * valid[..., None]).astype(np.float32)
         _, score = kernels.call("shapley_mc", torch.from_numpy(node_sets), torch.from_numpy(n_sub),
                                 torch.from_numpy(cand_nodes.astype(np.float32)), torch.from_numpy(best),
                                 lam=self.lam, T=self.T, seed=self.seed, mode=self.shapley_mode,
                                 device=self.device)
-        return score.cpu().numpy().astype(np.float32), struct_ok
+        return np.where(valid, score.cpu().numpy(), 0.0).astype(np.float32), struct_ok
 
     def _anchors(self, cand: np.ndarray, fused: np.ndarray) -> np.ndarray:
         """Top-m fused candidates, or an MMR selection when ``mmr > 0``."""

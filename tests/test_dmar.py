@@ -1,0 +1,118 @@
+"""DMAR pipeline (SPEC §3) end to end on the demo corpus, plus gate and reformulation."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hopgraph import Index, InputError
+from hopgraph.engine.gate import Gate, train_gate
+from hopgraph.engine.pipelines.dmar import DMAR, dedupe_rows, zscore
+from hopgraph.engine.reformulation import rule_texts, rule_vectors
+
+QUESTIONS = ["Who is the rector of the university that operates the observatory where comet Venn-Harlow was "
+             "discovered?", "Which engineer designed the bridge in the home city of Peter Harlow?"]
+
+
+@pytest.fixture(scope="module")
+def fitted(demo_corpus, hashing_embedder):
+    X = hashing_embedder.encode(demo_corpus.embedding_texts())
+    Q = hashing_embedder.encode(QUESTIONS)
+    return DMAR(gnn_steps=5).fit(X, demo_corpus, hashing_embedder), X, Q
+
+
+def test_search_shapes_and_ablations(fitted, demo_corpus):
+    pipe, X, Q = fitted
+    ids, scores = pipe.search(Q, top_k=5, query_texts=QUESTIONS)
+    assert ids.shape == scores.shape == (2, 5)
+    assert ((ids >= 0) & (ids < len(demo_corpus))).all()
+    assert all(len(set(r)) == 5 for r in ids) and np.all(np.diff(scores, axis=1) <= 1e-6)
+    assert pipe.timings["structural"] > 0
+    for name, overrides in DMAR.ablations.items():
+        v_ids, _ = pipe.variant(**overrides).search(Q, top_k=5, query_texts=QUESTIONS)
+        assert v_ids.shape == (2, 5), name
+    # k larger than the final pool pads
+    ids, scores = pipe.variant(union=0, p=3).search(Q, top_k=6, query_texts=QUESTIONS)
+    assert (ids[:, 3:] == -1).all() and np.isneginf(scores[:, 3:]).all()
+
+
+def test_structural_path_changes_scores_and_is_seeded(fitted):
+    pipe, X, Q = fitted
+    s1 = pipe.search(Q, 5, QUESTIONS)[1]
+    assert np.array_equal(s1, pipe.search(Q, 5, QUESTIONS)[1])
+    s0 = pipe.variant(structural=False).search(Q, 5, QUESTIONS)[1]
+    assert not np.allclose(s0, s1)
+    cand = np.array([[0, 1, 4, 10, -1]])
+    score, ok = pipe._structural(cand, pipe.kg.link_queries([QUESTIONS[0]]))
+    assert ok[0, :4].all() and not ok[0, 4] and score[0, 4] == 0
+    assert score[0, 0] > score[0, 3]  # passage 0 (Marisol Venn, comet Venn-Harlow) is on the chain
+
+
+def test_save_load_round_trip(fitted, tmp_path, demo_corpus, hashing_embedder):
+    pipe, X, Q = fitted
+    pipe.save(tmp_path)
+    back = DMAR.load(tmp_path, pipe.get_params(), X, demo_corpus, hashing_embedder)
+    assert isinstance(back.subgraph_emb, np.memmap)
+    for a, b in zip(pipe.search(Q, 5, QUESTIONS), back.search(Q, 5, QUESTIONS)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_index_facade_and_generator(demo_corpus, hashing_embedder):
+    index = Index.build(demo_corpus, embedder=hashing_embedder, pipelines=["dmar"], progress=False,
+                        params={"dmar": {"gnn_steps": 2}})
+    hits = index.search(QUESTIONS, pipeline="dmar", k=3)
+    assert [len(h) for h in hits] == [3, 3]
+    calls = []
+
+    def generator(question, snippets):
+        calls.append(len(snippets))
+        return question + " " + " ".join(snippets)
+
+    hits = index.search(QUESTIONS, pipeline="dmar", k=3, generator=generator)
+    assert calls == [3, 3] and len(hits[0]) == 3
+
+
+def test_bad_parameters():
+    with pytest.raises(InputError, match="recall"):
+        DMAR(recall="tfidf")
+    with pytest.raises(InputError, match="anchors"):
+        DMAR(anchors=0)
+    with pytest.raises(InputError, match="lam"):
+        DMAR(lam=1.5)
+    with pytest.raises(InputError, match="corpus"):
+        DMAR().fit(np.eye(3, dtype=np.float32))
+
+
+def test_helpers():
+    z = zscore(np.array([[1.0, 2.0, 3.0, 100.0]]), np.array([[True, True, True, False]]))
+    np.testing.assert_allclose(z, [[-1.2247449, 0, 1.2247449, 0]], atol=1e-6)
+    np.testing.assert_array_equal(dedupe_rows(np.array([[3, 1, 3, -1, 1, 2]])), [[3, 1, -1, -1, -1, 2]])
+
+
+def test_gate_untrained_equal_then_learns():
+    g = np.random.default_rng(0)
+    B, C, d = 40, 12, 6
+    gate = Gate(d)
+    q = g.standard_normal((B, d)).astype(np.float32)
+    docs = g.standard_normal((B, C, d)).astype(np.float32)
+    np.testing.assert_array_equal(gate.weights(q, docs), np.full((B, C, 2), 0.5, np.float32))
+    gold = np.zeros((B, C), bool)
+    gold[:, 0] = True
+    z_struct = g.standard_normal((B, C)).astype(np.float32)
+    z_struct[:, 0] += 3  # the structural score finds the gold passage, the semantic one does not
+    z_sem = g.standard_normal((B, C)).astype(np.float32)
+    losses = train_gate(gate, q, docs, z_sem, z_struct, gold, np.ones((B, C), bool), epochs=60)
+    assert losses[-1] < losses[0]
+    assert gate.weights(q, docs)[..., 1].mean() > 0.6 and gate.trained
+    back = Gate.from_arrays(gate.arrays())
+    np.testing.assert_allclose(back.weights(q, docs), gate.weights(q, docs))
+    with pytest.raises(InputError, match="gold"):
+        train_gate(gate, q, docs, z_sem, z_struct, np.zeros((B, C), bool), np.ones((B, C), bool))
+
+
+def test_rule_reformulation(demo_corpus):
+    Q = np.array([[1.0, 0.0, 0.0]], np.float32)
+    X = np.array([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], np.float32)
+    out = rule_vectors(Q, X, np.array([[0, -1]]), shift=1.0)
+    np.testing.assert_allclose(out, [[0.70710677, 0.70710677, 0]], atol=1e-6)
+    np.testing.assert_allclose(rule_vectors(Q, X, np.array([[-1, -1]])), Q)
+    assert rule_texts(["Q?"], demo_corpus, np.array([[0, 0, -1]])) == ["Q? Marisol Venn"]
