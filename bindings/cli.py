@@ -77,6 +77,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def cmd_train_gnn(args: argparse.Namespace) -> int:
+    from .dmar_training import train_gnn_index
+
+    r = train_gnn_index(args.index, steps=args.steps, seed=args.seed, embedder=args.embedder,
+                        progress=not args.quiet)
+    print(f"trained the DMAR GNN ({r['steps']} steps, {r['n_subgraphs']} subgraphs) in {r['seconds']:.1f} s: "
+          f"triplet loss {r['first_loss']:.4f} -> {r['last_loss']:.4f}; saved in {args.index}")
+    return 0
+
+
+def cmd_train_gate(args: argparse.Namespace) -> int:
+    from .dmar_training import train_gate_index
+
+    r = train_gate_index(args.index, args.questions, holdout=args.holdout, seed=args.seed, k=args.k,
+                         embedder=args.embedder, progress=not args.quiet)
+    k = args.k
+    print(f"trained the DMAR gate on {r['n_train']} questions; held-out split ({r['n_held_out']} questions) "
+          f"Recall@{k}: untrained {r[f'held_out_recall@{k}_untrained']:.3f}, "
+          f"trained {r[f'held_out_recall@{k}_trained']:.3f}; saved in {args.index}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -126,6 +148,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", help="write a bar chart of Recall@k per pipeline to this PNG")
     common(p)
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("train-gnn", help="pre-train DMAR's Siamese GNN (triplet loss) inside an index")
+    p.add_argument("index", help="index directory (dmar is fitted first if missing)")
+    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--seed", type=int, default=0)
+    common(p, embedder_default=None)
+    p.set_defaults(func=cmd_train_gnn)
+
+    p = sub.add_parser("train-gate", help="train DMAR's fusion gate on questions with gold passages")
+    p.add_argument("index", help="index directory (dmar is fitted first if missing)")
+    p.add_argument("questions", help="questions.jsonl with gold_ids")
+    p.add_argument("--holdout", type=float, default=0.2, help="held-out fraction reported (default 0.2)")
+    p.add_argument("--k", type=int, default=5)
+    p.add_argument("--seed", type=int, default=0)
+    common(p, embedder_default=None)
+    p.set_defaults(func=cmd_train_gate)
 
     p = sub.add_parser("demo", help="index the bundled demo corpus and query every pipeline")
     common(p)

@@ -7,7 +7,8 @@ Training (:func:`train_gate`, used by ``hopgraph train-gate``): questions with g
 passages; for each question, its stage-1 candidates with their z-scored semantic and
 structural scores. The loss is the listwise softmax cross-entropy of the fused scores
 ``α z_sem + β z_struct`` against the uniform distribution over the gold candidates
-(questions with no gold candidate are skipped). Adam, seeded, full batch.
+(questions with no gold candidate are skipped). A fixed ``offset`` (DMAR's optional lexical
+term) is added to the fused scores. Adam, seeded, full batch.
 """
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ class Gate(nn.Module):
 
 
 def train_gate(gate: Gate, q: np.ndarray, d: np.ndarray, z_sem: np.ndarray, z_struct: np.ndarray,
-               gold: np.ndarray, valid: np.ndarray, epochs: int = 200, lr: float = 3e-3, seed: int = 0,
+               gold: np.ndarray, valid: np.ndarray, offset: np.ndarray | None = None, epochs: int = 200,
+               lr: float = 3e-3, seed: int = 0,
                log: Callable[[str], None] | None = None) -> list[float]:
     """Fit the gate (module docstring). Shapes: q [B, dim], d [B, C, dim], z_* / gold / valid [B, C]."""
     if not (q.ndim == 2 and d.ndim == 3 and z_sem.shape == z_struct.shape == gold.shape == valid.shape == d.shape[:2]):
@@ -72,13 +74,14 @@ def train_gate(gate: Gate, q: np.ndarray, d: np.ndarray, z_sem: np.ndarray, z_st
     torch.manual_seed(seed)
     t = lambda a, dt=torch.float32: torch.from_numpy(np.ascontiguousarray(a[has_gold])).to(dt)  # noqa: E731
     Q, D, zs, zt, G, V = t(q), t(d), t(z_sem), t(z_struct), t(gold & valid), t(valid, torch.bool)
+    off = t(offset) if offset is not None else torch.zeros_like(zs)
     target = G / G.sum(1, keepdim=True)
     opt = torch.optim.Adam(gate.parameters(), lr=lr)
     losses = []
     gate.train()
     for epoch in range(epochs):
         w = gate(Q, D)
-        fused = w[..., 0] * zs + w[..., 1] * zt
+        fused = w[..., 0] * zs + w[..., 1] * zt + off
         logp = torch.log_softmax(fused.masked_fill(~V, -1e4), dim=1)
         loss = -(target * logp).sum(1).mean()
         opt.zero_grad()

@@ -236,6 +236,25 @@ class DMAR(Pipeline):
         self.timings = t
         return ids, np.where(ids >= 0, scores, PAD_SCORE).astype(np.float32)
 
+    def gate_training_data(self, Q: np.ndarray, query_texts: Sequence[str], gold_rows: Sequence[Sequence[int]]
+                           ) -> dict[str, np.ndarray]:
+        """Stage-1 inputs of :func:`hopgraph.engine.gate.train_gate` for questions with gold rows:
+        ``q, d, z_sem, z_struct, gold, valid, offset`` (offset = the lexical term, fixed)."""
+        Q = self._check_queries(Q, 1, query_texts)
+        t = {k: 0.0 for k in ("structural", "fusion")}
+        cand = self._recall(Q, query_texts)
+        linked = self.kg.link_queries(query_texts) if self.structural else [np.zeros(0, np.int32)] * len(Q)
+        _, raw = self._dual_path(Q, query_texts, cand, linked, t, only_raw=True)
+        valid = cand >= 0
+        query_ok = np.asarray([len(g) >= self.min_query_entities for g in linked])[:, None] & self.structural
+        gold = np.zeros(cand.shape, bool)
+        for b, rows in enumerate(gold_rows):
+            gold[b] = np.isin(cand[b], np.asarray(rows)) & valid[b]
+        offset = self.lexical * zscore(raw["lex"], valid) if self.lexical else np.zeros(cand.shape, np.float32)
+        return {"q": Q, "d": np.asarray(self.X)[np.where(valid, cand, 0)], "z_sem": zscore(raw["sem"], valid),
+                "z_struct": zscore(raw["struct"], valid & raw["struct_ok"]) * query_ok, "gold": gold,
+                "valid": valid, "offset": offset}
+
     def _recall(self, Q: np.ndarray, texts: Sequence[str]) -> np.ndarray:
         if self.recall == "hybrid":
             ids, _ = hybrid_ranking(self.dense, self.bm25, Q, texts, self.n_recall, depth=self.n_recall)
