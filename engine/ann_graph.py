@@ -45,8 +45,11 @@ from .graph import CSR, csr_from_topk
 CELL_SIZE = 512
 #: cells probed per cell (its own and the nprobe - 1 nearest centroids)
 DEFAULT_NPROBE = 8
-#: G3RAG ``mode="auto"`` uses this ANN graph from this many passages up
+#: G3RAG ``mode="auto"`` uses this ANN graph on the CPU from this many passages up
+#: (below it the exact blocked kernel takes under a minute here; above it O(N²) grows fast)
 ANN_MIN_N = 50_000
+#: G3RAG ``density="auto"`` uses the sampled density estimate from this many passages up
+SAMPLED_DENSITY_MIN_N = 50_000
 #: k-means training sample: at most this many points per centroid
 KMEANS_POINTS_PER_CENTROID = 64
 KMEANS_NITER = 12
@@ -73,6 +76,23 @@ class IVFCells:
 
     def candidates(self, c: int) -> np.ndarray:
         return np.sort(np.concatenate([self.rows(p) for p in np.unique(self.probes[c])]))
+
+
+def graph_mode(mode: str, n: int, device: str) -> str:
+    """G3RAG graph construction actually used: ``"auto"`` → ``"ann"`` on the CPU from
+    :data:`ANN_MIN_N` passages up (on CUDA the blocked brute-force Triton kernel), else ``"knn"``."""
+    if mode != "auto":
+        return mode
+    from ..kernels.dispatch import resolve_device
+
+    return "ann" if n >= ANN_MIN_N and resolve_device(device) == "cpu" else "knn"
+
+
+def density_mode(density: str, n: int) -> str:
+    """``"auto"`` → ``"sampled"`` from :data:`SAMPLED_DENSITY_MIN_N` passages up, else ``"exact"``."""
+    if density != "auto":
+        return density
+    return "sampled" if n >= SAMPLED_DENSITY_MIN_N else "exact"
 
 
 def default_nlist(n: int) -> int:

@@ -3,7 +3,11 @@
 Index (``fit``): density of every passage (SPEC §1 step 1, op ``density``), hub penalty
 (step 2), the gain graph W (steps 3-5, op ``gain_knn``: top-``k`` in the similarity band
 for ``mode="knn"``; every pair with similarity in [0, 1] for ``mode="exact"``). T is W
-row-normalised (step 6), applied on the fly by op ``sparse_diffusion``.
+row-normalised (step 6), applied on the fly by op ``sparse_diffusion``. At scale (issue 5)
+``mode="auto"`` (default) builds W with ``"ann"`` — faiss IVF candidates rescored exactly
+by the same epilogue, :mod:`hopgraph.engine.ann_graph` — on the CPU from ``ANN_MIN_N`` =
+50,000 passages up (``"knn"`` below, and on CUDA); ``density="auto"`` (default) uses the
+sampled density estimate from ``SAMPLED_DENSITY_MIN_N`` = 50,000 passages up.
 
 Query (``search``), two scorings:
 
@@ -31,6 +35,7 @@ import numpy as np
 
 from ..corpus import Corpus
 from ..embedders import Embedder
+from ..ann_graph import ann_gain_knn, density_mode, graph_mode
 from ..errors import InputError
 from ..graph import CSR, check_csr, hub_penalty
 from ..ranking import PAD_ID, PAD_SCORE, reciprocal_rank_fusion, topk_rows
@@ -40,7 +45,8 @@ from .bm25 import BM25
 from .dense import Dense, faiss_topk
 from .hybrid import RRF_K
 
-MODES = ("knn", "exact")
+#: "ann" / "auto" (issue 5): IVF candidates rescored exactly, see hopgraph.engine.ann_graph
+MODES = ("knn", "exact", "ann", "auto")
 SEEDS = ("dense", "hybrid")
 SCORINGS = ("mask", "fused")
 #: the published algorithm's query options (SPEC §1)
@@ -66,10 +72,10 @@ class G3RAG(Pipeline):
     }
 
     def __init__(self, k: int = 32, sim_min: float = 0.3, sim_max: float = 0.9, beta: float = 1.0,
-                 seed_k: int | None = None, mode: str = "knn", device: str = "auto",
+                 seed_k: int | None = None, mode: str = "auto", device: str = "auto",
                  published: bool = False, seeds: str | None = None, scoring: str | None = None,
                  alpha: float = 0.2, tau: float = 0.05, lexical: float = 0.15, n_candidates: int = 20,
-                 expand: bool = False, hybrid_depth: int = 100, density: str = "exact",
+                 expand: bool = False, hybrid_depth: int = 100, density: str = "auto",
                  density_samples: int = 4096, progress: bool = True) -> None:
         preset = PUBLISHED if published else IMPROVED
         self.k, self.sim_min, self.sim_max, self.beta = int(k), float(sim_min), float(sim_max), float(beta)
@@ -89,7 +95,7 @@ class G3RAG(Pipeline):
 
     def _check_params(self) -> None:
         for value, name, allowed in ((self.mode, "mode", MODES), (self.seeds, "seeds", SEEDS),
-                                     (self.scoring, "scoring", SCORINGS), (self.density, "density", ("exact", "sampled"))):
+                                     (self.scoring, "scoring", SCORINGS), (self.density, "density", ("exact", "sampled", "auto"))):
             if value not in allowed:
                 raise InputError(f"G3RAG: {name} must be one of {allowed}, got {value!r}")
         if self.k < 1 or self.seed_k < 1 or self.n_candidates < 1:
@@ -117,10 +123,13 @@ class G3RAG(Pipeline):
 
         self.X = self._check_fit_inputs(X, corpus, False, self.name)
         n = len(self.X)
-        self.node_density = call("density", self.X, mode=self.density, n_samples=self.density_samples,
-                                 device=self.device)
+        self.node_density = call("density", self.X, mode=density_mode(self.density, n),
+                                 n_samples=self.density_samples, device=self.device)
         pen = hub_penalty(self.node_density, self.beta)
-        if self.mode == "exact":
+        mode = graph_mode(self.mode, n, self.device)
+        if mode == "ann":
+            self.graph = ann_gain_knn(self.X, self.k, self.sim_min, self.sim_max, pen, progress=progress)
+        elif mode == "exact":
             self.graph = call("gain_knn", self.X, k=max(n - 1, 1), sim_min=0.0, sim_max=1.0, penalty=pen,
                               device=self.device)
         else:
