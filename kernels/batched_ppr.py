@@ -58,6 +58,18 @@ def dangling_columns(indices: np.ndarray, data: np.ndarray, n: int) -> np.ndarra
     return out == 0
 
 
+def prepare(P, priors, d: float, region=None):
+    """Validated inputs of both paths: ``(indptr, indices, data, n, priors, region)`` with
+    priors as a float32/float64 tensor [B, N] and region as a bool tensor or None."""
+    indptr, indices, data, n = as_csr_arrays(P)
+    if not 0.0 < d < 1.0:
+        raise ValueError(f"damping d must lie in (0, 1), got {d}")
+    p, r = check_priors(priors, n, region)
+    if p.dtype not in (torch.float32, torch.float64):
+        p = p.to(torch.float32)
+    return indptr, indices, data, n, p, r
+
+
 def check_priors(priors, n: int, region=None) -> tuple[torch.Tensor, torch.Tensor | None]:
     p = priors if isinstance(priors, torch.Tensor) else torch.from_numpy(np.asarray(priors))
     if p.ndim != 2 or p.shape[1] != n:
@@ -135,12 +147,7 @@ def spmm_accumulate(A: sp.csr_matrix) -> Callable[[np.ndarray, np.ndarray], None
 def batched_ppr(P, priors, d: float = 0.85, tol: float = 1e-6, max_iter: int = 100, region=None,
                 device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """CPU path (scipy CSR × dense block per iteration); see the module docstring."""
-    indptr, indices, data, n = as_csr_arrays(P)
-    if not 0.0 < d < 1.0:
-        raise ValueError(f"damping d must lie in (0, 1), got {d}")
-    p, r = check_priors(priors, n, region)
-    if p.dtype not in (torch.float32, torch.float64):
-        p = p.to(torch.float32)
+    indptr, indices, data, n, p, r = prepare(P, priors, d, region)
     B = p.shape[0]
     if B == 0:
         return torch.zeros((0, n), dtype=p.dtype), torch.zeros(0, dtype=torch.int64)

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .batched_ppr import as_csr_arrays, check_priors, dangling_columns, power_iterate
+from .batched_ppr import dangling_columns, power_iterate, prepare
 
 BLOCK_NNZ = 32
 BLOCK_B = 16
@@ -47,14 +47,9 @@ def _ppr_step_kernel(indptr_ptr, indices_ptr, data_ptr, x_ptr, c_ptr, mask_ptr, 
 def batched_ppr_triton(P, priors, d: float = 0.85, tol: float = 1e-6, max_iter: int = 100, region=None,
                        device: str = "cuda") -> tuple[torch.Tensor, torch.Tensor]:
     """Triton path; tensors live on ``device`` (CPU tensors under TRITON_INTERPRET=1)."""
-    indptr, indices, data, n = as_csr_arrays(P)
-    if not 0.0 < d < 1.0:
-        raise ValueError(f"damping d must lie in (0, 1), got {d}")
-    p, r = check_priors(priors, n, region)
+    indptr, indices, data, n, p, r = prepare(P, priors, d, region)
     B = p.shape[0]
     dev = torch.device("cuda" if device == "cuda" else "cpu")
-    if p.dtype not in (torch.float32, torch.float64):
-        p = p.to(torch.float32)
     if B == 0:
         return torch.zeros((0, n), dtype=p.dtype, device=dev), torch.zeros(0, dtype=torch.int64)
     t_indptr = torch.from_numpy(np.asarray(indptr, np.int64)).to(dev)

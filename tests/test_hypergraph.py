@@ -1,0 +1,119 @@
+"""Topic hypergraph arrays (SPEC §2 "Index"): CSR both ways, groups, φ-induced chunk graph,
+shared text embeddings, save/load memory-mapped."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hopgraph import HashingEmbedder
+from hopgraph.engine.corpus import Corpus
+from hopgraph.engine.errors import InputError
+from hopgraph.engine.extraction import extract
+from hopgraph.engine.hypergraph import (TopicHypergraph, build_hypergraph, embed_texts, group_pairs, pack_strings,
+                                        unpack_strings)
+
+
+def corpus() -> Corpus:
+    return Corpus.from_records([
+        {"id": "0", "title": "Alpha Lab", "text": "Alpha Lab was founded by Ada Stone in 1950. It is in Bern."},
+        {"id": "1", "title": "Ada Stone", "text": "Ada Stone was a chemist from Bern. She founded Alpha Lab."},
+        {"id": "2", "title": "Bern", "text": "Bern is a city. Many people live there."},
+        {"id": "3", "title": "", "text": "nothing named here"},
+    ])
+
+
+class CountingEmbedder(HashingEmbedder):
+    def __init__(self) -> None:
+        super().__init__(32)
+        self.seen: list[str] = []
+
+    def encode(self, texts, batch_size=64, progress=False):
+        self.seen += list(texts)
+        return super().encode(texts, batch_size, progress)
+
+
+@pytest.fixture(scope="module")
+def built():
+    c = corpus()
+    emb = CountingEmbedder()
+    X = emb.encode(c.embedding_texts())
+    emb.seen.clear()
+    ex = extract(c)
+    H = build_hypergraph(ex, embed_texts(ex.texts, c, X, emb), max_group_chunks=64)
+    return c, X, emb, ex, H
+
+
+def test_texts_embedded_once_and_title_states_reuse_chunk_rows(built):
+    c, X, emb, ex, H = built
+    assert len(emb.seen) == len(set(emb.seen))
+    assert not set(emb.seen) & set(c.embedding_texts())
+    names = H.names()
+    v = np.flatnonzero((H.node_chunk == 1) & (H.node_group == names.index("ada stone")))[0]
+    np.testing.assert_array_equal(H.text_emb[H.node_text[v]], X[1])
+
+
+def test_incidence_csr_both_ways(built):
+    _, _, _, ex, H = built
+    pairs_edge = {(e, int(v)) for e in range(H.n_edges) for v in H.edge_nodes[H.edge_indptr[e]:H.edge_indptr[e + 1]]}
+    pairs_node = {(int(e), v) for v in range(H.n_nodes) for e in H.node_edges[H.node_indptr[v]:H.node_indptr[v + 1]]}
+    assert pairs_edge == pairs_node == set(zip(ex.mention_topic.tolist(), ex.mention_node.tolist()))
+    np.testing.assert_array_equal(H.edge_nodes[H.node_incidence], np.repeat(np.arange(H.n_nodes),
+                                                                           np.diff(H.node_indptr)))
+
+
+def test_groups_chunks_and_sizes(built):
+    _, _, _, _, H = built
+    assert H.group_size.sum() == H.n_nodes and (H.group_size >= 1).all()
+    for g in range(H.n_groups):
+        members = H.group_nodes[H.group_indptr[g]:H.group_indptr[g + 1]]
+        assert (H.node_group[members] == g).all() and len(members) == H.group_size[g]
+    for c in range(H.n_chunks):
+        assert (H.node_chunk[H.chunk_node_indptr[c]:H.chunk_node_indptr[c + 1]] == c).all()
+    np.testing.assert_array_equal(H.chunk_t, np.arange(4))
+    np.testing.assert_allclose(H.group_alpha().mean(), 1.0, rtol=1e-6)
+
+
+def test_chunk_graph_links_chunks_sharing_a_name(built):
+    _, _, _, _, H = built
+    P = H.transition().toarray()
+    col = P.sum(0)
+    assert np.allclose(col[col > 0], 1.0)
+    # 0, 1, 2 share names (alpha lab, ada stone, bern); 3 holds none -> dangling
+    assert col[3] == 0 and (col[:3] > 0).all()
+    assert P[1, 0] > 0 and P[0, 1] > 0 and P[2, 0] > 0 and P[0, 0] == 0
+
+
+def test_max_group_chunks_drops_hub_names(built):
+    _, _, _, ex, _ = built
+    H2 = build_hypergraph(ex, np.ones((len(ex.texts), 4), np.float32) / 2, max_group_chunks=2)
+    big = [g for g in range(H2.n_groups) if H2.group_size[g] > 2]
+    assert big  # "bern" is in three chunks
+    assert H2.transition().nnz < build_hypergraph(ex, np.ones((len(ex.texts), 4), np.float32) / 2).transition().nnz
+    with pytest.raises(InputError, match="max_group_chunks"):
+        build_hypergraph(ex, np.ones((len(ex.texts), 4), np.float32) / 2, max_group_chunks=1)
+    with pytest.raises(InputError, match="text embeddings"):
+        build_hypergraph(ex, np.ones((2, 4), np.float32))
+
+
+def test_group_pairs_bruteforce():
+    indptr = np.array([0, 1, 3, 6, 10])
+    members = np.arange(10) * 10
+    a, b, size = group_pairs(indptr, members, max_size=3)
+    expect = {(x, y) for lo, hi in [(1, 3), (3, 6)] for x in members[lo:hi] for y in members[lo:hi] if x != y}
+    assert set(zip(a.tolist(), b.tolist())) == expect and len(a) == len(expect)
+    assert set(size.tolist()) == {2, 3}
+
+
+def test_strings_roundtrip():
+    s = ["", "abc", "Zürich ✓", "x y"]
+    assert unpack_strings(*pack_strings(s)) == s
+    assert unpack_strings(*pack_strings([])) == []
+
+
+def test_save_load_memory_mapped(built, tmp_path):
+    _, _, _, _, H = built
+    H.save(tmp_path / "h")
+    L = TopicHypergraph.load(tmp_path / "h")
+    assert isinstance(L.text_emb, np.memmap) and L.n_chunks == H.n_chunks
+    assert L.names() == H.names()
+    assert (L.transition() != H.transition()).nnz == 0
