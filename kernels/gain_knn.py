@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from typing import Callable
 
 import numpy as np
@@ -68,7 +69,9 @@ def as_embedding_tensor(X, name: str) -> torch.Tensor:
     if isinstance(X, torch.Tensor):
         t = X.detach().to("cpu", torch.float32)
     else:
-        t = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))
+        with warnings.catch_warnings():  # read-only (memory-mapped) X: the kernels never write to it
+            warnings.simplefilter("ignore", UserWarning)
+            t = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))
     if t.ndim != 2:
         raise InputError(f"{name} must be a 2-D [N, d] array, got shape {tuple(t.shape)}")
     if t.numel() and not bool(torch.isfinite(t).all()):

@@ -79,21 +79,43 @@ def test_fill_when_diffusion_reaches_too_few_and_padding_beyond_the_corpus():
     assert ids[0, 6:].tolist() == [-1, -1] and np.all(np.isneginf(scores[0, 6:]))
 
 
-def test_fused_scoring_keeps_relevance_first_and_uses_the_graph(demo_corpus, hashing_embedder):
+def test_fused_scoring_is_relevance_plus_normalised_graph_support():
+    X = clustered_embeddings(120, 24, 6, seed=0, noise=0.2)  # within-cluster similarity ≈ 0.7: in the band
+    Q = clustered_embeddings(9, 24, 6, seed=0, noise=0.2)
+    pipe = G3RAG(k=8, gamma=0.05, tau=0.05, n_candidates=15, device="cpu").fit(X)
+    assert pipe.scoring == "fused"
+    ids, scores = pipe.search(Q, 6)
+    from hopgraph.engine.graph import row_normalised
+
+    T = row_normalised(pipe.graph).to_dense().astype(np.float64)
+    for b, q in enumerate(Q.astype(np.float64)):
+        cos = X.astype(np.float64) @ q
+        cand = np.argsort(-cos, kind="stable")[:15]
+        p = np.exp((cos[cand] - cos[cand[0]]) / 0.05)
+        p /= p.sum()
+        y = p @ T[cand]
+        assert y[cand].max() > 0
+        final = cos[cand] + 0.05 * y[cand] / y[cand].max()
+        expected = cand[np.argsort(-final, kind="stable")[:6]]
+        np.testing.assert_array_equal(ids[b], expected)
+        np.testing.assert_allclose(scores[b], np.sort(final)[::-1][:6], rtol=1e-5)
+    no_graph = pipe.variant(gamma=0.0).search(Q, 6)[0]
+    np.testing.assert_array_equal(no_graph, np.argsort(-(Q @ X.T), axis=1, kind="stable")[:, :6])
+
+
+def test_fused_scoring_uses_bm25_only_with_corpus_and_texts(demo_corpus, hashing_embedder):
     X = hashing_embedder.encode(demo_corpus.embedding_texts())
     texts = ["Who wrote the novel?", "Where is the river?"]
     Q = hashing_embedder.encode(texts)
     pipe = G3RAG(k=8, device="cpu").fit(X, demo_corpus)
-    assert pipe.scoring == "fused" and pipe.lexical > 0
-    ids, scores = pipe.search(Q, 5, query_texts=texts)
-    assert np.all(np.diff(scores, axis=1) <= 0) and np.all(ids >= 0)
-    no_graph = pipe.variant(alpha=0.0).search(Q, 5, query_texts=texts)[0]
-    dense_only = pipe.variant(alpha=0.0, lexical=0.0).search(Q, 5)[0]
-    np.testing.assert_array_equal(dense_only[:, 0], np.argmax(Q @ X.T, axis=1))
-    assert no_graph.shape == ids.shape
-    # without the corpus the fused relevance is the cosine alone
+    with_text = pipe.search(Q, 5, query_texts=texts)
+    without = pipe.search(Q, 5)
+    assert np.all(np.diff(with_text[1], axis=1) <= 0) and np.all(with_text[0] >= 0)
+    np.testing.assert_array_equal(without[0], pipe.variant(lexical=0.0).search(Q, 5, query_texts=texts)[0])
+    expand = pipe.variant(expand=True).search(Q, 5, query_texts=texts)
+    assert expand[0].shape == (2, 5)
     alone = G3RAG(k=8, device="cpu").fit(X).search(Q, 5)[0]
-    np.testing.assert_array_equal(alone, G3RAG(k=8, lexical=0.0, device="cpu").fit(X).search(Q, 5)[0])
+    np.testing.assert_array_equal(alone, without[0])
 
 
 def test_hybrid_seeds_need_corpus_and_texts(demo_corpus, hashing_embedder):
@@ -113,8 +135,8 @@ def test_parameters_are_checked():
         G3RAG(mode="dense")
     with pytest.raises(InputError, match="scoring"):
         G3RAG(scoring="sum")
-    with pytest.raises(InputError, match="alpha"):
-        G3RAG(alpha=2.0)
+    with pytest.raises(InputError, match="gamma"):
+        G3RAG(gamma=-1.0)
     with pytest.raises(RuntimeError, match="not fitted"):
         G3RAG().search(np.ones((1, 3), np.float32))
 

@@ -18,10 +18,12 @@ Query (``search``), two scorings:
   relevant. Scores are tiered so that they decrease down the list: seeds ``4 + cos``,
   diffused ``2 + y``, fill ``cos`` (or the fused rank score with hybrid seeds).
 * ``scoring="fused"`` (issue #6) — the diffused score is combined with query relevance
-  instead of masking: relevance ``r = cos(q, ·) + lexical · bm25(q, ·)/max bm25`` over the
-  ``n_candidates`` most relevant passages, seed vector ``p = softmax(r/τ)`` over them,
-  final score ``(1 − α)·p + α·pᵀT`` restricted to the candidates (``expand=True``
-  lets diffusion bring passages from outside them).
+  instead of masking: relevance ``r = cos(q, ·) + lexical · bm25(q, ·)/max bm25`` (the
+  lexical term when the corpus was given to ``fit`` and the texts to ``search``) over the
+  ``n_candidates`` most relevant passages; seed vector ``p = softmax(r/τ)`` over them;
+  ``y = pᵀT``; final score ``r + γ · y / max y`` (γ in cosine units: a passage with the
+  most graph support gains γ). Only the candidates are ranked; ``expand=True`` lets
+  diffusion bring passages from outside them (scored by cosine + graph support).
 
 ``G3RAG(published=True)`` selects the published behaviour; every option can still be
 set on its own. Search is batched: one sparse product per chunk of queries.
@@ -62,11 +64,12 @@ class G3RAG(Pipeline):
 
     name = "g3rag"
     query_params: ClassVar[frozenset[str]] = frozenset(
-        {"seed_k", "seeds", "scoring", "alpha", "tau", "lexical", "n_candidates", "expand", "hybrid_depth"})
+        {"seed_k", "seeds", "scoring", "gamma", "tau", "lexical", "n_candidates", "expand", "hybrid_depth"})
     ablations: ClassVar[dict[str, dict[str, Any]]] = {
         "published": dict(PUBLISHED),
+        "published_exact": {**PUBLISHED, "mode": "exact"},
         "published_hybrid_seeds": {**PUBLISHED, "seeds": "hybrid"},
-        "no_graph": {"alpha": 0.0},
+        "no_graph": {"gamma": 0.0},
         "no_lexical": {"lexical": 0.0},
         "expand": {"expand": True},
     }
@@ -74,7 +77,7 @@ class G3RAG(Pipeline):
     def __init__(self, k: int = 32, sim_min: float = 0.3, sim_max: float = 0.9, beta: float = 1.0,
                  seed_k: int | None = None, mode: str = "auto", device: str = "auto",
                  published: bool = False, seeds: str | None = None, scoring: str | None = None,
-                 alpha: float = 0.2, tau: float = 0.05, lexical: float = 0.15, n_candidates: int = 20,
+                 gamma: float = 0.02, tau: float = 0.05, lexical: float = 0.15, n_candidates: int = 20,
                  expand: bool = False, hybrid_depth: int = 100, density: str = "auto",
                  density_samples: int = 4096, progress: bool = True) -> None:
         preset = PUBLISHED if published else IMPROVED
@@ -83,7 +86,7 @@ class G3RAG(Pipeline):
         self.seed_k = int(preset["seed_k"] if seed_k is None else seed_k)
         self.seeds = preset["seeds"] if seeds is None else seeds
         self.scoring = preset["scoring"] if scoring is None else scoring
-        self.alpha, self.tau, self.lexical = float(alpha), float(tau), float(lexical)
+        self.gamma, self.tau, self.lexical = float(gamma), float(tau), float(lexical)
         self.n_candidates, self.expand, self.hybrid_depth = int(n_candidates), bool(expand), int(hybrid_depth)
         self.density, self.density_samples, self.progress = density, int(density_samples), bool(progress)
         self._check_params()
@@ -100,14 +103,14 @@ class G3RAG(Pipeline):
                 raise InputError(f"G3RAG: {name} must be one of {allowed}, got {value!r}")
         if self.k < 1 or self.seed_k < 1 or self.n_candidates < 1:
             raise InputError("G3RAG: k, seed_k and n_candidates must be positive")
-        if not 0.0 <= self.alpha <= 1.0 or self.tau <= 0 or self.lexical < 0:
-            raise InputError(f"G3RAG: need 0 <= alpha <= 1, tau > 0, lexical >= 0; got {self.alpha}, "
+        if self.gamma < 0 or self.tau <= 0 or self.lexical < 0:
+            raise InputError(f"G3RAG: need gamma >= 0, tau > 0, lexical >= 0; got {self.gamma}, "
                              f"{self.tau}, {self.lexical}")
 
     def get_params(self) -> dict[str, Any]:
         return {"k": self.k, "sim_min": self.sim_min, "sim_max": self.sim_max, "beta": self.beta,
                 "seed_k": self.seed_k, "mode": self.mode, "device": self.device, "published": self.published,
-                "seeds": self.seeds, "scoring": self.scoring, "alpha": self.alpha, "tau": self.tau,
+                "seeds": self.seeds, "scoring": self.scoring, "gamma": self.gamma, "tau": self.tau,
                 "lexical": self.lexical, "n_candidates": self.n_candidates, "expand": self.expand,
                 "hybrid_depth": self.hybrid_depth, "density": self.density,
                 "density_samples": self.density_samples}
@@ -258,22 +261,24 @@ class G3RAG(Pipeline):
 
     def _search_fused(self, Q: np.ndarray, top_k: int, texts: list[str] | None
                       ) -> tuple[np.ndarray, np.ndarray]:
-        """Issue #6 scoring: ``(1 − α)·p + α·pᵀT`` with ``p = softmax(relevance/τ)`` on the candidates."""
+        """Issue #6 scoring: ``relevance + γ · y / max y`` with ``y = pᵀT``, ``p = softmax(relevance/τ)``
+        over the candidates; only candidates are ranked unless ``expand``."""
         n = len(self.X)
         m = min(max(self.n_candidates, top_k), n)
         cand, rel = self._relevance(Q, texts, m)
         valid = cand >= 0
-        z = np.where(valid, np.exp((rel - rel[:, :1]) / self.tau), 0.0)
-        p = (z / z.sum(axis=1, keepdims=True)).astype(np.float32)
-        score = np.zeros((len(Q), n), np.float32)
         rows = np.broadcast_to(np.arange(len(Q))[:, None], cand.shape)
-        score[rows[valid], cand[valid]] = (1.0 - self.alpha) * p[valid]
-        if self.alpha > 0:
+        if self.expand:
+            score = (Q @ np.asarray(self.X).T).astype(np.float32)  # outside the candidates: cosine
+        else:
+            score = np.full((len(Q), n), -np.inf, np.float32)
+        score[rows[valid], cand[valid]] = rel[valid]
+        if self.gamma > 0:
+            z = np.where(valid, np.exp((rel - rel[:, :1]) / self.tau), 0.0)
+            p = (z / z.sum(axis=1, keepdims=True)).astype(np.float32)
             y = self._diffuse(cand, p)
             if not self.expand:
-                y = np.where(score > 0, y, 0.0)
-            score += self.alpha * y
-        in_list = np.zeros((len(Q), n), bool)
-        in_list[rows[valid], cand[valid]] = True
-        score[~in_list & ~(score > 0)] = -np.inf
+                y[~np.isfinite(score)] = 0.0
+            top = y.max(axis=1, keepdims=True)
+            score += self.gamma * np.divide(y, top, out=np.zeros_like(y), where=top > 0)
         return topk_rows(score, top_k)
