@@ -60,6 +60,10 @@ from .dense import Dense, faiss_topk
 from .hybrid import hybrid_ranking
 
 RECALLS = ("bm25", "hybrid")
+#: per-stage seconds of the last ``search`` (``DMAR.timings``): recall (BM25 / hybrid), query
+#: entity linking, subgraph/candidate node sets, GNN structsim cosines, Shapley kernel, semantic/
+#: lexical/gate fusion, anchors + reformulation + faiss second stage, final rerank
+STAGES = ("recall", "link", "subgraphs", "gnn", "shapley", "fusion", "second_stage", "rerank")
 
 
 def zscore(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -203,7 +207,7 @@ class DMAR(Pipeline):
         Q = self._check_queries(Q, top_k, query_texts)
         import time
 
-        t = {k: 0.0 for k in ("recall", "link", "structural", "fusion", "second_stage", "rerank")}
+        t = {k: 0.0 for k in STAGES}
         clock = time.perf_counter
         t0 = clock()
         cand = self._recall(Q, query_texts)
@@ -217,7 +221,7 @@ class DMAR(Pipeline):
         Q2 = self._reformulate(Q, query_texts, anchors)
         ids2, _ = faiss_topk(self.dense._index, Q2, self.p)
         t["second_stage"] += clock() - t0
-        t0 = clock()
+        t0, nested = clock(), sum(t.values())
         if self.union > 0:
             cols1, _ = topk_rows(np.where(cand >= 0, fused1, -np.inf), min(self.union, cand.shape[1]))
             keep1 = np.where(cols1 >= 0, np.take_along_axis(cand, np.maximum(cols1, 0), 1), PAD_ID)
@@ -232,7 +236,7 @@ class DMAR(Pipeline):
         fused = np.where(final >= 0, fused, -np.inf)
         cols, scores = topk_rows(fused, top_k)
         ids = np.where(cols >= 0, np.take_along_axis(final, np.maximum(cols, 0), 1), PAD_ID)
-        t["rerank"] += clock() - t0
+        t["rerank"] += clock() - t0 - (sum(t.values()) - nested)  # exclusive of the nested stages
         self.timings = t
         return ids, np.where(ids >= 0, scores, PAD_SCORE).astype(np.float32)
 
@@ -241,7 +245,7 @@ class DMAR(Pipeline):
         """Stage-1 inputs of :func:`hopgraph.engine.gate.train_gate` for questions with gold rows:
         ``q, d, z_sem, z_struct, gold, valid, offset`` (offset = the lexical term, fixed)."""
         Q = self._check_queries(Q, 1, query_texts)
-        t = {k: 0.0 for k in ("structural", "fusion")}
+        t = {k: 0.0 for k in STAGES}
         cand = self._recall(Q, query_texts)
         linked = self.kg.link_queries(query_texts) if self.structural else [np.zeros(0, np.int32)] * len(Q)
         _, raw = self._dual_path(Q, query_texts, cand, linked, t, only_raw=True)
@@ -273,13 +277,11 @@ class DMAR(Pipeline):
         sem = np.einsum("bcd,bd->bc", Xc, Q)
         raw = {"sem": sem, "struct": np.zeros_like(sem), "struct_ok": np.zeros_like(valid),
                "lex": np.zeros_like(sem)}
-        if self.structural and self.kg.n_entities:
-            t1 = time.perf_counter()
-            raw["struct"], raw["struct_ok"] = self._structural(cand, linked)
-            t["structural"] += time.perf_counter() - t1
         if self.lexical:
             raw["lex"] = self._lexical(texts, cand)
         t["fusion"] += time.perf_counter() - t0
+        if self.structural and self.kg.n_entities:
+            raw["struct"], raw["struct_ok"] = self._structural(cand, linked, t)
         if only_raw:
             return None, raw
         return self._fuse(Q, cand, raw, linked), raw
@@ -316,8 +318,13 @@ class DMAR(Pipeline):
                 out[b] = np.where(cand[b] >= 0, scores[np.maximum(cand[b], 0)], 0.0)
         return out
 
-    def _structural(self, cand: np.ndarray, linked: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    def _structural(self, cand: np.ndarray, linked: list[np.ndarray], t: dict[str, float] | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
         """Score_ent [B, C] by batched Monte Carlo Shapley, and which candidates link entities."""
+        import time
+
+        t = t if t is not None else {k: 0.0 for k in STAGES}
+        t0 = time.perf_counter()
         kg = self.kg
         B, C = cand.shape
         E = kg.n_entities
@@ -356,17 +363,24 @@ class DMAR(Pipeline):
         pos = np.arange(len(pe.indices)) - np.repeat(pe.indptr[:-1], n_ent)
         ent_pad = np.full((B * C, Dm), -1, np.int64)
         ent_pad[np.repeat(np.arange(B * C), n_ent), pos] = pe.indices
+        t1 = time.perf_counter()
+        t["subgraphs"] += t1 - t0
         Z = np.asarray(self.subgraph_emb)
         Zq = np.zeros((B, G, Z.shape[1]), np.float32)
         Zq[q_of, g_of] = Z[ents]
-        Zd = Z[np.maximum(ent_pad, 0)].reshape(B, C * Dm, -1)
-        sims = np.matmul(Zd, Zq.transpose(0, 2, 1)).reshape(B, C, Dm, G)
-        sims = np.where((ent_pad >= 0).reshape(B, C, Dm, 1), sims, -np.inf).max(2)
-        best = (np.where(np.isfinite(sims), sims, 0.0) * valid[..., None]).astype(np.float32)
+        # structsim to each candidate entity's subgraph = cosine of stored unit embeddings
+        ent_ok = ent_pad >= 0
+        Zd = torch.from_numpy(Z[np.where(ent_ok, ent_pad, 0)].reshape(B, C * Dm, -1))
+        sims = torch.bmm(Zd, torch.from_numpy(Zq).transpose(1, 2)).reshape(B, C, Dm, G)
+        sims = sims.masked_fill(~torch.from_numpy(ent_ok).reshape(B, C, Dm, 1), -2.0).amax(2)
+        best = (sims.clamp_min(-1.0) * (sims > -2).float() * torch.from_numpy(valid)[..., None]).numpy()
+        t2 = time.perf_counter()
+        t["gnn"] += t2 - t1
         _, score = kernels.call("shapley_mc", torch.from_numpy(node_sets), torch.from_numpy(n_sub),
                                 torch.from_numpy(cand_nodes.astype(np.float32)), torch.from_numpy(best),
                                 lam=self.lam, T=self.T, seed=self.seed, mode=self.shapley_mode,
                                 device=self.device)
+        t["shapley"] += time.perf_counter() - t2
         return np.where(valid, score.cpu().numpy(), 0.0).astype(np.float32), struct_ok
 
     def _anchors(self, cand: np.ndarray, fused: np.ndarray) -> np.ndarray:
