@@ -108,7 +108,7 @@ def main() -> None:
     syn = best_of(lambda: call("shapley_mc", sets, n_sub, cand, best, T=50, device="cpu"), args.repeats)
     # real stage-1 inputs of the first 64 questions: time the whole structural path and the kernel
     cand_real = dmar._recall(Q[:64], texts[:64])
-    linked = dmar.kg.link_queries(texts[:64])
+    linked = dmar._link(texts[:64])
     timing = {k: 0.0 for k in STAGES}
     real_total = best_of(lambda: dmar._structural(cand_real, linked, timing), 1)
     G_real = max(len(x) for x in linked)

@@ -15,14 +15,18 @@ rarest ones); G_Q of a query are those of the names it links.
 Linking (choice documented here): a passage links the entities the extractor found in
 it. A query links every canonical name of the vocabulary that occurs as a word n-gram
 of its canonical text (:func:`hopgraph.engine.extraction.query_names`); a match lying
-inside a longer match (``nolan`` in ``christopher nolan``) is dropped, and of the rest
-the ``max_query_entities`` rarest (fewest passages) are kept.
+inside a longer match (``nolan`` in ``christopher nolan``) is dropped; in the default mode
+``"capitalised"`` a match must also contain a word the query writes with a capital or a
+digit first (not counting a function word opening the question), so common words that
+happen to be names somewhere (``country``, ``state``) do not link (``"ngram"``: no such
+filter); of the rest the ``max_query_entities`` rarest (fewest passages) are kept.
 
 Everything is built with vectorised array code (sort/unique/CSR), linear up to the
 sorts in passages + entity states + incidences (issue #5); no per-entity Python lists.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -31,7 +35,22 @@ import numpy as np
 import scipy.sparse as sp
 
 from .errors import InputError
-from .extraction import Extraction, canonical_name, query_names
+from .extraction import FUNCTION_WORDS, Extraction, canonical_name, query_names
+
+
+LINK_MODES = ("capitalised", "ngram")
+_TOKEN = re.compile(r"[^\W_][\w'’.\-]*")
+
+
+def capitalised_words(text: str) -> set[str]:
+    """Canonical words of ``text`` written with a capital or a digit first, except a
+    function word opening the text (``Who``, ``The``): evidence that a name is meant."""
+    out = set()
+    for k, m in enumerate(_TOKEN.finditer(text)):
+        w = m.group()
+        if (w[0].isupper() or w[0].isdigit()) and not (k == 0 and w.lower() in FUNCTION_WORDS):
+            out.update(canonical_name(w).split())
+    return out
 
 
 def read_edge_list(path: str | Path) -> tuple[list[str], list[str]]:
@@ -107,13 +126,17 @@ class KnowledgeGraph:
             self._name_ids = {n: i for i, n in enumerate(self.names)}
         return self._name_ids
 
-    def link_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
+    def link_queries(self, texts: Sequence[str], mode: str = "capitalised") -> list[np.ndarray]:
         """Entity ids linked in each query (rules in the module docstring), rarest first."""
+        if mode not in LINK_MODES:
+            raise InputError(f"query linking mode must be one of {LINK_MODES}, got {mode!r}")
         out = []
-        for ids in query_names(texts, self.name_ids):
+        for text, ids in zip(texts, query_names(texts, self.name_ids)):
             names = [self.names[i] for i in ids]
+            cap = capitalised_words(text) if mode == "capitalised" else None
             keep = [i for i, n in zip(ids, names)
-                    if not any(m != n and f" {n} " in f" {m} " for m in names)]
+                    if not any(m != n and f" {n} " in f" {m} " for m in names)
+                    and (cap is None or not cap.isdisjoint(n.split()))]
             keep = np.asarray(keep, np.int64)
             keep = keep[np.lexsort((keep, self.df[keep]))][: self.max_query_entities]
             out.append(keep.astype(np.int32))

@@ -90,3 +90,15 @@ def test_arrays_round_trip(kg_and_extraction, demo_corpus):
     for m in ("adj", "passage_entities", "ego"):
         assert (getattr(back, m) != getattr(kg, m)).nnz == 0
     assert unpack_strings(*pack_strings(["", "é", "ab"])) == ["", "é", "ab"]
+
+
+def test_capitalised_linking_ignores_common_words(kg_and_extraction):
+    kg, _ = kg_and_extraction
+    ids = kg.name_ids
+    assert "bristol" in ids
+    text = "Which bristol bridge did the engineer from Galway design?"
+    names = lambda mode: {kg.names[i] for i in kg.link_queries([text], mode)[0]}  # noqa: E731
+    assert names("ngram") >= {"bristol", "galway"}
+    assert "galway" in names("capitalised") and "bristol" not in names("capitalised")
+    with pytest.raises(InputError, match="linking mode"):
+        kg.link_queries([text], "fuzzy")

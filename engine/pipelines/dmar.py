@@ -96,7 +96,7 @@ class DMAR(Pipeline):
     needs_query_texts = True
     query_params = frozenset({"n_recall", "anchors", "p", "structural", "reformulate", "gate", "lam", "T",
                               "seed", "recall", "union", "lexical", "mmr", "shift", "min_query_entities",
-                              "shapley_mode", "generator", "device"})
+                              "shapley_mode", "query_linking", "generator", "device"})
     ablations = {
         "published": {"recall": "bm25", "union": 0, "lexical": 0.0, "mmr": 0.0},
         "structural=False": {"structural": False},
@@ -107,12 +107,14 @@ class DMAR(Pipeline):
         "union=0": {"union": 0},
         "lexical=0": {"lexical": 0.0},
         "mmr=0": {"mmr": 0.0},
+        "query_linking=ngram": {"query_linking": "ngram"},
     }
 
     def __init__(self, n_recall: int = 100, anchors: int = 3, p: int = 20, structural: bool = True,
                  reformulate: bool = True, gate: bool = True, lam: float = 0.5, T: int = 50, seed: int = 0,
                  recall: str = "hybrid", union: int = 20, lexical: float = 0.5, mmr: float = 0.0,
                  shift: float = 1.0, min_query_entities: int = 1, shapley_mode: str = "independent",
+                 query_linking: str = "capitalised",
                  ego_size: int = 16, max_passage_entities: int = 32, max_query_entities: int = 8,
                  gnn_steps: int = 60, edge_list: str | None = None,
                  generator: str | Callable[[str, list[str]], str] | None = None, device: str = "auto") -> None:
@@ -128,6 +130,7 @@ class DMAR(Pipeline):
         self.lam, self.seed, self.recall, self.union = float(lam), int(seed), recall, int(union)
         self.lexical, self.mmr, self.shift = float(lexical), float(mmr), float(shift)
         self.min_query_entities, self.shapley_mode = int(min_query_entities), shapley_mode
+        self.query_linking = query_linking
         self.ego_size, self.max_passage_entities = int(ego_size), int(max_passage_entities)
         self.max_query_entities, self.gnn_steps = int(max_query_entities), int(gnn_steps)
         self.edge_list, self.generator, self.device = edge_list, generator, device
@@ -147,7 +150,7 @@ class DMAR(Pipeline):
                 "reformulate": self.reformulate, "gate": self.gate, "lam": self.lam, "T": self.T, "seed": self.seed,
                 "recall": self.recall, "union": self.union, "lexical": self.lexical, "mmr": self.mmr,
                 "shift": self.shift, "min_query_entities": self.min_query_entities,
-                "shapley_mode": self.shapley_mode, "ego_size": self.ego_size,
+                "shapley_mode": self.shapley_mode, "query_linking": self.query_linking, "ego_size": self.ego_size,
                 "max_passage_entities": self.max_passage_entities, "max_query_entities": self.max_query_entities,
                 "gnn_steps": self.gnn_steps, "edge_list": self.edge_list,
                 # a callable generator cannot be stored; pass it again after loading
@@ -213,7 +216,7 @@ class DMAR(Pipeline):
         cand = self._recall(Q, query_texts)
         t["recall"] += clock() - t0
         t0 = clock()
-        linked = self.kg.link_queries(query_texts) if self.structural else [np.zeros(0, np.int32)] * len(Q)
+        linked = self._link(query_texts)
         t["link"] += clock() - t0
         fused1, parts1 = self._dual_path(Q, query_texts, cand, linked, t)
         t0 = clock()
@@ -247,7 +250,7 @@ class DMAR(Pipeline):
         Q = self._check_queries(Q, 1, query_texts)
         t = {k: 0.0 for k in STAGES}
         cand = self._recall(Q, query_texts)
-        linked = self.kg.link_queries(query_texts) if self.structural else [np.zeros(0, np.int32)] * len(Q)
+        linked = self._link(query_texts)
         _, raw = self._dual_path(Q, query_texts, cand, linked, t, only_raw=True)
         valid = cand >= 0
         query_ok = np.asarray([len(g) >= self.min_query_entities for g in linked])[:, None] & self.structural
@@ -258,6 +261,12 @@ class DMAR(Pipeline):
         return {"q": Q, "d": np.asarray(self.X)[np.where(valid, cand, 0)], "z_sem": zscore(raw["sem"], valid),
                 "z_struct": zscore(raw["struct"], valid & raw["struct_ok"]) * query_ok, "gold": gold,
                 "valid": valid, "offset": offset}
+
+    def _link(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Entity ids linked in each query (none when the structural path is off)."""
+        if not self.structural:
+            return [np.zeros(0, np.int32)] * len(texts)
+        return self.kg.link_queries(texts, self.query_linking)
 
     def _recall(self, Q: np.ndarray, texts: Sequence[str]) -> np.ndarray:
         if self.recall == "hybrid":
