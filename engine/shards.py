@@ -139,7 +139,7 @@ def open_embeddings(source: str | Path, corpus_ids: Sequence[str] | None = None,
     n_rows = sum(len(s.X) for s in shards)
     n = len(corpus_ids) if corpus_ids is not None else n_rows
     if n_rows != n:
-        raise InputError(f"embeddings {source} hold {n_rows} rows but the corpus has {n} passages")
+        raise InputError(f"embeddings {source} has {n_rows} rows but the corpus has {n} passages")
     positions = _positions(shards, corpus_ids, source) if all(with_ids) else None
 
     bar = _bar(progress, n, "validate embeddings")

@@ -81,7 +81,7 @@ def _folder(tmp_path, blocks, ids=None):
     ("nan", r"s1\.npy: row 3 contains NaN"),
     ("zero", r"s1\.npy: row 7 is a zero vector"),
     ("dim", r"s1\.npy: dimension 9, but earlier shards have 8"),
-    ("rows", r"hold 49 rows but the corpus has 50"),
+    ("rows", r"has 49 rows but the corpus has 50"),
     ("ids_count", r"s0\.npy: 25 rows but .*s0\.ids\.txt lists 24 ids"),
     ("dup", r"s1\.npy row 0: id 'p0' appears twice"),
     ("unknown", r"s1\.npy row 1: id 'zz' is not in the corpus"),

@@ -57,6 +57,9 @@ PUBLISHED: dict[str, Any] = {"scoring": "mask", "seeds": "dense", "seed_k": 3}
 IMPROVED: dict[str, Any] = {"scoring": "fused", "seeds": "dense", "seed_k": 3}
 #: queries per sparse product (bounds the dense [chunk, N] diffusion output)
 QUERY_CHUNK = 256
+#: and at most this many entries per dense [chunk, N] array, so that a query process over a
+#: 10⁶-passage index stays small (issue 5: 16 queries per chunk at N = 10⁶)
+DENSE_SCORE_BUDGET = 1 << 24
 
 
 class G3RAG(Pipeline):
@@ -156,7 +159,7 @@ class G3RAG(Pipeline):
         arrays = load_arrays(directory, ["indptr", "indices", "data", "density"])
         self.graph = check_csr(arrays["indptr"], arrays["indices"], arrays["data"], len(X), f"{directory} graph")
         self.node_density = arrays["density"]
-        self.dense.fit(X)
+        self.dense = Dense.load(directory, {}, X, corpus, embedder)  # no copy of X (issue 5)
         if (directory / "bm25s").is_dir():
             self.bm25 = BM25.load(directory, {}, X, corpus, embedder)
         return self
@@ -177,10 +180,11 @@ class G3RAG(Pipeline):
         needs_text = self.bm25 is not None and query_texts is not None
         ids = np.full((len(Q), top_k), PAD_ID, np.int64)
         scores = np.full((len(Q), top_k), PAD_SCORE, np.float32)
-        for c0 in range(0, len(Q), QUERY_CHUNK):
-            texts = list(query_texts[c0:c0 + QUERY_CHUNK]) if needs_text else None
+        chunk = max(1, min(QUERY_CHUNK, DENSE_SCORE_BUDGET // max(len(self.X), 1)))
+        for c0 in range(0, len(Q), chunk):
+            texts = list(query_texts[c0:c0 + chunk]) if needs_text else None
             run = self._search_masked if self.scoring == "mask" else self._search_fused
-            ids[c0:c0 + QUERY_CHUNK], scores[c0:c0 + QUERY_CHUNK] = run(Q[c0:c0 + QUERY_CHUNK], top_k, texts)
+            ids[c0:c0 + chunk], scores[c0:c0 + chunk] = run(Q[c0:c0 + chunk], top_k, texts)
         return ids, scores
 
     def _diffuse(self, seed_ids: np.ndarray, seed_weights: np.ndarray | None) -> np.ndarray:
