@@ -17,9 +17,10 @@ Semantics shared by the CPU and Triton paths (they agree on indices exactly):
 
 The CPU path computes the similarity in row blocks × column blocks with torch matmul
 (multi-threaded BLAS), exploiting ``s_ij = s_ji`` so each block product serves both
-directions, fuses band, gain and penalty into the tile and keeps a running top-k per
-row: the N×N matrix never exists. Exact tie-breaking uses an int64 key
-``(float bits of w) << 32 | (2^31 − 1 − j)``, unique per row.
+directions, fuses band, gain and penalty into the tile (one torch.compile'd pass for
+large N) and pushes it into per-row faiss heaps of size k + 1: the N×N matrix never
+exists. Exact tie-breaking uses an int64 key ``(float bits of w) << 32 | (2^31 − 1 − j)``,
+unique per row; rows with a tie at the k-th place are redone with it.
 """
 from __future__ import annotations
 
@@ -39,8 +40,6 @@ from .dispatch import register
 #: torch.compile (one fused pass instead of ~8); set HOPGRAPH_COMPILE=0 to disable
 COMPILE_MIN_ENTRIES = 10_000 ** 2
 _LOW31 = 0x7FFFFFFF
-#: tile candidate lists gathered per row block before one exact merge
-MERGE_EVERY = 8
 
 
 # ---------------------------------------------------------------------- validation
@@ -118,7 +117,8 @@ def edge_weights(S: torch.Tensor, pen: torch.Tensor, sim_min: float, sim_max: fl
     """SPEC §1 steps 3-5 on a similarity tile: ``x·sqrt(1−x²)·pen[col]`` in the band, else -inf."""
     x = S.clamp(0.0, 1.0)
     w = torch.sqrt(1.0 - x * x) * x * pen
-    return torch.where((S >= sim_min) & (S <= sim_max), w, torch.full_like(w, -math.inf))
+    w = torch.where((S >= sim_min) & (S <= sim_max), w, torch.full_like(w, -math.inf))
+    return w.contiguous()  # a transposed tile is written row-major in the same pass
 
 
 _COMPILED: Callable | None = None
@@ -169,47 +169,53 @@ def gain_knn_cpu(X, k: int = 32, sim_min: float = 0.3, sim_max: float = 0.9, pen
     ``X [N, d]`` (normalised rows, so that ``X Xᵀ`` is cosine), ``penalty [N]`` the hub
     penalty of the target (SPEC §1 step 2; default all ones). See the module docstring
     for eligibility and tie-breaking. Memory is O(N·k + block²).
+
+    Each weight tile is pushed into per-row faiss min-heaps of size k + 1 (faiss's own
+    multi-threaded top-k selection). A row whose (k+1)-th kept weight equals its k-th has
+    a tie at the boundary, which the heaps may resolve either way: such rows are redone
+    exactly (lower column wins) from their full weight row.
     """
+    import faiss
+
     X, pen, k, sim_min, sim_max = check_gain_knn_inputs(X, k, sim_min, sim_max, penalty)
     n = X.shape[0]
-    vals = torch.full((n, max(k, 1)), -math.inf)
-    cols = torch.full((n, max(k, 1)), -1, dtype=torch.int64)
     if n < 2 or k == 0:
-        return finalise_csr(vals[:, :0], cols[:, :0], n)
+        return finalise_csr(torch.zeros((n, 0)), torch.zeros((n, 0), dtype=torch.int64), n)
     weights = weights_function(n)
+    kk = k + 1
+    heap_v = np.empty((n, kk), np.float32)
+    heap_c = np.empty((n, kk), np.int64)
+    heaps = faiss.float_minheap_array_t()
+    heaps.nh, heaps.k, heaps.val, heaps.ids = n, kk, faiss.swig_ptr(heap_v), faiss.swig_ptr(heap_c)
+    heaps.heapify()
+
+    def push(w: torch.Tensor, r0: int, c0: int) -> None:
+        tile = np.ascontiguousarray(w.numpy())
+        heaps.addn(tile.shape[1], faiss.swig_ptr(tile), c0, r0, tile.shape[0])
+
     starts = list(range(0, n, block))
     pairs = [(a, b) for i, a in enumerate(starts) for b in starts[i:]]
     if progress:
         from tqdm.auto import tqdm
 
         pairs = tqdm(pairs, desc="gain-kNN blocks", unit="block")
-
-    pending: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {a: [] for a in starts}
-
-    def merge(r0: int, force: bool = False) -> None:
-        """Fold the pending tile candidates of row block ``r0`` into its running top-k (batched,
-        since small tensor ops are dominated by per-call overhead)."""
-        if not pending[r0] or (len(pending[r0]) < MERGE_EVERY and not force):
-            return
-        r1 = r0 + len(pending[r0][0][0])
-        cand_v = torch.cat([vals[r0:r1]] + [v for v, _ in pending[r0]], 1)
-        cand_c = torch.cat([cols[r0:r1]] + [c for _, c in pending[r0]], 1)
-        vals[r0:r1], cols[r0:r1] = select_topk(cand_v, cand_c, k)
-        pending[r0].clear()
-
     for a, b in pairs:
         S = X[a:a + block] @ X[b:b + block].T
         w = weights(S, pen[b:b + block], sim_min, sim_max)
         if a == b:
             w.diagonal().fill_(-math.inf)
-        pending[a].append(tile_candidates(w, b, k))
-        merge(a)
+        push(w, a, b)
         if a != b:
-            wt = weights(S.T, pen[a:a + block], sim_min, sim_max)
-            pending[b].append(tile_candidates(wt, a, k))
-            merge(b)
-    for a in starts:
-        merge(a, force=True)
+            push(weights(S.T, pen[a:a + block], sim_min, sim_max), b, a)
+    heaps.reorder()
+    vals, cols = torch.from_numpy(heap_v[:, :k]).clone(), torch.from_numpy(heap_c[:, :k]).clone()
+    tie_rows = np.nonzero((heap_v[:, k] == heap_v[:, k - 1]) & (heap_v[:, k] > 0))[0]
+    all_cols = torch.arange(n, dtype=torch.int64)
+    for r in range(0, len(tie_rows), block):
+        rows = torch.from_numpy(tie_rows[r:r + block])
+        w = weights(X[rows] @ X.T, pen, sim_min, sim_max)
+        w[torch.arange(len(rows)), rows] = -math.inf
+        vals[rows], cols[rows] = select_topk(w, all_cols.expand(len(rows), n), k)
     return finalise_csr(vals, cols, n)
 
 
