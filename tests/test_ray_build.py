@@ -33,7 +33,8 @@ def test_ray_gain_knn_row_blocks_equal_single_process(local_cluster):
 
 
 def test_ray_index_build_equals_single_process(local_cluster, tmp_path, demo_corpus):
-    kwargs = dict(embedder="hashing-32", pipelines=["dense", "bm25"], batch_size=2, progress=False)
+    kwargs = dict(embedder="hashing-32", pipelines=["dense", "bm25", "g3rag"], batch_size=2, progress=False,
+                  params={"g3rag": {"mode": "ann"}})
     single = Index.build(demo_corpus, work_dir=tmp_path / "a.work", **kwargs)
     spread = Index.build(demo_corpus, work_dir=tmp_path / "b.work", ray_address="auto", **kwargs)
     np.testing.assert_array_equal(np.asarray(single.X), np.asarray(spread.X))
