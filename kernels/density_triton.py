@@ -13,6 +13,7 @@ import triton
 import triton.language as tl
 
 from .density import check_density_inputs
+from .gain_knn_triton import similarity_tile
 
 
 @triton.jit
@@ -27,13 +28,7 @@ def _density_kernel(X, COLS, OUT_SUM, OUT_CNT, N, M, D, stride_x,
         cidx = c0 + tl.arange(0, BLOCK_N)
         cmask = cidx < M
         cols = tl.load(COLS + cidx, mask=cmask, other=0)
-        s = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        for d0 in range(0, D, BLOCK_D):
-            dd = d0 + tl.arange(0, BLOCK_D)
-            dmask = dd < D
-            a = tl.load(X + rows[:, None] * stride_x + dd[None, :], mask=rmask[:, None] & dmask[None, :], other=0.0)
-            b = tl.load(X + cols[None, :] * stride_x + dd[:, None], mask=cmask[None, :] & dmask[:, None], other=0.0)
-            s += tl.dot(a, b, input_precision="ieee")
+        s = similarity_tile(X, rows, rmask, cols, cmask, D, stride_x, BLOCK_M, BLOCK_N, BLOCK_D)
         keep = cmask[None, :] & (cols[None, :] != rows[:, None])
         acc += tl.sum(tl.where(keep, tl.maximum(s, 0.0), 0.0), axis=1)
         cnt += tl.sum(keep.to(tl.float32), axis=1)

@@ -19,6 +19,20 @@ from .gain_knn import check_gain_knn_inputs, finalise_csr
 
 
 @triton.jit
+def similarity_tile(X, rows, rmask, cols, cmask, D, stride_x,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """``[BLOCK_M, BLOCK_N]`` tile of ``X[rows] · X[cols]ᵀ`` in IEEE fp32 (masked rows/cols give 0)."""
+    s = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for d0 in range(0, D, BLOCK_D):
+        dd = d0 + tl.arange(0, BLOCK_D)
+        dmask = dd < D
+        a = tl.load(X + rows[:, None] * stride_x + dd[None, :], mask=rmask[:, None] & dmask[None, :], other=0.0)
+        b = tl.load(X + cols[None, :] * stride_x + dd[:, None], mask=cmask[None, :] & dmask[:, None], other=0.0)
+        s += tl.dot(a, b, input_precision="ieee")
+    return s
+
+
+@triton.jit
 def _gain_knn_kernel(X, PEN, OUT_V, OUT_C, N, D, stride_x, sim_min, sim_max,
                      K: tl.constexpr, KP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_D: tl.constexpr):
@@ -34,13 +48,7 @@ def _gain_knn_kernel(X, PEN, OUT_V, OUT_C, N, D, stride_x, sim_min, sim_max,
     for c0 in range(0, N, BLOCK_N):
         cols = c0 + tl.arange(0, BLOCK_N)
         cmask = cols < N
-        s = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        for d0 in range(0, D, BLOCK_D):
-            dd = d0 + tl.arange(0, BLOCK_D)
-            dmask = dd < D
-            a = tl.load(X + rows[:, None] * stride_x + dd[None, :], mask=rmask[:, None] & dmask[None, :], other=0.0)
-            b = tl.load(X + cols[None, :] * stride_x + dd[:, None], mask=cmask[None, :] & dmask[:, None], other=0.0)
-            s += tl.dot(a, b, input_precision="ieee")
+        s = similarity_tile(X, rows, rmask, cols, cmask, D, stride_x, BLOCK_M, BLOCK_N, BLOCK_D)
         pen = tl.load(PEN + cols, mask=cmask, other=0.0)
         x = tl.minimum(tl.maximum(s, 0.0), 1.0)
         w = tl.sqrt(1.0 - x * x) * x * pen[None, :]
