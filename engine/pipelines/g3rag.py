@@ -82,7 +82,7 @@ class G3RAG(Pipeline):
                  published: bool = False, seeds: str | None = None, scoring: str | None = None,
                  gamma: float = 0.02, tau: float = 0.05, lexical: float = 0.15, n_candidates: int = 20,
                  expand: bool = False, hybrid_depth: int = 100, density: str = "auto",
-                 density_samples: int = 4096, progress: bool = True) -> None:
+                 density_samples: int = 4096) -> None:
         preset = PUBLISHED if published else IMPROVED
         self.k, self.sim_min, self.sim_max, self.beta = int(k), float(sim_min), float(sim_max), float(beta)
         self.mode, self.device, self.published = mode, device, bool(published)
@@ -91,7 +91,7 @@ class G3RAG(Pipeline):
         self.scoring = preset["scoring"] if scoring is None else scoring
         self.gamma, self.tau, self.lexical = float(gamma), float(tau), float(lexical)
         self.n_candidates, self.expand, self.hybrid_depth = int(n_candidates), bool(expand), int(hybrid_depth)
-        self.density, self.density_samples, self.progress = density, int(density_samples), bool(progress)
+        self.density, self.density_samples = density, int(density_samples)
         self._check_params()
         self.X = None
         self.graph: CSR | None = None
@@ -137,10 +137,10 @@ class G3RAG(Pipeline):
             self.graph = ann_gain_knn(self.X, self.k, self.sim_min, self.sim_max, pen, progress=progress)
         elif mode == "exact":
             self.graph = call("gain_knn", self.X, k=max(n - 1, 1), sim_min=0.0, sim_max=1.0, penalty=pen,
-                              device=self.device)
+                              progress=progress, device=self.device)
         else:
             self.graph = call("gain_knn", self.X, k=self.k, sim_min=self.sim_min, sim_max=self.sim_max,
-                              penalty=pen, device=self.device)
+                              penalty=pen, progress=progress, device=self.device)
         self.dense.fit(self.X)
         self.bm25 = BM25().fit(self.X, corpus, progress=progress) if corpus is not None else None
         return self
