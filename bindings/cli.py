@@ -91,11 +91,13 @@ def cmd_train_gate(args: argparse.Namespace) -> int:
     from .dmar_training import train_gate_index
 
     r = train_gate_index(args.index, args.questions, holdout=args.holdout, seed=args.seed, k=args.k,
-                         embedder=args.embedder, progress=not args.quiet)
+                         embedder=args.embedder, progress=not args.quiet, always_save=args.always_save)
     k = args.k
+    outcome = (f"saved in {args.index}" if r["saved"] else
+               f"not better on the held-out split: {args.index} keeps the untrained (equal-weight) gate")
     print(f"trained the DMAR gate on {r['n_train']} questions; held-out split ({r['n_held_out']} questions) "
           f"Recall@{k}: untrained {r[f'held_out_recall@{k}_untrained']:.3f}, "
-          f"trained {r[f'held_out_recall@{k}_trained']:.3f}; saved in {args.index}")
+          f"trained {r[f'held_out_recall@{k}_trained']:.3f}; {outcome}")
     return 0
 
 
@@ -160,6 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("index", help="index directory (dmar is fitted first if missing)")
     p.add_argument("questions", help="questions.jsonl with gold_ids")
     p.add_argument("--holdout", type=float, default=0.2, help="held-out fraction reported (default 0.2)")
+    p.add_argument("--always-save", action="store_true",
+                   help="save the trained gate even when it is worse on the held-out split")
     p.add_argument("--k", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     common(p, embedder_default=None)

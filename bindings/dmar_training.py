@@ -42,12 +42,14 @@ def train_gnn_index(index_path: str | Path, steps: int = GNN_TRAIN_STEPS, seed: 
 
 def train_gate_index(index_path: str | Path, questions_path: str | Path, holdout: float = 0.2, seed: int = 0,
                      epochs: int = 200, k: int = 5, embedder: str | None = None, progress: bool = True,
-                     log: Callable[[str], None] = print) -> dict[str, Any]:
+                     always_save: bool = False, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Train the fusion gate on questions with gold passages (``questions.jsonl`` format).
 
     A seeded ``holdout`` fraction of the questions is kept out of training; the report gives
     DMAR's Recall@k on it with the untrained (equal-weight) gate and with the trained gate.
-    The trained gate is saved in the index atomically.
+    The trained gate is saved in the index atomically when its held-out recall is not lower
+    than the untrained gate's (or always with ``always_save``); otherwise the index keeps an
+    untrained gate and the report says so (``saved``).
     """
     if not 0.0 < holdout < 1.0:
         raise InputError(f"holdout must be in (0, 1), got {holdout}")
@@ -73,6 +75,10 @@ def train_gate_index(index_path: str | Path, questions_path: str | Path, holdout
     losses = train_gate(gate, **data, epochs=epochs, seed=seed, log=log)
     dmar.gate_mlp = gate
     after = held_out_recall()
+    saved = always_save or after >= before
+    if not saved:
+        dmar.gate_mlp = Gate(dmar.X.shape[1])
     index.save(index_path)
     return {"n_train": len(train), "n_held_out": len(test), f"held_out_recall@{k}_untrained": before,
-            f"held_out_recall@{k}_trained": after, "first_loss": losses[0], "last_loss": losses[-1]}
+            f"held_out_recall@{k}_trained": after, "first_loss": losses[0], "last_loss": losses[-1],
+            "saved": saved}

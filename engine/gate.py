@@ -8,7 +8,8 @@ passages; for each question, its stage-1 candidates with their z-scored semantic
 structural scores. The loss is the listwise softmax cross-entropy of the fused scores
 ``α z_sem + β z_struct`` against the uniform distribution over the gold candidates
 (questions with no gold candidate are skipped). A fixed ``offset`` (DMAR's optional lexical
-term) is added to the fused scores. Adam, seeded, full batch.
+term) is added to the fused scores. AdamW (weight decay against over-fitting the few
+questions a user has), seeded, full batch.
 """
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ class Gate(nn.Module):
 
 def train_gate(gate: Gate, q: np.ndarray, d: np.ndarray, z_sem: np.ndarray, z_struct: np.ndarray,
                gold: np.ndarray, valid: np.ndarray, offset: np.ndarray | None = None, epochs: int = 200,
-               lr: float = 3e-3, seed: int = 0,
+               lr: float = 1e-3, weight_decay: float = 1e-2, seed: int = 0,
                log: Callable[[str], None] | None = None) -> list[float]:
     """Fit the gate (module docstring). Shapes: q [B, dim], d [B, C, dim], z_* / gold / valid [B, C]."""
     if not (q.ndim == 2 and d.ndim == 3 and z_sem.shape == z_struct.shape == gold.shape == valid.shape == d.shape[:2]):
@@ -76,7 +77,7 @@ def train_gate(gate: Gate, q: np.ndarray, d: np.ndarray, z_sem: np.ndarray, z_st
     Q, D, zs, zt, G, V = t(q), t(d), t(z_sem), t(z_struct), t(gold & valid), t(valid, torch.bool)
     off = t(offset) if offset is not None else torch.zeros_like(zs)
     target = G / G.sum(1, keepdim=True)
-    opt = torch.optim.Adam(gate.parameters(), lr=lr)
+    opt = torch.optim.AdamW(gate.parameters(), lr=lr, weight_decay=weight_decay)
     losses = []
     gate.train()
     for epoch in range(epochs):

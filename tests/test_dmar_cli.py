@@ -33,11 +33,16 @@ def test_train_gnn_and_gate_save_into_the_index(tmp_path, demo_corpus, capsys):
     qfile = tmp_path / "questions.jsonl"
     qfile.write_text("".join(json.dumps({"id": str(i), "question": q, "gold_ids": g}) + "\n"
                              for i, (q, g) in enumerate(QUESTIONS)))
-    assert main(["train-gate", str(idx), str(qfile), "--holdout", "0.3", "-q"]) == 0
+    assert main(["train-gate", str(idx), str(qfile), "--holdout", "0.3", "--always-save", "-q"]) == 0
     out = capsys.readouterr().out
     assert "held-out split (2 questions) Recall@5" in out
     assert np.load(idx / "pipelines" / "dmar" / "gate.trained.npy")[0] == 1
     loaded = Index.load(idx, progress=False)
     assert loaded.pipeline("dmar").gate_mlp.trained
     assert len(loaded.search(QUESTIONS[0][0], pipeline="dmar", k=2)[0]) == 2
+    assert main(["train-gate", str(idx), str(qfile), "--holdout", "0.3", "--seed", "1", "-q"]) == 0
+    out = capsys.readouterr().out
+    kept = "keeps the untrained" in out
+    assert kept or "saved in" in out
+    assert np.load(idx / "pipelines" / "dmar" / "gate.trained.npy")[0] == (0 if kept else 1)
     assert main(["train-gate", str(idx), str(tmp_path / "missing.jsonl"), "-q"]) == 2
