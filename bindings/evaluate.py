@@ -23,7 +23,11 @@ from .index import Index
 
 def cached_index(data_dir: Path, embedder: str, cache_dir: Path, device: str, pipelines: Sequence[str],
                  progress: bool) -> tuple[Index, Path]:
-    """Load the cached index of ``data_dir`` or build it; fit and cache missing pipelines."""
+    """Load the cached index of ``data_dir`` or build it; fit and cache missing pipelines.
+
+    A cached pipeline whose saved parameters differ from the current defaults (say,
+    after an upgrade changed them) counts as missing and is refitted.
+    """
     corpus = Corpus.from_jsonl(data_dir / "corpus.jsonl")
     emb = resolve_embedder(embedder)
     safe_name = "".join(c if c.isalnum() or c in "-_." else "_" for c in emb.name)
@@ -36,6 +40,10 @@ def cached_index(data_dir: Path, embedder: str, cache_dir: Path, device: str, pi
             print(f"[hopgraph eval] cached index {path} unusable ({e}); rebuilding")
     if index is None:
         index = Index.build(corpus, embedder=emb, device=device, pipelines=(), progress=progress)
+    for p in pipelines:
+        if p in index.pipelines and not index.has_default_params(p):
+            print(f"[hopgraph eval] cached {p} was fitted with other parameters; refitting")
+            del index.pipelines[p]
     missing = [p for p in pipelines if p not in index.pipelines]
     for p in missing:
         index.pipeline(p)

@@ -148,6 +148,12 @@ class Index:
             self.pipelines[name] = pipe
         return self.pipelines[name]
 
+    def has_default_params(self, name: str) -> bool:
+        """Whether fitted pipeline ``name`` has the parameters a fresh fit would use now."""
+        cls = pipeline_class(name)
+        expected = cls(**self._pipeline_params(cls)).get_params()
+        return _jsonable(self.pipelines[name].get_params()) == _jsonable(expected)
+
     def _pipeline_params(self, cls: type[Pipeline]) -> dict[str, Any]:
         params = dict(self.params.get(cls.name, {}))
         if "device" in _init_arg_names(cls) and "device" not in params:
@@ -277,6 +283,11 @@ def _scratch_dir() -> Path:
     import tempfile
 
     return Path(tempfile.mkdtemp(prefix="hopgraph-work-")) / "work"
+
+
+def _jsonable(params: Mapping[str, Any]) -> Any:
+    """Parameters as they read back from the manifest (tuples → lists, etc.)."""
+    return json.loads(json.dumps(params, sort_keys=True, default=str))
 
 
 def variant_key(name: str, overrides: Mapping[str, Any]) -> str:

@@ -122,3 +122,10 @@ def test_variants_share_fit(built):
     base = built.pipeline("hybrid")
     v = built.pipeline("hybrid", depth=10)
     assert v is not base and v.dense is base.dense and built.pipeline("hybrid", depth=10) is v
+
+
+def test_has_default_params_detects_changed_parameters(demo_corpus, hashing_embedder):
+    idx = Index.build(demo_corpus, embedder=hashing_embedder, pipelines=["hybrid"], progress=False)
+    assert idx.has_default_params("hybrid")
+    idx.params["hybrid"] = {"depth": 7}
+    assert not idx.has_default_params("hybrid")
