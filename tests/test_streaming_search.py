@@ -53,3 +53,14 @@ def test_loaded_large_index_scans_the_file_and_gives_the_same_results(tmp_path, 
         ids, scores = loaded.search_arrays(Q, pipeline=p, k=4)
         np.testing.assert_array_equal(ids, want[p][0])
         np.testing.assert_allclose(scores, want[p][1], atol=1e-5)
+
+
+def test_gather_rows_reads_a_large_memmap_from_the_file(memmapped, monkeypatch):
+    from hopgraph.engine.pipelines.dense import gather_rows
+
+    X, M = memmapped
+    rows = np.array([[5, 0, 2999], [17, 17, 3]])
+    monkeypatch.setattr(dense_mod, "SCAN_MIN_N", 10)
+    np.testing.assert_array_equal(gather_rows(M, rows), X[rows])
+    monkeypatch.setattr(dense_mod, "SCAN_MIN_N", 10**9)     # small: plain fancy indexing
+    np.testing.assert_array_equal(gather_rows(M, rows), X[rows])

@@ -67,9 +67,34 @@ class BlockedInnerProductIndex:
 
 def inner_product_index(X: np.ndarray) -> "faiss.Index | BlockedInnerProductIndex":
     """faiss exact index, or the blocked file scan for a memory-mapped X of ``SCAN_MIN_N``+ rows."""
-    if isinstance(X, np.memmap) and len(X) >= SCAN_MIN_N and X.dtype == np.float32 and X.flags.c_contiguous:
+    if _scanned(X):
         return BlockedInnerProductIndex(X)
     return exact_inner_product_index(X)
+
+
+def _scanned(X: np.ndarray) -> bool:
+    return isinstance(X, np.memmap) and len(X) >= SCAN_MIN_N and X.dtype == np.float32 and X.flags.c_contiguous
+
+
+def gather_rows(X: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``X[rows]`` (any shape of row ids). For a large memory-mapped X the rows are read from the
+    file with ``os.pread``: faulting them in through the mapping would map whole large page-cache
+    folios (megabytes) around each row and leave them in the process's resident set."""
+    rows = np.asarray(rows, np.int64)
+    if not _scanned(X):
+        return np.asarray(X[rows])
+    import os
+
+    flat = rows.ravel()
+    out = np.empty((len(flat), X.shape[1]), np.float32)
+    row_bytes = X.shape[1] * 4
+    fd = os.open(X.filename, os.O_RDONLY)
+    try:
+        for i, r in enumerate(flat.tolist()):
+            out[i] = np.frombuffer(os.pread(fd, row_bytes, X.offset + r * row_bytes), np.float32)
+    finally:
+        os.close(fd)
+    return out.reshape(*rows.shape, X.shape[1])
 
 
 def faiss_topk(index: faiss.Index, Q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

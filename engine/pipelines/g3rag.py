@@ -44,7 +44,7 @@ from ..ranking import PAD_ID, PAD_SCORE, reciprocal_rank_fusion, topk_rows
 from ..storage import load_arrays, save_arrays
 from .base import Pipeline
 from .bm25 import BM25
-from .dense import Dense, faiss_topk
+from .dense import Dense, faiss_topk, gather_rows
 from .hybrid import RRF_K
 
 #: "ann" / "auto" (issue 5): IVF candidates rescored exactly, see hopgraph.engine.ann_graph
@@ -244,7 +244,7 @@ class G3RAG(Pipeline):
             return d_ids[:, :depth], d_scores[:, :depth]
         b_ids, b_scores = self.bm25.scores(texts, min(self.hybrid_depth, n))
         cand = np.concatenate([d_ids, b_ids], axis=1)
-        rel = np.einsum("bd,bkd->bk", Q, self.X[np.maximum(cand, 0)])
+        rel = np.einsum("bd,bkd->bk", Q, gather_rows(self.X, np.maximum(cand, 0)))
         top_bm25 = np.where(np.isfinite(b_scores[:, :1]) & (b_scores[:, :1] > 0), b_scores[:, :1], 1.0)
         lex = np.zeros_like(rel)
         for b in range(len(Q)):
