@@ -17,6 +17,8 @@ import numpy as np
 from .errors import InputError
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
+#: rows validated at a time by validate_embeddings
+VALIDATE_BLOCK_ROWS = 65_536
 
 
 @runtime_checkable
@@ -43,11 +45,14 @@ def validate_embeddings(X: np.ndarray, what: str, dim: int | None = None) -> np.
         raise InputError(f"{what}: dimension {X.shape[1]} does not match the index dimension {dim}")
     if not np.issubdtype(X.dtype, np.floating):
         raise InputError(f"{what}: expected floating-point values, got dtype {X.dtype}")
-    finite = np.isfinite(X).all(axis=1)
+    # row blocks: no temporary of the matrix's size (a 10⁶ × 384 memory map stays unread-into-RAM)
+    blocks = range(0, len(X), VALIDATE_BLOCK_ROWS)
+    finite = np.concatenate([np.isfinite(X[a:a + VALIDATE_BLOCK_ROWS]).all(axis=1) for a in blocks] or [[]])
     if not finite.all():
         bad = np.flatnonzero(~finite)
         raise InputError(f"{what}: {len(bad)} row(s) contain NaN or inf (first: row {bad[0]})")
-    norms = np.linalg.norm(X, axis=1)
+    norms = np.concatenate([np.linalg.norm(X[a:a + VALIDATE_BLOCK_ROWS], axis=1) for a in blocks]
+                           or [np.zeros(0, X.dtype)])
     zero = norms <= 1e-12
     if zero.any():
         bad = np.flatnonzero(zero)
