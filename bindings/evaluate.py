@@ -40,14 +40,23 @@ def cached_index(data_dir: Path, embedder: str, cache_dir: Path, device: str, pi
             print(f"[hopgraph eval] cached index {path} unusable ({e}); rebuilding")
     if index is None:
         index = Index.build(corpus, embedder=emb, device=device, pipelines=(), progress=progress)
+    updated = False
     for p in pipelines:
         if p in index.pipelines and not index.has_default_params(p):
+            fitted = index.pipelines[p]
+            cls = pipeline_class(p)
+            expected = cls(**index._pipeline_params(cls)).get_params()
+            changed = {k: v for k, v in expected.items() if fitted.get_params().get(k, object()) != v}
+            if set(changed) <= set(cls.query_params) | {"device"}:  # search-time only: no refit needed
+                index.pipelines[p] = fitted.variant(**changed)
+                updated = True
+                continue
             print(f"[hopgraph eval] cached {p} was fitted with other parameters; refitting")
             del index.pipelines[p]
     missing = [p for p in pipelines if p not in index.pipelines]
     for p in missing:
         index.pipeline(p)
-    if missing or index.path is None:
+    if missing or updated or index.path is None:
         index.save(path)
     return index, path
 
