@@ -47,7 +47,7 @@ def cached_index(data_dir: Path, embedder: str, cache_dir: Path, device: str, pi
             cls = pipeline_class(p)
             expected = cls(**index._pipeline_params(cls)).get_params()
             changed = {k: v for k, v in expected.items() if fitted.get_params().get(k, object()) != v}
-            if set(changed) <= set(cls.query_params) | {"device"}:  # search-time only: no refit needed
+            if set(changed) <= set(cls.query_params):  # search-time parameters only: no refit needed
                 index.pipelines[p] = fitted.variant(**changed)
                 updated = True
                 continue
