@@ -230,7 +230,7 @@ def build_hypergraph(ex: Extraction, text_emb: np.ndarray, max_group_chunks: int
         graph_indptr=P.indptr.astype(np.int64),
         graph_indices=P.indices.astype(np.int32),
         graph_data=P.data.astype(np.float32),
-        text_emb=np.ascontiguousarray(text_emb, np.float32),
+        text_emb=np.ascontiguousarray(text_emb, np.float32),  # [U, 0] when no pipeline step needs them
         names_data=names_data,
         names_offsets=names_offsets,
     )

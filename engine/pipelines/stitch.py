@@ -162,12 +162,15 @@ class STITCH(Pipeline):
     def fit(self, X: np.ndarray, corpus: Corpus | None = None, embedder: Embedder | None = None,
             progress: bool = False) -> "STITCH":
         self.X = self._check_fit_inputs(X, corpus, True, self.name)
-        if embedder is None:
+        if embedder is None and self.needs_embedder:
             raise InputError(f"pipeline {self.name!r} needs the embedder (topic and description embeddings)")
         self.corpus = corpus
         ex = load_extractions(self.extractions, corpus) if self.extractions else \
             extract(corpus, self.title_entities, self.numbers, progress=progress)
-        text_emb = embed_texts(ex.texts, corpus, self.X, embedder, progress=progress)
+        if self.needs_embedder:
+            text_emb = embed_texts(ex.texts, corpus, self.X, embedder, progress=progress)
+        else:  # the binary prior never looks at topic/description embeddings
+            text_emb = np.zeros((len(ex.texts), 0), np.float32)
         self.H = build_hypergraph(ex, text_emb, self.max_group_chunks)
         self.dense.fit(self.X)
         self.bm25.fit(self.X, corpus, progress=progress)
@@ -311,6 +314,7 @@ class PPRBinary(STITCH):
     published behaviour: no prior mixing, dense relevance, seed_k = 8 for the fallback)."""
 
     name = "ppr_binary"
+    needs_embedder = False
     query_params = STITCH.query_params
     ablations = {"ppr=False": {"ppr": False}, "localise=False": {"localise": False}, "balance=0": {"balance": 0.0}}
 
