@@ -30,6 +30,7 @@ import scipy.sparse as sp
 import torch
 
 from .dispatch import register
+from .threads import torch_threads
 
 Step = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "torch.Tensor | None"], None]
 
@@ -109,7 +110,7 @@ def power_iterate(step: Step, x0: torch.Tensor, c: torch.Tensor, mask: torch.Ten
             break
         step(x, y, c, mask)
         torch.sub(y, x, out=tmp)
-        done = torch.linalg.vector_norm(tmp, 1, dim=0) <= tol
+        done = tmp.abs_().sum(0) <= tol
         x, y = y, x
         if bool(done.any()) or it == max_iter:
             if it == max_iter:
@@ -145,8 +146,16 @@ def spmm_accumulate(A: sp.csr_matrix) -> Callable[[np.ndarray, np.ndarray], None
 
 
 def batched_ppr(P, priors, d: float = 0.85, tol: float = 1e-6, max_iter: int = 100, region=None,
-                device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
-    """CPU path (scipy CSR × dense block per iteration); see the module docstring."""
+                threads: int | None = 1, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """CPU path (scipy CSR × dense block per iteration); see the module docstring.
+
+    ``threads``: torch intra-op threads for the element-wise updates (the scipy
+    product is single-threaded; None keeps torch's setting)."""
+    with torch_threads(threads):
+        return _batched_ppr_cpu(P, priors, d, tol, max_iter, region)
+
+
+def _batched_ppr_cpu(P, priors, d: float, tol: float, max_iter: int, region) -> tuple[torch.Tensor, torch.Tensor]:
     indptr, indices, data, n, p, r = prepare(P, priors, d, region)
     B = p.shape[0]
     if B == 0:

@@ -45,8 +45,9 @@ def _ppr_step_kernel(indptr_ptr, indices_ptr, data_ptr, x_ptr, c_ptr, mask_ptr, 
 
 
 def batched_ppr_triton(P, priors, d: float = 0.85, tol: float = 1e-6, max_iter: int = 100, region=None,
-                       device: str = "cuda") -> tuple[torch.Tensor, torch.Tensor]:
-    """Triton path; tensors live on ``device`` (CPU tensors under TRITON_INTERPRET=1)."""
+                       threads: int | None = None, device: str = "cuda") -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton path; tensors live on ``device`` (CPU tensors under TRITON_INTERPRET=1);
+    ``threads`` is accepted for signature parity with the CPU path and unused."""
     indptr, indices, data, n, p, r = prepare(P, priors, d, region)
     B = p.shape[0]
     dev = torch.device("cuda" if device == "cuda" else "cpu")

@@ -91,3 +91,9 @@ def test_bad_inputs_named():
         call("batched_ppr", P, np.ones((2, 10)), region=np.ones((1, 10), bool), device="cpu")
     with pytest.raises(ValueError, match="square"):
         call("batched_ppr", sp.csr_matrix((3, 4)), np.ones((1, 4)), device="cpu")
+
+
+def test_cpu_path_restores_torch_threads():
+    before = torch.get_num_threads()
+    call("batched_ppr", random_graph(8, 0.3, 5), np.eye(8)[:2], threads=1, device="cpu")
+    assert torch.get_num_threads() == before

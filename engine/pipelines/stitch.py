@@ -60,15 +60,15 @@ that match no name fall back to the ``seed_k`` most relevant chunks. Steps 6–7
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 
 from ... import kernels
+from ...kernels.threads import torch_threads
 from ..corpus import Corpus
 from ..embedders import Embedder
 from ..errors import InputError
@@ -355,20 +355,6 @@ class PPRBinary(STITCH):
 
 
 # ---------------------------------------------------------------------- helpers
-@contextmanager
-def torch_threads(n: int | None) -> Iterator[None]:
-    """Run the block with ``n`` torch intra-op threads (None: unchanged), then restore."""
-    if n is None:
-        yield
-        return
-    old = torch.get_num_threads()
-    torch.set_num_threads(int(n))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
 def normalise_rows(M: np.ndarray) -> np.ndarray:
     """Rows divided by their sum; all-zero rows become uniform (SPEC §2.5)."""
     M = np.asarray(M, np.float64)
