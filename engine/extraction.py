@@ -301,18 +301,17 @@ class _Builder:
         keys, m_node = np.unique(state_key, return_inverse=True)
         m_node = m_node.astype(np.int64)
         # description of a state: its distinct mention descriptions, joined in mention order
-        first = np.full(len(keys), -1, np.int64)
         node_text = np.zeros(len(keys), np.int64)
         order = np.lexsort((np.arange(len(m_node)), m_node))
-        descs: dict[int, list[int]] = {}
         if len(order):
             starts = np.flatnonzero(np.r_[True, m_node[order][1:] != m_node[order][:-1]])
             sizes = np.diff(np.r_[starts, len(order)])
             first = np.asarray(self.m_desc, np.int64)[order[starts]]
             node_text[:] = first
-            m_desc = np.asarray(self.m_desc, np.int64)
-            for v in np.flatnonzero(sizes > 1):  # only multi-mention states need joining
-                ids = list(dict.fromkeys(m_desc[order[starts[v]:starts[v] + sizes[v]]].tolist()))
+            m_desc = np.asarray(self.m_desc, np.int64)[order]
+            differ = np.maximum.reduceat(m_desc, starts) != np.minimum.reduceat(m_desc, starts)
+            for v in np.flatnonzero(differ):  # only states with several distinct descriptions are joined
+                ids = list(dict.fromkeys(m_desc[starts[v]:starts[v] + sizes[v]].tolist()))
                 if len(ids) > 1:
                     node_text[v] = self.text(" ".join(self.texts[i] for i in ids))
         # incidences: distinct (topic, node), sorted by topic then node
