@@ -19,6 +19,16 @@ BLOCK_B = 16
 
 
 @triton.jit
+def _members(A_ptr, edge_nodes_ptr, start, hi, offs_b, b_ok, V, BLOCK_M: tl.constexpr):
+    """Incidence positions [BLOCK_M] from ``start``, their validity, and A[b, member] [BLOCK_M, BLOCK_B]."""
+    offs = start + tl.arange(0, BLOCK_M)
+    ok = offs < hi
+    nodes = tl.load(edge_nodes_ptr + offs, mask=ok, other=0).to(tl.int64)
+    a = tl.load(A_ptr + offs_b[None, :] * V + nodes[:, None], mask=ok[:, None] & b_ok[None, :], other=0.0)
+    return offs, ok, a
+
+
+@triton.jit
 def _edge_kernel(A_ptr, S_ptr, edge_indptr_ptr, edge_nodes_ptr, inc_ptr, B, V, E, I,
                  BLOCK_M: tl.constexpr, BLOCK_B: tl.constexpr):
     e = tl.program_id(0).to(tl.int64)
@@ -28,28 +38,19 @@ def _edge_kernel(A_ptr, S_ptr, edge_indptr_ptr, edge_nodes_ptr, inc_ptr, B, V, E
     hi = tl.load(edge_indptr_ptr + e + 1)
     m1 = tl.zeros((BLOCK_B,), dtype=tl.float32)
     for start in range(lo, hi, BLOCK_M):
-        offs = start + tl.arange(0, BLOCK_M)
-        ok = offs < hi
-        nodes = tl.load(edge_nodes_ptr + offs, mask=ok, other=0).to(tl.int64)
-        a = tl.load(A_ptr + offs_b[None, :] * V + nodes[:, None], mask=ok[:, None] & b_ok[None, :], other=0.0)
+        offs, ok, a = _members(A_ptr, edge_nodes_ptr, start, hi, offs_b, b_ok, V, BLOCK_M)
         m1 = tl.maximum(m1, tl.max(a, axis=0))
     n_top = tl.zeros((BLOCK_B,), dtype=tl.float32)
     m2 = tl.zeros((BLOCK_B,), dtype=tl.float32)
     for start in range(lo, hi, BLOCK_M):
-        offs = start + tl.arange(0, BLOCK_M)
-        ok = offs < hi
-        nodes = tl.load(edge_nodes_ptr + offs, mask=ok, other=0).to(tl.int64)
-        a = tl.load(A_ptr + offs_b[None, :] * V + nodes[:, None], mask=ok[:, None] & b_ok[None, :], other=0.0)
+        offs, ok, a = _members(A_ptr, edge_nodes_ptr, start, hi, offs_b, b_ok, V, BLOCK_M)
         top = (a == m1[None, :]) & ok[:, None]
         n_top += tl.sum(tl.where(top, 1.0, 0.0), axis=0)
         m2 = tl.maximum(m2, tl.max(tl.where(top, 0.0, a), axis=0))
     m2 = tl.where(n_top >= 2.0, m1, m2)
     s = tl.load(S_ptr + offs_b * E + e, mask=b_ok, other=0.0)
     for start in range(lo, hi, BLOCK_M):
-        offs = start + tl.arange(0, BLOCK_M)
-        ok = offs < hi
-        nodes = tl.load(edge_nodes_ptr + offs, mask=ok, other=0).to(tl.int64)
-        a = tl.load(A_ptr + offs_b[None, :] * V + nodes[:, None], mask=ok[:, None] & b_ok[None, :], other=0.0)
+        offs, ok, a = _members(A_ptr, edge_nodes_ptr, start, hi, offs_b, b_ok, V, BLOCK_M)
         best = tl.where(a == m1[None, :], m2[None, :], m1[None, :]) * s[None, :]
         tl.store(inc_ptr + offs_b[None, :] * I + offs[:, None], best, mask=ok[:, None] & b_ok[None, :])
 
