@@ -138,3 +138,12 @@ def test_index_facade_save_load_and_binary_baseline(demo_corpus, hashing_embedde
     g = H.names().index("peter harlow")
     chunks = sorted(set(H.node_chunk[H.node_group == g].tolist()))
     assert sorted(np.flatnonzero(p[0]).tolist()) == chunks
+
+
+def test_index_option_variant_refits(demo_corpus, hashing_embedder):
+    index = Index.build(demo_corpus, embedder=hashing_embedder, pipelines=("stitch",), device="cpu", progress=False)
+    base = index.pipeline("stitch")
+    no_titles = index.pipeline("stitch", title_entities=False)
+    assert no_titles is not base and no_titles.H.n_nodes < base.H.n_nodes
+    ids, _ = index.search_arrays(QUESTIONS, pipeline="stitch", k=3, title_entities=False)
+    assert ids.shape == (2, 3)
