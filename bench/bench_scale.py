@@ -185,15 +185,17 @@ def stage_query(data: Path) -> dict:
 
 
 def stage_recall(data: Path) -> dict:
-    from hopgraph.engine.ann_graph import ann_gain_knn, graph_recall
+    from hopgraph.engine.ann_graph import ann_gain_knn, density_mode, graph_recall
+    from hopgraph.engine.graph import hub_penalty
     from hopgraph.engine.pipelines.g3rag import G3RAG
     from hopgraph.kernels import call
 
     X = np.load(data / "X.npy", mmap_mode="r")
     rows = np.sort(np.random.default_rng(1).choice(len(X), min(RECALL_SAMPLE, len(X)), replace=False))
     S = np.ascontiguousarray(X[rows])
-    g = G3RAG()
-    pen = g.target_penalty(S)
+    g = G3RAG()  # default parameters; penalty as in G3RAG.fit
+    dens = call("density", S, mode=density_mode(g.density, len(S)), n_samples=g.density_samples, device="cpu")
+    pen = hub_penalty(dens, g.beta)
     t0 = time.perf_counter()
     approx = ann_gain_knn(S, g.k, g.sim_min, g.sim_max, pen)
     t1 = time.perf_counter()
