@@ -37,18 +37,18 @@ def test_interrupted_build_resumes_to_the_same_index(tmp_path, demo_corpus):
     work = tmp_path / "idx.work"
     chunk = streaming.CHUNK_BATCHES                                  # batch size 1: chunks of 16 passages
     with pytest.raises(KeyboardInterrupt):
-        Index.build(demo_corpus, embedder=FailingEmbedder(fail_at=2), pipelines=["dense", "bm25"],
+        Index.build(demo_corpus, embedder=FailingEmbedder(fail_at=2), pipelines=["dense", "bm25", "g3rag"],
                     work_dir=work, batch_size=1, progress=False)
     state = streaming.read_state(work)
     assert state["done"] == chunk and state["chunk_size"] == chunk   # the first chunk finished
 
     resumed_embedder = FailingEmbedder(fail_at=None)
-    index = Index.build(demo_corpus, embedder=resumed_embedder, pipelines=["dense", "bm25"], work_dir=work,
+    index = Index.build(demo_corpus, embedder=resumed_embedder, pipelines=["dense", "bm25", "g3rag"], work_dir=work,
                         batch_size=7, resume=True, progress=False)  # chunking of the first run is kept
     assert resumed_embedder.calls == [n - chunk]                     # finished chunks are not embedded again
     index.save(tmp_path / "resumed")
 
-    fresh = Index.build(demo_corpus, embedder=HashingEmbedder(32), pipelines=["dense", "bm25"],
+    fresh = Index.build(demo_corpus, embedder=HashingEmbedder(32), pipelines=["dense", "bm25", "g3rag"],
                         work_dir=tmp_path / "fresh.work", batch_size=1, progress=False)
     fresh.save(tmp_path / "fresh")
     a, b = _arrays(tmp_path / "resumed"), _arrays(tmp_path / "fresh")
