@@ -26,7 +26,8 @@ def cached_index(data_dir: Path, embedder: str, cache_dir: Path, device: str, pi
     """Load the cached index of ``data_dir`` or build it; fit and cache missing pipelines.
 
     A cached pipeline whose saved parameters differ from the current defaults (say,
-    after an upgrade changed them) counts as missing and is refitted.
+    after an upgrade changed them) is updated when only query-time parameters differ,
+    else refitted (see :meth:`Index.sync_params`).
     """
     corpus = Corpus.from_jsonl(data_dir / "corpus.jsonl")
     emb = resolve_embedder(embedder)
@@ -42,17 +43,11 @@ def cached_index(data_dir: Path, embedder: str, cache_dir: Path, device: str, pi
         index = Index.build(corpus, embedder=emb, device=device, pipelines=(), progress=progress)
     updated = False
     for p in pipelines:
-        if p in index.pipelines and not index.has_default_params(p):
-            fitted = index.pipelines[p]
-            cls = pipeline_class(p)
-            expected = cls(**index._pipeline_params(cls)).get_params()
-            changed = {k: v for k, v in expected.items() if fitted.get_params().get(k, object()) != v}
-            if set(changed) <= set(cls.query_params):  # search-time parameters only: no refit needed
-                index.pipelines[p] = fitted.variant(**changed)
-                updated = True
-                continue
-            print(f"[hopgraph eval] cached {p} was fitted with other parameters; refitting")
-            del index.pipelines[p]
+        if p in index.pipelines:
+            state = index.sync_params(p)
+            updated |= state == "updated"
+            if state == "dropped":
+                print(f"[hopgraph eval] cached {p} was fitted with other parameters; refitting")
     missing = [p for p in pipelines if p not in index.pipelines]
     for p in missing:
         index.pipeline(p)

@@ -148,11 +148,25 @@ class Index:
             self.pipelines[name] = pipe
         return self.pipelines[name]
 
-    def has_default_params(self, name: str) -> bool:
-        """Whether fitted pipeline ``name`` has the parameters a fresh fit would use now."""
+    def sync_params(self, name: str) -> str:
+        """Bring fitted pipeline ``name`` to the parameters a fresh fit would use now.
+
+        Returns ``"current"`` (nothing to do), ``"updated"`` (only query-time
+        parameters differed; applied without a refit) or ``"dropped"`` (fit-time
+        parameters differed; the pipeline is removed and refitted on next use).
+        """
         cls = pipeline_class(name)
+        fitted = _jsonable(self.pipelines[name].get_params())
         expected = cls(**self._pipeline_params(cls)).get_params()
-        return _jsonable(self.pipelines[name].get_params()) == _jsonable(expected)
+        as_saved = _jsonable(expected)
+        changed = {k: expected[k] for k in expected if k not in fitted or fitted[k] != as_saved[k]}
+        if not changed:
+            return "current"
+        if set(changed) <= set(cls.query_params):
+            self.pipelines[name] = self.pipelines[name].variant(**changed)
+            return "updated"
+        del self.pipelines[name]
+        return "dropped"
 
     def _pipeline_params(self, cls: type[Pipeline]) -> dict[str, Any]:
         params = dict(self.params.get(cls.name, {}))

@@ -124,8 +124,11 @@ def test_variants_share_fit(built):
     assert v is not base and v.dense is base.dense and built.pipeline("hybrid", depth=10) is v
 
 
-def test_has_default_params_detects_changed_parameters(demo_corpus, hashing_embedder):
-    idx = Index.build(demo_corpus, embedder=hashing_embedder, pipelines=["hybrid"], progress=False)
-    assert idx.has_default_params("hybrid")
+def test_sync_params_updates_query_params_and_drops_fit_params(demo_corpus, hashing_embedder):
+    idx = Index.build(demo_corpus, embedder=hashing_embedder, pipelines=["hybrid", "bm25"], progress=False)
+    assert idx.sync_params("hybrid") == "current"
     idx.params["hybrid"] = {"depth": 7}
-    assert not idx.has_default_params("hybrid")
+    assert idx.sync_params("hybrid") == "updated" and idx.pipelines["hybrid"].depth == 7
+    idx.params["bm25"] = {"k1": 1.2}
+    assert idx.sync_params("bm25") == "dropped" and "bm25" not in idx.pipelines
+    assert idx.pipeline("bm25").k1 == 1.2
