@@ -228,8 +228,8 @@ def ann_gain_knn(X: np.ndarray, k: int = 32, sim_min: float = 0.3, sim_max: floa
     """The G3RAG gain-kNN graph from IVF candidates rescored exactly (see module docstring).
 
     Returns :class:`~hopgraph.engine.graph.CSR` (``indptr int64 [N+1]``, ``indices int32``,
-    ``data float32``), each row's edges best first, as ``gain_knn`` orders them. ``map_tasks`` runs the per-cell work elsewhere (e.g. Ray); the result
-    does not depend on it.
+    ``data float32``), each row's edges best first, as ``gain_knn`` orders them.
+    ``map_tasks`` runs the per-cell work elsewhere (e.g. Ray); the result does not depend on it.
     """
     X = _check_matrix(X)
     n = len(X)
