@@ -21,8 +21,13 @@ demo: install
 test: install
 	$(PY) -m pytest -q tests
 
+# The benchmarks of bench/ that finish in minutes here (bench_scale.py and
+# bench_serve.py are run by hand: see README).
 bench: install
 	$(PY) bench/bench_gain_knn.py
+	$(PY) bench/bench_ppr.py
+	$(PY) bench/bench_dmar.py
+	$(PY) bench/results_table.py
 
 clean:
 	rm -rf $(VENV) .hopgraph-cache *.egg-info
