@@ -175,8 +175,9 @@ class Index:
         return params
 
     # ------------------------------------------------------------------ search
-    def embed_queries(self, questions: Sequence[str]) -> np.ndarray:
-        return self.embedder.encode(list(questions), progress=False)
+    def embed_queries(self, questions: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        """Query embeddings ``[B, d]``; ``batch_size`` texts per embedder forward pass."""
+        return self.embedder.encode(list(questions), batch_size=batch_size, progress=False)
 
     def search_arrays(self, questions: str | Sequence[str] | np.ndarray, pipeline: str = "g3rag", k: int = 5,
                       query_embeddings: np.ndarray | None = None, **overrides: Any

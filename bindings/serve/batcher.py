@@ -5,7 +5,9 @@ load it first waits ``batch_wait_ms`` for more), groups it by ``(pipeline, k,
 all-text?)`` and runs each group as ONE embedding call and ONE pipeline search in a
 single worker thread, so the event loop keeps accepting requests meanwhile. A lone
 client never waits: the gathering window opens only after a batch that held more
-than one request.
+than one request. Question texts are embedded without padding when the embedder is a
+BERT-type sentence-transformers model (:mod:`hopgraph.engine.packed_bert`): a batch of
+questions of different lengths then costs the compute of its real tokens only.
 
 A failing batch is re-run request by request, so one bad request cannot change the
 answers to the others.
@@ -16,10 +18,11 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..engine.packed_bert import PackedBertEncoder
 from ..index import Hit, Index
 from .limits import ServeLimits
 
@@ -53,18 +56,19 @@ class JobResult:
     timing: dict[str, Any]
 
 
-def run_search(index: Index, pipeline: str, k: int, queries: Sequence[str | np.ndarray]
-               ) -> tuple[list[list[Hit]], float, float]:
+def run_search(index: Index, pipeline: str, k: int, queries: Sequence[str | np.ndarray],
+               embed: Callable[[list[str]], np.ndarray] | None = None) -> tuple[list[list[Hit]], float, float]:
     """Search a mixed list of question texts and embedding rows; returns (hits, embed_s, search_s).
 
     Gives the same result as ``Index.search`` on the texts (all texts: they are passed to
-    the pipeline as ``query_texts``) or on the stacked embeddings (otherwise).
+    the pipeline as ``query_texts``) or on the stacked embeddings (otherwise). ``embed``
+    (default ``index.embed_queries``) embeds the texts.
     """
     t0 = time.perf_counter()
     Q = np.empty((len(queries), index.X.shape[1]), dtype=np.float32)
     text_rows = [i for i, q in enumerate(queries) if isinstance(q, str)]
     if text_rows:
-        Q[text_rows] = index.embed_queries([queries[i] for i in text_rows])
+        Q[text_rows] = (embed or index.embed_queries)([queries[i] for i in text_rows])
     for i, q in enumerate(queries):
         if not isinstance(q, str):
             Q[i] = q
@@ -86,7 +90,25 @@ class MicroBatcher:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hopgraph-search")
         self._pending_queries = 0
         self._gather = False
+        self._packed: PackedBertEncoder | None = None
+        self._packed_checked = False
         self.batches = 0
+
+    def embed_texts(self, texts: list[str]) -> np.ndarray:
+        """Embed question texts: without padding (:class:`PackedBertEncoder`) when the index's
+        embedder allows it, else with the embedder in length-sorted chunks of
+        ``limits.embed_batch_size``. Called in the worker thread (or before the server starts)."""
+        if not self._packed_checked:
+            embedder = self.index.embedder  # InputError for an index without a query embedder
+            self._packed = PackedBertEncoder.for_embedder(embedder)
+            self._packed_checked = True
+        if self._packed is not None:
+            return self._packed.encode(texts)
+        return self.index.embed_queries(texts, batch_size=self.limits.embed_batch_size)
+
+    def warm_up(self) -> None:
+        """Load the query embedder (and check the packed path) before the first request."""
+        self.embed_texts(["warm-up question"])
 
     async def start(self) -> None:
         self._queue = asyncio.Queue()
@@ -171,7 +193,7 @@ class MicroBatcher:
 
     def _run_batch(self, pipeline: str, k: int, group: list[SearchJob]) -> list[JobResult]:
         queries = [q for job in group for q in job.queries]
-        hits, embed_s, search_s = run_search(self.index, pipeline, k, queries)
+        hits, embed_s, search_s = run_search(self.index, pipeline, k, queries, self.embed_texts)
         timing = {"embed_ms": embed_s * 1000, "search_ms": search_s * 1000,
                   "batch_queries": len(queries), "batch_requests": len(group)}
         out, start = [], 0

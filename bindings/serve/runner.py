@@ -124,7 +124,7 @@ def serve(index_dir: str | Path, host: str = "127.0.0.1", port: int = 8080, api_
     index = Index.load(index_dir, embedder=embedder, device=device, progress=progress)
     app = create_app(index, limits, api_key=api_key, pipelines=pipelines)
     try:
-        index.embed_queries(["warm-up question"])  # load the query embedder before the first request
+        app.state.batcher.warm_up()  # load the query embedder before the first request
     except InputError as e:
         print(f"hopgraph serve: warning: only embedding queries can be answered: {e}", file=sys.stderr)
     sock = bind_socket(host, port)

@@ -1,0 +1,130 @@
+"""Padding-free ("packed") query embedding for BERT-type sentence-transformers models (issue 7).
+
+A micro-batch of questions of different lengths, run through the model the usual way, is
+padded to its longest question: on HotpotQA questions (11 to 63 tokens, mean 24) most of
+the batch's compute goes to padding. Here the questions' tokens are concatenated into ONE
+``[tokens, hidden]`` matrix, so every linear layer (the bulk of the compute) is one large
+matrix product with no padding; only attention runs per group of equally long questions.
+The result is the model's own embedding (mean pooling, L2-normalised) up to float rounding
+(|difference| ~1e-7); :meth:`PackedBertEncoder.for_embedder` checks this on a probe batch
+and declines (returns ``None``) for any model it does not reproduce, so callers fall back
+to the embedder's ``encode``.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any, Sequence
+
+import numpy as np
+
+from .embedders import Embedder, validate_embeddings
+
+#: largest |difference| from the embedder's own output accepted by the probe check
+PROBE_TOLERANCE = 1e-4
+_PROBE_TEXTS = ["who wrote the book?", "a", "which city hosted the 1936 Summer Olympics, and who won the "
+                "most gold medals there?", "x y z"]
+
+
+class PackedBertEncoder:
+    """Embed texts with a sentence-transformers ``[Transformer(BertModel), Pooling(mean), Normalize]``
+    model without padding. Build it with :meth:`for_embedder`."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        st = embedder.model  # type: ignore[attr-defined]
+        self.name, self.dim = embedder.name, int(embedder.dim)
+        self._st = st
+        self._bert = st[0].auto_model
+        cfg = self._bert.config
+        self._heads = int(cfg.num_attention_heads)
+        self._head_dim = int(cfg.hidden_size) // self._heads
+
+    @classmethod
+    def for_embedder(cls, embedder: Embedder) -> "PackedBertEncoder | None":
+        """A packed encoder equivalent to ``embedder.encode``, or ``None`` when the embedder is not a
+        supported model or the packed output differs from its own on a probe batch."""
+        if not _supported(embedder):
+            return None
+        try:
+            enc = cls(embedder)
+            ref = embedder.encode(_PROBE_TEXTS, progress=False)
+            if float(np.abs(enc.encode(_PROBE_TEXTS) - ref).max()) > PROBE_TOLERANCE:
+                return None
+        except Exception:  # an unexpected model layout: use the embedder's own path
+            return None
+        return enc
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """L2-normalised embeddings ``[len(texts), dim]`` float32 (same as the embedder's ``encode``)."""
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        import torch
+
+        with torch.inference_mode():
+            X = self._forward(list(texts)).numpy()
+        return validate_embeddings(np.asarray(X, dtype=np.float32), f"{self.name} output", self.dim)
+
+    def _forward(self, texts: list[str]) -> Any:
+        import torch
+        import torch.nn.functional as F
+
+        features = self._st.preprocess(texts)  # the model's own tokenisation (truncation, special tokens)
+        mask = features["attention_mask"].bool()
+        lengths = mask.sum(dim=1)
+        order = torch.argsort(lengths, stable=True)  # equal lengths contiguous: attention per group
+        mask, lengths = mask[order], lengths[order]
+        ids = features["input_ids"][order][mask]
+        types = features["token_type_ids"][order][mask] if "token_type_ids" in features \
+            else torch.zeros_like(ids)
+        positions = torch.arange(mask.shape[1]).expand_as(mask)[mask]
+        emb = self._bert.embeddings
+        h = emb.word_embeddings(ids) + emb.position_embeddings(positions) + emb.token_type_embeddings(types)
+        h = emb.LayerNorm(h)
+        groups = _length_groups(lengths.tolist())
+        for layer in self._bert.encoder.layer:
+            att = layer.attention
+            q, k, v = att.self.query(h), att.self.key(h), att.self.value(h)
+            ctx = torch.empty_like(h)
+            for start, stop, n in groups:
+                b = (stop - start) // n
+                heads = [x[start:stop].view(b, n, self._heads, self._head_dim).transpose(1, 2) for x in (q, k, v)]
+                ctx[start:stop] = F.scaled_dot_product_attention(*heads).transpose(1, 2).reshape(stop - start, -1)
+            h = att.output.LayerNorm(att.output.dense(ctx) + h)
+            h = layer.output.LayerNorm(layer.output.dense(layer.intermediate.intermediate_act_fn(
+                layer.intermediate.dense(h))) + h)
+        seq = torch.repeat_interleave(torch.arange(len(texts)), lengths)
+        pooled = torch.zeros(len(texts), h.shape[1], dtype=h.dtype).index_add_(0, seq, h)
+        pooled = F.normalize(pooled / lengths.to(h.dtype)[:, None], dim=1)
+        out = torch.empty_like(pooled)
+        out[order] = pooled
+        return out
+
+
+def _length_groups(lengths: list[int]) -> list[tuple[int, int, int]]:
+    """``(first token, end token, length)`` of each run of equally long sequences (lengths sorted)."""
+    groups, start = [], 0
+    for n, run in itertools.groupby(lengths):
+        stop = start + n * len(list(run))
+        groups.append((start, stop, n))
+        start = stop
+    return groups
+
+
+def _supported(embedder: Embedder) -> bool:
+    """A sentence-transformers model of exactly Transformer(BertModel) → mean Pooling → Normalize on the CPU."""
+    st = getattr(embedder, "model", None)
+    try:
+        from sentence_transformers import SentenceTransformer
+        from transformers import BertModel
+    except ImportError:
+        return False
+    if not isinstance(st, SentenceTransformer) or len(st) != 3:
+        return False
+    bert = getattr(st[0], "auto_model", None)
+    if not isinstance(bert, BertModel) or str(bert.device) != "cpu":
+        return False
+    cfg = bert.config
+    if getattr(cfg, "position_embedding_type", "absolute") != "absolute" or cfg.is_decoder:
+        return False
+    pooling = st[1].get_config_dict() if hasattr(st[1], "get_config_dict") else {}
+    return (type(st[1]).__name__ == "Pooling" and pooling.get("pooling_mode") == "mean"
+            and pooling.get("include_prompt", True) and type(st[2]).__name__ == "Normalize")
