@@ -2,7 +2,9 @@
 
 One fused kernel per power iteration: program (row i, block of queries) gathers the
 CSR row of P against the dense block X[:, queries] and writes
-``y[i] = mask · (c[i] + d (Σ_j P[i, j] x[j] + dangling[i] · x[i]))`` with c = (1 − d) p.
+``y[i] = mask · (c[i] + Σ_j dP[i, j] x[j] + d·dangling[i] · x[i])`` with c = (1 − d) p; the
+damping is folded into the edge and dangling weights on the host in the priors' dtype
+(as the CPU path does), so float64 priors never meet a float32 scalar ``d``.
 The host driver (per-column convergence and compaction) is shared with the CPU path.
 """
 from __future__ import annotations
@@ -19,7 +21,7 @@ BLOCK_B = 16
 
 
 @triton.jit
-def _ppr_step_kernel(indptr_ptr, indices_ptr, data_ptr, x_ptr, c_ptr, mask_ptr, dang_ptr, y_ptr, B, d,
+def _ppr_step_kernel(indptr_ptr, indices_ptr, data_ptr, x_ptr, c_ptr, mask_ptr, dang_ptr, y_ptr, B,
                      HAS_MASK: tl.constexpr, BLOCK_NNZ: tl.constexpr, BLOCK_B: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     offs_b = (tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)).to(tl.int64)
@@ -37,7 +39,7 @@ def _ppr_step_kernel(indptr_ptr, indices_ptr, data_ptr, x_ptr, c_ptr, mask_ptr, 
     xr = tl.load(x_ptr + row * B + offs_b, mask=b_ok, other=0.0)
     cr = tl.load(c_ptr + row * B + offs_b, mask=b_ok, other=0.0)
     dg = tl.load(dang_ptr + row).to(acc.dtype)
-    y = cr + d * (acc + dg * xr)
+    y = cr + acc + dg * xr
     if HAS_MASK:
         m = tl.load(mask_ptr + row * B + offs_b, mask=b_ok, other=0)
         y = tl.where(m != 0, y, 0.0)
@@ -55,16 +57,18 @@ def batched_ppr_triton(P, priors, d: float = 0.85, tol: float = 1e-6, max_iter: 
         return torch.zeros((0, n), dtype=p.dtype, device=dev), torch.zeros(0, dtype=torch.int64)
     t_indptr = torch.from_numpy(np.asarray(indptr, np.int64)).to(dev)
     t_indices = torch.from_numpy(np.asarray(indices, np.int32)).to(dev)
-    t_data = torch.from_numpy(np.asarray(data)).to(dev, p.dtype)
-    dang = torch.from_numpy(dangling_columns(indices, data, n).astype(np.float32)).to(dev)
+    t_data = torch.from_numpy(np.asarray(data)).to(dev, p.dtype) * d
+    dang = torch.from_numpy(dangling_columns(indices, data, n)).to(dev, p.dtype) * d
     pt = p.to(dev).T.contiguous()
     mt = r.to(dev).T.contiguous().to(torch.int8) if r is not None else None
 
     def step(x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, mc: torch.Tensor | None) -> None:
         Bc = x.shape[1]
+        if n == 0 or Bc == 0:  # no chunks: nothing to launch (a zero-sized grid)
+            return
         grid = (n, triton.cdiv(Bc, BLOCK_B))
         _ppr_step_kernel[grid](t_indptr, t_indices, t_data, x, c, mc if mc is not None else x, dang, y, Bc,
-                               float(d), HAS_MASK=mc is not None, BLOCK_NNZ=BLOCK_NNZ, BLOCK_B=BLOCK_B)
+                               HAS_MASK=mc is not None, BLOCK_NNZ=BLOCK_NNZ, BLOCK_B=BLOCK_B)
 
     x0 = pt * mt if mt is not None else pt
     out, iters = power_iterate(step, x0, (1.0 - d) * x0, mt, tol, max_iter)

@@ -21,13 +21,17 @@ from .gain_knn import check_gain_knn_inputs, finalise_csr
 @triton.jit
 def similarity_tile(X, rows, rmask, cols, cmask, D, stride_x,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
-    """``[BLOCK_M, BLOCK_N]`` tile of ``X[rows] · X[cols]ᵀ`` in IEEE fp32 (masked rows/cols give 0)."""
+    """``[BLOCK_M, BLOCK_N]`` tile of ``X[rows] · X[cols]ᵀ`` in IEEE fp32 (masked rows/cols give 0).
+
+    Row offsets are int64: ``row · stride`` passes 2³¹ from about 5.6 M rows × 384."""
     s = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    row_off = rows.to(tl.int64) * stride_x
+    col_off = cols.to(tl.int64) * stride_x
     for d0 in range(0, D, BLOCK_D):
         dd = d0 + tl.arange(0, BLOCK_D)
         dmask = dd < D
-        a = tl.load(X + rows[:, None] * stride_x + dd[None, :], mask=rmask[:, None] & dmask[None, :], other=0.0)
-        b = tl.load(X + cols[None, :] * stride_x + dd[:, None], mask=cmask[None, :] & dmask[:, None], other=0.0)
+        a = tl.load(X + row_off[:, None] + dd[None, :], mask=rmask[:, None] & dmask[None, :], other=0.0)
+        b = tl.load(X + col_off[None, :] + dd[:, None], mask=cmask[None, :] & dmask[:, None], other=0.0)
         s += tl.dot(a, b, input_precision="ieee")
     return s
 
@@ -65,7 +69,7 @@ def _gain_knn_kernel(X, PEN, OUT_V, OUT_C, N, D, stride_x, sim_min, sim_max,
             best_v = tl.where(slot, m[:, None], best_v)
             best_c = tl.where(slot, mc[:, None], best_c)
             w = tl.where(colb == mc[:, None], float("-inf"), w)
-    out = rows[:, None] * K + slots[None, :]
+    out = rows.to(tl.int64)[:, None] * K + slots[None, :]
     smask = rmask[:, None] & (slots[None, :] < K)
     tl.store(OUT_V + out, best_v, mask=smask)
     tl.store(OUT_C + out, tl.where(best_c >= 0, best_c, -1), mask=smask)

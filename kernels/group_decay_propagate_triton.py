@@ -41,12 +41,14 @@ def _decay_kernel(src_b_ptr, src_u_ptr, src_start_ptr, src_size_ptr, A_ptr, node
 def group_decay_propagate_triton(A: torch.Tensor, w: torch.Tensor, node_group: torch.Tensor, node_t: torch.Tensor,
                                  group_indptr: torch.Tensor, group_nodes: torch.Tensor, alpha: torch.Tensor,
                                  device: str = "cuda") -> torch.Tensor:
+    """Triton path; tensors move to the GPU for ``device="cuda"`` (they stay where they are,
+    e.g. CPU tensors under TRITON_INTERPRET=1, otherwise). Result on that device."""
     B, V = check_inputs(A, w, node_group, node_t, group_indptr, group_nodes, alpha)
-    dev = A.device
+    dev = torch.device("cuda") if device == "cuda" else A.device
     out = torch.zeros((B, V), dtype=torch.float32, device=dev)
     if B == 0 or V == 0:
         return out
-    A = A.float().contiguous()
+    A = A.to(dev).float().contiguous()
     b, u, start, size = active_sources(A, node_group.to(dev), group_indptr.to(dev))
     if len(u):
         _decay_kernel[(len(u),)](b.to(torch.int64), u.to(torch.int64), start, size, A,

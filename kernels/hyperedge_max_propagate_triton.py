@@ -76,8 +76,11 @@ def _node_kernel(inc_ptr, node_indptr_ptr, node_inc_ptr, out_ptr, B, V, I,
 def hyperedge_max_propagate_triton(A: torch.Tensor, S: torch.Tensor, edge_indptr: torch.Tensor,
                                    edge_nodes: torch.Tensor, node_indptr: torch.Tensor,
                                    node_incidence: torch.Tensor, device: str = "cuda") -> torch.Tensor:
+    """Triton path; tensors move to the GPU for ``device="cuda"`` (they stay where they are,
+    e.g. CPU tensors under TRITON_INTERPRET=1, otherwise). Result on that device."""
     B, V, E = check_inputs(A, S, edge_indptr, edge_nodes, node_indptr, node_incidence)
-    dev = A.device
+    dev = torch.device("cuda") if device == "cuda" else A.device
+    A = A.to(dev)
     A, S = A.float().contiguous(), S.float().to(dev).contiguous()
     out = torch.zeros((B, V), dtype=torch.float32, device=dev)
     I = edge_nodes.numel()

@@ -18,8 +18,8 @@ from .shapley_mc import _check_inputs, finish, predecessor_masks
 @triton.jit
 def _shapley_kernel(pred_ptr, sets_ptr, cand_ptr, best_ptr, out_ptr, T, G, U, C, lam,
                     BLOCK_G: tl.constexpr, BLOCK_U: tl.constexpr):
-    b = tl.program_id(0)
-    c = tl.program_id(1)
+    b = tl.program_id(0).to(tl.int64)  # int64 offsets: b · T · G² grows with the batch
+    c = tl.program_id(1).to(tl.int64)
     offs_g = tl.arange(0, BLOCK_G)
     offs_h = tl.arange(0, BLOCK_G)
     offs_u = tl.arange(0, BLOCK_U)
