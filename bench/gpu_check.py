@@ -361,15 +361,18 @@ def gain_rows_agree(X, pen, sim_min: float, sim_max: float, a, b, rtol: float = 
         x = np.clip(s, 0, 1)
         w = dict(zip(cols.tolist(), (x * np.sqrt(1 - x * x) * pen64[cols]).tolist()))
         sv = dict(zip(cols.tolist(), s.tolist()))
-        kth = min([w[c] for c in ra.tolist()] + [w[c] for c in rb.tolist()] or [0.0])
-        diff = set(ra.tolist()) ^ set(rb.tolist())
-        tie_ok = all(abs(w[c] - kth) <= rtol * max(kth, 1e-30) or min(abs(sv[c] - sim_min), abs(sv[c] - sim_max)) < 1e-6
-                     for c in diff)
-        same_set_order_tie = not diff and np.allclose(sorted(w[c] for c in ra), sorted(w[c] for c in rb), rtol=rtol)
-        if tie_ok and (diff or same_set_order_tie):
-            near += 1
-        else:
-            bad += 1
+        kth_a = min((w[c] for c in ra.tolist()), default=0.0)  # the row's weakest kept edge
+        kth_b = min((w[c] for c in rb.tolist()), default=0.0)
+
+        def borderline(c: int, kth: float) -> bool:  # a tie with the other row's k-th edge, or a band edge
+            return (abs(w[c] - kth) <= rtol * max(kth, 1e-30) or w[c] <= 1e-7
+                    or min(abs(sv[c] - sim_min), abs(sv[c] - sim_max)) < 1e-6)
+
+        only_a, only_b = set(ra.tolist()) - set(rb.tolist()), set(rb.tolist()) - set(ra.tolist())
+        ok = (all(borderline(c, kth_b) for c in only_a) and all(borderline(c, kth_a) for c in only_b)
+              and np.allclose([w[c] for c in ra[:len(rb)]], [w[c] for c in rb[:len(ra)]], rtol=rtol))
+        near += ok
+        bad += not ok
     return bad == 0, f"{near} rows differ only by near-ties, {bad} rows differ"
 
 
