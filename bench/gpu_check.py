@@ -28,7 +28,8 @@ after every section (a run cut short still leaves what it did).
 
 Flags: ``--quick`` (smallest sizes), ``--interpret`` (TRITON_INTERPRET=1 with CPU tensors
 and tiny sizes: a smoke test of this script without a GPU; ``tests/test_gpu_check.py``
-runs ``--interpret --quick``), ``--budget SECONDS`` (default 300), ``--skip-timing``.
+runs ``--interpret --quick``), ``--budget SECONDS`` (default 240), ``--skip-timing``,
+``--only parity|pipelines|timing`` (repeatable).
 
 Running it on the device machine (NVIDIA H200; its image's ``python3`` has torch 2.11 +
 triton 3.6, numpy, scipy, tqdm, but no faiss and no bm25s, and it cannot reach a package
@@ -74,7 +75,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="smallest sizes")
     ap.add_argument("--interpret", action="store_true",
                     help="TRITON_INTERPRET=1 on CPU tensors with tiny sizes (smoke test without a GPU)")
-    ap.add_argument("--budget", type=float, default=300.0, help="seconds; later timings are skipped (default 300)")
+    ap.add_argument("--budget", type=float, default=240.0, help="seconds; later timings are skipped (default 240)")
     ap.add_argument("--skip-timing", action="store_true", help="parity and pipelines only")
     ap.add_argument("--only", choices=("parity", "pipelines", "timing"), action="append",
                     help="run only these sections (repeatable)")

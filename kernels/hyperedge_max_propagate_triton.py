@@ -80,8 +80,7 @@ def hyperedge_max_propagate_triton(A: torch.Tensor, S: torch.Tensor, edge_indptr
     e.g. CPU tensors under TRITON_INTERPRET=1, otherwise). Result on that device."""
     B, V, E = check_inputs(A, S, edge_indptr, edge_nodes, node_indptr, node_incidence)
     dev = torch.device("cuda") if device == "cuda" else A.device
-    A = A.to(dev)
-    A, S = A.float().contiguous(), S.float().to(dev).contiguous()
+    A, S = A.to(dev).float().contiguous(), S.to(dev).float().contiguous()
     out = torch.zeros((B, V), dtype=torch.float32, device=dev)
     I = edge_nodes.numel()
     if B == 0 or I == 0:

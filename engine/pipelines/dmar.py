@@ -404,8 +404,9 @@ class DMAR(Pipeline):
                                 torch.from_numpy(cand_nodes.astype(np.float32)), torch.from_numpy(best),
                                 lam=self.lam, T=self.T, seed=self.seed, mode=self.shapley_mode,
                                 device=self.device)
+        score = score.cpu().numpy()  # waits for a GPU kernel, so its time counts in this stage
         t["shapley"] += time.perf_counter() - t2
-        return np.where(valid, score.cpu().numpy(), 0.0).astype(np.float32), struct_ok
+        return np.where(valid, score, 0.0).astype(np.float32), struct_ok
 
     def _anchors(self, cand: np.ndarray, fused: np.ndarray) -> np.ndarray:
         """Top-m fused candidates, or an MMR selection when ``mmr > 0``."""
