@@ -42,9 +42,12 @@ registry). Once, here, in the repository root (``.whl/`` is git-ignored; ≈ 19 
 
 then one ``run`` with ``carry=[".whl"]``, ``timeout_s=480`` and the command::
 
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \\
+    set -o pipefail; python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \\
         --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site && \\
         PYTHONUNBUFFERED=1 python3 bench/gpu_check.py 2>&1 | tee $OUT/gpu_check.log
+
+(``rc`` of the run is the script's exit status; ``$OUT/gpu_check.json`` and the log come
+back. Budget: machine start 1–2 min + this ≈ 5 min of the session's 15 device minutes.)
 
 No ``pip install -e .`` is needed: when ``import hopgraph`` fails, this script maps the
 package names to the source folders of this checkout (the ``package-dir`` table of
