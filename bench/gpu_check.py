@@ -688,6 +688,7 @@ class Timing:
     size: str
     prepare: Callable[[], tuple[Callable[[], Any], Callable[[], Any], Any]]
     repeats: int = 3
+    grow: float = 0  # > 0: skip unless this × the previous Triton time of the op fits the budget
 
 
 def best_time(run: Run, fn: Callable[[], Any], repeats: int) -> float:
@@ -787,17 +788,19 @@ def timing_cases(run: Run) -> list[Timing]:
 
     cases.append(Timing("shapley_mc", f"B={B_sh} C={C_sh} G=8 U={u_t} T=50", shapley))
 
-    n_g = pick(200_000, 20_000, 48)
+    def gain_knn(n_g: int):
+        def prepare():
+            X = clustered(n_g, d_t, max(n_g // 250, 2), seed=24)
+            pen = hub_penalty(run.cpu("density", X, mode="sampled", n_samples=4096))
+            kw = dict(k=32, sim_min=0.3, sim_max=0.9, penalty=pen)
+            X_s, kw_s = X[: n_g // 4], {**kw, "penalty": pen[: n_g // 4]}
+            return ((lambda: run.tri("gain_knn", X, **kw)), (lambda: run.cpu("gain_knn", X, **kw)),
+                    (lambda: run.cpu("gain_knn", X_s, **kw_s), 16))
+        return prepare
 
-    def gain_knn():
-        X = clustered(n_g, d_t, max(n_g // 250, 2), seed=24)
-        pen = hub_penalty(run.cpu("density", X, mode="sampled", n_samples=4096))
-        kw = dict(k=32, sim_min=0.3, sim_max=0.9, penalty=pen)
-        X_s, kw_s = X[: n_g // 4], {**kw, "penalty": pen[: n_g // 4]}
-        return ((lambda: run.tri("gain_knn", X, **kw)), (lambda: run.cpu("gain_knn", X, **kw)),
-                (lambda: run.cpu("gain_knn", X_s, **kw_s), 16))
-
-    cases.append(Timing("gain_knn", f"N={n_g:,} d={d_t} k=32", gain_knn, repeats=1))
+    # O(N²): the smaller size first; the larger one runs only when 16× its Triton time fits
+    for n_g, grow in ((pick(50_000, 5_000, 32), 0), (pick(200_000, 20_000, 48), 16)):
+        cases.append(Timing("gain_knn", f"N={n_g:,} d={d_t} k=32", gain_knn(n_g), repeats=1, grow=grow))
     return cases
 
 
@@ -805,9 +808,16 @@ def section_timing(run: Run) -> None:
     print("\n== 3. timing: Triton on", "CPU (interpreter; meaningless)" if run.interpret else "GPU",
           "vs CPU path (best of N, seconds)", flush=True)
     rows = []
+    last_triton: dict[str, float] = {}
     for case in timing_cases(run):
         if run.size == "tiny":
             case.repeats = 1
+        if case.grow and case.op in last_triton and \
+                run.elapsed() + 1.3 * case.grow * last_triton[case.op] > run.args.budget + 60:
+            run.add(Result("timing", case.op, case.size, "SKIP",
+                           f"expected ≈ {case.grow * last_triton[case.op]:.0f} s on the GPU: over budget"))
+            rows.append([case.op, case.size, "-", "-", "-", "skipped (budget)"])
+            continue
         if run.over_budget():
             run.add(Result("timing", case.op, case.size, "SKIP", f"budget of {run.args.budget:.0f} s used"))
             rows.append([case.op, case.size, "-", "-", "-", "skipped (budget)"])
@@ -819,6 +829,7 @@ def section_timing(run: Run) -> None:
             # the parity section compiled the kernels (same constexprs and specialisations);
             # with repeats > 1 a late compile falls out of the best-of
             t_tri = best_time(run, tri_fn, case.repeats)
+            last_triton[case.op] = t_tri
             note, est = f"best of {case.repeats}", ""
             if small is not None:
                 t_small = best_time(run, small[0], 1) * small[1]
