@@ -287,6 +287,36 @@ def test_micro_batcher_batches_and_isolates_failures(demo_corpus):
     assert [r.hits[0] for r in results] == index.search(qs, pipeline="dense", k=3)
 
 
+def test_micro_batcher_embeds_only_in_its_worker_thread(demo_corpus):
+    """warm_up and searches embed in the one worker thread (a second thread running torch would slow
+    both, see MicroBatcher.warm_up); embedders without the packed path get limits.embed_batch_size."""
+    hashing = HashingEmbedder(DIM)
+    calls: list[tuple[str, int]] = []
+
+    class Recording:
+        name, dim = "recording", DIM
+
+        def encode(self, texts, batch_size=64, progress=False):
+            calls.append((threading.current_thread().name, batch_size))
+            return hashing.encode(texts)
+
+    index = hopgraph.Index.build(demo_corpus, embedder=Recording(), pipelines=["dense"], progress=False)
+    calls.clear()
+    batcher = MicroBatcher(index, ServeLimits(embed_batch_size=3))
+    batcher.warm_up()
+
+    async def scenario():
+        await batcher.start()
+        try:
+            return await batcher.submit("dense", 3, questions(2))
+        finally:
+            await batcher.stop()
+
+    result = asyncio.run(scenario())
+    assert len(calls) == 2 and all(name.startswith("hopgraph-search") and bs == 3 for name, bs in calls)
+    assert result.hits == index.search(questions(2), pipeline="dense", k=3)
+
+
 def test_queue_full_answers_503(index):
     limits = ServeLimits(max_pending=2)
     with BackgroundServer(create_app(index, limits, pipelines=["dense"])) as srv, \
