@@ -74,8 +74,9 @@ def run_phase(phase: Phase, url: str, questions: list[str], pipeline: str, k: in
     """``phase.clients`` threads, each a keep-alive HTTP/1.1 connection sending one question per
     request until ``seconds`` pass or ``max_requests`` are sent in all.
 
-    The load generator is deliberately thin (http.client, no pooling layer) so that the server,
-    not the client, is what is measured.
+    The load generator is deliberately thin (http.client, no pooling layer; request bodies encoded
+    before the clock starts, answers decoded after it stops) so that the server, not the client,
+    is what is measured: the clients share the server's cores.
     """
     parsed = urlsplit(url)
     counter = itertools.count()
@@ -87,15 +88,18 @@ def run_phase(phase: Phase, url: str, questions: list[str], pipeline: str, k: in
         conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return conn
 
-    def post(conn: http.client.HTTPConnection, q: str) -> tuple[int, bytes]:
-        body = json.dumps({"queries": [q], "pipeline": pipeline, "k": k})
-        conn.request("POST", "/search", body=body, headers={"Content-Type": "application/json"})
+    bodies = [json.dumps({"queries": [q], "pipeline": pipeline, "k": k}).encode() for q in questions]
+    headers = {"Content-Type": "application/json"}
+    answered: list[tuple[int, bytes]] = []  # (question number, raw answer), decoded after the phase
+
+    def post(conn: http.client.HTTPConnection, i: int) -> tuple[int, bytes]:
+        conn.request("POST", "/search", body=bodies[i], headers=headers)
         response = conn.getresponse()
         return response.status, response.read()
 
     warm = connection()
-    for q in questions[:2]:  # warm-up: embedder, pipeline
-        post(warm, q)
+    for i in range(min(2, len(questions))):  # warm-up: embedder, pipeline
+        post(warm, i)
     warm.close()
     deadline = time.perf_counter() + seconds
 
@@ -106,10 +110,9 @@ def run_phase(phase: Phase, url: str, questions: list[str], pipeline: str, k: in
                 i = next(counter)
                 if i >= max_requests:
                     return
-                q = questions[i % len(questions)]
                 t0 = time.perf_counter()
                 try:
-                    status, raw = post(conn, q)
+                    status, raw = post(conn, i % len(questions))
                 except (OSError, http.client.HTTPException) as e:
                     with lock:
                         phase.errors.append(f"{type(e).__name__}: {e}")
@@ -121,11 +124,9 @@ def run_phase(phase: Phase, url: str, questions: list[str], pipeline: str, k: in
                     with lock:
                         phase.errors.append(f"HTTP {status}: {raw[:200]!r}")
                     continue
-                body = json.loads(raw)
                 with lock:
                     phase.latencies_ms.append(ms)
-                    phase.batch_requests.append(body["timing"]["batch_requests"])
-                    phase.answers.setdefault(q, [h["id"] for h in body["results"][0]["hits"]])
+                    answered.append((i % len(questions), raw))
         finally:
             conn.close()
 
@@ -136,6 +137,10 @@ def run_phase(phase: Phase, url: str, questions: list[str], pipeline: str, k: in
     for t in threads:
         t.join()
     phase.seconds = time.perf_counter() - t0
+    for i, raw in answered:
+        body = json.loads(raw)
+        phase.batch_requests.append(body["timing"]["batch_requests"])
+        phase.answers.setdefault(questions[i], [h["id"] for h in body["results"][0]["hits"]])
     return phase
 
 
