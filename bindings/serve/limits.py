@@ -25,9 +25,10 @@ class ServeLimits:
     max_pending: int = 8192         #: queries waiting for the search worker (HTTP 503 above it)
     batch_max_queries: int = 512    #: queries gathered into one micro-batch
     batch_wait_ms: float = 2.0      #: gathering window of a micro-batch, used only under concurrent load
-    #: question texts per embedder forward pass within a micro-batch. The embedder groups texts of
-    #: similar length; small groups keep the padding (wasted compute) low: MiniLM on 2 CPU cores,
-    #: 32 HotpotQA questions: 3.5 ms/question with 8, 5.6 ms with 32 (bench/bench_serve.py)
+    #: question texts per embedder forward pass within a micro-batch, for embedders without the
+    #: padding-free path (engine/packed_bert.py). The embedder groups texts of similar length; small
+    #: groups keep the padding low: MiniLM's own encode, 32 HotpotQA questions, 2 CPU cores:
+    #: 3.5 ms/question with 8, 5.6 ms with 32 (one timing on a busy machine)
     embed_batch_size: int = 8
 
     def __post_init__(self) -> None:
