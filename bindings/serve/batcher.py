@@ -97,7 +97,7 @@ class MicroBatcher:
     def embed_texts(self, texts: list[str]) -> np.ndarray:
         """Embed question texts: without padding (:class:`PackedBertEncoder`) when the index's
         embedder allows it, else with the embedder in length-sorted chunks of
-        ``limits.embed_batch_size``. Called in the worker thread (or before the server starts)."""
+        ``limits.embed_batch_size``. Runs in the worker thread only (see :meth:`warm_up`)."""
         if not self._packed_checked:
             embedder = self.index.embedder  # InputError for an index without a query embedder
             self._packed = PackedBertEncoder.for_embedder(embedder)
