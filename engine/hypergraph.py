@@ -38,21 +38,7 @@ from .corpus import Corpus
 from .embedders import Embedder, validate_embeddings
 from .errors import InputError
 from .extraction import Extraction
-from .storage import load_arrays, save_arrays
-
-
-def pack_strings(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """UTF-8 bytes of all strings concatenated (uint8) and their int64 offsets [n + 1]."""
-    encoded = [s.encode("utf-8") for s in strings]
-    offsets = np.zeros(len(encoded) + 1, np.int64)
-    np.cumsum([len(b) for b in encoded], out=offsets[1:])
-    return np.frombuffer(b"".join(encoded), np.uint8).copy(), offsets
-
-
-def unpack_strings(data: np.ndarray, offsets: np.ndarray) -> list[str]:
-    raw = np.asarray(data).tobytes()
-    o = np.asarray(offsets).tolist()
-    return [raw[o[i]:o[i + 1]].decode("utf-8") for i in range(len(o) - 1)]
+from .storage import load_arrays, pack_strings, save_arrays, unpack_strings
 
 
 def csr_from_keys(keys: np.ndarray, n_rows: int) -> tuple[np.ndarray, np.ndarray]:

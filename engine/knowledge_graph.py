@@ -36,6 +36,7 @@ import scipy.sparse as sp
 
 from .errors import InputError
 from .extraction import FUNCTION_WORDS, Extraction, canonical_name, query_names
+from .storage import pack_strings, unpack_strings
 
 
 LINK_MODES = ("capitalised", "ngram")
@@ -75,19 +76,6 @@ def read_edge_list(path: str | Path) -> tuple[list[str], list[str]]:
                 raise InputError(f"{path} line {lineno}: empty head or tail entity name")
             heads.append(h), tails.append(t)
     return heads, tails
-
-
-def pack_strings(strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """UTF-8 blob (uint8) + offsets (int64, len n+1): a compact, mmap-able string list."""
-    encoded = [s.encode("utf-8") for s in strings]
-    offsets = np.zeros(len(encoded) + 1, np.int64)
-    offsets[1:] = np.cumsum([len(b) for b in encoded])
-    return np.frombuffer(b"".join(encoded), np.uint8).copy(), offsets
-
-
-def unpack_strings(blob: np.ndarray, offsets: np.ndarray) -> list[str]:
-    raw = bytes(np.asarray(blob))
-    return [raw[a:b].decode("utf-8") for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
 
 
 def top_per_row(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray]:

@@ -20,7 +20,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -88,6 +88,22 @@ def load_array(directory: Path, name: str, mmap: bool = True) -> np.ndarray:
 
 def load_arrays(directory: Path, names: list[str], mmap: bool = True) -> dict[str, np.ndarray]:
     return {n: load_array(directory, n, mmap) for n in names}
+
+
+def pack_strings(strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """A string list as arrays for :func:`save_arrays`: the UTF-8 bytes of all strings
+    concatenated (uint8) and their int64 offsets ``[n + 1]`` (compact and mmap-able)."""
+    encoded = [s.encode("utf-8") for s in strings]
+    offsets = np.zeros(len(encoded) + 1, np.int64)
+    np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    return np.frombuffer(b"".join(encoded), np.uint8).copy(), offsets
+
+
+def unpack_strings(data: np.ndarray, offsets: np.ndarray) -> list[str]:
+    """The strings packed by :func:`pack_strings`."""
+    raw = np.asarray(data).tobytes()
+    o = np.asarray(offsets).tolist()
+    return [raw[o[i]:o[i + 1]].decode("utf-8") for i in range(len(o) - 1)]
 
 
 def write_json(path: Path, obj: Any) -> None:
