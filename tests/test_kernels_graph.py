@@ -47,7 +47,8 @@ def random_unit(n: int, d: int, seed: int) -> np.ndarray:
 
 
 def adversarial_inputs() -> dict[str, np.ndarray]:
-    """All-identical vectors, an isolated (orthogonal) row, exact duplicates, N < k."""
+    """All-identical vectors, an isolated (orthogonal) row, exact duplicates, N < k, a zero
+    vector, a single row."""
     g = np.random.default_rng(3)
     same = np.tile(random_unit(1, 16, 1), (12, 1))
     iso = clustered_embeddings(20, 16, 2, seed=4)
@@ -58,7 +59,10 @@ def adversarial_inputs() -> dict[str, np.ndarray]:
     dup[8:] = dup[:8]
     tiny = random_unit(3, 16, 6)
     one_hot = np.eye(16, dtype=np.float32)[g.integers(0, 4, 12)]  # similarities exactly 0 or 1
-    return {"identical": same, "isolated": iso, "duplicates": dup, "tiny": tiny, "one_hot": one_hot}
+    zero = random_unit(10, 16, 7)
+    zero[4] = 0.0  # similarity 0 to every row: no edge in or out, density 0
+    return {"identical": same, "isolated": iso, "duplicates": dup, "tiny": tiny, "one_hot": one_hot,
+            "zero_vector": zero, "single": random_unit(1, 16, 8)}
 
 
 # ---------------------------------------------------------------- density
@@ -204,12 +208,19 @@ def test_triton_sparse_diffusion_matches_cpu():
     g = call("gain_knn", X, k=4, device="cpu")
     data = g.data.copy()
     data[g.indptr[3]:g.indptr[4]] = 0.0  # a zero-sum row
-    seeds = np.array([[0, 3, -1], [5, 6, 7], [-1, -1, -1], [3, -1, -1]])
+    keep = np.ones(g.nnz, bool)
+    keep[g.indptr[9]:g.indptr[10]] = False  # an empty row (an isolated node)
+    indptr = np.r_[0, np.cumsum(np.diff(g.indptr) * (np.arange(len(X)) != 9))].astype(np.int64)
+    indices, data = g.indices[keep], data[keep]
+    seeds = np.array([[0, 3, -1], [5, 6, 7], [-1, -1, -1], [3, -1, -1], [9, 9, 2]])  # repeated seed
     for weights in (None, np.random.default_rng(0).random(seeds.shape).astype(np.float32)):
         for normalise in (True, False):
-            cpu = call("sparse_diffusion", seeds, weights, g.indptr, g.indices, data, len(X),
+            cpu = call("sparse_diffusion", seeds, weights, indptr, indices, data, len(X),
                        normalise=normalise, device="cpu")
-            tri = call("sparse_diffusion", seeds, weights, g.indptr, g.indices, data, len(X),
+            tri = call("sparse_diffusion", seeds, weights, indptr, indices, data, len(X),
                        normalise=normalise, device="cpu", backend="triton")
             np.testing.assert_allclose(tri, cpu, rtol=1e-5, atol=1e-7)
-    assert not call("sparse_diffusion", seeds, None, g.indptr, g.indices, data, len(X), device="cpu")[3].any()
+    uniform = call("sparse_diffusion", seeds, None, indptr, indices, data, len(X), device="cpu")
+    assert not uniform[2].any() and not uniform[3].any()  # all padding; a zero-sum row
+    T = row_normalised(CSR(indptr, indices, data, len(X))).to_dense()
+    np.testing.assert_allclose(uniform[4], T[2] / 3, rtol=1e-5, atol=1e-7)  # the empty row adds nothing
