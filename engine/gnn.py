@@ -21,15 +21,15 @@ costs only cosines between stored embeddings.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 from torch import nn
 
+from ..kernels.threads import torch_threads
 from .errors import InputError
 
 
@@ -127,19 +127,9 @@ def ego_batch(ego: sp.csr_matrix, adj: sp.csr_matrix, features: np.ndarray, cent
                          torch.from_numpy(d_loc), torch.from_numpy(graph), len(centres))
 
 
-@contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """Run torch with ``n`` intra-op threads, restoring the previous count afterwards.
-
-    The GNN works on many small tensors; on a loaded 2-core machine the thread pool's
-    synchronisation costs ~6x more than it saves, so training and encoding use one thread.
-    """
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
+#: torch intra-op threads of GNN training and encoding: the GNN works on many small tensors;
+#: on a loaded 2-core machine the thread pool's synchronisation costs ~6x more than it saves
+GNN_THREADS = 1
 
 
 def triplet_loss(a: torch.Tensor, p: torch.Tensor, n: torch.Tensor, margin: float) -> torch.Tensor:
@@ -177,7 +167,7 @@ def pretrain(encoder: SubgraphEncoder, ego: sp.csr_matrix, adj: sp.csr_matrix, f
     rng = np.random.default_rng(seed)
     opt = torch.optim.Adam(encoder.parameters(), lr=lr)
     encoder.train()
-    with torch_threads(1):
+    with torch_threads(GNN_THREADS):
         _pretrain_loop(encoder, ego, adj, features, opt, rng, losses, steps, batch_size, margin, light_drop,
                        heavy_drop, progress, log)
     encoder.eval()
@@ -215,7 +205,7 @@ def encode_all(encoder: SubgraphEncoder, ego: sp.csr_matrix, adj: sp.csr_matrix,
     encoder.eval()
     d_out = encoder.layers[-1].self_lin.out_features
     out = np.zeros((E, d_out), np.float32)
-    with torch_threads(1):
+    with torch_threads(GNN_THREADS):
         for s in tqdm(range(0, E, chunk), desc="encode ego subgraphs", disable=not progress, unit="chunk"):
             ids = np.arange(s, min(s + chunk, E))
             out[ids] = encoder(ego_batch(ego, adj, features, ids)).numpy()
