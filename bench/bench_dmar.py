@@ -30,22 +30,9 @@ from hopgraph.engine.evaluation import load_questions
 from hopgraph.engine.pipelines.dmar import STAGES
 from hopgraph.kernels import call
 
+from _common import best_of, table
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def table(head: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
-    fmt = lambda cells: "  ".join(str(c).rjust(w) for c, w in zip(cells, widths))  # noqa: E731
-    return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
-
-
-def best_of(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def synthetic_shapley(B: int = 64, C: int = 100, G: int = 8, U: int = 128, seed: int = 0):
@@ -105,12 +92,12 @@ def main() -> None:
 
     print("\nShapley op (CPU path), T = 50:")
     sets, n_sub, cand, best = synthetic_shapley()
-    syn = best_of(lambda: call("shapley_mc", sets, n_sub, cand, best, T=50, device="cpu"), args.repeats)
+    syn, _ = best_of(lambda: call("shapley_mc", sets, n_sub, cand, best, T=50, device="cpu"), args.repeats)
     # real stage-1 inputs of the first 64 questions: time the whole structural path and the kernel
     cand_real = dmar._recall(Q[:64], texts[:64])
     linked = dmar._link(texts[:64])
     timing = {k: 0.0 for k in STAGES}
-    real_total = best_of(lambda: dmar._structural(cand_real, linked, timing), 1)
+    real_total, _ = best_of(lambda: dmar._structural(cand_real, linked, timing), 1)
     G_real = max(len(x) for x in linked)
     print(table(["input", "queries × candidates", "|G_Q| max", "seconds", "vs 1 s target"],
                 [["synthetic", f"64 × 100", "8", f"{syn:.3f}", f"{syn:.2f}×"],

@@ -23,6 +23,8 @@ from hopgraph.engine import gnn
 from hopgraph.engine.extraction import Extraction
 from hopgraph.engine.knowledge_graph import build_knowledge_graph
 
+from _common import table
+
 
 def synthetic_extraction(n: int, seed: int = 0) -> Extraction:
     g = np.random.default_rng(seed)
@@ -62,10 +64,7 @@ def main() -> None:
     fmt = lambda v: f"{v:,.2f}" if isinstance(v, float) else f"{v:,}"  # noqa: E731
     cells = [[fmt(r[h]) for h in head] for r in rows]
     cells.append(["ratio"] + [f"{rows[1][h] / max(rows[0][h], 1e-9):.1f}×" for h in head[1:]])
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
-    print("  ".join(h.rjust(w) for h, w in zip(head, widths)))
-    for c in cells:
-        print("  ".join(x.rjust(w) for x, w in zip(c, widths)))
+    print(table(head, cells))
     print("(peak GB is the process maximum so far, so the second row includes the first)")
 
 

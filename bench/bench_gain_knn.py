@@ -21,7 +21,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import time
 
 import faiss
 import numpy as np
@@ -30,6 +29,8 @@ import torch
 from hopgraph.engine.graph import hub_penalty
 from hopgraph.kernels import call
 
+from _common import best_of, table
+
 
 def clustered(n: int, d: int, n_clusters: int, seed: int = 0) -> np.ndarray:
     """Normalised float32 points around random cluster centres (as embeddings cluster by topic)."""
@@ -37,15 +38,6 @@ def clustered(n: int, d: int, n_clusters: int, seed: int = 0) -> np.ndarray:
     centres = g.standard_normal((n_clusters, d)).astype(np.float32)
     X = centres[g.integers(0, n_clusters, n)] + 1.0 * g.standard_normal((n, d)).astype(np.float32)
     return X / np.linalg.norm(X, axis=1, keepdims=True)
-
-
-def best_of(fn, repeats: int) -> tuple[float, object]:
-    best, out = float("inf"), None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
 
 
 def faiss_knn(X: np.ndarray, k: int) -> np.ndarray:
@@ -75,14 +67,11 @@ def main() -> None:
     t_faiss, _ = best_of(lambda: faiss_knn(X, args.k), args.repeats)
     t_gain, graph = best_of(lambda: call("gain_knn", X, k=args.k, penalty=pen, device="cpu"), args.repeats)
 
-    rows = [("faiss IndexFlatIP exact k-NN", t_faiss, 1.0),
-            ("gain_knn CPU (fused, CSR)", t_gain, t_gain / t_faiss),
-            ("density exact", t_dens, t_dens / t_faiss),
-            (f"density sampled ({args.samples} cols)", t_samp, t_samp / t_faiss)]
-    width = max(len(r[0]) for r in rows)
-    print(f"{'op'.ljust(width)}  {'seconds':>8}  {'× faiss':>8}")
-    for name, t, ratio in rows:
-        print(f"{name.ljust(width)}  {t:8.2f}  {ratio:8.2f}")
+    rows = [("faiss IndexFlatIP exact k-NN", t_faiss),
+            ("gain_knn CPU (fused, CSR)", t_gain),
+            ("density exact", t_dens),
+            (f"density sampled ({args.samples} cols)", t_samp)]
+    print(table(["op", "seconds", "× faiss"], [[name, f"{t:.2f}", f"{t / t_faiss:.2f}"] for name, t in rows]))
     print(f"first gain_knn call of the process (incl. torch.compile warm-up): {t_first:.1f} s")
     print(f"gain_knn edges: {graph.nnz} ({graph.nnz / args.n:.1f} per row)")
     print(f"sampled density: mean |error| {np.abs(samp - dens).mean():.2e} (mean density {dens.mean():.3f})")

@@ -27,6 +27,8 @@ import scipy.sparse as sp
 from hopgraph.engine.hypergraph import column_stochastic
 from hopgraph.kernels import call
 
+from _common import table
+
 
 def generated_graph(n: int, m: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
@@ -68,9 +70,10 @@ def bench_ppr(n: int, m: int, B: int, d: float, tol: float, igraph_priors: int) 
     l1 = np.abs(pi[:nb] - ref).sum(1)
     qps_batch, qps_ig = B / t_batch, nb / t_ig
     print(f"graph: {n:,} chunks, {P.nnz:,} edges (distinct), {B} priors, d={d}, tol={tol}")
-    print(f"{'method':44s} {'seconds':>9s} {'queries/s':>10s} {'ratio':>7s}")
-    print(f"{'igraph personalized_pagerank, once per prior':44s} {t_ig:9.2f} {qps_ig:10.2f} {1.0:7.1f}")
-    print(f"{'hopgraph batched_ppr (CPU, one batch)':44s} {t_batch:9.2f} {qps_batch:10.2f} {qps_batch / qps_ig:7.1f}")
+    print(table(["method", "seconds", "queries/s", "ratio"],
+                [["igraph personalized_pagerank, once per prior", f"{t_ig:.2f}", f"{qps_ig:.2f}", "1.0"],
+                 ["hopgraph batched_ppr (CPU, one batch)", f"{t_batch:.2f}", f"{qps_batch:.2f}",
+                  f"{qps_batch / qps_ig:.1f}"]]))
     print(f"iterations per prior: min {int(iters.min())}, max {int(iters.max())}; "
           f"L1 distance to igraph: max {l1.max():.2e} over {nb} priors -> "
           f"{'OK' if l1.max() <= 1e-6 else 'FAIL'} (<= 1e-6)")
