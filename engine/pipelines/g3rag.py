@@ -40,12 +40,12 @@ from ..embedders import Embedder
 from ..ann_graph import ann_gain_knn, density_mode, graph_mode
 from ..errors import InputError
 from ..graph import CSR, check_csr, hub_penalty
-from ..ranking import PAD_ID, PAD_SCORE, reciprocal_rank_fusion, topk_rows
+from ..ranking import PAD_ID, PAD_SCORE, topk_rows
 from ..storage import load_arrays, save_arrays
 from .base import Pipeline
 from .bm25 import BM25
 from .dense import Dense, faiss_topk, gather_rows
-from .hybrid import RRF_K
+from .hybrid import hybrid_ranking
 
 #: "ann" / "auto" (issue 5): IVF candidates rescored exactly, see hopgraph.engine.ann_graph
 MODES = ("knn", "exact", "ann", "auto")
@@ -199,11 +199,7 @@ class G3RAG(Pipeline):
         """Seed ranking of the masked scoring: dense cosine, or dense+BM25 RRF (``seeds="hybrid"``)."""
         if self.seeds == "dense":
             return faiss_topk(self.dense._index, Q, depth)
-        d_ids, _ = faiss_topk(self.dense._index, Q, max(depth, self.hybrid_depth))
-        b_ids, _ = self.bm25.scores(texts, max(depth, self.hybrid_depth))
-        fused = reciprocal_rank_fusion([d_ids, b_ids], len(self.X), k=RRF_K)
-        fused[fused == 0] = -np.inf
-        return topk_rows(fused, depth)
+        return hybrid_ranking(self.dense, self.bm25, Q, texts, depth, self.hybrid_depth)
 
     def _search_masked(self, Q: np.ndarray, top_k: int, texts: list[str] | None
                        ) -> tuple[np.ndarray, np.ndarray]:

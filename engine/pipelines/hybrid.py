@@ -24,8 +24,8 @@ def hybrid_ranking(dense: Dense, bm25: BM25, Q: np.ndarray, query_texts: Sequenc
                    depth: int = 100, rrf_k: int = RRF_K) -> tuple[np.ndarray, np.ndarray]:
     """Top-``top_k`` rows by reciprocal rank fusion of the dense and BM25 top-``depth`` lists.
 
-    Scores are the RRF sums ``Σ 1/(rrf_k + rank)``; ties break toward the better dense rank
-    through a tiny dense-rank term.
+    Scores are the RRF sums ``Σ 1/(rrf_k + rank)``; ties break toward the lower row
+    (:func:`~hopgraph.engine.ranking.topk_rows`); rows in neither list are padding.
     """
     n = len(dense.X)
     depth = max(depth, top_k)
