@@ -1,6 +1,7 @@
 """Shared fixtures. Triton kernels run in the CPU interpreter in tests."""
 from __future__ import annotations
 
+import json
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -37,6 +38,18 @@ def shared_dataset(name: str) -> Path:
     path = SHARED_DATA / name
     if not (path / "corpus.jsonl").is_file():
         pytest.skip(f"shared data {path} not available")
+    return path
+
+
+def random_unit(n: int, d: int, seed: int = 0) -> np.ndarray:
+    """Normalised float32 Gaussian rows (test data)."""
+    X = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
+    return X / np.linalg.norm(X, axis=1, keepdims=True)
+
+
+def write_lines(path: Path, lines: list) -> Path:
+    """Write a JSON-lines file: strings as given, anything else through json.dumps."""
+    path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n", encoding="utf-8")
     return path
 
 

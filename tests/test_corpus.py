@@ -1,13 +1,9 @@
 import json
 
 import pytest
+from conftest import write_lines
 
 from hopgraph import Corpus, InputError
-
-
-def write_lines(path, lines):
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
 
 
 def test_jsonl_roundtrip_and_checksum(tmp_path):

@@ -1,12 +1,11 @@
 """Zero-token extractor and JSON-lines import (SPEC §2 "Index")."""
 from __future__ import annotations
 
-import json
 import time
 
 import numpy as np
 import pytest
-from conftest import shared_dataset
+from conftest import shared_dataset, write_lines
 
 from hopgraph.engine.corpus import Corpus
 from hopgraph.engine.errors import InputError
@@ -100,11 +99,6 @@ def test_query_names_ngram_match():
     ex = extract(small_corpus())
     ids = query_names(["Who edits the Journal of Physics in Copenhagen?"], ex.name_ids())[0]
     assert {ex.names[i] for i in ids} == {"journal of physics", "copenhagen"}
-
-
-def write_lines(path, lines):
-    path.write_text("\n".join(json.dumps(x) if not isinstance(x, str) else x for x in lines) + "\n")
-    return path
 
 
 def test_load_extractions_roundtrip(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import clustered_embeddings
+from conftest import clustered_embeddings, random_unit
 
 from hopgraph.engine.errors import InputError
 from hopgraph.engine.graph import CSR, hub_penalty, row_normalised
@@ -39,11 +39,6 @@ def ref_gain_knn(X, k, sim_min, sim_max, pen) -> list[np.ndarray]:
 
 def row(g: CSR, i: int) -> np.ndarray:
     return g.indices[g.indptr[i]:g.indptr[i + 1]]
-
-
-def random_unit(n: int, d: int, seed: int) -> np.ndarray:
-    X = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
-    return X / np.linalg.norm(X, axis=1, keepdims=True)
 
 
 def adversarial_inputs() -> dict[str, np.ndarray]:

@@ -3,21 +3,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import random_unit
 
 from hopgraph.engine.errors import InputError
 from hopgraph.engine.shards import open_embeddings
-
-
-def _unit(n: int, d: int, seed: int = 0) -> np.ndarray:
-    X = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
-    return X / np.linalg.norm(X, axis=1, keepdims=True)
 
 
 IDS = [f"p{i}" for i in range(50)]
 
 
 def test_normalised_npy_is_used_in_place(tmp_path):
-    X = _unit(50, 8)
+    X = random_unit(50, 8)
     np.save(tmp_path / "X.npy", X)
     out = open_embeddings(tmp_path / "X.npy", IDS, tmp_path / "work")
     assert isinstance(out, np.memmap) and str(out.filename) == str(tmp_path / "X.npy")
@@ -26,18 +22,18 @@ def test_normalised_npy_is_used_in_place(tmp_path):
 
 
 def test_unnormalised_npy_is_normalised_into_work_dir(tmp_path):
-    X = _unit(50, 8) * np.arange(1, 51, dtype=np.float32)[:, None]
+    X = random_unit(50, 8) * np.arange(1, 51, dtype=np.float32)[:, None]
     np.save(tmp_path / "X.npy", X.astype(np.float64))
     out = open_embeddings(tmp_path / "X.npy", IDS, tmp_path / "work")
     assert isinstance(out, np.memmap) and out.dtype == np.float32
     assert (tmp_path / "work" / "embeddings.npy").is_file()
-    np.testing.assert_allclose(out, _unit(50, 8), atol=1e-6)
+    np.testing.assert_allclose(out, random_unit(50, 8), atol=1e-6)
     mem = open_embeddings(tmp_path / "X.npy", IDS, None)   # no work dir: assembled in memory
     np.testing.assert_allclose(mem, out)
 
 
 def test_positional_shards_concatenate_in_name_order(tmp_path):
-    X = _unit(50, 8)
+    X = random_unit(50, 8)
     for name, (a, b) in {"part-00": (0, 20), "part-01": (20, 45), "part-02": (45, 50)}.items():
         np.save(tmp_path / f"{name}.npy", X[a:b])
     np.testing.assert_allclose(open_embeddings(tmp_path, IDS, tmp_path / "w"), X, atol=1e-6)
@@ -45,7 +41,7 @@ def test_positional_shards_concatenate_in_name_order(tmp_path):
 
 @pytest.mark.parametrize("ids_format", ["txt", "npy"])
 def test_shards_with_ids_are_placed_by_id(tmp_path, ids_format):
-    X = _unit(50, 8)
+    X = random_unit(50, 8)
     perm = np.random.default_rng(1).permutation(50)
     folder = tmp_path / "emb"
     folder.mkdir()
@@ -60,7 +56,7 @@ def test_shards_with_ids_are_placed_by_id(tmp_path, ids_format):
 
 
 def test_single_npy_with_ids_alongside_is_reordered(tmp_path):
-    X = _unit(50, 8)
+    X = random_unit(50, 8)
     perm = np.random.default_rng(2).permutation(50)
     np.save(tmp_path / "X.npy", X[perm])
     (tmp_path / "X.ids.txt").write_text("\n".join(IDS[r] for r in perm))
@@ -90,7 +86,7 @@ def _folder(tmp_path, blocks, ids=None):
     ("ints", r"s0\.npy: expected floating-point"),
 ])
 def test_shard_errors_name_the_shard_and_row(tmp_path, case, message):
-    X = _unit(50, 8)
+    X = random_unit(50, 8)
     a, b = X[:25].copy(), X[25:].copy()
     ids = None
     if case == "nan":
@@ -98,7 +94,7 @@ def test_shard_errors_name_the_shard_and_row(tmp_path, case, message):
     elif case == "zero":
         b[7] = 0
     elif case == "dim":
-        b = _unit(25, 9)
+        b = random_unit(25, 9)
     elif case == "rows":
         b = b[:24]
     elif case == "ids_count":
@@ -134,7 +130,7 @@ def test_cli_index_accepts_a_shard_folder(tmp_path, demo_corpus):
 
     corpus_path = tmp_path / "corpus.jsonl"
     demo_corpus.write_jsonl(corpus_path)
-    X = _unit(len(demo_corpus), 16, seed=3)
+    X = random_unit(len(demo_corpus), 16, seed=3)
     half = len(X) // 2
     folder = _folder(tmp_path, [X[half:], X[:half]], [list(demo_corpus.ids[half:]), list(demo_corpus.ids[:half])])
     out = tmp_path / "idx"
