@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from .errors import InputError
-from .graph import CSR, csr_from_topk
+from .graph import CSR, csr_from_keys, csr_from_topk
 
 #: target rows per IVF cell (nlist = ceil(N / CELL_SIZE)): constant work per row
 CELL_SIZE = 512
@@ -128,9 +128,7 @@ def build_ivf_cells(X: np.ndarray, nlist: int | None = None, nprobe: int = DEFAU
     for start in _tqdm(range(0, n, block_rows), progress, "IVF assign", unit="block"):
         _, a = quantizer.search(np.ascontiguousarray(X[start:start + block_rows], dtype=np.float32), 1)
         assign[start:start + block_rows] = a[:, 0]
-    members = np.argsort(assign, kind="stable")
-    indptr = np.zeros(nlist + 1, np.int64)
-    np.cumsum(np.bincount(assign, minlength=nlist), out=indptr[1:])
+    indptr, members = csr_from_keys(assign, nlist)
     _, probes = quantizer.search(km.centroids, nprobe)
     probes = _own_cell_first(probes.astype(np.int64))
     return IVFCells(indptr, members, probes)

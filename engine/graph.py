@@ -96,6 +96,15 @@ def csr_from_topk(values: np.ndarray, columns: np.ndarray, n_cols: int) -> CSR:
     return CSR(indptr, columns[valid].astype(np.int32), np.asarray(values)[valid].astype(np.float32), int(n_cols))
 
 
+def csr_from_keys(keys: np.ndarray, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stable grouping of positions by row key: (indptr int64 [n_rows+1], order int64) —
+    row r holds positions ``order[indptr[r]:indptr[r+1]]``, in increasing order."""
+    order = np.argsort(keys, kind="stable")
+    indptr = np.zeros(n_rows + 1, np.int64)
+    np.cumsum(np.bincount(keys, minlength=n_rows), out=indptr[1:])
+    return indptr, order
+
+
 def hub_penalty(density: np.ndarray, beta: float = 1.0) -> np.ndarray:
     """SPEC §1 step 2: ``pen = exp(−β · (dens − min) / (max − min + 1e−9))`` (float32)."""
     density = np.asarray(density, dtype=np.float64)

@@ -38,15 +38,8 @@ from .corpus import Corpus
 from .embedders import Embedder, validate_embeddings
 from .errors import InputError
 from .extraction import Extraction
+from .graph import csr_from_keys
 from .storage import load_arrays, pack_strings, save_arrays, unpack_strings
-
-
-def csr_from_keys(keys: np.ndarray, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """Stable grouping of positions by row key: (indptr int64 [n_rows+1], order int64)."""
-    order = np.argsort(keys, kind="stable")
-    indptr = np.zeros(n_rows + 1, np.int64)
-    np.cumsum(np.bincount(keys, minlength=n_rows), out=indptr[1:])
-    return indptr, order
 
 
 def group_pairs(indptr: np.ndarray, members: np.ndarray, max_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
