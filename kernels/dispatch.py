@@ -9,7 +9,6 @@ CPU tensors under ``TRITON_INTERPRET=1`` with ``backend="triton"``.
 from __future__ import annotations
 
 import importlib
-import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -51,11 +50,6 @@ def cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-def triton_interpreted() -> bool:
-    """True when Triton kernels run in the CPU interpreter (TRITON_INTERPRET=1)."""
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 def resolve_device(device: str = "auto") -> str:
