@@ -133,20 +133,23 @@ class Index:
                     self._variants[key] = base.variant(**overrides)
                 except ValueError:
                     cls = pipeline_class(name)
-                    params = {**self._pipeline_params(cls), **overrides}
-                    self._variants[key] = cls(**params).fit(
-                        self.X, self.corpus, self.embedder if cls.needs_embedder else self._embedder,
-                        progress=self.progress)
+                    self._variants[key] = self._fit(cls, {**self._pipeline_params(cls), **overrides})
             return self._variants[key]
         if name not in self.pipelines:
             cls = pipeline_class(name)
             t0 = time.perf_counter()
-            pipe = cls(**self._pipeline_params(cls))
-            emb = self.embedder if cls.needs_embedder else self._embedder
-            pipe.fit(self.X, self.corpus, emb, progress=self.progress)
+            self.pipelines[name] = self._fit(cls, self._pipeline_params(cls))
             self.fit_seconds[name] = time.perf_counter() - t0
-            self.pipelines[name] = pipe
         return self.pipelines[name]
+
+    def _fit(self, cls: type[Pipeline], params: dict[str, Any]) -> Pipeline:
+        """A new ``cls(**params)`` fitted on this index's passages."""
+        return cls(**params).fit(self.X, self.corpus, self._embedder_for(cls), progress=self.progress)
+
+    def _embedder_for(self, cls: type[Pipeline]) -> Embedder | None:
+        """The embedder handed to ``cls``'s fit/load: resolved (or an error) when the
+        pipeline needs one, else the one given, if any."""
+        return self.embedder if cls.needs_embedder else self._embedder
 
     def sync_params(self, name: str) -> str:
         """Bring fitted pipeline ``name`` to the parameters a fresh fit would use now.
@@ -280,7 +283,7 @@ class Index:
             params = dict(entry["params"])
             if "device" in params:
                 params["device"] = device
-            index.pipelines[name] = cls_.load(pdir, params, X, corpus, index.embedder if cls_.needs_embedder else emb)
+            index.pipelines[name] = cls_.load(pdir, params, X, corpus, index._embedder_for(cls_))
             index.fit_seconds[name] = float(entry.get("fit_seconds", 0.0))
         index.path = path
         return index
