@@ -2,6 +2,7 @@
 so this folder is on ``sys.path``)."""
 from __future__ import annotations
 
+import resource
 import time
 from typing import Any, Callable
 
@@ -14,6 +15,11 @@ def best_of(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
         out = fn()
         best = min(best, time.perf_counter() - t0)
     return best, out
+
+
+def peak_rss_gb() -> float:
+    """Peak resident memory of this process so far in GiB (``ru_maxrss`` is in KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
 
 
 def table(head: list[str], rows: list[list[Any]]) -> str:

@@ -14,7 +14,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import resource
 import time
 
 import numpy as np
@@ -23,7 +22,7 @@ from hopgraph.engine import gnn
 from hopgraph.engine.extraction import Extraction
 from hopgraph.engine.knowledge_graph import build_knowledge_graph
 
-from _common import table
+from _common import peak_rss_gb, table
 
 
 def synthetic_extraction(n: int, seed: int = 0) -> Extraction:
@@ -52,7 +51,7 @@ def run(n: int) -> dict[str, float]:
     t3 = time.perf_counter()
     assert Z.shape == (kg.n_entities, 64)
     return {"passages": n, "states": ex.n_nodes, "incidences": len(ex.mention_node), "entities": kg.n_entities,
-            "kg s": t1 - t0, "gnn s": t3 - t2, "peak GB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6}
+            "kg s": t1 - t0, "gnn s": t3 - t2, "peak GiB": peak_rss_gb()}
 
 
 def main() -> None:
@@ -65,7 +64,7 @@ def main() -> None:
     cells = [[fmt(r[h]) for h in head] for r in rows]
     cells.append(["ratio"] + [f"{rows[1][h] / max(rows[0][h], 1e-9):.1f}×" for h in head[1:]])
     print(table(head, cells))
-    print("(peak GB is the process maximum so far, so the second row includes the first)")
+    print("(peak GiB is the process maximum so far, so the second row includes the first)")
 
 
 if __name__ == "__main__":

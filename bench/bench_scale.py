@@ -31,13 +31,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+from _common import peak_rss_gb
 
 D = 384
 N_QUERIES = 256
@@ -104,10 +105,6 @@ def generate(n: int, out: Path, seed: int = 0) -> None:
 
 
 # ---------------------------------------------------------------------- stages (child processes)
-def peak_rss_gb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
-
-
 def stage_g3rag(data: Path) -> dict:
     from hopgraph.index import Index
 
