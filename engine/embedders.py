@@ -1,4 +1,4 @@
-"""Embedders: the default all-MiniLM-L6-v2 (offline), any callable, precomputed files.
+"""Embedders: the default all-MiniLM-L6-v2 (offline) and any callable (precomputed files: :mod:`hopgraph.engine.shards`).
 
 Every embedder returns L2-normalised float32 rows (SPEC notation X and q) and is
 validated by :func:`validate_embeddings`: NaN/inf, zero vectors and a wrong
@@ -154,24 +154,6 @@ class CallableEmbedder:
         if X.shape[0] != len(texts):
             raise InputError(f"embedder {self.name!r} returned {X.shape[0]} rows for {len(texts)} texts")
         return validate_embeddings(X, f"embedder {self.name!r} output", self.dim)
-
-
-def load_precomputed(path: str | Path, n_rows: int | None = None) -> np.ndarray:
-    """Memory-map a ``.npy`` matrix of passage embeddings and validate it.
-
-    ``n_rows`` (the corpus size) is checked when given. Already-normalised float32
-    files stay memory-mapped; others are normalised into memory.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"embeddings file {path} does not exist")
-    try:
-        X = np.load(path, mmap_mode="r")
-    except ValueError as e:
-        raise InputError(f"embeddings file {path} is not a valid .npy file: {e}") from None
-    if n_rows is not None and X.ndim == 2 and X.shape[0] != n_rows:
-        raise InputError(f"embeddings file {path} has {X.shape[0]} rows but the corpus has {n_rows} passages")
-    return validate_embeddings(X, f"embeddings file {path}")
 
 
 def resolve_embedder(embedder: "Embedder | Callable | str | None", device: str = "cpu") -> Embedder:

@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 
 from hopgraph import CallableEmbedder, HashingEmbedder, InputError
-from hopgraph.engine.embedders import load_precomputed, resolve_embedder, validate_embeddings
+from hopgraph.engine.embedders import resolve_embedder, validate_embeddings
+from hopgraph.engine.shards import open_embeddings
 
 
 def test_validate_rejects_nan_zero_and_dimension():
@@ -43,24 +44,19 @@ def test_precomputed_memory_mapped(tmp_path):
     X = np.random.default_rng(0).standard_normal((5, 8)).astype(np.float32)
     X /= np.linalg.norm(X, axis=1, keepdims=True)
     np.save(tmp_path / "x.npy", X)
-    Y = load_precomputed(tmp_path / "x.npy", n_rows=5)
+    Y = open_embeddings(tmp_path / "x.npy", [str(i) for i in range(5)])
     assert isinstance(Y, np.memmap) and np.allclose(X, Y)
     with pytest.raises(InputError, match="has 5 rows but the corpus has 6"):
-        load_precomputed(tmp_path / "x.npy", n_rows=6)
+        open_embeddings(tmp_path / "x.npy", [str(i) for i in range(6)])
     (tmp_path / "bad.npy").write_bytes(b"not numpy")
     with pytest.raises(InputError, match="not a valid .npy"):
-        load_precomputed(tmp_path / "bad.npy")
+        open_embeddings(tmp_path / "bad.npy")
 
 
 def test_resolve_embedder_names():
     assert resolve_embedder("hashing-16").dim == 16
     with pytest.raises(InputError, match="unknown embedder 'nope'"):
         resolve_embedder("nope")
-
-
-@pytest.fixture(scope="module")
-def minilm():
-    return resolve_embedder("minilm")
 
 
 def test_minilm_offline_real_embeddings(minilm, monkeypatch):
