@@ -33,6 +33,15 @@ def hashing_embedder():
     return HashingEmbedder(64)
 
 
+@pytest.fixture(scope="session")
+def minilm():
+    """The default embedder, MiniLM, as ``resolve_embedder("minilm")`` gives it (a core
+    dependency: its absence is a failure, not a skip). Loaded once per session."""
+    from hopgraph.engine.embedders import resolve_embedder
+
+    return resolve_embedder("minilm")
+
+
 def shared_dataset(name: str) -> Path:
     """Path of ../shared/data/NAME, or skip the test when the shared data is absent."""
     path = SHARED_DATA / name

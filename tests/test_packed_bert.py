@@ -2,21 +2,9 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from hopgraph.engine.embedders import HashingEmbedder
 from hopgraph.engine.packed_bert import PackedBertEncoder, _length_groups
-
-
-@pytest.fixture(scope="module")
-def minilm():
-    pytest.importorskip("sentence_transformers")
-    from hopgraph.engine.embedders import MiniLMEmbedder
-
-    try:
-        return MiniLMEmbedder()
-    except (OSError, ImportError) as e:  # the local model package is missing
-        pytest.skip(f"MiniLM not available: {e}")
 
 
 def test_length_groups_are_runs_of_equal_lengths():
