@@ -30,15 +30,15 @@ SNIPPET_CHARS = 200
 
 
 def anchor_snippets(corpus: Corpus, anchor_ids: np.ndarray, chars: int = SNIPPET_CHARS) -> list[list[str]]:
-    """Short ``"title: text…"`` snippets of each query's anchors (ids -1 skipped)."""
+    """Short snippets of each query's anchors: the first ``chars`` characters of their
+    embedding text ``"title: text"`` (:meth:`Corpus.embedding_texts`; ids -1 skipped)."""
     out = []
     for row in np.asarray(anchor_ids):
         snips = []
         for j in row:
             if j < 0:
                 continue
-            title, text = corpus.titles[j], corpus.texts[j]
-            snips.append((f"{title}: {text}" if title else text)[:chars])
+            snips.append(corpus.embedding_texts(j, j + 1)[0][:chars])
         out.append(snips)
     return out
 
