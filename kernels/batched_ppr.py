@@ -29,6 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from ..engine.errors import InputError
 from .dispatch import register
 from .threads import torch_threads
 
@@ -40,16 +41,16 @@ def as_csr_arrays(P) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     if sp.issparse(P):
         P = sp.csr_matrix(P)
         if P.shape[0] != P.shape[1]:
-            raise ValueError(f"P must be square, got shape {P.shape}")
+            raise InputError(f"P must be square, got shape {P.shape}")
         return P.indptr, P.indices, P.data, P.shape[0]
     if not (isinstance(P, (tuple, list)) and len(P) == 3):
-        raise ValueError("P must be a scipy sparse matrix or an (indptr, indices, data) triple")
+        raise InputError("P must be a scipy sparse matrix or an (indptr, indices, data) triple")
     indptr, indices, data = (np.asarray(a.cpu() if isinstance(a, torch.Tensor) else a) for a in P)
     n = len(indptr) - 1
     if n < 0 or len(indices) != len(data) or (len(indptr) and indptr[-1] != len(indices)):
-        raise ValueError("P: inconsistent CSR arrays (indptr[-1] must equal len(indices) == len(data))")
+        raise InputError("P: inconsistent CSR arrays (indptr[-1] must equal len(indices) == len(data))")
     if len(indices) and (indices.min() < 0 or indices.max() >= n):
-        raise ValueError(f"P: column indices must lie in [0, {n})")
+        raise InputError(f"P: column indices must lie in [0, {n})")
     return indptr, indices, data, n
 
 
@@ -64,7 +65,7 @@ def prepare(P, priors, d: float, region=None):
     priors as a float32/float64 tensor [B, N] and region as a bool tensor or None."""
     indptr, indices, data, n = as_csr_arrays(P)
     if not 0.0 < d < 1.0:
-        raise ValueError(f"damping d must lie in (0, 1), got {d}")
+        raise InputError(f"damping d must lie in (0, 1), got {d}")
     p, r = check_priors(priors, n, region)
     if p.dtype not in (torch.float32, torch.float64):
         p = p.to(torch.float32)
@@ -74,16 +75,16 @@ def prepare(P, priors, d: float, region=None):
 def check_priors(priors, n: int, region=None) -> tuple[torch.Tensor, torch.Tensor | None]:
     p = priors if isinstance(priors, torch.Tensor) else torch.from_numpy(np.asarray(priors))
     if p.ndim != 2 or p.shape[1] != n:
-        raise ValueError(f"priors must be [B, N={n}], got shape {tuple(p.shape)}")
+        raise InputError(f"priors must be [B, N={n}], got shape {tuple(p.shape)}")
     if not p.dtype.is_floating_point:
         p = p.to(torch.float32)
     if p.numel() and (not torch.isfinite(p).all() or (p < 0).any()):
-        raise ValueError("priors must be finite and non-negative")
+        raise InputError("priors must be finite and non-negative")
     r = None
     if region is not None:
         r = region if isinstance(region, torch.Tensor) else torch.from_numpy(np.asarray(region))
         if tuple(r.shape) != tuple(p.shape):
-            raise ValueError(f"region must have the priors' shape {tuple(p.shape)}, got {tuple(r.shape)}")
+            raise InputError(f"region must have the priors' shape {tuple(p.shape)}, got {tuple(r.shape)}")
         r = r.to(torch.bool)
     return p, r
 
@@ -98,7 +99,7 @@ def power_iterate(step: Step, x0: torch.Tensor, c: torch.Tensor, mask: torch.Ten
     ``max_iter``) and is removed from the block (buffers are reused, not reallocated
     per iteration: fresh 10⁷-element allocations cost more than the product here)."""
     if tol <= 0 or max_iter < 1:
-        raise ValueError(f"need tol > 0 and max_iter >= 1, got tol={tol}, max_iter={max_iter}")
+        raise InputError(f"need tol > 0 and max_iter >= 1, got tol={tol}, max_iter={max_iter}")
     N, B = c.shape
     out = torch.zeros_like(c)
     iters = torch.full((B,), max_iter, dtype=torch.int64)

@@ -23,21 +23,22 @@ from __future__ import annotations
 
 import torch
 
+from ..engine.errors import InputError
 from .dispatch import register
 
 
 def check_inputs(A: torch.Tensor, w: torch.Tensor, node_group: torch.Tensor, node_t: torch.Tensor,
                  group_indptr: torch.Tensor, group_nodes: torch.Tensor, alpha: torch.Tensor) -> tuple[int, int]:
     if A.ndim != 2 or A.shape != w.shape:
-        raise ValueError(f"A and w must both be [B, V], got {tuple(A.shape)} and {tuple(w.shape)}")
+        raise InputError(f"A and w must both be [B, V], got {tuple(A.shape)} and {tuple(w.shape)}")
     B, V = A.shape
     G = alpha.numel()
     if node_group.shape != (V,) or node_t.shape != (V,) or group_nodes.shape != (V,):
-        raise ValueError(f"node_group, node_t and group_nodes must have V={V} entries")
+        raise InputError(f"node_group, node_t and group_nodes must have V={V} entries")
     if group_indptr.shape != (G + 1,):
-        raise ValueError(f"group_indptr must have G+1={G + 1} entries (G = len(alpha))")
+        raise InputError(f"group_indptr must have G+1={G + 1} entries (G = len(alpha))")
     if A.numel() and (bool((A < 0).any()) or bool((w < 0).any())):
-        raise ValueError("A and w must be non-negative")
+        raise InputError("A and w must be non-negative")
     return B, V
 
 

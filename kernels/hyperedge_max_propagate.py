@@ -22,23 +22,24 @@ from __future__ import annotations
 
 import torch
 
+from ..engine.errors import InputError
 from .dispatch import register
 
 
 def check_inputs(A: torch.Tensor, S: torch.Tensor, edge_indptr: torch.Tensor, edge_nodes: torch.Tensor,
                  node_indptr: torch.Tensor, node_incidence: torch.Tensor) -> tuple[int, int, int]:
     if A.ndim != 2 or S.ndim != 2 or A.shape[0] != S.shape[0]:
-        raise ValueError(f"A must be [B, V] and S [B, E] with the same B, got {tuple(A.shape)} and {tuple(S.shape)}")
+        raise InputError(f"A must be [B, V] and S [B, E] with the same B, got {tuple(A.shape)} and {tuple(S.shape)}")
     B, V = A.shape
     E = S.shape[1]
     if edge_indptr.shape != (E + 1,) or node_indptr.shape != (V + 1,):
-        raise ValueError(f"edge_indptr must have {E + 1} entries and node_indptr {V + 1}")
+        raise InputError(f"edge_indptr must have {E + 1} entries and node_indptr {V + 1}")
     if edge_nodes.shape != node_incidence.shape or int(edge_indptr[-1]) != edge_nodes.numel() \
             or int(node_indptr[-1]) != edge_nodes.numel():
-        raise ValueError("incidence arrays disagree: edge_indptr[-1], node_indptr[-1], len(edge_nodes), "
+        raise InputError("incidence arrays disagree: edge_indptr[-1], node_indptr[-1], len(edge_nodes), "
                          "len(node_incidence) must be equal")
     if A.numel() and bool((A < 0).any()) or S.numel() and bool((S < 0).any()):
-        raise ValueError("activations A and S must be non-negative (clip similarities at 0)")
+        raise InputError("activations A and S must be non-negative (clip similarities at 0)")
     return B, V, E
 
 

@@ -35,6 +35,7 @@ from math import factorial
 import numpy as np
 import torch
 
+from ..engine.errors import InputError
 from .dispatch import register
 
 MODES = ("independent", "shared")
@@ -46,9 +47,9 @@ def predecessor_masks(n_sub: torch.Tensor, G: int, T: int, seed: int, mode: str 
     Only valid subgraphs (h < n_sub[b], h ≠ g) can be predecessors.
     """
     if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        raise InputError(f"mode must be one of {MODES}, got {mode!r}")
     if T < 1:
-        raise ValueError(f"T (number of permutations) must be >= 1, got {T}")
+        raise InputError(f"T (number of permutations) must be >= 1, got {T}")
     B = int(n_sub.shape[0])
     gen = torch.Generator().manual_seed(int(seed))
     if mode == "independent":
@@ -65,19 +66,19 @@ def predecessor_masks(n_sub: torch.Tensor, G: int, T: int, seed: int, mode: str 
 def _check_inputs(node_sets: torch.Tensor, n_sub: torch.Tensor, cand_nodes: torch.Tensor,
                   best_sim: torch.Tensor, lam: float) -> tuple[int, int, int, int]:
     if node_sets.ndim != 3:
-        raise ValueError(f"node_sets must be [B, G, U], got shape {tuple(node_sets.shape)}")
+        raise InputError(f"node_sets must be [B, G, U], got shape {tuple(node_sets.shape)}")
     B, G, U = node_sets.shape
     if tuple(n_sub.shape) != (B,):
-        raise ValueError(f"n_sub must have shape ({B},), got {tuple(n_sub.shape)}")
+        raise InputError(f"n_sub must have shape ({B},), got {tuple(n_sub.shape)}")
     if cand_nodes.ndim != 3 or cand_nodes.shape[0] != B or cand_nodes.shape[2] != U:
-        raise ValueError(f"cand_nodes must be [B={B}, C, U={U}], got {tuple(cand_nodes.shape)}")
+        raise InputError(f"cand_nodes must be [B={B}, C, U={U}], got {tuple(cand_nodes.shape)}")
     C = cand_nodes.shape[1]
     if tuple(best_sim.shape) != (B, C, G):
-        raise ValueError(f"best_sim must be [B={B}, C={C}, G={G}], got {tuple(best_sim.shape)}")
+        raise InputError(f"best_sim must be [B={B}, C={C}, G={G}], got {tuple(best_sim.shape)}")
     if not 0.0 <= lam <= 1.0:
-        raise ValueError(f"lam must be in [0, 1], got {lam}")
+        raise InputError(f"lam must be in [0, 1], got {lam}")
     if (n_sub < 0).any() or (n_sub > G).any():
-        raise ValueError(f"n_sub values must lie in [0, {G}]")
+        raise InputError(f"n_sub values must lie in [0, {G}]")
     return B, G, U, C
 
 
@@ -152,7 +153,7 @@ def shapley_exact(node_sets: np.ndarray, cand_nodes: np.ndarray, best_sim: np.nd
     """
     n = len(node_sets)
     if n > 12:
-        raise ValueError(f"exact enumeration is for small subgraph sets (n <= 12), got n = {n}")
+        raise InputError(f"exact enumeration is for small subgraph sets (n <= 12), got n = {n}")
     phi = np.zeros(n)
     for g in range(n):
         others = [h for h in range(n) if h != g]
