@@ -649,7 +649,7 @@ def section_pipelines(run: Run) -> None:
             index = Index.build(corpus, embedder="hashing-64", device="cpu", pipelines=[], progress=False)
             Q = index.embed_queries(questions)
             for name in pipeline_names():
-                if "device" not in inspect.signature(pipeline_class(name)).parameters:
+                if "device" not in pipeline_class(name).Params.names():
                     run.add(Result("pipelines", name, cname, "SKIP", "no device parameter (CPU only)"))
                     continue
                 small = INTERPRET_OVERRIDES.get(name, {}) if run.interpret else {}

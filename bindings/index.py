@@ -10,9 +10,11 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .engine import storage
+from .engine.components import Components
 from .engine.corpus import Corpus
 from .engine.embedders import Embedder, resolve_embedder, validate_embeddings
 from .engine.errors import IndexFormatError, InputError
+from .engine.params import PipelineParams
 from .engine.pipelines import Pipeline, pipeline_class
 
 DEFAULT_PIPELINES = ("dense", "bm25", "g3rag")
@@ -32,22 +34,27 @@ class Hit:
 
 
 class Index:
-    """A corpus, its embeddings and the fitted pipelines over them.
+    """A corpus, its embeddings, the shared components and the fitted pipelines over them.
 
     Build with :meth:`build`, persist with :meth:`save` / :meth:`load`, query with
-    :meth:`search`. Pipelines not fitted at build time are fitted on first use.
+    :meth:`search`. Pipelines not fitted at build time are fitted on first use. Every
+    pipeline uses the index's one set of components (:mod:`hopgraph.engine.components`):
+    one corpus store, one dense index, one BM25 index (with ``params["bm25"]``), one
+    extraction.
     """
 
     def __init__(self, corpus: Corpus, X: np.ndarray, embedder: Embedder | None, embedder_name: str,
                  device: str = "auto", params: Mapping[str, Mapping[str, Any]] | None = None,
-                 progress: bool = True) -> None:
+                 progress: bool = True, components: Components | None = None) -> None:
         self.corpus = corpus
         self.X = X
         self._embedder = embedder
         self.embedder_name = embedder_name
         self.device = device
-        self.params: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (params or {}).items()}
+        self.params: dict[str, dict[str, Any]] = validate_params(params)
         self.progress = progress
+        self.components = components if components is not None else \
+            Components(X, corpus, embedder, self.params.get("bm25"), progress)
         self.pipelines: dict[str, Pipeline] = {}
         self._variants: dict[str, Pipeline] = {}
         self.fit_seconds: dict[str, float] = {}
@@ -116,24 +123,26 @@ class Index:
                     "or give embedder=... to Index.load/Index.build"
                 )
             self._embedder = resolve_embedder(self.embedder_name)
+            self.components.embedder = self._embedder
         return self._embedder
 
     def pipeline(self, name: str, **overrides: Any) -> Pipeline:
         """The fitted pipeline ``name`` (fitted now with ``self.params[name]`` if needed).
 
-        ``overrides`` give a variant (e.g. for ablations): query-time parameters reuse
-        the fitted base pipeline, others fit a separate instance. Variants are cached
-        in memory under ``variant_key(name, overrides)`` and are not saved.
+        ``overrides`` give a variant (e.g. for ablations), validated like every parameter
+        (an invalid value raises ``InvalidParameter`` naming it): query-time parameters reuse
+        the fitted base pipeline, others fit a separate instance over the same components.
+        Variants are cached in memory under ``variant_key(name, overrides)`` and are not saved.
         """
         if overrides:
             key = variant_key(name, overrides)
             if key not in self._variants:
                 base = self.pipeline(name)
-                try:
-                    self._variants[key] = base.variant(**overrides)
-                except ValueError:
-                    cls = pipeline_class(name)
-                    self._variants[key] = self._fit(cls, {**self._pipeline_params(cls), **overrides})
+                params = base.params.replace(**overrides)
+                if base.params.changed(params) <= base.Params.query_names():
+                    self._variants[key] = base.with_params(params)
+                else:
+                    self._variants[key] = self._fit(type(base), params)
             return self._variants[key]
         if name not in self.pipelines:
             cls = pipeline_class(name)
@@ -142,38 +151,33 @@ class Index:
             self.fit_seconds[name] = time.perf_counter() - t0
         return self.pipelines[name]
 
-    def _fit(self, cls: type[Pipeline], params: dict[str, Any]) -> Pipeline:
-        """A new ``cls(**params)`` fitted on this index's passages."""
-        return cls(**params).fit(self.X, self.corpus, self._embedder_for(cls), progress=self.progress)
-
-    def _embedder_for(self, cls: type[Pipeline]) -> Embedder | None:
-        """The embedder handed to ``cls``'s fit/load: resolved (or an error) when the
-        pipeline needs one, else the one given, if any."""
-        return self.embedder if cls.needs_embedder else self._embedder
+    def _fit(self, cls: type[Pipeline], params: PipelineParams | dict[str, Any]) -> Pipeline:
+        """A new ``cls(params)`` fitted on this index's shared components."""
+        if cls.needs_embedder:
+            self.components.embedder = self.embedder
+        return cls(params).fit(self.X, progress=self.progress, components=self.components)
 
     def sync_params(self, name: str) -> str:
         """Bring fitted pipeline ``name`` to the parameters a fresh fit would use now.
 
-        Returns ``"current"`` (nothing to do), ``"updated"`` (only query-time
-        parameters differed; applied without a refit) or ``"dropped"`` (fit-time
-        parameters differed; the pipeline is removed and refitted on next use).
+        Returns ``"current"`` (nothing to do), ``"updated"`` (only query-time parameters
+        differed; applied without a refit) or ``"dropped"`` (fit-time parameters differed;
+        the pipeline is removed and refitted on next use).
         """
-        cls = pipeline_class(name)
-        fitted = _jsonable(self.pipelines[name].get_params())
-        expected = cls(**self._pipeline_params(cls)).get_params()
-        as_saved = _jsonable(expected)
-        changed = {k: expected[k] for k in expected if k not in fitted or fitted[k] != as_saved[k]}
+        pipe = self.pipelines[name]
+        expected = pipe.Params.create(self._pipeline_params(type(pipe)))
+        changed = pipe.params.changed(expected)
         if not changed:
             return "current"
-        if set(changed) <= set(cls.query_params):
-            self.pipelines[name] = self.pipelines[name].variant(**changed)
+        if changed <= pipe.Params.query_names():
+            self.pipelines[name] = pipe.with_params(expected)
             return "updated"
         del self.pipelines[name]
         return "dropped"
 
     def _pipeline_params(self, cls: type[Pipeline]) -> dict[str, Any]:
         params = dict(self.params.get(cls.name, {}))
-        if "device" in _init_arg_names(cls) and "device" not in params:
+        if "device" in cls.Params.names() and "device" not in params:
             params["device"] = self.device
         return params
 
@@ -228,11 +232,13 @@ class Index:
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> Path:
-        """Write the index atomically to ``path`` (see :mod:`hopgraph.engine.storage`)."""
+        """Write the index atomically to ``path`` (format version 2, :mod:`hopgraph.engine.storage`):
+        the corpus store, X and the shared components once, then each pipeline's own arrays."""
         path = Path(path)
         with storage.atomic_directory(path) as tmp:
-            self.corpus.write_jsonl(tmp / "corpus.jsonl")
+            self.corpus.save(tmp / "corpus")
             files = {"embeddings": storage.save_array(tmp, "embeddings", self.X)}
+            components = self.components.save(tmp / "components")
             pipes = {}
             for name, pipe in self.pipelines.items():
                 pdir = tmp / "pipelines" / name
@@ -245,6 +251,7 @@ class Index:
                 embedder={"name": self.embedder_name, "dim": int(self.X.shape[1])},
                 embed_seconds=self.embed_seconds,
                 files=files,
+                components=components,
                 pipelines=pipes,
                 params=self.params,
             )
@@ -255,16 +262,16 @@ class Index:
     @classmethod
     def load(cls, path: str | Path, embedder: Embedder | Callable | str | None = None, device: str = "auto",
              progress: bool = True) -> "Index":
-        """Open a saved index (arrays memory-mapped); refuses corrupt or mismatched indexes."""
+        """Open a saved index (arrays memory-mapped); refuses corrupt or mismatched indexes and
+        indexes of another format version (with the command that rebuilds them)."""
         path = Path(path)
         manifest = storage.read_manifest(path)
         try:
-            corpus = Corpus.from_jsonl(path / "corpus.jsonl")
-        except InputError as e:
-            raise IndexFormatError(f"index {path}: corpus is unreadable: {e}") from None
-        if corpus.checksum != manifest["corpus"]["checksum"]:
-            raise IndexFormatError(f"index {path}: corpus.jsonl does not match the manifest checksum")
-        storage.check_array(path, manifest["files"]["embeddings"])
+            meta = manifest["corpus"]
+            corpus = Corpus.load(path / "corpus", int(meta["n_passages"]), str(path / "corpus"), meta["checksum"])
+            storage.check_array(path, manifest["files"]["embeddings"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise IndexFormatError(f"index {path}: manifest or corpus is unreadable: {e}") from None
         X = storage.load_array(path, "embeddings")
         if len(X) != len(corpus):
             raise IndexFormatError(f"index {path}: {len(X)} embeddings for {len(corpus)} passages")
@@ -272,18 +279,21 @@ class Index:
         dim = manifest["embedder"]["dim"]
         if emb is not None and emb.dim != dim:
             raise IndexFormatError(f"index {path} has dimension {dim}; embedder {emb.name} has {emb.dim}")
-        index = cls(corpus, X, emb, manifest["embedder"]["name"], device=device,
-                    params=manifest.get("params"), progress=progress)
+        params = manifest.get("params") or {}
+        components = Components.load(path / "components", manifest.get("components", {}), X, corpus, emb,
+                                     params.get("bm25"), progress)
+        index = cls(corpus, X, emb, manifest["embedder"]["name"], device=device, params=params,
+                    progress=progress, components=components)
         index.embed_seconds = float(manifest.get("embed_seconds", 0.0))
         for name, entry in manifest["pipelines"].items():
             cls_ = pipeline_class(name)
             pdir = path / "pipelines" / name
             if not pdir.is_dir():
                 raise IndexFormatError(f"index {path}: pipeline directory {pdir} is missing")
-            params = dict(entry["params"])
-            if "device" in params:
-                params["device"] = device
-            index.pipelines[name] = cls_.load(pdir, params, X, corpus, index._embedder_for(cls_))
+            params_ = dict(entry["params"])
+            if "device" in params_:
+                params_["device"] = device
+            index.pipelines[name] = cls_.load(pdir, params_, components)
             index.fit_seconds[name] = float(entry.get("fit_seconds", 0.0))
         index.path = path
         return index
@@ -303,17 +313,19 @@ def _scratch_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="hopgraph-work-")) / "work"
 
 
-def _jsonable(params: Mapping[str, Any]) -> Any:
-    """Parameters as they read back from the manifest (tuples → lists, etc.)."""
-    return json.loads(json.dumps(params, sort_keys=True, default=str))
+def validate_params(params: Mapping[str, Mapping[str, Any]] | None) -> dict[str, dict[str, Any]]:
+    """Index parameters ``{pipeline: {name: value}}`` checked against each pipeline's parameter
+    dataclass (unknown pipelines, unknown names and bad values raise, naming them)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, values in (params or {}).items():
+        if not isinstance(values, Mapping):
+            raise InputError(f"params[{name!r}] must be a mapping of parameter names to values")
+        pipeline_class(name).Params.create(values)
+        out[name] = dict(values)
+    return out
 
 
 def variant_key(name: str, overrides: Mapping[str, Any]) -> str:
     """``name[key=value,...]`` with keys sorted: the label of a pipeline variant."""
     return f"{name}[{','.join(f'{k}={overrides[k]!r}' for k in sorted(overrides))}]"
 
-
-def _init_arg_names(cls: type) -> set[str]:
-    import inspect
-
-    return set(inspect.signature(cls.__init__).parameters)

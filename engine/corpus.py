@@ -8,36 +8,68 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
 
 from .errors import InputError
 
 
-@dataclass(frozen=True)
+class PackedStrings(Sequence[str]):
+    """A read-only list of strings stored as UTF-8 bytes (uint8) and int64 offsets ``[n + 1]``
+    (memory-mapped when loaded from an index): only the strings read are decoded."""
+
+    def __init__(self, data: np.ndarray, offsets: np.ndarray) -> None:
+        self.data, self.offsets = data, offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"string {i} out of range [0, {len(self)})")
+        lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
+        return bytes(self.data[lo:hi]).decode("utf-8")
+
+    def __iter__(self) -> Iterator[str]:
+        for lo in range(0, len(self), 4096):  # decode in blocks: one read of the bytes per block
+            hi = min(lo + 4096, len(self))
+            o = np.asarray(self.offsets[lo:hi + 1], np.int64)
+            raw = bytes(self.data[o[0]:o[-1]])
+            o = (o - o[0]).tolist()
+            for j in range(hi - lo):
+                yield raw[o[j]:o[j + 1]].decode("utf-8")
+
+
 class Corpus:
-    """An ordered, validated list of passages."""
+    """An ordered, validated list of passages: ids, titles, texts and per-passage metadata
+    (a JSON object string, ``""`` for none). In memory after loading a file; memory-mapped
+    packed strings (:class:`PackedStrings`) once saved in an index (:meth:`save` / :meth:`load`)."""
 
-    ids: tuple[str, ...]
-    titles: tuple[str, ...]
-    texts: tuple[str, ...]
-    source: str = "<memory>"
-    _positions: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        if not (len(self.ids) == len(self.titles) == len(self.texts)):
-            raise InputError(f"{self.source}: ids, titles and texts have different lengths")
-        positions = self._positions
-        positions.clear()
-        for i, pid in enumerate(self.ids):
-            if pid in positions:
-                raise InputError(
-                    f"{self.source}: duplicate passage id {pid!r} (passages {positions[pid]} and {i})"
-                )
-            positions[pid] = i
-            if not self.texts[i] or not self.texts[i].strip():
-                raise InputError(f"{self.source}: passage {pid!r} (number {i}) has empty text")
+    def __init__(self, ids: Sequence[str], titles: Sequence[str], texts: Sequence[str], source: str = "<memory>",
+                 metadata: Sequence[str] | None = None, _validate: bool = True) -> None:
+        self.ids, self.titles, self.texts, self.source = ids, titles, texts, source
+        self.metadata = metadata if metadata is not None else ("",) * len(ids)
+        self._positions: dict[str, int] | None = None
+        self._checksum: str | None = None
+        if not (len(self.ids) == len(self.titles) == len(self.texts) == len(self.metadata)):
+            raise InputError(f"{self.source}: ids, titles, texts and metadata have different lengths")
+        if _validate:
+            positions: dict[str, int] = {}
+            for i, pid in enumerate(self.ids):
+                if pid in positions:
+                    raise InputError(
+                        f"{self.source}: duplicate passage id {pid!r} (passages {positions[pid]} and {i})"
+                    )
+                positions[pid] = i
+                if not self.texts[i] or not self.texts[i].strip():
+                    raise InputError(f"{self.source}: passage {pid!r} (number {i}) has empty text")
+            self._positions = positions
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -51,11 +83,11 @@ class Corpus:
     @classmethod
     def from_records(cls, records: Iterable[Mapping], source: str = "<records>") -> "Corpus":
         """Passages from dicts with keys ``id``, ``text`` and optional ``title``."""
-        ids, titles, texts = [], [], []
+        ids, titles, texts, meta = [], [], [], []
         for n, rec in enumerate(records, start=1):
             pid, title, text = _validate_record(rec, f"{source} record {n}")
-            ids.append(pid), titles.append(title), texts.append(text)
-        return cls(tuple(ids), tuple(titles), tuple(texts), source)
+            ids.append(pid), titles.append(title), texts.append(text), meta.append(_metadata(rec))
+        return cls(tuple(ids), tuple(titles), tuple(texts), source, tuple(meta))
 
     @classmethod
     def from_jsonl(cls, path: str | Path) -> "Corpus":
@@ -67,7 +99,7 @@ class Corpus:
         path = Path(path)
         if not path.is_file():
             raise InputError(f"corpus file {path} does not exist")
-        ids, titles, texts = [], [], []
+        ids, titles, texts, meta = [], [], [], []
         first_line: dict[str, int] = {}
         for lineno, rec in iter_jsonl(path):
             pid, title, text = _validate_record(rec, f"{path} line {lineno}")
@@ -76,10 +108,10 @@ class Corpus:
                     f"{path} line {lineno}: duplicate id {pid!r} (first seen on line {first_line[pid]})"
                 )
             first_line[pid] = lineno
-            ids.append(pid), titles.append(title), texts.append(text)
+            ids.append(pid), titles.append(title), texts.append(text), meta.append(_metadata(rec))
         if not ids:
             raise InputError(f"corpus file {path} holds no passages")
-        return cls(tuple(ids), tuple(titles), tuple(texts), str(path))
+        return cls(tuple(ids), tuple(titles), tuple(texts), str(path), tuple(meta))
 
     @classmethod
     def coerce(cls, corpus: "Corpus | str | Path | Sequence[str] | Sequence[Mapping]") -> "Corpus":
@@ -98,7 +130,9 @@ class Corpus:
         return len(self.ids)
 
     def position(self, pid: str) -> int:
-        """Row of passage ``pid``; KeyError naming the id if absent."""
+        """Row of passage ``pid``; KeyError naming the id if absent (the id table is built on first use)."""
+        if self._positions is None:
+            self._positions = {p: i for i, p in enumerate(self.ids)}
         try:
             return self._positions[pid]
         except KeyError:
@@ -111,20 +145,58 @@ class Corpus:
 
     @property
     def checksum(self) -> str:
-        """sha256 over ids, titles and texts (order-sensitive)."""
-        h = hashlib.sha256()
-        for pid, title, text in zip(self.ids, self.titles, self.texts):
-            for part in (pid, title, text):
-                b = part.encode("utf-8")
-                h.update(len(b).to_bytes(8, "little"))
-                h.update(b)
-        return h.hexdigest()
+        """sha256 over ids, titles, texts and metadata (order-sensitive; computed once)."""
+        if self._checksum is None:
+            h = hashlib.sha256()
+            for pid, title, text, meta in zip(self.ids, self.titles, self.texts, self.metadata):
+                for part in (pid, title, text) + ((meta,) if meta else ()):
+                    b = part.encode("utf-8")
+                    h.update(len(b).to_bytes(8, "little"))
+                    h.update(b)
+            self._checksum = h.hexdigest()
+        return self._checksum
+
+    def meta(self, row: int) -> dict:
+        """The metadata of passage ``row`` (the record's fields other than id, title and text)."""
+        raw = self.metadata[row]
+        return json.loads(raw) if raw else {}
+
+    # ------------------------------------------------------------------ persistence
+    FIELDS = ("ids", "titles", "texts", "metadata")
+
+    def save(self, directory: Path) -> dict[str, int]:
+        """Write the four fields as packed strings (``FIELD_data.npy``, ``FIELD_offsets.npy``)."""
+        from .storage import pack_strings, save_arrays
+
+        arrays = {}
+        for name in self.FIELDS:
+            arrays[f"{name}_data"], arrays[f"{name}_offsets"] = pack_strings(list(getattr(self, name)))
+        save_arrays(directory, arrays)
+        return {"n_passages": len(self)}
+
+    @classmethod
+    def load(cls, directory: Path, n_passages: int, source: str, checksum: str | None = None) -> "Corpus":
+        """Open a saved corpus memory-mapped (not validated again: it was when it was built)."""
+        from .errors import IndexFormatError
+        from .storage import load_array
+
+        fields = {}
+        for name in cls.FIELDS:
+            data, offsets = load_array(directory, f"{name}_data"), load_array(directory, f"{name}_offsets")
+            if offsets.ndim != 1 or len(offsets) != n_passages + 1 or data.ndim != 1 or \
+                    int(offsets[0]) != 0 or int(offsets[-1]) != len(data):
+                raise IndexFormatError(f"index corpus {directory}: {name} does not hold {n_passages} strings")
+            fields[name] = PackedStrings(data, offsets)
+        corpus = cls(fields["ids"], fields["titles"], fields["texts"], source, fields["metadata"], _validate=False)
+        corpus._checksum = checksum
+        return corpus
 
     def write_jsonl(self, path: str | Path) -> None:
         """Write the corpus as JSON lines (the format ``from_jsonl`` reads)."""
         with open(path, "w", encoding="utf-8") as f:
-            for pid, title, text in zip(self.ids, self.titles, self.texts):
-                f.write(json.dumps({"id": pid, "title": title, "text": text}, ensure_ascii=False) + "\n")
+            for pid, title, text, meta in zip(self.ids, self.titles, self.texts, self.metadata):
+                rec = {"id": pid, "title": title, "text": text, **(json.loads(meta) if meta else {})}
+                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
@@ -159,3 +231,9 @@ def _validate_record(rec: Mapping, where: str) -> tuple[str, str, str]:
     if not isinstance(title, str):
         raise InputError(f"{where}: 'title' must be a string")
     return str(pid), title, text
+
+
+def _metadata(rec: Mapping) -> str:
+    """The record's fields other than id, title and text, as a JSON object string ("" if none)."""
+    extra = {k: v for k, v in rec.items() if k not in ("id", "title", "text")}
+    return json.dumps(extra, ensure_ascii=False, sort_keys=True) if extra else ""

@@ -43,8 +43,10 @@ def load_questions(path: str | Path, corpus: Corpus | None = None) -> list[Quest
         gold = tuple(dict.fromkeys(str(g) for g in gold))
         if corpus is not None:
             for g in gold:
-                if g not in corpus._positions:
-                    raise InputError(f"{where}: gold id {g!r} is not in the corpus {corpus.source}")
+                try:
+                    corpus.position(g)
+                except KeyError:
+                    raise InputError(f"{where}: gold id {g!r} is not in the corpus {corpus.source}") from None
         out.append(Question(str(rec.get("id", lineno)), text, gold, str(rec.get("answer", "")),
                             str(rec.get("type", ""))))
     if not out:

@@ -61,6 +61,7 @@ import numpy as np
 
 from .corpus import Corpus, iter_jsonl
 from .errors import InputError
+from .storage import pack_strings, unpack_strings
 
 #: lower-case words allowed inside a capitalised span (between capitalised words)
 CONNECTORS = frozenset("of the de del della da di la le von van der den du y for".split())
@@ -240,6 +241,22 @@ class Extraction:
         uniq, counts = np.unique(key, return_counts=True)
         return ((uniq // len(self.names)).astype(np.int32), (uniq % len(self.names)).astype(np.int32),
                 counts.astype(np.int32))
+
+    ARRAYS = ("topic_chunk", "topic_text", "node_chunk", "node_name", "node_text", "mention_node", "mention_topic")
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The extraction as named arrays (strings packed), for :func:`~hopgraph.engine.storage.save_arrays`."""
+        names_blob, names_offsets = pack_strings(self.names)
+        texts_blob, texts_offsets = pack_strings(self.texts)
+        return {**{a: getattr(self, a) for a in self.ARRAYS}, "names_blob": names_blob,
+                "names_offsets": names_offsets, "texts_blob": texts_blob, "texts_offsets": texts_offsets}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], n_chunks: int) -> "Extraction":
+        """The inverse of :meth:`arrays` (validated)."""
+        return cls(n_chunks=n_chunks, **{a: np.asarray(arrays[a]) for a in cls.ARRAYS},
+                   names=unpack_strings(arrays["names_blob"], arrays["names_offsets"]),
+                   texts=unpack_strings(arrays["texts_blob"], arrays["texts_offsets"])).validate()
 
     def validate(self) -> "Extraction":
         """Check array shapes and index ranges; InputError names the bad field."""

@@ -1,11 +1,13 @@
 """Index storage: one directory with a versioned ``manifest.json``.
 
-Layout::
+Layout (format version 2: every shared component stored once)::
 
-    INDEX/manifest.json          format, version, embedder, corpus checksum, pipelines, files
-    INDEX/corpus.jsonl           the passages
-    INDEX/embeddings.npy         X, float32 [N, d] (memory-mapped on load)
-    INDEX/pipelines/NAME/*.npy   each fitted pipeline's arrays (CSR as indptr/indices/data)
+    INDEX/manifest.json                  format, version, embedder, corpus checksum, components, pipelines
+    INDEX/corpus/*.npy                   the corpus store: ids, titles, texts, metadata as packed strings
+    INDEX/embeddings.npy                 X, float32 [N, d] (memory-mapped on load; the dense index's data)
+    INDEX/components/bm25-0/             the BM25 index (bm25s), shared by every pipeline using BM25
+    INDEX/components/extraction-0/*.npy  the zero-token extraction, shared by stitch, ppr_binary, dmar
+    INDEX/pipelines/NAME/*.npy           each fitted pipeline's own arrays (CSR as indptr/indices/data)
 
 An index is always written to a temporary sibling directory and renamed into place,
 so an interrupted build never leaves a half-written index. Loading checks the
@@ -27,7 +29,7 @@ import numpy as np
 from .errors import IndexFormatError
 
 FORMAT_NAME = "hopgraph-index"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 
 
@@ -133,10 +135,21 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     version = manifest.get("format_version")
     if version != FORMAT_VERSION:
         raise IndexFormatError(
-            f"{directory} has index format version {version}; this hopgraph reads version {FORMAT_VERSION}"
-            " — rebuild the index with `hopgraph index`"
+            f"{directory} has index format version {version}; this hopgraph reads version {FORMAT_VERSION}. "
+            f"Rebuild it: {rebuild_command(directory, manifest)}"
         )
     return manifest
+
+
+def rebuild_command(directory: Path, manifest: dict[str, Any]) -> str:
+    """The ``hopgraph index`` command that rebuilds an index of an older format from what it holds
+    (its corpus and embeddings are reused, so nothing is embedded again)."""
+    embedder = (manifest.get("embedder") or {}).get("name", "minilm")
+    pipelines = ",".join(manifest.get("pipelines") or {}) or "dense,bm25,g3rag"
+    corpus = directory / "corpus.jsonl" if (directory / "corpus.jsonl").is_file() else "CORPUS.jsonl"
+    emb = f" --embeddings {directory / 'embeddings.npy'}" if (directory / "embeddings.npy").is_file() else ""
+    emb_name = "" if embedder.startswith("precomputed") else f" --embedder {embedder}"
+    return f"hopgraph index {corpus}{emb}{emb_name} --pipelines {pipelines} --out {directory}-v{FORMAT_VERSION}"
 
 
 def check_array(directory: Path, entry: dict[str, Any]) -> None:

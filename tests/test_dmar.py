@@ -8,6 +8,7 @@ from hopgraph import Index, InputError
 from hopgraph.engine.gate import Gate, train_gate
 from hopgraph.engine.pipelines.dmar import DMAR, STAGES, dedupe_rows, zscore
 from hopgraph.engine.reformulation import rule_texts, rule_vectors
+from hopgraph.engine.structural import structural_scores
 
 QUESTIONS = ["Who is the rector of the university that operates the observatory where comet Venn-Harlow was "
              "discovered?", "Which engineer designed the bridge in the home city of Peter Harlow?"]
@@ -42,7 +43,8 @@ def test_structural_path_changes_scores_and_is_seeded(fitted):
     s0 = pipe.variant(structural=False).search(Q, 5, QUESTIONS)[1]
     assert not np.allclose(s0, s1)
     cand = np.array([[0, 1, 4, 10, -1]])
-    score, ok = pipe._structural(cand, pipe.kg.link_queries([QUESTIONS[0]]))
+    score, ok = structural_scores(pipe.kg, pipe.subgraph_emb, cand, pipe.kg.link_queries([QUESTIONS[0]]),
+                                  pipe.lam, pipe.T, pipe.seed, pipe.shapley_mode, "cpu")
     assert ok[0, :4].all() and not ok[0, 4] and score[0, 4] == 0
     assert score[0, 0] > score[0, 3]  # passage 0 (Marisol Venn, comet Venn-Harlow) is on the chain
 
@@ -50,7 +52,7 @@ def test_structural_path_changes_scores_and_is_seeded(fitted):
 def test_save_load_round_trip(fitted, tmp_path, demo_corpus, hashing_embedder):
     pipe, X, Q = fitted
     pipe.save(tmp_path)
-    back = DMAR.load(tmp_path, pipe.get_params(), X, demo_corpus, hashing_embedder)
+    back = DMAR.load(tmp_path, pipe.get_params(), pipe.components)
     assert isinstance(back.subgraph_emb, np.memmap)
     for a, b in zip(pipe.search(Q, 5, QUESTIONS), back.search(Q, 5, QUESTIONS)):
         np.testing.assert_array_equal(a, b)

@@ -45,12 +45,12 @@ def test_search_shapes_padding_and_determinism(fitted):
 
 def test_prior_is_a_distribution_from_activated_states(fitted):
     X, Q, pipe = fitted
-    rel = pipe.relevance_scores(Q, QUESTIONS)
-    p = pipe.prior(Q, QUESTIONS, rel)
+    rel = pipe.relevance_scores(pipe.components.batch(Q, QUESTIONS))
+    p = pipe.prior(pipe.components.batch(Q, QUESTIONS), rel)
     np.testing.assert_allclose(p.sum(1), 1.0)
     # nothing passes an absolute δ of 0.99 -> uniform prior (SPEC §2.5)
     off = pipe.variant(delta_mode="absolute", delta=0.99)
-    np.testing.assert_allclose(off.prior(Q, QUESTIONS, rel), 1.0 / len(X))
+    np.testing.assert_allclose(off.prior(off.components.batch(Q, QUESTIONS), rel), 1.0 / len(X))
 
 
 def test_prior_matches_manual_formula_without_channels(fitted):
@@ -64,14 +64,14 @@ def test_prior_matches_manual_formula_without_channels(fitted):
     I = np.zeros((len(Q), H.n_chunks))
     for n in range(H.n_nodes):
         I[:, H.node_chunk[n]] += A[:, n] * np.log1p(H.group_size[H.node_group[n]])
-    np.testing.assert_allclose(v.prior(Q, QUESTIONS, None), normalise_rows(I), rtol=1e-5, atol=1e-9)
+    np.testing.assert_allclose(v.prior(v.components.batch(Q, QUESTIONS), None), normalise_rows(I), rtol=1e-5, atol=1e-9)
 
 
 def test_ablations_change_scores_and_ppr_matches_kernel(fitted):
     X, Q, pipe = fitted
     base = pipe.scores(Q, QUESTIONS)
     for overrides in STITCH.ablations.values():
-        if not set(overrides) <= STITCH.query_params:
+        if not set(overrides) <= STITCH.Params.query_names():
             with pytest.raises(ValueError, match="refit"):
                 pipe.variant(**overrides)
             continue
@@ -81,7 +81,8 @@ def test_ablations_change_scores_and_ppr_matches_kernel(fitted):
     assert not np.allclose(pipe.variant(spatial=False, temporal=False).scores(Q, QUESTIONS), base)
     # with balance 0, no mixing and no localisation the ranking is the kernel's PPR of the prior
     v = pipe.variant(balance=0.0, prior_mix=0.0, localise=False)
-    p = v.prior(Q, QUESTIONS, v.relevance_scores(Q, QUESTIONS))
+    batch = v.components.batch(Q, QUESTIONS)
+    p = v.prior(batch, v.relevance_scores(batch))
     pi, _ = call("batched_ppr", v.transition, torch.from_numpy(p), d=v.d, tol=v.tol, device="cpu")
     pi = pi.numpy()
     np.testing.assert_allclose(v.scores(Q, QUESTIONS), pi / pi.max(1, keepdims=True), rtol=1e-5, atol=1e-7)
@@ -102,11 +103,11 @@ def test_region_contains_support_and_neighbours(fitted):
 def test_bad_parameters_named(fitted):
     with pytest.raises(InputError, match="delta_mode"):
         STITCH(delta_mode="sometimes")
-    with pytest.raises(InputError, match="relative delta"):
+    with pytest.raises(InputError, match="parameter 'delta'"):
         STITCH(delta=1.5)
     with pytest.raises(InputError, match="relevance"):
         fitted[2].variant(relevance="magic")
-    with pytest.raises(InputError, match="damping"):
+    with pytest.raises(InputError, match="parameter .d."):
         STITCH(d=1.0)
     with pytest.raises(InputError, match="query texts"):
         fitted[2].search(fitted[1], 3)
@@ -133,7 +134,7 @@ def test_index_facade_save_load_and_binary_baseline(demo_corpus, hashing_embedde
         np.testing.assert_allclose(scores, ref[1], rtol=1e-5)
     # the binary prior puts mass exactly on chunks holding a name the question mentions
     pipe = loaded.pipelines["ppr_binary"]
-    p = pipe.prior(hashing_embedder.encode(["Peter Harlow"]), ["Peter Harlow"], None)
+    p = pipe.prior(pipe.components.batch(hashing_embedder.encode(["Peter Harlow"]), ["Peter Harlow"]), None)
     H = pipe.H
     g = H.names().index("peter harlow")
     chunks = sorted(set(H.node_chunk[H.node_group == g].tolist()))

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from conftest import clustered_embeddings
 
-from hopgraph.engine.pipelines import dense as dense_mod
-from hopgraph.engine.pipelines.dense import BlockedInnerProductIndex, exact_inner_product_index, faiss_topk
+from hopgraph.engine import dense_index as dense_mod
+from hopgraph.engine.dense_index import BlockedInnerProductIndex, exact_inner_product_index, faiss_topk
 from hopgraph.index import Index
 
 
@@ -48,7 +48,7 @@ def test_loaded_large_index_scans_the_file_and_gives_the_same_results(tmp_path, 
     loaded = Index.load(tmp_path / "idx")
     assert isinstance(loaded.X, np.memmap)
     for p in ("dense", "g3rag"):
-        assert isinstance(loaded.pipeline(p).dense._index if p == "g3rag" else loaded.pipeline(p)._index,
+        assert isinstance(loaded.pipeline(p).components.dense.index,
                           BlockedInnerProductIndex)
         ids, scores = loaded.search_arrays(Q, pipeline=p, k=4)
         np.testing.assert_array_equal(ids, want[p][0])
@@ -56,7 +56,7 @@ def test_loaded_large_index_scans_the_file_and_gives_the_same_results(tmp_path, 
 
 
 def test_gather_rows_reads_a_large_memmap_from_the_file(memmapped, monkeypatch):
-    from hopgraph.engine.pipelines.dense import gather_rows
+    from hopgraph.engine.dense_index import gather_rows
 
     X, M = memmapped
     rows = np.array([[5, 0, 2999], [17, 17, 3]])

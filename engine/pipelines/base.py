@@ -1,76 +1,123 @@
 """The interface every retrieval pipeline implements (G3RAG, STITCH, DMAR, baselines).
 
-A pipeline is fitted on the passage embeddings X (row i = passage i of the corpus),
-optionally the corpus texts and the embedder, and answers batches of queries:
+A pipeline is made from its parameters (one frozen dataclass per pipeline,
+:mod:`hopgraph.engine.params`), fitted on the passage embeddings X (row i = passage i of
+the corpus) through the index's shared :class:`~hopgraph.engine.components.Components`
+(corpus store, dense index, BM25, extraction: built once, shared by every pipeline that
+declares it in ``components``), and answers batches of queries:
 ``search(Q, top_k, query_texts) -> (ids int64 [B, top_k], scores float32 [B, top_k])``
 where ids are corpus rows, best first, padded with -1 / -inf when fewer exist.
 """
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
+from ..components import Components
 from ..corpus import Corpus
 from ..embedders import Embedder, validate_embeddings
 from ..errors import InputError
+from ..params import PipelineParams
+from ..timing import StageTimer
+
+
+class RefitNeeded(InputError):
+    """A variant changes fit-time parameters: fit a new pipeline instead (the message names them)."""
 
 
 class Pipeline(ABC):
-    """Base class of retrieval pipelines. Subclasses set ``name`` and implement the
-    abstract methods; ``needs_corpus`` / ``needs_query_texts`` / ``needs_embedder``
-    declare their inputs."""
+    """Base class of retrieval pipelines. Subclasses set ``name`` and ``Params`` and implement
+    the abstract methods; ``components`` / ``needs_query_texts`` / ``needs_embedder`` declare
+    their inputs. Parameters are read as attributes (``pipe.seed_k`` is ``pipe.params.seed_k``)."""
 
     name: ClassVar[str]
+    Params: ClassVar[type[PipelineParams]] = PipelineParams
+    #: the shared components the pipeline uses (:data:`hopgraph.engine.components.KINDS`)
+    components_used: ClassVar[tuple[str, ...]] = ()
     needs_corpus: ClassVar[bool] = False
     needs_query_texts: ClassVar[bool] = False
     needs_embedder: ClassVar[bool] = False
-    #: constructor parameters that only affect ``search`` (a variant differing only in
-    #: these shares the fitted structures instead of refitting)
-    query_params: ClassVar[frozenset[str]] = frozenset()
     #: named ablations for ``hopgraph eval --ablations``: variant name → parameter overrides
     ablations: ClassVar[dict[str, dict[str, Any]]] = {}
 
     X: np.ndarray | None = None
 
-    @abstractmethod
+    def __init__(self, params: PipelineParams | dict[str, Any] | None = None, /, *, published: bool = False,
+                 **overrides: Any) -> None:
+        base = self.Params.published() if published else params
+        self.params = self.Params.create(base, **overrides)
+        self.X = None
+        self.components: Components | None = None
+        #: seconds per stage of the last ``search`` (:class:`~hopgraph.engine.timing.StageTimer`)
+        self.timings: dict[str, float] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        params = self.__dict__.get("params")
+        if params is not None and name in type(params).names():
+            return getattr(params, name)
+        raise AttributeError(f"{type(self).__name__!s} has no attribute {name!r}")
+
+    # ------------------------------------------------------------------ fit / save / load
     def fit(self, X: np.ndarray, corpus: Corpus | None = None, embedder: Embedder | None = None,
-            progress: bool = False) -> "Pipeline":
-        """Build the pipeline's index structures; returns self."""
+            progress: bool = False, components: Components | None = None) -> "Pipeline":
+        """Build the pipeline's index structures over ``components`` (made here from X and the
+        corpus when not given, i.e. for a pipeline used on its own); returns self."""
+        if components is None:
+            X = validate_embeddings(X, "passage embeddings")
+            components = Components(X, corpus, embedder, progress=progress)
+        if self.needs_corpus and components.corpus is None:
+            raise InputError(f"pipeline {self.name!r} needs the corpus texts: fit(X, corpus)")
+        if self.needs_embedder and components.embedder is None:
+            raise InputError(f"pipeline {self.name!r} needs the embedder: fit(X, corpus, embedder)")
+        self.components, self.X = components, components.X
+        self._fit(progress)
+        return self
 
     @abstractmethod
-    def search(self, Q: np.ndarray, top_k: int = 5,
-               query_texts: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Top ``top_k`` corpus rows per query (see module docstring)."""
-
-    @abstractmethod
-    def get_params(self) -> dict[str, Any]:
-        """JSON-serialisable constructor parameters (stored in the index manifest)."""
+    def _fit(self, progress: bool) -> None:
+        """Build this pipeline's own structures from ``self.components``."""
 
     def save(self, directory: Path) -> None:
-        """Write fitted arrays into ``directory`` (created by the caller). Default: nothing."""
+        """Write this pipeline's own fitted arrays into ``directory`` (created by the caller).
+        Default: nothing (the pipeline only uses shared components)."""
+
+    def _load(self, directory: Path) -> None:
+        """Read what :meth:`save` wrote. Default: nothing to read (structures are the components')."""
+        self._fit(progress=False)
 
     @classmethod
-    def load(cls, directory: Path, params: dict[str, Any], X: np.ndarray, corpus: Corpus | None,
-             embedder: Embedder | None) -> "Pipeline":
-        """Rebuild a fitted pipeline from ``save``'s output. Default: refit (cheap pipelines)."""
-        return cls(**params).fit(X, corpus, embedder)
+    def load(cls, directory: Path, params: PipelineParams | dict[str, Any], components: Components) -> "Pipeline":
+        """Rebuild a fitted pipeline from ``save``'s output over ``components`` (no refit)."""
+        self = cls(params)
+        self.components, self.X = components, components.X
+        self._load(directory)
+        return self
+
+    # ------------------------------------------------------------------ parameters
+    def get_params(self) -> dict[str, Any]:
+        """JSON-serialisable parameters (stored in the index manifest)."""
+        return self.params.to_dict()
 
     def variant(self, **overrides: Any) -> "Pipeline":
-        """A copy of this fitted pipeline with query-time parameters changed.
+        """A copy of this fitted pipeline with query-time parameters changed (validated).
 
-        Raises ValueError when an override is not in ``query_params`` (it needs a refit).
+        Raises :class:`RefitNeeded` (a ValueError) when an override is fit-time.
         """
-        import copy
+        new = self.params.replace(**overrides)
+        return self.with_params(new)
 
-        needs_refit = set(overrides) - set(self.query_params)
+    def with_params(self, params: PipelineParams) -> "Pipeline":
+        """This fitted pipeline with ``params``, which may differ only in query-time fields."""
+        needs_refit = self.params.changed(params) - self.Params.query_names()
         if needs_refit:
-            raise ValueError(f"{self.name}: parameters {sorted(needs_refit)} need a refit")
+            raise RefitNeeded(f"{self.name}: parameters {sorted(needs_refit)} need a refit")
         other = copy.copy(self)
-        for key, value in overrides.items():
-            setattr(other, key, value)
+        other.params = params
+        other.timings = {}
         return other
 
     # ------------------------------------------------------------------ shared checks
@@ -88,18 +135,13 @@ class Pipeline(ABC):
             Q = Q[None, :]
         Q = validate_embeddings(Q, "query embeddings", dim=self.X.shape[1]) if len(Q) else \
             np.zeros((0, self.X.shape[1]), np.float32)
-        if self.needs_query_texts:
-            if query_texts is None:
-                raise InputError(f"pipeline {self.name!r} needs the query texts (query_texts=...)")
-            if len(query_texts) != len(Q):
-                raise InputError(f"{len(query_texts)} query texts for {len(Q)} query embeddings")
+        if self.needs_query_texts and query_texts is None:
+            raise InputError(f"pipeline {self.name!r} needs the query texts (query_texts=...)")
+        if query_texts is not None and len(query_texts) != len(Q):
+            raise InputError(f"{len(query_texts)} query texts for {len(Q)} query embeddings")
         return Q
 
-    @staticmethod
-    def _check_fit_inputs(X: np.ndarray, corpus: Corpus | None, needs_corpus: bool, name: str) -> np.ndarray:
-        X = validate_embeddings(X, "passage embeddings")
-        if needs_corpus and corpus is None:
-            raise InputError(f"pipeline {name!r} needs the corpus texts: fit(X, corpus)")
-        if corpus is not None and len(corpus) != len(X):
-            raise InputError(f"corpus has {len(corpus)} passages but X has {len(X)} rows")
-        return X
+    def _timer(self) -> StageTimer:
+        """A fresh stage timer whose totals become ``self.timings`` when the search ends."""
+        self.timings = {}
+        return StageTimer(self.timings)

@@ -44,29 +44,30 @@ GNN): hotpotqa 0.865 (hybrid 0.815), musique 0.693 (dense 0.612); ablations in t
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
-from ... import kernels
-from ..corpus import Corpus
-from ..embedders import Embedder
+from ..components import QueryBatch
 from ..errors import InputError
-from ..extraction import extract
-from ..gate import Gate
+from ..gate import Gate, train_gate
 from ..gnn import SubgraphEncoder, encode_all, encoder_arrays, encoder_from_arrays, entity_features, pretrain
-from ..knowledge_graph import KnowledgeGraph, build_knowledge_graph
+from ..knowledge_graph import LINK_MODES, KnowledgeGraph, build_knowledge_graph
+from ..params import PipelineParams, anything, choice, flag, integer, path, real
 from ..ranking import PAD_ID, PAD_SCORE, topk_rows
 from ..reformulation import anchor_snippets, generate_texts, resolve_generator, rule_vectors
 from ..storage import load_arrays, save_arrays
+from ..structural import structural_scores
+from ..timing import StageTimer
 from .base import Pipeline
-from .bm25 import BM25
-from .dense import Dense, faiss_topk
 from .hybrid import hybrid_ranking
 
 RECALLS = ("bm25", "hybrid")
+SHAPLEY_MODES = ("independent", "shared")
+DEVICES = ("auto", "cuda", "cpu")
 #: per-stage seconds of the last ``search`` (``DMAR.timings``): recall (BM25 / hybrid), query
 #: entity linking, subgraph/candidate node sets, GNN structsim cosines, Shapley kernel, semantic/
 #: lexical/gate fusion, anchors + reformulation + faiss second stage, final rerank
@@ -95,17 +96,59 @@ def dedupe_rows(ids: np.ndarray) -> np.ndarray:
     return np.where(dup, PAD_ID, ids)
 
 
+def _is_generator(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and bool(value)) or callable(value)
+
+
+@dataclass(frozen=True)
+class DMARParams(PipelineParams):
+    """DMAR parameters (SPEC §3). Fit-time: the knowledge graph and GNN (``ego_size``,
+    ``max_passage_entities``, ``max_query_entities``, ``gnn_steps``, ``edge_list``); the rest is
+    query-time."""
+
+    pipeline = "dmar"
+    n_recall: int = integer(100, low=1, query=True)
+    anchors: int = integer(3, low=1, query=True)
+    p: int = integer(20, low=1, query=True)
+    structural: bool = flag(True, query=True)
+    reformulate: bool = flag(True, query=True)
+    gate: bool = flag(True, query=True)
+    lam: float = real(0.5, low=0.0, high=1.0, query=True)
+    T: int = integer(50, low=1, query=True)
+    seed: int = integer(0, low=0, query=True)
+    recall: str = choice("hybrid", RECALLS, query=True)
+    union: int = integer(20, low=0, query=True)
+    lexical: float = real(0.5, low=0.0, query=True)
+    mmr: float = real(0.0, low=0.0, query=True)
+    shift: float = real(1.0, low=0.0, query=True)
+    min_query_entities: int = integer(1, low=0, query=True)
+    shapley_mode: str = choice("independent", SHAPLEY_MODES, query=True)
+    query_linking: str = choice("capitalised", LINK_MODES, query=True)
+    ego_size: int = integer(16, low=1)
+    max_passage_entities: int = integer(32, low=1)
+    max_query_entities: int = integer(8, low=1)
+    gnn_steps: int = integer(60, low=0)
+    edge_list: str | None = path(None)
+    generator: Any = anything(None, _is_generator, "a seq2seq model folder or a callable (question, "
+                              "snippets) -> text", query=True)
+    device: str = choice("auto", DEVICES, query=True)
+
+    @classmethod
+    def published_values(cls) -> dict[str, Any]:
+        """SPEC §3 as published: BM25 recall, the stage-2 pool only, no lexical term, top-m anchors."""
+        return {"recall": "bm25", "union": 0, "lexical": 0.0, "mmr": 0.0}
+
+
 class DMAR(Pipeline):
     """Dynamic multi-anchor retrieval (module docstring; SPEC §3)."""
 
     name = "dmar"
+    Params = DMARParams
+    components_used = ("dense", "bm25", "extraction")
     needs_corpus = True
     needs_query_texts = True
-    query_params = frozenset({"n_recall", "anchors", "p", "structural", "reformulate", "gate", "lam", "T",
-                              "seed", "recall", "union", "lexical", "mmr", "shift", "min_query_entities",
-                              "shapley_mode", "query_linking", "generator", "device"})
     ablations = {
-        "published": {"recall": "bm25", "union": 0, "lexical": 0.0, "mmr": 0.0},
+        "published": DMARParams.published_values(),
         "structural=False": {"structural": False},
         "reformulate=False": {"reformulate": False},
         "gate=False": {"gate": False},
@@ -117,66 +160,22 @@ class DMAR(Pipeline):
         "query_linking=ngram": {"query_linking": "ngram"},
     }
 
-    def __init__(self, n_recall: int = 100, anchors: int = 3, p: int = 20, structural: bool = True,
-                 reformulate: bool = True, gate: bool = True, lam: float = 0.5, T: int = 50, seed: int = 0,
-                 recall: str = "hybrid", union: int = 20, lexical: float = 0.5, mmr: float = 0.0,
-                 shift: float = 1.0, min_query_entities: int = 1, shapley_mode: str = "independent",
-                 query_linking: str = "capitalised",
-                 ego_size: int = 16, max_passage_entities: int = 32, max_query_entities: int = 8,
-                 gnn_steps: int = 60, edge_list: str | None = None,
-                 generator: str | Callable[[str, list[str]], str] | None = None, device: str = "auto") -> None:
-        if recall not in RECALLS:
-            raise InputError(f"recall must be one of {RECALLS}, got {recall!r}")
-        for nm, v in (("n_recall", n_recall), ("anchors", anchors), ("p", p), ("T", T)):
-            if isinstance(v, bool) or int(v) < 1:
-                raise InputError(f"{nm} must be a positive integer, got {v!r}")
-        if not 0.0 <= lam <= 1.0:
-            raise InputError(f"lam must be in [0, 1], got {lam}")
-        self.n_recall, self.anchors, self.p, self.T = int(n_recall), int(anchors), int(p), int(T)
-        self.structural, self.reformulate, self.gate = bool(structural), bool(reformulate), bool(gate)
-        self.lam, self.seed, self.recall, self.union = float(lam), int(seed), recall, int(union)
-        self.lexical, self.mmr, self.shift = float(lexical), float(mmr), float(shift)
-        self.min_query_entities, self.shapley_mode = int(min_query_entities), shapley_mode
-        self.query_linking = query_linking
-        self.ego_size, self.max_passage_entities = int(ego_size), int(max_passage_entities)
-        self.max_query_entities, self.gnn_steps = int(max_query_entities), int(gnn_steps)
-        self.edge_list, self.generator, self.device = edge_list, generator, device
-        self.X = None
-        self.corpus: Corpus | None = None
-        self.embedder: Embedder | None = None
-        self.bm25 = BM25()
-        self.dense = Dense()
+    def __init__(self, params: DMARParams | dict[str, Any] | None = None, /, **overrides: Any) -> None:
+        super().__init__(params, **overrides)
         self.kg: KnowledgeGraph | None = None
         self.encoder: SubgraphEncoder | None = None
         self.subgraph_emb: np.ndarray | None = None
         self.gate_mlp: Gate | None = None
-        self.timings: dict[str, float] = {}
-
-    def get_params(self) -> dict[str, Any]:
-        return {"n_recall": self.n_recall, "anchors": self.anchors, "p": self.p, "structural": self.structural,
-                "reformulate": self.reformulate, "gate": self.gate, "lam": self.lam, "T": self.T, "seed": self.seed,
-                "recall": self.recall, "union": self.union, "lexical": self.lexical, "mmr": self.mmr,
-                "shift": self.shift, "min_query_entities": self.min_query_entities,
-                "shapley_mode": self.shapley_mode, "query_linking": self.query_linking, "ego_size": self.ego_size,
-                "max_passage_entities": self.max_passage_entities, "max_query_entities": self.max_query_entities,
-                "gnn_steps": self.gnn_steps, "edge_list": self.edge_list,
-                # a callable generator cannot be stored; pass it again after loading
-                "generator": self.generator if isinstance(self.generator, str) else None,
-                "device": self.device}
 
     # ------------------------------------------------------------------ index
-    def fit(self, X: np.ndarray, corpus: Corpus | None = None, embedder: Embedder | None = None,
-            progress: bool = False) -> "DMAR":
-        self.X = self._check_fit_inputs(X, corpus, True, self.name)
-        self.corpus, self.embedder = corpus, embedder
-        self.bm25.fit(self.X, corpus, progress=progress)
-        self.dense.fit(self.X)
-        extraction = extract(corpus, progress=progress)
-        self.kg = build_knowledge_graph(extraction, len(corpus), self.edge_list, self.ego_size,
+    def _fit(self, progress: bool) -> None:
+        comp = self.components
+        comp.bm25(who=self.name)
+        extraction = comp.extraction(who=self.name)
+        self.kg = build_knowledge_graph(extraction, len(self.X), self.edge_list, self.ego_size,
                                         self.max_passage_entities, self.max_query_entities)
         self.train_gnn(self.gnn_steps, progress=progress)
         self.gate_mlp = Gate(self.X.shape[1])
-        return self
 
     def train_gnn(self, steps: int, seed: int | None = None, progress: bool = False,
                   log: Callable[[str], None] | None = None) -> list[float]:
@@ -190,64 +189,66 @@ class DMAR(Pipeline):
         self.subgraph_emb = encode_all(self.encoder, self.kg.ego, self.kg.adj, features, progress=progress)
         return losses
 
+    def train_gate(self, Q: np.ndarray, query_texts: Sequence[str], gold_rows: Sequence[Sequence[int]],
+                   epochs: int = 200, seed: int = 0, log: Callable[[str], None] | None = None) -> list[float]:
+        """Train a new fusion gate on questions with gold passage rows (SPEC §3 step 2, listwise
+        loss over the stage-1 candidates, :func:`hopgraph.engine.gate.train_gate`) and use it;
+        returns the per-epoch losses."""
+        data = self.gate_training_data(Q, query_texts, gold_rows)
+        gate = Gate(self.X.shape[1])
+        losses = train_gate(gate, **data, epochs=epochs, seed=seed, log=log)
+        self.gate_mlp = gate
+        return losses
+
+    def reset_gate(self) -> None:
+        """Back to the untrained gate (equal weights)."""
+        self.gate_mlp = Gate(self.X.shape[1])
+
     def save(self, directory: Path) -> None:
-        self.bm25.save(directory)
         arrays = {**self.kg.arrays(), **encoder_arrays(self.encoder), **self.gate_mlp.arrays(),
                   "subgraph_emb": self.subgraph_emb}
         save_arrays(directory, arrays)
 
-    @classmethod
-    def load(cls, directory: Path, params: dict[str, Any], X: np.ndarray, corpus: Corpus | None,
-             embedder: Embedder | None) -> "DMAR":
-        self = cls(**params)
-        self.X, self.corpus, self.embedder = X, corpus, embedder
-        self.bm25 = BM25.load(directory, {}, X, corpus, embedder)
-        self.dense.fit(X)
+    def _load(self, directory: Path) -> None:
         names = sorted(p.stem for p in directory.glob("*.npy"))
         arrays = load_arrays(directory, names)
-        self.kg = KnowledgeGraph.from_arrays(arrays, len(X))
+        self.kg = KnowledgeGraph.from_arrays(arrays, len(self.X))
         self.encoder = encoder_from_arrays(arrays)
         self.gate_mlp = Gate.from_arrays(arrays)
         self.subgraph_emb = arrays["subgraph_emb"]
-        return self
 
     # ------------------------------------------------------------------ query
     def search(self, Q: np.ndarray, top_k: int = 5,
                query_texts: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
         Q = self._check_queries(Q, top_k, query_texts)
-        import time
-
-        t = {k: 0.0 for k in STAGES}
-        clock = time.perf_counter
-        t0 = clock()
-        cand = self._recall(Q, query_texts)
-        t["recall"] += clock() - t0
-        t0 = clock()
-        linked = self._link(query_texts)
-        t["link"] += clock() - t0
-        fused1, parts1 = self._dual_path(Q, query_texts, cand, linked, t)
-        t0 = clock()
-        anchors = self._anchors(cand, fused1)
-        Q2 = self._reformulate(Q, query_texts, anchors)
-        ids2, _ = faiss_topk(self.dense._index, Q2, self.p)
-        t["second_stage"] += clock() - t0
-        t0, nested = clock(), sum(t.values())
-        if self.union > 0:
-            cols1, _ = topk_rows(np.where(cand >= 0, fused1, -np.inf), min(self.union, cand.shape[1]))
-            keep1 = np.where(cols1 >= 0, np.take_along_axis(cand, np.maximum(cols1, 0), 1), PAD_ID)
-            final = dedupe_rows(np.concatenate([keep1, ids2], 1))
-            _, parts_new = self._dual_path(Q, query_texts, final[:, keep1.shape[1]:], linked, t, only_raw=True)
-            raw = {k: np.concatenate([np.take_along_axis(parts1[k], np.maximum(cols1, 0), 1), parts_new[k]], 1)
-                   for k in parts1}
-            fused = self._fuse(Q, final, raw, linked)
-        else:
-            final = ids2
-            fused, _ = self._dual_path(Q, query_texts, final, linked, t)
-        fused = np.where(final >= 0, fused, -np.inf)
-        cols, scores = topk_rows(fused, top_k)
-        ids = np.where(cols >= 0, np.take_along_axis(final, np.maximum(cols, 0), 1), PAD_ID)
-        t["rerank"] += clock() - t0 - (sum(t.values()) - nested)  # exclusive of the nested stages
-        self.timings = t
+        timer = self._timer()
+        for stage in STAGES:
+            self.timings[stage] = 0.0
+        batch = self.components.batch(Q, query_texts)
+        with timer("recall"):
+            cand = self._recall(batch)
+        with timer("link"):
+            linked = self._link(batch.texts)
+        fused1, parts1 = self._dual_path(batch, cand, linked, timer)
+        with timer("second_stage"):
+            anchors = self._anchors(cand, fused1)
+            Q2 = self._reformulate(Q, batch.texts, anchors)
+            ids2, _ = self.components.dense.topk(Q2, self.p)
+        with timer("rerank"):  # the dual-path stages nested here count in their own stages
+            if self.union > 0:
+                cols1, _ = topk_rows(np.where(cand >= 0, fused1, -np.inf), min(self.union, cand.shape[1]))
+                keep1 = np.where(cols1 >= 0, np.take_along_axis(cand, np.maximum(cols1, 0), 1), PAD_ID)
+                final = dedupe_rows(np.concatenate([keep1, ids2], 1))
+                _, parts_new = self._dual_path(batch, final[:, keep1.shape[1]:], linked, timer, only_raw=True)
+                raw = {k: np.concatenate([np.take_along_axis(parts1[k], np.maximum(cols1, 0), 1), parts_new[k]], 1)
+                       for k in parts1}
+                fused = self._fuse(Q, final, raw, linked)
+            else:
+                final = ids2
+                fused, _ = self._dual_path(batch, final, linked, timer)
+            fused = np.where(final >= 0, fused, -np.inf)
+            cols, scores = topk_rows(fused, top_k)
+            ids = np.where(cols >= 0, np.take_along_axis(final, np.maximum(cols, 0), 1), PAD_ID)
         return ids, np.where(ids >= 0, scores, PAD_SCORE).astype(np.float32)
 
     def gate_training_data(self, Q: np.ndarray, query_texts: Sequence[str], gold_rows: Sequence[Sequence[int]]
@@ -255,19 +256,22 @@ class DMAR(Pipeline):
         """Stage-1 inputs of :func:`hopgraph.engine.gate.train_gate` for questions with gold rows:
         ``q, d, z_sem, z_struct, gold, valid, offset`` (offset = the lexical term, fixed)."""
         Q = self._check_queries(Q, 1, query_texts)
-        t = {k: 0.0 for k in STAGES}
-        cand = self._recall(Q, query_texts)
-        linked = self._link(query_texts)
-        _, raw = self._dual_path(Q, query_texts, cand, linked, t, only_raw=True)
+        batch = self.components.batch(Q, query_texts)
+        cand = self._recall(batch)
+        linked = self._link(batch.texts)
+        _, raw = self._dual_path(batch, cand, linked, StageTimer(), only_raw=True)
         valid = cand >= 0
-        query_ok = np.asarray([len(g) >= self.min_query_entities for g in linked])[:, None] & self.structural
         gold = np.zeros(cand.shape, bool)
         for b, rows in enumerate(gold_rows):
             gold[b] = np.isin(cand[b], np.asarray(rows)) & valid[b]
         offset = self.lexical * zscore(raw["lex"], valid) if self.lexical else np.zeros(cand.shape, np.float32)
-        return {"q": Q, "d": np.asarray(self.X)[np.where(valid, cand, 0)], "z_sem": zscore(raw["sem"], valid),
-                "z_struct": zscore(raw["struct"], valid & raw["struct_ok"]) * query_ok, "gold": gold,
+        return {"q": Q, "d": self.components.dense.rows(np.where(valid, cand, 0)), "z_sem": zscore(raw["sem"], valid),
+                "z_struct": zscore(raw["struct"], valid & raw["struct_ok"]) * self._query_ok(linked), "gold": gold,
                 "valid": valid, "offset": offset}
+
+    def _query_ok(self, linked: list[np.ndarray]) -> np.ndarray:
+        """[B, 1] bool: the query links enough entities for the structural path (adaptive fusion)."""
+        return np.asarray([len(g) >= self.min_query_entities for g in linked])[:, None] & self.structural
 
     def _link(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Entity ids linked in each query (none when the structural path is off)."""
@@ -275,34 +279,30 @@ class DMAR(Pipeline):
             return [np.zeros(0, np.int32)] * len(texts)
         return self.kg.link_queries(texts, self.query_linking)
 
-    def _recall(self, Q: np.ndarray, texts: Sequence[str]) -> np.ndarray:
+    def _recall(self, batch: QueryBatch) -> np.ndarray:
         if self.recall == "hybrid":
-            ids, _ = hybrid_ranking(self.dense, self.bm25, Q, texts, self.n_recall, depth=self.n_recall)
+            ids, _ = hybrid_ranking(batch, self.n_recall, depth=self.n_recall)
         else:
-            ids, _ = self.bm25.scores(texts, self.n_recall)
+            ids, _ = batch.bm25_topk(self.n_recall)
         return ids
 
-    def _dual_path(self, Q: np.ndarray, texts: Sequence[str], cand: np.ndarray, linked: list[np.ndarray],
-                   t: dict[str, float], only_raw: bool = False) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
+    def _dual_path(self, batch: QueryBatch, cand: np.ndarray, linked: list[np.ndarray], timer: StageTimer,
+                   only_raw: bool = False) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
         """Raw semantic / structural / lexical scores of candidates ``cand`` [B, C]; fused unless ``only_raw``."""
-        import time
-
-        t0 = time.perf_counter()
-        valid = cand >= 0
-        Xc = np.asarray(self.X)[np.where(valid, cand, 0)]
-        sem = np.einsum("bcd,bd->bc", Xc, Q)
-        raw = {"sem": sem, "struct": np.zeros_like(sem), "struct_ok": np.zeros_like(valid),
-               "lex": np.zeros_like(sem)}
-        if self.lexical:
-            raw["lex"] = self._lexical(texts, cand)
-        t["fusion"] += time.perf_counter() - t0
+        with timer("fusion"):
+            valid = cand >= 0
+            Xc = self.components.dense.rows(np.where(valid, cand, 0))
+            sem = np.einsum("bcd,bd->bc", Xc, batch.Q)
+            raw = {"sem": sem, "struct": np.zeros_like(sem), "struct_ok": np.zeros_like(valid),
+                   "lex": batch.bm25_of(cand) if self.lexical else np.zeros_like(sem)}
         if self.structural and self.kg.n_entities:
-            raw["struct"], raw["struct_ok"] = self._structural(cand, linked, t)
+            raw["struct"], raw["struct_ok"] = structural_scores(
+                self.kg, self.subgraph_emb, cand, linked, self.lam, self.T, self.seed, self.shapley_mode,
+                self.device, timer)
         if only_raw:
             return None, raw
-        t0 = time.perf_counter()
-        fused = self._fuse(Q, cand, raw, linked)
-        t["fusion"] += time.perf_counter() - t0
+        with timer("fusion"):
+            fused = self._fuse(batch.Q, cand, raw, linked)
         return fused, raw
 
     def _fuse(self, Q: np.ndarray, cand: np.ndarray, raw: dict[str, np.ndarray], linked: list[np.ndarray]
@@ -310,103 +310,16 @@ class DMAR(Pipeline):
         valid = cand >= 0
         z_sem = zscore(raw["sem"], valid)
         z_struct = zscore(raw["struct"], valid & raw["struct_ok"])
-        query_ok = np.asarray([len(g) >= self.min_query_entities for g in linked])[:, None] & self.structural
         if self.gate:
-            Xc = np.asarray(self.X)[np.where(valid, cand, 0)]
-            w = self.gate_mlp.weights(Q, Xc)
+            w = self.gate_mlp.weights(Q, self.components.dense.rows(np.where(valid, cand, 0)))
             alpha, beta = w[..., 0], w[..., 1]
         else:
             alpha = beta = np.full(cand.shape, 0.5, np.float32)
         # structural path off → only the semantic path counts
-        fused = np.where(query_ok, alpha * z_sem + beta * z_struct, z_sem)
+        fused = np.where(self._query_ok(linked), alpha * z_sem + beta * z_struct, z_sem)
         if self.lexical:
             fused = fused + self.lexical * zscore(raw["lex"], valid)
         return fused.astype(np.float32)
-
-    def _lexical(self, texts: Sequence[str], cand: np.ndarray) -> np.ndarray:
-        import bm25s
-
-        out = np.zeros(cand.shape, np.float32)
-        retr = self.bm25.retriever
-        vocab = retr.vocab_dict
-        tokens = bm25s.tokenize(list(texts), stopwords=self.bm25.stopwords, return_ids=False, show_progress=False)
-        for b, toks in enumerate(tokens):
-            toks = [w for w in toks if w in vocab]
-            if toks:
-                scores = retr.get_scores(toks)
-                out[b] = np.where(cand[b] >= 0, scores[np.maximum(cand[b], 0)], 0.0)
-        return out
-
-    def _structural(self, cand: np.ndarray, linked: list[np.ndarray], t: dict[str, float] | None = None
-                    ) -> tuple[np.ndarray, np.ndarray]:
-        """Score_ent [B, C] by batched Monte Carlo Shapley, and which candidates link entities."""
-        import time
-
-        t = t if t is not None else {k: 0.0 for k in STAGES}
-        t0 = time.perf_counter()
-        kg = self.kg
-        B, C = cand.shape
-        E = kg.n_entities
-        n_sub = np.asarray([len(g) for g in linked], np.int64)
-        G = max(int(n_sub.max(initial=0)), 1)
-        # query subgraphs → query-local node vocabulary
-        q_of = np.repeat(np.arange(B), n_sub)
-        g_of = np.concatenate([np.arange(n) for n in n_sub]) if n_sub.sum() else np.zeros(0, np.int64)
-        ents = np.concatenate(linked).astype(np.int64) if n_sub.sum() else np.zeros(0, np.int64)
-        ego_rows = kg.ego[ents]
-        sizes = np.diff(ego_rows.indptr)
-        t_q, t_g, t_node = np.repeat(q_of, sizes), np.repeat(g_of, sizes), ego_rows.indices.astype(np.int64)
-        keys, local = np.unique(t_q * E + t_node, return_inverse=True)
-        key_q = keys // E
-        first = np.searchsorted(key_q, np.arange(B))
-        local_of_key = np.arange(len(keys)) - first[key_q]
-        U = max(int(local_of_key.max(initial=-1)) + 1, 1)
-        node_sets = np.zeros((B, G, U), np.float32)
-        node_sets[t_q, t_g, local_of_key[local]] = 1.0
-        local_nodes = np.full((B, U), -1, np.int64)
-        local_nodes[key_q, local_of_key] = keys % E
-        # candidates: nodes(G_D) membership of the local nodes, and their entity lists
-        valid = cand >= 0
-        flat = np.where(valid, cand, 0).ravel()
-        pe = kg.passage_entities[flat]
-        nodes_d = (pe @ kg.ego).tocsr()
-        rows = np.repeat(np.arange(B * C), U)
-        cols = np.repeat(local_nodes, C, axis=0).ravel()
-        ok = cols >= 0
-        member = np.zeros(B * C * U, np.float32)
-        member[ok] = np.asarray(nodes_d[rows[ok], cols[ok]]).ravel() > 0
-        cand_nodes = member.reshape(B, C, U) * valid[..., None]
-        n_ent = np.diff(pe.indptr)
-        struct_ok = (n_ent.reshape(B, C) > 0) & valid
-        Dm = max(int(n_ent.max(initial=0)), 1)
-        pos = np.arange(len(pe.indices)) - np.repeat(pe.indptr[:-1], n_ent)
-        ent_pad = np.full((B * C, Dm), -1, np.int64)
-        ent_pad[np.repeat(np.arange(B * C), n_ent), pos] = pe.indices
-        t1 = time.perf_counter()
-        t["subgraphs"] += t1 - t0
-        # structsim(g, g_d) = cosine of stored unit subgraph embeddings, computed once per
-        # distinct (query subgraph, candidate entity) pair of the batch, then gathered
-        Z = self.subgraph_emb
-        ent_ok = ent_pad >= 0
-        uniq, inv = np.unique(np.where(ent_ok, ent_pad, -1), return_inverse=True)
-        inv = inv.reshape(B, C, Dm)
-        Zq = torch.from_numpy(np.asarray(Z[ents], np.float32)) if len(ents) else torch.zeros((0, Z.shape[1]))
-        S = torch.cat([Zq @ torch.from_numpy(np.asarray(Z[np.maximum(uniq, 0)], np.float32)).T,
-                       torch.zeros((1, len(uniq)))])  # last row: padding subgraph
-        qg = np.full((B, G), len(ents), np.int64)
-        qg[q_of, g_of] = np.arange(len(ents))
-        sims = S[torch.from_numpy(qg)[:, None, None, :], torch.from_numpy(inv)[..., None]]  # [B, C, Dm, G]
-        sims = sims.masked_fill(~torch.from_numpy(ent_ok).reshape(B, C, Dm, 1), -2.0).amax(2)
-        best = (sims.clamp_min(-1.0) * (sims > -2).float() * torch.from_numpy(valid)[..., None]).numpy()
-        t2 = time.perf_counter()
-        t["gnn"] += t2 - t1
-        _, score = kernels.call("shapley_mc", torch.from_numpy(node_sets), torch.from_numpy(n_sub),
-                                torch.from_numpy(cand_nodes.astype(np.float32)), torch.from_numpy(best),
-                                lam=self.lam, T=self.T, seed=self.seed, mode=self.shapley_mode,
-                                device=self.device)
-        score = score.cpu().numpy()  # waits for a GPU kernel, so its time counts in this stage
-        t["shapley"] += time.perf_counter() - t2
-        return np.where(valid, score, 0.0).astype(np.float32), struct_ok
 
     def _anchors(self, cand: np.ndarray, fused: np.ndarray) -> np.ndarray:
         """Top-m fused candidates, or an MMR selection when ``mmr > 0``."""
@@ -416,7 +329,7 @@ class DMAR(Pipeline):
             cols, _ = topk_rows(fused, m)
         else:
             B, C = cand.shape
-            Xc = np.asarray(self.X)[np.maximum(cand, 0)]
+            Xc = self.components.dense.rows(np.maximum(cand, 0))
             cols = np.full((B, m), -1, np.int64)
             penalty = np.zeros((B, C), np.float32)
             score = fused.copy()
@@ -437,7 +350,7 @@ class DMAR(Pipeline):
         gen = self._generator_fn
         if gen is None:
             return rule_vectors(Q, self.X, anchors, self.shift)
-        if self.embedder is None:
+        if self.components.embedder is None:
             raise InputError("a reformulation generator needs the index's embedder to embed Q′")
-        new_texts = generate_texts(gen, texts, anchor_snippets(self.corpus, anchors))
-        return self.embedder.encode(new_texts, progress=False)
+        new_texts = generate_texts(gen, texts, anchor_snippets(self.components.corpus, anchors))
+        return self.components.embedder.encode(new_texts, progress=False)

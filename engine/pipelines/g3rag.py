@@ -30,31 +30,25 @@ set on its own. Search is batched: one sparse product per chunk of queries.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from ..corpus import Corpus
-from ..embedders import Embedder
 from ..ann_graph import ann_gain_knn, density_mode, graph_mode
+from ..components import QueryBatch
 from ..errors import InputError
 from ..graph import CSR, check_csr, hub_penalty
+from ..params import PipelineParams, choice, flag, integer, real
 from ..ranking import PAD_ID, PAD_SCORE, topk_rows
 from ..storage import load_arrays, save_arrays
 from .base import Pipeline
-from .bm25 import BM25
-from .dense import Dense, faiss_topk, gather_rows
 from .hybrid import hybrid_ranking
 
 #: "ann" / "auto" (issue 5): IVF candidates rescored exactly, see hopgraph.engine.ann_graph
 MODES = ("knn", "exact", "ann", "auto")
-SEEDS = ("dense", "hybrid")
-SCORINGS = ("mask", "fused")
-#: the published algorithm's query options (SPEC §1)
-PUBLISHED: dict[str, Any] = {"scoring": "mask", "seeds": "dense", "seed_k": 3}
-#: the improved defaults (issue #6), one set for every corpus
-IMPROVED: dict[str, Any] = {"scoring": "fused", "seeds": "dense", "seed_k": 3}
+DEVICES = ("auto", "cuda", "cpu")
 #: queries per sparse product (bounds the dense [chunk, N] diffusion output)
 QUERY_CHUNK = 256
 #: and at most this many entries per dense [chunk, N] array, so that a query process over a
@@ -62,76 +56,69 @@ QUERY_CHUNK = 256
 DENSE_SCORE_BUDGET = 1 << 24
 
 
+@dataclass(frozen=True)
+class G3RAGParams(PipelineParams):
+    """G3RAG parameters (SPEC §1). Fit-time: the graph (``k``, ``sim_min``, ``sim_max``,
+    ``beta``, ``mode``, ``density``, ``density_samples``). Query-time: the rest."""
+
+    pipeline = "g3rag"
+    k: int = integer(32, low=1)
+    sim_min: float = real(0.3, low=-1.0, high=1.0)
+    sim_max: float = real(0.9, low=-1.0, high=1.0)
+    beta: float = real(1.0, low=0.0)
+    mode: str = choice("auto", MODES)
+    density: str = choice("auto", ("exact", "sampled", "auto"))
+    density_samples: int = integer(4096, low=1)
+    device: str = choice("auto", DEVICES)
+    seed_k: int = integer(3, low=1, query=True)
+    seeds: str = choice("dense", ("dense", "hybrid"), query=True)
+    scoring: str = choice("fused", ("mask", "fused"), query=True)
+    gamma: float = real(0.02, low=0.0, query=True)
+    tau: float = real(0.05, low=0.0, low_open=True, query=True)
+    lexical: float = real(0.15, low=0.0, query=True)
+    n_candidates: int = integer(20, low=1, query=True)
+    expand: bool = flag(False, query=True)
+    hybrid_depth: int = integer(100, low=1, query=True)
+
+    def check(self) -> None:
+        if self.sim_min > self.sim_max:
+            raise self.invalid("sim_min", f"must not exceed sim_max = {self.sim_max}")
+
+    @classmethod
+    def published_values(cls) -> dict[str, Any]:
+        """SPEC §1 query: dense seeds, one diffusion step, seeds masked (``scoring="mask"``)."""
+        return {"scoring": "mask", "seeds": "dense", "seed_k": 3}
+
+
 class G3RAG(Pipeline):
     """Geometric-gain graph retrieval (SPEC §1); see the module docstring for the options."""
 
     name = "g3rag"
-    query_params: ClassVar[frozenset[str]] = frozenset(
-        {"seed_k", "seeds", "scoring", "gamma", "tau", "lexical", "n_candidates", "expand", "hybrid_depth"})
+    Params = G3RAGParams
+    components_used = ("dense", "bm25")
     ablations: ClassVar[dict[str, dict[str, Any]]] = {
-        "published": dict(PUBLISHED),
-        "published_exact": {**PUBLISHED, "mode": "exact"},
-        "published_hybrid_seeds": {**PUBLISHED, "seeds": "hybrid"},
+        "published": G3RAGParams.published_values(),
+        "published_exact": {**G3RAGParams.published_values(), "mode": "exact"},
+        "published_hybrid_seeds": {**G3RAGParams.published_values(), "seeds": "hybrid"},
         "no_graph": {"gamma": 0.0},
         "no_lexical": {"lexical": 0.0},
         "expand": {"expand": True},
     }
 
-    def __init__(self, k: int = 32, sim_min: float = 0.3, sim_max: float = 0.9, beta: float = 1.0,
-                 seed_k: int | None = None, mode: str = "auto", device: str = "auto",
-                 published: bool = False, seeds: str | None = None, scoring: str | None = None,
-                 gamma: float = 0.02, tau: float = 0.05, lexical: float = 0.15, n_candidates: int = 20,
-                 expand: bool = False, hybrid_depth: int = 100, density: str = "auto",
-                 density_samples: int = 4096) -> None:
-        preset = PUBLISHED if published else IMPROVED
-        self.k, self.sim_min, self.sim_max, self.beta = int(k), float(sim_min), float(sim_max), float(beta)
-        self.mode, self.device, self.published = mode, device, bool(published)
-        self.seed_k = int(preset["seed_k"] if seed_k is None else seed_k)
-        self.seeds = preset["seeds"] if seeds is None else seeds
-        self.scoring = preset["scoring"] if scoring is None else scoring
-        self.gamma, self.tau, self.lexical = float(gamma), float(tau), float(lexical)
-        self.n_candidates, self.expand, self.hybrid_depth = int(n_candidates), bool(expand), int(hybrid_depth)
-        self.density, self.density_samples = density, int(density_samples)
-        self._check_params()
-        self.X = None
+    def __init__(self, params: G3RAGParams | dict[str, Any] | None = None, /, **overrides: Any) -> None:
+        super().__init__(params, **overrides)
         self.graph: CSR | None = None
-        self.node_density: np.ndarray | None = None
-        self.dense = Dense()
-        self.bm25: BM25 | None = None
-
-    def _check_params(self) -> None:
-        for value, name, allowed in ((self.mode, "mode", MODES), (self.seeds, "seeds", SEEDS),
-                                     (self.scoring, "scoring", SCORINGS), (self.density, "density", ("exact", "sampled", "auto"))):
-            if value not in allowed:
-                raise InputError(f"G3RAG: {name} must be one of {allowed}, got {value!r}")
-        if self.k < 1 or self.seed_k < 1 or self.n_candidates < 1:
-            raise InputError("G3RAG: k, seed_k and n_candidates must be positive")
-        if self.gamma < 0 or self.tau <= 0 or self.lexical < 0:
-            raise InputError(f"G3RAG: need gamma >= 0, tau > 0, lexical >= 0; got {self.gamma}, "
-                             f"{self.tau}, {self.lexical}")
-
-    def get_params(self) -> dict[str, Any]:
-        return {"k": self.k, "sim_min": self.sim_min, "sim_max": self.sim_max, "beta": self.beta,
-                "seed_k": self.seed_k, "mode": self.mode, "device": self.device, "published": self.published,
-                "seeds": self.seeds, "scoring": self.scoring, "gamma": self.gamma, "tau": self.tau,
-                "lexical": self.lexical, "n_candidates": self.n_candidates, "expand": self.expand,
-                "hybrid_depth": self.hybrid_depth, "density": self.density,
-                "density_samples": self.density_samples}
 
     # ------------------------------------------------------------------ index
-    def fit(self, X: np.ndarray, corpus: Corpus | None = None, embedder: Embedder | None = None,
-            progress: bool = False) -> "G3RAG":
-        """SPEC §1 index steps 1-6 (T is applied row-normalised at query time).
-
-        With ``corpus`` a BM25 index is also fitted (for hybrid seeds / lexical relevance).
-        """
+    def _fit(self, progress: bool) -> None:
+        """SPEC §1 index steps 1-6 (T is applied row-normalised at query time). BM25 (hybrid
+        seeds / lexical relevance) is the shared component, used when the corpus is known."""
         from ...kernels import call
 
-        self.X = self._check_fit_inputs(X, corpus, False, self.name)
         n = len(self.X)
-        self.node_density = call("density", self.X, mode=density_mode(self.density, n),
-                                 n_samples=self.density_samples, device=self.device)
-        pen = hub_penalty(self.node_density, self.beta)
+        node_density = call("density", self.X, mode=density_mode(self.density, n),
+                            n_samples=self.density_samples, device=self.device)
+        pen = hub_penalty(node_density, self.beta)
         mode = graph_mode(self.mode, n, self.device)
         if mode == "ann":
             self.graph = ann_gain_knn(self.X, self.k, self.sim_min, self.sim_max, pen, progress=progress)
@@ -141,50 +128,40 @@ class G3RAG(Pipeline):
         else:
             self.graph = call("gain_knn", self.X, k=self.k, sim_min=self.sim_min, sim_max=self.sim_max,
                               penalty=pen, progress=progress, device=self.device)
-        self.dense.fit(self.X)
-        self.bm25 = BM25().fit(self.X, corpus, progress=progress) if corpus is not None else None
-        return self
+        if self.components.corpus is not None:
+            self.components.bm25(who=self.name)
 
     def save(self, directory: Path) -> None:
-        save_arrays(directory, {**self.graph.arrays(), "density": self.node_density})
-        if self.bm25 is not None:
-            self.bm25.save(directory)
+        save_arrays(directory, self.graph.arrays())
 
-    @classmethod
-    def load(cls, directory: Path, params: dict[str, Any], X: np.ndarray, corpus: Corpus | None,
-             embedder: Embedder | None) -> "G3RAG":
+    def _load(self, directory: Path) -> None:
         """Open the saved graph memory-mapped (no refit)."""
-        self = cls(**params)
-        self.X = X
-        arrays = load_arrays(directory, ["indptr", "indices", "data", "density"])
-        self.graph = check_csr(arrays["indptr"], arrays["indices"], arrays["data"], len(X), f"{directory} graph")
-        self.node_density = arrays["density"]
-        self.dense = Dense.load(directory, {}, X, corpus, embedder)  # no copy of X (issue 5)
-        if (directory / "bm25s").is_dir():
-            self.bm25 = BM25.load(directory, {}, X, corpus, embedder)
-        return self
+        arrays = load_arrays(directory, ["indptr", "indices", "data"])
+        self.graph = check_csr(arrays["indptr"], arrays["indices"], arrays["data"], len(self.X),
+                               f"{directory} graph")
 
     # ------------------------------------------------------------------ query
     def search(self, Q: np.ndarray, top_k: int = 5,
                query_texts: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """SPEC §1 query steps 1-4 (``scoring="mask"``) or the fused scoring; batched."""
         Q = self._check_queries(Q, top_k, query_texts)
-        if query_texts is not None and len(query_texts) != len(Q):
-            raise InputError(f"{len(query_texts)} query texts for {len(Q)} query embeddings")
+        has_bm25 = self.components.corpus is not None
         if self.seeds == "hybrid" and self.scoring == "mask":
-            if self.bm25 is None:
+            if not has_bm25:
                 raise InputError("G3RAG: hybrid seeds need the corpus at fit time: fit(X, corpus)")
             if query_texts is None:
                 raise InputError("G3RAG: hybrid seeds need query_texts, one per query")
         # lexical relevance (fused scoring) is used when both the corpus and the texts are known
-        needs_text = self.bm25 is not None and query_texts is not None
+        needs_text = has_bm25 and query_texts is not None
         ids = np.full((len(Q), top_k), PAD_ID, np.int64)
         scores = np.full((len(Q), top_k), PAD_SCORE, np.float32)
         chunk = max(1, min(QUERY_CHUNK, DENSE_SCORE_BUDGET // max(len(self.X), 1)))
+        run = self._search_masked if self.scoring == "mask" else self._search_fused
+        timer = self._timer()
         for c0 in range(0, len(Q), chunk):
             texts = list(query_texts[c0:c0 + chunk]) if needs_text else None
-            run = self._search_masked if self.scoring == "mask" else self._search_fused
-            ids[c0:c0 + chunk], scores[c0:c0 + chunk] = run(Q[c0:c0 + chunk], top_k, texts)
+            batch = self.components.batch(Q[c0:c0 + chunk], texts)
+            ids[c0:c0 + chunk], scores[c0:c0 + chunk] = run(batch, top_k, timer)
         return ids, scores
 
     def _diffuse(self, seed_ids: np.ndarray, seed_weights: np.ndarray | None) -> np.ndarray:
@@ -194,64 +171,64 @@ class G3RAG(Pipeline):
         return call("sparse_diffusion", seed_ids, seed_weights, g.indptr, g.indices, g.data, g.n_cols,
                     device=self.device)
 
-    def _relevance_ranking(self, Q: np.ndarray, depth: int, texts: list[str] | None
-                           ) -> tuple[np.ndarray, np.ndarray]:
+    def _relevance_ranking(self, batch: QueryBatch, depth: int) -> tuple[np.ndarray, np.ndarray]:
         """Seed ranking of the masked scoring: dense cosine, or dense+BM25 RRF (``seeds="hybrid"``)."""
         if self.seeds == "dense":
-            return faiss_topk(self.dense._index, Q, depth)
-        return hybrid_ranking(self.dense, self.bm25, Q, texts, depth, self.hybrid_depth)
+            return batch.dense_topk(depth)
+        return hybrid_ranking(batch, depth, self.hybrid_depth)
 
-    def _search_masked(self, Q: np.ndarray, top_k: int, texts: list[str] | None
-                       ) -> tuple[np.ndarray, np.ndarray]:
+    def _search_masked(self, batch: QueryBatch, top_k: int, timer) -> tuple[np.ndarray, np.ndarray]:
         """The published query (SPEC §1 query steps 1-4)."""
-        n = len(self.X)
+        n, B = len(self.X), len(batch)
         seed_k = min(self.seed_k, n)
-        rank_ids, rank_scores = self._relevance_ranking(Q, min(seed_k + top_k, n), texts)
+        with timer("seeds"):
+            rank_ids, rank_scores = self._relevance_ranking(batch, min(seed_k + top_k, n))
         seeds = rank_ids[:, :seed_k]
-        y = self._diffuse(seeds, None)
-        np.put_along_axis(y, np.where(seeds >= 0, seeds, 0), -np.inf, axis=1)  # step 3: seed masking
-        y[~(y > 0)] = -np.inf  # only passages diffusion reached
-        diff_ids, diff_scores = topk_rows(y, top_k)
-        ids = np.full((len(Q), top_k), PAD_ID, np.int64)
-        scores = np.full((len(Q), top_k), PAD_SCORE, np.float32)
-        for b in range(len(Q)):
-            chosen: list[int] = []
-            tiers: list[float] = []
-            for j, s in zip(seeds[b], rank_scores[b, :seed_k]):
-                if j >= 0:
-                    chosen.append(int(j)); tiers.append(4.0 + float(s))
-            for j, s in zip(diff_ids[b], diff_scores[b]):
-                if j >= 0 and len(chosen) < top_k:
-                    chosen.append(int(j)); tiers.append(2.0 + float(s))
-            for j, s in zip(rank_ids[b, seed_k:], rank_scores[b, seed_k:]):
-                if len(chosen) >= top_k:
-                    break
-                if j >= 0 and j not in chosen:
-                    chosen.append(int(j)); tiers.append(float(s))
-            m = min(len(chosen), top_k)
-            ids[b, :m], scores[b, :m] = chosen[:m], tiers[:m]
+        with timer("diffusion"):
+            y = self._diffuse(seeds, None)
+        with timer("ranking"):
+            np.put_along_axis(y, np.where(seeds >= 0, seeds, 0), -np.inf, axis=1)  # step 3: seed masking
+            y[~(y > 0)] = -np.inf  # only passages diffusion reached
+            diff_ids, diff_scores = topk_rows(y, top_k)
+            ids = np.full((B, top_k), PAD_ID, np.int64)
+            scores = np.full((B, top_k), PAD_SCORE, np.float32)
+            for b in range(B):
+                chosen: list[int] = []
+                tiers: list[float] = []
+                for j, s in zip(seeds[b], rank_scores[b, :seed_k]):
+                    if j >= 0:
+                        chosen.append(int(j)); tiers.append(4.0 + float(s))
+                for j, s in zip(diff_ids[b], diff_scores[b]):
+                    if j >= 0 and len(chosen) < top_k:
+                        chosen.append(int(j)); tiers.append(2.0 + float(s))
+                for j, s in zip(rank_ids[b, seed_k:], rank_scores[b, seed_k:]):
+                    if len(chosen) >= top_k:
+                        break
+                    if j >= 0 and j not in chosen:
+                        chosen.append(int(j)); tiers.append(float(s))
+                m = min(len(chosen), top_k)
+                ids[b, :m], scores[b, :m] = chosen[:m], tiers[:m]
         return ids, scores
 
-    def _relevance(self, Q: np.ndarray, texts: list[str] | None, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    def _relevance(self, batch: QueryBatch, depth: int) -> tuple[np.ndarray, np.ndarray]:
         """Top-``depth`` passages by ``cos + lexical · bm25/max bm25`` (float32, best first)."""
         n = len(self.X)
-        d_ids, d_scores = faiss_topk(self.dense._index, Q, min(max(depth, self.hybrid_depth), n))
-        if self.lexical == 0 or texts is None:
+        d_ids, d_scores = batch.dense_topk(min(max(depth, self.hybrid_depth), n))
+        if self.lexical == 0 or batch.texts is None:
             return d_ids[:, :depth], d_scores[:, :depth]
-        b_ids, b_scores = self.bm25.scores(texts, min(self.hybrid_depth, n))
+        b_ids, b_scores = batch.bm25_topk(min(self.hybrid_depth, n))
         cand = np.concatenate([d_ids, b_ids], axis=1)
-        rel = np.einsum("bd,bkd->bk", Q, gather_rows(self.X, np.maximum(cand, 0)))
+        rel = np.einsum("bd,bkd->bk", batch.Q, self.components.dense.rows(np.maximum(cand, 0)))
         top_bm25 = np.where(np.isfinite(b_scores[:, :1]) & (b_scores[:, :1] > 0), b_scores[:, :1], 1.0)
-        lex = np.zeros_like(rel)
-        for b in range(len(Q)):
-            lookup = {int(j): s / top_bm25[b, 0] for j, s in zip(b_ids[b], b_scores[b]) if j >= 0}
-            lex[b] = [lookup.get(int(j), 0.0) for j in cand[b]]
+        # lexical score of every candidate: its BM25 score if it is in the BM25 list, else 0
+        in_bm25 = (cand[:, :, None] == b_ids[:, None, :]) & (b_ids[:, None, :] >= 0)
+        lex = np.where(in_bm25, (b_scores / top_bm25)[:, None, :], 0.0).max(axis=2, initial=0.0)
         rel = rel + self.lexical * lex
         rel[cand < 0] = -np.inf
         # drop duplicate candidates (in both lists) before taking the top
-        out_ids = np.full((len(Q), depth), PAD_ID, np.int64)
-        out = np.full((len(Q), depth), PAD_SCORE, np.float32)
-        for b in range(len(Q)):
+        out_ids = np.full((len(batch), depth), PAD_ID, np.int64)
+        out = np.full((len(batch), depth), PAD_SCORE, np.float32)
+        for b in range(len(batch)):
             uniq, first = np.unique(cand[b], return_index=True)
             keep = uniq >= 0
             u, r = uniq[keep], rel[b, first[keep]]
@@ -259,26 +236,29 @@ class G3RAG(Pipeline):
             out_ids[b, :len(order)], out[b, :len(order)] = u[order], r[order]
         return out_ids, out
 
-    def _search_fused(self, Q: np.ndarray, top_k: int, texts: list[str] | None
-                      ) -> tuple[np.ndarray, np.ndarray]:
+    def _search_fused(self, batch: QueryBatch, top_k: int, timer) -> tuple[np.ndarray, np.ndarray]:
         """Issue #6 scoring: ``relevance + γ · y / max y`` with ``y = pᵀT``, ``p = softmax(relevance/τ)``
         over the candidates; only candidates are ranked unless ``expand``."""
-        n = len(self.X)
+        n, B = len(self.X), len(batch)
         m = min(max(self.n_candidates, top_k), n)
-        cand, rel = self._relevance(Q, texts, m)
-        valid = cand >= 0
-        rows = np.broadcast_to(np.arange(len(Q))[:, None], cand.shape)
-        if self.expand:
-            score = (Q @ np.asarray(self.X).T).astype(np.float32)  # outside the candidates: cosine
-        else:
-            score = np.full((len(Q), n), -np.inf, np.float32)
-        score[rows[valid], cand[valid]] = rel[valid]
+        with timer("relevance"):
+            cand, rel = self._relevance(batch, m)
+            valid = cand >= 0
+            rows = np.broadcast_to(np.arange(B)[:, None], cand.shape)
+            if self.expand:
+                score = batch.cosine().copy()  # outside the candidates: cosine
+            else:
+                score = np.full((B, n), -np.inf, np.float32)
+            score[rows[valid], cand[valid]] = rel[valid]
         if self.gamma > 0:
-            z = np.where(valid, np.exp((rel - rel[:, :1]) / self.tau), 0.0)
-            p = (z / z.sum(axis=1, keepdims=True)).astype(np.float32)
-            y = self._diffuse(cand, p)
-            if not self.expand:
-                y[~np.isfinite(score)] = 0.0
-            top = y.max(axis=1, keepdims=True)
-            score += self.gamma * np.divide(y, top, out=np.zeros_like(y), where=top > 0)
-        return topk_rows(score, top_k)
+            with timer("diffusion"):
+                z = np.where(valid, np.exp((rel - rel[:, :1]) / self.tau), 0.0)
+                p = (z / z.sum(axis=1, keepdims=True)).astype(np.float32)
+                y = self._diffuse(cand, p)
+            with timer("ranking"):
+                if not self.expand:
+                    y[~np.isfinite(score)] = 0.0
+                top = y.max(axis=1, keepdims=True)
+                score += self.gamma * np.divide(y, top, out=np.zeros_like(y), where=top > 0)
+        with timer("ranking"):
+            return topk_rows(score, top_k)

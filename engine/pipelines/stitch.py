@@ -64,6 +64,7 @@ that match no name fall back to the ``seed_k`` most relevant chunks. Steps 6–7
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -73,35 +74,85 @@ import torch
 
 from ... import kernels
 from ...kernels.threads import torch_threads
-from ..corpus import Corpus
-from ..embedders import Embedder
+from ..components import QueryBatch
 from ..errors import InputError
-from ..extraction import extract, load_extractions, query_names
+from ..extraction import load_extractions, query_names
 from ..hypergraph import TopicHypergraph, build_hypergraph, embed_texts
+from ..params import PipelineParams, choice, flag, integer, path, real
 from ..ranking import PAD_SCORE, reciprocal_rank_fusion, topk_rows
 from .base import Pipeline
-from .bm25 import BM25
-from .dense import Dense
 from .hybrid import RRF_K, hybrid_ranking
 
 DELTA_MODES = ("relative", "absolute")
 RELEVANCES = ("dense", "hybrid")
 FUSIONS = ("linear", "rrf")
+DEVICES = ("auto", "cuda", "cpu")
 HYBRID_DEPTH = 100
+
+
+@dataclass(frozen=True)
+class PPRBinaryParams(PipelineParams):
+    """Parameters of the PPR walk on the STITCH chunk graph (SPEC §2 steps 6–7), shared by
+    ``ppr_binary`` and ``stitch``. Fit-time: ``title_entities``, ``numbers``,
+    ``max_group_chunks``, ``extractions``; the rest is query-time."""
+
+    pipeline = "ppr_binary"
+    title_entities: bool = flag(True)
+    numbers: bool = flag(True)
+    max_group_chunks: int = integer(64, low=1)
+    extractions: str | None = path(None)
+    d: float = real(0.85, low=0.0, high=1.0, low_open=True, high_open=True, query=True)
+    seed_k: int = integer(8, low=1, query=True)
+    balance: float = real(0.3, low=0.0, high=1.0, query=True)
+    relevance: str = choice("dense", RELEVANCES, query=True)
+    prior_mix: float = real(0.0, low=0.0, high=1.0, query=True)
+    ppr: bool = flag(True, query=True)
+    localise: bool = flag(True, query=True)
+    region_hops: int = integer(1, low=0, query=True)
+    tol: float = real(1e-6, low=0.0, low_open=True, query=True)
+    max_iter: int = integer(100, low=1, query=True)
+    batch_size: int = integer(64, low=1, query=True)
+    fusion: str = choice("linear", FUSIONS, query=True)
+    threads: int | None = integer(1, low=1, nullable=True, query=True)
+    device: str = choice("auto", DEVICES, query=True)
+
+
+@dataclass(frozen=True)
+class STITCHParams(PPRBinaryParams):
+    """STITCH-RAG parameters (SPEC §2): the walk's, plus the influence prior's (``delta``,
+    ``delta_mode``, ``spatial``, ``temporal``), with hopgraph's defaults for the prior
+    (``seed_k`` 2, hybrid relevance, ``prior_mix`` 0.5)."""
+
+    pipeline = "stitch"
+    seed_k: int = integer(2, low=1, query=True)
+    relevance: str = choice("hybrid", RELEVANCES, query=True)
+    prior_mix: float = real(0.5, low=0.0, high=1.0, query=True)
+    delta: float = real(0.8, low=-1.0, high=1.0, query=True)
+    delta_mode: str = choice("relative", DELTA_MODES, query=True)
+    spatial: bool = flag(True, query=True)
+    temporal: bool = flag(True, query=True)
+
+    def check(self) -> None:
+        if self.delta_mode == "relative" and not 0.0 < self.delta <= 1.0:
+            raise self.invalid("delta", "must lie in (0, 1] when delta_mode is 'relative'")
+
+    @classmethod
+    def published_values(cls) -> dict[str, Any]:
+        """SPEC §2 as published: absolute δ = 0.5, k = 8, the pure influence prior, dense relevance."""
+        return {"delta_mode": "absolute", "delta": 0.5, "prior_mix": 0.0, "relevance": "dense", "seed_k": 8}
 
 
 class STITCH(Pipeline):
     """STITCH-RAG retrieval (module docstring); ``hopgraph.STITCH(...).fit(X, corpus, embedder)``."""
 
     name = "stitch"
+    Params = STITCHParams
+    components_used = ("dense", "bm25", "extraction")
     needs_corpus = True
     needs_query_texts = True
     needs_embedder = True
-    query_params = frozenset({"d", "seed_k", "balance", "delta", "delta_mode", "spatial", "temporal", "ppr",
-                              "relevance", "prior_mix", "localise", "region_hops", "tol", "max_iter", "fusion", "threads",
-                              "batch_size", "device"})
     ablations = {
-        "published": {"delta_mode": "absolute", "delta": 0.5, "prior_mix": 0.0, "relevance": "dense", "seed_k": 8},
+        "published": STITCHParams.published_values(),
         "spatial=False": {"spatial": False},
         "temporal=False": {"temporal": False},
         "ppr=False": {"ppr": False},
@@ -111,93 +162,37 @@ class STITCH(Pipeline):
         "localise=False": {"localise": False},
         "balance=0": {"balance": 0.0},
         "seed_k=8": {"seed_k": 8},
-        "title_entities=False": {"title_entities": False},  # refits (about a minute here)
+        "title_entities=False": {"title_entities": False},  # refits
         "numbers=False": {"numbers": False},  # refits
     }
 
-    def __init__(self, d: float = 0.85, seed_k: int = 2, balance: float = 0.3, delta: float = 0.8,
-                 delta_mode: str = "relative", spatial: bool = True, temporal: bool = True, ppr: bool = True,
-                 relevance: str = "hybrid", prior_mix: float = 0.5, localise: bool = True, region_hops: int = 1,
-                 title_entities: bool = True, numbers: bool = True, max_group_chunks: int = 64,
-                 extractions: str | None = None, tol: float = 1e-6, max_iter: int = 100, batch_size: int = 64,
-                 fusion: str = "linear", threads: int | None = 1, device: str = "auto") -> None:
-        self.fusion, self.threads = fusion, threads
-        self.d, self.seed_k, self.balance, self.delta = float(d), int(seed_k), float(balance), float(delta)
-        self.delta_mode, self.spatial, self.temporal, self.ppr = delta_mode, bool(spatial), bool(temporal), bool(ppr)
-        self.relevance, self.prior_mix, self.localise = relevance, float(prior_mix), bool(localise)
-        self.region_hops, self.title_entities, self.numbers = int(region_hops), bool(title_entities), bool(numbers)
-        self.max_group_chunks, self.extractions = int(max_group_chunks), extractions
-        self.tol, self.max_iter, self.batch_size, self.device = float(tol), int(max_iter), int(batch_size), device
-        self._check_params()
-        self.X = None
-        self.corpus: Corpus | None = None
+    def __init__(self, params: PipelineParams | dict[str, Any] | None = None, /, **overrides: Any) -> None:
+        super().__init__(params, **overrides)
         self.H: TopicHypergraph | None = None
-        self.dense = Dense()
-        self.bm25 = BM25()
         self._cache: dict[str, Any] = {}
 
-    def _check_params(self) -> None:
-        if not 0.0 < self.d < 1.0:
-            raise InputError(f"d (damping) must lie in (0, 1), got {self.d}")
-        if self.seed_k < 1 or self.batch_size < 1 or self.max_iter < 1 or self.region_hops < 0:
-            raise InputError("seed_k, batch_size and max_iter must be >= 1 and region_hops >= 0")
-        for nm in ("balance", "prior_mix"):
-            if not 0.0 <= getattr(self, nm) <= 1.0:
-                raise InputError(f"{nm} must lie in [0, 1], got {getattr(self, nm)}")
-        if self.delta_mode not in DELTA_MODES:
-            raise InputError(f"delta_mode must be one of {DELTA_MODES}, got {self.delta_mode!r}")
-        if self.delta_mode == "relative" and not 0.0 < self.delta <= 1.0:
-            raise InputError(f"a relative delta must lie in (0, 1], got {self.delta}")
-        if self.fusion not in FUSIONS:
-            raise InputError(f"fusion must be one of {FUSIONS}, got {self.fusion!r}")
-        if self.relevance not in RELEVANCES:
-            raise InputError(f"relevance must be one of {RELEVANCES}, got {self.relevance!r}")
-
-    def get_params(self) -> dict[str, Any]:
-        keys = ("d", "seed_k", "balance", "delta", "delta_mode", "spatial", "temporal", "ppr", "relevance", "prior_mix",
-                "localise", "region_hops", "title_entities", "numbers", "max_group_chunks", "extractions", "tol",
-                "max_iter", "batch_size", "fusion", "threads", "device")
-        return {key: getattr(self, key) for key in keys}
-
-    def variant(self, **overrides: Any) -> "STITCH":
-        other = super().variant(**overrides)
-        other._check_params()
-        return other
-
     # ------------------------------------------------------------------ index
-    def fit(self, X: np.ndarray, corpus: Corpus | None = None, embedder: Embedder | None = None,
-            progress: bool = False) -> "STITCH":
-        self.X = self._check_fit_inputs(X, corpus, True, self.name)
-        if embedder is None and self.needs_embedder:
-            raise InputError(f"pipeline {self.name!r} needs the embedder (topic and description embeddings)")
-        self.corpus = corpus
+    def _fit(self, progress: bool) -> None:
+        comp = self.components
+        corpus = comp.require_corpus(self.name)
         ex = load_extractions(self.extractions, corpus) if self.extractions else \
-            extract(corpus, self.title_entities, self.numbers, progress=progress)
+            comp.extraction(self.title_entities, self.numbers, who=self.name)
         if self.needs_embedder:
-            text_emb = embed_texts(ex.texts, corpus, self.X, embedder, progress=progress)
+            text_emb = embed_texts(ex.texts, corpus, self.X, comp.embedder, progress=progress)
         else:  # the binary prior never looks at topic/description embeddings
             text_emb = np.zeros((len(ex.texts), 0), np.float32)
         self.H = build_hypergraph(ex, text_emb, self.max_group_chunks)
-        self.dense.fit(self.X)
-        self.bm25.fit(self.X, corpus, progress=progress)
+        comp.bm25(who=self.name)
         self._cache = {}
-        return self
 
     def save(self, directory: Path) -> None:
         self.H.save(directory / "hypergraph")
-        self.bm25.save(directory)
 
-    @classmethod
-    def load(cls, directory: Path, params: dict[str, Any], X: np.ndarray, corpus: Corpus | None,
-             embedder: Embedder | None) -> "STITCH":
-        self = cls(**params)
-        self.X, self.corpus = X, corpus
+    def _load(self, directory: Path) -> None:
         self.H = TopicHypergraph.load(directory / "hypergraph", mmap=True)
-        if self.H.n_chunks != len(X):
-            raise InputError(f"{directory}: hypergraph has {self.H.n_chunks} chunks, the index {len(X)}")
-        self.dense.fit(X)
-        self.bm25 = BM25.load(directory, {}, X, corpus, embedder)
-        return self
+        if self.H.n_chunks != len(self.X):
+            raise InputError(f"{directory}: hypergraph has {self.H.n_chunks} chunks, the index {len(self.X)}")
+        self._cache = {}
 
     # ------------------------------------------------------------------ query
     def search(self, Q: np.ndarray, top_k: int = 5,
@@ -205,46 +200,56 @@ class STITCH(Pipeline):
         Q = self._check_queries(Q, top_k, query_texts)
         ids = np.full((len(Q), top_k), -1, np.int64)
         scores = np.full((len(Q), top_k), PAD_SCORE, np.float32)
+        timer = self._timer()
         with torch_threads(self.threads if self._device() == "cpu" else None):
             for s in range(0, len(Q), self.batch_size):
                 sl = slice(s, s + self.batch_size)
-                ids[sl], scores[sl] = topk_rows(self.scores(Q[sl], list(query_texts[sl])), top_k)
+                final = self.scores(Q[sl], list(query_texts[sl]), timer)
+                with timer("ranking"):
+                    ids[sl], scores[sl] = topk_rows(final, top_k)
         return ids, scores
 
-    def scores(self, Q: np.ndarray, texts: list[str]) -> np.ndarray:
+    def scores(self, Q: np.ndarray, texts: list[str], timer=None) -> np.ndarray:
         """Final chunk scores [B, N] (step 7) for a batch of normalised queries."""
-        rel = self.relevance_scores(Q, texts)
-        p = self.prior(Q, texts, rel)
-        if self.prior_mix > 0:
-            p = (1.0 - self.prior_mix) * p + self.prior_mix * top_k_distribution(rel, self.seed_k)
+        timer = timer or self._timer()
+        batch = self.components.batch(Q, texts)
+        with timer("relevance"):
+            rel = self.relevance_scores(batch)
+        with timer("prior"):
+            p = self.prior(batch, rel)
+            if self.prior_mix > 0:
+                p = (1.0 - self.prior_mix) * p + self.prior_mix * top_k_distribution(rel, self.seed_k)
         if self.ppr:
-            region = self.region(p) if self.localise else None
-            pi, _ = kernels.call("batched_ppr", self.transition, torch.from_numpy(p), d=self.d, tol=self.tol,
-                                 max_iter=self.max_iter, region=None if region is None else torch.from_numpy(region),
-                                 device=self._device())
-            pi = pi.cpu().numpy()
+            with timer("ppr"):
+                region = self.region(p) if self.localise else None
+                pi, _ = kernels.call("batched_ppr", self.transition, torch.from_numpy(p), d=self.d, tol=self.tol,
+                                     max_iter=self.max_iter,
+                                     region=None if region is None else torch.from_numpy(region),
+                                     device=self._device())
+                pi = pi.cpu().numpy()
         else:
             pi = p
-        if self.fusion == "rrf":
-            depth = min(HYBRID_DEPTH, pi.shape[1])
-            rr = [reciprocal_rank_fusion([topk_rows(m, depth)[0]], pi.shape[1], k=RRF_K) for m in (pi, rel)]
-            return ((1.0 - self.balance) * rr[0] + self.balance * rr[1]).astype(np.float32)
-        return ((1.0 - self.balance) * normalise_max(pi) + self.balance * normalise_max(rel)).astype(np.float32)
+        with timer("ranking"):
+            if self.fusion == "rrf":
+                depth = min(HYBRID_DEPTH, pi.shape[1])
+                rr = [reciprocal_rank_fusion([topk_rows(m, depth)[0]], pi.shape[1], k=RRF_K) for m in (pi, rel)]
+                return ((1.0 - self.balance) * rr[0] + self.balance * rr[1]).astype(np.float32)
+            return ((1.0 - self.balance) * normalise_max(pi) + self.balance * normalise_max(rel)).astype(np.float32)
 
-    def relevance_scores(self, Q: np.ndarray, texts: list[str]) -> np.ndarray:
+    def relevance_scores(self, batch: QueryBatch) -> np.ndarray:
         """Query relevance of every chunk [B, N] ≥ 0: clipped cosine, or hybrid RRF scores."""
         if self.relevance == "dense":
-            return np.maximum(Q @ np.asarray(self.X).T, 0.0)
-        ids, sc = hybrid_ranking(self.dense, self.bm25, Q, texts, HYBRID_DEPTH, depth=HYBRID_DEPTH)
-        rel = np.zeros((len(Q), len(self.X)), np.float32)
-        rows = np.broadcast_to(np.arange(len(Q))[:, None], ids.shape)
+            return np.maximum(batch.cosine(), 0.0)
+        ids, sc = hybrid_ranking(batch, HYBRID_DEPTH, depth=HYBRID_DEPTH)
+        rel = np.zeros((len(batch), len(self.X)), np.float32)
+        rows = np.broadcast_to(np.arange(len(batch))[:, None], ids.shape)
         ok = ids >= 0
         rel[rows[ok], ids[ok]] = sc[ok]
         return rel
 
-    def prior(self, Q: np.ndarray, texts: list[str], rel: np.ndarray) -> np.ndarray:
+    def prior(self, batch: QueryBatch, rel: np.ndarray) -> np.ndarray:
         """STITCH chunk prior p [B, N] (steps 1–5), float64 rows summing to 1."""
-        H, dev = self.H, self._device_t()
+        H, dev, Q = self.H, self._device_t(), batch.Q
         t = self._tensors(dev)
         text_sim = torch.from_numpy(Q @ np.asarray(H.text_emb).T).to(dev)  # [B, U]
         node_sim = text_sim[:, t["node_text"]]
@@ -259,7 +264,7 @@ class STITCH(Pipeline):
             channels.append(kernels.call("hyperedge_max_propagate", A, S, t["edge_indptr"], t["edge_nodes"],
                                          t["node_indptr"], t["node_incidence"], device=self._device()))
         if self.temporal:
-            chunk_sim = torch.from_numpy(np.maximum(Q @ np.asarray(self.X).T, 0.0)).to(dev)
+            chunk_sim = torch.from_numpy(np.maximum(batch.cosine(), 0.0)).to(dev)
             best_edge = torch.zeros_like(A).scatter_reduce(
                 1, t["inc_node"].expand(len(A), -1), S[:, t["inc_edge"]], "amax")
             w = best_edge * chunk_sim[:, t["node_chunk"]]
@@ -320,27 +325,11 @@ class PPRBinary(STITCH):
     published behaviour: no prior mixing, dense relevance, seed_k = 8 for the fallback)."""
 
     name = "ppr_binary"
+    Params = PPRBinaryParams
     needs_embedder = False
-    query_params = STITCH.query_params
     ablations = {"ppr=False": {"ppr": False}, "localise=False": {"localise": False}, "balance=0": {"balance": 0.0}}
 
-    def __init__(self, d: float = 0.85, seed_k: int = 8, balance: float = 0.3, relevance: str = "dense",
-                 prior_mix: float = 0.0, localise: bool = True, region_hops: int = 1, ppr: bool = True,
-                 title_entities: bool = True, numbers: bool = True, max_group_chunks: int = 64,
-                 extractions: str | None = None, tol: float = 1e-6, max_iter: int = 100, batch_size: int = 64,
-                 fusion: str = "linear", threads: int | None = 1, device: str = "auto") -> None:
-        super().__init__(d=d, seed_k=seed_k, balance=balance, relevance=relevance, prior_mix=prior_mix, localise=localise,
-                         region_hops=region_hops, ppr=ppr, title_entities=title_entities, numbers=numbers,
-                         max_group_chunks=max_group_chunks, extractions=extractions, tol=tol, max_iter=max_iter,
-                         batch_size=batch_size, fusion=fusion, threads=threads, device=device)
-
-    def get_params(self) -> dict[str, Any]:
-        params = super().get_params()
-        for key in ("delta", "delta_mode", "spatial", "temporal"):
-            params.pop(key)
-        return params
-
-    def prior(self, Q: np.ndarray, texts: list[str], rel: np.ndarray) -> np.ndarray:
+    def prior(self, batch: QueryBatch, rel: np.ndarray) -> np.ndarray:
         """p = 1 on chunks holding a state of a name the question mentions (normalised);
         questions with no match fall back to the ``seed_k`` most relevant chunks."""
         H = self.H
@@ -349,6 +338,7 @@ class PPRBinary(STITCH):
             M = sp.csr_matrix((np.ones(H.n_nodes, np.float32), (np.asarray(H.node_group), np.asarray(H.node_chunk))),
                               shape=(H.n_groups, H.n_chunks))
             self._cache["group_chunks"] = M
+        texts = batch.texts
         matched = query_names(texts, self._cache["name_ids"])
         rows = np.repeat(np.arange(len(texts)), [len(m) for m in matched])
         cols = np.concatenate(matched) if matched else np.zeros(0, np.int32)

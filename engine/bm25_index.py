@@ -1,0 +1,74 @@
+"""The BM25 component (bm25s, Lucene variant): one lexical index per index, shared by every
+pipeline that uses BM25 (bm25, hybrid, g3rag, stitch, ppr_binary, dmar).
+
+Its parameters (:class:`BM25Params`: ``k1``, ``b``, ``stopwords``) are the ``"bm25"`` entry of
+the index parameters and apply to every pipeline that uses BM25.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import bm25s
+import numpy as np
+
+from .params import PipelineParams, choice, real
+from .ranking import PAD_ID, PAD_SCORE
+from .tokenizer import STOPWORDS, tokenize
+
+
+@dataclass(frozen=True)
+class BM25Params(PipelineParams):
+    """BM25 scoring (Robertson/Lucene): term saturation ``k1``, length normalisation ``b``."""
+
+    pipeline = "bm25"
+    k1: float = real(1.5, low=0.0)
+    b: float = real(0.75, low=0.0, high=1.0)
+    stopwords: str | None = choice("en", STOPWORDS, nullable=True)
+
+
+class BM25Index:
+    """bm25s over the passages' ``"title: text"``; queries as token lists (:mod:`.tokenizer`)."""
+
+    def __init__(self, retriever: bm25s.BM25, params: BM25Params, n_docs: int) -> None:
+        self.retriever, self.params, self.n_docs = retriever, params, int(n_docs)
+
+    @classmethod
+    def build(cls, texts: Sequence[str], params: BM25Params, progress: bool = False) -> "BM25Index":
+        retriever = bm25s.BM25(k1=params.k1, b=params.b)
+        retriever.index(tokenize(texts, params.stopwords, progress), show_progress=progress)
+        return cls(retriever, params, len(texts))
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[str]]:
+        """Query tokens, by the same rules as the passages."""
+        return tokenize(texts, self.params.stopwords)
+
+    def topk(self, tokens: list[list[str]], k: int) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 top-``k`` (ids int64, scores float32) per tokenized query; zero-score hits are padding."""
+        B = len(tokens)
+        ids = np.full((B, k), PAD_ID, np.int64)
+        out = np.full((B, k), PAD_SCORE, np.float32)
+        kk = min(k, self.n_docs)
+        if B == 0 or kk == 0:
+            return ids, out
+        docs, scores = self.retriever.retrieve(tokens, k=kk, show_progress=False, n_threads=1)
+        docs, scores = np.asarray(docs, np.int64), np.asarray(scores, np.float32)
+        hit = scores > 0
+        ids[:, :kk] = np.where(hit, docs, PAD_ID)
+        out[:, :kk] = np.where(hit, scores, PAD_SCORE)
+        return ids, out
+
+    def scores(self, tokens: list[str]) -> np.ndarray:
+        """BM25 score of every passage for one tokenized query (float32 [N]; zeros if no token is known)."""
+        known = [w for w in tokens if w in self.retriever.vocab_dict]
+        if not known:
+            return np.zeros(self.n_docs, np.float32)
+        return np.asarray(self.retriever.get_scores(known), np.float32)
+
+    def save(self, directory: Path) -> None:
+        self.retriever.save(str(directory))
+
+    @classmethod
+    def load(cls, directory: Path, params: BM25Params, n_docs: int) -> "BM25Index":
+        return cls(bm25s.BM25.load(str(directory), mmap=True), params, n_docs)

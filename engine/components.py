@@ -1,0 +1,188 @@
+"""The shared components of one index: corpus store, dense index, BM25 index, zero-token
+extraction. Each is built at most once per index (on first use), persisted once, and shared
+by every pipeline that declares it needs it (``Pipeline.components``).
+
+* corpus — :class:`~hopgraph.engine.corpus.Corpus` (memory-mapped packed strings once saved);
+* ``dense`` — :class:`~hopgraph.engine.dense_index.DenseIndex` over X (X itself is the index's
+  ``embeddings.npy``; nothing else is written for it);
+* ``bm25`` — :class:`~hopgraph.engine.bm25_index.BM25Index` with the index's ``"bm25"``
+  parameters (a pipeline variant asking for other BM25 parameters gets its own, not saved
+  over the shared one);
+* ``extraction`` — :func:`~hopgraph.engine.extraction.extract` (SPEC §2 zero-token rules),
+  keyed by its two options (``title_entities``, ``numbers``).
+
+:class:`QueryBatch` holds what one batch of questions needs from them — the BM25 tokens,
+the dense and BM25 top lists, the cosine of every passage — each computed once per batch and
+shared by the stages of a pipeline's search.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .bm25_index import BM25Index, BM25Params
+from .corpus import Corpus
+from .dense_index import DenseIndex
+from .embedders import Embedder
+from .errors import IndexFormatError, InputError
+from .extraction import Extraction, extract
+from .storage import load_arrays, save_arrays
+
+#: component kinds a pipeline may declare
+KINDS = ("corpus", "dense", "bm25", "extraction")
+#: a cached ``Q @ X.T`` of a batch is kept only up to this many entries (larger: not cached)
+COSINE_CACHE_BUDGET = 1 << 24
+
+
+class Components:
+    """The shared parts of one index (module docstring). ``X`` is validated by the caller."""
+
+    def __init__(self, X: np.ndarray, corpus: Corpus | None = None, embedder: Embedder | None = None,
+                 bm25: BM25Params | dict[str, Any] | None = None, progress: bool = False) -> None:
+        if corpus is not None and len(corpus) != len(X):
+            raise InputError(f"corpus has {len(corpus)} passages but X has {len(X)} rows")
+        self.X, self.corpus, self.embedder, self.progress = X, corpus, embedder, progress
+        self.bm25_params = BM25Params.create(bm25)
+        self._dense: DenseIndex | None = None
+        self._bm25: dict[BM25Params, BM25Index] = {}
+        self._extractions: dict[tuple[bool, bool], Extraction] = {}
+        #: what was built in this process: kind → number of builds and seconds (for reports and tests)
+        self.builds: dict[str, list[float]] = {k: [] for k in KINDS}
+
+    # ------------------------------------------------------------------ access
+    def require_corpus(self, who: str) -> Corpus:
+        if self.corpus is None:
+            raise InputError(f"pipeline {who!r} needs the corpus texts: fit(X, corpus)")
+        return self.corpus
+
+    @property
+    def dense(self) -> DenseIndex:
+        if self._dense is None:
+            t0 = time.perf_counter()
+            self._dense = DenseIndex(self.X)
+            self.builds["dense"].append(time.perf_counter() - t0)
+        return self._dense
+
+    def bm25(self, params: BM25Params | None = None, who: str = "bm25") -> BM25Index:
+        """The BM25 index with ``params`` (default: the index's), built on first use."""
+        params = self.bm25_params if params is None else params
+        if params not in self._bm25:
+            corpus = self.require_corpus(who)
+            t0 = time.perf_counter()
+            self._bm25[params] = BM25Index.build(corpus.embedding_texts(), params, self.progress)
+            self.builds["bm25"].append(time.perf_counter() - t0)
+        return self._bm25[params]
+
+    def extraction(self, title_entities: bool = True, numbers: bool = True, who: str = "extraction") -> Extraction:
+        """The zero-token extraction of the corpus with these options, built on first use."""
+        key = (bool(title_entities), bool(numbers))
+        if key not in self._extractions:
+            corpus = self.require_corpus(who)
+            t0 = time.perf_counter()
+            self._extractions[key] = extract(corpus, *key, progress=self.progress)
+            self.builds["extraction"].append(time.perf_counter() - t0)
+        return self._extractions[key]
+
+    def batch(self, Q: np.ndarray, texts: Sequence[str] | None = None) -> "QueryBatch":
+        """A :class:`QueryBatch` over these components."""
+        return QueryBatch(self, Q, texts)
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, directory: Path) -> dict[str, Any]:
+        """Write every built BM25 index and extraction under ``directory``; returns the manifest entry."""
+        entry: dict[str, Any] = {"bm25": [], "extraction": []}
+        for i, (params, bm25) in enumerate(self._bm25.items()):
+            name = f"bm25-{i}"
+            bm25.save(directory / name)
+            entry["bm25"].append({"dir": name, "params": params.to_dict()})
+        for i, (key, ex) in enumerate(self._extractions.items()):
+            name = f"extraction-{i}"
+            save_arrays(directory / name, ex.arrays())
+            entry["extraction"].append({"dir": name, "title_entities": key[0], "numbers": key[1]})
+        return entry
+
+    @classmethod
+    def load(cls, directory: Path, entry: dict[str, Any], X: np.ndarray, corpus: Corpus,
+             embedder: Embedder | None, bm25: dict[str, Any] | None, progress: bool = False) -> "Components":
+        """Open the saved components (BM25 memory-mapped, extraction arrays memory-mapped)."""
+        self = cls(X, corpus, embedder, bm25, progress)
+        try:
+            for item in entry.get("bm25", []):
+                params = BM25Params.create(item["params"])
+                self._bm25[params] = BM25Index.load(directory / item["dir"], params, len(X))
+            for item in entry.get("extraction", []):
+                sub = directory / item["dir"]
+                arrays = load_arrays(sub, sorted(p.stem for p in sub.glob("*.npy")))
+                ex = Extraction.from_arrays(arrays, len(X))
+                self._extractions[(bool(item["title_entities"]), bool(item["numbers"]))] = ex
+        except (KeyError, TypeError, OSError, ValueError) as e:
+            if isinstance(e, IndexFormatError):
+                raise
+            raise IndexFormatError(f"index components in {directory} are unreadable: {e}") from None
+        return self
+
+
+class QueryBatch:
+    """One batch of questions over shared components; every derived quantity is computed once."""
+
+    def __init__(self, components: Components, Q: np.ndarray, texts: Sequence[str] | None) -> None:
+        self.components, self.Q = components, Q
+        self.texts = None if texts is None else list(texts)
+        self._tokens: list[list[str]] | None = None
+        self._dense: tuple[np.ndarray, np.ndarray] | None = None
+        self._bm25: tuple[np.ndarray, np.ndarray] | None = None
+        self._cosine: np.ndarray | None = None
+        self._bm25_rows: dict[int, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return len(self.Q)
+
+    def _require_texts(self) -> list[str]:
+        if self.texts is None:
+            raise InputError("this search needs the query texts (query_texts=...)")
+        return self.texts
+
+    @property
+    def tokens(self) -> list[list[str]]:
+        """The questions' BM25 tokens."""
+        if self._tokens is None:
+            self._tokens = self.components.bm25().tokenize(self._require_texts())
+        return self._tokens
+
+    def dense_topk(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Dense top-``k`` (a longer list computed earlier in the batch is sliced)."""
+        if self._dense is None or self._dense[0].shape[1] < k:
+            self._dense = self.components.dense.topk(self.Q, k)
+        return self._dense[0][:, :k], self._dense[1][:, :k]
+
+    def bm25_topk(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 top-``k`` (zero-score hits are padding; a longer earlier list is sliced)."""
+        if self._bm25 is None or self._bm25[0].shape[1] < k:
+            self._bm25 = self.components.bm25().topk(self.tokens, k)
+        return self._bm25[0][:, :k], self._bm25[1][:, :k]
+
+    def bm25_of(self, cand: np.ndarray) -> np.ndarray:
+        """BM25 score of candidate rows ``cand`` [B, C] (-1 = padding → 0)."""
+        out = np.zeros(cand.shape, np.float32)
+        bm25 = self.components.bm25()
+        keep = len(self.components.X) * len(self) <= COSINE_CACHE_BUDGET
+        for b in range(len(cand)):
+            row = self._bm25_rows.get(b)
+            if row is None:
+                row = bm25.scores(self.tokens[b])
+                if keep:
+                    self._bm25_rows[b] = row
+            out[b] = np.where(cand[b] >= 0, row[np.maximum(cand[b], 0)], 0.0)
+        return out
+
+    def cosine(self) -> np.ndarray:
+        """``Q @ X.T`` [B, N] float32 (kept for the batch when it is small enough)."""
+        if self._cosine is not None:
+            return self._cosine
+        sims = (self.Q @ np.asarray(self.components.X).T).astype(np.float32, copy=False)
+        if sims.size <= COSINE_CACHE_BUDGET:
+            self._cosine = sims
+        return sims
