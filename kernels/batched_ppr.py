@@ -1,4 +1,4 @@
-"""Batched personalised PageRank: many priors at once (SPEC §2 step 6, engine kernels).
+"""Batched personalised PageRank: many priors at once (SPEC §2 step 6).
 
 ``batched_ppr(P, priors[B, N], d, tol, max_iter, region=None)`` returns, for every
 prior p (a row of ``priors``), ``π = (1 − d) Σ_l d^l P^l p`` computed by the power
@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from ..engine.errors import InputError
+from .errors import InputError
 from .dispatch import register
 from .threads import torch_threads
 

@@ -16,7 +16,7 @@ Semantics shared by the CPU and Triton paths (they agree on indices exactly):
   sorted in that order.
 
 The CPU path computes the similarity in row blocks × column blocks with torch matmul
-(multi-threaded BLAS), exploiting ``s_ij = s_ji`` so each block product serves both
+(multi-threaded BLAS), exploiting ``s_ij = s_ji`` so each block product is used for both
 directions, fuses band, gain and penalty into the tile (one torch.compile'd pass for
 large N) and pushes it into per-row faiss heaps of size k + 1: the N×N matrix never
 exists. Exact tie-breaking uses an int64 key ``(float bits of w) << 32 | (2^31 − 1 − j)``,
@@ -32,8 +32,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..engine.errors import InputError
-from ..engine.graph import CSR, csr_from_topk
+from .errors import InputError
+from .csr import CSR, csr_from_topk
 from .dispatch import register
 
 #: above this many similarity entries (N²) the tile arithmetic is compiled with

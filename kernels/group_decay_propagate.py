@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from ..engine.errors import InputError
+from .errors import InputError
 from .dispatch import register
 
 

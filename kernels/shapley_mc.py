@@ -35,7 +35,7 @@ from math import factorial
 import numpy as np
 import torch
 
-from ..engine.errors import InputError
+from .errors import InputError
 from .dispatch import register
 
 MODES = ("independent", "shared")
