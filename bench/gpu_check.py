@@ -598,22 +598,6 @@ INTERPRET_OVERRIDES: dict[str, dict[str, Any]] = {"dmar": {"T": 2, "n_recall": 1
                                                   "ppr_binary": {"max_iter": 8}}
 
 
-class ForceTriton:
-    """--interpret only: pipelines run with device="cpu" but every op with a Triton path takes
-    it (in the interpreter), standing in for device="cuda" on a machine without a GPU."""
-
-    def __enter__(self) -> "ForceTriton":
-        from hopgraph.kernels import dispatch
-
-        self.dispatch, self.saved = dispatch, dispatch.backend_for
-        dispatch.backend_for = lambda op, device, backend: (
-            "triton" if backend is None and op.triton_path is not None else self.saved(op, device, backend))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.dispatch.backend_for = self.saved
-
-
 def corpora(run: Run, tmp: Path) -> list[tuple[str, Any, list[str]]]:
     """(name, corpus, questions): the demo corpus and a generated one."""
     from hopgraph.demo import DEMO_QUESTIONS, demo_corpus
@@ -634,6 +618,7 @@ def corpora(run: Run, tmp: Path) -> list[tuple[str, Any, list[str]]]:
 def section_pipelines(run: Run) -> None:
     from hopgraph import Index
     from hopgraph.engine.pipelines import pipeline_class, pipeline_names
+    from hopgraph.kernels import use_backend
 
     print("\n== 2. pipelines end to end: device=%s vs device='cpu' (embedder hashing-64)"
           % ("'cpu' + forced Triton (interpreter)" if run.interpret else "'cuda'"), flush=True)
@@ -655,11 +640,12 @@ def section_pipelines(run: Run) -> None:
                 small = INTERPRET_OVERRIDES.get(name, {}) if run.interpret else {}
                 t0 = time.perf_counter()
                 try:
-                    ids_c, sc_c = index.search_arrays(questions, name, k, query_embeddings=Q, **small)
+                    with use_backend("cpu"):  # the reference, whatever HOPGRAPH_KERNEL_BACKEND says
+                        ids_c, sc_c = index.search_arrays(questions, name, k, query_embeddings=Q, **small)
                     t_cpu = time.perf_counter() - t0
                     t1 = time.perf_counter()
-                    if run.interpret:
-                        with ForceTriton():
+                    if run.interpret:  # device="cpu", every op with a Triton path takes it (interpreter)
+                        with use_backend("triton"):
                             ids_g, sc_g = index.search_arrays(questions, name, k, query_embeddings=Q, device="cpu",
                                                               **small)
                     else:

@@ -5,9 +5,9 @@ ray_address=ADDRESS)``) shards the two expensive stages across the cluster's
 workers and assembles exactly the single-process result:
 
 - **embedding**: each chunk of passages (the same chunk boundaries as the
-  single-process loop) is embedded by a remote task; blocks are written in row
-  order into the memory-mapped matrix, with the same resume state
-  (:mod:`hopgraph.engine.streaming`);
+  single-process loop) is embedded by a remote task (:func:`ray_ordered_map`, called by
+  :mod:`hopgraph.engine.streaming`, which this module does not import); blocks are
+  written in row order into the memory-mapped matrix, with the same resume state;
 - **gain-kNN row blocks**: while :func:`ray_cluster` is active, the G3RAG graph
   build (:func:`hopgraph.engine.ann_graph.ann_gain_knn`) sends its row blocks
   (IVF cells) to remote tasks; X, the partition and the penalty are put in the
@@ -103,23 +103,23 @@ def _run_task(fn: Callable[..., Any], shared: dict[str, Any], cell_ids: Any) -> 
     return fn(**values, cell_ids=cell_ids)
 
 
-def ray_embedded_chunks(corpus, embedder, start: int, chunk_size: int, batch_size: int, address: str
-                        ) -> Iterator[tuple[int, np.ndarray]]:
-    """``(first row, block)`` for the chunks from row ``start`` in row order, one Ray task per
-    chunk (the same chunk boundaries as the local loop), at most 2 × CPUs in flight."""
-    from .streaming import encode_batch
+def ray_ordered_map(fn: Callable[..., Any], shared: Any, task_args: Iterable[tuple], address: str
+                    ) -> Iterator[Any]:
+    """``fn(shared, *args)`` for every ``args`` of ``task_args`` as Ray tasks on ``address``;
+    yields the results in the order of ``task_args``, with at most 2 × CPUs tasks in flight
+    (``task_args`` is consumed lazily, so a generator of large arguments stays windowed).
 
+    ``shared`` (e.g. the embedder) is put in the object store once and passed by reference.
+    The embedding stage of :mod:`hopgraph.engine.streaming` runs its chunks through this.
+    """
     ray = connect(address)
-    remote = ray.remote(encode_batch)
-    emb_ref = ray.put(embedder)
-    n = len(corpus)
+    remote = ray.remote(fn)
+    shared_ref = ray.put(shared)
     window = 2 * _cluster_cpus(ray)
-    queue: list[tuple[int, Any]] = []
-    for a in range(start, n, chunk_size):
-        texts = corpus.embedding_texts(a, min(a + chunk_size, n))
-        queue.append((a, remote.remote(emb_ref, texts, a, batch_size)))
+    queue: list[Any] = []
+    for args in task_args:
+        queue.append(remote.remote(shared_ref, *args))
         if len(queue) >= window:
-            first, ref = queue.pop(0)
-            yield first, ray.get(ref)
-    for first, ref in queue:
-        yield first, ray.get(ref)
+            yield ray.get(queue.pop(0))
+    for ref in queue:
+        yield ray.get(ref)

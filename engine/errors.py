@@ -1,12 +1,12 @@
-"""Exceptions raised by hopgraph for bad input and corrupt indexes."""
+"""Exceptions raised by hopgraph for bad input and corrupt indexes.
 
+:class:`HopgraphError` and :class:`InputError` live in :mod:`hopgraph.kernels.errors` (the
+kernels raise them and import nothing above themselves); they are re-exported here, so
+``hopgraph.engine.errors.InputError`` is the same class.
+"""
+from ..kernels.errors import HopgraphError, InputError
 
-class HopgraphError(Exception):
-    """Base class of every error hopgraph raises on purpose."""
-
-
-class InputError(HopgraphError, ValueError):
-    """Bad user input (corpus, embeddings, questions, parameters); the message names the input."""
+__all__ = ["HopgraphError", "InputError", "IndexFormatError"]
 
 
 class IndexFormatError(HopgraphError):

@@ -126,12 +126,14 @@ def embed_corpus(corpus: Corpus, embedder: Embedder, work_dir: str | Path, batch
 def iter_embedded_chunks(corpus: Corpus, embedder: Embedder, start: int, chunk_size: int, batch_size: int,
                          ray_address: str | None = None) -> Iterator[tuple[int, np.ndarray]]:
     """``(first row, validated float32 block)`` for the chunks from row ``start``, in order."""
-    if ray_address is not None:
-        from .distributed import ray_embedded_chunks
+    starts = range(start, len(corpus), chunk_size)
+    if ray_address is not None:  # one Ray task per chunk, the same chunk boundaries, results in order
+        from .distributed import ray_ordered_map
 
-        yield from ray_embedded_chunks(corpus, embedder, start, chunk_size, batch_size, ray_address)
+        tasks = ((corpus.embedding_texts(a, min(a + chunk_size, len(corpus))), a, batch_size) for a in starts)
+        yield from zip(starts, ray_ordered_map(encode_batch, embedder, tasks, ray_address))
         return
-    for a in range(start, len(corpus), chunk_size):
+    for a in starts:
         yield a, embed_chunk(corpus, embedder, a, min(a + chunk_size, len(corpus)), batch_size)
 
 

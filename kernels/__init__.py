@@ -1,7 +1,28 @@
 """hopgraph.kernels: sparse-graph ops, each with a Triton kernel, a CPU implementation
 and one dispatch point (:mod:`hopgraph.kernels.dispatch`). Kernels know nothing of
-pipelines; pipelines call them only through :func:`call`.
-"""
-from .dispatch import call, registered_ops, resolve_device
+the layers above them; those call them only through :func:`call` or the op functions
+below, which are :func:`call` with the CPU implementation's signature::
 
-__all__ = ["call", "registered_ops", "resolve_device"]
+    from hopgraph import kernels
+    pi, iterations = kernels.batched_ppr(P, priors, d=0.85, device="auto")
+    with kernels.use_backend("cpu"):  # process-wide override (or HOPGRAPH_KERNEL_BACKEND=cpu)
+        ...
+
+Importing this package imports the CPU modules of the ops (torch, numpy, scipy), never
+triton. Note that ``hopgraph.kernels.<op>`` is the op *function*; the op's module is
+reached with ``from hopgraph.kernels.<op> import ...`` or ``importlib.import_module``.
+"""
+from .dispatch import BACKEND_ENV, call, op_function, registered_ops, resolve_device, use_backend
+
+density = op_function("density")
+gain_knn = op_function("gain_knn")
+sparse_diffusion = op_function("sparse_diffusion")
+hyperedge_max_propagate = op_function("hyperedge_max_propagate")
+group_decay_propagate = op_function("group_decay_propagate")
+batched_ppr = op_function("batched_ppr")
+shapley_mc = op_function("shapley_mc")
+
+OPS = ("density", "gain_knn", "sparse_diffusion", "hyperedge_max_propagate", "group_decay_propagate",
+       "batched_ppr", "shapley_mc")
+
+__all__ = ["BACKEND_ENV", "OPS", "call", "registered_ops", "resolve_device", "use_backend", *OPS]

@@ -1,4 +1,4 @@
-"""Batched personalised PageRank: many priors at once (SPEC §2 step 6, engine kernels).
+"""Batched personalised PageRank: many priors at once (SPEC §2 step 6).
 
 ``batched_ppr(P, priors[B, N], d, tol, max_iter, region=None)`` returns, for every
 prior p (a row of ``priors``), ``π = (1 − d) Σ_l d^l P^l p`` computed by the power
@@ -29,8 +29,9 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from ..engine.errors import InputError
+from .errors import InputError
 from .dispatch import register
+from .tensors import as_tensor
 from .threads import torch_threads
 
 Step = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "torch.Tensor | None"], None]
@@ -73,7 +74,7 @@ def prepare(P, priors, d: float, region=None):
 
 
 def check_priors(priors, n: int, region=None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    p = priors if isinstance(priors, torch.Tensor) else torch.from_numpy(np.asarray(priors))
+    p = as_tensor(priors, name="priors")
     if p.ndim != 2 or p.shape[1] != n:
         raise InputError(f"priors must be [B, N={n}], got shape {tuple(p.shape)}")
     if not p.dtype.is_floating_point:
@@ -82,7 +83,7 @@ def check_priors(priors, n: int, region=None) -> tuple[torch.Tensor, torch.Tenso
         raise InputError("priors must be finite and non-negative")
     r = None
     if region is not None:
-        r = region if isinstance(region, torch.Tensor) else torch.from_numpy(np.asarray(region))
+        r = as_tensor(region, name="region")
         if tuple(r.shape) != tuple(p.shape):
             raise InputError(f"region must have the priors' shape {tuple(p.shape)}, got {tuple(r.shape)}")
         r = r.to(torch.bool)
@@ -195,4 +196,5 @@ def _batched_ppr_cpu(P, priors, d: float, tol: float, max_iter: int, region) -> 
     return out.T.contiguous(), iters
 
 
-register("batched_ppr", batched_ppr, triton="hopgraph.kernels.batched_ppr_triton:batched_ppr_triton")
+register("batched_ppr", batched_ppr, triton="hopgraph.kernels.batched_ppr_triton:batched_ppr_triton",
+         tensors=("priors", "region"))

@@ -3,7 +3,7 @@
 ``dens_i = mean_{j≠i} max(0, s_ij)`` with ``s = X Xᵀ`` (cosine for normalised rows).
 
 * ``mode="exact"``: all N−1 columns, computed in row blocks × column blocks (each block
-  product serves both directions since ``s_ij = s_ji``), O(N) memory beyond one block.
+  product is used for both directions since ``s_ij = s_ji``), O(N) memory beyond one block.
 * ``mode="sampled"``: the unbiased estimate over a fixed random sample of
   ``n_samples`` columns drawn without replacement with ``seed`` (the same sample for
   every row; a row that is itself in the sample averages over the other sampled
@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..engine.errors import InputError
+from .errors import InputError
 from .dispatch import register
 from .gain_knn import as_embedding_tensor
 

@@ -16,7 +16,7 @@ Semantics shared by the CPU and Triton paths (they agree on indices exactly):
   sorted in that order.
 
 The CPU path computes the similarity in row blocks × column blocks with torch matmul
-(multi-threaded BLAS), exploiting ``s_ij = s_ji`` so each block product serves both
+(multi-threaded BLAS), exploiting ``s_ij = s_ji`` so each block product is used for both
 directions, fuses band, gain and penalty into the tile (one torch.compile'd pass for
 large N) and pushes it into per-row faiss heaps of size k + 1: the N×N matrix never
 exists. Exact tie-breaking uses an int64 key ``(float bits of w) << 32 | (2^31 − 1 − j)``,
@@ -26,15 +26,15 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from typing import Callable
 
 import numpy as np
 import torch
 
-from ..engine.errors import InputError
-from ..engine.graph import CSR, csr_from_topk
+from .errors import InputError
+from .csr import CSR, csr_from_topk
 from .dispatch import register
+from .tensors import as_tensor
 
 #: above this many similarity entries (N²) the tile arithmetic is compiled with
 #: torch.compile (one fused pass instead of ~8); set HOPGRAPH_COMPILE=0 to disable
@@ -67,10 +67,8 @@ def as_embedding_tensor(X, name: str) -> torch.Tensor:
     """A contiguous float32 CPU tensor of a finite 2-D array (shared with :mod:`.density`)."""
     if isinstance(X, torch.Tensor):
         t = X.detach().to("cpu", torch.float32)
-    else:
-        with warnings.catch_warnings():  # read-only (memory-mapped) X: the kernels never write to it
-            warnings.simplefilter("ignore", UserWarning)
-            t = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))
+    else:  # memory-mapped X stays shared when it is float32 already
+        t = as_tensor(X, torch.float32, name=name)
     if t.ndim != 2:
         raise InputError(f"{name} must be a 2-D [N, d] array, got shape {tuple(t.shape)}")
     if t.numel() and not bool(torch.isfinite(t).all()):

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..engine.graph import CSR
+from .csr import CSR
 from .gain_knn import check_gain_knn_inputs, finalise_csr
 
 

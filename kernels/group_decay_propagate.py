@@ -9,7 +9,7 @@ For every query b and node v in name group G::
 ``w[b, v] = S(e_v) · sim(q, c_v)`` (v's best hyperedge score times its chunk's
 similarity), which factors out of the max, and ``α_G = |G| / mean group size``.
 
-Inputs (torch tensors): ``A`` [B, V] ≥ 0, ``w`` [B, V] ≥ 0, ``node_group`` [V],
+Inputs (torch tensors; through ``call`` NumPy arrays too): ``A`` [B, V] ≥ 0, ``w`` [B, V] ≥ 0, ``node_group`` [V],
 ``node_t`` [V] (t(c_v), the chunk's corpus position), the group → nodes CSR
 ``group_indptr`` [G+1] / ``group_nodes`` [V], ``alpha`` [G].
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from ..engine.errors import InputError
+from .errors import InputError
 from .dispatch import register
 
 
@@ -82,4 +82,5 @@ def group_decay_propagate(A: torch.Tensor, w: torch.Tensor, node_group: torch.Te
 
 
 register("group_decay_propagate", group_decay_propagate,
-         triton="hopgraph.kernels.group_decay_propagate_triton:group_decay_propagate_triton")
+         triton="hopgraph.kernels.group_decay_propagate_triton:group_decay_propagate_triton",
+         tensors=("A", "w", "node_group", "node_t", "group_indptr", "group_nodes", "alpha"))

@@ -6,7 +6,7 @@ For every query b and node v::
 
 (0 when v is in no hyperedge or only in singleton hyperedges).
 
-Inputs (torch tensors on one device): ``A`` [B, V] node activations ≥ 0, ``S`` [B, E]
+Inputs (torch tensors on one device; through ``call`` NumPy arrays too): ``A`` [B, V] node activations ≥ 0, ``S`` [B, E]
 topic activations ≥ 0, the incidence CSR edge → nodes ``edge_indptr`` [E+1] /
 ``edge_nodes`` [I], and the node-side CSR ``node_indptr`` [V+1] / ``node_incidence`` [I]
 (positions in ``edge_nodes`` of each node's incidences, node-sorted).
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from ..engine.errors import InputError
+from .errors import InputError
 from .dispatch import register
 
 
@@ -68,4 +68,5 @@ def hyperedge_max_propagate(A: torch.Tensor, S: torch.Tensor, edge_indptr: torch
 
 
 register("hyperedge_max_propagate", hyperedge_max_propagate,
-         triton="hopgraph.kernels.hyperedge_max_propagate_triton:hyperedge_max_propagate_triton")
+         triton="hopgraph.kernels.hyperedge_max_propagate_triton:hyperedge_max_propagate_triton",
+         tensors=("A", "S", "edge_indptr", "edge_nodes", "node_indptr", "node_incidence"))

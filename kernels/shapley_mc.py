@@ -35,8 +35,9 @@ from math import factorial
 import numpy as np
 import torch
 
-from ..engine.errors import InputError
+from .errors import InputError
 from .dispatch import register
+from .tensors import as_tensor
 
 MODES = ("independent", "shared")
 
@@ -116,13 +117,19 @@ def shapley_mc(node_sets: torch.Tensor, n_sub: torch.Tensor, cand_nodes: torch.T
     """CPU/torch path. Returns ``(phi [B, C, G], score [B, C])``: per-subgraph Shapley
     estimates (0 on padding rows) and Score_ent = mean over the query's valid subgraphs
     (0 for queries with no subgraph)."""
-    node_sets, n_sub, cand_nodes, best_sim = (torch.as_tensor(a) for a in (node_sets, n_sub, cand_nodes, best_sim))
+    node_sets, n_sub, cand_nodes, best_sim = as_tensors(node_sets, n_sub, cand_nodes, best_sim)
     B, G, U, C = _check_inputs(node_sets, n_sub, cand_nodes, best_sim, lam)
     if B == 0 or C == 0 or G == 0:
         return torch.zeros((B, C, G)), torch.zeros((B, C))
     pred = predecessor_masks(n_sub, G, T, seed, mode).to(node_sets.device)
     phi = marginal_terms(pred, node_sets, cand_nodes, best_sim, lam)
     return finish(phi, n_sub)
+
+
+def as_tensors(node_sets, n_sub, cand_nodes, best_sim) -> tuple[torch.Tensor, ...]:
+    """The four inputs as tensors (NumPy accepted; tensors unchanged), for both paths."""
+    names = ("node_sets", "n_sub", "cand_nodes", "best_sim")
+    return tuple(as_tensor(a, name=n) for a, n in zip((node_sets, n_sub, cand_nodes, best_sim), names))
 
 
 def finish(phi: torch.Tensor, n_sub: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -166,4 +173,5 @@ def shapley_exact(node_sets: np.ndarray, cand_nodes: np.ndarray, best_sim: np.nd
     return phi
 
 
-register("shapley_mc", shapley_mc, triton="hopgraph.kernels.shapley_mc_triton:shapley_mc_triton")
+register("shapley_mc", shapley_mc, triton="hopgraph.kernels.shapley_mc_triton:shapley_mc_triton",
+         tensors=("node_sets", "n_sub", "cand_nodes", "best_sim"))

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .shapley_mc import _check_inputs, finish, predecessor_masks
+from .shapley_mc import _check_inputs, as_tensors, finish, predecessor_masks
 
 
 @triton.jit
@@ -55,7 +55,7 @@ def shapley_mc_triton(node_sets: torch.Tensor, n_sub: torch.Tensor, cand_nodes: 
                       best_sim: torch.Tensor, lam: float = 0.5, T: int = 50, seed: int = 0,
                       mode: str = "independent", device: str = "cuda") -> tuple[torch.Tensor, torch.Tensor]:
     """Triton implementation of ``shapley_mc`` (same arguments and results)."""
-    node_sets, n_sub, cand_nodes, best_sim = (torch.as_tensor(a) for a in (node_sets, n_sub, cand_nodes, best_sim))
+    node_sets, n_sub, cand_nodes, best_sim = as_tensors(node_sets, n_sub, cand_nodes, best_sim)
     B, G, U, C = _check_inputs(node_sets, n_sub, cand_nodes, best_sim, lam)
     dev = torch.device("cuda") if device == "cuda" else node_sets.device
     if B == 0 or C == 0 or G == 0:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine.errors import InputError
-from ..engine.graph import CSR, check_csr
+from .errors import InputError
+from .csr import CSR, check_csr
 from .dispatch import register
 
 

@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..engine.graph import check_csr
+from .csr import check_csr
 from .sparse_diffusion import check_diffusion_inputs
 
 

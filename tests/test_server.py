@@ -92,6 +92,23 @@ def test_embedding_queries_equal_index_search(client, index):
     assert [[h.id for h in hits] for hits in got] == [[h.id for h in hits] for hits in expected]
 
 
+def test_run_search_is_index_search_arrays(index):
+    """The batcher's run_search answers through Index.search_arrays: all texts (the pipeline
+    sees the texts: bm25 needs them), all embeddings, and a mixed batch (embedded in place)."""
+    from hopgraph.serve.batcher import run_search
+
+    qs = questions(3)
+    Q = index.embed_queries(qs)
+    for pipeline in ("bm25", "dense"):
+        hits, embed_s, search_s = run_search(index, pipeline, 4, qs)
+        assert hits == index.search(qs, pipeline=pipeline, k=4) and embed_s >= 0 and search_s >= 0
+    assert run_search(index, "dense", 4, list(Q))[0] == index.search(Q, pipeline="dense", k=4)
+    mixed = [qs[0], Q[1], qs[2]]
+    assert run_search(index, "dense", 4, mixed)[0] == index.search(Q, pipeline="dense", k=4)
+    with pytest.raises(hopgraph.InputError, match="question 1 must be a non-empty string"):
+        run_search(index, "dense", 4, [qs[0], "  "])
+
+
 def test_response_shape_and_timing(client):
     r = client.search_response(questions(2), pipeline="bm25", k=3)
     assert r["pipeline"] == "bm25" and r["k"] == 3 and len(r["results"]) == 2

@@ -58,23 +58,30 @@ class JobResult:
 
 def run_search(index: Index, pipeline: str, k: int, queries: Sequence[str | np.ndarray],
                embed: Callable[[list[str]], np.ndarray] | None = None) -> tuple[list[list[Hit]], float, float]:
-    """Search a mixed list of question texts and embedding rows; returns (hits, embed_s, search_s).
+    """Search a mixed list of question texts and embedding rows with :meth:`Index.search_arrays`;
+    returns (hits, embed_s, search_s).
 
-    Gives the same result as ``Index.search`` on the texts (all texts: they are passed to
-    the pipeline as ``query_texts``) or on the stacked embeddings (otherwise). ``embed``
-    (default ``index.embed_queries``) embeds the texts.
+    ``embed`` (default ``index.embed_queries``) embeds the texts, in one call. All texts: the
+    texts and their embeddings go to ``search_arrays`` (the pipeline sees ``query_texts``);
+    otherwise the rows, texts embedded in place, go as one ``[B, d]`` query matrix. The
+    façade validates the queries and calls the pipeline, as for ``Index.search``.
     """
     t0 = time.perf_counter()
-    Q = np.empty((len(queries), index.X.shape[1]), dtype=np.float32)
     text_rows = [i for i, q in enumerate(queries) if isinstance(q, str)]
-    if text_rows:
-        Q[text_rows] = (embed or index.embed_queries)([queries[i] for i in text_rows])
-    for i, q in enumerate(queries):
-        if not isinstance(q, str):
-            Q[i] = q
-    t1 = time.perf_counter()
-    texts = list(queries) if len(text_rows) == len(queries) else None
-    ids, scores = index.pipeline(pipeline).search(Q, top_k=k, query_texts=texts)
+    texts = [queries[i] for i in text_rows]
+    embedded = (embed or index.embed_queries)(texts) if texts else None
+    if len(texts) == len(queries):
+        t1 = time.perf_counter()
+        ids, scores = index.search_arrays(texts, pipeline, k, query_embeddings=embedded)
+    else:
+        Q = np.empty((len(queries), index.X.shape[1]), dtype=np.float32)
+        if texts:
+            Q[text_rows] = embedded
+        for i, q in enumerate(queries):
+            if not isinstance(q, str):
+                Q[i] = q
+        t1 = time.perf_counter()
+        ids, scores = index.search_arrays(Q, pipeline, k)
     t2 = time.perf_counter()
     return index.hits(ids, scores), t1 - t0, t2 - t1
 

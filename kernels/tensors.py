@@ -1,0 +1,40 @@
+"""The one place where NumPy arrays cross to torch at the kernel boundary.
+
+The torch-based ops declare which of their arguments are tensors when they register
+(``register(..., tensors=(...))``); :func:`hopgraph.kernels.dispatch.call` passes those
+arguments through :func:`as_tensor`, so callers may hand NumPy arrays to any op and the
+conversion happens once, here. Tensors are passed on as they are (their dtype and device
+are the caller's choice, as before).
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+
+from .errors import InputError
+
+
+def as_tensor(value: Any, dtype: torch.dtype | None = None, device: str | torch.device = "cpu",
+              name: str = "array") -> torch.Tensor:
+    """``value`` as a torch tensor: a tensor is returned unchanged; a NumPy array (or any
+    array-like) becomes a tensor of its own dtype (``dtype`` when given) on ``device``.
+
+    On the CPU the tensor shares the array's memory when the dtype allows (a read-only,
+    e.g. memory-mapped, array included: the kernels never write to their inputs).
+    Raises :class:`InputError` naming ``name`` when ``value`` is not numeric array data.
+    """
+    if isinstance(value, torch.Tensor):
+        return value
+    array = np.asarray(value)
+    if array.dtype.kind not in "biuf":
+        raise InputError(f"{name} must be a numeric array or tensor, got {type(value).__name__} "
+                         f"with dtype {array.dtype}")
+    with warnings.catch_warnings():  # torch warns on read-only arrays
+        warnings.simplefilter("ignore", UserWarning)
+        t = torch.from_numpy(np.require(array, requirements="C"))
+    if dtype is not None or torch.device(device).type != "cpu":
+        t = t.to(device=device, dtype=dtype)
+    return t
