@@ -39,6 +39,7 @@ from .embedders import Embedder, validate_embeddings
 from .errors import InputError
 from .extraction import Extraction
 from .graph import csr_from_keys
+from .packed_bert import encode_bulk
 from .storage import load_arrays, pack_strings, save_arrays, unpack_strings
 
 
@@ -153,7 +154,7 @@ def embed_texts(texts: list[str], corpus: Corpus, X: np.ndarray, embedder: Embed
     if len(todo):
         if embedder is None:
             raise InputError("STITCH needs an embedder to embed topic and entity descriptions")
-        emb = embedder.encode([texts[i] for i in todo], batch_size=batch_size, progress=progress)
+        emb = encode_bulk(embedder, [texts[i] for i in todo], batch_size, progress, "embed topics/descriptions")
         if emb.shape[1] != X.shape[1]:
             raise InputError(f"embedder {embedder.name} has dimension {emb.shape[1]}, the passages {X.shape[1]}")
         out[todo] = emb
