@@ -22,6 +22,13 @@ def _name_list(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
+def _params(args: argparse.Namespace, default_pipeline: str | None = None) -> dict[str, dict]:
+    """``--param [PIPELINE.]NAME=VALUE`` items as ``{pipeline: {name: value}}`` (values read as JSON)."""
+    from .engine.params import parse_assignments
+
+    return parse_assignments(args.param or [], default_pipeline)
+
+
 def cmd_index(args: argparse.Namespace) -> int:
     from .index import Index
 
@@ -30,7 +37,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     work_dir = streaming.work_dir_for(args.out)
     index = Index.build(args.corpus, embedder=args.embedder, embeddings=args.embeddings, device=args.device,
-                        pipelines=args.pipelines, progress=not args.quiet, batch_size=args.batch_size,
+                        pipelines=args.pipelines, params=_params(args), progress=not args.quiet,
+                        batch_size=args.batch_size,
                         work_dir=work_dir, resume=args.resume, ray_address=args.ray)
     index.save(args.out)
     streaming.finish(work_dir)
@@ -43,7 +51,11 @@ def cmd_search(args: argparse.Namespace) -> int:
     from .index import Index
 
     index = Index.load(args.index, embedder=args.embedder, device=args.device, progress=not args.quiet)
-    results = index.search(args.questions, pipeline=args.pipeline, k=args.k)
+    params = _params(args, args.pipeline)
+    other = sorted(set(params) - {args.pipeline})
+    if other:
+        raise ValueError(f"--param names pipeline(s) {', '.join(other)}, but the search uses {args.pipeline!r}")
+    results = index.search(args.questions, pipeline=args.pipeline, k=args.k, **params.get(args.pipeline, {}))
     if args.json:
         print(json.dumps([{"question": q, "hits": [h.to_dict() for h in hits]}
                           for q, hits in zip(args.questions, results)], indent=2))
@@ -60,7 +72,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from .evaluate import evaluate, format_table, json_report, plot_report
 
     report = evaluate(args.data_dir, args.pipelines, args.k, embedder=args.embedder, cache_dir=args.cache_dir,
-                      device=args.device, progress=not args.quiet, ablations=args.ablations)
+                      device=args.device, progress=not args.quiet, ablations=args.ablations, params=_params(args))
     print(format_table(report, args.k))
     if args.plot:
         plot_report(report, args.k, args.plot)
@@ -111,6 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hopgraph", description="GPU-accelerated multi-hop graph retrieval")
     sub = parser.add_subparsers(dest="command", required=True)
 
+    def param_option(p: argparse.ArgumentParser, what: str) -> None:
+        p.add_argument("--param", action="append", metavar="[PIPELINE.]NAME=VALUE",
+                       help=f"a pipeline parameter {what} (repeatable; VALUE read as JSON, e.g. "
+                            "g3rag.gamma=0.05, bm25.k1=1.2, stitch.relevance=dense); checked against the "
+                            "pipeline's parameters, an invalid one is refused naming the allowed values")
+
     def common(p: argparse.ArgumentParser, embedder_default: str | None = "minilm") -> None:
         p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
         p.add_argument("--embedder", default=embedder_default,
@@ -128,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue an interrupted build from its last finished batch (work dir OUT.work)")
     p.add_argument("--ray", metavar="ADDRESS", help="build on a Ray cluster ('auto', 'ray://host:port', 'local'); "
                    "needs hopgraph[distributed]")
+    param_option(p, "stored in the index (fit-time and query-time)")
     common(p)
     p.set_defaults(func=cmd_index)
 
@@ -137,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pipeline", default="g3rag")
     p.add_argument("--k", type=int, default=5)
     p.add_argument("--json", action="store_true", help="print JSON")
+    param_option(p, "for this search (PIPELINE defaults to --pipeline; fit-time ones refit in memory)")
     common(p, embedder_default=None)
     p.set_defaults(func=cmd_search)
 
@@ -148,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", default=".hopgraph-cache", help="where built indexes are cached")
     p.add_argument("--ablations", action="store_true", help="also evaluate each pipeline's named ablations")
     p.add_argument("--plot", help="write a bar chart of Recall@k per pipeline to this PNG")
+    param_option(p, "of the evaluated index (cached pipelines are updated or refitted)")
     common(p)
     p.set_defaults(func=cmd_eval)
 

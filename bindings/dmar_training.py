@@ -14,7 +14,6 @@ import numpy as np
 
 from .engine.errors import InputError
 from .engine.evaluation import load_questions, recall_at_k
-from .engine.gate import Gate, train_gate
 from .index import Index
 
 GNN_TRAIN_STEPS = 600
@@ -68,16 +67,14 @@ def train_gate_index(index_path: str | Path, questions_path: str | Path, holdout
         ids, _ = dmar.search(Q[test], top_k=k, query_texts=[texts[i] for i in test])
         return float(recall_at_k(ids, [gold[i] for i in test], k).mean())
 
-    dmar.gate_mlp = Gate(dmar.X.shape[1])
+    dmar.reset_gate()
     before = held_out_recall()
-    data = dmar.gate_training_data(Q[train], [texts[i] for i in train], [gold[i] for i in train])
-    gate = Gate(dmar.X.shape[1])
-    losses = train_gate(gate, **data, epochs=epochs, seed=seed, log=log)
-    dmar.gate_mlp = gate
+    losses = dmar.train_gate(Q[train], [texts[i] for i in train], [gold[i] for i in train], epochs=epochs,
+                             seed=seed, log=log)
     after = held_out_recall()
     saved = always_save or after >= before
     if not saved:
-        dmar.gate_mlp = Gate(dmar.X.shape[1])
+        dmar.reset_gate()
     index.save(index_path)
     return {"n_train": len(train), "n_held_out": len(test), f"held_out_recall@{k}_untrained": before,
             f"held_out_recall@{k}_trained": after, "first_loss": losses[0], "last_loss": losses[-1],

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from .index import Index
 
 
 def cached_index(data_dir: Path, embedder: str, cache_dir: Path, device: str, pipelines: Sequence[str],
-                 progress: bool) -> tuple[Index, Path]:
+                 progress: bool, params: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[Index, Path]:
     """Load the cached index of ``data_dir`` or build it; fit and cache missing pipelines.
 
     A cached pipeline whose saved parameters differ from the current defaults (say,
@@ -41,6 +41,7 @@ def cached_index(data_dir: Path, embedder: str, cache_dir: Path, device: str, pi
             print(f"[hopgraph eval] cached index {path} unusable ({e}); rebuilding")
     if index is None:
         index = Index.build(corpus, embedder=emb, device=device, pipelines=(), progress=progress)
+    index.set_params(params or {})
     updated = False
     for p in pipelines:
         if p in index.pipelines:
@@ -58,7 +59,7 @@ def cached_index(data_dir: Path, embedder: str, cache_dir: Path, device: str, pi
 
 def evaluate(data_dir: str | Path, pipelines: Sequence[str], ks: Sequence[int], embedder: str = "minilm",
              cache_dir: str | Path = ".hopgraph-cache", device: str = "auto", progress: bool = True,
-             ablations: bool = False) -> dict[str, Any]:
+             ablations: bool = False, params: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Run every pipeline on every question of ``data_dir``; returns the ``--json`` report.
 
     ``queries_per_second`` counts the pipeline's batched search over all questions,
@@ -73,7 +74,7 @@ def evaluate(data_dir: str | Path, pipelines: Sequence[str], ks: Sequence[int], 
             raise InputError(f"{data_dir} must hold {f}")
     if not ks or any(k < 1 for k in ks):
         raise InputError(f"--k must list positive integers, got {list(ks)}")
-    index, path = cached_index(data_dir, embedder, Path(cache_dir), device, pipelines, progress)
+    index, path = cached_index(data_dir, embedder, Path(cache_dir), device, pipelines, progress, params)
     questions = load_questions(data_dir / "questions.jsonl", index.corpus)
     texts = [q.text for q in questions]
     gold = [[index.corpus.position(g) for g in q.gold_ids] for q in questions]

@@ -137,6 +137,8 @@ class Index:
         if overrides:
             key = variant_key(name, overrides)
             if key not in self._variants:
+                cls = pipeline_class(name)
+                cls.Params.create(self._pipeline_params(cls)).replace(**overrides)  # invalid: raise before a fit
                 base = self.pipeline(name)
                 params = base.params.replace(**overrides)
                 if base.params.changed(params) <= base.Params.query_names():
@@ -156,6 +158,14 @@ class Index:
         if cls.needs_embedder:
             self.components.embedder = self.embedder
         return cls(params).fit(self.X, progress=self.progress, components=self.components)
+
+    def set_params(self, params: Mapping[str, Mapping[str, Any]]) -> None:
+        """Make ``params`` (``{pipeline: {name: value}}``, validated) the parameters that pipelines
+        fitted from now on use; :meth:`sync_params` brings fitted ones to them. A changed ``"bm25"``
+        entry applies to the BM25 component of every pipeline fitted from now on."""
+        self.params = validate_params(params)
+        self.components.bm25_params = self.components.bm25_params.create(self.params.get("bm25"))
+        self._variants.clear()
 
     def sync_params(self, name: str) -> str:
         """Bring fitted pipeline ``name`` to the parameters a fresh fit would use now.

@@ -149,7 +149,11 @@ def rebuild_command(directory: Path, manifest: dict[str, Any]) -> str:
     corpus = directory / "corpus.jsonl" if (directory / "corpus.jsonl").is_file() else "CORPUS.jsonl"
     emb = f" --embeddings {directory / 'embeddings.npy'}" if (directory / "embeddings.npy").is_file() else ""
     emb_name = "" if embedder.startswith("precomputed") else f" --embedder {embedder}"
-    return f"hopgraph index {corpus}{emb}{emb_name} --pipelines {pipelines} --out {directory}-v{FORMAT_VERSION}"
+    params = "".join(f" --param {pipe}.{name}={json.dumps(value)}"
+                     for pipe, values in sorted((manifest.get("params") or {}).items())
+                     for name, value in sorted(values.items()))
+    return (f"hopgraph index {corpus}{emb}{emb_name} --pipelines {pipelines}{params} "
+            f"--out {directory}-v{FORMAT_VERSION}")
 
 
 def check_array(directory: Path, entry: dict[str, Any]) -> None:

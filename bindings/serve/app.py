@@ -89,13 +89,13 @@ def create_app(index: Index, limits: ServeLimits | None = None, api_key: str | N
               responses={200: {"model": SearchResponse}, **_ERRORS})
     async def search(request: SearchRequest) -> JSONResponse:
         t0 = time.perf_counter()
-        queries = _check_request(request, served, needs_text, dim, limits)
+        queries = _check_request(request, served, needs_text, dim, limits, index)
         if not queries:
             return JSONResponse({"pipeline": request.pipeline, "k": request.k, "results": [],
                                  "timing": {"queue_ms": 0.0, "embed_ms": 0.0, "search_ms": 0.0, "total_ms": 0.0,
                                             "batch_queries": 0, "batch_requests": 0}})
         try:
-            result = await batcher.submit(request.pipeline, request.k, queries)
+            result = await batcher.submit(request.pipeline, request.k, queries, request.params)
         except QueueFull as e:
             raise HTTPException(503, str(e), headers={"Retry-After": "1"}) from None
         except InputError as e:
@@ -114,8 +114,40 @@ def create_app(index: Index, limits: ServeLimits | None = None, api_key: str | N
     return app
 
 
+#: query-time parameters a request may not change: the device and thread count are the server's,
+#: and a generator names a model folder on the server's disk
+SERVER_FIXED_PARAMS = frozenset({"device", "threads", "generator"})
+
+
+def query_params_info(name: str) -> dict[str, str]:
+    """The query-time parameters a request may set for pipeline ``name``, with their allowed values."""
+    P = pipeline_class(name).Params
+    return {p: P.domain(p).text() for p in sorted(P.query_names() - SERVER_FIXED_PARAMS)}
+
+
+def _check_params(index: Index, name: str, params: dict[str, Any]) -> None:
+    """422 unless ``params`` are valid query-time parameters of the served pipeline ``name``
+    (checked by the pipeline's parameter dataclass; fit-time ones would need a refit)."""
+    if not params:
+        return
+    refused = sorted(set(params) & SERVER_FIXED_PARAMS)
+    if refused:
+        raise HTTPException(422, f"params: {', '.join(map(repr, refused))} cannot be set per request "
+                                 "(fixed when the server starts)")
+    base = index.pipeline(name)
+    try:
+        new = base.params.replace(**params)
+    except InputError as e:
+        raise HTTPException(422, f"params: {e}") from None
+    fit_time = sorted(base.params.changed(new) - base.Params.query_names())
+    if fit_time:
+        raise HTTPException(422, f"params: {', '.join(map(repr, fit_time))} of {name!r} are fit-time parameters "
+                                 "(set them when building the index); query-time: "
+                                 f"{', '.join(sorted(base.Params.query_names())) or 'none'}")
+
+
 def _check_request(request: SearchRequest, served: list[str], needs_text: dict[str, bool], dim: int,
-                   limits: ServeLimits) -> list[str | np.ndarray]:
+                   limits: ServeLimits, index: Index) -> list[str | np.ndarray]:
     """The request's queries as texts / normalised rows; HTTPException 422 naming the first problem."""
     name = request.pipeline
     if name not in served:
@@ -130,6 +162,7 @@ def _check_request(request: SearchRequest, served: list[str], needs_text: dict[s
             except ValueError:
                 why = f"unknown pipeline {name!r}"
         raise HTTPException(422, f"{why}; this server serves: {', '.join(served)}")
+    _check_params(index, name, request.params)
     if not 1 <= request.k <= limits.max_k:
         raise HTTPException(422, f"k must be between 1 and {limits.max_k}, got {request.k}")
     if len(request.queries) > limits.max_batch:
@@ -180,6 +213,7 @@ def _server_info(index: Index, served: list[str], limits: ServeLimits) -> dict[s
         "passages": len(index.corpus),
         "pipelines": served,
         "pipelines_needing_text": [p for p in served if pipeline_class(p).needs_query_texts],
+        "query_params": {p: query_params_info(p) for p in served},
         "embedder": {"name": index.embedder_name, "dim": int(index.X.shape[1])},
         "device": {"requested": index.device, "resolved": device, "cuda_available": cuda_available()},
         "limits": limits.to_dict(),

@@ -40,14 +40,16 @@ class SearchJob:
     queries: Sequence[str | np.ndarray]
     future: asyncio.Future
     enqueued: float = field(default_factory=time.perf_counter)
+    #: query-time parameter overrides (validated by the endpoint), as sorted (name, value) pairs
+    overrides: tuple[tuple[str, Any], ...] = ()
 
     @property
     def all_text(self) -> bool:
         return all(isinstance(q, str) for q in self.queries)
 
     @property
-    def key(self) -> tuple[str, int, bool]:
-        return self.pipeline, self.k, self.all_text
+    def key(self) -> tuple[str, int, bool, str]:
+        return self.pipeline, self.k, self.all_text, repr(self.overrides)
 
 
 @dataclass
@@ -57,14 +59,16 @@ class JobResult:
 
 
 def run_search(index: Index, pipeline: str, k: int, queries: Sequence[str | np.ndarray],
-               embed: Callable[[list[str]], np.ndarray] | None = None) -> tuple[list[list[Hit]], float, float]:
+               embed: Callable[[list[str]], np.ndarray] | None = None, **overrides: Any
+               ) -> tuple[list[list[Hit]], float, float]:
     """Search a mixed list of question texts and embedding rows with :meth:`Index.search_arrays`;
     returns (hits, embed_s, search_s).
 
     ``embed`` (default ``index.embed_queries``) embeds the texts, in one call. All texts: the
     texts and their embeddings go to ``search_arrays`` (the pipeline sees ``query_texts``);
     otherwise the rows, texts embedded in place, go as one ``[B, d]`` query matrix. The
-    façade validates the queries and calls the pipeline, as for ``Index.search``.
+    façade validates the queries and calls the pipeline (the variant with ``overrides``), as
+    for ``Index.search``.
     """
     t0 = time.perf_counter()
     text_rows = [i for i, q in enumerate(queries) if isinstance(q, str)]
@@ -72,7 +76,7 @@ def run_search(index: Index, pipeline: str, k: int, queries: Sequence[str | np.n
     embedded = (embed or index.embed_queries)(texts) if texts else None
     if len(texts) == len(queries):
         t1 = time.perf_counter()
-        ids, scores = index.search_arrays(texts, pipeline, k, query_embeddings=embedded)
+        ids, scores = index.search_arrays(texts, pipeline, k, query_embeddings=embedded, **overrides)
     else:
         Q = np.empty((len(queries), index.X.shape[1]), dtype=np.float32)
         if texts:
@@ -81,7 +85,7 @@ def run_search(index: Index, pipeline: str, k: int, queries: Sequence[str | np.n
             if not isinstance(q, str):
                 Q[i] = q
         t1 = time.perf_counter()
-        ids, scores = index.search_arrays(Q, pipeline, k)
+        ids, scores = index.search_arrays(Q, pipeline, k, **overrides)
     t2 = time.perf_counter()
     return index.hits(ids, scores), t1 - t0, t2 - t1
 
@@ -138,14 +142,16 @@ class MicroBatcher:
                 job.future.set_exception(RuntimeError("the server is shutting down"))
         self._executor.shutdown(wait=True)
 
-    async def submit(self, pipeline: str, k: int, queries: Sequence[str | np.ndarray]) -> JobResult:
+    async def submit(self, pipeline: str, k: int, queries: Sequence[str | np.ndarray],
+                     overrides: dict[str, Any] | None = None) -> JobResult:
         """Queue one request and wait for its hits; raises :class:`QueueFull` when overloaded."""
         if self._queue is None:
             raise RuntimeError("MicroBatcher.start() was not awaited")
         if self._pending_queries + len(queries) > self.limits.max_pending:
             raise QueueFull(f"{self._pending_queries} queries are already waiting "
                             f"(limit {self.limits.max_pending}); retry later")
-        job = SearchJob(pipeline, k, queries, asyncio.get_running_loop().create_future())
+        job = SearchJob(pipeline, k, queries, asyncio.get_running_loop().create_future(),
+                        overrides=tuple(sorted((overrides or {}).items())))
         self._pending_queries += len(queries)
         try:
             self._queue.put_nowait(job)
@@ -167,11 +173,11 @@ class MicroBatcher:
                 jobs.append(job)
                 n += len(job.queries)
             self._gather = len(jobs) > 1
-            groups: dict[tuple[str, int, bool], list[SearchJob]] = {}
+            groups: dict[tuple[str, int, bool, str], list[SearchJob]] = {}
             for job in jobs:
                 if not job.future.done():  # a client that went away cancels its future
                     groups.setdefault(job.key, []).append(job)
-            for (pipeline, k, _), group in groups.items():
+            for (pipeline, k, _, _), group in groups.items():
                 started = time.perf_counter()
                 try:
                     results = await loop.run_in_executor(self._executor, self._run_group, pipeline, k, group)
@@ -204,7 +210,8 @@ class MicroBatcher:
 
     def _run_batch(self, pipeline: str, k: int, group: list[SearchJob]) -> list[JobResult]:
         queries = [q for job in group for q in job.queries]
-        hits, embed_s, search_s = run_search(self.index, pipeline, k, queries, self.embed_texts)
+        hits, embed_s, search_s = run_search(self.index, pipeline, k, queries, self.embed_texts,
+                                             **dict(group[0].overrides))
         timing = {"embed_ms": embed_s * 1000, "search_ms": search_s * 1000,
                   "batch_queries": len(queries), "batch_requests": len(group)}
         out, start = [], 0

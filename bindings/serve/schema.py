@@ -56,6 +56,10 @@ class SearchRequest(BaseModel):
     queries: list[Query] = Field(description="questions (a batch); see GET /info for the size limits")
     pipeline: StrictStr = Field(description="one of GET /info's 'pipelines' (g3rag, stitch, dmar, dense, bm25, hybrid)")
     k: StrictInt = Field(5, description="passages per query, from 1 to GET /info's limits.max_k")
+    params: dict[StrictStr, Any] = Field(
+        default_factory=dict,
+        description="query-time parameters of the pipeline for this request (e.g. {\"gamma\": 0.05} for g3rag); "
+                    "GET /info's 'query_params' lists them with their allowed values")
 
 
 class HitOut(BaseModel):
