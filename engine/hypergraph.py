@@ -38,7 +38,7 @@ from .corpus import Corpus
 from .embedders import Embedder, validate_embeddings
 from .errors import InputError
 from .extraction import Extraction
-from .graph import csr_from_keys
+from .graph import CSR, check_csr, csr_from_keys
 from .packed_bert import encode_bulk
 from .storage import load_arrays, pack_strings, save_arrays, unpack_strings
 
@@ -117,10 +117,11 @@ class TopicHypergraph:
     def names(self) -> list[str]:
         return unpack_strings(self.names_data, self.names_offsets)
 
-    def transition(self) -> sp.csr_matrix:
-        """The column-stochastic chunk-graph matrix P (row = target chunk) as scipy CSR."""
-        return sp.csr_matrix((self.graph_data, self.graph_indices, self.graph_indptr),
-                             shape=(self.n_chunks, self.n_chunks))
+    def transition(self) -> CSR:
+        """The column-stochastic chunk-graph matrix P (row = target chunk, SPEC §2 step 6) as the
+        engine's one sparse-graph type, validated (``.to_scipy()`` for a scipy view, no copy)."""
+        return check_csr(self.graph_indptr, self.graph_indices, self.graph_data, self.n_chunks,
+                         "STITCH chunk graph")
 
     def group_alpha(self) -> np.ndarray:
         """α_G = |G| / mean group size (SPEC §2.3), float32 [G]."""

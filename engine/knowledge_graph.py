@@ -35,6 +35,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .errors import InputError
+from .graph import check_csr
 from .extraction import FUNCTION_WORDS, Extraction, canonical_name, query_names
 from .storage import pack_strings, unpack_strings
 
@@ -146,14 +147,18 @@ class KnowledgeGraph:
     def from_arrays(cls, a: dict[str, np.ndarray], n_passages: int) -> "KnowledgeGraph":
         names = unpack_strings(a["kg_names_blob"], a["kg_names_offsets"])
         E = len(names)
-        csr = lambda p, i, d, shape: sp.csr_matrix((d, i, p), shape=shape)  # noqa: E731
-        ones = lambda i: np.ones(len(i), np.float32)  # noqa: E731
-        return cls(names=names,
-                   adj=csr(a["kg_adj_indptr"], a["kg_adj_indices"], a["kg_adj_data"], (E, E)),
-                   passage_entities=csr(a["kg_pe_indptr"], a["kg_pe_indices"], ones(a["kg_pe_indices"]),
-                                        (n_passages, E)),
-                   ego=csr(a["kg_ego_indptr"], a["kg_ego_indices"], ones(a["kg_ego_indices"]), (E, E)),
-                   df=np.asarray(a["kg_df"]), max_query_entities=int(a["kg_meta"][0]))
+
+        def graph(name: str, n_rows: int, data: np.ndarray | None = None) -> sp.csr_matrix:
+            """A stored graph validated as the engine's one CSR type, then viewed as scipy (no copy)."""
+            indptr, indices = a[f"kg_{name}_indptr"], a[f"kg_{name}_indices"]
+            data = np.ones(len(indices), np.float32) if data is None else data
+            g = check_csr(indptr, indices, data, E, f"knowledge graph {name}")
+            if g.n_rows != n_rows:
+                raise InputError(f"knowledge graph {name}: {g.n_rows} rows, expected {n_rows}")
+            return g.to_scipy()
+
+        return cls(names=names, adj=graph("adj", E, a["kg_adj_data"]), passage_entities=graph("pe", n_passages),
+                   ego=graph("ego", E), df=np.asarray(a["kg_df"]), max_query_entities=int(a["kg_meta"][0]))
 
     ARRAY_NAMES = ("kg_names_blob", "kg_names_offsets", "kg_adj_indptr", "kg_adj_indices", "kg_adj_data",
                    "kg_pe_indptr", "kg_pe_indices", "kg_ego_indptr", "kg_ego_indices", "kg_df", "kg_meta")

@@ -114,8 +114,7 @@ def structural_scores(kg: KnowledgeGraph, Z: np.ndarray, cand: np.ndarray, linke
     with timer("gnn"):
         best = best_structsim(Z, q, ent_pad, valid)
     with timer("shapley"):
-        _, score = kernels.call("shapley_mc", torch.from_numpy(q.node_sets), torch.from_numpy(q.n_sub),
-                                torch.from_numpy(cand_nodes.astype(np.float32)), torch.from_numpy(best),
+        _, score = kernels.call("shapley_mc", q.node_sets, q.n_sub, cand_nodes.astype(np.float32), best,
                                 lam=lam, T=T, seed=seed, mode=mode, device=device)
         score = score.cpu().numpy()  # waits for a GPU kernel, so its time counts in this stage
     return np.where(valid, score, 0.0).astype(np.float32), cand_linked

@@ -29,6 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from .csr import CSR
 from .errors import InputError
 from .dispatch import register
 from .tensors import as_tensor
@@ -38,7 +39,12 @@ Step = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "torch.Tensor | None"
 
 
 def as_csr_arrays(P) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """(indptr, indices, data, n) of a square CSR given as scipy matrix or triple."""
+    """(indptr, indices, data, n) of a square CSR given as the kernels' :class:`~.csr.CSR`, a scipy
+    matrix or an ``(indptr, indices, data)`` triple."""
+    if isinstance(P, CSR):
+        if P.n_rows != P.n_cols:
+            raise InputError(f"P must be square, got shape ({P.n_rows}, {P.n_cols})")
+        return P.indptr, P.indices, P.data, P.n_rows
     if sp.issparse(P):
         P = sp.csr_matrix(P)
         if P.shape[0] != P.shape[1]:

@@ -93,7 +93,7 @@ def test_region_contains_support_and_neighbours(fitted):
     p = np.zeros((1, pipe.H.n_chunks))
     p[0, 0] = 1.0
     reg = pipe.region(p)
-    P = pipe.transition.toarray()
+    P = pipe.transition.to_dense()
     expect = (P[:, 0] > 0) | (P[0, :] > 0)
     expect[0] = True
     assert np.array_equal(reg[0], expect)

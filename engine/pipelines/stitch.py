@@ -73,9 +73,11 @@ import scipy.sparse as sp
 import torch
 
 from ... import kernels
+from ...kernels.tensors import as_tensor
 from ...kernels.threads import torch_threads
 from ..components import QueryBatch
 from ..errors import InputError
+from ..graph import CSR
 from ..extraction import load_extractions, query_names
 from ..hypergraph import TopicHypergraph, build_hypergraph, embed_texts
 from ..params import PipelineParams, choice, flag, integer, path, real
@@ -222,10 +224,8 @@ class STITCH(Pipeline):
         if self.ppr:
             with timer("ppr"):
                 region = self.region(p) if self.localise else None
-                pi, _ = kernels.call("batched_ppr", self.transition, torch.from_numpy(p), d=self.d, tol=self.tol,
-                                     max_iter=self.max_iter,
-                                     region=None if region is None else torch.from_numpy(region),
-                                     device=self._device())
+                pi, _ = kernels.call("batched_ppr", self.transition, p, d=self.d, tol=self.tol,
+                                     max_iter=self.max_iter, region=region, device=self._device())
                 pi = pi.cpu().numpy()
         else:
             pi = p
@@ -251,7 +251,7 @@ class STITCH(Pipeline):
         """STITCH chunk prior p [B, N] (steps 1–5), float64 rows summing to 1."""
         H, dev, Q = self.H, self._device_t(), batch.Q
         t = self._tensors(dev)
-        text_sim = torch.from_numpy(Q @ np.asarray(H.text_emb).T).to(dev)  # [B, U]
+        text_sim = as_tensor(Q @ np.asarray(H.text_emb).T, device=dev)  # [B, U]
         node_sim = text_sim[:, t["node_text"]]
         S = text_sim[:, t["edge_text"]].clamp_min(0.0)
         if self.delta_mode == "relative":
@@ -264,7 +264,7 @@ class STITCH(Pipeline):
             channels.append(kernels.call("hyperedge_max_propagate", A, S, t["edge_indptr"], t["edge_nodes"],
                                          t["node_indptr"], t["node_incidence"], device=self._device()))
         if self.temporal:
-            chunk_sim = torch.from_numpy(np.maximum(batch.cosine(), 0.0)).to(dev)
+            chunk_sim = as_tensor(np.maximum(batch.cosine(), 0.0), device=dev)
             best_edge = torch.zeros_like(A).scatter_reduce(
                 1, t["inc_node"].expand(len(A), -1), S[:, t["inc_edge"]], "amax")
             w = best_edge * chunk_sim[:, t["node_chunk"]]
@@ -280,7 +280,7 @@ class STITCH(Pipeline):
         reg = p > 0
         adj = self._cache.get("adjacency")
         if adj is None:
-            P = self.transition
+            P = self.transition.to_scipy()
             adj = self._cache["adjacency"] = sp.csr_matrix(
                 ((P + P.T) != 0).astype(np.float32))
         for _ in range(self.region_hops):
@@ -289,7 +289,7 @@ class STITCH(Pipeline):
 
     # ------------------------------------------------------------------ cached views
     @property
-    def transition(self) -> sp.csr_matrix:
+    def transition(self) -> CSR:
         if "P" not in self._cache:
             self._cache["P"] = self.H.transition()
         return self._cache["P"]
@@ -304,7 +304,7 @@ class STITCH(Pipeline):
         key = f"tensors:{dev}"
         if key not in self._cache:
             H = self.H
-            as_t = lambda a, dt=torch.int64: torch.from_numpy(np.array(a)).to(dev, dt)  # noqa: E731 (copies mmaps)
+            as_t = lambda a, dt=torch.int64: as_tensor(np.array(a), dt, dev)  # noqa: E731 (copies mmaps)
             inc_edge = np.repeat(np.arange(H.n_edges), np.diff(np.asarray(H.edge_indptr)))
             self._cache[key] = {
                 "node_text": as_t(H.node_text), "edge_text": as_t(H.edge_text),
