@@ -1,8 +1,11 @@
 """hopgraph: GPU-accelerated sparse-graph retrieval (G3RAG, STITCH-RAG, DMAR).
 
 The public API: :class:`Index` (build/save/load/search), the pipelines
-(``G3RAG``, ``STITCH``, ``DMAR`` and the ``Dense``/``BM25`` baselines, each with
-``fit(X)`` and ``search(Q, top_k)``), the corpus and embedder helpers.
+(``G3RAG``, ``STITCH``, ``DMAR`` of SPEC §1-§3, ``PPRBinary`` and the ``Dense``/``BM25``/
+``Hybrid`` baselines, each made from its parameters — ``hopgraph.G3RAG(G3RAGParams.published())``
+or keyword overrides — with ``fit(X)`` and ``search(Q, top_k)``), the HTTP :class:`Client`,
+the corpus and embedder helpers and the error types. The parameter classes live in the
+pipeline modules (``hopgraph.engine.pipelines.g3rag.G3RAGParams`` ...).
 """
 from __future__ import annotations
 

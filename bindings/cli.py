@@ -1,4 +1,4 @@
-"""The ``hopgraph`` command line: index, search, eval, demo."""
+"""The ``hopgraph`` command line: index, search, eval (``--ablations``), train-gnn, train-gate (DMAR, SPEC §3), demo, serve."""
 from __future__ import annotations
 
 import argparse

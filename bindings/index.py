@@ -1,4 +1,10 @@
-"""The public façade: build, save, load and search a hopgraph index."""
+"""The public façade: build, save, load and search a hopgraph index.
+
+An :class:`Index` holds the corpus, X, the shared components (:mod:`hopgraph.engine.components`)
+and the fitted pipelines (SPEC §1-§3 and the baselines) with their parameters.
+``Index.pipeline(name, **overrides)`` gives a validated variant: query-time overrides reuse the
+fitted pipeline, fit-time ones fit a new instance over the same shared components. Storage:
+:mod:`hopgraph.engine.storage` (format version 2)."""
 from __future__ import annotations
 
 import json

@@ -2,8 +2,10 @@
 
 SPEC §1 step 5 asks, per row i, for the k edges of largest ``w_ij = gain(s_ij) · pen_j``
 among ``j ≠ i`` with ``sim_min ≤ s_ij ≤ sim_max``. The exact blocked kernel
-(``hopgraph.kernels.call("gain_knn")``) costs O(N² d): fine up to ~10⁵ passages,
-hours at 10⁶ on two cores. This module computes the same graph approximately:
+(``hopgraph.kernels.call("gain_knn")``) costs O(N² d), quadratic in N. This module
+computes the same graph approximately, in time linear in N (``mode="ann"`` of
+:mod:`hopgraph.engine.pipelines.g3rag`, the default on the CPU from ``ANN_MIN_N``
+passages up):
 
 **Candidate index: IVF (inverted file), chosen over HNSW.** faiss k-means
 (:class:`faiss.Kmeans`, inner-product, fixed seed) splits the rows into ``nlist``
@@ -21,11 +23,12 @@ the build is linear in N), and every row is assigned to its nearest centroid
   weight. A similarity top-C list (what HNSW returns) would rank candidates by
   similarity, but the gain peaks at s = 1/√2, so near-duplicates would crowd out
   the best-gain neighbours; an IVF cell scan has no such bias;
-- HNSW construction on 10⁶ × 384 is single-insert bound (~10× the IVF build
-  on two cores here) and its memory is the vectors plus the link lists.
+- HNSW construction is single-insert bound (much slower than the IVF build on a
+  few cores) and its memory is the vectors plus the link lists.
 
-Recall against the exact graph is measured by ``bench/bench_scale.py`` on a
-50,000-passage sample (reported in the README).
+Defaults: cells of ``CELL_SIZE`` = 512 rows, ``nprobe`` = ``DEFAULT_NPROBE`` = 8. Recall
+against the exact graph depends on the data: :func:`graph_recall` measures it, and
+``bench/bench_scale.py`` reports it on a 50,000-passage sample (figures in the README).
 
 Results are deterministic (fixed k-means seed, fixed processing order), and
 independent of how cells are grouped into tasks, so a Ray build equals a

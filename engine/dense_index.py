@@ -1,6 +1,7 @@
 """The dense component: exact inner-product (cosine) top-k over the passage embeddings X,
 one per index, shared by every pipeline that searches X (dense, hybrid, g3rag, stitch,
-ppr_binary, dmar).
+ppr_binary, dmar): G3RAG's seeds (SPEC §1 query step 1), STITCH's relevance (§2 step 7),
+DMAR's second stage (§3 step 5).
 
 At scale (issue 5) a memory-mapped X of at least :data:`SCAN_MIN_N` rows is not copied into
 faiss: :class:`BlockedInnerProductIndex` scans the ``.npy`` file in row blocks with ordinary

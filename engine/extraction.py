@@ -33,8 +33,10 @@ Two sources produce the same :class:`Extraction` (arrays, not Python objects):
      trailing possessive removed, punctuation turned into spaces, white space
      collapsed, leading articles (``the``, ``a``, ``an``) removed.
 
-  10,000 passages take a few seconds (pure Python regular expressions, linear in
-  the text length; the arrays are assembled with numpy).
+  Cost: linear in the text length (pure Python regular expressions; the arrays are
+  assembled with numpy). The index builds it once and shares it (one per
+  ``(title_entities, numbers)`` pair, :mod:`hopgraph.engine.components`) between
+  ``stitch``, ``ppr_binary`` and ``dmar``.
 
 * :func:`load_extractions` — extractions made elsewhere (e.g. by a language model)
   as JSON lines, one chunk a line (SPEC §2)::

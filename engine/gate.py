@@ -9,7 +9,7 @@ structural scores. The loss is the listwise softmax cross-entropy of the fused s
 ``α z_sem + β z_struct`` against the uniform distribution over the gold candidates
 (questions with no gold candidate are skipped). A fixed ``offset`` (DMAR's optional lexical
 term) is added to the fused scores. AdamW (weight decay against over-fitting the few
-questions a user has), seeded, full batch.
+questions a user has), seeded, full batch; defaults 200 epochs, lr 1e-3, weight decay 1e-2.
 """
 from __future__ import annotations
 

@@ -14,7 +14,10 @@
   negative = half of the batch a random other ego subgraph sharing no node with the
   anchor, half a heavy perturbation of the anchor (``heavy_drop`` of its nodes and
   edges dropped and the survivors' features replaced by random entities' features).
-  Seeded (torch and numpy generators); Adam.
+  Seeded (torch and numpy generators); Adam. Defaults (:func:`pretrain`): batch 64,
+  margin m = 0.3, lr 1e-3, ``light_drop`` 0.1, ``heavy_drop`` 0.7; 60 steps when DMAR's
+  ``fit`` trains it (``gnn_steps``), 600 with ``hopgraph train-gnn``. Hidden and output
+  width 64.
 
 Every ego subgraph is encoded once at index time (:func:`encode_all`); a query then
 costs only cosines between stored embeddings.

@@ -14,7 +14,7 @@ of the φ-induced chunk graph, bounded by ``max_group_chunks`` per state):
   ``chunk_t[N]`` = t(c) = corpus order;
 * the φ-induced chunk graph as a column-stochastic CSR ``P`` (``graph_*``): chunks c ≠ c'
   are linked when they hold states of the same group g with
-  ``2 ≤ |g| ≤ max_group_chunks``; the link weight is ``Σ_g 1 / (|g| − 1)`` (a walk
+  ``2 ≤ |g| ≤ max_group_chunks`` (default 64); the link weight is ``Σ_g 1 / (|g| − 1)`` (a walk
   c → g → c' with g and c' chosen uniformly), columns normalised to sum to 1; chunks
   with no link are dangling (the PPR kernel gives them a self-loop). Names held by
   more than ``max_group_chunks`` passages (``united states``) link everything to

@@ -8,8 +8,8 @@ names added as nodes without passages) adds weight 1 per listed edge; the relati
 kept only for validation.
 
 Subgraphs: the subgraph of an entity e is its **ego network of radius 1, capped** to e
-plus its ``ego_size − 1`` heaviest neighbours (ties toward the lower id). G_D of a
-passage D are the subgraphs of the entities D mentions (its ``max_passage_entities``
+plus its ``ego_size − 1`` heaviest neighbours (ties toward the lower id; ``ego_size`` = 16). G_D of a
+passage D are the subgraphs of the entities D mentions (its ``max_passage_entities`` = 32
 rarest ones); G_Q of a query are those of the names it links.
 
 Linking (choice documented here): a passage links the entities the extractor found in
@@ -19,7 +19,7 @@ inside a longer match (``nolan`` in ``christopher nolan``) is dropped; in the de
 ``"capitalised"`` a match must also contain a word the query writes with a capital or a
 digit first (not counting a function word opening the question), so common words that
 happen to be names somewhere (``country``, ``state``) do not link (``"ngram"``: no such
-filter); of the rest the ``max_query_entities`` rarest (fewest passages) are kept.
+filter); of the rest the ``max_query_entities`` (8) rarest (fewest passages) are kept.
 
 Everything is built with vectorised array code (sort/unique/CSR), linear up to the
 sorts in passages + entity states + incidences (issue #5); no per-entity Python lists.

@@ -1,14 +1,13 @@
 """Padding-free ("packed") query embedding for BERT-type sentence-transformers models (issue 7).
 
 A micro-batch of questions of different lengths, run through the model the usual way, is
-padded to its longest question: on HotpotQA questions (11 to 63 tokens, mean 24) most of
-the batch's compute goes to padding. Here the questions' tokens are concatenated into ONE
-``[tokens, hidden]`` matrix, so every linear layer (the bulk of the compute) is one large
-matrix product with no padding; only attention runs per group of equally long questions.
-The result is the model's own embedding (mean pooling, L2-normalised) up to float rounding
-(|difference| ~1e-7); :meth:`PackedBertEncoder.for_embedder` checks this on a probe batch
-and declines (returns ``None``) for any model it does not reproduce, so callers fall back
-to the embedder's ``encode``.
+padded to its longest question, so much of the batch's compute goes to padding. Here the
+questions' tokens are concatenated into ONE ``[tokens, hidden]`` matrix, so every linear
+layer (the bulk of the compute) is one large matrix product with no padding; only attention
+runs per group of equally long questions. The result is the model's own embedding (mean
+pooling, L2-normalised) up to float rounding; :meth:`PackedBertEncoder.for_embedder` checks
+this on a probe batch and declines (returns ``None``) for any model it does not reproduce,
+so callers fall back to the embedder's ``encode``.
 """
 from __future__ import annotations
 

@@ -12,7 +12,11 @@ raise :class:`InvalidParameter` (an ``InputError``, so a ``ValueError``) naming 
 the parameter, the allowed values and the value given.
 
 The published algorithm and hopgraph's improved defaults are named constructors:
-``G3RAGParams.published()`` and ``G3RAGParams.improved()`` (= the defaults).
+``G3RAGParams.published()`` and ``G3RAGParams.improved()`` (= the defaults), both taking
+overrides. ``G3RAG(published=True)`` is a constructor shortcut for
+``G3RAG(G3RAGParams.published())``, not a parameter (it is not stored). Where the SPEC
+leaves a detail open, the choice is a parameter (SPEC preamble: "keep it configurable"),
+documented in the pipeline's module docstring.
 """
 from __future__ import annotations
 

@@ -11,7 +11,11 @@ Layout (format version 2: every shared component stored once)::
 
 An index is always written to a temporary sibling directory and renamed into place,
 so an interrupted build never leaves a half-written index. Loading checks the
-format version, every listed file's shape and dtype, and the corpus checksum.
+format version, every listed file's shape and dtype, and the corpus checksum. An index of
+another format version (version 1: ``corpus.jsonl`` and each pipeline's own copies of
+what is now shared) is refused with an :class:`IndexFormatError` that prints the ``hopgraph index ...
+--embeddings OLD/embeddings.npy ...`` command rebuilding it from its own corpus and
+embeddings (:func:`rebuild_command`; nothing is embedded again).
 """
 from __future__ import annotations
 

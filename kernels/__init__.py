@@ -1,5 +1,7 @@
-"""hopgraph.kernels: sparse-graph ops, each with a Triton kernel, a CPU implementation
-and one dispatch point (:mod:`hopgraph.kernels.dispatch`). Kernels know nothing of
+"""hopgraph.kernels: the sparse-graph ops of SPEC "Engine kernels" (``density``, ``gain_knn``,
+``sparse_diffusion`` for §1; ``hyperedge_max_propagate``, ``group_decay_propagate``,
+``batched_ppr`` for §2; ``shapley_mc`` for §3), each with a Triton kernel, a CPU
+implementation of the same semantics and one dispatch point (:mod:`hopgraph.kernels.dispatch`). Kernels know nothing of
 the layers above them; those call them only through :func:`call` or the op functions
 below, which are :func:`call` with the CPU implementation's signature::
 

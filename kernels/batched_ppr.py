@@ -9,8 +9,8 @@ iteration ``x ← (1 − d) p + d (P x + D x)`` started from ``x = p``:
   its all-zero columns are **dangling** chunks and keep their mass (``D`` = diagonal
   self-loop on them), so π sums to Σp;
 * the priors are processed as one dense block ``X[N, B]``: each iteration is ONE
-  CSR × dense-block product (scipy on CPU — it beats torch's sparse CSR product
-  here — or the Triton kernel of ``batched_ppr_triton``);
+  CSR × dense-block product (scipy on the CPU, chosen over torch's sparse CSR
+  product, or the Triton kernel of ``batched_ppr_triton``);
 * **per-column convergence**: a column stops when ``‖x_{k+1} − x_k‖₁ ≤ tol``; the
   remaining columns are compacted so finished queries cost nothing more;
 * **localised** (``region`` ``[B, N]`` bool): query b's walk is restricted to its

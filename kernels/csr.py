@@ -1,4 +1,4 @@
-"""The CSR sparse-matrix type of the kernels and its validation.
+"""The CSR sparse-matrix type of the kernels and its validation (SPEC notation: "Graphs are CSR").
 
 A directed weighted graph over N nodes is stored as CSR arrays ``indptr int64 [N+1]``,
 ``indices int32 [nnz]``, ``data float32 [nnz]``: the out-edges of node ``i`` are

@@ -1,33 +1,38 @@
 """DMAR — dynamic multi-anchor retrieval (SPEC §3), batched over queries.
 
-Index (``fit``): the BM25 baseline index (reused as is), a faiss exact inner-product
-index over X, the corpus knowledge graph (:mod:`hopgraph.engine.knowledge_graph`, entities
-from the zero-token extractor), the Siamese GraphSAGE encoder (:mod:`hopgraph.engine.gnn`)
-and the embedding of every entity's ego subgraph, and the fusion gate
-(:mod:`hopgraph.engine.gate`, untrained = equal weights).
+Index (``fit``): the shared BM25 and dense components, the shared zero-token extraction
+(:mod:`hopgraph.engine.extraction`, the same entities as STITCH) and from it the corpus
+knowledge graph (:mod:`hopgraph.engine.knowledge_graph`), the Siamese GraphSAGE encoder
+(:mod:`hopgraph.engine.gnn`) with the embedding of every entity's ego subgraph, and the
+fusion gate (:mod:`hopgraph.engine.gate`, untrained = equal weights). Saved: the knowledge
+graph, the encoder weights, the gate and the subgraph embeddings.
 
 GNN decision: when ``hopgraph train-gnn`` has not been run, ``fit`` pre-trains the encoder
-itself for ``gnn_steps = 60`` triplet steps (batch 64, seeded; a few seconds on a 2-core
-CPU), so DMAR works out of the box in ``Index.build`` and ``hopgraph eval``;
-``hopgraph train-gnn`` trains longer (``train_gnn(steps=600)``) and re-encodes.
+itself for ``gnn_steps = 60`` triplet steps (batch 64, seeded), so DMAR works out of the box
+in ``Index.build`` and ``hopgraph eval``; ``hopgraph train-gnn`` trains longer
+(``train_gnn(steps=600)``) and re-encodes.
 
-Query (``search``), for a batch:
+Query (``search``), for a batch; each stage is timed in ``DMAR.timings`` (:data:`STAGES`):
 
-1. Candidate recall, n = ``n_recall`` = 100: ``recall="bm25"`` (SPEC) or ``"hybrid"``
-   (dense + BM25 reciprocal rank fusion, issue #6).
-2. Dual-path score of every candidate: semantic ``cos(q, x_D)``; structural
-   Score_ent = mean Shapley value of the query's subgraphs (op ``shapley_mc``, T = 50,
-   λ = ``lam``), structsim = cosine of stored subgraph embeddings. Adaptive fusion: a
-   query linking fewer than ``min_query_entities`` entities uses the semantic path only;
-   a candidate linking none gets a neutral structural z-score (0). Scores are z-normalised
-   within the candidate set and fused ``α z_sem + β z_struct`` with ``[α, β]`` from the gate
-   (``gate=False``: fixed 1/2, 1/2). Option ``lexical`` (issue #6) adds ``lexical · z_bm25``
-   (the candidate's BM25 score for Q), 0 = SPEC.
-3. Anchors: the top m = ``anchors`` fused candidates; ``mmr > 0`` picks them by maximal
-   marginal relevance (fused score minus ``mmr`` × max cosine to the anchors already chosen).
-4. Reformulation (:mod:`hopgraph.engine.reformulation`): default rule, or a generator.
-5. Second stage: faiss top p = ``p`` with Q′.
-6. Fidelity rerank: the dual-path score again against the ORIGINAL Q, over the
+1. Candidate recall (SPEC §3 step 1), n = ``n_recall`` = 100: ``recall="bm25"`` (SPEC) or
+   ``"hybrid"`` (dense + BM25 reciprocal rank fusion, issue #6; the default).
+2. Dual-path score of every candidate (step 2): semantic ``cos(q, x_D)``; structural
+   Score_ent = mean Shapley value of the query's subgraphs (:mod:`hopgraph.engine.structural`,
+   op ``shapley_mc``, T = 50, λ = ``lam`` = 0.5), structsim = cosine of stored subgraph
+   embeddings. Adaptive fusion: a query linking fewer than ``min_query_entities`` (1)
+   entities uses the semantic path only; a candidate linking none gets a neutral structural
+   z-score (0). Scores are z-normalised within the candidate set and fused
+   ``α z_sem + β z_struct`` with ``[α, β]`` from the gate (``gate=False``: fixed 1/2, 1/2).
+   Option ``lexical`` (issue #6, default 0.5) adds ``lexical · z_bm25`` (the candidate's
+   BM25 score for Q); 0 = SPEC.
+3. Anchors (step 3): the top m = ``anchors`` = 3 fused candidates; ``mmr > 0`` picks them by
+   maximal marginal relevance (fused score minus ``mmr`` × max cosine to the anchors
+   already chosen); default ``mmr = 0`` (plain top m).
+4. Reformulation (step 4, :mod:`hopgraph.engine.reformulation`): the default rule (no
+   generator: the query vector moved toward the anchors, ``shift`` = 1), or a ``generator``
+   whose text Q′ is embedded.
+5. Second stage (step 5): top p = ``p`` = 20 of the shared dense index with Q′.
+6. Fidelity rerank (step 6): the dual-path score again against the ORIGINAL Q, over the
    stage-2 candidates (SPEC, ``union=0``) or those plus the ``union`` best fused stage-1
    candidates (default ``union=20``, issue #6); top k.
 
@@ -36,11 +41,11 @@ Query linking (``query_linking``): ``"capitalised"`` (default) or ``"ngram"``, s
 
 Defaults follow the SPEC (n = 100, m = 3, p = 20, T = 50, k = 5) plus the issue-#6 options,
 one set for every corpus: ``recall="hybrid"``, ``union=20``, ``lexical=0.5``,
-``query_linking="capitalised"`` (``mmr=0``: MMR anchors did not change Recall@5 on the shared
-sets). The ``published`` ablation restores the SPEC behaviour (BM25 recall, stage-2 pool only,
-no lexical term). Recall@5 measured with ``hopgraph eval`` (MiniLM, untrained gate, fit-time
-GNN): hotpotqa 0.865 (hybrid 0.815), musique 0.693 (dense 0.612); ablations in the
-``ablations`` dict (``hopgraph eval --pipelines dmar --ablations``).
+``query_linking="capitalised"``, ``mmr=0``. Published behaviour: ``DMARParams.published()``
+(= ``DMAR(published=True)``, a constructor shortcut; = ``DMAR.ablations["published"]``):
+BM25 recall, the stage-2 pool only in the rerank, no lexical term. Each option has an
+ablation (``hopgraph eval --pipelines dmar --ablations``); the measured Recall is in the
+README ("Defaults and the measurements behind them").
 """
 from __future__ import annotations
 

@@ -1,32 +1,56 @@
 """G3RAG: geometric gain graph retrieval, zero-token (SPEC §1).
 
-Index (``fit``): density of every passage (SPEC §1 step 1, op ``density``), hub penalty
-(step 2), the gain graph W (steps 3-5, op ``gain_knn``: top-``k`` in the similarity band
-for ``mode="knn"``; every pair with similarity in [0, 1] for ``mode="exact"``). T is W
-row-normalised (step 6), applied on the fly by op ``sparse_diffusion``. At scale (issue 5)
-``mode="auto"`` (default) builds W with ``"ann"`` — faiss IVF candidates rescored exactly
-by the same epilogue, :mod:`hopgraph.engine.ann_graph` — on the CPU from ``ANN_MIN_N`` =
-50,000 passages up (``"knn"`` below, and on CUDA); ``density="auto"`` (default) uses the
-sampled density estimate from ``SAMPLED_DENSITY_MIN_N`` = 50,000 passages up.
+Index (``fit``, SPEC §1 index steps 1-6): the density of every passage (step 1, op
+``density``) and the hub penalty ``pen_j = exp(−beta · nd_j)`` (step 2, ``beta`` = 1) are
+computed to weight the graph and then dropped (not stored); the gain graph W (steps 3-5, op
+``gain_knn``) is the only fitted array (CSR indptr/indices/data). T = W row-normalised
+(step 6) is applied on the fly by op ``sparse_diffusion``.
 
-Query (``search``), two scorings:
+``mode`` chooses how W is built and nothing else (the query is the same in every mode):
 
-* ``scoring="mask"`` — the published algorithm (SPEC §1 query steps 1-4): seeds = the
-  ``seed_k`` passages most similar to q (or, with ``seeds="hybrid"``, the top of the
-  dense+BM25 reciprocal-rank fusion), p uniform over the seeds, ``y = pᵀT``, seeds
-  masked, result = seeds, then the top diffused passages, filled with the next most
-  relevant. Scores are tiered so that they decrease down the list: seeds ``4 + cos``,
-  diffused ``2 + y``, fill ``cos`` (or the fused rank score with hybrid seeds).
-* ``scoring="fused"`` (issue #6) — the diffused score is combined with query relevance
-  instead of masking: relevance ``r = cos(q, ·) + lexical · bm25(q, ·)/max bm25`` (the
-  lexical term when the corpus was given to ``fit`` and the texts to ``search``) over the
-  ``n_candidates`` most relevant passages; seed vector ``p = softmax(r/τ)`` over them;
-  ``y = pᵀT``; final score ``r + γ · y / max y`` (γ in cosine units: a passage with the
-  most graph support gains γ). Only the candidates are ranked; ``expand=True`` lets
-  diffusion bring passages from outside them (scored by cosine + graph support).
+* ``"knn"``: per row the top-``k`` edges (k = 32) with similarity in [``sim_min``,
+  ``sim_max``] = [0.3, 0.9] (step 5, the blocked kernel; the N×N matrix never exists);
+* ``"exact"``: every pair with similarity in [0, 1] (k = N − 1, band ignored) — step 5's
+  dense reference graph, for small corpora and tests;
+* ``"ann"``: the ``"knn"`` graph from faiss IVF candidates rescored exactly by the same
+  epilogue (:mod:`hopgraph.engine.ann_graph`, issue 5);
+* ``"auto"`` (default): ``"ann"`` on the CPU from ``ANN_MIN_N`` = 50,000 passages up,
+  ``"knn"`` below it and on CUDA.
 
-``G3RAG(published=True)`` selects the published behaviour; every option can still be
-set on its own. Search is batched: one sparse product per chunk of queries.
+``density="auto"`` (default) uses the sampled density estimate SPEC §1 step 1 allows
+(``density_samples`` = 4,096 columns) from ``SAMPLED_DENSITY_MIN_N`` = 50,000 passages up,
+the exact density below.
+
+Query (``search``), two scorings (query-time parameter ``scoring``):
+
+* ``"mask"`` — the published query (SPEC §1 query steps 1-4): seeds = the ``seed_k`` (3)
+  passages most similar to q (``seeds="dense"``; ``seeds="hybrid"``: the top of the
+  dense+BM25 reciprocal-rank fusion instead), p uniform over the seeds, one diffusion step
+  ``y = pᵀT``, seeds masked, result = seeds, then the top diffused passages, filled with
+  the next most relevant. Scores are tiered so that they decrease down the list: seeds
+  ``4 + cos``, diffused ``2 + y``, fill ``cos`` (or the fused rank score with hybrid seeds).
+* ``"fused"`` (default, issue #6) — the diffused score is combined with query relevance
+  instead of masking: relevance ``r = cos(q, ·) + lexical · bm25(q, ·)/max bm25``
+  (``lexical`` = 0.15; the lexical term when the corpus was given to ``fit`` and the texts
+  to ``search``) over the ``n_candidates`` (20) most relevant passages; seed vector
+  ``p = softmax(r/τ)`` over them (``tau`` = 0.05); ``y = pᵀT``; final score
+  ``r + γ · y / max y`` (``gamma`` = 0.02, in cosine units: a passage with the most graph
+  support gains γ). Only the candidates are ranked; ``expand=True`` lets diffusion bring
+  passages from outside them (scored by cosine + graph support).
+
+Published algorithm: ``G3RAGParams.published()`` = ``scoring="mask"``, ``seeds="dense"``,
+``seed_k=3`` (SPEC §1 query steps 1-4: dense seeds, one diffusion step, seeds masked); it
+changes only query-time parameters, so it reuses a fitted graph. ``G3RAG(published=True)``
+is a constructor shortcut for ``G3RAG(G3RAGParams.published())``, not a parameter (it is not
+stored; overrides given with it apply on top). ``mode="exact"`` does NOT select the
+published query: it only changes how W is built. The paper's full algorithm on a small
+corpus is ``G3RAG(published=True, mode="exact")`` (the ``published_exact`` ablation).
+
+``ablations`` (``hopgraph eval --ablations``): ``published``, ``published_exact``,
+``published_hybrid_seeds``, ``no_graph`` (γ = 0), ``no_lexical``, ``expand``; their measured
+Recall is in the README ("Defaults and the measurements behind them"). Search is batched:
+one sparse product per chunk of at most ``QUERY_CHUNK`` queries (fewer at large N, so a
+dense ``[chunk, N]`` array holds at most ``DENSE_SCORE_BUDGET`` entries).
 """
 from __future__ import annotations
 

@@ -1,66 +1,63 @@
 """STITCH-RAG (SPEC §2): topic hypergraph, spatial/temporal influence, localised PPR.
 
-Index (``fit``): the zero-token extractor (:mod:`hopgraph.engine.extraction`, or an
-``extractions=`` JSON-lines file), the embeddings of every distinct topic and
-description text, and the hypergraph arrays with the φ-induced chunk graph
-(:mod:`hopgraph.engine.hypergraph`). A BM25 index is kept for hybrid relevance.
+Index (``fit``, SPEC §2 "Index"): the shared zero-token extraction
+(:mod:`hopgraph.engine.extraction`, one per index and option pair, shared with
+``ppr_binary`` and ``dmar``; or an ``extractions=`` JSON-lines file), the embeddings of
+every distinct topic and description text, and the hypergraph arrays with the φ-induced
+chunk graph (:mod:`hopgraph.engine.hypergraph`). BM25 (hybrid relevance) is the shared
+component.
 
 Query (``search``), batched; every step is array code and the three heavy steps are
 kernels dispatched through :func:`hopgraph.kernels.call`:
 
-1. Activation ``A(v) = sim(q, ψ(v))`` if ``≥ δ_q`` else 0; ``S(e) = max(0, sim(q, text(e)))``.
-   **δ for a small embedder** (``delta_mode``): the paper's absolute δ = 0.5 is for a
-   much stronger embedder. Measured with all-MiniLM-L6-v2 on the shared sets (100
-   questions each): a question's best description similarity has median 0.70 / p10
-   0.57 (hotpotqa) and median 0.60 / p10 0.50 (musique); δ = 0.5 leaves 2 % / 12 % of
-   the questions with no activated state at all, δ = 0.4 activates a median of 58 /
-   48 states and δ = 0.3 floods 230 / 273. The scale depends on the embedder and
-   the corpus, so hopgraph uses a **relative** threshold by default,
-   ``δ_q = delta · max_v sim(q, ψ(v))`` with ``delta = 0.8``: a median of 9 / 18
-   activated states, at least 4 for nine questions in ten, on both sets. Recall@5
-   is about the same as with δ = 0.5 where δ = 0.5 activates anything (0.880 vs
-   0.875 hotpotqa, 0.685 vs 0.694 musique, current defaults otherwise); the gain
-   is that no question is left without a prior whatever the embedder's scale.
-   ``delta_mode="absolute"`` gives the paper's rule.
-2. Spatial channel: ``hyperedge_max_propagate`` (a_space).
-3. Temporal channel: ``group_decay_propagate`` with ``w(v) = S(e_v) · max(0, sim(q, c_v))``
-   (a_time).
-4. ``a(v)`` = mean of A and the enabled channels.
-5. Chunk prior ``I(c) = Σ_{v∈c} a(v) ln(1 + N_v)``, ``p = I / ΣI`` (uniform if ΣI = 0).
-   **Prior mixing** (``prior_mix`` = μ = 0.5, issue 6): ``p ← (1 − μ) p + μ r`` where
-   ``r`` is the relevance distribution on the ``seed_k`` most relevant chunks
+1. Activation ``A(v) = sim(q, ψ(v))`` if ``≥ δ_q`` else 0; ``S(e) = max(0, sim(q, text(e)))``
+   (SPEC §2 query step 1). **δ** (``delta_mode``): the paper's absolute δ = 0.5 is
+   calibrated for a much stronger embedder; the scale of a question's description
+   similarities depends on the embedder and the corpus, so with a small embedder an
+   absolute δ leaves some questions with no activated state and floods others. hopgraph
+   therefore uses a **relative** threshold by default, ``δ_q = delta · max_v sim(q, ψ(v))``
+   with ``delta = 0.8``: every question activates its best-matching states, whatever the
+   embedder's scale. ``delta_mode="absolute"`` gives the paper's rule.
+2. Spatial channel (step 2): ``hyperedge_max_propagate`` (a_space).
+3. Temporal channel (step 3): ``group_decay_propagate`` with
+   ``w(v) = S(e_v) · max(0, sim(q, c_v))`` (a_time).
+4. ``a(v)`` = mean of A and the enabled channels (step 4; ``spatial`` / ``temporal``).
+5. Chunk prior ``I(c) = Σ_{v∈c} a(v) ln(1 + N_v)``, ``p = I / ΣI`` (uniform if ΣI = 0)
+   (step 5). **Prior mixing** (``prior_mix`` = μ = 0.5, issue 6): ``p ← (1 − μ) p + μ r``
+   where ``r`` is the relevance distribution on the ``seed_k`` most relevant chunks
    (``relevance``: cosine ``"dense"`` or ``"hybrid"`` = dense+BM25 reciprocal-rank
-   fusion, the default), so the walk always starts from the passages the question
-   is about and PPR adds the passages linked to them by shared names (the second
-   hop). ``seed_k`` plays the role of SPEC's k (not called ``k`` because
-   ``Index.search(k=...)`` is the result count); its default is 2, not 8: with
-   the other defaults, Recall@5 is 0.685 / 0.880 (musique / hotpotqa) at 2, 0.679 /
-   0.890 at 3, 0.661 / 0.865 at 4 and 0.592 / 0.850 at 16 — one value for both sets.
-6. ``batched_ppr`` on the chunk graph with damping ``d``; ``localise=True`` restricts
-   each query's walk to its activated region: the support of p and its
-   ``region_hops``-hop neighbourhood (mass leaving it is dropped).
-7. Ranking: ``score = (1 − λ) π/max π + λ rel/max rel`` with ``λ = balance`` = 0.3
-   (SPEC: "a balance λ = 0.3 with dense similarity is allowed") and rel the
-   ``relevance`` score (cosine clipped at 0, or the hybrid RRF score);
-   ``fusion="rrf"`` fuses the two rankings by reciprocal rank instead.
+   fusion, the default), so the walk always starts from the passages the question is
+   about and PPR adds the passages linked to them by shared names (the second hop).
+   ``seed_k`` plays the role of SPEC's k (not called ``k`` because
+   ``Index.search(k=...)`` is the result count); its default is 2, not SPEC's 8 — one
+   value for every corpus.
+6. ``batched_ppr`` (step 6) on the chunk graph with damping ``d`` = 0.85, to tolerance
+   ``tol``; ``localise=True`` restricts each query's walk to its activated region: the
+   support of p and its ``region_hops``-hop neighbourhood (mass leaving it is dropped).
+7. Ranking (step 7): ``score = (1 − λ) π/max π + λ rel/max rel`` with ``λ = balance`` = 0.3
+   (SPEC: "a balance λ = 0.3 with dense similarity is allowed") and rel the ``relevance``
+   score (cosine clipped at 0, or the hybrid RRF score); ``fusion="rrf"`` fuses the two
+   rankings by reciprocal rank instead.
 
-Speed: on the CPU, ``search`` runs torch with ``threads`` intra-op threads (default 1).
-The arrays of one batch are small (10⁵–10⁶ elements) and OpenMP threads spinning on
-a busy 2-core machine made musique's 100 questions take 9.3 s instead of 1.0 s
-with one thread (the sparse product is single-threaded scipy anyway).
+Threads: on the CPU, ``search`` runs torch with ``threads`` intra-op threads (default 1):
+the arrays of one batch are small and OpenMP threads spinning on a busy machine cost more
+than they save (the sparse product is single-threaded scipy anyway).
 
-Index options (they need a refit): ``title_entities`` (passage titles as entities,
-issue 6; Recall@5 without them 0.648 / 0.865 instead of 0.685 / 0.880 on musique /
-hotpotqa) and ``numbers`` (0.682 / 0.875 without).
+Index options (fit-time: they need a refit): ``title_entities`` (passage titles as
+entities, issue 6, default on), ``numbers`` (3+-digit numbers as entities, default on),
+``max_group_chunks`` (64: larger name groups do not link chunks), ``extractions``.
 
-Published behaviour: ``STITCH(**STITCH.ablations["published"])`` (absolute δ = 0.5, no
-prior mixing, dense relevance, pure PPR ranking except λ). Ablations switch the
-spatial, temporal and PPR steps off (``ppr=False`` ranks by the prior p).
+Published behaviour: ``STITCHParams.published()`` (= ``STITCH(published=True)``, a
+constructor shortcut; = ``STITCH.ablations["published"]``): absolute δ = 0.5, ``seed_k`` = 8,
+no prior mixing, dense relevance; the ranking keeps λ = 0.3. Ablations (``hopgraph eval
+--ablations``) switch each option above off, and the spatial, temporal and PPR steps
+(``ppr=False`` ranks by the prior p); the Recall measured for the defaults and each
+ablation is in the README ("Defaults and the measurements behind them").
 
-:class:`PPRBinary` (``"ppr_binary"``) is the HippoRAG/LinearRAG baseline on the same
-graph: p = 1 on chunks holding a state whose canonical name occurs in the question
-(word n-gram match of φ(question) against the name vocabulary), else 0; questions
-that match no name fall back to the ``seed_k`` most relevant chunks. Steps 6–7 are shared.
+:class:`PPRBinary` (``"ppr_binary"``) is SPEC §2's binary-seed baseline (HippoRAG/LinearRAG)
+on the same graph: p = 1 on chunks holding a state whose canonical name occurs in the
+question (word n-gram match of φ(question) against the name vocabulary), else 0; questions
+that match no name fall back to the ``seed_k`` (8) most relevant chunks. Steps 6–7 are shared.
 """
 from __future__ import annotations
 
