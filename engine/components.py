@@ -119,8 +119,6 @@ class Components:
                 ex = Extraction.from_arrays(arrays, len(X))
                 self._extractions[(bool(item["title_entities"]), bool(item["numbers"]))] = ex
         except (KeyError, TypeError, OSError, ValueError) as e:
-            if isinstance(e, IndexFormatError):
-                raise
             raise IndexFormatError(f"index components in {directory} are unreadable: {e}") from None
         return self
 

@@ -1,8 +1,10 @@
-"""Passage corpora: loading, validation and checksums.
+"""Passage corpora and the corpus store: loading, validation, checksums, persistence.
 
-A corpus is three aligned lists (ids, titles, texts). Row ``i`` of every embedding
-matrix and graph in an index is passage ``i`` of its corpus (SPEC notation: chunk c
-with preprocessing index t(c) = i).
+A corpus is four aligned lists (ids, titles, texts, metadata). Row ``i`` of every embedding
+matrix and graph in an index is passage ``i`` of its corpus (SPEC notation: chunk c with
+preprocessing index t(c) = i). Loaded from JSON lines it lives in memory; saved in an index
+(:meth:`Corpus.save`) each list is packed UTF-8 bytes plus offsets, memory-mapped on load
+(:class:`PackedStrings`), so an index over millions of passages opens without reading them.
 """
 from __future__ import annotations
 

@@ -7,11 +7,9 @@ of the φ-induced chunk graph, bounded by ``max_group_chunks`` per state):
 * ``node_chunk[V]``, ``node_group[V]`` (name-equivalence group = canonical name id),
   ``group_size[G]`` and the group → node CSR ``group_indptr``/``group_nodes``;
 * hyperedge ↔ node incidence as CSR both ways: ``edge_indptr``/``edge_nodes`` (edge →
-  nodes, the incidence order) and ``node_indptr``/``node_edges`` with
-  ``node_incidence`` (the position of each node-side entry in ``edge_nodes``);
-* ``chunk_node_indptr`` (nodes are sorted by chunk: chunk c holds nodes
-  ``chunk_node_indptr[c]:chunk_node_indptr[c+1]``), ``edge_chunk[E]``, the chunk index
-  ``chunk_t[N]`` = t(c) = corpus order;
+  nodes, the incidence order) and ``node_indptr``/``node_incidence`` (node → the positions
+  of its entries in ``edge_nodes``); the chunk index t(c) is the corpus order c itself, so
+  a state's t is its ``node_chunk``;
 * the φ-induced chunk graph as a column-stochastic CSR ``P`` (``graph_*``): chunks c ≠ c'
   are linked when they hold states of the same group g with
   ``2 ≤ |g| ≤ max_group_chunks`` (default 64); the link weight is ``Σ_g 1 / (|g| − 1)`` (a walk
@@ -86,15 +84,11 @@ class TopicHypergraph:
     group_size: np.ndarray
     group_indptr: np.ndarray
     group_nodes: np.ndarray
-    edge_chunk: np.ndarray
     edge_text: np.ndarray
     edge_indptr: np.ndarray
     edge_nodes: np.ndarray
     node_indptr: np.ndarray
-    node_edges: np.ndarray
     node_incidence: np.ndarray
-    chunk_node_indptr: np.ndarray
-    chunk_t: np.ndarray
     graph_indptr: np.ndarray
     graph_indices: np.ndarray
     graph_data: np.ndarray
@@ -108,7 +102,7 @@ class TopicHypergraph:
 
     @property
     def n_edges(self) -> int:
-        return len(self.edge_chunk)
+        return len(self.edge_text)
 
     @property
     def n_groups(self) -> int:
@@ -173,8 +167,6 @@ def build_hypergraph(ex: Extraction, text_emb: np.ndarray, max_group_chunks: int
     # nodes sorted by chunk (Extraction guarantees it: states are keyed chunk-major)
     if V and (np.diff(ex.node_chunk) < 0).any():
         raise InputError("extraction nodes must be sorted by chunk")
-    chunk_node_indptr = np.zeros(N + 1, np.int64)
-    np.cumsum(np.bincount(ex.node_chunk, minlength=N), out=chunk_node_indptr[1:])
     # groups: only names that have a state
     used, node_group = np.unique(ex.node_name, return_inverse=True)
     node_group = node_group.astype(np.int64)
@@ -186,7 +178,6 @@ def build_hypergraph(ex: Extraction, text_emb: np.ndarray, max_group_chunks: int
     edge_indptr = np.zeros(T + 1, np.int64)
     np.cumsum(np.bincount(ex.mention_topic, minlength=T), out=edge_indptr[1:])
     node_indptr, node_incidence = csr_from_keys(ex.mention_node.astype(np.int64), V)
-    node_edges = ex.mention_topic[node_incidence]
     # φ-induced chunk graph: pairs of chunks sharing a (small enough) group
     a, b, gsize = group_pairs(group_indptr, ex.node_chunk[group_nodes].astype(np.int64), max_group_chunks)
     P = column_stochastic(sp.csr_matrix((1.0 / (gsize - 1.0), (b, a)), shape=(N, N), dtype=np.float64))
@@ -199,15 +190,11 @@ def build_hypergraph(ex: Extraction, text_emb: np.ndarray, max_group_chunks: int
         group_size=group_size,
         group_indptr=group_indptr,
         group_nodes=group_nodes.astype(np.int32),
-        edge_chunk=ex.topic_chunk.astype(np.int32),
         edge_text=ex.topic_text.astype(np.int32),
         edge_indptr=edge_indptr,
         edge_nodes=ex.mention_node.astype(np.int32),
         node_indptr=node_indptr,
-        node_edges=node_edges.astype(np.int32),
         node_incidence=node_incidence.astype(np.int32),
-        chunk_node_indptr=chunk_node_indptr,
-        chunk_t=np.arange(N, dtype=np.int64),
         graph_indptr=P.indptr.astype(np.int64),
         graph_indices=P.indices.astype(np.int32),
         graph_data=P.data.astype(np.float32),

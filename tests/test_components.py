@@ -108,3 +108,19 @@ def test_query_batch_computes_each_quantity_once(demo_corpus, hashing_embedder, 
     assert batch.cosine() is batch.cosine()
     lex = batch.bm25_of(np.array([[0, -1], [1, 2]]))
     assert lex[0, 1] == 0 and lex.dtype == np.float32
+
+
+def test_every_pipeline_reports_its_stage_breakdown(seven):
+    import time
+
+    q = ["Who designed the bridge in Peter Harlow's home city?", "comet Venn-Harlow"]
+    Q = seven.embed_queries(q)
+    for name in ALL:
+        pipe = seven.pipeline(name)
+        t0 = time.perf_counter()
+        pipe.search(Q, 3, q)
+        wall = time.perf_counter() - t0
+        assert pipe.timings and all(v >= 0 for v in pipe.timings.values()), name
+        assert sum(pipe.timings.values()) <= wall + 1e-3, name
+    assert {"recall", "shapley", "rerank"} <= set(seven.pipeline("dmar").timings)
+    assert {"relevance", "prior", "ppr"} <= set(seven.pipeline("stitch").timings)

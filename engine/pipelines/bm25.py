@@ -27,4 +27,8 @@ class BM25(Pipeline):
                query_texts: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
         self._check_queries(Q, top_k, query_texts)
         bm25 = self.components.bm25(self.params, who=self.name)
-        return bm25.topk(bm25.tokenize(query_texts), top_k)
+        timer = self._timer()
+        with timer("tokenize"):
+            tokens = bm25.tokenize(query_texts)
+        with timer("bm25"):
+            return bm25.topk(tokens, top_k)

@@ -31,4 +31,5 @@ class Dense(Pipeline):
     def search(self, Q: np.ndarray, top_k: int = 5,
                query_texts: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
         Q = self._check_queries(Q, top_k, query_texts)
-        return self.components.dense.topk(Q, top_k)
+        with self._timer()("dense"):
+            return self.components.dense.topk(Q, top_k)

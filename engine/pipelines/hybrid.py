@@ -13,13 +13,14 @@ import numpy as np
 from ..components import QueryBatch
 from ..params import PipelineParams, integer
 from ..ranking import reciprocal_rank_fusion, topk_rows
+from ..timing import StageTimer
 from .base import Pipeline
 
 RRF_K = 60
 
 
-def hybrid_ranking(batch: QueryBatch, top_k: int, depth: int = 100, rrf_k: int = RRF_K
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def hybrid_ranking(batch: QueryBatch, top_k: int, depth: int = 100, rrf_k: int = RRF_K,
+                   timer: StageTimer | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Top-``top_k`` rows by reciprocal rank fusion of the dense and BM25 top-``depth`` lists.
 
     Scores are the RRF sums ``Σ 1/(rrf_k + rank)``; ties break toward the lower row
@@ -27,11 +28,15 @@ def hybrid_ranking(batch: QueryBatch, top_k: int, depth: int = 100, rrf_k: int =
     """
     n = len(batch.components.X)
     depth = max(depth, top_k)
-    d_ids, _ = batch.dense_topk(depth)
-    b_ids, _ = batch.bm25_topk(depth)
-    fused = reciprocal_rank_fusion([d_ids, b_ids], n, k=rrf_k)
-    fused[fused == 0] = -np.inf
-    return topk_rows(fused, top_k)
+    timer = timer or StageTimer()
+    with timer("dense"):
+        d_ids, _ = batch.dense_topk(depth)
+    with timer("bm25"):
+        b_ids, _ = batch.bm25_topk(depth)
+    with timer("fusion"):
+        fused = reciprocal_rank_fusion([d_ids, b_ids], n, k=rrf_k)
+        fused[fused == 0] = -np.inf
+        return topk_rows(fused, top_k)
 
 
 @dataclass(frozen=True)
@@ -58,4 +63,4 @@ class Hybrid(Pipeline):
     def search(self, Q: np.ndarray, top_k: int = 5,
                query_texts: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
         Q = self._check_queries(Q, top_k, query_texts)
-        return hybrid_ranking(self.components.batch(Q, query_texts), top_k, self.depth, self.rrf_k)
+        return hybrid_ranking(self.components.batch(Q, query_texts), top_k, self.depth, self.rrf_k, self._timer())

@@ -309,7 +309,7 @@ class STITCH(Pipeline):
                 "node_indptr": as_t(H.node_indptr), "node_incidence": as_t(H.node_incidence, torch.int32),
                 "inc_node": as_t(H.edge_nodes), "inc_edge": as_t(inc_edge),
                 "node_chunk": as_t(H.node_chunk), "node_group": as_t(H.node_group),
-                "node_t": as_t(np.asarray(H.chunk_t)[np.asarray(H.node_chunk)]),
+                "node_t": as_t(H.node_chunk),  # t(c) = corpus order (SPEC §2 "Index")
                 "group_indptr": as_t(H.group_indptr), "group_nodes": as_t(H.group_nodes, torch.int32),
                 "alpha": as_t(H.group_alpha(), torch.float32),
                 "log_group": as_t(np.log1p(np.asarray(H.group_size)[np.asarray(H.node_group)]), torch.float32),
