@@ -202,11 +202,16 @@ class Index:
         """Query embeddings ``[B, d]``; ``batch_size`` texts per embedder forward pass."""
         return self.embedder.encode(list(questions), batch_size=batch_size, progress=False)
 
-    def search_arrays(self, questions: str | Sequence[str] | np.ndarray, pipeline: str = "g3rag", k: int = 5,
-                      query_embeddings: np.ndarray | None = None, **overrides: Any
+    def search_arrays(self, questions: str | Sequence[str | np.ndarray] | np.ndarray, pipeline: str = "g3rag",
+                      k: int = 5, query_embeddings: np.ndarray | None = None, *,
+                      embed: Callable[[list[str]], np.ndarray] | None = None, **overrides: Any
                       ) -> tuple[np.ndarray, np.ndarray]:
-        """Like :meth:`search` but returns the raw ``(rows int64 [B,k], scores float32 [B,k])``."""
-        texts, Q = self._queries(questions, query_embeddings)
+        """Like :meth:`search` but returns the raw ``(rows int64 [B,k], scores float32 [B,k])``.
+
+        ``questions`` may also mix question strings and 1-D embedding rows (the pipeline then
+        gets no texts); ``embed`` (default :meth:`embed_queries`) embeds the strings, in one call.
+        """
+        texts, Q = self._queries(questions, query_embeddings, embed)
         pipe = self.pipeline(pipeline, **overrides)
         return pipe.search(Q, top_k=k, query_texts=texts)
 
@@ -228,23 +233,44 @@ class Index:
             for row_ids, row_scores in zip(ids, scores)
         ]
 
-    def _queries(self, questions, query_embeddings) -> tuple[list[str] | None, np.ndarray]:
+    def _queries(self, questions, query_embeddings, embed: Callable[[list[str]], np.ndarray] | None = None
+                 ) -> tuple[list[str] | None, np.ndarray]:
+        """(texts or None, validated Q [B, d]) of a batch of questions (see :meth:`search_arrays`)."""
+        dim = self.X.shape[1]
         if isinstance(questions, str):
             questions = [questions]
         if isinstance(questions, np.ndarray) and questions.dtype.kind == "f":
             return None, validate_embeddings(questions if questions.ndim == 2 else questions[None, :],
-                                             "query embeddings", dim=self.X.shape[1])
-        texts = list(questions)
-        for i, t in enumerate(texts):
-            if not isinstance(t, str) or not t.strip():
-                raise InputError(f"question {i} must be a non-empty string, got {t!r}")
+                                             "query embeddings", dim=dim)
+        items = list(questions)
+        text_rows = []
+        for i, t in enumerate(items):
+            if isinstance(t, str):
+                if not t.strip():
+                    raise InputError(f"question {i} must be a non-empty string, got {t!r}")
+                text_rows.append(i)
+            elif not (isinstance(t, np.ndarray) and t.ndim == 1 and t.dtype.kind == "f"):
+                raise InputError(f"question {i} must be a non-empty string or a 1-D float embedding, "
+                                 f"got {type(t).__name__}")
+        texts = [items[i] for i in text_rows]
         if query_embeddings is not None:
-            Q = validate_embeddings(np.asarray(query_embeddings), "query embeddings", dim=self.X.shape[1])
+            if len(texts) != len(items):
+                raise InputError("query_embeddings are given for question texts only, not embedding rows")
+            Q = validate_embeddings(np.asarray(query_embeddings), "query embeddings", dim=dim)
             if len(Q) != len(texts):
                 raise InputError(f"{len(Q)} query embeddings for {len(texts)} questions")
-        else:
-            Q = self.embed_queries(texts) if texts else np.zeros((0, self.X.shape[1]), np.float32)
-        return texts, Q
+            return texts, Q
+        embedded = (embed or self.embed_queries)(texts) if texts else np.zeros((0, dim), np.float32)
+        if len(texts) == len(items):
+            return texts, validate_embeddings(np.asarray(embedded), "query embeddings", dim=dim)
+        Q = np.empty((len(items), dim), np.float32)
+        Q[text_rows] = embedded
+        for i, row in enumerate(items):
+            if not isinstance(row, str):
+                if len(row) != dim:
+                    raise InputError(f"question {i}: embedding has dimension {len(row)}, the index has {dim}")
+                Q[i] = row
+        return None, validate_embeddings(Q, "query embeddings", dim=dim)
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> Path:

@@ -64,30 +64,22 @@ def run_search(index: Index, pipeline: str, k: int, queries: Sequence[str | np.n
     """Search a mixed list of question texts and embedding rows with :meth:`Index.search_arrays`;
     returns (hits, embed_s, search_s).
 
-    ``embed`` (default ``index.embed_queries``) embeds the texts, in one call. All texts: the
-    texts and their embeddings go to ``search_arrays`` (the pipeline sees ``query_texts``);
-    otherwise the rows, texts embedded in place, go as one ``[B, d]`` query matrix. The
-    façade validates the queries and calls the pipeline (the variant with ``overrides``), as
-    for ``Index.search``.
+    ``embed`` (default ``index.embed_queries``) embeds the texts, in one call. The façade
+    validates the queries, embeds the texts and calls the pipeline (the variant with
+    ``overrides``), as for ``Index.search``; all texts: the pipeline sees ``query_texts``.
     """
+    embed_s = 0.0
+
+    def timed_embed(texts: list[str]) -> np.ndarray:
+        nonlocal embed_s
+        t = time.perf_counter()
+        out = (embed or index.embed_queries)(texts)
+        embed_s += time.perf_counter() - t
+        return out
+
     t0 = time.perf_counter()
-    text_rows = [i for i, q in enumerate(queries) if isinstance(q, str)]
-    texts = [queries[i] for i in text_rows]
-    embedded = (embed or index.embed_queries)(texts) if texts else None
-    if len(texts) == len(queries):
-        t1 = time.perf_counter()
-        ids, scores = index.search_arrays(texts, pipeline, k, query_embeddings=embedded, **overrides)
-    else:
-        Q = np.empty((len(queries), index.X.shape[1]), dtype=np.float32)
-        if texts:
-            Q[text_rows] = embedded
-        for i, q in enumerate(queries):
-            if not isinstance(q, str):
-                Q[i] = q
-        t1 = time.perf_counter()
-        ids, scores = index.search_arrays(Q, pipeline, k, **overrides)
-    t2 = time.perf_counter()
-    return index.hits(ids, scores), t1 - t0, t2 - t1
+    ids, scores = index.search_arrays(list(queries), pipeline, k, embed=timed_embed, **overrides)
+    return index.hits(ids, scores), embed_s, time.perf_counter() - t0 - embed_s
 
 
 class MicroBatcher:
