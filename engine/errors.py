@@ -4,9 +4,9 @@
 kernels raise them and import nothing above themselves); they are re-exported here, so
 ``hopgraph.engine.errors.InputError`` is the same class.
 """
-from ..kernels.errors import HopgraphError, InputError
+from ..kernels.errors import DeviceUnavailable, HopgraphError, InputError
 
-__all__ = ["HopgraphError", "InputError", "IndexFormatError"]
+__all__ = ["DeviceUnavailable", "HopgraphError", "InputError", "IndexFormatError"]
 
 
 class IndexFormatError(HopgraphError):

@@ -23,13 +23,15 @@ float32 or float64).
 """
 from __future__ import annotations
 
-from typing import Callable
+import math
+from typing import Callable, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 
-from .csr import CSR
+from .checks import check_positive_int, check_values
+from .csr import CSR, validate_csr
 from .errors import InputError
 from .dispatch import register
 from .tensors import as_tensor
@@ -38,60 +40,102 @@ from .threads import torch_threads
 Step = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "torch.Tensor | None"], None]
 
 
+OP = "batched_ppr"
+#: a non-dangling column of P may sum to 1 within this (float32 rounding over a long column)
+STOCHASTIC_TOL = 1e-3
+
+
+class Prepared(NamedTuple):
+    """The validated inputs of both paths (see :func:`prepare`)."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+    n: int
+    priors: torch.Tensor
+    region: torch.Tensor | None
+    dangling: np.ndarray
+
+
 def as_csr_arrays(P) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """(indptr, indices, data, n) of a square CSR given as the kernels' :class:`~.csr.CSR`, a scipy
-    matrix or an ``(indptr, indices, data)`` triple."""
+    matrix or an ``(indptr, indices, data)`` triple; validated (offsets start at 0, never
+    decrease and end at nnz; column ids in ``[0, n)``; weights finite and non-negative)."""
     if isinstance(P, CSR):
         if P.n_rows != P.n_cols:
-            raise InputError(f"P must be square, got shape ({P.n_rows}, {P.n_cols})")
-        return P.indptr, P.indices, P.data, P.n_rows
-    if sp.issparse(P):
+            raise InputError(f"{OP}: P must be square, got shape ({P.n_rows}, {P.n_cols})")
+        indptr, indices, data = P.indptr, P.indices, P.data
+    elif sp.issparse(P):
         P = sp.csr_matrix(P)
         if P.shape[0] != P.shape[1]:
-            raise InputError(f"P must be square, got shape {P.shape}")
-        return P.indptr, P.indices, P.data, P.shape[0]
-    if not (isinstance(P, (tuple, list)) and len(P) == 3):
-        raise InputError("P must be a scipy sparse matrix or an (indptr, indices, data) triple")
-    indptr, indices, data = (np.asarray(a.cpu() if isinstance(a, torch.Tensor) else a) for a in P)
+            raise InputError(f"{OP}: P must be square, got shape {P.shape}")
+        indptr, indices, data = P.indptr, P.indices, P.data
+    elif isinstance(P, (tuple, list)) and len(P) == 3:
+        indptr, indices, data = (np.asarray(a.cpu() if isinstance(a, torch.Tensor) else a) for a in P)
+    else:
+        raise InputError(f"{OP}: P must be a CSR, a scipy sparse matrix or an (indptr, indices, data) triple")
+    if np.ndim(indptr) != 1 or len(indptr) < 1:
+        raise InputError(f"{OP}: P: indptr must be 1-D of length N + 1, got shape {np.shape(indptr)}")
     n = len(indptr) - 1
-    if n < 0 or len(indices) != len(data) or (len(indptr) and indptr[-1] != len(indices)):
-        raise InputError("P: inconsistent CSR arrays (indptr[-1] must equal len(indices) == len(data))")
-    if len(indices) and (indices.min() < 0 or indices.max() >= n):
-        raise InputError(f"P: column indices must lie in [0, {n})")
+    indptr, indices, data = validate_csr(indptr, indices, data, n, f"{OP}: P")
     return indptr, indices, data, n
 
 
-def dangling_columns(indices: np.ndarray, data: np.ndarray, n: int) -> np.ndarray:
-    """Bool [n]: columns of P whose entries sum to 0 (chunks with no out-link)."""
-    out = np.bincount(indices, weights=np.abs(data), minlength=n)
-    return out == 0
+def column_sums(indices: np.ndarray, data: np.ndarray, n: int) -> np.ndarray:
+    """float64 [n]: the sum of each column of P (its out-mass)."""
+    return np.bincount(indices, weights=data, minlength=n)
 
 
-def prepare(P, priors, d: float, region=None):
-    """Validated inputs of both paths: ``(indptr, indices, data, n, priors, region)`` with
-    priors as a float32/float64 tensor [B, N] and region as a bool tensor or None."""
+def check_stochastic(sums: np.ndarray) -> np.ndarray:
+    """Every column of P must sum to 1 (within :data:`STOCHASTIC_TOL`) or to 0 (a dangling
+    chunk); returns the dangling mask (bool [n])."""
+    dangling = sums == 0
+    bad = ~dangling & (np.abs(sums - 1.0) > STOCHASTIC_TOL)
+    if bad.any():
+        j = int(np.argmax(bad))
+        raise InputError(f"{OP}: P must be column-stochastic (each column sums to 1, or 0 for a dangling "
+                         f"chunk); column {j} sums to {sums[j]:.6g} ({int(bad.sum())} such columns)")
+    return dangling
+
+
+def prepare(P, priors, d: float, tol: float, max_iter: int, region=None) -> Prepared:
+    """Validated inputs of both paths, checked once here so the Triton kernel never launches on
+    bad input: P (see :func:`as_csr_arrays`, column-stochastic), ``d`` in (0, 1), ``tol > 0``
+    finite, ``max_iter >= 1``, priors a finite non-negative float32/float64 tensor [B, N],
+    region a bool tensor of the priors' shape or None. :class:`InputError` names the argument."""
     indptr, indices, data, n = as_csr_arrays(P)
-    if not 0.0 < d < 1.0:
-        raise InputError(f"damping d must lie in (0, 1), got {d}")
+    dangling = check_stochastic(column_sums(indices, data, n))
+    if not _real_in(d, 0.0, 1.0):
+        raise InputError(f"{OP}: damping d must lie in (0, 1), got {d!r}")
+    if not _real_in(tol, 0.0, math.inf):
+        raise InputError(f"{OP}: tol must be a finite number > 0, got {tol!r}")
+    check_positive_int(max_iter, "max_iter", OP)
     p, r = check_priors(priors, n, region)
     if p.dtype not in (torch.float32, torch.float64):
         p = p.to(torch.float32)
-    return indptr, indices, data, n, p, r
+    return Prepared(indptr, indices, data, n, p, r, dangling)
+
+
+def _real_in(x: object, lo: float, hi: float) -> bool:
+    """``x`` is a real number (not a bool) with ``lo < x < hi``."""
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) and lo < float(x) < hi
 
 
 def check_priors(priors, n: int, region=None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    p = as_tensor(priors, name="priors")
+    """Priors as a floating tensor [B, n] (finite, non-negative) and region as bool or None."""
+    p = as_tensor(priors, name=f"{OP}: priors")
     if p.ndim != 2 or p.shape[1] != n:
-        raise InputError(f"priors must be [B, N={n}], got shape {tuple(p.shape)}")
+        raise InputError(f"{OP}: priors must be [B, N={n}], got shape {tuple(p.shape)}")
     if not p.dtype.is_floating_point:
         p = p.to(torch.float32)
-    if p.numel() and (not torch.isfinite(p).all() or (p < 0).any()):
-        raise InputError("priors must be finite and non-negative")
+    check_values(p, "priors", OP)
     r = None
     if region is not None:
-        r = as_tensor(region, name="region")
+        r = as_tensor(region, name=f"{OP}: region")
         if tuple(r.shape) != tuple(p.shape):
-            raise InputError(f"region must have the priors' shape {tuple(p.shape)}, got {tuple(r.shape)}")
+            raise InputError(f"{OP}: region must have the priors' shape {tuple(p.shape)}, got {tuple(r.shape)}")
+        if r.dtype.is_floating_point or r.dtype.is_complex:
+            raise InputError(f"{OP}: region must be a bool (or 0/1 integer) mask, got dtype {r.dtype}")
         r = r.to(torch.bool)
     return p, r
 
@@ -105,8 +149,6 @@ def power_iterate(step: Step, x0: torch.Tensor, c: torch.Tensor, mask: torch.Ten
     preallocated ``y``. A column stops when its L1 change is ≤ ``tol`` (or at
     ``max_iter``) and is removed from the block (buffers are reused, not reallocated
     per iteration: fresh 10⁷-element allocations cost more than the product here)."""
-    if tol <= 0 or max_iter < 1:
-        raise InputError(f"need tol > 0 and max_iter >= 1, got tol={tol}, max_iter={max_iter}")
     N, B = c.shape
     out = torch.zeros_like(c)
     iters = torch.full((B,), max_iter, dtype=torch.int64)
@@ -164,7 +206,7 @@ def batched_ppr(P, priors, d: float = 0.85, tol: float = 1e-6, max_iter: int = 1
 
 
 def _batched_ppr_cpu(P, priors, d: float, tol: float, max_iter: int, region) -> tuple[torch.Tensor, torch.Tensor]:
-    indptr, indices, data, n, p, r = prepare(P, priors, d, region)
+    indptr, indices, data, n, p, r, dang = prepare(P, priors, d, tol, max_iter, region)
     B = p.shape[0]
     if B == 0:
         return torch.zeros((0, n), dtype=p.dtype), torch.zeros(0, dtype=torch.int64)
@@ -172,7 +214,6 @@ def _batched_ppr_cpu(P, priors, d: float, tol: float, max_iter: int, region) -> 
     idx = np.int64 if max(indptr[-1], n) > np.iinfo(np.int32).max else np.int32
     A = sp.csr_matrix((np.asarray(data, np_dtype) * np_dtype(d), np.asarray(indices, idx), np.asarray(indptr, idx)),
                       shape=(n, n))
-    dang = dangling_columns(indices, data, n)
     rows = None
     pt = p.cpu().T.contiguous()  # [N, B]
     mt = r.cpu().T.contiguous() if r is not None else None

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .batched_ppr import dangling_columns, power_iterate, prepare
+from .batched_ppr import power_iterate, prepare
 
 BLOCK_NNZ = 32
 BLOCK_B = 16
@@ -50,7 +50,7 @@ def batched_ppr_triton(P, priors, d: float = 0.85, tol: float = 1e-6, max_iter: 
                        threads: int | None = None, device: str = "cuda") -> tuple[torch.Tensor, torch.Tensor]:
     """Triton path; tensors live on ``device`` (CPU tensors under TRITON_INTERPRET=1);
     ``threads`` is accepted for signature parity with the CPU path and unused."""
-    indptr, indices, data, n, p, r = prepare(P, priors, d, region)
+    indptr, indices, data, n, p, r, dangling = prepare(P, priors, d, tol, max_iter, region)
     B = p.shape[0]
     dev = torch.device("cuda" if device == "cuda" else "cpu")
     if B == 0:
@@ -58,7 +58,7 @@ def batched_ppr_triton(P, priors, d: float = 0.85, tol: float = 1e-6, max_iter: 
     t_indptr = torch.from_numpy(np.asarray(indptr, np.int64)).to(dev)
     t_indices = torch.from_numpy(np.asarray(indices, np.int32)).to(dev)
     t_data = torch.from_numpy(np.asarray(data)).to(dev, p.dtype) * d
-    dang = torch.from_numpy(dangling_columns(indices, data, n)).to(dev, p.dtype) * d
+    dang = torch.from_numpy(dangling).to(dev, p.dtype) * d
     pt = p.to(dev).T.contiguous()
     mt = r.to(dev).T.contiguous().to(torch.int8) if r is not None else None
 

@@ -12,9 +12,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .checks import check_ids, check_indptr, check_positive_int, check_values
 from .errors import InputError
 
-__all__ = ["CSR", "check_csr", "csr_from_topk"]
+__all__ = ["CSR", "check_csr", "csr_from_topk", "validate_csr"]
 
 
 class CSR(NamedTuple):
@@ -47,25 +48,30 @@ class CSR(NamedTuple):
         return np.asarray(self.to_scipy().todense(), dtype=np.float32)
 
 
-def check_csr(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n_cols: int, name: str = "graph") -> CSR:
-    """Validate CSR arrays (shapes, monotone indptr, column range, finite non-negative weights).
+def validate_csr(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n_cols: int, name: str = "graph"
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Check CSR arrays without converting them: integer ``indptr`` [n_rows + 1] starting at 0,
+    never decreasing, ending at nnz; integer ``indices`` [nnz] in ``[0, n_cols)``; real ``data``
+    [nnz], finite and non-negative. Returns the three as NumPy arrays (no copy where possible).
 
-    Raises :class:`InputError` naming ``name`` and the problem; returns the typed :class:`CSR`.
-    """
-    indptr = np.asarray(indptr)
-    indices = np.asarray(indices)
-    data = np.asarray(data)
+    Raises :class:`InputError` as ``"NAME: ARRAY problem"`` (shared by :func:`check_csr` and the
+    ops that take a graph, e.g. ``batched_ppr``'s P)."""
+    indptr, indices, data = (np.asarray(a) for a in (indptr, indices, data))
+    n_cols = check_positive_int(n_cols, "n_cols", name, minimum=0)
     if indptr.ndim != 1 or len(indptr) < 1:
         raise InputError(f"{name}: indptr must be a 1-D array of length n_rows + 1, got shape {indptr.shape}")
-    if indptr[0] != 0 or np.any(np.diff(indptr) < 0):
-        raise InputError(f"{name}: indptr must start at 0 and never decrease")
-    nnz = int(indptr[-1])
-    if indices.shape != (nnz,) or data.shape != (nnz,):
-        raise InputError(f"{name}: indices {indices.shape} and data {data.shape} must both have indptr[-1] = {nnz} entries")
-    if nnz and (indices.min() < 0 or indices.max() >= n_cols):
-        raise InputError(f"{name}: column indices must lie in [0, {n_cols})")
-    if nnz and (not np.all(np.isfinite(data)) or data.min() < 0):
-        raise InputError(f"{name}: edge weights must be finite and non-negative")
+    if indices.ndim != 1 or data.shape != indices.shape:
+        raise InputError(f"{name}: indices {indices.shape} and data {data.shape} must be 1-D of one length")
+    check_indptr(indptr, "indptr", len(indptr), len(indices), name)
+    check_ids(indices, "indices", n_cols, name, "column ids")
+    check_values(data, "data", name)
+    return indptr, indices, data
+
+
+def check_csr(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n_cols: int, name: str = "graph") -> CSR:
+    """Validate CSR arrays (:func:`validate_csr`) and return the typed :class:`CSR`
+    (int64 indptr, int32 indices, float32 data). Raises :class:`InputError` naming ``name``."""
+    indptr, indices, data = validate_csr(indptr, indices, data, n_cols, name)
     return CSR(indptr.astype(np.int64, copy=False), indices.astype(np.int32, copy=False),
                data.astype(np.float32, copy=False), int(n_cols))
 

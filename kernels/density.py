@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .checks import check_positive_int
 from .errors import InputError
 from .dispatch import register
 from .gain_knn import as_embedding_tensor
@@ -33,10 +34,12 @@ def sample_columns(n: int, n_samples: int, seed: int) -> np.ndarray:
 
 
 def check_density_inputs(X, mode: str, n_samples: int, seed: int) -> tuple[torch.Tensor, np.ndarray | None]:
-    """Validate; returns X as a float32 tensor and the column sample (None for exact)."""
+    """Validate (mode, X finite 2-D, n_samples and seed integers); returns X as a float32 tensor and
+    the column sample (None for exact)."""
+    check_positive_int(seed, "seed", "density", minimum=0)
     if mode not in MODES:
         raise InputError(f"density: mode must be one of {MODES}, got {mode!r}")
-    X = as_embedding_tensor(X, "X")
+    X = as_embedding_tensor(X, "X", "density")
     cols = sample_columns(X.shape[0], n_samples, seed) if mode == "sampled" else None
     return X, cols
 
@@ -45,6 +48,7 @@ def density_cpu(X, mode: str = "exact", n_samples: int = 4096, seed: int = 0, bl
                 device: str = "cpu") -> np.ndarray:
     """SPEC §1 step 1 on the CPU: ``float32 [N]`` densities (see module docstring)."""
     X, cols = check_density_inputs(X, mode, n_samples, seed)
+    block = check_positive_int(block, "block", "density")
     n = X.shape[0]
     if n < 2:
         return np.zeros(n, dtype=np.float32)

@@ -34,6 +34,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from .errors import DeviceUnavailable, InputError
+
 DEVICES = ("auto", "cuda", "cpu")
 BACKENDS = ("triton", "cpu")
 #: environment variable of the process-wide backend override (read at call time)
@@ -96,17 +98,17 @@ def cuda_available() -> bool:
 def resolve_device(device: str = "auto") -> str:
     """Map ``"auto" | "cuda" | "cpu"`` to the device that will run; error names the input."""
     if device not in DEVICES:
-        raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
+        raise InputError(f"device must be one of {DEVICES}, got {device!r}")
     if device == "auto":
         return "cuda" if cuda_available() else "cpu"
     if device == "cuda" and not cuda_available():
-        raise RuntimeError("device='cuda' was asked for but torch sees no CUDA GPU; use device='cpu' or 'auto'")
+        raise DeviceUnavailable("device='cuda' was asked for but torch sees no CUDA GPU; use device='cpu' or 'auto'")
     return device
 
 
 def _check_backend(backend: str, what: str) -> str:
     if backend not in BACKENDS:
-        raise ValueError(f"{what} must be one of {BACKENDS}, got {backend!r}")
+        raise InputError(f"{what} must be one of {BACKENDS}, got {backend!r}")
     return backend
 
 

@@ -12,3 +12,7 @@ class HopgraphError(Exception):
 
 class InputError(HopgraphError, ValueError):
     """Bad user input (corpus, embeddings, questions, parameters); the message names the input."""
+
+
+class DeviceUnavailable(HopgraphError, RuntimeError):
+    """A device was asked for that this machine does not have (e.g. ``device="cuda"`` without a GPU)."""

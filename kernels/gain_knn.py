@@ -31,6 +31,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from .checks import check_positive_int, check_values
 from .errors import InputError
 from .csr import CSR, csr_from_topk
 from .dispatch import register
@@ -44,35 +45,40 @@ _LOW31 = 0x7FFFFFFF
 
 # ---------------------------------------------------------------------- validation
 def check_gain_knn_inputs(X, k, sim_min, sim_max, penalty) -> tuple[torch.Tensor, torch.Tensor, int, float, float]:
-    """Validate the inputs of :func:`gain_knn_cpu` / the Triton kernel; returns float32 tensors."""
+    """Validate the inputs of :func:`gain_knn_cpu` / the Triton kernel (X finite 2-D, k a positive
+    integer, a finite band, penalty finite non-negative [N]); returns float32 tensors."""
     X = as_embedding_tensor(X, "X")
     n = X.shape[0]
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise InputError(f"gain_knn: k must be a positive integer, got {k!r}")
+    if not all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+               for v in (sim_min, sim_max)):
+        raise InputError(f"gain_knn: sim_min and sim_max must be numbers, got {sim_min!r}, {sim_max!r}")
     sim_min, sim_max = float(sim_min), float(sim_max)
     if not (math.isfinite(sim_min) and math.isfinite(sim_max)) or sim_min > sim_max:
         raise InputError(f"gain_knn: need finite sim_min <= sim_max, got [{sim_min}, {sim_max}]")
     if penalty is None:
         pen = torch.ones(n, dtype=torch.float32)
     else:
-        pen = torch.as_tensor(np.asarray(penalty, dtype=np.float32))
-        if pen.shape != (n,):
+        pen = as_tensor(penalty, name="gain_knn: penalty").detach().cpu()
+        if tuple(pen.shape) != (n,):
             raise InputError(f"gain_knn: penalty must have shape ({n},), got {tuple(pen.shape)}")
-        if not bool(torch.isfinite(pen).all()) or bool((pen < 0).any()):
-            raise InputError("gain_knn: penalty must be finite and non-negative")
+        check_values(pen, "penalty", "gain_knn")
+        pen = pen.to(torch.float32)
+        check_values(pen, "penalty (as float32)", "gain_knn")
     return X, pen.contiguous(), int(min(k, max(n - 1, 0))), sim_min, sim_max
 
 
-def as_embedding_tensor(X, name: str) -> torch.Tensor:
-    """A contiguous float32 CPU tensor of a finite 2-D array (shared with :mod:`.density`)."""
+def as_embedding_tensor(X, name: str, op: str = "gain_knn") -> torch.Tensor:
+    """A contiguous float32 CPU tensor of a finite 2-D array (shared with :mod:`.density`);
+    :class:`InputError` as ``"OP: NAME ..."``."""
     if isinstance(X, torch.Tensor):
         t = X.detach().to("cpu", torch.float32)
     else:  # memory-mapped X stays shared when it is float32 already
-        t = as_tensor(X, torch.float32, name=name)
+        t = as_tensor(X, torch.float32, name=f"{op}: {name}")
     if t.ndim != 2:
-        raise InputError(f"{name} must be a 2-D [N, d] array, got shape {tuple(t.shape)}")
-    if t.numel() and not bool(torch.isfinite(t).all()):
-        raise InputError(f"{name} contains NaN or infinite values")
+        raise InputError(f"{op}: {name} must be a 2-D [N, d] array, got shape {tuple(t.shape)}")
+    check_values(t, name, op, non_negative=False)
     return t.contiguous()
 
 
@@ -176,6 +182,7 @@ def gain_knn_cpu(X, k: int = 32, sim_min: float = 0.3, sim_max: float = 0.9, pen
     import faiss
 
     X, pen, k, sim_min, sim_max = check_gain_knn_inputs(X, k, sim_min, sim_max, penalty)
+    block = check_positive_int(block, "block", "gain_knn")
     n = X.shape[0]
     if n < 2 or k == 0:
         return finalise_csr(torch.zeros((n, 0)), torch.zeros((n, 0), dtype=torch.int64), n)

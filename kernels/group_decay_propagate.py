@@ -23,22 +23,46 @@ from __future__ import annotations
 
 import torch
 
+from .checks import check_ids, check_indptr, check_values, first_where
 from .errors import InputError
 from .dispatch import register
 
 
 def check_inputs(A: torch.Tensor, w: torch.Tensor, node_group: torch.Tensor, node_t: torch.Tensor,
                  group_indptr: torch.Tensor, group_nodes: torch.Tensor, alpha: torch.Tensor) -> tuple[int, int]:
+    """Validate the inputs of both paths (shapes, finite non-negative A, w and alpha, finite
+    node_t, monotone group offsets, ids in range, groups listing their own members);
+    returns ``(B, V)``.
+
+    Raises :class:`InputError` naming the argument; the Triton kernel reads ``alpha``
+    through ``node_group`` and ``node_t`` through ``group_nodes``, so it never launches on
+    ids outside those arrays."""
+    op = "group_decay_propagate"
     if A.ndim != 2 or A.shape != w.shape:
-        raise InputError(f"A and w must both be [B, V], got {tuple(A.shape)} and {tuple(w.shape)}")
+        raise InputError(f"{op}: A and w must both be [B, V], got {tuple(A.shape)} and {tuple(w.shape)}")
     B, V = A.shape
+    if alpha.ndim != 1:
+        raise InputError(f"{op}: alpha must be 1-D [G], got shape {tuple(alpha.shape)}")
     G = alpha.numel()
-    if node_group.shape != (V,) or node_t.shape != (V,) or group_nodes.shape != (V,):
-        raise InputError(f"node_group, node_t and group_nodes must have V={V} entries")
-    if group_indptr.shape != (G + 1,):
-        raise InputError(f"group_indptr must have G+1={G + 1} entries (G = len(alpha))")
-    if A.numel() and (bool((A < 0).any()) or bool((w < 0).any())):
-        raise InputError("A and w must be non-negative")
+    for name, t in (("node_group", node_group), ("node_t", node_t), ("group_nodes", group_nodes)):
+        if tuple(t.shape) != (V,):
+            raise InputError(f"{op}: {name} must have shape ({V},) (V = A.shape[1]), got {tuple(t.shape)}")
+    check_indptr(group_indptr, "group_indptr", G + 1, V, op)
+    check_ids(node_group, "node_group", G, op, "group ids (G = len(alpha))")
+    check_ids(group_nodes, "group_nodes", V, op, "node ids")
+    check_values(A, "A", op)
+    check_values(w, "w", op)
+    check_values(alpha, "alpha", op)
+    check_values(node_t, "node_t", op, non_negative=False)
+    if V:  # group g's slice of group_nodes must hold members of g
+        owner = torch.repeat_interleave(torch.arange(G, device=node_group.device),
+                                        torch.diff(group_indptr.long()).to(node_group.device))
+        wrong = node_group.long()[group_nodes.long().to(node_group.device)] != owner
+        if bool(wrong.any()):
+            j = first_where(wrong)[0]
+            raise InputError(f"{op}: group_nodes disagrees with node_group: group_nodes[{j}] = "
+                             f"{int(group_nodes[j])} is in group {int(node_group[int(group_nodes[j])])}, but "
+                             f"group_indptr puts position {j} in group {int(owner[j])}")
     return B, V
 
 

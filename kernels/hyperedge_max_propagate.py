@@ -22,24 +22,43 @@ from __future__ import annotations
 
 import torch
 
+from .checks import check_ids, check_indptr, check_values, first_where
 from .errors import InputError
 from .dispatch import register
 
 
 def check_inputs(A: torch.Tensor, S: torch.Tensor, edge_indptr: torch.Tensor, edge_nodes: torch.Tensor,
                  node_indptr: torch.Tensor, node_incidence: torch.Tensor) -> tuple[int, int, int]:
+    """Validate the inputs of both paths (shapes, finite non-negative activations, monotone
+    offsets, ids in range, the two incidence CSRs agreeing); returns ``(B, V, E)``.
+
+    Raises :class:`InputError` naming the argument; the Triton kernels index ``A`` with
+    ``edge_nodes`` and the incidence buffer with ``node_incidence``, so they never launch
+    on ids outside those arrays."""
+    op = "hyperedge_max_propagate"
     if A.ndim != 2 or S.ndim != 2 or A.shape[0] != S.shape[0]:
-        raise InputError(f"A must be [B, V] and S [B, E] with the same B, got {tuple(A.shape)} and {tuple(S.shape)}")
+        raise InputError(f"{op}: A must be [B, V] and S [B, E] with the same B, got {tuple(A.shape)} "
+                         f"and {tuple(S.shape)}")
     B, V = A.shape
     E = S.shape[1]
-    if edge_indptr.shape != (E + 1,) or node_indptr.shape != (V + 1,):
-        raise InputError(f"edge_indptr must have {E + 1} entries and node_indptr {V + 1}")
-    if edge_nodes.shape != node_incidence.shape or int(edge_indptr[-1]) != edge_nodes.numel() \
-            or int(node_indptr[-1]) != edge_nodes.numel():
-        raise InputError("incidence arrays disagree: edge_indptr[-1], node_indptr[-1], len(edge_nodes), "
-                         "len(node_incidence) must be equal")
-    if A.numel() and bool((A < 0).any()) or S.numel() and bool((S < 0).any()):
-        raise InputError("activations A and S must be non-negative (clip similarities at 0)")
+    if edge_nodes.ndim != 1 or node_incidence.shape != edge_nodes.shape:
+        raise InputError(f"{op}: edge_nodes and node_incidence must be 1-D of the same length, got "
+                         f"{tuple(edge_nodes.shape)} and {tuple(node_incidence.shape)}")
+    I = edge_nodes.numel()
+    check_indptr(edge_indptr, "edge_indptr", E + 1, I, op)
+    check_indptr(node_indptr, "node_indptr", V + 1, I, op)
+    check_ids(edge_nodes, "edge_nodes", V, op, "node ids")
+    check_ids(node_incidence, "node_incidence", I, op, "positions in edge_nodes")
+    check_values(A, "A", op)
+    check_values(S, "S", op)
+    if I:  # node_incidence must list, for each node v, incidences of v (node-sorted)
+        owner = torch.repeat_interleave(torch.arange(V, device=A.device), torch.diff(node_indptr.long()).to(A.device))
+        wrong = edge_nodes.long().to(A.device)[node_incidence.long().to(A.device)] != owner
+        if bool(wrong.any()):
+            j = first_where(wrong)[0]
+            raise InputError(f"{op}: node_incidence disagrees with node_indptr: node_incidence[{j}] points to "
+                             f"an incidence of node {int(edge_nodes[int(node_incidence[j])])}, not of node "
+                             f"{int(owner[j])}")
     return B, V, E
 
 

@@ -12,31 +12,35 @@ from __future__ import annotations
 
 import numpy as np
 
+from .checks import check_ids, check_values
 from .errors import InputError
 from .csr import CSR, check_csr
 from .dispatch import register
 
 
 def check_diffusion_inputs(seed_ids, seed_weights, graph: CSR) -> tuple[np.ndarray, np.ndarray]:
-    """Validate the seed batch against ``graph``; returns ``(ids int64 [B,s], weights float32 [B,s])``
-    with padded entries' weight set to 0."""
+    """Validate the seed batch against ``graph`` (ids: integer [B, s], graph rows or -1 padding;
+    weights: finite, the ids' shape); returns ``(ids int64 [B,s], weights float32 [B,s])`` with
+    padded entries' weight set to 0. Shared by both paths, so the Triton kernel never reads a
+    row outside the graph."""
+    op = "sparse_diffusion"
     ids = np.asarray(seed_ids)
-    if ids.ndim != 2 or (ids.size and ids.dtype.kind not in "iu"):
-        raise InputError(f"sparse_diffusion: seed_ids must be an integer [B, s] array, got {ids.dtype} {ids.shape}")
+    if ids.ndim != 2:
+        raise InputError(f"{op}: seed_ids must be an integer [B, s] array, got {ids.dtype} {ids.shape}")
+    if ids.size:
+        check_ids(ids, "seed_ids", graph.n_rows, op, "graph rows", padding=True)
     ids = ids.astype(np.int64)
-    if ids.size and (ids.max() >= graph.n_rows or ids.min() < -1):
-        raise InputError(f"sparse_diffusion: seed ids must be graph rows in [0, {graph.n_rows}) or -1 padding")
     valid = ids >= 0
     if seed_weights is None:
         n_valid = valid.sum(axis=1, keepdims=True)
         weights = np.where(valid, 1.0 / np.maximum(n_valid, 1), 0.0).astype(np.float32)
     else:
-        weights = np.asarray(seed_weights, dtype=np.float32)
+        weights = np.asarray(seed_weights)
         if weights.shape != ids.shape:
-            raise InputError(f"sparse_diffusion: seed_weights shape {weights.shape} != seed_ids shape {ids.shape}")
-        if not np.all(np.isfinite(weights)):
-            raise InputError("sparse_diffusion: seed_weights must be finite")
+            raise InputError(f"{op}: seed_weights shape {weights.shape} != seed_ids shape {ids.shape}")
+        check_values(weights, "seed_weights", op, non_negative=False)
         weights = np.where(valid, weights, 0.0).astype(np.float32)
+        check_values(weights, "seed_weights (as float32)", op, non_negative=False)
     return ids, weights
 
 

@@ -163,7 +163,7 @@ def test_sparse_diffusion_zero_sum_rows_stay_zero():
     data = np.array([0.0, 0.0, 1.0, 3.0], np.float32)  # row 0 sums to 0, row 1 is empty
     got = call("sparse_diffusion", np.array([[0, 1], [2, -1]]), None, indptr, indices, data, 3, device="cpu")
     np.testing.assert_allclose(got, [[0, 0, 0], [0.25, 0.75, 0]])
-    with pytest.raises(InputError, match="seed ids"):
+    with pytest.raises(InputError, match="seed_ids"):
         call("sparse_diffusion", np.array([[3]]), None, indptr, indices, data, 3, device="cpu")
 
 
