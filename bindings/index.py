@@ -86,7 +86,16 @@ class Index:
         (:mod:`hopgraph.engine.distributed`); the index is the same.
         """
         from .engine import distributed, shards, streaming
+        from .kernels.dispatch import DEVICES
 
+        if isinstance(pipelines, str) or not all(isinstance(p, str) for p in pipelines):
+            raise InputError(f"pipelines must be a list of pipeline names, got {pipelines!r}")
+        for p in pipelines:  # unknown names fail now, not after the corpus is embedded
+            pipeline_class(p)
+        if device not in DEVICES:
+            raise InputError(f"device must be one of {DEVICES}, got {device!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
         corpus = Corpus.coerce(corpus)
         t0 = time.perf_counter()
         if embeddings is not None:
@@ -239,6 +248,9 @@ class Index:
         dim = self.X.shape[1]
         if isinstance(questions, str):
             questions = [questions]
+        if questions is None or isinstance(questions, (bytes, Mapping)) or not hasattr(questions, "__iter__"):
+            raise InputError("questions must be a string, a list of strings and 1-D embeddings, or a [B, d] "
+                             f"float array, got {type(questions).__name__}")
         if isinstance(questions, np.ndarray) and questions.dtype.kind == "f":
             return None, validate_embeddings(questions if questions.ndim == 2 else questions[None, :],
                                              "query embeddings", dim=dim)

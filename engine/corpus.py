@@ -62,6 +62,8 @@ class Corpus:
         if not (len(self.ids) == len(self.titles) == len(self.texts) == len(self.metadata)):
             raise InputError(f"{self.source}: ids, titles, texts and metadata have different lengths")
         if _validate:
+            if not len(self.ids):
+                raise InputError(f"{self.source}: the corpus holds no passages")
             positions: dict[str, int] = {}
             for i, pid in enumerate(self.ids):
                 if pid in positions:
@@ -80,13 +82,15 @@ class Corpus:
         for i, t in enumerate(texts):
             if not isinstance(t, str):
                 raise InputError(f"{source}: item {i} is {type(t).__name__}, expected str")
+            _check_unicode(t, f"{source}: item {i}")
         return cls(tuple(str(i) for i in range(len(texts))), ("",) * len(texts), tuple(texts), source)
 
     @classmethod
     def from_records(cls, records: Iterable[Mapping], source: str = "<records>") -> "Corpus":
-        """Passages from dicts with keys ``id``, ``text`` and optional ``title``."""
+        """Passages from dicts with keys ``id``, ``text`` and optional ``title``; errors name the
+        record by its index in ``records`` (from 0)."""
         ids, titles, texts, meta = [], [], [], []
-        for n, rec in enumerate(records, start=1):
+        for n, rec in enumerate(records):
             pid, title, text = _validate_record(rec, f"{source} record {n}")
             ids.append(pid), titles.append(title), texts.append(text), meta.append(_metadata(rec))
         return cls(tuple(ids), tuple(titles), tuple(texts), source, tuple(meta))
@@ -100,7 +104,7 @@ class Corpus:
         """
         path = Path(path)
         if not path.is_file():
-            raise InputError(f"corpus file {path} does not exist")
+            raise InputError(f"corpus file {path} " + ("is not a file" if path.exists() else "does not exist"))
         ids, titles, texts, meta = [], [], [], []
         first_line: dict[str, int] = {}
         for lineno, rec in iter_jsonl(path):
@@ -122,8 +126,11 @@ class Corpus:
             return corpus
         if isinstance(corpus, (str, Path)):
             return cls.from_jsonl(corpus)
+        if isinstance(corpus, (bytes, Mapping)) or not isinstance(corpus, Iterable):
+            raise InputError("corpus must be a Corpus, a JSON-lines path, a list of strings or a list of "
+                             f"records, got {type(corpus).__name__}")
         items = list(corpus)
-        if items and all(isinstance(x, Mapping) for x in items):
+        if any(isinstance(x, Mapping) for x in items):
             return cls.from_records(items)
         return cls.from_strings(items)
 
@@ -202,9 +209,15 @@ class Corpus:
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
-    """Yield (line number, object) for each non-blank line; InputError names file and line."""
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+    """Yield (line number, object) for each non-blank line; InputError names file and line
+    (invalid UTF-8, invalid JSON, not an object). A UTF-8 byte-order mark is skipped."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError(f"{path} line {lineno}: not valid UTF-8 text (byte 0x{raw[e.start]:02x} at "
+                                 f"byte {e.start + 1} of the line); save the file as UTF-8") from None
             if not line.strip():
                 continue
             try:
@@ -216,6 +229,16 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
             yield lineno, obj
 
 
+def _check_unicode(value: str, where: str) -> None:
+    """``value`` must be encodable as UTF-8 (JSON escapes such as ``"\\ud800"`` give lone
+    surrogates, which the corpus store and the checksum cannot write)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InputError(f"{where}: not valid Unicode text (lone surrogate U+{ord(value[e.start]):04X} at "
+                         f"character {e.start})") from None
+
+
 def _validate_record(rec: Mapping, where: str) -> tuple[str, str, str]:
     if not isinstance(rec, Mapping):
         raise InputError(f"{where}: expected an object with 'id' and 'text'")
@@ -223,15 +246,21 @@ def _validate_record(rec: Mapping, where: str) -> tuple[str, str, str]:
         raise InputError(f"{where}: missing field 'id'")
     if "text" not in rec:
         raise InputError(f"{where}: missing field 'text'")
-    pid, text, title = rec["id"], rec["text"], rec.get("title") or ""
+    pid, text, title = rec["id"], rec["text"], rec.get("title")
     if not isinstance(pid, (str, int)) or isinstance(pid, bool) or str(pid) == "":
-        raise InputError(f"{where}: 'id' must be a non-empty string or integer")
+        raise InputError(f"{where}: 'id' must be a non-empty string or integer, got {pid!r}")
     if not isinstance(text, str):
-        raise InputError(f"{where}: 'text' must be a string")
+        raise InputError(f"{where}: 'text' must be a string, got {type(text).__name__}")
     if not text.strip():
         raise InputError(f"{where}: empty text for id {pid!r}")
-    if not isinstance(title, str):
-        raise InputError(f"{where}: 'title' must be a string")
+    if title is None:
+        title = ""
+    elif not isinstance(title, str):
+        raise InputError(f"{where}: 'title' must be a string (or absent/null), got {type(title).__name__} "
+                         f"{title!r}")
+    for name, value in (("id", pid), ("title", title), ("text", text)):
+        if isinstance(value, str):
+            _check_unicode(value, f"{where}: '{name}'")
     return str(pid), title, text
 
 

@@ -55,3 +55,53 @@ def test_from_strings_and_records_validate():
         Corpus(("a", "a"), ("", ""), ("x", "y"))
     with pytest.raises(KeyError, match="'zz' is not in corpus"):
         Corpus.from_strings(["q"]).position("zz")
+
+
+# ---------------------------------------------------------------- issue 11: hostile corpora
+def test_non_utf8_file_names_file_and_line(tmp_path):
+    p = tmp_path / "latin1.jsonl"
+    p.write_bytes(b'{"id": "a", "text": "ok"}\n\n{"id": "b", "text": "caf\xe9"}\n')
+    with pytest.raises(InputError, match=r"latin1\.jsonl line 3: not valid UTF-8 text \(byte 0xe9"):
+        Corpus.from_jsonl(p)
+
+
+def test_utf8_bom_is_skipped(tmp_path):
+    p = tmp_path / "bom.jsonl"
+    p.write_bytes(b'\xef\xbb\xbf{"id": "a", "text": "x"}\n')
+    assert Corpus.from_jsonl(p).ids == ("a",)
+
+
+@pytest.mark.parametrize("title", [0, 1, False, ["t"], {"t": 1}])
+def test_non_string_title_is_refused(tmp_path, title):
+    p = write_lines(tmp_path / "t.jsonl", [{"id": "a", "text": "x", "title": title}])
+    with pytest.raises(InputError, match=r"t\.jsonl line 1: 'title' must be a string"):
+        Corpus.from_jsonl(p)
+    with pytest.raises(InputError, match=r"<records> record 1: 'title' must be a string"):
+        Corpus.from_records([{"id": "a", "text": "x"}, {"id": "b", "text": "y", "title": title}])
+
+
+def test_null_or_missing_title_is_empty():
+    c = Corpus.from_records([{"id": "a", "text": "x", "title": None}, {"id": "b", "text": "y"}])
+    assert c.titles == ("", "")
+
+
+def test_lone_surrogates_are_refused(tmp_path):
+    p = write_lines(tmp_path / "s.jsonl", ['{"id": "a", "text": "x"}', '{"id": "b", "title": "\\udc80", "text": "y"}'])
+    with pytest.raises(InputError, match=r"s\.jsonl line 2: 'title': not valid Unicode text"):
+        Corpus.from_jsonl(p)
+    with pytest.raises(InputError, match="item 0: not valid Unicode"):
+        Corpus.from_strings(["bad \ud800"])
+
+
+@pytest.mark.parametrize("corpus, message", [
+    ([], "holds no passages"),
+    ((), "holds no passages"),
+    (None, "got NoneType"),
+    (3, "got int"),
+    (b"bytes", "got bytes"),
+    ({"id": "a", "text": "x"}, "got dict"),
+    ([{"id": "a", "text": "x"}, "b"], "record 1: expected an object"),
+])
+def test_coerce_refuses_empty_and_wrong_types(corpus, message):
+    with pytest.raises(InputError, match=message):
+        Corpus.coerce(corpus)

@@ -131,3 +131,30 @@ def test_sync_params_updates_query_params_and_drops_fit_params(demo_corpus, hash
     idx.params["bm25"] = {"k1": 1.2}
     assert idx.sync_params("bm25") == "dropped" and "bm25" not in idx.pipelines
     assert idx.pipeline("bm25").k1 == 1.2
+
+
+# ---------------------------------------------------------------- issue 11: Index.build input checks
+@pytest.mark.parametrize("corpus, kwargs, message", [
+    ([], {}, "holds no passages"),
+    ([{"id": "a", "title": 0, "text": "x"}], {}, r"record 0: 'title' must be a string"),
+    (["a b"], {"pipelines": "dense"}, "pipelines must be a list"),
+    (["a b"], {"pipelines": ["dense", "nope"]}, "unknown pipeline 'nope'"),
+    (["a b"], {"device": "gpu"}, "device must be one of"),
+    (["a b"], {"batch_size": 0}, "batch_size must be a positive integer"),
+])
+def test_build_refuses_bad_input_before_embedding(corpus, kwargs, message):
+    calls = []
+
+    def embed(texts):
+        calls.append(texts)
+        return np.ones((len(texts), 4), np.float32)
+
+    with pytest.raises(InputError, match=message):
+        hopgraph.Index.build(corpus, embedder=embed, progress=False, **kwargs)
+    assert not calls
+
+
+def test_search_refuses_non_iterable_questions():
+    index = hopgraph.Index.build(["a b", "c d"], embedder="hashing-8", pipelines=["dense"], progress=False)
+    with pytest.raises(InputError, match="questions must be"):
+        index.search(None, pipeline="dense")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
+from ..errors import InputError
 from .base import Pipeline
 
 _REGISTRY: dict[str, str] = {
@@ -23,9 +24,9 @@ def pipeline_names() -> list[str]:
 
 
 def pipeline_class(name: str) -> type[Pipeline]:
-    """The class registered under ``name``; ValueError lists the known names."""
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown pipeline {name!r}; known: {', '.join(_REGISTRY)}")
+    """The class registered under ``name``; :class:`InputError` (a ValueError) lists the known names."""
+    if not isinstance(name, str) or name not in _REGISTRY:
+        raise InputError(f"unknown pipeline {name!r}; known: {', '.join(_REGISTRY)}")
     module, _, cls = _REGISTRY[name].partition(":")
     try:
         mod = importlib.import_module(module)
