@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from .engine.errors import HopgraphError
+from .engine.errors import HopgraphError, InputError
 
 
 def _int_list(text: str) -> list[int]:
@@ -54,7 +54,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     params = _params(args, args.pipeline)
     other = sorted(set(params) - {args.pipeline})
     if other:
-        raise ValueError(f"--param names pipeline(s) {', '.join(other)}, but the search uses {args.pipeline!r}")
+        raise InputError(f"--param names pipeline(s) {', '.join(other)}, but the search uses {args.pipeline!r}")
     results = index.search(args.questions, pipeline=args.pipeline, k=args.k, **params.get(args.pipeline, {}))
     if args.json:
         print(json.dumps([{"question": q, "hits": [h.to_dict() for h in hits]}
@@ -203,13 +203,59 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: exit status of a user error (bad input, bad index, missing file, ...): one line on stderr
+EXIT_USER_ERROR = 2
+#: exit status of an internal error (a bug in hopgraph): the traceback, then one summary line
+EXIT_INTERNAL_ERROR = 1
+
+
+def describe_user_error(e: BaseException) -> str | None:
+    """The one-line message of a user error, or None when ``e`` is not one (a bug).
+
+    User errors are what a user can fix: :class:`HopgraphError` (``InputError``, invalid
+    parameters, ``IndexFormatError``, an unavailable device), ``NotImplementedError`` (a
+    pipeline absent from this version), ``OSError`` (a missing, unreadable or unwritable
+    file: the message names the path) and ``UnicodeError`` (a file that is not UTF-8 text,
+    where no reader of ours named it first). Every other exception, a bare ``ValueError``,
+    ``KeyError`` or ``TypeError`` included, means hopgraph failed to check something or has
+    a bug: it is not dressed up as a user error.
+    """
+    if isinstance(e, (HopgraphError, NotImplementedError)):
+        return str(e)
+    if isinstance(e, OSError):
+        what = e.strerror or str(e) or type(e).__name__
+        paths = [str(p) for p in (e.filename, e.filename2) if p is not None]
+        return f"{what}: {' -> '.join(paths)}" if paths else what
+    if isinstance(e, UnicodeError):
+        return f"input is not valid UTF-8 text ({e})"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``hopgraph`` command line; returns the exit status.
+
+    0 on success; :data:`EXIT_USER_ERROR` (2) with one line ``hopgraph COMMAND: error: ...``
+    on stderr for a user error (see :func:`describe_user_error`), no traceback;
+    :data:`EXIT_INTERNAL_ERROR` (1) with the traceback and a line saying it is a bug for
+    anything else; 130 on Ctrl-C. argparse's own usage errors exit 2 as usual.
+    """
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (HopgraphError, NotImplementedError, KeyError, ValueError) as e:
-        print(f"hopgraph {args.command}: error: {e}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print(f"hopgraph {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        message = describe_user_error(e)
+        if message is not None:
+            print(f"hopgraph {args.command}: error: {message}", file=sys.stderr)
+            return EXIT_USER_ERROR
+        import traceback
+
+        traceback.print_exc()
+        print(f"hopgraph {args.command}: internal error (a bug in hopgraph, please report it with the "
+              f"traceback above): {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_INTERNAL_ERROR
 
 
 if __name__ == "__main__":

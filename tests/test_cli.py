@@ -83,3 +83,74 @@ def test_eval_on_shared_hotpotqa(tmp_path):
     r = json.loads(js.read_text())
     assert r["n_passages"] == 994 and r["n_questions"] == 100
     assert 0.6 < r["results"]["bm25"]["recall@5"] < 0.9  # bm25s on HotpotQA: about 0.76
+
+
+# ---------------------------------------------------------------- issue 11: one line, exit 2, for user errors
+def _index_args(corpus, tmp_path) -> list[str]:
+    return ["index", str(corpus), "--out", str(tmp_path / "idx"), "--embedder", "hashing-8", "-q",
+            "--pipelines", "dense"]
+
+
+def _one_line_error(capsys, *needles: str) -> str:
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("content, needles", [
+    (b'{"id": "a", "text": "fine"}\n{"id": "b", "text": "caf\xe9"}\n',
+     ("bad.jsonl line 2: not valid UTF-8 text (byte 0xe9",)),
+    (b'{"id": "a", "title": 0, "text": "x"}\n', ("bad.jsonl line 1: 'title' must be a string", "int 0")),
+    (b"", ("bad.jsonl holds no passages",)),
+    (b"\n  \n", ("bad.jsonl holds no passages",)),
+    (b'{"id": "a", "text": "lone \\ud800 surrogate"}\n', ("bad.jsonl line 1: 'text': not valid Unicode",)),
+])
+def test_cli_bad_corpus_is_one_line_exit_2(tmp_path, capsys, content, needles):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(content)
+    assert main(_index_args(bad, tmp_path)) == 2
+    _one_line_error(capsys, "hopgraph index: error: ", *needles)
+    assert not (tmp_path / "idx").exists()
+
+
+def test_cli_missing_corpus_and_directory_corpus(tmp_path, capsys):
+    assert main(_index_args(tmp_path / "nope.jsonl", tmp_path)) == 2
+    _one_line_error(capsys, "nope.jsonl does not exist")
+    assert main(_index_args(tmp_path, tmp_path)) == 2
+    _one_line_error(capsys, f"corpus file {tmp_path} is not a file")
+
+
+def test_cli_os_error_names_the_path(tmp_path, capsys, demo_data):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    args = _index_args(demo_data / "corpus.jsonl", tmp_path)
+    args[args.index("--out") + 1] = str(blocker / "idx")  # a path below a regular file
+    assert main(args) == 2
+    _one_line_error(capsys, "hopgraph index: error: ", str(blocker))
+
+
+def test_describe_user_error_classifies_exceptions():
+    from hopgraph.cli import describe_user_error
+    from hopgraph.engine.errors import IndexFormatError, InputError
+
+    assert describe_user_error(InputError("bad")) == "bad"
+    assert describe_user_error(IndexFormatError("old")) == "old"
+    assert describe_user_error(PermissionError(13, "Permission denied", "/x/y")) == "Permission denied: /x/y"
+    assert "not valid UTF-8" in describe_user_error(UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid"))
+    for bug in (ValueError("x"), KeyError("x"), TypeError("x"), IndexError("x")):
+        assert describe_user_error(bug) is None
+
+
+def test_cli_internal_error_is_not_dressed_as_user_error(tmp_path, capsys, monkeypatch):
+    import hopgraph.cli as cli
+
+    def broken(args):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(cli, "cmd_search", broken)
+    assert main(["search", str(tmp_path), "q"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "internal error (a bug in hopgraph" in err and "KeyError" in err

@@ -9,6 +9,8 @@ import argparse
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from ..engine.errors import InputError
+
 
 @dataclass(frozen=True)
 class ServeLimits:
@@ -36,7 +38,7 @@ class ServeLimits:
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or \
                     (value == 0 and f.name != "batch_wait_ms"):
-                raise ValueError(f"serve limit {f.name} must be a positive number, got {value!r}")
+                raise InputError(f"serve limit {f.name} must be a positive number, got {value!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -27,7 +27,7 @@ from .limits import ServeLimits, limits_from_args
 def bind_socket(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port`` (IPv4 or IPv6; port 0 = any free port)."""
     if not 0 <= port <= 65535:
-        raise ValueError(f"--port must be between 0 and 65535, got {port}")
+        raise InputError(f"--port must be between 0 and 65535, got {port}")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted connections only when
     # the socket says so; without it every answer waits ~40 ms for a delayed ACK
@@ -37,7 +37,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as e:
         sock.close()
-        raise ValueError(f"cannot bind {host}:{port}: {e.strerror or e}") from None
+        raise InputError(f"cannot bind {host}:{port}: {e.strerror or e}") from None
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
@@ -58,7 +58,7 @@ def is_loopback(host: str) -> bool:
 def set_cpu_threads(n: int) -> None:
     """Use ``n`` CPU threads in torch (the embedder) and faiss (dense search) in this process."""
     if n < 1:
-        raise ValueError(f"--threads must be a positive integer, got {n}")
+        raise InputError(f"--threads must be a positive integer, got {n}")
     import faiss
     import torch
 
