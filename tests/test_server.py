@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import os
 import re
@@ -484,3 +485,36 @@ def test_precomputed_index_answers_embeddings_refuses_texts(demo_corpus):
         with pytest.raises(RequestRejected, match="precomputed embeddings"):
             c.search("a question", pipeline="dense", k=3)
         assert c.health()["status"] == "ok"
+
+
+# ---------------------------------------------------------------- issue 11: one status per kind of fault
+@pytest.mark.parametrize("error, status, detail", [
+    (hopgraph.IndexFormatError("pipeline dense: stored array X is damaged"), 422, "stored array X is damaged"),
+    (hopgraph.InputError("batched_ppr: P must be column-stochastic"), 422, "P must be column-stochastic"),
+    (NotImplementedError("not in this version"), 422, "not in this version"),
+    (ValueError("numpy said no"), 500, "internal error while searching (ValueError)"),
+    (RuntimeError("boom"), 500, "internal error while searching (RuntimeError)"),
+])
+def test_search_errors_map_to_one_status_per_kind(index_dir, monkeypatch, caplog, error, status, detail):
+    from hopgraph.serve.app import search_error_status
+
+    assert search_error_status(error) == status
+    served = hopgraph.Index.load(index_dir, progress=False)
+    app = create_app(served, LIMITS, pipelines=["dense"])
+
+    def failing_search(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(served.pipeline("dense"), "search", failing_search)
+    with BackgroundServer(app) as srv, httpx.Client(base_url=srv.url, trust_env=False, timeout=30) as http:
+        with caplog.at_level(logging.ERROR, logger="hopgraph.serve"):
+            r = post(http, {"queries": ["q"], "pipeline": "dense"})
+        assert r.status_code == status, r.text
+        assert detail in _detail(r)
+        logged = [rec for rec in caplog.records if rec.name == "hopgraph.serve"]
+        assert bool(logged) == (status == 500)  # internal errors are logged with their traceback
+        if status == 500:
+            assert "boom" not in _detail(r) and "numpy said no" not in _detail(r)
+            assert logged[0].exc_info is not None
+        monkeypatch.undo()
+        assert post(http, {"queries": ["q"], "pipeline": "dense"}).status_code == 200  # still serving

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 
 from .. import __version__
 from ..engine.embedders import validate_embeddings
-from ..engine.errors import InputError
+from ..engine.errors import HopgraphError, InputError
 from ..engine.pipelines import pipeline_class, pipeline_names
 from ..index import Index
 from ..kernels.dispatch import cuda_available, resolve_device
@@ -35,7 +35,9 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorResponse, "description": "malformed JSON"},
     401: {"model": ErrorResponse, "description": "missing or wrong API key (when the server has one)"},
     413: {"model": ErrorResponse, "description": "request body larger than limits.max_body_bytes"},
-    422: {"model": ErrorResponse, "description": "a field is invalid or beyond a limit; detail says which"},
+    422: {"model": ErrorResponse, "description": "a field is invalid or beyond a limit, or the index cannot "
+                                                 "answer the request as asked; detail says which"},
+    500: {"model": ErrorResponse, "description": "an internal error (a bug; logged by the server)"},
     503: {"model": ErrorResponse, "description": "too many queries waiting; retry later"},
 }
 
@@ -98,11 +100,13 @@ def create_app(index: Index, limits: ServeLimits | None = None, api_key: str | N
             result = await batcher.submit(request.pipeline, request.k, queries, request.params)
         except QueueFull as e:
             raise HTTPException(503, str(e), headers={"Retry-After": "1"}) from None
-        except InputError as e:
-            raise HTTPException(422, str(e)) from None
         except Exception as e:
-            log.exception("search failed")
-            raise HTTPException(500, f"internal error while searching: {type(e).__name__}: {e}") from None
+            status = search_error_status(e)
+            if status >= 500:
+                log.exception("search failed (%s on pipeline %r)", type(e).__name__, request.pipeline)
+                raise HTTPException(status, f"internal error while searching ({type(e).__name__}); "
+                                            "the server log has the details") from None
+            raise HTTPException(status, str(e)) from None
         timing = {**result.timing, "total_ms": (time.perf_counter() - t0) * 1000}
         return JSONResponse({
             "pipeline": request.pipeline, "k": request.k,
@@ -112,6 +116,22 @@ def create_app(index: Index, limits: ServeLimits | None = None, api_key: str | N
         })
 
     return app
+
+
+def search_error_status(e: BaseException) -> int:
+    """HTTP status of an exception raised by a search (after the request passed
+    :func:`_check_request`): one kind of fault, one status.
+
+    * 422 for :class:`HopgraphError` (``InputError`` and ``InvalidParameter`` — every
+      ``ValueError`` hopgraph raises on purpose is one —, ``IndexFormatError``) and
+      ``NotImplementedError``: the request cannot be answered as asked;
+    * 500 (logged with its traceback) for anything else, a bare ``ValueError`` from a
+      library included: a valid request that fails there is a bug of the server, and a
+      4xx would tell the client to change a request that was fine.
+    """
+    if isinstance(e, (HopgraphError, NotImplementedError)):
+        return 422
+    return 500
 
 
 #: query-time parameters a request may not change: the device and thread count are the server's,
