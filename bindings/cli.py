@@ -237,14 +237,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     0 on success; :data:`EXIT_USER_ERROR` (2) with one line ``hopgraph COMMAND: error: ...``
     on stderr for a user error (see :func:`describe_user_error`), no traceback;
     :data:`EXIT_INTERNAL_ERROR` (1) with the traceback and a line saying it is a bug for
-    anything else; 130 on Ctrl-C. argparse's own usage errors exit 2 as usual.
+    anything else (KeyboardInterrupt propagates: an interrupted ``index`` leaves its work directory
+    for ``--resume``). argparse's own usage errors exit 2 as usual.
     """
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except KeyboardInterrupt:
-        print(f"hopgraph {args.command}: interrupted", file=sys.stderr)
-        return 130
     except Exception as e:
         message = describe_user_error(e)
         if message is not None:
