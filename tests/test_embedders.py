@@ -67,3 +67,12 @@ def test_minilm_offline_real_embeddings(minilm, monkeypatch):
     assert np.allclose(np.linalg.norm(X, axis=1), 1, atol=1e-5)
     assert X[0] @ X[1] > X[0] @ X[2] + 0.3
     assert minilm.encode([]).shape == (0, 384)
+
+
+def test_huge_finite_values_are_normalised_not_called_zero():
+    from hopgraph.engine.embedders import validate_embeddings
+
+    X = np.array([[3e38, 3e38, 0.0], [1.0, 0.0, 0.0]], np.float32)
+    out = validate_embeddings(X, "query embeddings")
+    np.testing.assert_allclose(out[0], [2 ** -0.5, 2 ** -0.5, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, rtol=1e-6)
