@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 
 from .. import kernels
@@ -57,6 +58,17 @@ def query_subgraphs(kg: KnowledgeGraph, linked: list[np.ndarray]) -> QuerySubgra
     return QuerySubgraphs(node_sets, local_nodes, n_sub, ents, q_of, g_of)
 
 
+def sparse_entries(M: sp.csr_matrix, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """``M[rows[i], cols[i]]`` as a flat NumPy array (``[len(rows)]``).
+
+    scipy answers an empty point lookup with an empty *sparse matrix*, not an empty array
+    (whose comparison then raises "truth value ... is ambiguous"): a batch whose questions
+    link no entity has no query-local node to look up (issue 11)."""
+    if len(rows) == 0:
+        return np.zeros(0, M.dtype)
+    return np.asarray(M[rows, cols]).ravel()
+
+
 def candidate_subgraphs(kg: KnowledgeGraph, cand: np.ndarray, local_nodes: np.ndarray
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For candidates ``cand`` [B, C]: membership of each query-local node in nodes(G_D)
@@ -71,7 +83,7 @@ def candidate_subgraphs(kg: KnowledgeGraph, cand: np.ndarray, local_nodes: np.nd
     cols = np.repeat(local_nodes, C, axis=0).ravel()
     ok = cols >= 0
     member = np.zeros(B * C * U, np.float32)
-    member[ok] = np.asarray(nodes_d[rows[ok], cols[ok]]).ravel() > 0
+    member[ok] = sparse_entries(nodes_d, rows[ok], cols[ok]) > 0
     cand_nodes = member.reshape(B, C, U) * valid[..., None]
     n_ent = np.diff(pe.indptr)
     linked = (n_ent.reshape(B, C) > 0) & valid

@@ -24,8 +24,16 @@ length, which is exactly the Shapley weighting. The same permutations are used f
 every candidate of a query (common random numbers), so candidates are ranked
 against identical samples. ``mode="shared"`` instead uses one permutation per t for all
 g (Castro et al. 2009); it is lower-variance, and the mean over g is then exactly
-F(G_Q)/|G_Q| by the efficiency axiom. Keys come from a seeded CPU ``torch.Generator`` so
-the CPU and Triton paths see identical samples.
+F(G_Q)/|G_Q| by the efficiency axiom.
+
+**Batch independence**: a query's keys depend only on ``seed`` and on its own |G_Q| = n:
+they come from a generator seeded with ``(seed, n)`` as a ``[T, n, n]`` block
+(:func:`query_predecessors`), never from one stream shared by the batch, so a question
+gets the same estimates alone, anywhere in any batch, and whatever the batch's largest
+|G_Q| (the padding G). Queries of a batch with the same n share their permutations; each
+query's estimate has exactly the distribution it would have with a stream of its own
+(only the correlation between different queries changes, which no ranking looks at).
+The keys are drawn on the host, so the CPU and Triton paths see identical samples.
 """
 from __future__ import annotations
 
@@ -42,26 +50,33 @@ from .tensors import as_tensor
 MODES = ("independent", "shared")
 
 
-def predecessor_masks(n_sub: torch.Tensor, G: int, T: int, seed: int, mode: str = "independent") -> torch.Tensor:
-    """``pred[b, t, g, h] = 1`` when subgraph h precedes g in sample t of query b (float32).
+def query_predecessors(n: int, T: int, seed: int, mode: str = "independent") -> torch.Tensor:
+    """``pred[t, g, h]`` (bool ``[T, n, n]``): subgraph h precedes g in sample t of a query
+    with n subgraphs. A function of ``(seed, n, T, mode)`` only (batch independence, module
+    docstring): the keys come from a NumPy generator seeded with the pair ``(seed, n)``."""
+    rng = np.random.default_rng((int(seed), int(n)))
+    shape = (T, n, n) if mode == "independent" else (T, 1, n)
+    keys = torch.from_numpy(rng.random(shape)).expand(T, n, n)  # float64: ties are negligible
+    own = torch.diagonal(keys, dim1=1, dim2=2)[..., None]  # [T, n, 1] key of g itself
+    return (keys < own) & ~torch.eye(n, dtype=torch.bool)
 
-    Only valid subgraphs (h < n_sub[b], h ≠ g) can be predecessors.
+
+def predecessor_masks(n_sub: torch.Tensor, G: int, T: int, seed: int, mode: str = "independent") -> torch.Tensor:
+    """``pred[b, t, g, h] = 1`` when subgraph h precedes g in sample t of query b (float32
+    ``[B, T, G, G]``), from :func:`query_predecessors` for each query's own n = ``n_sub[b]``.
+
+    Only valid subgraphs (g, h < n_sub[b], h ≠ g) are set; padding rows and columns are 0.
     """
     if mode not in MODES:
         raise InputError(f"mode must be one of {MODES}, got {mode!r}")
     if T < 1:
         raise InputError(f"T (number of permutations) must be >= 1, got {T}")
-    B = int(n_sub.shape[0])
-    gen = torch.Generator().manual_seed(int(seed))
-    if mode == "independent":
-        keys = torch.rand((B, T, G, G), generator=gen)
-    else:
-        keys = torch.rand((B, T, 1, G), generator=gen).expand(B, T, G, G)
-    own = torch.diagonal(keys, dim1=2, dim2=3)[..., None]  # [B, T, G, 1] key of g itself
-    valid = torch.arange(G)[None, :] < n_sub.cpu()[:, None]  # [B, G]
-    not_self = ~torch.eye(G, dtype=torch.bool)
-    pred = (keys < own) & valid[:, None, None, :] & not_self
-    return pred.to(torch.float32)
+    n_cpu = n_sub.detach().cpu().to(torch.int64)
+    pred = torch.zeros((int(n_cpu.shape[0]), T, G, G), dtype=torch.float32)
+    for n in torch.unique(n_cpu).tolist():  # one draw per distinct |G_Q|, not per query
+        if n >= 2:  # with fewer than two subgraphs nothing precedes anything
+            pred[n_cpu == n, :, :n, :n] = query_predecessors(n, T, seed, mode).to(torch.float32)
+    return pred
 
 
 def _check_inputs(node_sets: torch.Tensor, n_sub: torch.Tensor, cand_nodes: torch.Tensor,
@@ -80,6 +95,9 @@ def _check_inputs(node_sets: torch.Tensor, n_sub: torch.Tensor, cand_nodes: torc
         raise InputError(f"lam must be in [0, 1], got {lam}")
     if (n_sub < 0).any() or (n_sub > G).any():
         raise InputError(f"n_sub values must lie in [0, {G}]")
+    for name, x in (("node_sets", node_sets), ("cand_nodes", cand_nodes), ("best_sim", best_sim)):
+        if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+            raise InputError(f"{name} must be finite: it holds NaN or infinite values")
     return B, G, U, C
 
 

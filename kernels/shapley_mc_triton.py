@@ -3,8 +3,9 @@
 One program per (query b, candidate c). It loops over the T samples; for each it
 computes, for all subgraphs g at once, nodes(S) as a [G, G, U] max-reduction of the
 predecessor mask against the query's subgraph node sets, then F(S) and F(S ∪ {g}).
-The predecessor masks are drawn on the host by the same seeded generator as the CPU
-path, so both paths produce the same estimates.
+The predecessor masks are drawn on the host by the same per-query generators as the CPU
+path (``shapley_mc.predecessor_masks``: seeded with (seed, |G_Q|), so a query's samples do
+not depend on its batch), and both paths produce the same estimates.
 """
 from __future__ import annotations
 

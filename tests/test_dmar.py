@@ -49,6 +49,43 @@ def test_structural_path_changes_scores_and_is_seeded(fitted):
     assert score[0, 0] > score[0, 3]  # passage 0 (Marisol Venn, comet Venn-Harlow) is on the chain
 
 
+#: questions that link no entity with the default "capitalised" query linking (issue 11): a
+#: lowercase question, a real HotpotQA question, a vague one and a bare number
+UNLINKED = ["who designed the bridge in the home city of peter harlow?",
+            "Which of the two tornado outbreaks killed the most people?", "what is it?", "1999"]
+
+
+def test_questions_linking_no_entity(fitted):
+    """Issue 11: DMAR raised "truth value of an array is ambiguous" when no question of the batch
+    linked an entity (scipy's empty point lookup). Such a question ranks by the semantic and
+    lexical paths only (adaptive fusion, SPEC §3 step 2) — exactly as with structural=False —
+    alone, in a batch of its kind, next to a linked question, and the empty batch works."""
+    pipe, X, _ = fitted
+    hashing = pipe.components.embedder
+    assert all(len(g) == 0 for g in pipe.kg.link_queries(UNLINKED))
+    Qu = hashing.encode(UNLINKED)
+    semantic = pipe.variant(structural=False)
+    ids, scores = pipe.search(Qu, 5, UNLINKED)
+    s_ids, s_scores = semantic.search(Qu, 5, UNLINKED)
+    assert (ids >= 0).all() and np.isfinite(scores).all()
+    np.testing.assert_array_equal(ids, s_ids)
+    np.testing.assert_allclose(scores, s_scores, atol=1e-5)
+    for i, q in enumerate(UNLINKED):  # alone
+        one = pipe.search(Qu[i:i + 1], 5, [q])
+        np.testing.assert_array_equal(one[0][0], ids[i])
+    mixed = [QUESTIONS[1], UNLINKED[0], QUESTIONS[0]]
+    Qm = hashing.encode(mixed)
+    m_ids, _ = pipe.search(Qm, 5, mixed)
+    np.testing.assert_array_equal(m_ids[1], ids[0])
+    np.testing.assert_array_equal(m_ids[[0, 2]], pipe.search(Qm[[0, 2]], 5, [mixed[0], mixed[2]])[0])
+    for variant in (pipe, pipe.variant(union=0), pipe.variant(mmr=0.5), pipe.variant(gate=False)):
+        e_ids, e_scores = variant.search(np.zeros((0, X.shape[1]), np.float32), 5, [])
+        assert e_ids.shape == e_scores.shape == (0, 5)
+    score, ok = structural_scores(pipe.kg, pipe.subgraph_emb, np.array([[0, 1, -1]]), [np.zeros(0, np.int32)],
+                                  pipe.lam, pipe.T, pipe.seed, pipe.shapley_mode, "cpu")
+    assert score.shape == (1, 3) and (score == 0).all() and ok[0, :2].any() and not ok[0, 2]
+
+
 def test_save_load_round_trip(fitted, tmp_path, demo_corpus, hashing_embedder):
     pipe, X, Q = fitted
     pipe.save(tmp_path)

@@ -148,6 +148,27 @@ def test_health_info_openapi(http, client, index):
     assert "SearchRequest" in schema["components"]["schemas"]
 
 
+#: questions that link no entity in the demo knowledge graph (issue 11: DMAR answered 500 to them)
+UNLINKED = ["who designed the bridge in the home city of peter harlow?",
+            "Which of the two tornado outbreaks killed the most people?", "what is it?", "1999"]
+
+
+def test_dmar_questions_linking_no_entity_answer_200(demo_corpus):
+    """A server with DMAR loaded answers 200, with the index's own results, to questions that
+    link no entity: alone, all together, next to a linked question, and the empty batch."""
+    index = hopgraph.Index.build(demo_corpus, embedder=f"hashing-{DIM}", pipelines=["dmar"], progress=False,
+                                 params={"dmar": {"gnn_steps": 2}})
+    batches = [[q] for q in UNLINKED] + [UNLINKED, [DEMO_QUESTIONS[1], UNLINKED[0]], []]
+    with BackgroundServer(create_app(index, LIMITS, pipelines=["dmar"])) as srv, \
+            httpx.Client(base_url=srv.url, trust_env=False, timeout=60) as h:
+        for qs in batches:
+            r = post(h, {"queries": qs, "pipeline": "dmar", "k": 5})
+            assert r.status_code == 200, (qs, r.status_code, r.text)
+            got = [[hit["id"] for hit in res["hits"]] for res in r.json()["results"]]
+            assert got == [[hit.id for hit in hits] for hits in index.search(qs, pipeline="dmar", k=5)]
+            assert all(len(ids) == 5 for ids in got)
+
+
 # ---------------------------------------------------------------- limits: one test each
 def _detail(r: httpx.Response) -> str:
     return r.json()["detail"]

@@ -94,3 +94,55 @@ def test_empty_batch():
     phi, score = shapley_mc(torch.zeros((0, 3, 4)), torch.zeros(0, dtype=torch.long),
                             torch.zeros((0, 5, 4)), torch.zeros((0, 5, 3)))
     assert phi.shape == (0, 5, 3) and score.shape == (0, 5)
+
+
+def _take(problem, rows):
+    """The sub-batch ``rows`` of a problem, re-padded to its own largest |G_Q| (as a batch of
+    just these questions would be built) — padding widths differ from the full batch."""
+    sets, n_sub, cand, best = problem
+    n = n_sub[rows]
+    G = max(int(n.max()), 1)
+    return sets[rows][:, :G], n, cand[rows], best[rows][:, :, :G]
+
+
+@pytest.mark.parametrize("mode", ["independent", "shared"])
+@pytest.mark.parametrize("backend", ["cpu", "triton"])
+def test_query_estimates_do_not_depend_on_the_batch(mode, backend):
+    """A query's Monte Carlo estimates are the same alone, at any position of any batch, and
+    whatever the batch's padding G (issue 11: draws depend on the seed and the query only)."""
+    problem = random_problem(5, 6, 14, 4, seed=9)
+    problem[1][:] = torch.tensor([6, 2, 4, 1, 3])
+    full = call("shapley_mc", *problem, T=8, seed=3, mode=mode, device="cpu", backend=backend)
+    for rows in ([0], [1], [2], [3, 1], [4, 2, 2, 0], [2, 4]):
+        sub = call("shapley_mc", *_take(problem, torch.tensor(rows)), T=8, seed=3, mode=mode,
+                   device="cpu", backend=backend)
+        G = sub[0].shape[2]
+        np.testing.assert_allclose(sub[1].numpy(), full[1][rows].numpy(), atol=1e-6)
+        np.testing.assert_allclose(sub[0].numpy(), full[0][rows][:, :, :G].numpy(), atol=1e-6)
+
+
+def test_predecessor_masks_are_per_query():
+    """Each query's block equals query_predecessors(n) and padding is empty."""
+    from hopgraph.kernels.shapley_mc import predecessor_masks, query_predecessors
+
+    pred = predecessor_masks(torch.tensor([3, 0, 5, 3]), 7, T=4, seed=2)
+    assert torch.equal(pred[0], pred[3])  # same |G_Q|, same samples
+    assert torch.equal(pred[2, :, :5, :5].bool(), query_predecessors(5, 4, 2))
+    assert pred[1].sum() == 0 and pred[0, :, 3:].sum() == 0 and pred[0, :, :, 3:].sum() == 0
+    assert not torch.equal(query_predecessors(5, 4, 2), query_predecessors(5, 4, 3))
+
+
+@pytest.mark.parametrize("name", ["node_sets", "cand_nodes", "best_sim"])
+@pytest.mark.parametrize("backend", ["cpu", "triton"])
+def test_nan_inputs_refused(name, backend):
+    from hopgraph.kernels.errors import InputError
+
+    sets, n_sub, cand, best = random_problem(2, 3, 4, 5)
+    args = {"node_sets": sets, "cand_nodes": cand, "best_sim": best}
+    args[name] = args[name].clone()
+    args[name].view(-1)[1] = float("nan")
+    with pytest.raises(InputError, match=f"{name} must be finite"):
+        call("shapley_mc", args["node_sets"], n_sub, args["cand_nodes"], args["best_sim"], device="cpu",
+             backend=backend)
+    with pytest.raises(InputError, match="lam"):
+        call("shapley_mc", sets, n_sub, cand, best, lam=float("nan"), device="cpu", backend=backend)

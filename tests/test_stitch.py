@@ -100,6 +100,23 @@ def test_region_contains_support_and_neighbours(fitted):
     assert np.array_equal(pipe.variant(region_hops=0).region(p), p > 0)
 
 
+def test_region_support_ignores_float_noise(fitted):
+    """Issue 11: a prior entry of float-noise size (1e-12 of the row's mass, which BLAS rounding
+    creates or not depending on the batch) neither joins the region nor brings its neighbours."""
+    from hopgraph.engine.pipelines.stitch import SUPPORT_RTOL
+
+    _, _, pipe = fitted
+    n = pipe.H.n_chunks
+    p = np.zeros((2, n))
+    p[:, 0] = 1.0
+    p[1, n - 1] = 1e-12
+    one_hop = pipe.variant(region_hops=0)
+    assert np.array_equal(one_hop.region(p)[1], one_hop.region(p)[0])
+    assert np.array_equal(pipe.region(p)[1], pipe.region(p)[0])
+    p[1, n - 1] = 10 * SUPPORT_RTOL  # a real (small) prior mass stays in
+    assert one_hop.region(p)[1, n - 1] and one_hop.region(p)[1].sum() == 2
+
+
 def test_bad_parameters_named(fitted):
     with pytest.raises(InputError, match="delta_mode"):
         STITCH(delta_mode="sometimes")

@@ -276,7 +276,8 @@ class DMAR(Pipeline):
 
     def _query_ok(self, linked: list[np.ndarray]) -> np.ndarray:
         """[B, 1] bool: the query links enough entities for the structural path (adaptive fusion)."""
-        return np.asarray([len(g) >= self.min_query_entities for g in linked])[:, None] & self.structural
+        enough = np.fromiter((len(g) >= self.min_query_entities for g in linked), bool, len(linked))
+        return enough[:, None] & bool(self.structural)  # bool dtype even for an empty batch
 
     def _link(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Entity ids linked in each query (none when the structural path is off)."""

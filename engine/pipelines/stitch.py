@@ -34,6 +34,11 @@ kernels dispatched through :func:`hopgraph.kernels.call`:
 6. ``batched_ppr`` (step 6) on the chunk graph with damping ``d`` = 0.85, to tolerance
    ``tol``; ``localise=True`` restricts each query's walk to its activated region: the
    support of p and its ``region_hops``-hop neighbourhood (mass leaving it is dropped).
+   The support is numerical: the chunks with ``p ≥ SUPPORT_RTOL · max p`` (1e-6). Entries
+   below it are float noise (a similarity that is 0 in exact arithmetic comes out as ±1e-8
+   depending on how BLAS blocks the batch, and the temporal channel turns it into a 1e-12
+   prior); letting them decide the region made a question's results depend on its batch
+   (issue 11).
 7. Ranking (step 7): ``score = (1 − λ) π/max π + λ rel/max rel`` with ``λ = balance`` = 0.3
    (SPEC: "a balance λ = 0.3 with dense similarity is allowed") and rel the ``relevance``
    score (cosine clipped at 0, or the hybrid RRF score); ``fusion="rrf"`` fuses the two
@@ -87,6 +92,9 @@ RELEVANCES = ("dense", "hybrid")
 FUSIONS = ("linear", "rrf")
 DEVICES = ("auto", "cuda", "cpu")
 HYBRID_DEPTH = 100
+#: chunks whose prior is below this fraction of the row's largest are not in the activated
+#: region's support (float noise, see step 6 of the module docstring)
+SUPPORT_RTOL = 1e-6
 
 
 @dataclass(frozen=True)
@@ -273,8 +281,12 @@ class STITCH(Pipeline):
         return normalise_rows(I.cpu().numpy())
 
     def region(self, p: np.ndarray) -> np.ndarray:
-        """Activated region [B, N] bool: support of p and its ``region_hops``-hop neighbourhood."""
-        reg = p > 0
+        """Activated region [B, N] bool: the numerical support of p (``p ≥ SUPPORT_RTOL · max p``,
+        per row, so a row's region depends on that row only) and its ``region_hops``-hop
+        neighbourhood (SPEC §2 step 6, localised)."""
+        p = np.asarray(p)
+        top = p.max(axis=1, keepdims=True) if p.shape[1] else np.zeros((len(p), 1))
+        reg = (p > 0) & (p >= SUPPORT_RTOL * top)
         adj = self._cache.get("adjacency")
         if adj is None:
             P = self.transition.to_scipy()
