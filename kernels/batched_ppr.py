@@ -160,7 +160,7 @@ def power_iterate(step: Step, x0: torch.Tensor, c: torch.Tensor, mask: torch.Ten
             break
         step(x, y, c, mask)
         torch.sub(y, x, out=tmp)
-        done = tmp.abs_().sum(0) <= tol
+        done = tmp.abs_().sum(0, dtype=torch.float64) <= tol  # float64: the stop does not depend on the batch
         x, y = y, x
         if bool(done.any()) or it == max_iter:
             if it == max_iter:
