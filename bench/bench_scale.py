@@ -113,7 +113,7 @@ def stage_g3rag(data: Path) -> dict:
     index = Index.build(data / "corpus.jsonl", embeddings=data / "X.npy", pipelines=["g3rag"],
                         work_dir=data / "index.work", progress=False)
     t1 = time.perf_counter()
-    index.save(out)
+    index.save(out, overwrite=True)
     t2 = time.perf_counter()
     g = index.pipelines["g3rag"]
     return {"seconds": t2 - t0, "items": len(index.corpus),

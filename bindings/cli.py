@@ -32,19 +32,44 @@ def _params(args: argparse.Namespace, default_pipeline: str | None = None) -> di
 def cmd_index(args: argparse.Namespace) -> int:
     from .index import Index
 
-    from .engine import streaming
+    from .engine import storage, streaming
 
     t0 = time.perf_counter()
-    work_dir = streaming.work_dir_for(args.out)
-    index = Index.build(args.corpus, embedder=args.embedder, embeddings=args.embeddings, device=args.device,
-                        pipelines=args.pipelines, params=_params(args), progress=not args.quiet,
-                        batch_size=args.batch_size,
-                        work_dir=work_dir, resume=args.resume, ray_address=args.ray)
-    index.save(args.out)
-    streaming.finish(work_dir)
+    out = Path(args.out)
+    work_dir = streaming.work_dir_for(out)
+    # the output's write lock is held from before the build to the commit: a second build to the same
+    # --out (and its OUT.work) is refused at once, and an --out that may not be replaced before any work
+    with storage.TargetGuard(out, overwrite=args.overwrite, flag="--overwrite"):
+        index = Index.build(args.corpus, embedder=args.embedder, embeddings=args.embeddings, device=args.device,
+                            pipelines=args.pipelines, params=_params(args), progress=not args.quiet,
+                            batch_size=args.batch_size,
+                            work_dir=work_dir, resume=args.resume, ray_address=args.ray)
+        index.save(out, overwrite=args.overwrite)
+        streaming.finish(work_dir)
     print(f"indexed {len(index.corpus)} passages ({', '.join(index.pipelines)}) into {args.out} "
           f"in {time.perf_counter() - t0:.1f} s")
     return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Full check of an index: every file's size and checksum, then every stored structure (a load)."""
+    from .engine import storage
+    from .engine.errors import IndexFormatError
+    from .index import Index
+
+    try:
+        gen, manifest, lease = storage.open_index(args.index)
+        lease.close()
+        problems = storage.verify_files(gen, manifest, "full")
+        if not problems:
+            Index.load(args.index, verify="fast", progress=False)
+    except IndexFormatError as e:
+        problems = [str(e)]
+    for p in problems:
+        print(p)
+    if not problems:
+        print("ok")
+    return 2 if problems else 0
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -137,7 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("index", help="build an index directory from a JSON-lines corpus")
     p.add_argument("corpus", help='JSON lines {"id", "title", "text"}')
-    p.add_argument("--out", required=True, help="index directory to write")
+    p.add_argument("--out", required=True, help="index directory to write (new, empty, or a hopgraph index "
+                   "with --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace the hopgraph index at --out (atomically)")
     p.add_argument("--embeddings", help="precomputed passage embeddings: a .npy (row i = passage i) or a folder "
                    "of .npy shards; ids alongside (NAME.ids.txt / NAME.ids.npy) place rows by passage id")
     p.add_argument("--pipelines", type=_name_list, default=["dense", "bm25", "g3rag"])
@@ -149,6 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
     param_option(p, "stored in the index (fit-time and query-time)")
     common(p)
     p.set_defaults(func=cmd_index)
+
+    p = sub.add_parser("verify", help="check an index: every file's checksum and every stored structure "
+                       "(prints each problem or 'ok'; exit status 0 or 2)")
+    p.add_argument("index", help="index directory")
+    p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("search", help="query an index")
     p.add_argument("index", help="index directory")

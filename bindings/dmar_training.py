@@ -34,7 +34,7 @@ def train_gnn_index(index_path: str | Path, steps: int = GNN_TRAIN_STEPS, seed: 
     t0 = time.perf_counter()
     losses = dmar.train_gnn(steps, seed=seed, progress=progress, log=log)
     seconds = time.perf_counter() - t0
-    index.save(index_path)
+    index.save(index_path, overwrite=True)
     return {"steps": steps, "seconds": seconds, "first_loss": float(np.mean(losses[:10])),
             "last_loss": float(np.mean(losses[-10:])), "n_subgraphs": int(dmar.kg.n_entities)}
 
@@ -75,7 +75,7 @@ def train_gate_index(index_path: str | Path, questions_path: str | Path, holdout
     saved = always_save or after >= before
     if not saved:
         dmar.reset_gate()
-    index.save(index_path)
+    index.save(index_path, overwrite=True)
     return {"n_train": len(train), "n_held_out": len(test), f"held_out_recall@{k}_untrained": before,
             f"held_out_recall@{k}_trained": after, "first_loss": losses[0], "last_loss": losses[-1],
             "saved": saved}

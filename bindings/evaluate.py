@@ -53,7 +53,7 @@ def cached_index(data_dir: Path, embedder: str, cache_dir: Path, device: str, pi
     for p in missing:
         index.pipeline(p)
     if missing or updated or index.path is None:
-        index.save(path)
+        index.save(path, overwrite=True)
     return index, path
 
 

@@ -4,10 +4,9 @@ An :class:`Index` holds the corpus, X, the shared components (:mod:`hopgraph.eng
 and the fitted pipelines (SPEC §1-§3 and the baselines) with their parameters.
 ``Index.pipeline(name, **overrides)`` gives a validated variant: query-time overrides reuse the
 fitted pipeline, fit-time ones fit a new instance over the same shared components. Storage:
-:mod:`hopgraph.engine.storage` (format version 2)."""
+:mod:`hopgraph.engine.storage` (format version 3: generations, a commit point, checksums)."""
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -66,6 +65,8 @@ class Index:
         self.fit_seconds: dict[str, float] = {}
         self.embed_seconds = 0.0
         self.path: Path | None = None
+        self._manifest: dict[str, Any] | None = None
+        self._lease: storage.Lease | None = None
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -97,6 +98,8 @@ class Index:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
         corpus = Corpus.coerce(corpus)
+        if work_dir is not None:
+            streaming.check_work_dir(work_dir)
         t0 = time.perf_counter()
         if embeddings is not None:
             if isinstance(embeddings, (str, Path)):
@@ -285,11 +288,17 @@ class Index:
         return None, validate_embeddings(Q, "query embeddings", dim=dim)
 
     # ------------------------------------------------------------------ persistence
-    def save(self, path: str | Path) -> Path:
-        """Write the index atomically to ``path`` (format version 2, :mod:`hopgraph.engine.storage`):
-        the corpus store, X and the shared components once, then each pipeline's own arrays."""
+    def save(self, path: str | Path, overwrite: bool = False) -> Path:
+        """Write the index to ``path`` as a new generation and commit it atomically (format version 3,
+        :mod:`hopgraph.engine.storage`): the corpus store, X and the shared components once, then each
+        pipeline's own arrays, every file checksummed in the manifest.
+
+        ``path`` must not exist, be empty, or be a hopgraph index directory; an existing index is
+        replaced only with ``overwrite=True`` (readers of the old one keep it until they close).
+        Another process writing to ``path`` gives an :class:`IndexLockedError`."""
         path = Path(path)
-        with storage.atomic_directory(path) as tmp:
+        with storage.IndexWriter(path, overwrite) as w:
+            tmp = w.dir
             self.corpus.save(tmp / "corpus")
             files = {"embeddings": storage.save_array(tmp, "embeddings", self.X)}
             components = self.components.save(tmp / "components")
@@ -299,7 +308,7 @@ class Index:
                 pdir.mkdir(parents=True)
                 pipe.save(pdir)
                 pipes[name] = {"params": pipe.get_params(), "fit_seconds": self.fit_seconds.get(name, 0.0)}
-            manifest = storage.new_manifest(
+            w.manifest = storage.new_manifest(
                 corpus={"n_passages": len(self.corpus), "checksum": self.corpus.checksum,
                         "source": self.corpus.source},
                 embedder={"name": self.embedder_name, "dim": int(self.X.shape[1])},
@@ -309,55 +318,112 @@ class Index:
                 pipelines=pipes,
                 params=self.params,
             )
-            storage.write_json(tmp / storage.MANIFEST, manifest)
         self.path = path
+        self._manifest = None
         return path
 
     @classmethod
     def load(cls, path: str | Path, embedder: Embedder | Callable | str | None = None, device: str = "auto",
-             progress: bool = True) -> "Index":
-        """Open a saved index (arrays memory-mapped); refuses corrupt or mismatched indexes and
-        indexes of another format version (with the command that rebuilds them)."""
+             progress: bool = True, verify: str = "full") -> "Index":
+        """Open the live generation of a saved index (arrays memory-mapped).
+
+        ``verify="full"`` (default) checks the size and checksum of every file; ``"fast"`` checks
+        sizes only (for very large indexes; ``hopgraph verify`` does the full check). Either way
+        every stored array is checked structurally (index ranges, CSR offsets, finite unit
+        embeddings, ...), so a corrupt index raises :class:`IndexFormatError` naming the file —
+        as do missing files or manifest keys and indexes of another format version (with the
+        command that rebuilds them). An ``embedder`` other than the one the index was built with
+        raises :class:`InputError`. The loaded index holds a lease on its generation, so a writer
+        replacing the index does not remove the files it reads."""
         path = Path(path)
-        manifest = storage.read_manifest(path)
+        if verify not in storage.VERIFY_LEVELS:
+            raise InputError(f"verify must be one of {storage.VERIFY_LEVELS}, got {verify!r}")
+        gen, manifest, lease = storage.open_index(path)
         try:
-            meta = manifest["corpus"]
-            corpus = Corpus.load(path / "corpus", int(meta["n_passages"]), str(path / "corpus"), meta["checksum"])
-            storage.check_array(path, manifest["files"]["embeddings"])
-        except (KeyError, TypeError, ValueError) as e:
-            raise IndexFormatError(f"index {path}: manifest or corpus is unreadable: {e}") from None
-        X = storage.load_array(path, "embeddings")
-        if len(X) != len(corpus):
-            raise IndexFormatError(f"index {path}: {len(X)} embeddings for {len(corpus)} passages")
+            index = cls._open(path, gen, manifest, embedder, device, progress, verify)
+        except BaseException:
+            lease.close()
+            raise
+        index._lease = lease
+        return index
+
+    @classmethod
+    def _open(cls, path: Path, gen: Path, manifest: dict[str, Any], embedder: Embedder | Callable | str | None,
+              device: str, progress: bool, verify: str) -> "Index":
+        """:meth:`load` of the generation directory ``gen`` with its checked ``manifest``."""
+        problems = storage.verify_files(gen, manifest, verify)
+        if problems:
+            more = f" (and {len(problems) - 1} more: hopgraph verify {path})" if len(problems) > 1 else ""
+            raise IndexFormatError(f"index {path} is corrupt: {problems[0]}{more}")
+        mpath = gen / storage.MANIFEST
+        try:
+            meta, emb_meta = manifest["corpus"], manifest["embedder"]
+            n, checksum = int(meta["n_passages"]), str(meta["checksum"])
+            emb_name, dim = str(emb_meta["name"]), int(emb_meta["dim"])
+            x_entry, entries = manifest["files"]["embeddings"], manifest["pipelines"]
+            params, comp_entry = manifest.get("params") or {}, manifest.get("components") or {}
+            pipe_params = {name: dict(entry["params"]) for name, entry in entries.items()}
+            fit_seconds = {name: float(entry.get("fit_seconds", 0.0)) for name, entry in entries.items()}
+            params = validate_params(params)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise IndexFormatError(f"{mpath}: missing or invalid entry {e}") from None
+        corpus = Corpus.load(gen / "corpus", n, str(path / "corpus"), checksum)
+        X = storage.check_array(gen, x_entry)
+        storage.check_unit_rows(X, str(gen / "embeddings.npy"), rows=n, dim=dim)
+        _check_embedder_name(mpath, emb_name, dim)
         emb = resolve_embedder(embedder) if embedder is not None else None
-        dim = manifest["embedder"]["dim"]
         if emb is not None and emb.dim != dim:
             raise IndexFormatError(f"index {path} has dimension {dim}; embedder {emb.name} has {emb.dim}")
-        params = manifest.get("params") or {}
-        components = Components.load(path / "components", manifest.get("components", {}), X, corpus, emb,
-                                     params.get("bm25"), progress)
-        index = cls(corpus, X, emb, manifest["embedder"]["name"], device=device, params=params,
-                    progress=progress, components=components)
-        index.embed_seconds = float(manifest.get("embed_seconds", 0.0))
-        for name, entry in manifest["pipelines"].items():
-            cls_ = pipeline_class(name)
-            pdir = path / "pipelines" / name
+        if emb is not None and emb.name != emb_name and not emb_name.startswith("precomputed"):
+            raise InputError(f"index {path} was built with embedder {emb_name!r}; queries embedded with "
+                             f"{emb.name!r} would not match its passages (give embedder={emb_name!r} or none)")
+        components = Components.load(gen / "components", comp_entry, X, corpus, emb, params.get("bm25"), progress)
+        index = cls(corpus, X, emb, emb_name, device=device, params=params, progress=progress,
+                    components=components)
+        index.embed_seconds = float(manifest.get("embed_seconds", 0.0) or 0.0)
+        for name, params_ in pipe_params.items():
+            pdir = gen / "pipelines" / name
             if not pdir.is_dir():
                 raise IndexFormatError(f"index {path}: pipeline directory {pdir} is missing")
-            params_ = dict(entry["params"])
             if "device" in params_:
                 params_["device"] = device
-            index.pipelines[name] = cls_.load(pdir, params_, components)
-            index.fit_seconds[name] = float(entry.get("fit_seconds", 0.0))
+            try:
+                index.pipelines[name] = pipeline_class(name).load(pdir, params_, components)
+            except IndexFormatError:
+                raise
+            except (InputError, KeyError, TypeError, ValueError, IndexError, OSError, RuntimeError) as e:
+                raise IndexFormatError(f"index {path}: pipeline {name} ({pdir}) is corrupt or unreadable: "
+                                       f"{type(e).__name__}: {e}") from None
+            index.fit_seconds[name] = fit_seconds[name]
         index.path = path
+        index._manifest = manifest
         return index
 
     @property
     def manifest(self) -> dict[str, Any]:
-        """The manifest of the directory this index was loaded from or saved to."""
+        """The manifest of the generation this index was loaded from or last saved to."""
         if self.path is None:
             raise RuntimeError("this index has not been saved")
-        return json.loads((self.path / storage.MANIFEST).read_text())
+        if self._manifest is None:
+            self._manifest = storage.read_manifest(self.path)
+        return self._manifest
+
+
+def _check_embedder_name(manifest: Path, name: str, dim: int) -> None:
+    """A built-in embedder named in a manifest must have the recorded dimension (checked without
+    loading the model); other names (precomputed, callables) are taken as they are."""
+    from .engine.embedders import DEFAULT_EMBEDDER, MiniLMEmbedder
+
+    expected = None
+    if name.lower() in ("minilm", DEFAULT_EMBEDDER.lower()):
+        expected = MiniLMEmbedder.dim
+    elif name.startswith("hashing"):
+        try:
+            expected = resolve_embedder(name).dim
+        except InputError:
+            raise IndexFormatError(f"{manifest}: unknown embedder {name!r}") from None
+    if expected is not None and expected != dim:
+        raise IndexFormatError(f"{manifest}: embedder {name!r} has dimension {expected}, the manifest says {dim}")
 
 
 def _scratch_dir() -> Path:

@@ -72,4 +72,34 @@ class BM25Index:
 
     @classmethod
     def load(cls, directory: Path, params: BM25Params, n_docs: int) -> "BM25Index":
-        return cls(bm25s.BM25.load(str(directory), mmap=True), params, n_docs)
+        """Open a saved index (memory-mapped) and check its structure: parameters, document count,
+        token ids in range of the score matrix, CSC offsets, document ids in ``[0, n_docs)``,
+        finite non-negative scores (IndexFormatError naming the directory otherwise)."""
+        from .errors import IndexFormatError
+        from .storage import check_finite, check_ids, check_indptr
+
+        retriever = bm25s.BM25.load(str(directory), mmap=True, show_progress=False)
+        where = f"BM25 index {directory}"
+        if (float(retriever.k1), float(retriever.b)) != (float(params.k1), float(params.b)):
+            raise IndexFormatError(f"{where}: stored k1={retriever.k1}, b={retriever.b}; the manifest says "
+                                   f"k1={params.k1}, b={params.b}")
+        scores = retriever.scores
+        if int(scores.get("num_docs", -1)) != n_docs:
+            raise IndexFormatError(f"{where}: {scores.get('num_docs')} documents, the index has {n_docs}")
+        data, indices = scores["data"], scores["indices"]
+        n_tokens = len(scores["indptr"]) - 1
+        check_indptr(scores["indptr"], n_tokens, len(indices), f"{where} indptr.csc.index.npy")
+        check_ids(indices, n_docs, f"{where} indices.csc.index.npy")
+        check_finite(data, f"{where} data.csc.index.npy", (len(indices),))
+        if len(data) and float(np.min(data)) < 0:
+            raise IndexFormatError(f"{where} data.csc.index.npy: negative BM25 scores")
+        vocab = retriever.vocab_dict
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in vocab.values()) or \
+                len(set(vocab.values())) != len(vocab):
+            raise IndexFormatError(f"{where} vocab.index.json: token ids must be distinct integers")
+        # bm25s maps the empty token to one id past the score matrix (never scored)
+        check_ids(np.fromiter((v for k, v in vocab.items() if k), np.int64), n_tokens,
+                  f"{where} vocab.index.json token ids")
+        if "" in vocab and not 0 <= vocab[""] <= n_tokens:
+            raise IndexFormatError(f"{where} vocab.index.json: bad id {vocab['']} of the empty token")
+        return cls(retriever, params, n_docs)

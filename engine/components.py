@@ -112,14 +112,21 @@ class Components:
         try:
             for item in entry.get("bm25", []):
                 params = BM25Params.create(item["params"])
+                if not (directory / item["dir"]).is_dir():
+                    raise IndexFormatError(f"index component directory {directory / item['dir']} is missing")
                 self._bm25[params] = BM25Index.load(directory / item["dir"], params, len(X))
             for item in entry.get("extraction", []):
                 sub = directory / item["dir"]
-                arrays = load_arrays(sub, sorted(p.stem for p in sub.glob("*.npy")))
-                ex = Extraction.from_arrays(arrays, len(X))
+                if not sub.is_dir():
+                    raise IndexFormatError(f"index component directory {sub} is missing")
+                arrays = load_arrays(sub, Extraction.ARRAY_FILES)
+                ex = Extraction.from_arrays(arrays, len(X), str(sub))
                 self._extractions[(bool(item["title_entities"]), bool(item["numbers"]))] = ex
-        except (KeyError, TypeError, OSError, ValueError) as e:
-            raise IndexFormatError(f"index components in {directory} are unreadable: {e}") from None
+        except IndexFormatError:
+            raise
+        except (KeyError, TypeError, OSError, ValueError, IndexError, RuntimeError) as e:  # InputError is a ValueError
+            raise IndexFormatError(f"index components in {directory} are corrupt or unreadable: "
+                                   f"{type(e).__name__}: {e}") from None
         return self
 
 

@@ -185,16 +185,15 @@ class Corpus:
 
     @classmethod
     def load(cls, directory: Path, n_passages: int, source: str, checksum: str | None = None) -> "Corpus":
-        """Open a saved corpus memory-mapped (not validated again: it was when it was built)."""
-        from .errors import IndexFormatError
-        from .storage import load_array
+        """Open a saved corpus memory-mapped. Not validated again as text (it was when it was built),
+        but every field's packed-string structure is checked (IndexFormatError naming the file)."""
+        from .storage import check_packed, load_array
 
         fields = {}
         for name in cls.FIELDS:
             data, offsets = load_array(directory, f"{name}_data"), load_array(directory, f"{name}_offsets")
-            if offsets.ndim != 1 or len(offsets) != n_passages + 1 or data.ndim != 1 or \
-                    int(offsets[0]) != 0 or int(offsets[-1]) != len(data):
-                raise IndexFormatError(f"index corpus {directory}: {name} does not hold {n_passages} strings")
+            check_packed(data, offsets, f"index corpus {directory / name}_data.npy, _offsets.npy "
+                                        f"(must hold {n_passages} strings)", n_passages)
             fields[name] = PackedStrings(data, offsets)
         corpus = cls(fields["ids"], fields["titles"], fields["texts"], source, fields["metadata"], _validate=False)
         corpus._checksum = checksum

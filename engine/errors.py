@@ -6,8 +6,12 @@ kernels raise them and import nothing above themselves); they are re-exported he
 """
 from ..kernels.errors import DeviceUnavailable, HopgraphError, InputError
 
-__all__ = ["DeviceUnavailable", "HopgraphError", "InputError", "IndexFormatError"]
+__all__ = ["DeviceUnavailable", "HopgraphError", "InputError", "IndexFormatError", "IndexLockedError"]
 
 
 class IndexFormatError(HopgraphError):
     """An index directory is missing, corrupt, or does not match what is asked of it."""
+
+
+class IndexLockedError(HopgraphError):
+    """Another process holds the write lock of an index path (the message names it and its pid)."""

@@ -253,12 +253,16 @@ class Extraction:
         return {**{a: getattr(self, a) for a in self.ARRAYS}, "names_blob": names_blob,
                 "names_offsets": names_offsets, "texts_blob": texts_blob, "texts_offsets": texts_offsets}
 
+    #: the files :meth:`arrays` gives (one ``.npy`` each when saved)
+    ARRAY_FILES = ARRAYS + ("names_blob", "names_offsets", "texts_blob", "texts_offsets")
+
     @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray], n_chunks: int) -> "Extraction":
-        """The inverse of :meth:`arrays` (validated)."""
+    def from_arrays(cls, arrays: dict[str, np.ndarray], n_chunks: int, where: str = "extraction") -> "Extraction":
+        """The inverse of :meth:`arrays` (validated; errors name ``where``)."""
         return cls(n_chunks=n_chunks, **{a: np.asarray(arrays[a]) for a in cls.ARRAYS},
-                   names=unpack_strings(arrays["names_blob"], arrays["names_offsets"]),
-                   texts=unpack_strings(arrays["texts_blob"], arrays["texts_offsets"])).validate()
+                   names=unpack_strings(arrays["names_blob"], arrays["names_offsets"], f"{where}/names_*.npy"),
+                   texts=unpack_strings(arrays["texts_blob"], arrays["texts_offsets"], f"{where}/texts_*.npy")
+                   ).validate()
 
     def validate(self) -> "Extraction":
         """Check array shapes and index ranges; InputError names the bad field."""

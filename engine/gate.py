@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from .errors import InputError
+from .gnn import finite_weights
 
 
 class Gate(nn.Module):
@@ -51,13 +52,16 @@ class Gate(nn.Module):
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> "Gate":
-        state = {k[5:]: torch.from_numpy(np.array(v)) for k, v in arrays.items()
+        state = {k[5:]: torch.from_numpy(finite_weights(k, v)) for k, v in arrays.items()
                  if k.startswith("gate.") and k != "gate.trained"}
         if "mlp.0.weight" not in state:
             raise InputError("no gate weights found")
         gate = cls(state["mlp.0.weight"].shape[1] // 2, state["mlp.0.weight"].shape[0])
         gate.load_state_dict(state)
-        gate.trained = bool(np.asarray(arrays.get("gate.trained", [0]))[0])
+        trained = np.asarray(arrays.get("gate.trained", [0]))
+        if trained.shape != (1,) or trained.dtype.kind not in "iu" or int(trained[0]) not in (0, 1):
+            raise InputError("stored gate.trained must be one 0/1 integer")
+        gate.trained = bool(trained[0])
         gate.eval()
         return gate
 

@@ -222,7 +222,7 @@ def encoder_arrays(encoder: SubgraphEncoder) -> dict[str, np.ndarray]:
 
 def encoder_from_arrays(arrays: dict[str, np.ndarray]) -> SubgraphEncoder:
     """Rebuild an encoder from :func:`encoder_arrays`' output (shapes inferred)."""
-    state = {k[4:]: torch.from_numpy(np.array(v)) for k, v in arrays.items() if k.startswith("gnn.")}
+    state = {k[4:]: torch.from_numpy(finite_weights(k, v)) for k, v in arrays.items() if k.startswith("gnn.")}
     n_layers = len({k.split(".")[1] for k in state})
     if n_layers == 0:
         raise InputError("no GNN weights found")
@@ -233,3 +233,11 @@ def encoder_from_arrays(arrays: dict[str, np.ndarray]) -> SubgraphEncoder:
     enc.load_state_dict(state)
     enc.eval()
     return enc
+
+
+def finite_weights(name: str, array: np.ndarray) -> np.ndarray:
+    """A stored float weight array as a writable copy; InputError naming it if not finite floats."""
+    a = np.array(array)
+    if a.dtype.kind != "f" or not np.isfinite(a).all():
+        raise InputError(f"stored weights {name} must be finite floats")
+    return a

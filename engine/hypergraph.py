@@ -34,11 +34,12 @@ import scipy.sparse as sp
 
 from .corpus import Corpus
 from .embedders import Embedder, validate_embeddings
-from .errors import InputError
+from .errors import IndexFormatError, InputError
 from .extraction import Extraction
 from .graph import CSR, check_csr, csr_from_keys
 from .packed_bert import encode_bulk
-from .storage import load_arrays, pack_strings, save_arrays, unpack_strings
+from .storage import (check_ids, check_indptr, check_packed, check_unit_rows, load_arrays, pack_strings,
+                      save_arrays, unpack_strings)
 
 
 def group_pairs(indptr: np.ndarray, members: np.ndarray, max_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -130,11 +131,58 @@ class TopicHypergraph:
         save_arrays(directory, arrays)
 
     @classmethod
-    def load(cls, directory: Path, mmap: bool = True) -> "TopicHypergraph":
+    def load(cls, directory: Path, mmap: bool = True, n_chunks: int | None = None) -> "TopicHypergraph":
+        """Open saved arrays (memory-mapped) and :meth:`validate` them (IndexFormatError naming the file)."""
         names = [f.name for f in fields(cls)]
         arrays = load_arrays(directory, names, mmap=mmap)
-        arrays["n_chunks"] = int(arrays["n_chunks"][0])
-        return cls(**arrays)
+        stored = check_ids(arrays["n_chunks"], np.iinfo(np.int64).max, f"{directory / 'n_chunks.npy'}", length=1)
+        arrays["n_chunks"] = int(stored[0])
+        if n_chunks is not None and arrays["n_chunks"] != n_chunks:
+            raise IndexFormatError(f"{directory / 'n_chunks.npy'}: hypergraph has {arrays['n_chunks']} chunks, "
+                                   f"the index {n_chunks}")
+        return cls(**arrays).validate(directory)
+
+    def validate(self, directory: Path | str = "hypergraph") -> "TopicHypergraph":
+        """Check every array against what it indexes (ids in range, CSR offsets, the two incidence
+        directions and the groups consistent, a column-stochastic chunk graph, finite unit text
+        embeddings): stored arrays are trusted by the kernels, so a corrupt one must not pass."""
+        d = Path(directory)
+        f = lambda name: str(d / f"{name}.npy")  # noqa: E731
+        N, V, T, G, U = self.n_chunks, len(self.node_chunk), len(self.edge_text), len(self.group_size), len(self.text_emb)
+        check_ids(self.node_chunk, N, f("node_chunk"))
+        if V and np.diff(self.node_chunk).min() < 0:
+            raise IndexFormatError(f"{f('node_chunk')}: nodes must be sorted by chunk")
+        check_ids(self.node_group, G, f("node_group"), V)
+        check_ids(self.node_text, U, f("node_text"), V)
+        check_ids(self.edge_text, U, f("edge_text"))
+        check_indptr(self.group_indptr, G, V, f("group_indptr"))
+        check_ids(self.group_nodes, V, f("group_nodes"), V)
+        if not np.array_equal(np.asarray(self.group_size), np.diff(self.group_indptr)) or \
+                not np.array_equal(np.asarray(self.node_group)[self.group_nodes],
+                                   np.repeat(np.arange(G), np.diff(self.group_indptr))):
+            raise IndexFormatError(f"{f('group_size')}, {f('group_nodes')}: groups do not match node_group")
+        M = len(self.edge_nodes)
+        check_indptr(self.edge_indptr, T, M, f("edge_indptr"))
+        check_ids(self.edge_nodes, V, f("edge_nodes"))
+        check_indptr(self.node_indptr, V, M, f("node_indptr"))
+        check_ids(self.node_incidence, M, f("node_incidence"), M)
+        if not np.array_equal(np.asarray(self.edge_nodes)[self.node_incidence],
+                              np.repeat(np.arange(V), np.diff(self.node_indptr))):
+            raise IndexFormatError(f"{f('node_incidence')}: does not invert edge_nodes")
+        try:
+            P = self.transition()
+        except InputError as e:
+            raise IndexFormatError(f"{d}/graph_*.npy: {e}") from None
+        if P.nnz:
+            col = np.bincount(P.indices, weights=P.data.astype(np.float64), minlength=N)
+            if np.abs(col[col > 0] - 1.0).max() > 1e-4:
+                raise IndexFormatError(f"{f('graph_data')}: chunk graph columns must sum to 1")
+        if self.text_emb.ndim != 2:
+            raise IndexFormatError(f"{f('text_emb')}: must be 2-D")
+        if self.text_emb.shape[1]:
+            check_unit_rows(self.text_emb, f("text_emb"))
+        check_packed(self.names_data, self.names_offsets, f"{d}/names_*.npy", G)
+        return self
 
 
 def embed_texts(texts: list[str], corpus: Corpus, X: np.ndarray, embedder: Embedder | None,

@@ -144,21 +144,33 @@ class KnowledgeGraph:
                 "kg_meta": np.asarray([self.max_query_entities], np.int64)}
 
     @classmethod
-    def from_arrays(cls, a: dict[str, np.ndarray], n_passages: int) -> "KnowledgeGraph":
-        names = unpack_strings(a["kg_names_blob"], a["kg_names_offsets"])
+    def from_arrays(cls, a: dict[str, np.ndarray], n_passages: int, where: str = "knowledge graph") -> "KnowledgeGraph":
+        """The inverse of :meth:`arrays`, validated: every graph a CSR with ids in range and the
+        expected rows, ``adj`` symmetric, each ego row holding its entity, ``df`` [E] at least the
+        passages linking each entity, ``kg_meta`` >= 1. Errors (InputError) name ``where`` and the array."""
+        names = unpack_strings(a["kg_names_blob"], a["kg_names_offsets"], f"{where} kg_names_*")
         E = len(names)
 
         def graph(name: str, n_rows: int, data: np.ndarray | None = None) -> sp.csr_matrix:
             """A stored graph validated as the engine's one CSR type, then viewed as scipy (no copy)."""
             indptr, indices = a[f"kg_{name}_indptr"], a[f"kg_{name}_indices"]
             data = np.ones(len(indices), np.float32) if data is None else data
-            g = check_csr(indptr, indices, data, E, f"knowledge graph {name}")
+            g = check_csr(indptr, indices, data, E, f"{where} kg_{name}_*")
             if g.n_rows != n_rows:
-                raise InputError(f"knowledge graph {name}: {g.n_rows} rows, expected {n_rows}")
+                raise InputError(f"{where} kg_{name}_*: {g.n_rows} rows, expected {n_rows}")
             return g.to_scipy()
 
-        return cls(names=names, adj=graph("adj", E, a["kg_adj_data"]), passage_entities=graph("pe", n_passages),
-                   ego=graph("ego", E), df=np.asarray(a["kg_df"]), max_query_entities=int(a["kg_meta"][0]))
+        adj, pe, ego = graph("adj", E, a["kg_adj_data"]), graph("pe", n_passages), graph("ego", E)
+        if adj.nnz and abs(adj - adj.T).max() > 0:
+            raise InputError(f"{where} kg_adj_*: the co-occurrence graph must be symmetric")
+        if E and not np.array_equal(ego[np.arange(E), np.arange(E)].A1, np.ones(E, np.float32)):
+            raise InputError(f"{where} kg_ego_*: every ego subgraph must hold its own entity")
+        df, meta = np.asarray(a["kg_df"]), np.asarray(a["kg_meta"])
+        if df.shape != (E,) or df.dtype.kind not in "iu" or (E and (df < np.bincount(pe.indices, minlength=E)).any()):
+            raise InputError(f"{where} kg_df: must hold, for each of the {E} entities, at least the passages linking it")
+        if meta.shape != (1,) or meta.dtype.kind not in "iu" or int(meta[0]) < 1:
+            raise InputError(f"{where} kg_meta: must hold max_query_entities >= 1")
+        return cls(names=names, adj=adj, passage_entities=pe, ego=ego, df=df, max_query_entities=int(meta[0]))
 
     ARRAY_NAMES = ("kg_names_blob", "kg_names_offsets", "kg_adj_indptr", "kg_adj_indices", "kg_adj_data",
                    "kg_pe_indptr", "kg_pe_indices", "kg_ego_indptr", "kg_ego_indices", "kg_df", "kg_meta")

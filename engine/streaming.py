@@ -11,7 +11,10 @@ and batch size). ``--resume`` reopens that work directory and continues from the
 last finished chunk; since chunks keep the same boundaries and every chunk is
 embedded independently, the resumed matrix equals an uninterrupted run's
 (tested in ``tests/test_resume_index.py``). A state written for a different
-corpus or embedder is refused.
+corpus or embedder is refused. A work directory holds only its own files (:data:`WORK_FILES`);
+one holding anything else is refused and never deleted (:func:`check_work_dir`), and
+``hopgraph index`` holds the output's write lock (:mod:`hopgraph.engine.storage`) for the whole
+build, so two builds never share a work directory.
 
 Chunks can also be computed by Ray workers (``ray_address``, see
 :mod:`hopgraph.engine.distributed`); they are written in order, so the state
@@ -21,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -36,6 +38,8 @@ EMBEDDINGS_FILE = "embeddings.npy"
 STATE_VERSION = 1
 #: default chunk (checkpoint unit) = CHUNK_BATCHES embedder batches
 CHUNK_BATCHES = 16
+#: the only files a work directory holds (anything else: not ours, never deleted)
+WORK_FILES = (STATE_FILE, STATE_FILE + ".tmp", EMBEDDINGS_FILE)
 
 
 def work_dir_for(out: str | Path) -> Path:
@@ -99,8 +103,7 @@ def embed_corpus(corpus: Corpus, embedder: Embedder, work_dir: str | Path, batch
         if out.shape != (n, dim) or out.dtype != np.float32:
             raise InputError(f"cannot resume: {path} has shape {out.shape} {out.dtype}, expected ({n}, {dim})")
     else:
-        if work_dir.exists():
-            shutil.rmtree(work_dir)
+        remove_work_dir(work_dir)
         work_dir.mkdir(parents=True)
         out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, dim))
         done = 0
@@ -151,9 +154,33 @@ def encode_batch(embedder: Embedder, texts: list[str], first: int, batch_size: i
                                f"{first + len(texts) - 1})", embedder.dim)
 
 
+def check_work_dir(work_dir: str | Path) -> Path:
+    """``work_dir`` if it is absent or a hopgraph work directory (only :data:`WORK_FILES` in it);
+    otherwise an InputError: a work directory's files are replaced and removed, never a user's."""
+    work_dir = Path(work_dir)
+    if work_dir.exists() or work_dir.is_symlink():
+        if not work_dir.is_dir() or work_dir.is_symlink() or any(n not in WORK_FILES for n in os.listdir(work_dir)):
+            raise InputError(f"{work_dir} exists and is not a hopgraph work directory (it holds other files); "
+                             f"refusing to use or delete it: move it away or choose another --out")
+    return work_dir
+
+
+def remove_work_dir(work_dir: str | Path) -> None:
+    """Remove a work directory, file by file (only its own files; :func:`check_work_dir` first)."""
+    work_dir = check_work_dir(work_dir)
+    if not work_dir.exists():
+        return
+    for name in os.listdir(work_dir):
+        (work_dir / name).unlink()
+    work_dir.rmdir()
+
+
 def finish(work_dir: str | Path) -> None:
-    """Remove the work directory after the index was saved."""
-    shutil.rmtree(work_dir, ignore_errors=True)
+    """Remove the work directory after the index was saved (only if it is one; else left alone)."""
+    try:
+        remove_work_dir(work_dir)
+    except (InputError, OSError):
+        pass
 
 
 def _bar(progress: bool, total: int, initial: int):

@@ -69,3 +69,38 @@ def clustered_embeddings(n: int, d: int, n_clusters: int, seed: int = 0, noise: 
     X = centres[g.integers(0, n_clusters, n)] + noise * np.sqrt(d) * g.standard_normal((n, d)) / np.sqrt(d) * 3
     X = X.astype(np.float32)
     return X / np.linalg.norm(X, axis=1, keepdims=True)
+
+
+def rewrite_manifest(index: Path, edit) -> dict:
+    """Apply ``edit(manifest)`` to the live manifest of a saved index and re-point ``CURRENT`` at it
+    (as a writer of another version would have written it: checksums consistent)."""
+    from hopgraph.engine import storage
+
+    gen = storage.current_generation(index)
+    manifest = json.loads((gen / storage.MANIFEST).read_text())
+    edit(manifest)
+    storage.write_json(gen / storage.MANIFEST, manifest)
+    current = json.loads((index / storage.CURRENT).read_text())
+    current["manifest"].update(size=(gen / storage.MANIFEST).stat().st_size,
+                               digest=storage.file_digest(gen / storage.MANIFEST, current["manifest"]["algorithm"]))
+    (index / storage.CURRENT).write_text(json.dumps(current))
+    return manifest
+
+
+def make_legacy(index: Path, version: int) -> Path:
+    """Turn a saved index into the layout of format ``version`` (1 or 2): its files directly under it."""
+    import shutil
+
+    from hopgraph.engine import storage
+
+    gen = storage.current_generation(index)
+    manifest = json.loads((gen / storage.MANIFEST).read_text())
+    manifest["format_version"] = version
+    for p in gen.iterdir():
+        if p.name != storage.READERS_FILE:
+            shutil.move(str(p), str(index / p.name))
+    storage.write_json(index / storage.MANIFEST, manifest)
+    shutil.rmtree(gen)
+    (index / storage.CURRENT).unlink()
+    (index / storage.LOCK_FILE).unlink(missing_ok=True)
+    return index

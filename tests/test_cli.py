@@ -26,7 +26,7 @@ def test_index_then_search(demo_data, tmp_path, capsys):
     out = tmp_path / "idx"
     assert main(["index", str(demo_data / "corpus.jsonl"), "--out", str(out), "--embedder", "hashing-64",
                  "--pipelines", "dense,bm25", "-q"]) == 0
-    assert (out / "manifest.json").is_file()
+    assert (out / "CURRENT").is_file()
     capsys.readouterr()
     assert main(["search", str(out), "Who founded Orbis Computing?", "--pipeline", "bm25", "--k", "2", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)

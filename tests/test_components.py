@@ -1,5 +1,5 @@
 """Shared components (issue 10): one corpus store, dense index, BM25 index and extraction per
-index, persisted once (index format 2); the query batch computes shared quantities once."""
+index, persisted once (index format 2, generations since format 3); the query batch computes shared quantities once."""
 from __future__ import annotations
 
 import json
@@ -7,11 +7,14 @@ import json
 import numpy as np
 import pytest
 
-from hopgraph import Index, IndexFormatError
+from hopgraph import Index, IndexFormatError, InputError
 from hopgraph.engine import extraction as extraction_module
+from hopgraph.engine import storage
 from hopgraph.engine.components import Components
 from hopgraph.engine.corpus import Corpus, PackedStrings
 from hopgraph.engine.pipelines import pipeline_names
+
+from conftest import make_legacy
 
 ALL = ("dense", "bm25", "hybrid", "g3rag", "stitch", "ppr_binary", "dmar")
 
@@ -28,7 +31,8 @@ def test_all_seven_share_one_of_each_component(seven, tmp_path, monkeypatch):
     assert len(builds["bm25"]) == 1 and len(builds["extraction"]) == 1 and len(builds["dense"]) <= 1
     assert all(p.components is seven.components for p in seven.pipelines.values())
     path = seven.save(tmp_path / "idx")
-    files = [p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file()]
+    gen = storage.current_generation(path)
+    files = [p.relative_to(gen).as_posix() for p in gen.rglob("*") if p.is_file()]
     bm25_stores = [f for f in files if f.endswith("params.index.json")]
     assert bm25_stores == ["components/bm25-0/params.index.json"]
     assert not [f for f in files if f.endswith(".faiss")]
@@ -60,18 +64,24 @@ def test_bm25_parameters_reach_every_pipeline_that_uses_bm25(demo_corpus, hashin
     assert v.search(idx.embed_queries(["comet"]), 3, ["comet"])[0].shape == (1, 3)
 
 
-def test_version_1_index_gets_a_rebuild_command(seven, tmp_path):
-    path = seven.save(tmp_path / "old")
-    manifest = json.loads((path / "manifest.json").read_text())
-    manifest["format_version"] = 1
-    (path / "manifest.json").write_text(json.dumps(manifest))
-    (path / "corpus.jsonl").write_text("")  # a version-1 index holds its corpus as JSON lines
+@pytest.mark.parametrize("version", [1, 2])
+def test_older_format_index_gets_a_rebuild_command(seven, tmp_path, version):
+    path = make_legacy(seven.save(tmp_path / "old"), version)
+    if version == 1:
+        (path / "corpus.jsonl").write_text("")  # a version-1 index holds its corpus as JSON lines
     with pytest.raises(IndexFormatError) as err:
         Index.load(path)
     msg = str(err.value)
-    assert "format version 1; this hopgraph reads version 2" in msg
-    assert f"hopgraph index {path}/corpus.jsonl --embeddings {path}/embeddings.npy --embedder hashing-64" in msg
+    assert f"format version {version}; this hopgraph reads version 3" in msg
+    corpus = f"{path}/corpus.jsonl" if version == 1 else seven.corpus.source  # v2: the file it was built from
+    assert f"hopgraph index {corpus} --embeddings {path}/embeddings.npy --embedder hashing-64" in msg
     assert "--pipelines bm25,dense,dmar,g3rag,hybrid,ppr_binary,stitch --param dmar.gnn_steps=2 --out" in msg
+    # an older-format index is a hopgraph index: replaced with overwrite=True, its old files removed
+    with pytest.raises(InputError, match="overwrite=True"):
+        seven.save(path)
+    seven.save(path, overwrite=True)
+    assert sorted(p.name for p in path.iterdir()) == ["CURRENT", "gen-000001", "write.lock"]
+    assert Index.load(path).pipelines.keys() == seven.pipelines.keys()
 
 
 def test_corpus_store_round_trip_is_memory_mapped_with_metadata(tmp_path):
@@ -86,7 +96,7 @@ def test_corpus_store_round_trip_is_memory_mapped_with_metadata(tmp_path):
     assert back.checksum == corpus.checksum and back.embedding_texts() == corpus.embedding_texts()
     with pytest.raises(IndexError):
         back.texts[3]
-    with pytest.raises(IndexFormatError, match="does not hold 4 strings"):
+    with pytest.raises(IndexFormatError, match="must hold 4 strings"):
         Corpus.load(tmp_path / "c", 4, "saved")
 
 

@@ -7,6 +7,8 @@ import hopgraph
 from hopgraph import Index, IndexFormatError, InputError
 from hopgraph.engine import storage
 
+from conftest import rewrite_manifest
+
 
 @pytest.fixture(scope="module")
 def built(demo_corpus, hashing_embedder):
@@ -52,28 +54,31 @@ def test_query_embeddings_only(built):
 
 def test_save_load_roundtrip(built, tmp_path):
     path = built.save(tmp_path / "idx")
-    m = json.loads((path / "manifest.json").read_text())
+    m = json.loads((storage.current_generation(path) / "manifest.json").read_text())
     assert m["format_version"] == storage.FORMAT_VERSION and m["embedder"] == {"name": "hashing-64", "dim": 64}
     assert m["corpus"]["checksum"] == built.corpus.checksum and set(m["pipelines"]) == {"dense", "bm25", "hybrid"}
+    assert "embeddings.npy" in m["checksums"] and m["checksum_algorithm"] in ("xxh3_128", "crc32")
     loaded = Index.load(path)
-    assert isinstance(loaded.X, np.memmap)
+    assert isinstance(loaded.X, np.memmap) and loaded.manifest == m
     q = ["Which company acquired Tessellate Systems?"]
     for p in ("dense", "bm25", "hybrid"):
         assert built.search(q, pipeline=p, k=4) == loaded.search(q, pipeline=p, k=4)
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".idx")]  # no temp dirs left
+    assert sorted(p.name for p in path.iterdir()) == ["CURRENT", "gen-000001", "write.lock"]  # no temp dirs left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
 
 
 def test_interrupted_save_leaves_previous_index(built, tmp_path, monkeypatch):
     path = built.save(tmp_path / "idx")
-    before = (path / "manifest.json").read_text()
+    before = (path / "CURRENT").read_text()
 
     def boom(*a, **k):
         raise RuntimeError("disk full")
 
     monkeypatch.setattr(storage, "write_json", boom)
     with pytest.raises(RuntimeError, match="disk full"):
-        built.save(path)
-    assert (path / "manifest.json").read_text() == before
+        built.save(path, overwrite=True)
+    assert (path / "CURRENT").read_text() == before
+    assert sorted(p.name for p in path.iterdir()) == ["CURRENT", "gen-000001", "write.lock"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
 
 
@@ -83,22 +88,27 @@ def test_load_refuses_corrupt_or_mismatched(built, tmp_path):
         Index.load(tmp_path / "missing")
     with pytest.raises(IndexFormatError, match="dimension 64; embedder hashing-32 has 32"):
         Index.load(path, embedder="hashing-32")
-    m = json.loads((path / "manifest.json").read_text())
-    m["format_version"] = 999
-    (path / "manifest.json").write_text(json.dumps(m))
+    rewrite_manifest(path, lambda m: m.update(format_version=999))
     with pytest.raises(IndexFormatError, match="format version 999"):
         Index.load(path)
     path = built.save(tmp_path / "idx2")
-    (path / "embeddings.npy").write_bytes((path / "embeddings.npy").read_bytes()[:200])
-    with pytest.raises(IndexFormatError, match="embeddings.npy"):
-        Index.load(path)
+    gen = storage.current_generation(path)
+    (gen / "embeddings.npy").write_bytes((gen / "embeddings.npy").read_bytes()[:200])
+    for verify in ("full", "fast"):
+        with pytest.raises(IndexFormatError, match="embeddings.npy"):
+            Index.load(path, verify=verify)
     path = built.save(tmp_path / "idx3")
-    np.save(path / "corpus" / "texts_offsets.npy", np.zeros(3, np.int64))
-    with pytest.raises(IndexFormatError, match="does not hold"):
-        Index.load(path)
-    (path / "manifest.json").write_text("{broken")
-    with pytest.raises(IndexFormatError, match="corrupt"):
-        Index.load(path)
+    gen = storage.current_generation(path)
+    offsets = np.load(gen / "corpus" / "texts_offsets.npy")
+    offsets[3] = 10 ** 9                      # one changed value, same file size
+    np.save(gen / "corpus" / "texts_offsets.npy", offsets)
+    with pytest.raises(IndexFormatError, match="texts_offsets.npy: checksum mismatch"):
+        Index.load(path)                      # checksum
+    with pytest.raises(IndexFormatError, match="corpus.*texts_data.*without decreasing"):
+        Index.load(path, verify="fast")       # structure
+    (gen / "manifest.json").write_text("{broken")
+    with pytest.raises(IndexFormatError, match="manifest.json is corrupt"):
+        Index.load(path, verify="fast")
 
 
 def test_build_from_precomputed(demo_corpus, tmp_path, rng):

@@ -9,6 +9,7 @@ import pytest
 
 from hopgraph import Index
 from hopgraph.cli import main
+from hopgraph.engine import storage
 from hopgraph.engine.params import InvalidParameter, parse_assignments
 from hopgraph.engine.pipelines import pipeline_class, pipeline_names
 from hopgraph.engine.pipelines.g3rag import G3RAG, G3RAGParams
@@ -126,7 +127,7 @@ def test_cli_param_is_validated_and_applied(tmp_path, capsys):
     assert not out.exists()
     assert main(["index", str(corpus), "--out", str(out), "--embedder", "hashing-16", "-q",
                  "--pipelines", "dense,bm25,g3rag", "--param", "g3rag.k=4", "--param", "bm25.k1=1.2"]) == 0
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = json.loads((storage.current_generation(out) / "manifest.json").read_text())
     assert manifest["pipelines"]["g3rag"]["params"]["k"] == 4 and manifest["params"]["bm25"] == {"k1": 1.2}
     capsys.readouterr()
     assert main(["search", str(out), "topic 1", "--pipeline", "g3rag", "--param", "gamma=-2", "-q"]) == 2

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from hopgraph import HashingEmbedder
-from hopgraph.engine import streaming
+from hopgraph.engine import storage, streaming
 from hopgraph.engine.errors import InputError
 from hopgraph.index import Index
 
@@ -29,7 +29,8 @@ class FailingEmbedder(HashingEmbedder):
 
 
 def _arrays(path):
-    return {p.relative_to(path).as_posix(): np.load(p) for p in sorted(path.rglob("*.npy"))}
+    gen = storage.current_generation(path)
+    return {p.relative_to(gen).as_posix(): np.load(p) for p in sorted(gen.rglob("*.npy"))}
 
 
 def test_interrupted_build_resumes_to_the_same_index(tmp_path, demo_corpus):
@@ -74,11 +75,22 @@ def test_resume_refuses_another_corpus_or_embedder(tmp_path, demo_corpus):
 def test_without_resume_a_stale_work_dir_is_discarded(tmp_path, demo_corpus):
     work = tmp_path / "w"
     work.mkdir()
-    (work / "junk").write_text("x")
+    np.save(work / streaming.EMBEDDINGS_FILE, np.zeros((3, 32), np.float32))
     streaming.write_state(work, {"version": 1, "key": {}, "batch_size": 1, "chunk_size": 1, "done": 3})
     Index.build(demo_corpus, embedder="hashing-32", pipelines=[], work_dir=work, progress=False)
-    assert not (work / "junk").exists()
     assert streaming.read_state(work)["done"] == len(demo_corpus)
+
+
+def test_a_work_dir_holding_other_files_is_refused_and_kept(tmp_path, demo_corpus):
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "thesis.tex").write_text("years of work")
+    for resume in (False, True):
+        with pytest.raises(InputError, match="not a hopgraph work directory"):
+            Index.build(demo_corpus, embedder="hashing-32", pipelines=[], work_dir=work, resume=resume,
+                        progress=False)
+    streaming.finish(work)
+    assert (work / "thesis.tex").read_text() == "years of work"
 
 
 def test_cli_resume_after_interruption(tmp_path, demo_corpus, monkeypatch, capsys):

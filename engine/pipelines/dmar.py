@@ -57,14 +57,14 @@ import numpy as np
 import torch
 
 from ..components import QueryBatch
-from ..errors import InputError
+from ..errors import IndexFormatError, InputError
 from ..gate import Gate, train_gate
 from ..gnn import SubgraphEncoder, encode_all, encoder_arrays, encoder_from_arrays, entity_features, pretrain
 from ..knowledge_graph import LINK_MODES, KnowledgeGraph, build_knowledge_graph
 from ..params import PipelineParams, anything, choice, flag, integer, path, real
 from ..ranking import PAD_ID, PAD_SCORE, topk_rows
 from ..reformulation import anchor_snippets, generate_texts, resolve_generator, rule_vectors
-from ..storage import load_arrays, save_arrays
+from ..storage import check_unit_rows, load_arrays, save_arrays
 from ..structural import structural_scores
 from ..timing import StageTimer
 from .base import Pipeline
@@ -215,12 +215,19 @@ class DMAR(Pipeline):
         save_arrays(directory, arrays)
 
     def _load(self, directory: Path) -> None:
-        names = sorted(p.stem for p in directory.glob("*.npy"))
-        arrays = load_arrays(directory, names)
-        self.kg = KnowledgeGraph.from_arrays(arrays, len(self.X))
+        """Open the saved KG, GNN, gate and subgraph embeddings, checked against each other and X."""
+        weights = sorted(p.stem for p in directory.glob("*.npy") if p.stem.startswith(("gnn.", "gate.")))
+        arrays = load_arrays(directory, [*KnowledgeGraph.ARRAY_NAMES, "subgraph_emb", *weights])
+        self.kg = KnowledgeGraph.from_arrays(arrays, len(self.X), str(directory))
         self.encoder = encoder_from_arrays(arrays)
         self.gate_mlp = Gate.from_arrays(arrays)
-        self.subgraph_emb = arrays["subgraph_emb"]
+        d = self.X.shape[1]
+        d_in, d_out = self.encoder.layers[0].self_lin.in_features, self.encoder.layers[-1].self_lin.out_features
+        if d_in != d or self.gate_mlp.mlp[0].in_features != 2 * d:
+            raise IndexFormatError(f"{directory}: GNN input {d_in} / gate input {self.gate_mlp.mlp[0].in_features} "
+                                   f"do not fit embeddings of dimension {d}")
+        self.subgraph_emb = check_unit_rows(arrays["subgraph_emb"], str(directory / "subgraph_emb.npy"),
+                                            rows=self.kg.n_entities, dim=d_out, allow_zero=True)
 
     # ------------------------------------------------------------------ query
     def search(self, Q: np.ndarray, top_k: int = 5,

@@ -78,7 +78,7 @@ from ... import kernels
 from ...kernels.tensors import as_tensor
 from ...kernels.threads import torch_threads
 from ..components import QueryBatch
-from ..errors import InputError
+from ..errors import IndexFormatError, InputError
 from ..graph import CSR
 from ..extraction import load_extractions, query_names
 from ..hypergraph import TopicHypergraph, build_hypergraph, embed_texts
@@ -196,9 +196,10 @@ class STITCH(Pipeline):
         self.H.save(directory / "hypergraph")
 
     def _load(self, directory: Path) -> None:
-        self.H = TopicHypergraph.load(directory / "hypergraph", mmap=True)
-        if self.H.n_chunks != len(self.X):
-            raise InputError(f"{directory}: hypergraph has {self.H.n_chunks} chunks, the index {len(self.X)}")
+        self.H = TopicHypergraph.load(directory / "hypergraph", mmap=True, n_chunks=len(self.X))
+        if self.H.text_emb.shape[1] != (self.X.shape[1] if self.needs_embedder else 0):
+            raise IndexFormatError(f"{directory / 'hypergraph' / 'text_emb.npy'}: dimension "
+                                   f"{self.H.text_emb.shape[1]}, the index {self.X.shape[1]}")
         self._cache = {}
 
     # ------------------------------------------------------------------ query
