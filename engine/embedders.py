@@ -51,8 +51,9 @@ def validate_embeddings(X: np.ndarray, what: str, dim: int | None = None) -> np.
     if not finite.all():
         bad = np.flatnonzero(~finite)
         raise InputError(f"{what}: {len(bad)} row(s) contain NaN or inf (first: row {bad[0]})")
-    norms = np.concatenate([np.linalg.norm(X[a:a + VALIDATE_BLOCK_ROWS], axis=1) for a in blocks]
-                           or [np.zeros(0, X.dtype)])
+    with np.errstate(over="ignore"):  # an overflowing float32 norm is redone in float64 below
+        norms = np.concatenate([np.linalg.norm(X[a:a + VALIDATE_BLOCK_ROWS], axis=1) for a in blocks]
+                               or [np.zeros(0, X.dtype)])
     over = ~np.isfinite(norms)
     if over.any():  # values near float32's maximum: the float32 norm overflows, redo those rows in float64
         norms = norms.astype(np.float64)
