@@ -166,7 +166,8 @@ class Corpus:
         return self._checksum
 
     def meta(self, row: int) -> dict:
-        """The metadata of passage ``row`` (the record's fields other than id, title and text)."""
+        """The metadata of passage ``row``: its record's ``metadata`` object merged with the record's
+        other fields beyond id, title and text (see :func:`_metadata`); ``{}`` for none."""
         raw = self.metadata[row]
         return json.loads(raw) if raw else {}
 
@@ -203,7 +204,7 @@ class Corpus:
         """Write the corpus as JSON lines (the format ``from_jsonl`` reads)."""
         with open(path, "w", encoding="utf-8") as f:
             for pid, title, text, meta in zip(self.ids, self.titles, self.texts, self.metadata):
-                rec = {"id": pid, "title": title, "text": text, **(json.loads(meta) if meta else {})}
+                rec = {"id": pid, "title": title, "text": text, **({"metadata": json.loads(meta)} if meta else {})}
                 f.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
 
@@ -260,10 +261,17 @@ def _validate_record(rec: Mapping, where: str) -> tuple[str, str, str]:
     for name, value in (("id", pid), ("title", title), ("text", text)):
         if isinstance(value, str):
             _check_unicode(value, f"{where}: '{name}'")
+    meta = rec.get("metadata")
+    if meta is not None and not isinstance(meta, Mapping):
+        raise InputError(f"{where}: 'metadata' must be a JSON object (or absent/null), got "
+                         f"{type(meta).__name__} {meta!r:.80}")
     return str(pid), title, text
 
 
 def _metadata(rec: Mapping) -> str:
-    """The record's fields other than id, title and text, as a JSON object string ("" if none)."""
-    extra = {k: v for k, v in rec.items() if k not in ("id", "title", "text")}
+    """The record's metadata as a JSON object string ("" if none): the keys of its ``metadata``
+    object (checked by :func:`_validate_record`) merged with its other fields beyond id, title and
+    text; on a name in both, the ``metadata`` object's value wins."""
+    extra = {k: v for k, v in rec.items() if k not in ("id", "title", "text", "metadata")}
+    extra.update(rec.get("metadata") or {})
     return json.dumps(extra, ensure_ascii=False, sort_keys=True) if extra else ""

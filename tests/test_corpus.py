@@ -105,3 +105,31 @@ def test_lone_surrogates_are_refused(tmp_path):
 def test_coerce_refuses_empty_and_wrong_types(corpus, message):
     with pytest.raises(InputError, match=message):
         Corpus.coerce(corpus)
+
+
+def test_metadata_object_is_the_metadata_merged_with_extra_fields(tmp_path):
+    p = write_lines(tmp_path / "m.jsonl", [
+        json.dumps({"id": "a", "text": "x", "metadata": {"url": "https://a", "year": 1999, "tags": ["t"]}}),
+        json.dumps({"id": "b", "text": "y", "source": "wiki", "metadata": {"source": "explicit", "n": 2}}),
+        json.dumps({"id": "c", "text": "z", "lang": "en"}),
+        json.dumps({"id": "d", "text": "w", "metadata": None}),
+        json.dumps({"id": "e", "text": "v", "metadata": {"metadata": {"nested": True}}}),
+    ])
+    c = Corpus.from_jsonl(p)
+    assert c.meta(0) == {"url": "https://a", "year": 1999, "tags": ["t"]}  # the object's keys, not nested
+    assert c.meta(1) == {"source": "explicit", "n": 2}                       # merged; the metadata object wins
+    assert c.meta(2) == {"lang": "en"} and c.meta(3) == {} and c.meta(4) == {"metadata": {"nested": True}}
+    c.write_jsonl(tmp_path / "back.jsonl")  # written as an explicit metadata object: an exact round trip
+    back = Corpus.from_jsonl(tmp_path / "back.jsonl")
+    assert [back.meta(i) for i in range(5)] == [c.meta(i) for i in range(5)] and back.checksum == c.checksum
+    records = Corpus.from_records([{"id": "r", "text": "t", "metadata": {"k": 1}, "extra": 2}])
+    assert records.meta(0) == {"k": 1, "extra": 2}
+
+
+@pytest.mark.parametrize("value", ['"a string"', "[1, 2]", "3", "true"])
+def test_non_object_metadata_is_refused_naming_file_and_line(tmp_path, value):
+    p = write_lines(tmp_path / "bad.jsonl", ['{"id": "a", "text": "x"}', f'{{"id": "b", "text": "y", "metadata": {value}}}'])
+    with pytest.raises(InputError, match=r"bad\.jsonl line 2: 'metadata' must be a JSON object"):
+        Corpus.from_jsonl(p)
+    with pytest.raises(InputError, match="record 0: 'metadata' must be a JSON object"):
+        Corpus.from_records([{"id": "b", "text": "y", "metadata": json.loads(value)}])
