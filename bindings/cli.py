@@ -88,8 +88,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     for q, hits in zip(args.questions, results):
         print(f"Q: {q}")
         for h in hits:
-            text = index.corpus.texts[index.corpus.position(h.id)]
-            print(f"  {h.rank}. [{h.id}] {h.score:.4f} {h.title + ': ' if h.title else ''}{text[:100]}")
+            print(f"  {h.rank}. [{h.id}] {h.score:.4f} {h.title + ': ' if h.title else ''}{(h.text or '')[:100]}")
     return 0
 
 

@@ -8,7 +8,7 @@ fitted pipeline, fit-time ones fit a new instance over the same shared component
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -27,12 +27,20 @@ DEFAULT_PIPELINES = ("dense", "bm25", "g3rag")
 
 @dataclass(frozen=True)
 class Hit:
-    """One retrieved passage: its corpus id, score, rank (from 1) and title."""
+    """One retrieved passage: its corpus id, score, rank (from 1), title, text and metadata.
+
+    ``text`` is the passage text, or None when the search was asked not to return it
+    (``with_text=False``); ``metadata`` is the corpus record's metadata object (``{}`` for
+    none; see :meth:`hopgraph.Corpus.meta`), always filled. Hits are frozen; ``metadata`` is a
+    plain dict and takes no part in hashing.
+    """
 
     id: str
     score: float
     rank: int
     title: str = ""
+    text: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict, hash=False)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -228,22 +236,37 @@ class Index:
         return pipe.search(Q, top_k=k, query_texts=texts)
 
     def search(self, questions: str | Sequence[str] | np.ndarray, pipeline: str = "g3rag", k: int = 5,
-               query_embeddings: np.ndarray | None = None, **overrides: Any) -> list[list[Hit]]:
+               query_embeddings: np.ndarray | None = None, *, with_text: bool = True,
+               **overrides: Any) -> list[list[Hit]]:
         """Top-``k`` passages for each question (texts, or a ``[B, d]`` embedding matrix).
 
         ``overrides`` select a variant of the pipeline (see :meth:`pipeline`).
-        Returns one list of :class:`Hit` per question, best first.
+        Returns one list of :class:`Hit` per question, best first, with each passage's text
+        (``with_text=False``: ``Hit.text`` is None, the texts are not read) and metadata.
         """
         ids, scores = self.search_arrays(questions, pipeline, k, query_embeddings, **overrides)
-        return self.hits(ids, scores)
+        return self.hits(ids, scores, with_text=with_text)
 
-    def hits(self, ids: np.ndarray, scores: np.ndarray) -> list[list[Hit]]:
-        """Turn a pipeline's ``(rows [B,k], scores [B,k])`` into :class:`Hit` lists (padding dropped)."""
+    def hits(self, ids: np.ndarray, scores: np.ndarray, with_text: bool = True) -> list[list[Hit]]:
+        """Turn a pipeline's ``(rows [B,k], scores [B,k])`` into :class:`Hit` lists (padding dropped).
+
+        Only the hit rows are read from the corpus store (memory-mapped once saved): id, title,
+        metadata and, with ``with_text``, the text.
+        """
+        corpus = self.corpus
         return [
-            [Hit(self.corpus.ids[j], float(s), r + 1, self.corpus.titles[j])
-             for r, (j, s) in enumerate(zip(row_ids, row_scores)) if j >= 0]
-            for row_ids, row_scores in zip(ids, scores)
+            [Hit(corpus.ids[j], float(s), r + 1, corpus.titles[j], corpus.texts[j] if with_text else None,
+                 corpus.meta(j))
+             for r, (j, s) in enumerate(zip(row_ids.tolist(), row_scores.tolist())) if j >= 0]
+            for row_ids, row_scores in zip(np.asarray(ids), np.asarray(scores))
         ]
+
+    def passage(self, pid: str) -> dict[str, Any]:
+        """``{"id", "title", "text", "metadata"}`` of passage ``pid`` (read from the corpus store);
+        KeyError naming the id if the index has no such passage."""
+        row = self.corpus.position(pid)
+        return {"id": self.corpus.ids[row], "title": self.corpus.titles[row], "text": self.corpus.texts[row],
+                "metadata": self.corpus.meta(row)}
 
     def _queries(self, questions, query_embeddings, embed: Callable[[list[str]], np.ndarray] | None = None
                  ) -> tuple[list[str] | None, np.ndarray]:

@@ -154,3 +154,20 @@ def test_cli_internal_error_is_not_dressed_as_user_error(tmp_path, capsys, monke
     assert main(["search", str(tmp_path), "q"]) == 1
     err = capsys.readouterr().err
     assert "Traceback" in err and "internal error (a bug in hopgraph" in err and "KeyError" in err
+
+
+def test_search_json_returns_text_and_metadata(tmp_path, demo_corpus, capsys):
+    from meta_corpus import meta_id, meta_of, write_meta_corpus
+
+    corpus = write_meta_corpus(demo_corpus, tmp_path / "meta.jsonl")
+    out = tmp_path / "idx"
+    assert main(["index", str(corpus), "--out", str(out), "--embedder", "hashing-64", "--pipelines", "bm25", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["search", str(out), "Who founded Orbis Computing?", "--pipeline", "bm25", "--k", "3", "--json"]) == 0
+    hits = json.loads(capsys.readouterr().out)[0]["hits"]
+    assert len(hits) == 3 and hits[0]["title"] == "Orbis Computing"
+    for h in hits:
+        i = next(i for i in range(len(demo_corpus)) if meta_id(i) == h["id"])
+        assert h["text"] == demo_corpus.texts[i] and h["metadata"] == meta_of(i, h["id"])
+    assert main(["search", str(out), "Who founded Orbis Computing?", "--pipeline", "bm25", "--k", "1"]) == 0
+    assert demo_corpus.texts[int(hits[0]["id"].split(" ")[1].split("#")[0])][:60] in capsys.readouterr().out

@@ -168,3 +168,34 @@ def test_search_refuses_non_iterable_questions():
     index = hopgraph.Index.build(["a b", "c d"], embedder="hashing-8", pipelines=["dense"], progress=False)
     with pytest.raises(InputError, match="questions must be"):
         index.search(None, pipeline="dense")
+
+
+def test_hits_carry_text_and_metadata_read_from_the_store(tmp_path, demo_corpus, hashing_embedder, monkeypatch):
+    from meta_corpus import meta_id, meta_of, write_meta_corpus
+
+    from hopgraph.engine.corpus import PackedStrings
+
+    path = write_meta_corpus(demo_corpus, tmp_path / "meta.jsonl")
+    Index.build(path, embedder=hashing_embedder, pipelines=["dense", "bm25"], progress=False).save(tmp_path / "i")
+    loaded = Index.load(tmp_path / "i", embedder=hashing_embedder, progress=False)
+    assert isinstance(loaded.corpus.texts, PackedStrings)
+    loaded.search("warm up", pipeline="bm25", k=1)  # components are built on first use
+
+    def no_full_scan(self):
+        raise AssertionError("a search must read only the hit rows of the corpus store")
+    monkeypatch.setattr(PackedStrings, "__iter__", no_full_scan)
+    hits = loaded.search(["Who founded Orbis Computing?", "comet"], pipeline="bm25", k=4)
+    for h in hits[0] + hits[1]:
+        i = int(h.id.split(" ")[1].split("#")[0])
+        assert h.id == meta_id(i) and h.text == demo_corpus.texts[i] and h.title == demo_corpus.titles[i]
+        assert h.metadata == meta_of(i, h.id)
+    assert hits[0][0].title == "Orbis Computing" and hash(hits[0][0]) == hash(hits[0][0])
+    bare = loaded.search(["Who founded Orbis Computing?"], pipeline="bm25", k=4, with_text=False)[0]
+    assert [h.id for h in bare] == [h.id for h in hits[0]] and all(h.text is None for h in bare)
+    assert [h.metadata for h in bare] == [h.metadata for h in hits[0]]
+    assert hits[0][0].to_dict()["metadata"] == hits[0][0].metadata and "text" in hits[0][0].to_dict()
+    monkeypatch.undo()  # a look-up by id builds the id table once (ids only)
+    assert loaded.passage(meta_id(3)) == {"id": meta_id(3), "title": demo_corpus.titles[3],
+                                          "text": demo_corpus.texts[3], "metadata": meta_of(3, meta_id(3))}
+    with pytest.raises(KeyError, match="nope"):
+        loaded.passage("nope")
