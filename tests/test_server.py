@@ -125,7 +125,7 @@ def test_response_shape_and_timing(client):
     r = client.search_response(questions(2), pipeline="bm25", k=3)
     assert r["pipeline"] == "bm25" and r["k"] == 3 and len(r["results"]) == 2
     hit = r["results"][0]["hits"][0]
-    assert set(hit) == {"id", "title", "score", "rank"} and hit["rank"] == 1
+    assert set(hit) == {"id", "title", "score", "rank", "text", "metadata"} and hit["rank"] == 1
     t = r["timing"]
     assert t["batch_queries"] >= 2 and t["batch_requests"] >= 1
     assert 0 <= t["search_ms"] <= t["total_ms"] and t["queue_ms"] >= 0 and t["embed_ms"] >= 0
@@ -539,3 +539,117 @@ def test_search_errors_map_to_one_status_per_kind(index_dir, monkeypatch, caplog
             assert logged[0].exc_info is not None
         monkeypatch.undo()
         assert post(http, {"queries": ["q"], "pipeline": "dense"}).status_code == 200  # still serving
+
+
+# ---------------------------------------------------------------- text and metadata (issue 12)
+@pytest.fixture(scope="module")
+def meta_index(tmp_path_factory, demo_corpus) -> hopgraph.Index:
+    from meta_corpus import write_meta_corpus
+
+    d = tmp_path_factory.mktemp("meta")
+    path = write_meta_corpus(demo_corpus, d / "meta.jsonl")
+    hopgraph.Index.build(path, embedder=f"hashing-{DIM}", pipelines=BASELINES, progress=False).save(d / "index")
+    return hopgraph.Index.load(d / "index", progress=False)
+
+
+META_KEY = "meta-key"
+
+
+@pytest.fixture(scope="module")
+def meta_server(meta_index):
+    with BackgroundServer(create_app(meta_index, LIMITS, api_key=META_KEY)) as srv:
+        yield srv
+
+
+def _row(pid: str) -> int:
+    return int(pid.split(" ")[1].split("#")[0])
+
+
+def test_search_returns_text_and_metadata(meta_server, meta_index, demo_corpus):
+    from meta_corpus import meta_of
+
+    with httpx.Client(base_url=meta_server.url, trust_env=False, headers={"X-API-Key": META_KEY}) as h:
+        body = {"queries": ["Who founded Orbis Computing?", "comet"], "pipeline": "bm25", "k": 4}
+        r = h.post("/search", json=body)
+        assert r.status_code == 200, r.text
+        hits = [hit for res in r.json()["results"] for hit in res["hits"]]
+        assert len(hits) >= 5 and r.json()["results"][0]["hits"][0]["title"] == "Orbis Computing"
+        for hit in hits:
+            assert hit["text"] == demo_corpus.texts[_row(hit["id"])] and hit["metadata"] == meta_of(_row(hit["id"]), hit["id"])
+        bare = h.post("/search", json={**body, "with_text": False}).json()
+        assert [[x["id"] for x in res["hits"]] for res in bare["results"]] == \
+            [[x["id"] for x in res["hits"]] for res in r.json()["results"]]
+        assert all(x["text"] is None and x["metadata"] for res in bare["results"] for x in res["hits"])
+        for bad in ("no", 0, None):
+            r = h.post("/search", json={**body, "with_text": bad})
+            assert r.status_code == 422 and "with_text" in _detail(r)
+        schema = h.get("/openapi.json").json()
+        assert "/passages/{pid}" in schema["paths"]
+        hit_schema = schema["components"]["schemas"]["HitOut"]["properties"]
+        assert {"text", "metadata"} <= set(hit_schema)
+        assert "with_text" in schema["components"]["schemas"]["SearchRequest"]["properties"]
+
+
+def test_get_passage_by_id_with_slash_and_404(meta_server, demo_corpus):
+    from urllib.parse import quote
+
+    from meta_corpus import meta_id, meta_of
+
+    with httpx.Client(base_url=meta_server.url, trust_env=False) as h:
+        pid = meta_id(5)  # "wiki/doc 5#p?2": a '/', a space, '#' and '?'
+        want = {"id": pid, "title": demo_corpus.titles[5], "text": demo_corpus.texts[5], "metadata": meta_of(5, pid)}
+        assert h.get("/passages/" + quote(pid, safe="")).status_code == 401  # the key check as elsewhere
+        auth = {"Authorization": f"Bearer {META_KEY}"}
+        assert h.get("/passages/" + quote(pid, safe=""), headers=auth).json() == want   # '/' as %2F
+        assert h.get("/passages/" + quote(pid, safe="/"), headers=auth).json() == want  # '/' literal
+        r = h.get("/passages/" + quote("wiki/nope", safe=""), headers=auth)
+        assert r.status_code == 404 and "wiki/nope" in _detail(r)
+        assert h.get("/passages/", headers=auth).status_code == 404
+        assert h.get("/passages/" + quote(meta_id(5)[:-1], safe=""), headers=auth).status_code == 404
+
+
+def test_client_and_async_client_text_metadata_and_passage(meta_server, meta_index):
+    from hopgraph.client import PassageNotFound
+    from meta_corpus import meta_id
+
+    qs = ["Who founded Orbis Computing?", "comet discovered at Cerro Alto"]
+    with hopgraph.Client(meta_server.url, api_key=META_KEY) as c:
+        first = c.info()["pipelines"][0]
+        want = meta_index.search(qs, pipeline=first, k=3)
+        assert want[0][0].text and want[0][0].metadata
+        assert c.search(qs, pipeline="bm25", k=3) == meta_index.search(qs, pipeline="bm25", k=3)
+        assert c.search(qs, k=3) == want  # pipeline=None: the server's first served pipeline
+        bare = c.search(qs, pipeline="dense", k=3, with_text=False)
+        assert bare == meta_index.search(qs, pipeline="dense", k=3, with_text=False) and bare[0][0].text is None
+        assert c.search(qs, pipeline="hybrid", k=3, params={"rrf_k": 10}) == \
+            meta_index.search(qs, pipeline="hybrid", k=3, rrf_k=10)
+        assert c.passage(meta_id(2)) == meta_index.passage(meta_id(2))
+        with pytest.raises(PassageNotFound, match="HTTP 404") as e:
+            c.passage("wiki/none")
+        assert isinstance(e.value, KeyError) and isinstance(e.value, ServiceError)
+
+    async def scenario():
+        async with hopgraph.AsyncClient(meta_server.url, api_key=META_KEY) as ac:
+            assert (await ac.health())["status"] == "ok" and (await ac.info())["pipelines"][0] == first
+            got = await asyncio.gather(*(ac.search(q, k=3) for q in qs))  # concurrent requests
+            assert [g[0] for g in got] == want
+            assert await ac.search(qs, pipeline="bm25", k=3, with_text=False) == \
+                meta_index.search(qs, pipeline="bm25", k=3, with_text=False)
+            raw = await ac.search_response(qs, pipeline="dense", k=3)
+            assert raw["pipeline"] == "dense" and "timing" in raw
+            assert await ac.passage(meta_id(7)) == meta_index.passage(meta_id(7))
+            with pytest.raises(PassageNotFound):
+                await ac.passage("wiki/none")
+            with pytest.raises(RequestRejected, match="k must be between"):
+                await ac.search(qs, pipeline="dense", k=0)
+        async with hopgraph.AsyncClient(meta_server.url) as anonymous:
+            with pytest.raises(ServiceError, match="HTTP 401"):
+                await anonymous.search(qs, pipeline="dense")
+    asyncio.run(scenario())
+
+
+def test_client_default_pipeline_is_served_by_a_baseline_server(server, index):
+    """The README's server serves dense,bm25,hybrid: the default pipeline must be one of them."""
+    with hopgraph.Client(server.url) as c:
+        served = c.info()["pipelines"]
+        assert c.search("Orbis", k=2) == index.search("Orbis", pipeline=served[0], k=2)

@@ -1,6 +1,7 @@
 """The ``hopgraph serve`` HTTP application (issue 7): FastAPI over one loaded :class:`Index`.
 
-Endpoints: ``POST /search`` (batched questions → hits and timing), ``GET /health``,
+Endpoints: ``POST /search`` (batched questions → hits with text and metadata, and timing),
+``GET /passages/{id}`` (one passage's title, text and metadata), ``GET /health``,
 ``GET /info`` (index manifest, pipelines, embedder, device, limits) and the OpenAPI
 schema at ``/openapi.json`` (browsable at ``/docs``). Every bad request gets a 4xx
 answer whose ``detail`` names the input and the limit; it never reaches the shared
@@ -27,7 +28,7 @@ from ..kernels.dispatch import cuda_available, resolve_device
 from .auth import ApiKeyMiddleware
 from .batcher import MicroBatcher, QueueFull
 from .limits import ServeLimits
-from .schema import EmbeddingQuery, ErrorResponse, SearchRequest, SearchResponse
+from .schema import EmbeddingQuery, ErrorResponse, PassageOut, SearchRequest, SearchResponse
 
 log = logging.getLogger("hopgraph.serve")
 
@@ -110,10 +111,25 @@ def create_app(index: Index, limits: ServeLimits | None = None, api_key: str | N
         timing = {**result.timing, "total_ms": (time.perf_counter() - t0) * 1000}
         return JSONResponse({
             "pipeline": request.pipeline, "k": request.k,
-            "results": [{"hits": [{"id": h.id, "title": h.title, "score": h.score, "rank": h.rank} for h in hits]}
+            "results": [{"hits": [{"id": h.id, "title": h.title, "score": h.score, "rank": h.rank,
+                                   "text": h.text if request.with_text else None, "metadata": h.metadata}
+                                  for h in hits]}
                         for hits in result.hits],
             "timing": timing,
         })
+
+    @app.get("/passages/{pid:path}", summary="one passage by id: title, text and metadata", response_model=None,
+             responses={200: {"model": PassageOut},
+                        404: {"model": ErrorResponse, "description": "no passage has this id"},
+                        401: _ERRORS[401]})
+    def passage(pid: str) -> JSONResponse:
+        """The passage with id ``pid`` (percent-encode it; a ``/`` may stay literal). A plain
+        function: FastAPI runs it in its thread pool, so building the id table on the first
+        look-up never blocks the event loop."""
+        try:
+            return JSONResponse(index.passage(pid))
+        except KeyError:
+            raise HTTPException(404, f"no passage with id {pid!r} in this index") from None
 
     return app
 

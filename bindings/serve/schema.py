@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictInt, StrictStr, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictInt, StrictStr, Tag
 
 FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 
@@ -60,13 +60,28 @@ class SearchRequest(BaseModel):
         default_factory=dict,
         description="query-time parameters of the pipeline for this request (e.g. {\"gamma\": 0.05} for g3rag); "
                     "GET /info's 'query_params' lists them with their allowed values")
+    with_text: StrictBool = Field(True, description="return each hit's passage text (false: 'text' is null; "
+                                                    "'metadata' is always returned)")
 
 
 class HitOut(BaseModel):
+    """One retrieved passage."""
+
     id: str
     title: str
     score: float
     rank: int
+    text: str | None = Field(description="the passage text; null when the request had \"with_text\": false")
+    metadata: dict[str, Any] = Field(description="the corpus record's metadata object ({} for none)")
+
+
+class PassageOut(BaseModel):
+    """``GET /passages/{id}``: one passage of the index's corpus."""
+
+    id: str
+    title: str
+    text: str
+    metadata: dict[str, Any] = Field(description="the corpus record's metadata object ({} for none)")
 
 
 class QueryResult(BaseModel):
