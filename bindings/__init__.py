@@ -3,7 +3,7 @@
 The public API: :class:`Index` (build/save/load/search), the pipelines
 (``G3RAG``, ``STITCH``, ``DMAR`` of SPEC §1-§3, ``PPRBinary`` and the ``Dense``/``BM25``/
 ``Hybrid`` baselines, each made from its parameters — ``hopgraph.G3RAG(G3RAGParams.published())``
-or keyword overrides — with ``fit(X)`` and ``search(Q, top_k)``), the HTTP :class:`Client`,
+or keyword overrides — with ``fit(X)`` and ``search(Q, top_k)``), the HTTP :class:`Client` and :class:`AsyncClient`,
 the corpus and embedder helpers and the error types. The parameter classes live in the
 pipeline modules (``hopgraph.engine.pipelines.g3rag.G3RAGParams`` ...).
 """
@@ -14,7 +14,7 @@ from .engine.embedders import CallableEmbedder, HashingEmbedder, MiniLMEmbedder
 from .engine.errors import HopgraphError, IndexFormatError, InputError
 from .engine.params import InvalidParameter
 from .engine.pipelines import pipeline_class, pipeline_names
-from .client import Client
+from .client import AsyncClient, Client
 from .index import Hit, Index
 
 __version__ = "0.1.0"
@@ -30,5 +30,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'hopgraph' has no attribute {name!r}")
 
 
-__all__ = ["Index", "Hit", "Client", "Corpus", "MiniLMEmbedder", "HashingEmbedder", "CallableEmbedder",
+__all__ = ["Index", "Hit", "Client", "AsyncClient", "Corpus", "MiniLMEmbedder", "HashingEmbedder", "CallableEmbedder",
            "HopgraphError", "InputError", "IndexFormatError", "InvalidParameter", "pipeline_names", *_PIPELINE_EXPORTS]

@@ -1,15 +1,19 @@
-"""Python client of ``hopgraph serve`` (issue 7): same result shape as ``Index.search``.
+"""Python clients of ``hopgraph serve`` (issues 7 and 12): same result shape as ``Index.search``.
 
 >>> client = hopgraph.Client("http://127.0.0.1:8080", api_key=None)   # doctest: +SKIP
 >>> hits = client.search(["Who founded the prize ...?"], pipeline="dense", k=5)
->>> hits[0][0].id, hits[0][0].score
+>>> hits[0][0].id, hits[0][0].score, hits[0][0].text, hits[0][0].metadata
+>>> client.passage(hits[0][0].id)          # {"id", "title", "text", "metadata"}
 
-Needs ``httpx`` (the ``[serve]`` extra). One client keeps one connection pool and
-may be shared by threads.
+:class:`AsyncClient` has the same methods as coroutines (``async with hopgraph.AsyncClient(url)
+as c: await c.search(...)``). ``pipeline=None`` (the default) searches with the server's first
+served pipeline (``GET /info``'s ``pipelines[0]``, asked once per client). Needs ``httpx`` (the
+``[serve]`` extra). One client keeps one connection pool; a :class:`Client` may be shared by threads.
 """
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
+from urllib.parse import quote
 
 import numpy as np
 
@@ -29,6 +33,12 @@ class ServiceError(HopgraphError):
 
 class RequestRejected(ServiceError, InputError):
     """The service refused the request's content (HTTP 400/413/422), like ``Index.search``'s InputError."""
+
+
+class PassageNotFound(ServiceError, KeyError):
+    """``passage(id)`` of an id the index does not hold (HTTP 404), a KeyError like ``Index.passage``'s."""
+
+    __str__ = ServiceError.__str__  # not KeyError's repr of the message
 
 
 def encode_queries(queries: str | Sequence[Any] | np.ndarray) -> list[Any]:
@@ -52,37 +62,106 @@ def encode_queries(queries: str | Sequence[Any] | np.ndarray) -> list[Any]:
     return out
 
 
-class Client:
-    """Talks to a ``hopgraph serve`` instance at ``url``."""
+class _ClientBase:
+    """What :class:`Client` and :class:`AsyncClient` share: requests and answers, without the I/O."""
 
-    def __init__(self, url: str, api_key: str | None = None, timeout: float = 60.0) -> None:
+    url: str
+    _default_pipeline: str | None = None
+
+    @staticmethod
+    def _httpx() -> Any:
         try:
             import httpx
         except ImportError as e:  # pragma: no cover - depends on the installed extras
-            raise ImportError("hopgraph.Client needs httpx: pip install 'hopgraph[serve]'") from e
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.url = url.rstrip("/")
-        self._transport_error = httpx.TransportError
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, trust_env=False)
+            raise ImportError("hopgraph.Client and AsyncClient need httpx: pip install 'hopgraph[serve]'") from e
+        return httpx
 
-    def search(self, queries: str | Sequence[Any] | np.ndarray, pipeline: str = "g3rag", k: int = 5
-               ) -> list[list[Hit]]:
-        """Top-``k`` :class:`Hit` lists, one per query, as ``Index.search`` returns them.
+    @staticmethod
+    def _headers(api_key: str | None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
-        ``queries``: question texts, a ``[B, d]`` embedding matrix, or a list mixing
-        strings, ``{"text": ...}`` and ``{"embedding": [...]}``.
-        """
-        response = self.search_response(queries, pipeline=pipeline, k=k)
-        return [[Hit(id=h["id"], score=float(h["score"]), rank=int(h["rank"]), title=h["title"]) for h in r["hits"]]
+    @staticmethod
+    def _search_body(queries: str | Sequence[Any] | np.ndarray, pipeline: str, k: int, with_text: bool,
+                     params: Mapping[str, Any] | None) -> dict[str, Any]:
+        body: dict[str, Any] = {"queries": encode_queries(queries), "pipeline": pipeline, "k": k}
+        if params:
+            body["params"] = dict(params)
+        if not with_text:  # sent only when off, so servers without the flag still answer default requests
+            body["with_text"] = False
+        return body
+
+    def _first_pipeline(self, info: Mapping[str, Any]) -> str:
+        served = info.get("pipelines") or []
+        if not served:
+            raise ServiceError(None, f"the hopgraph service at {self.url} serves no pipeline (GET /info)")
+        self._default_pipeline = str(served[0])
+        return self._default_pipeline
+
+    @staticmethod
+    def _hits(response: Mapping[str, Any]) -> list[list[Hit]]:
+        return [[Hit(id=h["id"], score=float(h["score"]), rank=int(h["rank"]), title=h["title"],
+                     text=h.get("text"), metadata=h.get("metadata") or {}) for h in r["hits"]]
                 for r in response["results"]]
 
-    def search_response(self, queries: str | Sequence[Any] | np.ndarray, pipeline: str = "g3rag", k: int = 5
-                        ) -> dict[str, Any]:
+    @staticmethod
+    def _passage_path(pid: str) -> str:
+        if not isinstance(pid, str) or not pid:
+            raise InputError(f"passage id must be a non-empty string, got {pid!r}")
+        return "/passages/" + quote(pid, safe="")
+
+    def _unreachable(self, e: Exception) -> ServiceError:
+        return ServiceError(None, f"cannot reach the hopgraph service at {self.url}: {type(e).__name__}: {e}")
+
+    @staticmethod
+    def _answer(response: Any) -> dict[str, Any]:
+        """The JSON answer, or the error matching its status (:class:`RequestRejected` for
+        400/413/422, :class:`PassageNotFound` for 404, else :class:`ServiceError`)."""
+        if response.status_code >= 400:
+            try:
+                detail = response.json().get("detail", response.text)
+            except ValueError:
+                detail = response.text
+            detail = detail if isinstance(detail, str) else str(detail)
+            error = (RequestRejected if response.status_code in (400, 413, 422) else
+                     PassageNotFound if response.status_code == 404 else ServiceError)
+            raise error(response.status_code, detail)
+        return response.json()
+
+
+class Client(_ClientBase):
+    """Talks to a ``hopgraph serve`` instance at ``url`` (blocking; see :class:`AsyncClient`)."""
+
+    def __init__(self, url: str, api_key: str | None = None, timeout: float = 60.0) -> None:
+        httpx = self._httpx()
+        self.url = url.rstrip("/")
+        self._transport_error = httpx.TransportError
+        self._http = httpx.Client(base_url=self.url, headers=self._headers(api_key), timeout=timeout,
+                                  trust_env=False)
+
+    def search(self, queries: str | Sequence[Any] | np.ndarray, pipeline: str | None = None, k: int = 5, *,
+               with_text: bool = True, params: Mapping[str, Any] | None = None) -> list[list[Hit]]:
+        """Top-``k`` :class:`Hit` lists, one per query, as ``Index.search`` returns them (with each
+        passage's text, None with ``with_text=False``, and metadata).
+
+        ``queries``: question texts, a ``[B, d]`` embedding matrix, or a list mixing
+        strings, ``{"text": ...}`` and ``{"embedding": [...]}``. ``pipeline``: one the server
+        serves; None: its first (``GET /info``, asked once). ``params``: query-time parameters.
+        """
+        return self._hits(self.search_response(queries, pipeline, k, with_text=with_text, params=params))
+
+    def search_response(self, queries: str | Sequence[Any] | np.ndarray, pipeline: str | None = None, k: int = 5,
+                        *, with_text: bool = True, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The raw ``POST /search`` answer (results and the pipeline's ``timing``)."""
-        return self._request("POST", "/search", json={"queries": encode_queries(queries), "pipeline": pipeline,
-                                                        "k": k})
+        pipeline = pipeline or self._default_pipeline or self._first_pipeline(self.info())
+        return self._request("POST", "/search", json=self._search_body(queries, pipeline, k, with_text, params))
+
+    def passage(self, pid: str) -> dict[str, Any]:
+        """``{"id", "title", "text", "metadata"}`` of passage ``pid``; :class:`PassageNotFound`
+        (a KeyError) if the index has no such id."""
+        return self._request("GET", self._passage_path(pid))
 
     def health(self) -> dict[str, Any]:
+        """Liveness: ``{"status": "ok", "passages", "uptime_s", "batches"}``."""
         return self._request("GET", "/health")
 
     def info(self) -> dict[str, Any]:
@@ -93,17 +172,8 @@ class Client:
         try:
             response = self._http.request(method, path, **kwargs)
         except self._transport_error as e:
-            raise ServiceError(None, f"cannot reach the hopgraph service at {self.url}: "
-                                     f"{type(e).__name__}: {e}") from e
-        if response.status_code >= 400:
-            try:
-                detail = response.json().get("detail", response.text)
-            except ValueError:
-                detail = response.text
-            detail = detail if isinstance(detail, str) else str(detail)
-            error = RequestRejected if response.status_code in (400, 413, 422) else ServiceError
-            raise error(response.status_code, detail)
-        return response.json()
+            raise self._unreachable(e) from e
+        return self._answer(response)
 
     def close(self) -> None:
         self._http.close()
@@ -113,3 +183,56 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class AsyncClient(_ClientBase):
+    """:class:`Client`'s methods as coroutines over one ``httpx.AsyncClient``, for asyncio
+    applications: ``async with hopgraph.AsyncClient(url, api_key=KEY) as c: hits = await c.search(q)``."""
+
+    def __init__(self, url: str, api_key: str | None = None, timeout: float = 60.0) -> None:
+        httpx = self._httpx()
+        self.url = url.rstrip("/")
+        self._transport_error = httpx.TransportError
+        self._http = httpx.AsyncClient(base_url=self.url, headers=self._headers(api_key), timeout=timeout,
+                                       trust_env=False)
+
+    async def search(self, queries: str | Sequence[Any] | np.ndarray, pipeline: str | None = None, k: int = 5, *,
+                     with_text: bool = True, params: Mapping[str, Any] | None = None) -> list[list[Hit]]:
+        """See :meth:`Client.search`."""
+        return self._hits(await self.search_response(queries, pipeline, k, with_text=with_text, params=params))
+
+    async def search_response(self, queries: str | Sequence[Any] | np.ndarray, pipeline: str | None = None,
+                              k: int = 5, *, with_text: bool = True, params: Mapping[str, Any] | None = None
+                              ) -> dict[str, Any]:
+        """See :meth:`Client.search_response`."""
+        pipeline = pipeline or self._default_pipeline or self._first_pipeline(await self.info())
+        return await self._request("POST", "/search",
+                                   json=self._search_body(queries, pipeline, k, with_text, params))
+
+    async def passage(self, pid: str) -> dict[str, Any]:
+        """See :meth:`Client.passage`."""
+        return await self._request("GET", self._passage_path(pid))
+
+    async def health(self) -> dict[str, Any]:
+        """See :meth:`Client.health`."""
+        return await self._request("GET", "/health")
+
+    async def info(self) -> dict[str, Any]:
+        """See :meth:`Client.info`."""
+        return await self._request("GET", "/info")
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        try:
+            response = await self._http.request(method, path, **kwargs)
+        except self._transport_error as e:
+            raise self._unreachable(e) from e
+        return self._answer(response)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

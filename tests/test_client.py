@@ -53,3 +53,64 @@ def test_connection_refused_is_reported():
     with hopgraph.Client(f"http://127.0.0.1:{port}", timeout=2) as c, pytest.raises(ServiceError) as e:
         c.health()
     assert e.value.status is None and f"127.0.0.1:{port}" in str(e.value) and "Connect" in str(e.value)
+
+
+def _mock_client(cls, handler):
+    httpx = pytest.importorskip("httpx")
+    c = cls("http://hopgraph.test")
+    transport = httpx.MockTransport(handler)
+    c._http = (httpx.Client if cls is hopgraph.Client else httpx.AsyncClient)(base_url=c.url, transport=transport)
+    return c
+
+
+def test_default_pipeline_asks_info_once_and_ids_are_percent_encoded():
+    import asyncio
+    import json
+
+    seen: list[tuple[str, str, object]] = []
+
+    def handler(request):
+        import httpx
+
+        body = json.loads(request.content) if request.content else None
+        seen.append((request.method, request.url.raw_path.decode(), body))
+        if request.url.path == "/info":
+            return httpx.Response(200, json={"pipelines": ["hybrid", "dense"]})
+        if request.url.path == "/search":
+            hit = {"id": "a/b", "title": "T", "score": 1.5, "rank": 1, "metadata": {"k": 1},
+                   "text": None if body.get("with_text") is False else "txt"}
+            return httpx.Response(200, json={"results": [{"hits": [hit]}]})
+        if request.url.path == "/passages/a/b":
+            return httpx.Response(200, json={"id": "a/b", "title": "T", "text": "txt", "metadata": {}})
+        return httpx.Response(404, json={"detail": "no passage with id 'x'"})
+
+    c = _mock_client(hopgraph.Client, handler)
+    assert c.search("q") == [[hopgraph.Hit("a/b", 1.5, 1, "T", "txt", {"k": 1})]]
+    assert c.search("q", with_text=False)[0][0].text is None
+    assert [s[1] for s in seen] == ["/info", "/search", "/search"]  # /info asked once
+    assert seen[1][2] == {"queries": ["q"], "pipeline": "hybrid", "k": 5}  # no with_text sent when on
+    assert seen[2][2]["with_text"] is False and seen[2][2]["pipeline"] == "hybrid"
+    assert c.passage("a/b")["id"] == "a/b" and seen[-1][1] == "/passages/a%2Fb"
+    with pytest.raises(KeyError):
+        c.passage("x")
+    with pytest.raises(hopgraph.InputError):
+        c.passage("")
+
+    async def scenario():
+        ac = _mock_client(hopgraph.AsyncClient, handler)
+        async with ac:
+            assert await ac.search("q", pipeline="dense", k=2) == [[hopgraph.Hit("a/b", 1.5, 1, "T", "txt", {"k": 1})]]
+            assert seen[-1][2]["pipeline"] == "dense" and seen[-1][2]["k"] == 2
+            await ac.search("q")
+            assert [s[1] for s in seen[-2:]] == ["/info", "/search"] and seen[-1][2]["pipeline"] == "hybrid"
+            assert (await ac.passage("a/b"))["title"] == "T"
+    asyncio.run(scenario())
+
+
+def test_server_serving_nothing_is_reported():
+    def handler(request):
+        import httpx
+        return httpx.Response(200, json={"pipelines": []})
+
+    with pytest.raises(ServiceError, match="serves no pipeline"):
+        _mock_client(hopgraph.Client, handler).search("q")
