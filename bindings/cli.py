@@ -6,8 +6,9 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
+from . import __version__
 from .engine.errors import HopgraphError, InputError
 
 
@@ -29,11 +30,26 @@ def _params(args: argparse.Namespace, default_pipeline: str | None = None) -> di
     return parse_assignments(args.param or [], default_pipeline)
 
 
+def _check_before_work(pipelines: Sequence[str], params: Mapping[str, Mapping[str, Any]],
+                       flag: str = "--pipelines") -> None:
+    """Refuse unknown pipeline names and invalid ``--param`` items before any embedding or loading
+    (:class:`InputError` naming the known pipelines, or the parameter and its allowed values)."""
+    from .engine.pipelines import pipeline_class
+    from .index import validate_params
+
+    if not pipelines:
+        raise InputError(f"{flag} names no pipeline")
+    for name in pipelines:
+        pipeline_class(name)
+    validate_params(params)
+
+
 def cmd_index(args: argparse.Namespace) -> int:
     from .index import Index
 
     from .engine import storage, streaming
 
+    _check_before_work(args.pipelines, _params(args))
     t0 = time.perf_counter()
     out = Path(args.out)
     work_dir = streaming.work_dir_for(out)
@@ -75,11 +91,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_search(args: argparse.Namespace) -> int:
     from .index import Index
 
-    index = Index.load(args.index, embedder=args.embedder, device=args.device, progress=not args.quiet)
     params = _params(args, args.pipeline)
     other = sorted(set(params) - {args.pipeline})
     if other:
         raise InputError(f"--param names pipeline(s) {', '.join(other)}, but the search uses {args.pipeline!r}")
+    _check_before_work([args.pipeline], params, flag="--pipeline")
+    index = Index.load(args.index, embedder=args.embedder, device=args.device, progress=not args.quiet)
     results = index.search(args.questions, pipeline=args.pipeline, k=args.k, **params.get(args.pipeline, {}))
     if args.json:
         print(json.dumps([{"question": q, "hits": [h.to_dict() for h in hits]}
@@ -95,14 +112,20 @@ def cmd_search(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from .evaluate import evaluate, format_table, json_report, plot_report
 
-    report = evaluate(args.data_dir, args.pipelines, args.k, embedder=args.embedder, cache_dir=args.cache_dir,
+    if args.k is not None:  # the deprecated spelling of --ks
+        if args.ks_given:
+            raise InputError("give --ks only (--k is its deprecated alias)")
+        print("hopgraph eval: warning: --k is deprecated, use --ks", file=sys.stderr)
+        args.ks = args.k
+    _check_before_work(args.pipelines, _params(args))
+    report = evaluate(args.data_dir, args.pipelines, args.ks, embedder=args.embedder, cache_dir=args.cache_dir,
                       device=args.device, progress=not args.quiet, ablations=args.ablations, params=_params(args))
-    print(format_table(report, args.k))
+    print(format_table(report, args.ks))
     if args.plot:
-        plot_report(report, args.k, args.plot)
+        plot_report(report, args.ks, args.plot)
         print(f"wrote {args.plot}")
     if args.json:
-        Path(args.json).write_text(json.dumps(json_report(report, args.k), indent=2) + "\n")
+        Path(args.json).write_text(json.dumps(json_report(report, args.ks), indent=2) + "\n")
         print(f"wrote {args.json}")
     return 0
 
@@ -143,8 +166,43 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(embedder=args.embedder, device=args.device, progress=not args.quiet)
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's help ends with its default, unless it has none (None, an unset flag) or names it already."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if ("%(default)" in text or "(default" in text or not action.option_strings or action.default is None
+                or action.default is False or action.default is argparse.SUPPRESS):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """hopgraph's parser: :class:`HelpFormatter` for it and its subcommands (``add_subparsers``
+    makes subparsers of the parser's own class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+class _StoreKs(argparse.Action):
+    """``--ks``: stores the list and notes that it was given (``--k`` is its deprecated alias)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.ks_given = True
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hopgraph", description="GPU-accelerated multi-hop graph retrieval")
+    from .engine.pipelines import pipeline_names
+    from .evaluate import default_cache_dir
+
+    known = ", ".join(pipeline_names())
+    parser = ArgumentParser(prog="hopgraph", description="GPU-accelerated multi-hop graph retrieval")
+    parser.add_argument("--version", action="version", version=f"hopgraph {__version__}",
+                        help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def param_option(p: argparse.ArgumentParser, what: str) -> None:
@@ -154,9 +212,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "pipeline's parameters, an invalid one is refused naming the allowed values")
 
     def common(p: argparse.ArgumentParser, embedder_default: str | None = "minilm") -> None:
-        p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+        p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"],
+                       help="where to compute (auto: cuda when available, else cpu)")
         p.add_argument("--embedder", default=embedder_default,
-                       help="'minilm' (all-MiniLM-L6-v2, default) or 'hashing-DIM'")
+                       help="'minilm' (all-MiniLM-L6-v2) or 'hashing-DIM'" +
+                            ("" if embedder_default else " (default: the index's embedder)"))
         p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
 
     p = sub.add_parser("index", help="build an index directory from a JSON-lines corpus")
@@ -166,8 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace the hopgraph index at --out (atomically)")
     p.add_argument("--embeddings", help="precomputed passage embeddings: a .npy (row i = passage i) or a folder "
                    "of .npy shards; ids alongside (NAME.ids.txt / NAME.ids.npy) place rows by passage id")
-    p.add_argument("--pipelines", type=_name_list, default=["dense", "bm25", "g3rag"])
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--pipelines", type=_name_list, default="dense,bm25,g3rag",
+                   help=f"comma-separated pipelines to fit, of: {known}")
+    p.add_argument("--batch-size", type=int, default=64, help="passages per embedder forward pass")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted build from its last finished batch (work dir OUT.work)")
     p.add_argument("--ray", metavar="ADDRESS", help="build on a Ray cluster ('auto', 'ray://host:port', 'local'); "
@@ -183,20 +244,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("search", help="query an index")
     p.add_argument("index", help="index directory")
-    p.add_argument("questions", nargs="+")
-    p.add_argument("--pipeline", default="g3rag")
-    p.add_argument("--k", type=int, default=5)
+    p.add_argument("questions", nargs="+", help="one or more questions")
+    p.add_argument("--pipeline", default="g3rag", help=f"the pipeline to search with, one of: {known}")
+    p.add_argument("--k", type=int, default=5, help="passages returned per question")
     p.add_argument("--json", action="store_true", help="print JSON")
     param_option(p, "for this search (PIPELINE defaults to --pipeline; fit-time ones refit in memory)")
     common(p, embedder_default=None)
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("eval", help="Recall@k on a benchmark folder (corpus.jsonl + questions.jsonl)")
-    p.add_argument("data_dir")
-    p.add_argument("--pipelines", type=_name_list, default=["dense", "bm25", "g3rag"])
-    p.add_argument("--k", type=_int_list, default=[2, 5, 8])
-    p.add_argument("--json", help="write the results as JSON to this file")
-    p.add_argument("--cache-dir", default=".hopgraph-cache", help="where built indexes are cached")
+    p.add_argument("data_dir", help="folder with corpus.jsonl and questions.jsonl")
+    p.add_argument("--pipelines", type=_name_list, default="dense,bm25,g3rag",
+                   help=f"comma-separated pipelines to evaluate, of: {known}")
+    p.add_argument("--ks", type=_int_list, default="2,5,8", action=_StoreKs,
+                   help="comma-separated k of the Recall@k columns")
+    p.add_argument("--k", type=_int_list, help=argparse.SUPPRESS)  # deprecated alias of --ks
+    p.set_defaults(ks_given=False)
+    p.add_argument("--json", help="write the results (Recall@k with standard errors) as JSON to this file")
+    p.add_argument("--cache-dir", help="where built indexes are cached (default: $HOPGRAPH_CACHE_DIR, else the "
+                   f"platform cache directory; here: {default_cache_dir()})")
     p.add_argument("--ablations", action="store_true", help="also evaluate each pipeline's named ablations")
     p.add_argument("--plot", help="write a bar chart of Recall@k per pipeline to this PNG")
     param_option(p, "of the evaluated index (cached pipelines are updated or refitted)")
@@ -205,19 +271,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train-gnn", help="pre-train DMAR's Siamese GNN (triplet loss) inside an index")
     p.add_argument("index", help="index directory (dmar is fitted first if missing)")
-    p.add_argument("--steps", type=int, default=600)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int, default=600, help="training steps")
+    p.add_argument("--seed", type=int, default=0, help="random seed")
     common(p, embedder_default=None)
     p.set_defaults(func=cmd_train_gnn)
 
     p = sub.add_parser("train-gate", help="train DMAR's fusion gate on questions with gold passages")
     p.add_argument("index", help="index directory (dmar is fitted first if missing)")
     p.add_argument("questions", help="questions.jsonl with gold_ids")
-    p.add_argument("--holdout", type=float, default=0.2, help="held-out fraction reported (default 0.2)")
+    p.add_argument("--holdout", type=float, default=0.2, help="held-out fraction reported")
     p.add_argument("--always-save", action="store_true",
                    help="save the trained gate even when it is worse on the held-out split")
-    p.add_argument("--k", type=int, default=5)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--k", type=int, default=5, help="k of the held-out Recall@k that decides the save")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the split and the training")
     common(p, embedder_default=None)
     p.set_defaults(func=cmd_train_gate)
 

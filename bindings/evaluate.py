@@ -1,12 +1,15 @@
 """``hopgraph eval``: Recall@k of pipelines on a benchmark folder, with an index cache.
 
 The folder holds ``corpus.jsonl`` and ``questions.jsonl`` (format of ../shared/data).
-The built index is cached under ``cache_dir`` keyed by corpus checksum and embedder,
+The built index is cached under ``cache_dir`` (default: :func:`default_cache_dir`) keyed by corpus
+checksum and embedder,
 so a second run does not embed again; pipelines missing from the cache are fitted
 and the cache is rewritten (atomically).
 """
 from __future__ import annotations
 
+import os
+import sys
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -19,6 +22,38 @@ from .engine.errors import HopgraphError, InputError
 from .engine.evaluation import load_questions, mean_and_stderr, recall_at_k
 from .engine.pipelines import pipeline_class
 from .index import Index
+
+
+#: environment variable naming hopgraph's cache directory (overridden by ``--cache-dir``)
+CACHE_DIR_ENV = "HOPGRAPH_CACHE_DIR"
+
+
+def platform_cache_dir(platform: str | None = None, environ: Mapping[str, str] | None = None,
+                       home: Path | None = None) -> Path:
+    """The per-user cache directory of hopgraph on ``platform`` (default: this one).
+
+    Linux and other Unix: ``$XDG_CACHE_HOME/hopgraph`` (when set to an absolute path), else
+    ``~/.cache/hopgraph``; macOS: ``~/Library/Caches/hopgraph``; Windows:
+    ``%LOCALAPPDATA%\\hopgraph\\Cache`` (else ``~\\AppData\\Local\\hopgraph\\Cache``).
+    """
+    platform = sys.platform if platform is None else platform
+    environ = os.environ if environ is None else environ
+    home = Path.home() if home is None else home
+    if platform == "win32":
+        local = environ.get("LOCALAPPDATA")
+        return (Path(local) if local else home / "AppData" / "Local") / "hopgraph" / "Cache"
+    if platform == "darwin":
+        return home / "Library" / "Caches" / "hopgraph"
+    xdg = environ.get("XDG_CACHE_HOME", "")
+    return (Path(xdg) if os.path.isabs(xdg) else home / ".cache") / "hopgraph"
+
+
+def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where ``hopgraph eval`` caches built indexes: ``$HOPGRAPH_CACHE_DIR`` when set, else
+    :func:`platform_cache_dir`."""
+    environ = os.environ if environ is None else environ
+    override = environ.get(CACHE_DIR_ENV, "")
+    return Path(override).expanduser() if override else platform_cache_dir(environ=environ)
 
 
 def cached_index(data_dir: Path, embedder: str, cache_dir: Path, device: str, pipelines: Sequence[str],
@@ -58,7 +93,7 @@ def cached_index(data_dir: Path, embedder: str, cache_dir: Path, device: str, pi
 
 
 def evaluate(data_dir: str | Path, pipelines: Sequence[str], ks: Sequence[int], embedder: str = "minilm",
-             cache_dir: str | Path = ".hopgraph-cache", device: str = "auto", progress: bool = True,
+             cache_dir: str | Path | None = None, device: str = "auto", progress: bool = True,
              ablations: bool = False, params: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Run every pipeline on every question of ``data_dir``; returns the ``--json`` report.
 
@@ -66,15 +101,16 @@ def evaluate(data_dir: str | Path, pipelines: Sequence[str], ks: Sequence[int], 
     given their embeddings (question embedding is shared by all pipelines and
     reported once as ``query_embedding_seconds``). With ``ablations``, every named
     ablation of each pipeline (its class's ``ablations``) is evaluated as an extra
-    row labelled ``pipeline[ablation]``.
+    row labelled ``pipeline[ablation]``. ``cache_dir`` None: :func:`default_cache_dir`.
     """
     data_dir = Path(data_dir)
     for f in ("corpus.jsonl", "questions.jsonl"):
         if not (data_dir / f).is_file():
             raise InputError(f"{data_dir} must hold {f}")
     if not ks or any(k < 1 for k in ks):
-        raise InputError(f"--k must list positive integers, got {list(ks)}")
-    index, path = cached_index(data_dir, embedder, Path(cache_dir), device, pipelines, progress, params)
+        raise InputError(f"--ks must list positive integers, got {list(ks)}")
+    cache_dir = default_cache_dir() if cache_dir is None else Path(cache_dir)
+    index, path = cached_index(data_dir, embedder, cache_dir, device, pipelines, progress, params)
     questions = load_questions(data_dir / "questions.jsonl", index.corpus)
     texts = [q.text for q in questions]
     gold = [[index.corpus.position(g) for g in q.gold_ids] for q in questions]
@@ -148,8 +184,10 @@ def plot_report(report: dict[str, Any], ks: Sequence[int], path: str | Path) -> 
 
 
 def json_report(report: dict[str, Any], ks: Sequence[int]) -> dict[str, Any]:
-    """The exact ``--json`` schema of the eval command (issue #2)."""
-    keep = [f"recall@{k}" for k in ks] + ["index_seconds", "queries_per_second"]
+    """The exact ``--json`` schema of the eval command (issue #2): per pipeline, each Recall@k and its
+    standard error (``recall@K_stderr``, the ± of :func:`format_table`), index seconds and queries/s."""
+    keep = [key for k in ks for key in (f"recall@{k}", f"recall@{k}_stderr")] + ["index_seconds",
+                                                                                 "queries_per_second"]
     return {
         "dataset": report["dataset"],
         "n_passages": report["n_passages"],

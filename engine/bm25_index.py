@@ -37,8 +37,18 @@ class BM25Index:
 
     @classmethod
     def build(cls, texts: Sequence[str], params: BM25Params, progress: bool = False) -> "BM25Index":
+        """Tokenize and index ``texts``; with ``progress``, one hopgraph bar per stage (``bm25: tokenize``,
+        ``bm25: index``) instead of bm25s's own bars."""
         retriever = bm25s.BM25(k1=params.k1, b=params.b)
-        retriever.index(tokenize(texts, params.stopwords, progress), show_progress=progress)
+        tokens = tokenize(texts, params.stopwords, progress)
+        if not progress:
+            retriever.index(tokens, show_progress=False)
+            return cls(retriever, params, len(texts))
+        from tqdm.auto import tqdm
+
+        with tqdm(total=len(texts), desc="bm25: index", unit="passage", unit_scale=True, dynamic_ncols=True) as bar:
+            retriever.index(tokens, show_progress=False)
+            bar.update(len(texts))
         return cls(retriever, params, len(texts))
 
     def tokenize(self, texts: Sequence[str]) -> list[list[str]]:

@@ -12,6 +12,7 @@ so callers fall back to the embedder's ``encode``.
 from __future__ import annotations
 
 import itertools
+import sys
 from typing import Any, Sequence
 
 import numpy as np
@@ -111,6 +112,10 @@ def _length_groups(lengths: list[int]) -> list[tuple[int, int, int]]:
 def _supported(embedder: Embedder) -> bool:
     """A sentence-transformers model of exactly Transformer(BertModel) → mean Pooling → Normalize on the CPU."""
     st = getattr(embedder, "model", None)
+    if st is None or "sentence_transformers" not in sys.modules:
+        # no model, or not a sentence-transformers one (its package was never imported): importing
+        # sentence-transformers here would pull in transformers, torch._dynamo and triton for nothing
+        return False
     try:
         from sentence_transformers import SentenceTransformer
         from transformers import BertModel

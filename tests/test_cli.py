@@ -48,14 +48,15 @@ def test_cli_errors_are_clear(tmp_path, capsys):
 
 def test_eval_json_schema_and_cache(demo_data, tmp_path, capsys, monkeypatch):
     js, cache = tmp_path / "r.json", tmp_path / "cache"
-    args = ["eval", str(demo_data), "--pipelines", "dense,bm25", "--k", "1,3", "--embedder", "hashing-64",
+    args = ["eval", str(demo_data), "--pipelines", "dense,bm25", "--ks", "1,3", "--embedder", "hashing-64",
             "--cache-dir", str(cache), "--json", str(js), "-q"]
     assert main(args) == 0
     report = json.loads(js.read_text())
     assert set(report) == {"dataset", "n_passages", "n_questions", "results"}
     assert report["dataset"] == "demo" and report["n_passages"] == 30 and report["n_questions"] == 2
     for r in report["results"].values():
-        assert set(r) == {"recall@1", "recall@3", "index_seconds", "queries_per_second"}
+        assert set(r) == {"recall@1", "recall@1_stderr", "recall@3", "recall@3_stderr", "index_seconds",
+                          "queries_per_second"}
         assert 0 <= r["recall@3"] <= 1 and r["queries_per_second"] > 0
     assert report["results"]["bm25"]["recall@3"] >= 0.5
     # second run: loads the cache, never embeds passages again
@@ -69,7 +70,7 @@ def test_eval_json_schema_and_cache(demo_data, tmp_path, capsys, monkeypatch):
 
 def test_eval_ablations_and_plot(demo_data, tmp_path, capsys):
     png = tmp_path / "r.png"
-    assert main(["eval", str(demo_data), "--pipelines", "hybrid", "--k", "2", "--embedder", "hashing-64",
+    assert main(["eval", str(demo_data), "--pipelines", "hybrid", "--ks", "2", "--embedder", "hashing-64",
                  "--cache-dir", str(tmp_path / "c"), "--ablations", "--plot", str(png), "-q"]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "± " in capsys.readouterr().out
@@ -78,7 +79,7 @@ def test_eval_ablations_and_plot(demo_data, tmp_path, capsys):
 def test_eval_on_shared_hotpotqa(tmp_path):
     data = shared_dataset("hotpotqa")
     js = tmp_path / "hp.json"
-    assert main(["eval", str(data), "--pipelines", "bm25", "--k", "2,5", "--embedder", "hashing-64",
+    assert main(["eval", str(data), "--pipelines", "bm25", "--ks", "2,5", "--embedder", "hashing-64",
                  "--cache-dir", str(tmp_path / "c"), "--json", str(js), "-q"]) == 0
     r = json.loads(js.read_text())
     assert r["n_passages"] == 994 and r["n_questions"] == 100
