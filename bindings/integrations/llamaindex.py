@@ -1,0 +1,94 @@
+"""hopgraph as a LlamaIndex retriever (extra ``[llamaindex]``: ``pip install 'hopgraph[llamaindex]'``).
+
+>>> from hopgraph.integrations.llamaindex import HopgraphRetriever      # doctest: +SKIP
+>>> retriever = HopgraphRetriever(hopgraph.Index.load("my-index"), pipeline="hybrid", k=5)
+>>> retriever.retrieve("Who designed the bridge in Peter Harlow's home city?")  # list[NodeWithScore]
+>>> retriever.retrieve_batch(questions)   # ONE batched hopgraph search (LlamaIndex has no batch API)
+
+``index`` is a :class:`hopgraph.Index`, a :class:`hopgraph.Client` (a ``hopgraph serve``
+instance) or an asynchronous client (``search`` a coroutine function). Each result is a
+``NodeWithScore(node=TextNode(id_=passage id, text=passage text, metadata=...), score=...)``;
+the metadata holds the passage's own metadata plus ``id``, ``title``, ``score``, ``rank`` and
+``pipeline``. A client whose hits carry no passage text gives ``text == ""``.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from ..engine.errors import InputError
+from . import _source
+
+_source.require("llama_index.core", "llamaindex", "hopgraph.integrations.llamaindex")
+
+from llama_index.core.callbacks import CallbackManager  # noqa: E402
+from llama_index.core.retrievers import BaseRetriever  # noqa: E402
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode  # noqa: E402
+
+__all__ = ["HopgraphRetriever"]
+
+
+class HopgraphRetriever(BaseRetriever):
+    """A LlamaIndex ``BaseRetriever`` over a hopgraph index, local or served.
+
+    ``retrieve`` / ``aretrieve`` answer one question (``aretrieve`` awaits ``async_client``, or
+    ``index`` when it is asynchronous, else runs the synchronous search in a worker thread);
+    :meth:`retrieve_batch` / :meth:`aretrieve_batch` answer many with ONE batched hopgraph search.
+    ``search_kwargs`` go to ``index.search`` (e.g. ``{"gamma": 0.05}`` for a local Index).
+    The question text is searched (a ``QueryBundle``'s embedding, made by another model, is not used).
+    """
+
+    def __init__(self, index: Any, pipeline: str = "g3rag", k: int = 5, *,
+                 search_kwargs: Mapping[str, Any] | None = None, async_client: Any = None,
+                 callback_manager: CallbackManager | None = None, verbose: bool = False) -> None:
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise InputError(f"k must be a positive integer, got {k!r}")
+        if async_client is not None and not _source.is_async_source(async_client):
+            raise InputError(f"async_client must have an async search(...), got {type(async_client).__name__}")
+        self.index = _source.check_source(index, "index")
+        self.pipeline = pipeline
+        self.k = k
+        self.search_kwargs = dict(search_kwargs or {})
+        self.async_client = async_client
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    def _nodes(self, results: list[list[Any]]) -> list[list[NodeWithScore]]:
+        """hopgraph hits → one list of ``NodeWithScore`` per question."""
+        out = []
+        for hits in results:
+            nodes = []
+            for hit in hits:
+                text, meta = _source.hit_metadata(self.index, hit, self.pipeline)
+                nodes.append(NodeWithScore(node=TextNode(id_=hit.id, text=text, metadata=meta),
+                                           score=float(hit.score)))
+            out.append(nodes)
+        return out
+
+    def retrieve_batch(self, queries: Sequence[str | QueryBundle]) -> list[list[NodeWithScore]]:
+        """Nodes for every query from ONE batched hopgraph search (no per-query callback events)."""
+        return self._nodes(_source.search(self.index, _texts(queries), self.pipeline, self.k, self.search_kwargs))
+
+    async def aretrieve_batch(self, queries: Sequence[str | QueryBundle]) -> list[list[NodeWithScore]]:
+        """:meth:`retrieve_batch` without blocking the event loop."""
+        results = await _source.asearch(self.index, _texts(queries), self.pipeline, self.k, self.search_kwargs,
+                                        async_source=self.async_client)
+        return self._nodes(results)
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return self.retrieve_batch([query_bundle])[0]
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return (await self.aretrieve_batch([query_bundle]))[0]
+
+
+def _texts(queries: Sequence[str | QueryBundle]) -> list[str]:
+    """Question texts of strings and ``QueryBundle``s (their ``query_str``)."""
+    if isinstance(queries, (str, QueryBundle)):
+        raise InputError("retrieve_batch takes a list of questions, got a single question")
+    out = []
+    for i, q in enumerate(queries):
+        if isinstance(q, QueryBundle):
+            q = q.query_str
+        if not isinstance(q, str):
+            raise InputError(f"query {i} must be a string or a QueryBundle, got {type(q).__name__}")
+        out.append(q)
+    return out
