@@ -111,6 +111,9 @@ def _length_groups(lengths: list[int]) -> list[tuple[int, int, int]]:
 def _supported(embedder: Embedder) -> bool:
     """A sentence-transformers model of exactly Transformer(BertModel) → mean Pooling → Normalize on the CPU."""
     st = getattr(embedder, "model", None)
+    prompts = getattr(embedder, "prompts", None)
+    if isinstance(prompts, dict) and any(prompts.values()):  # the packed path prepends no prompt
+        return False
     try:
         from sentence_transformers import SentenceTransformer
         from transformers import BertModel

@@ -33,7 +33,7 @@ def test_callable_embedder_validates_output():
     good = CallableEmbedder(lambda t: np.ones((len(t), 3)), name="ones")
     assert good.dim == 3 and good.encode(["a", "b"]).shape == (2, 3)
     bad = CallableEmbedder(lambda t: np.zeros((len(t), 3)), name="zeros", dim=3)
-    with pytest.raises(InputError, match="embedder 'zeros' output: 2 zero vector"):
+    with pytest.raises(InputError, match=r"embedder 'zeros' output for batch 0 \(texts 0\.\.1\): 2 zero vector"):
         bad.encode(["a", "b"])
     short = CallableEmbedder(lambda t: np.ones((1, 3)), name="short", dim=3)
     with pytest.raises(InputError, match="returned 1 rows for 2 texts"):
