@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     def common(p: argparse.ArgumentParser, embedder_default: str | None = "minilm") -> None:
         p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
         p.add_argument("--embedder", default=embedder_default,
-                       help="'minilm' (all-MiniLM-L6-v2, default) or 'hashing-DIM'")
+                       help="'minilm' (default), 'hashing-DIM', 'st:MODEL_FOLDER_OR_CACHED_NAME', 'openai:MODEL'")
         p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
 
     p = sub.add_parser("index", help="build an index directory from a JSON-lines corpus")
