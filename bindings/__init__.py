@@ -10,7 +10,8 @@ pipeline modules (``hopgraph.engine.pipelines.g3rag.G3RAGParams`` ...).
 from __future__ import annotations
 
 from .engine.corpus import Corpus
-from .engine.embedders import CallableEmbedder, HashingEmbedder, MiniLMEmbedder
+from .engine.embedders import (CallableEmbedder, HashingEmbedder, MiniLMEmbedder, OpenAIEmbedder,
+                                SentenceTransformerEmbedder)
 from .engine.errors import HopgraphError, IndexFormatError, InputError
 from .engine.params import InvalidParameter
 from .engine.pipelines import pipeline_class, pipeline_names
@@ -31,4 +32,5 @@ def __getattr__(name: str):
 
 
 __all__ = ["Index", "Hit", "Client", "AsyncClient", "Corpus", "MiniLMEmbedder", "HashingEmbedder", "CallableEmbedder",
+           "SentenceTransformerEmbedder", "OpenAIEmbedder",
            "HopgraphError", "InputError", "IndexFormatError", "InvalidParameter", "pipeline_names", *_PIPELINE_EXPORTS]

@@ -215,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"],
                        help="where to compute (auto: cuda when available, else cpu)")
         p.add_argument("--embedder", default=embedder_default,
-                       help="'minilm' (all-MiniLM-L6-v2) or 'hashing-DIM'" +
+                       help="'minilm' (all-MiniLM-L6-v2), 'hashing-DIM', 'st:MODEL_FOLDER_OR_CACHED_NAME', 'openai:MODEL'" +
                             ("" if embedder_default else " (default: the index's embedder)"))
         p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
 

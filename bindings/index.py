@@ -17,7 +17,8 @@ import numpy as np
 from .engine import storage
 from .engine.components import Components
 from .engine.corpus import Corpus
-from .engine.embedders import Embedder, resolve_embedder, validate_embeddings
+from .engine.embedders import (Embedder, embedder_entry, embedder_from_entry, encode_queries, resolve_embedder,
+                                validate_embeddings)
 from .engine.errors import IndexFormatError, InputError
 from .engine.params import PipelineParams
 from .engine.pipelines import Pipeline, pipeline_class
@@ -63,6 +64,8 @@ class Index:
         self.X = X
         self._embedder = embedder
         self.embedder_name = embedder_name
+        #: the manifest's ``embedder`` entry (name, dim, spec[, prompts]) when loaded, for lazy resolution
+        self.embedder_entry: dict[str, Any] | None = None
         self.device = device
         self.params: dict[str, dict[str, Any]] = validate_params(params)
         self.progress = progress
@@ -141,14 +144,11 @@ class Index:
     # ------------------------------------------------------------------ pipelines
     @property
     def embedder(self) -> Embedder:
-        """The query embedder; resolved by name on first use after :meth:`load`."""
+        """The query embedder; re-created from the manifest's embedder spec on first use after
+        :meth:`load` (an InputError naming ``embedder=`` when it cannot be, e.g. a callable)."""
         if self._embedder is None:
-            if self.embedder_name.startswith("precomputed"):
-                raise InputError(
-                    "this index was built from precomputed embeddings: pass query embeddings, "
-                    "or give embedder=... to Index.load/Index.build"
-                )
-            self._embedder = resolve_embedder(self.embedder_name)
+            entry = self.embedder_entry or {"name": self.embedder_name, "dim": int(self.X.shape[1])}
+            self._embedder = embedder_from_entry(entry, f"index {self.path or ''}".rstrip())
             self.components.embedder = self._embedder
         return self._embedder
 
@@ -220,7 +220,7 @@ class Index:
     # ------------------------------------------------------------------ search
     def embed_queries(self, questions: Sequence[str], batch_size: int = 64) -> np.ndarray:
         """Query embeddings ``[B, d]``; ``batch_size`` texts per embedder forward pass."""
-        return self.embedder.encode(list(questions), batch_size=batch_size, progress=False)
+        return encode_queries(self.embedder, list(questions), batch_size=batch_size, progress=False)
 
     def search_arrays(self, questions: str | Sequence[str | np.ndarray] | np.ndarray, pipeline: str = "g3rag",
                       k: int = 5, query_embeddings: np.ndarray | None = None, *,
@@ -334,7 +334,7 @@ class Index:
             w.manifest = storage.new_manifest(
                 corpus={"n_passages": len(self.corpus), "checksum": self.corpus.checksum,
                         "source": self.corpus.source},
-                embedder={"name": self.embedder_name, "dim": int(self.X.shape[1])},
+                embedder=embedder_entry(self._embedder, self.embedder_name, int(self.X.shape[1])),
                 embed_seconds=self.embed_seconds,
                 files=files,
                 components=components,
@@ -393,7 +393,8 @@ class Index:
         corpus = Corpus.load(gen / "corpus", n, str(path / "corpus"), checksum)
         X = storage.check_array(gen, x_entry)
         storage.check_unit_rows(X, str(gen / "embeddings.npy"), rows=n, dim=dim)
-        _check_embedder_name(mpath, emb_name, dim)
+        for recorded in {emb_name, str(emb_meta.get("spec") or emb_name)}:
+            _check_embedder_name(mpath, recorded, dim)
         emb = resolve_embedder(embedder) if embedder is not None else None
         if emb is not None and emb.dim != dim:
             raise IndexFormatError(f"index {path} has dimension {dim}; embedder {emb.name} has {emb.dim}")
@@ -404,6 +405,7 @@ class Index:
         index = cls(corpus, X, emb, emb_name, device=device, params=params, progress=progress,
                     components=components)
         index.embed_seconds = float(manifest.get("embed_seconds", 0.0) or 0.0)
+        index.embedder_entry = dict(emb_meta)
         for name, params_ in pipe_params.items():
             pdir = gen / "pipelines" / name
             if not pdir.is_dir():

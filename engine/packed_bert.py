@@ -116,6 +116,9 @@ def _supported(embedder: Embedder) -> bool:
         # no model, or not a sentence-transformers one (its package was never imported): importing
         # sentence-transformers here would pull in transformers, torch._dynamo and triton for nothing
         return False
+    prompts = getattr(embedder, "prompts", None)
+    if isinstance(prompts, dict) and any(prompts.values()):  # the packed path prepends no prompt
+        return False
     try:
         from sentence_transformers import SentenceTransformer
         from transformers import BertModel

@@ -55,7 +55,8 @@ def test_query_embeddings_only(built):
 def test_save_load_roundtrip(built, tmp_path):
     path = built.save(tmp_path / "idx")
     m = json.loads((storage.current_generation(path) / "manifest.json").read_text())
-    assert m["format_version"] == storage.FORMAT_VERSION and m["embedder"] == {"name": "hashing-64", "dim": 64}
+    assert m["format_version"] == storage.FORMAT_VERSION
+    assert m["embedder"] == {"name": "hashing-64", "dim": 64, "spec": "hashing-64"}
     assert m["corpus"]["checksum"] == built.corpus.checksum and set(m["pipelines"]) == {"dense", "bm25", "hybrid"}
     assert "embeddings.npy" in m["checksums"] and m["checksum_algorithm"] in ("xxh3_128", "crc32")
     loaded = Index.load(path)

@@ -57,6 +57,7 @@ import numpy as np
 import torch
 
 from ..components import QueryBatch
+from ..embedders import encode_queries
 from ..errors import IndexFormatError, InputError
 from ..gate import Gate, train_gate
 from ..gnn import SubgraphEncoder, encode_all, encoder_arrays, encoder_from_arrays, entity_features, pretrain
@@ -366,4 +367,4 @@ class DMAR(Pipeline):
         if self.components.embedder is None:
             raise InputError("a reformulation generator needs the index's embedder to embed Q′")
         new_texts = generate_texts(gen, texts, anchor_snippets(self.components.corpus, anchors))
-        return self.components.embedder.encode(new_texts, progress=False)
+        return encode_queries(self.components.embedder, new_texts, progress=False)
