@@ -12,6 +12,7 @@ from __future__ import annotations
 from .engine.corpus import Corpus
 from .engine.embedders import CallableEmbedder, HashingEmbedder, MiniLMEmbedder
 from .engine.errors import HopgraphError, IndexFormatError, InputError
+from .engine.readers import read_corpus
 from .engine.params import InvalidParameter
 from .engine.pipelines import pipeline_class, pipeline_names
 from .client import Client
@@ -31,4 +32,5 @@ def __getattr__(name: str):
 
 
 __all__ = ["Index", "Hit", "Client", "Corpus", "MiniLMEmbedder", "HashingEmbedder", "CallableEmbedder",
-           "HopgraphError", "InputError", "IndexFormatError", "InvalidParameter", "pipeline_names", *_PIPELINE_EXPORTS]
+           "HopgraphError", "InputError", "IndexFormatError", "InvalidParameter", "pipeline_names", "read_corpus",
+           *_PIPELINE_EXPORTS]

@@ -121,11 +121,15 @@ class Corpus:
 
     @classmethod
     def coerce(cls, corpus: "Corpus | str | Path | Sequence[str] | Sequence[Mapping]") -> "Corpus":
-        """Accept a Corpus, a JSON-lines path, a list of strings or a list of records."""
+        """Accept a Corpus, a corpus path (any format :func:`hopgraph.engine.readers.read_corpus`
+        reads: JSON lines, JSON, CSV/TSV, Parquet, a folder of text files), a list of strings or a
+        list of records."""
         if isinstance(corpus, Corpus):
             return corpus
         if isinstance(corpus, (str, Path)):
-            return cls.from_jsonl(corpus)
+            from .readers import read_corpus
+
+            return read_corpus(corpus)
         if isinstance(corpus, (bytes, Mapping)) or not isinstance(corpus, Iterable):
             raise InputError("corpus must be a Corpus, a JSON-lines path, a list of strings or a list of "
                              f"records, got {type(corpus).__name__}")
