@@ -71,8 +71,8 @@ def chunk_corpus(corpus: Corpus, tokens: int, overlap: int = 0) -> Corpus:
     """Split each document of ``corpus`` into passages of at most ``tokens`` words, ``overlap``
     words shared by consecutive passages of a document (see the module docstring for ids, titles
     and the ``{"document", "chunk"}`` metadata; these two keys replace any of the same name in
-    the document's metadata). The result is a new, validated corpus (a passage id ``DOCID#k``
-    that is also a document id is refused as a duplicate)."""
+    the document's metadata). The result is a new, validated corpus; its ids are unique because
+    the document ids are (``DOCID#k`` splits at the last ``#`` into the document and k)."""
     tokens, overlap = check_chunking(tokens, overlap)
     ids, titles, texts, meta = [], [], [], []
     for row in range(len(corpus)):
