@@ -175,3 +175,17 @@ def test_coerce_and_index_build_accept_any_path(tmp_path):
     index = hopgraph.Index.build(p, embedder="hashing-16", pipelines=["bm25"], progress=False)
     assert index.search(["gamma"], pipeline="bm25", k=1)[0][0].id == "y"
     assert json.loads(json.dumps(hopgraph.__all__)).count("read_corpus") == 1
+
+
+def test_parquet_without_pyarrow_names_the_extra(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    with pytest.raises(InputError, match=r"c.parquet: reading Parquet needs pyarrow \(pip install 'hopgraph\[parquet\]'\)"):
+        read_corpus(write(tmp_path / "c.parquet", b"PAR1"))
+
+
+def test_beir_empty_metadata_object(tmp_path):
+    p = write(tmp_path / "corpus.jsonl", '{"_id": "d", "title": "", "text": "t", "metadata": {}}\n')
+    assert read_corpus(p).metadata == ("",)
