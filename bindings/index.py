@@ -88,7 +88,7 @@ class Index:
         (:mod:`hopgraph.engine.distributed`); the index is the same. ``chunk_tokens`` splits each
         document into passages of that many words, ``chunk_overlap`` shared
         (:func:`hopgraph.engine.chunking.chunk_corpus`: ids ``DOCID#k``, metadata ``{"document",
-        "chunk"}``). Passages longer than the embedder's maximum input raise a
+        "chunk"}``). Passages longer than the embedder's maximum input give a
         :class:`~hopgraph.engine.chunking.PassageLengthWarning`.
         """
         from .engine import chunking
