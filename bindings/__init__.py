@@ -12,7 +12,7 @@ from __future__ import annotations
 from .engine.corpus import Corpus
 from .engine.embedders import CallableEmbedder, HashingEmbedder, MiniLMEmbedder
 from .engine.errors import HopgraphError, IndexFormatError, InputError
-from .engine.readers import read_corpus
+from .engine.corpus import read_corpus
 from .engine.params import InvalidParameter
 from .engine.pipelines import pipeline_class, pipeline_names
 from .client import Client

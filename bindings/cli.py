@@ -51,7 +51,7 @@ def _warnings_to_stderr(command: str) -> Iterator[None]:
 
 def cmd_index(args: argparse.Namespace) -> int:
     from .index import Index
-    from .engine.readers import read_corpus
+    from .engine.corpus import read_corpus
 
     from .engine import storage, streaming
 

@@ -1,6 +1,8 @@
-"""Corpus readers: the formats people already have, read into a :class:`~hopgraph.engine.corpus.Corpus`.
+"""Corpus readers: the formats people already have, read as a corpus's columns.
 
-:func:`read_corpus` detects the format from the path (and, for an unknown extension, the content):
+:func:`read_columns` (behind :func:`hopgraph.engine.corpus.read_corpus` / ``hopgraph.read_corpus``
+and :meth:`Corpus.coerce <hopgraph.engine.corpus.Corpus.coerce>`; this module imports nothing of
+:mod:`~hopgraph.engine.corpus`, which imports it) detects the format from the path (and, for an unknown extension, the content):
 
 * ``.jsonl`` / ``.ndjson`` — JSON lines: hopgraph's ``{"id", "title", "text"}`` (read by
   :meth:`Corpus.from_jsonl`), BEIR's ``{"_id", "title", "text"}``, Pyserini's ``{"id", "contents"}``;
@@ -26,9 +28,8 @@ import csv
 import json
 import re
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
-from .corpus import Corpus, _check_unicode, iter_jsonl
 from .errors import InputError
 
 ID_FIELDS = ("id", "_id", "docid", "doc_id")
@@ -40,12 +41,25 @@ _SUFFIX_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv
                    ".parquet": "parquet"}
 
 
-def read_corpus(path: str | Path, id_field: str | None = None, title_field: str | None = None,
-                text_field: str | None = None, metadata_fields: Sequence[str] | None = None) -> Corpus:
+class Columns(NamedTuple):
+    """A corpus read from a file, as the arguments of ``Corpus(ids, titles, texts, source, metadata)``
+    (ids unique and texts non-empty: checked while reading, errors naming the line)."""
+
+    ids: tuple[str, ...]
+    titles: tuple[str, ...]
+    texts: tuple[str, ...]
+    source: str
+    metadata: tuple[str, ...]
+
+
+def read_columns(path: str | Path, id_field: str | None = None, title_field: str | None = None,
+                 text_field: str | None = None, metadata_fields: Sequence[str] | None = None) -> Columns | None:
     """Read the corpus at ``path`` (a file or a folder of ``.txt``/``.md`` files; format detected,
     see the module docstring). ``id_field``/``title_field``/``text_field`` name the fields to use;
     ``metadata_fields`` the fields kept as metadata (default all others; ``[]`` for none).
-    Raises :class:`InputError` naming the file and the line or row of the first problem."""
+    Returns None for hopgraph's own JSON lines read with default fields (for
+    :meth:`Corpus.from_jsonl`, which reads them the one canonical way). Raises
+    :class:`InputError` naming the file and the line or row of the first problem."""
     path = Path(path)
     if not path.exists():
         raise InputError(f"corpus {path} does not exist")
@@ -65,8 +79,8 @@ def read_corpus(path: str | Path, id_field: str | None = None, title_field: str 
     fields = FieldMap(id_field, title_field, text_field, metadata_fields)
     if fmt == "jsonl":
         if fields.default and _is_hopgraph_jsonl(path):
-            return Corpus.from_jsonl(path)
-        return _build(path, ((f"line {n}", rec) for n, rec in iter_jsonl(path)), fields)
+            return None
+        return _build(path, _iter_jsonl(path), fields)
     if fmt == "json":
         return _build(path, _iter_json_array(path), fields)
     if fmt in ("csv", "tsv"):
@@ -140,7 +154,7 @@ class FieldMap:
         return json.dumps(meta, ensure_ascii=False, sort_keys=True, default=str) if meta else ""
 
 
-def _build(path: Path, records: Iterator[tuple[str, Mapping[str, Any]]], fields: FieldMap) -> Corpus:
+def _build(path: Path, records: Iterator[tuple[str, Mapping[str, Any]]], fields: FieldMap) -> Columns:
     """A corpus from ``(location, record)`` pairs, each record checked and named by its location."""
     ids, titles, texts, meta = [], [], [], []
     first: dict[str, str] = {}
@@ -160,7 +174,7 @@ def _build(path: Path, records: Iterator[tuple[str, Mapping[str, Any]]], fields:
                    f not in (fields.id, fields.title, fields.text)]
         if missing:
             raise InputError(f"{path}: metadata field(s) {', '.join(map(repr, missing))} appear in no record")
-    return Corpus(tuple(ids), tuple(titles), tuple(texts), str(path), tuple(meta))
+    return Columns(tuple(ids), tuple(titles), tuple(texts), str(path), tuple(meta))
 
 
 def _fields(rec: Mapping[str, Any], fields: FieldMap, where: str) -> tuple[str, str, str]:
@@ -192,7 +206,7 @@ def _is_hopgraph_jsonl(path: Path) -> bool:
     format, read by :meth:`Corpus.from_jsonl`); also True for an empty or malformed first line, so
     that ``from_jsonl`` reports it."""
     try:
-        for _, rec in iter_jsonl(path):
+        for _, rec in _iter_jsonl(path):
             return "id" in rec and "text" in rec
     except InputError:
         return True
@@ -209,6 +223,30 @@ def _decode_lines(path: Path) -> Iterator[str]:
             except UnicodeDecodeError as e:
                 raise InputError(f"{path} line {lineno}: not valid UTF-8 text (byte 0x{raw[e.start]:02x} at "
                                  f"byte {e.start + 1} of the line); save the file as UTF-8") from None
+
+
+def _iter_jsonl(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """``("line N", object)`` for each non-blank line of a JSON-lines file; InputError naming the
+    file and line for invalid UTF-8, invalid JSON or a line that is not an object."""
+    for lineno, line in enumerate(_decode_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{path} line {lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(obj, dict):
+            raise InputError(f"{path} line {lineno}: expected a JSON object, got {type(obj).__name__}")
+        yield f"line {lineno}", obj
+
+
+def _check_unicode(value: str, where: str) -> None:
+    """``value`` must be encodable as UTF-8 (a JSON escape such as ``"\\ud800"`` gives a lone surrogate)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InputError(f"{where}: not valid Unicode text (lone surrogate U+{ord(value[e.start]):04X} at "
+                         f"character {e.start})") from None
 
 
 def _read_text(path: Path) -> str:
@@ -328,7 +366,7 @@ def markdown_title(text: str) -> str | None:
     return None
 
 
-def read_folder(folder: str | Path) -> Corpus:
+def read_folder(folder: str | Path) -> Columns:
     """Every ``.txt``/``.md`` file below ``folder`` (hidden files and folders skipped), sorted by
     relative path: id = that path with forward slashes, title = a ``.md`` file's first heading or
     the file name without extension, text = the content (InputError naming the file if empty or
@@ -349,4 +387,4 @@ def read_folder(folder: str | Path) -> Corpus:
         _check_unicode(text, str(p))
         title = markdown_title(text) if p.suffix.lower() == ".md" else None
         ids.append(rel), titles.append(title or p.stem), texts.append(text)
-    return Corpus(tuple(ids), tuple(titles), tuple(texts), str(folder))
+    return Columns(tuple(ids), tuple(titles), tuple(texts), str(folder), ("",) * len(ids))
