@@ -13,6 +13,7 @@ from .engine.corpus import Corpus
 from .engine.embedders import (CallableEmbedder, HashingEmbedder, MiniLMEmbedder, OpenAIEmbedder,
                                 SentenceTransformerEmbedder)
 from .engine.errors import HopgraphError, IndexFormatError, InputError
+from .engine.corpus import read_corpus
 from .engine.params import InvalidParameter
 from .engine.pipelines import pipeline_class, pipeline_names
 from .client import AsyncClient, Client
@@ -33,4 +34,5 @@ def __getattr__(name: str):
 
 __all__ = ["Index", "Hit", "Client", "AsyncClient", "Corpus", "MiniLMEmbedder", "HashingEmbedder", "CallableEmbedder",
            "SentenceTransformerEmbedder", "OpenAIEmbedder",
-           "HopgraphError", "InputError", "IndexFormatError", "InvalidParameter", "pipeline_names", *_PIPELINE_EXPORTS]
+           "HopgraphError", "InputError", "IndexFormatError", "InvalidParameter", "pipeline_names", "read_corpus",
+           *_PIPELINE_EXPORTS]

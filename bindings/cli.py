@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
+import warnings
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from . import __version__
 from .engine.errors import HopgraphError, InputError
@@ -44,8 +46,27 @@ def _check_before_work(pipelines: Sequence[str], params: Mapping[str, Mapping[st
     validate_params(params)
 
 
+@contextlib.contextmanager
+def _warnings_to_stderr(command: str) -> Iterator[None]:
+    """Print each :class:`PassageLengthWarning` raised inside as one line ``hopgraph COMMAND:
+    warning: ...`` on stderr (other warnings are shown as usual)."""
+    from .engine.chunking import PassageLengthWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PassageLengthWarning)
+        try:
+            yield
+        finally:
+            for w in caught:
+                if issubclass(w.category, PassageLengthWarning):
+                    print(f"hopgraph {command}: warning: {w.message}", file=sys.stderr)
+                else:
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+
+
 def cmd_index(args: argparse.Namespace) -> int:
     from .index import Index
+    from .engine.corpus import read_corpus
 
     from .engine import storage, streaming
 
@@ -56,10 +77,14 @@ def cmd_index(args: argparse.Namespace) -> int:
     # the output's write lock is held from before the build to the commit: a second build to the same
     # --out (and its OUT.work) is refused at once, and an --out that may not be replaced before any work
     with storage.TargetGuard(out, overwrite=args.overwrite, flag="--overwrite"):
-        index = Index.build(args.corpus, embedder=args.embedder, embeddings=args.embeddings, device=args.device,
-                            pipelines=args.pipelines, params=_params(args), progress=not args.quiet,
-                            batch_size=args.batch_size,
-                            work_dir=work_dir, resume=args.resume, ray_address=args.ray)
+        corpus = read_corpus(args.corpus, id_field=args.id_field, title_field=args.title_field,
+                             text_field=args.text_field, metadata_fields=args.metadata_fields)
+        with _warnings_to_stderr("index"):
+            index = Index.build(corpus, embedder=args.embedder, embeddings=args.embeddings, device=args.device,
+                                pipelines=args.pipelines, params=_params(args), progress=not args.quiet,
+                                batch_size=args.batch_size,
+                                work_dir=work_dir, resume=args.resume, ray_address=args.ray,
+                                chunk_tokens=args.chunk_tokens, chunk_overlap=args.chunk_overlap)
         index.save(out, overwrite=args.overwrite)
         streaming.finish(work_dir)
     print(f"indexed {len(index.corpus)} passages ({', '.join(index.pipelines)}) into {args.out} "
@@ -97,7 +122,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise InputError(f"--param names pipeline(s) {', '.join(other)}, but the search uses {args.pipeline!r}")
     _check_before_work([args.pipeline], params, flag="--pipeline")
     index = Index.load(args.index, embedder=args.embedder, device=args.device, progress=not args.quiet)
-    results = index.search(args.questions, pipeline=args.pipeline, k=args.k, **params.get(args.pipeline, {}))
+    results = index.search(args.questions, pipeline=args.pipeline, k=args.k,
+                           group_by_document=args.group_by_document, **params.get(args.pipeline, {}))
     if args.json:
         print(json.dumps([{"question": q, "hits": [h.to_dict() for h in hits]}
                           for q, hits in zip(args.questions, results)], indent=2))
@@ -220,7 +246,17 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
 
     p = sub.add_parser("index", help="build an index directory from a JSON-lines corpus")
-    p.add_argument("corpus", help='JSON lines {"id", "title", "text"}')
+    p.add_argument("corpus", help='JSON lines {"id", "title", "text"} (or BEIR/Pyserini), a JSON array, '
+                   "CSV/TSV with a header row, Parquet, or a folder of .txt/.md files")
+    p.add_argument("--id-field", help="the field/column holding passage ids (default: detected)")
+    p.add_argument("--title-field", help="the field/column holding titles (default: detected)")
+    p.add_argument("--text-field", help="the field/column holding the text (default: detected)")
+    p.add_argument("--metadata-fields", type=_name_list, metavar="A,B",
+                   help="fields/columns kept as passage metadata (default: all others)")
+    p.add_argument("--chunk-tokens", type=int, metavar="N",
+                   help="split documents into passages of N whitespace words (ids DOCID#k)")
+    p.add_argument("--chunk-overlap", type=int, default=0, metavar="M",
+                   help="words shared by consecutive passages of a document (with --chunk-tokens)")
     p.add_argument("--out", required=True, help="index directory to write (new, empty, or a hopgraph index "
                    "with --overwrite)")
     p.add_argument("--overwrite", action="store_true", help="replace the hopgraph index at --out (atomically)")
@@ -248,6 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pipeline", default="g3rag", help=f"the pipeline to search with, one of: {known}")
     p.add_argument("--k", type=int, default=5, help="passages returned per question")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--group-by-document", action="store_true",
+                   help="one hit per document (a chunked index's best passage of each)")
     param_option(p, "for this search (PIPELINE defaults to --pipeline; fit-time ones refit in memory)")
     common(p, embedder_default=None)
     p.set_defaults(func=cmd_search)

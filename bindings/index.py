@@ -86,7 +86,8 @@ class Index:
               pipelines: Sequence[str] = DEFAULT_PIPELINES,
               params: Mapping[str, Mapping[str, Any]] | None = None,
               progress: bool = True, batch_size: int = 64, work_dir: str | Path | None = None,
-              resume: bool = False, ray_address: str | None = None) -> "Index":
+              resume: bool = False, ray_address: str | None = None, chunk_tokens: int | None = None,
+              chunk_overlap: int = 0) -> "Index":
         """Embed ``corpus`` (or take precomputed ``embeddings``) and fit ``pipelines``.
 
         ``params`` maps a pipeline name to its constructor parameters. ``embeddings``
@@ -95,8 +96,13 @@ class Index:
         batch by batch to a memory-mapped file there and ``resume=True`` continues an
         interrupted build (:mod:`hopgraph.engine.streaming`). ``ray_address`` runs
         embedding and the gain-kNN row blocks on a Ray cluster
-        (:mod:`hopgraph.engine.distributed`); the index is the same.
+        (:mod:`hopgraph.engine.distributed`); the index is the same. ``chunk_tokens`` splits each
+        document into passages of that many words, ``chunk_overlap`` shared
+        (:func:`hopgraph.engine.chunking.chunk_corpus`: ids ``DOCID#k``, metadata ``{"document",
+        "chunk"}``). Passages longer than the embedder's maximum input give a
+        :class:`~hopgraph.engine.chunking.PassageLengthWarning`.
         """
+        from .engine import chunking
         from .engine import distributed, shards, streaming
         from .kernels.dispatch import DEVICES
 
@@ -109,6 +115,11 @@ class Index:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
         corpus = Corpus.coerce(corpus)
+        if chunk_tokens is not None:
+            if embeddings is not None:
+                raise InputError("chunk_tokens and precomputed embeddings exclude each other: the embeddings' "
+                                 "rows are the unchunked passages")
+            corpus = chunking.chunk_corpus(corpus, chunk_tokens, chunk_overlap)
         if work_dir is not None:
             streaming.check_work_dir(work_dir)
         t0 = time.perf_counter()
@@ -127,11 +138,13 @@ class Index:
             name = emb.name if emb is not None else name
         elif work_dir is not None or ray_address is not None:
             emb = resolve_embedder(embedder)
+            chunking.warn_long_passages(corpus, emb)
             X = streaming.embed_corpus(corpus, emb, work_dir if work_dir is not None else _scratch_dir(),
                                        batch_size, resume=resume, progress=progress, ray_address=ray_address)
             name = emb.name
         else:
             emb = resolve_embedder(embedder)
+            chunking.warn_long_passages(corpus, emb)
             X = emb.encode(corpus.embedding_texts(), batch_size=batch_size, progress=progress)
             name = emb.name
         index = cls(corpus, X, emb, name, device=device, params=params, progress=progress)
@@ -224,8 +237,8 @@ class Index:
 
     def search_arrays(self, questions: str | Sequence[str | np.ndarray] | np.ndarray, pipeline: str = "g3rag",
                       k: int = 5, query_embeddings: np.ndarray | None = None, *,
-                      embed: Callable[[list[str]], np.ndarray] | None = None, **overrides: Any
-                      ) -> tuple[np.ndarray, np.ndarray]:
+                      embed: Callable[[list[str]], np.ndarray] | None = None, group_by_document: bool = False,
+                      **overrides: Any) -> tuple[np.ndarray, np.ndarray]:
         """Like :meth:`search` but returns the raw ``(rows int64 [B,k], scores float32 [B,k])``.
 
         ``questions`` may also mix question strings and 1-D embedding rows (the pipeline then
@@ -233,18 +246,26 @@ class Index:
         """
         texts, Q = self._queries(questions, query_embeddings, embed)
         pipe = self.pipeline(pipeline, **overrides)
+        if group_by_document:
+            from .engine.chunking import group_by_document as group
+
+            return group(lambda depth: pipe.search(Q, top_k=depth, query_texts=texts), self.corpus, k)
         return pipe.search(Q, top_k=k, query_texts=texts)
 
     def search(self, questions: str | Sequence[str] | np.ndarray, pipeline: str = "g3rag", k: int = 5,
                query_embeddings: np.ndarray | None = None, *, with_text: bool = True,
-               **overrides: Any) -> list[list[Hit]]:
+               group_by_document: bool = False, **overrides: Any) -> list[list[Hit]]:
         """Top-``k`` passages for each question (texts, or a ``[B, d]`` embedding matrix).
 
-        ``overrides`` select a variant of the pipeline (see :meth:`pipeline`).
+        ``overrides`` select a variant of the pipeline (see :meth:`pipeline`). With
+        ``group_by_document=True`` each document (a chunked corpus's ``"document"`` metadata, see
+        :meth:`build`'s ``chunk_tokens``) appears once, as its best passage, and ``k`` documents come
+        back when the corpus has them (the pipeline is searched deeper as needed).
         Returns one list of :class:`Hit` per question, best first, with each passage's text
         (``with_text=False``: ``Hit.text`` is None, the texts are not read) and metadata.
         """
-        ids, scores = self.search_arrays(questions, pipeline, k, query_embeddings, **overrides)
+        ids, scores = self.search_arrays(questions, pipeline, k, query_embeddings,
+                                         group_by_document=group_by_document, **overrides)
         return self.hits(ids, scores, with_text=with_text)
 
     def hits(self, ids: np.ndarray, scores: np.ndarray, with_text: bool = True) -> list[list[Hit]]:

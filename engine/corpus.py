@@ -121,11 +121,13 @@ class Corpus:
 
     @classmethod
     def coerce(cls, corpus: "Corpus | str | Path | Sequence[str] | Sequence[Mapping]") -> "Corpus":
-        """Accept a Corpus, a JSON-lines path, a list of strings or a list of records."""
+        """Accept a Corpus, a corpus path (any format :func:`hopgraph.engine.readers.read_corpus`
+        reads: JSON lines, JSON, CSV/TSV, Parquet, a folder of text files), a list of strings or a
+        list of records."""
         if isinstance(corpus, Corpus):
             return corpus
         if isinstance(corpus, (str, Path)):
-            return cls.from_jsonl(corpus)
+            return read_corpus(corpus)
         if isinstance(corpus, (bytes, Mapping)) or not isinstance(corpus, Iterable):
             raise InputError("corpus must be a Corpus, a JSON-lines path, a list of strings or a list of "
                              f"records, got {type(corpus).__name__}")
@@ -206,6 +208,19 @@ class Corpus:
             for pid, title, text, meta in zip(self.ids, self.titles, self.texts, self.metadata):
                 rec = {"id": pid, "title": title, "text": text, **({"metadata": json.loads(meta)} if meta else {})}
                 f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+
+
+def read_corpus(path: str | Path, id_field: str | None = None, title_field: str | None = None,
+                text_field: str | None = None, metadata_fields: Sequence[str] | None = None) -> Corpus:
+    """Read a corpus file or folder in any format :mod:`hopgraph.engine.readers` knows (JSON lines
+    — hopgraph, BEIR, Pyserini —, a JSON array, CSV/TSV, Parquet, a folder of ``.txt``/``.md``),
+    fields detected or named; InputError naming the file and line or row of a problem."""
+    from . import readers
+
+    columns = readers.read_columns(path, id_field, title_field, text_field, metadata_fields)
+    if columns is None:  # hopgraph's own JSON lines
+        return Corpus.from_jsonl(path)
+    return Corpus(columns.ids, columns.titles, columns.texts, columns.source, columns.metadata)
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:

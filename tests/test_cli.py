@@ -121,7 +121,7 @@ def test_cli_missing_corpus_and_directory_corpus(tmp_path, capsys):
     assert main(_index_args(tmp_path / "nope.jsonl", tmp_path)) == 2
     _one_line_error(capsys, "nope.jsonl does not exist")
     assert main(_index_args(tmp_path, tmp_path)) == 2
-    _one_line_error(capsys, f"corpus file {tmp_path} is not a file")
+    _one_line_error(capsys, f"corpus folder {tmp_path} holds no .txt or .md files")
 
 
 def test_cli_os_error_names_the_path(tmp_path, capsys, demo_data):
