@@ -327,3 +327,18 @@ def test_pyproject_installs_the_integrations():
     extras = project["project"]["optional-dependencies"]
     assert extras["langchain"] == ["langchain-core>=0.2"] and extras["llamaindex"] == ["llama-index-core>=0.10"]
     assert {"langchain-core>=0.2", "llama-index-core>=0.10"} <= set(extras["dev"])
+
+
+def test_langchain_with_the_real_async_client_gets_passage_text(server, index):
+    async def run() -> tuple[list, list]:
+        async with hopgraph.AsyncClient(server.url) as aclient:
+            retriever = hg_langchain.HopgraphRetriever(index=aclient, pipeline="hybrid", k=K)
+            return await retriever.abatch(QUESTIONS), [await retriever.ainvoke(QUESTIONS[0])]
+
+    batch, (one,) = asyncio.run(run())
+    expected = expected_docs(index, QUESTIONS, "hybrid")
+    for docs, want in zip(batch, expected):
+        assert [d.id for d in docs] == [d.id for d in want]
+        assert [d.page_content for d in docs] == [d.page_content for d in want]  # text from the service
+        assert all(d.page_content for d in docs)
+    assert one == batch[0]
