@@ -56,6 +56,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from ...kernels.dispatch import DEVICES
+from ...kernels.shapley_mc import MODES as SHAPLEY_MODES
 from ..components import QueryBatch
 from ..embedders import encode_queries
 from ..errors import IndexFormatError, InputError
@@ -72,8 +74,6 @@ from .base import Pipeline
 from .hybrid import hybrid_ranking
 
 RECALLS = ("bm25", "hybrid")
-SHAPLEY_MODES = ("independent", "shared")
-DEVICES = ("auto", "cuda", "cpu")
 #: per-stage seconds of the last ``search`` (``DMAR.timings``): recall (BM25 / hybrid), query
 #: entity linking, subgraph/candidate node sets, GNN structsim cosines, Shapley kernel, semantic/
 #: lexical/gate fusion, anchors + reformulation + faiss second stage, final rerank

@@ -60,6 +60,7 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
+from ...kernels.dispatch import DEVICES
 from ..ann_graph import ann_gain_knn, density_mode, graph_mode
 from ..components import QueryBatch
 from ..errors import InputError
@@ -72,7 +73,6 @@ from .hybrid import hybrid_ranking
 
 #: "ann" / "auto" (issue 5): IVF candidates rescored exactly, see hopgraph.engine.ann_graph
 MODES = ("knn", "exact", "ann", "auto")
-DEVICES = ("auto", "cuda", "cpu")
 #: queries per sparse product (bounds the dense [chunk, N] diffusion output)
 QUERY_CHUNK = 256
 #: and at most this many entries per dense [chunk, N] array, so that a query process over a

@@ -75,6 +75,7 @@ import scipy.sparse as sp
 import torch
 
 from ... import kernels
+from ...kernels.dispatch import DEVICES
 from ...kernels.tensors import as_tensor
 from ...kernels.threads import torch_threads
 from ..components import QueryBatch
@@ -90,7 +91,6 @@ from .hybrid import RRF_K, hybrid_ranking
 DELTA_MODES = ("relative", "absolute")
 RELEVANCES = ("dense", "hybrid")
 FUSIONS = ("linear", "rrf")
-DEVICES = ("auto", "cuda", "cpu")
 HYBRID_DEPTH = 100
 #: chunks whose prior is below this fraction of the row's largest are not in the activated
 #: region's support (float noise, see step 6 of the module docstring)
