@@ -144,8 +144,8 @@ BULK_CHUNK = 256
 def encode_bulk(embedder: Embedder, texts: Sequence[str], batch_size: int = 64, progress: bool = False,
                 desc: str = "embed texts") -> np.ndarray:
     """Embed many texts: padding-free in chunks of :data:`BULK_CHUNK` when the embedder is a
-    model :class:`PackedBertEncoder` reproduces (~0.7× the time of ``encode`` on STITCH's
-    topic and description sentences, ``bench/bench_build.py``), else ``embedder.encode``."""
+    model :class:`PackedBertEncoder` reproduces, else ``embedder.encode``. The build-time effect
+    on STITCH is in ``bench/bench_build.py``'s before/after table (README, issue 10)."""
     packed = PackedBertEncoder.for_embedder(embedder)
     if packed is None or len(texts) == 0:
         return embedder.encode(list(texts), batch_size=batch_size, progress=progress)
