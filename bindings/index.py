@@ -4,7 +4,13 @@ An :class:`Index` holds the corpus, X, the shared components (:mod:`hopgraph.eng
 and the fitted pipelines (SPEC §1-§3 and the baselines) with their parameters.
 ``Index.pipeline(name, **overrides)`` gives a validated variant: query-time overrides reuse the
 fitted pipeline, fit-time ones fit a new instance over the same shared components. Storage:
-:mod:`hopgraph.engine.storage` (format version 3: generations, a commit point, checksums)."""
+:mod:`hopgraph.engine.storage` (format version 3: generations, a commit point, checksums).
+
+Live updates (issue 13): :meth:`Index.add` embeds and appends passages and updates every
+component and fitted pipeline; :meth:`Index.delete` tombstones passages (no search returns them
+from then on); :meth:`Index.compact` rebuilds every structure exactly from the live passages
+(no re-embedding); ``search(..., allowed_ids=, where=)`` filters (:mod:`hopgraph.engine.filters`).
+:meth:`Index.save` writes the state as a new commit."""
 from __future__ import annotations
 
 import time
@@ -20,10 +26,31 @@ from .engine.corpus import Corpus
 from .engine.embedders import (Embedder, embedder_entry, embedder_from_entry, encode_queries, resolve_embedder,
                                 validate_embeddings)
 from .engine.errors import IndexFormatError, InputError
+from .engine.filters import MetadataIndex, filter_mask
 from .engine.params import PipelineParams
 from .engine.pipelines import Pipeline, pipeline_class
 
 DEFAULT_PIPELINES = ("dense", "bm25", "g3rag")
+
+
+@dataclass(frozen=True)
+class AddReport:
+    """What :meth:`Index.add` did: the ids appended, those of them that replaced a passage
+    (``upsert=True``), and the seconds spent embedding and updating."""
+
+    added: list[str]
+    replaced: list[str]
+    embed_seconds: float
+    update_seconds: float
+
+
+@dataclass(frozen=True)
+class DeleteReport:
+    """What :meth:`Index.delete` did: ids now deleted, and ids the index does not hold (never
+    added, or already deleted)."""
+
+    deleted: list[str]
+    unknown: list[str]
 
 
 @dataclass(frozen=True)
@@ -78,6 +105,7 @@ class Index:
         self.path: Path | None = None
         self._manifest: dict[str, Any] | None = None
         self._lease: storage.Lease | None = None
+        self._metadata: MetadataIndex | None = None
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -238,24 +266,44 @@ class Index:
     def search_arrays(self, questions: str | Sequence[str | np.ndarray] | np.ndarray, pipeline: str = "g3rag",
                       k: int = 5, query_embeddings: np.ndarray | None = None, *,
                       embed: Callable[[list[str]], np.ndarray] | None = None, group_by_document: bool = False,
+                      allowed_ids: Sequence[str] | None = None, where: Mapping[str, Any] | None = None,
                       **overrides: Any) -> tuple[np.ndarray, np.ndarray]:
         """Like :meth:`search` but returns the raw ``(rows int64 [B,k], scores float32 [B,k])``.
 
         ``questions`` may also mix question strings and 1-D embedding rows (the pipeline then
         gets no texts); ``embed`` (default :meth:`embed_queries`) embeds the strings, in one call.
         """
-        texts, Q = self._queries(questions, query_embeddings, embed)
+        allowed = self.filter_mask(allowed_ids, where)
         pipe = self.pipeline(pipeline, **overrides)
+        texts, Q = self._queries(questions, query_embeddings, embed)
         if group_by_document:
             from .engine.chunking import group_by_document as group
 
-            return group(lambda depth: pipe.search(Q, top_k=depth, query_texts=texts), self.corpus, k)
-        return pipe.search(Q, top_k=k, query_texts=texts)
+            return group(lambda depth: pipe.search(Q, top_k=depth, query_texts=texts, allowed=allowed),
+                         self.corpus, k)
+        return pipe.search(Q, top_k=k, query_texts=texts, allowed=allowed)
+
+    def filter_mask(self, allowed_ids: Sequence[str] | None = None,
+                    where: Mapping[str, Any] | None = None) -> np.ndarray | None:
+        """The rows a search with these filters may return (bool [N]; None: no filter), see
+        :mod:`hopgraph.engine.filters`. Deleted passages are excluded by every search anyway."""
+        if allowed_ids is None and where is None:
+            return None
+        if self._metadata is None:
+            self._metadata = MetadataIndex(self.corpus)
+        return filter_mask(self.corpus, self._metadata, allowed_ids, where, self.components.deleted)
 
     def search(self, questions: str | Sequence[str] | np.ndarray, pipeline: str = "g3rag", k: int = 5,
                query_embeddings: np.ndarray | None = None, *, with_text: bool = True,
-               group_by_document: bool = False, **overrides: Any) -> list[list[Hit]]:
+               group_by_document: bool = False, allowed_ids: Sequence[str] | None = None,
+               where: Mapping[str, Any] | None = None, **overrides: Any) -> list[list[Hit]]:
         """Top-``k`` passages for each question (texts, or a ``[B, d]`` embedding matrix).
+
+        Filters (:mod:`hopgraph.engine.filters`): ``allowed_ids`` (passage ids) and ``where``
+        (``{metadata field: value or list of values}``) restrict the passages returned, and ``k``
+        of them come back whenever ``k`` pass: every pipeline draws its candidates and seeds
+        under the filter and masks its final ranking (a graph walk may pass through filtered
+        passages). Deleted passages (:meth:`delete`) are never returned.
 
         ``overrides`` select a variant of the pipeline (see :meth:`pipeline`). With
         ``group_by_document=True`` each document (a chunked corpus's ``"document"`` metadata, see
@@ -265,7 +313,8 @@ class Index:
         (``with_text=False``: ``Hit.text`` is None, the texts are not read) and metadata.
         """
         ids, scores = self.search_arrays(questions, pipeline, k, query_embeddings,
-                                         group_by_document=group_by_document, **overrides)
+                                         group_by_document=group_by_document, allowed_ids=allowed_ids,
+                                         where=where, **overrides)
         return self.hits(ids, scores, with_text=with_text)
 
     def hits(self, ids: np.ndarray, scores: np.ndarray, with_text: bool = True) -> list[list[Hit]]:
@@ -286,8 +335,126 @@ class Index:
         """``{"id", "title", "text", "metadata"}`` of passage ``pid`` (read from the corpus store);
         KeyError naming the id if the index has no such passage."""
         row = self.corpus.position(pid)
+        if self.components.deleted is not None and self.components.deleted[row]:
+            raise KeyError(f"passage id {pid!r} was deleted from index {self.path or '<memory>'}")
         return {"id": self.corpus.ids[row], "title": self.corpus.titles[row], "text": self.corpus.texts[row],
                 "metadata": self.corpus.meta(row)}
+
+    # ------------------------------------------------------------------ live updates
+    @property
+    def n_live(self) -> int:
+        """Passages a search may return (all rows minus the deleted ones)."""
+        deleted = self.components.deleted
+        return len(self.X) - (int(deleted.sum()) if deleted is not None else 0)
+
+    def add(self, records: Corpus | str | Path | Sequence, *, upsert: bool = False,
+            embeddings: np.ndarray | None = None, batch_size: int = 64, chunk_tokens: int | None = None,
+            chunk_overlap: int = 0) -> AddReport:
+        """Append passages (what :meth:`build` accepts: records ``{"id", "title", "text",
+        "metadata"}``, strings, a Corpus or a corpus path) without rebuilding the index.
+
+        Only the new passages are embedded (with the index's embedder, or ``embeddings`` given
+        for them). Every built component and fitted pipeline is updated: dense and BM25 exactly
+        as a build from scratch of the grown corpus would be; the graph pipelines incrementally
+        (each pipeline's ``add`` says what stays approximate until :meth:`compact`). An id the
+        index already holds raises :class:`InputError` naming it, unless ``upsert=True``, which
+        deletes the old passage and appends the new one. Everything is checked before anything
+        changes. In memory only until :meth:`save`.
+        """
+        from .engine import chunking
+
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+        new = Corpus.coerce(records)
+        if chunk_tokens is not None:
+            new = chunking.chunk_corpus(new, chunk_tokens, chunk_overlap)
+        deleted = self.components.deleted
+        existing = []
+        for pid in new.ids:
+            try:
+                row = self.corpus.position(pid)
+            except KeyError:
+                continue
+            if deleted is None or not deleted[row]:
+                existing.append((pid, row))
+        if existing and not upsert:
+            more = f" (and {len(existing) - 5} more)" if len(existing) > 5 else ""
+            raise InputError(f"{new.source}: passage id(s) already in the index: "
+                             f"{', '.join(repr(p) for p, _ in existing[:5])}{more} (upsert=True replaces them)")
+        dim = int(self.X.shape[1])
+        t0 = time.perf_counter()
+        if embeddings is not None:
+            X_new = validate_embeddings(np.asarray(embeddings), "embeddings of the added passages", dim=dim)
+            if len(X_new) != len(new):
+                raise InputError(f"embeddings have {len(X_new)} rows for {len(new)} added passages")
+        else:
+            X_new = self.embedder.encode(new.embedding_texts(), batch_size=batch_size, progress=self.progress)
+            X_new = validate_embeddings(np.asarray(X_new), f"embeddings of {new.source}", dim=dim)
+        embed_seconds = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        start = len(self.X)
+        X = np.ascontiguousarray(np.concatenate([np.asarray(self.X, np.float32), X_new]))
+        corpus = self.corpus.concat(new)
+        self.components.extend(X, corpus, start)
+        self.X, self.corpus, self._metadata = X, corpus, None
+        if existing:
+            self._tombstone([row for _, row in existing])
+        for pipe in self.pipelines.values():
+            pipe.add(start, progress=self.progress)
+        self._variants.clear()
+        return AddReport(list(new.ids), [p for p, _ in existing], embed_seconds, time.perf_counter() - t0)
+
+    def delete(self, ids: Sequence[str] | str) -> DeleteReport:
+        """Delete passages: from now on no search returns them (tombstones; the structures drop
+        them at :meth:`compact`). Ids the index does not hold are reported, not raised."""
+        if isinstance(ids, str):
+            ids = [ids]
+        deleted, unknown, rows = [], [], []
+        current = self.components.deleted
+        for pid in ids:
+            if not isinstance(pid, str):
+                raise InputError(f"passage ids are strings, got {type(pid).__name__} {pid!r}")
+            try:
+                row = self.corpus.position(pid)
+            except KeyError:
+                unknown.append(pid)
+                continue
+            if (current is not None and current[row]) or row in rows:
+                unknown.append(pid)
+                continue
+            deleted.append(pid)
+            rows.append(row)
+        self._tombstone(rows)
+        return DeleteReport(deleted, unknown)
+
+    def _tombstone(self, rows: Sequence[int]) -> None:
+        if not len(rows):
+            return
+        if self.components.deleted is None:
+            self.components.deleted = np.zeros(len(self.X), bool)
+        self.components.deleted[np.asarray(rows, np.int64)] = True
+
+    def compact(self) -> "Index":
+        """Drop the deleted passages and rebuild every component and fitted pipeline exactly from
+        the live ones (their embeddings are kept, nothing is re-embedded): the result equals a build
+        from scratch of the live corpus. In memory only until :meth:`save`; returns self."""
+        deleted = self.components.deleted
+        if deleted is not None and deleted.all():
+            raise InputError("compact: every passage is deleted; an index needs at least one")
+        if deleted is not None and deleted.any():
+            live = np.flatnonzero(~deleted)
+            self.corpus = self.corpus.take(live)
+            self.X = np.ascontiguousarray(np.asarray(self.X)[live])
+        self._metadata = None
+        self.components = Components(self.X, self.corpus, self._embedder, self.params.get("bm25"), self.progress)
+        old = self.pipelines
+        self.pipelines, self._variants = {}, {}
+        for name, pipe in old.items():
+            t0 = time.perf_counter()
+            self.pipelines[name] = self._fit(type(pipe), pipe.params)
+            self.pipelines[name].carry_state(pipe)
+            self.fit_seconds[name] = time.perf_counter() - t0
+        return self
 
     def _queries(self, questions, query_embeddings, embed: Callable[[list[str]], np.ndarray] | None = None
                  ) -> tuple[list[str] | None, np.ndarray]:
@@ -332,19 +499,28 @@ class Index:
         return None, validate_embeddings(Q, "query embeddings", dim=dim)
 
     # ------------------------------------------------------------------ persistence
-    def save(self, path: str | Path, overwrite: bool = False) -> Path:
+    def save(self, path: str | Path | None = None, overwrite: bool = False) -> Path:
         """Write the index to ``path`` as a new generation and commit it atomically (format version 3,
         :mod:`hopgraph.engine.storage`): the corpus store, X and the shared components once, then each
         pipeline's own arrays, every file checksummed in the manifest.
 
         ``path`` must not exist, be empty, or be a hopgraph index directory; an existing index is
         replaced only with ``overwrite=True`` (readers of the old one keep it until they close).
+        Without ``path`` the index commits a new generation of itself to the path it was loaded
+        from or last saved to, e.g. after :meth:`add` / :meth:`delete`.
         Another process writing to ``path`` gives an :class:`IndexLockedError`."""
+        if path is None:
+            if self.path is None:
+                raise InputError("save: this index has no path yet; give one")
+            path, overwrite = self.path, True
         path = Path(path)
         with storage.IndexWriter(path, overwrite) as w:
             tmp = w.dir
             self.corpus.save(tmp / "corpus")
             files = {"embeddings": storage.save_array(tmp, "embeddings", self.X)}
+            deleted = self.components.deleted
+            if deleted is not None and deleted.any():
+                files["deleted_rows"] = storage.save_array(tmp, "deleted_rows", np.flatnonzero(deleted))
             components = self.components.save(tmp / "components")
             pipes = {}
             for name, pipe in self.pipelines.items():
@@ -423,6 +599,11 @@ class Index:
             raise InputError(f"index {path} was built with embedder {emb_name!r}; queries embedded with "
                              f"{emb.name!r} would not match its passages (give embedder={emb_name!r} or none)")
         components = Components.load(gen / "components", comp_entry, X, corpus, emb, params.get("bm25"), progress)
+        if "deleted_rows" in manifest["files"]:
+            rows = storage.check_ids(storage.check_array(gen, manifest["files"]["deleted_rows"]), n,
+                                     str(gen / "deleted_rows.npy"))
+            components.deleted = np.zeros(n, bool)
+            components.deleted[rows] = True
         index = cls(corpus, X, emb, emb_name, device=device, params=params, progress=progress,
                     components=components)
         index.embed_seconds = float(manifest.get("embed_seconds", 0.0) or 0.0)

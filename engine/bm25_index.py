@@ -55,15 +55,19 @@ class BM25Index:
         """Query tokens, by the same rules as the passages."""
         return tokenize(texts, self.params.stopwords)
 
-    def topk(self, tokens: list[list[str]], k: int) -> tuple[np.ndarray, np.ndarray]:
-        """BM25 top-``k`` (ids int64, scores float32) per tokenized query; zero-score hits are padding."""
+    def topk(self, tokens: list[list[str]], k: int, allowed: np.ndarray | None = None
+             ) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 top-``k`` (ids int64, scores float32) per tokenized query; zero-score hits are padding.
+        ``allowed`` (bool [N]) restricts the result to those passages (a bm25s weight mask, applied
+        before the top-k is taken)."""
         B = len(tokens)
         ids = np.full((B, k), PAD_ID, np.int64)
         out = np.full((B, k), PAD_SCORE, np.float32)
         kk = min(k, self.n_docs)
         if B == 0 or kk == 0:
             return ids, out
-        docs, scores = self.retriever.retrieve(tokens, k=kk, show_progress=False, n_threads=1)
+        mask = None if allowed is None else np.asarray(allowed, np.float32)
+        docs, scores = self.retriever.retrieve(tokens, k=kk, show_progress=False, n_threads=1, weight_mask=mask)
         docs, scores = np.asarray(docs, np.int64), np.asarray(scores, np.float32)
         hit = scores > 0
         ids[:, :kk] = np.where(hit, docs, PAD_ID)

@@ -11,6 +11,10 @@ by every pipeline that declares it needs it (``Pipeline.components``).
 * ``extraction`` — :func:`~hopgraph.engine.extraction.extract` (SPEC §2 zero-token rules),
   keyed by its two options (``title_entities``, ``numbers``).
 
+Live updates (issue 13): :meth:`Components.extend` takes the grown X and corpus (new rows at the
+end) and updates every built component; ``deleted`` (bool [N] or None) marks tombstoned rows,
+which no search returns (:meth:`Components.allowed`).
+
 :class:`QueryBatch` holds what one batch of questions needs from them — the BM25 tokens,
 the dense and BM25 top lists, the cosine of every passage — each computed once per batch and
 shared by the stages of a pipeline's search.
@@ -28,7 +32,7 @@ from .corpus import Corpus
 from .dense_index import DenseIndex
 from .embedders import Embedder
 from .errors import IndexFormatError, InputError
-from .extraction import Extraction, extract
+from .extraction import Extraction, extend_extraction, extract
 from .storage import load_arrays, save_arrays
 
 #: component kinds a pipeline may declare
@@ -49,6 +53,8 @@ class Components:
         self._dense: DenseIndex | None = None
         self._bm25: dict[BM25Params, BM25Index] = {}
         self._extractions: dict[tuple[bool, bool], Extraction] = {}
+        #: tombstones: bool [N], True for a deleted row (None: nothing deleted)
+        self.deleted: np.ndarray | None = None
         #: what was built in this process: kind → number of builds and seconds (for reports and tests)
         self.builds: dict[str, list[float]] = {k: [] for k in KINDS}
 
@@ -86,9 +92,46 @@ class Components:
             self.builds["extraction"].append(time.perf_counter() - t0)
         return self._extractions[key]
 
-    def batch(self, Q: np.ndarray, texts: Sequence[str] | None = None) -> "QueryBatch":
-        """A :class:`QueryBatch` over these components."""
-        return QueryBatch(self, Q, texts)
+    def batch(self, Q: np.ndarray, texts: Sequence[str] | None = None,
+              allowed: np.ndarray | None = None) -> "QueryBatch":
+        """A :class:`QueryBatch` over these components, restricted to ``allowed`` rows (bool [N],
+        None = all) minus the deleted ones."""
+        return QueryBatch(self, Q, texts, self.allowed(allowed))
+
+    def allowed(self, allowed: np.ndarray | None = None) -> np.ndarray | None:
+        """The rows a search may return: ``allowed`` (bool [N], None = all) and not deleted;
+        None when every row may be returned."""
+        if allowed is not None:
+            allowed = np.asarray(allowed)
+            if allowed.dtype != bool or allowed.shape != (len(self.X),):
+                raise InputError(f"allowed must be a boolean mask of shape ({len(self.X)},), "
+                                 f"got {allowed.dtype} {allowed.shape}")
+        if self.deleted is None or not self.deleted.any():
+            return allowed
+        return ~self.deleted if allowed is None else allowed & ~self.deleted
+
+    # ------------------------------------------------------------------ live updates
+    def extend(self, X: np.ndarray, corpus: Corpus | None, start: int) -> None:
+        """Grow to ``X`` / ``corpus``, whose rows ``[start, N)`` are new and the others unchanged:
+        the dense index gets the new rows, every built BM25 index is rebuilt over the whole corpus
+        (its IDF and length normalisation change with every passage, so the result equals a build
+        from scratch), every built extraction is extended (:func:`extend_extraction`)."""
+        if corpus is not None and len(corpus) != len(X):
+            raise InputError(f"corpus has {len(corpus)} passages but X has {len(X)} rows")
+        self.X, self.corpus = X, corpus
+        if self._dense is not None:
+            self._dense.add(X, start)
+        for params in list(self._bm25):
+            t0 = time.perf_counter()
+            self._bm25[params] = BM25Index.build(self.require_corpus("bm25").embedding_texts(), params, self.progress)
+            self.builds["bm25"].append(time.perf_counter() - t0)
+        for key, old in list(self._extractions.items()):
+            t0 = time.perf_counter()
+            self._extractions[key] = extend_extraction(old, self.require_corpus("extraction"), start, *key,
+                                                       progress=self.progress)
+            self.builds["extraction"].append(time.perf_counter() - t0)
+        if self.deleted is not None:
+            self.deleted = np.concatenate([self.deleted, np.zeros(len(X) - len(self.deleted), bool)])
 
     # ------------------------------------------------------------------ persistence
     def save(self, directory: Path) -> dict[str, Any]:
@@ -133,8 +176,11 @@ class Components:
 class QueryBatch:
     """One batch of questions over shared components; every derived quantity is computed once."""
 
-    def __init__(self, components: Components, Q: np.ndarray, texts: Sequence[str] | None) -> None:
+    def __init__(self, components: Components, Q: np.ndarray, texts: Sequence[str] | None,
+                 allowed: np.ndarray | None = None) -> None:
         self.components, self.Q = components, Q
+        #: the rows this batch may return (bool [N]; None = all): every top list below respects it
+        self.allowed = allowed
         self.texts = None if texts is None else list(texts)
         self._tokens: list[list[str]] | None = None
         self._dense: tuple[np.ndarray, np.ndarray] | None = None
@@ -160,13 +206,30 @@ class QueryBatch:
     def dense_topk(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Dense top-``k`` (a longer list computed earlier in the batch is sliced)."""
         if self._dense is None or self._dense[0].shape[1] < k:
-            self._dense = self.components.dense.topk(self.Q, k)
+            self._dense = self.components.dense.topk(self.Q, k, self.allowed)
         return self._dense[0][:, :k], self._dense[1][:, :k]
+
+    def dense_topk_of(self, Q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Dense top-``k`` of other query vectors (e.g. reformulated ones) under this batch's filter."""
+        return self.components.dense.topk(Q, k, self.allowed)
+
+    def mask_scores(self, scores: np.ndarray) -> np.ndarray:
+        """``scores`` [B, N] with the rows this batch may not return set to -inf (in place)."""
+        if self.allowed is not None:
+            scores[:, ~self.allowed] = -np.inf
+        return scores
+
+    def mask_prior(self, p: np.ndarray) -> np.ndarray:
+        """Non-negative weights [B, N] zeroed outside the allowed rows (in place): filtered or deleted
+        passages never seed a walk or a diffusion."""
+        if self.allowed is not None:
+            p[:, ~self.allowed] = 0
+        return p
 
     def bm25_topk(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """BM25 top-``k`` (zero-score hits are padding; a longer earlier list is sliced)."""
         if self._bm25 is None or self._bm25[0].shape[1] < k:
-            self._bm25 = self.components.bm25().topk(self.tokens, k)
+            self._bm25 = self.components.bm25().topk(self.tokens, k, self.allowed)
         return self._bm25[0][:, :k], self._bm25[1][:, :k]
 
     def bm25_of(self, cand: np.ndarray) -> np.ndarray:

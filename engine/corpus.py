@@ -136,12 +136,26 @@ class Corpus:
             return cls.from_records(items)
         return cls.from_strings(items)
 
+    def concat(self, other: "Corpus") -> "Corpus":
+        """This corpus followed by ``other`` (in memory). An id of ``other`` may repeat one of this
+        corpus (a replaced or re-added passage whose old row is deleted): :meth:`position` gives
+        the later row."""
+        fields = [tuple(getattr(self, f)) + tuple(getattr(other, f)) for f in self.FIELDS]
+        return Corpus(*fields[:3], self.source, fields[3], _validate=False)
+
+    def take(self, rows: np.ndarray) -> "Corpus":
+        """The passages ``rows`` (increasing), in memory (e.g. the live rows at compaction)."""
+        rows = np.asarray(rows, np.int64).tolist()
+        fields = [tuple(getattr(self, f)[r] for r in rows) for f in self.FIELDS]
+        return Corpus(*fields[:3], self.source, fields[3], _validate=False)
+
     # ------------------------------------------------------------------ access
     def __len__(self) -> int:
         return len(self.ids)
 
     def position(self, pid: str) -> int:
-        """Row of passage ``pid``; KeyError naming the id if absent (the id table is built on first use)."""
+        """Row of passage ``pid`` (the last row holding it); KeyError naming the id if absent (the id
+        table is built on first use)."""
         if self._positions is None:
             self._positions = {p: i for i, p in enumerate(self.ids)}
         try:

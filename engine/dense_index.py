@@ -15,7 +15,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from .ranking import PAD_SCORE
+from .ranking import PAD_ID, PAD_SCORE
 
 
 def exact_inner_product_index(X: np.ndarray) -> faiss.IndexFlatIP:
@@ -41,7 +41,8 @@ class BlockedInnerProductIndex:
         self.ntotal, self.d = X.shape
         self.block_rows = int(block_rows)
 
-    def search(self, Q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, Q: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` per query; ``allowed`` (bool [ntotal]) restricts the rows that may be returned."""
         from .ranking import topk_rows
 
         Q = np.ascontiguousarray(Q, dtype=np.float32)
@@ -54,7 +55,10 @@ class BlockedInnerProductIndex:
                 rows = min(self.block_rows, self.ntotal - start)
                 block = buf[: rows * self.d]
                 f.readinto(memoryview(block))
-                ids, scores = topk_rows(Q @ block.reshape(rows, self.d).T, k)
+                sims = Q @ block.reshape(rows, self.d).T
+                if allowed is not None:
+                    sims[:, ~allowed[start:start + rows]] = -np.inf
+                ids, scores = topk_rows(sims, k)
                 cand_ids = np.concatenate([best_ids, np.where(ids >= 0, ids + start, -1)], axis=1)
                 cand = np.concatenate([best, scores], axis=1)
                 top, best = topk_rows(cand, k)
@@ -95,11 +99,25 @@ def gather_rows(X: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return out.reshape(*rows.shape, X.shape[1])
 
 
-def faiss_topk(index: faiss.Index, Q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """faiss search with hopgraph's padding convention (-1 / -inf)."""
+#: a filter passing at most this fraction of the rows is searched by scoring only those rows
+SUBSET_MAX_FRACTION = 0.05
+
+
+def faiss_topk(index: faiss.Index, Q: np.ndarray, k: int, allowed: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """faiss search with hopgraph's padding convention (-1 / -inf); ``allowed`` (bool [ntotal])
+    restricts the result to those rows (a faiss ``IDSelectorBitmap``)."""
     if len(Q) == 0:
         return np.zeros((0, k), np.int64), np.zeros((0, k), np.float32)
-    scores, ids = index.search(np.ascontiguousarray(Q, dtype=np.float32), k)
+    Q = np.ascontiguousarray(Q, dtype=np.float32)
+    if allowed is None:
+        scores, ids = index.search(Q, k)
+    elif isinstance(index, BlockedInnerProductIndex):
+        scores, ids = index.search(Q, k, allowed)
+    else:
+        bits = np.packbits(allowed, bitorder="little")
+        selector = faiss.IDSelectorBitmap(len(allowed), faiss.swig_ptr(bits))
+        scores, ids = index.search(Q, k, params=faiss.SearchParameters(sel=selector))
     ids = ids.astype(np.int64)
     scores = np.where(ids >= 0, scores, PAD_SCORE).astype(np.float32)
     return ids, scores
@@ -119,9 +137,34 @@ class DenseIndex:
             self._index = inner_product_index(self.X)
         return self._index
 
-    def topk(self, Q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` rows per query (ids int64, scores float32; -1 / -inf padding)."""
-        return faiss_topk(self.index, Q, k)
+    def topk(self, Q: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` rows per query (ids int64, scores float32; -1 / -inf padding).
+
+        ``allowed`` (bool [N], None = every row) restricts the result to those rows, and ``k``
+        of them come back whenever ``k`` pass: a filter passing at most
+        :data:`SUBSET_MAX_FRACTION` of the rows scores only them (exact, ``Q @ X[rows]ᵀ``),
+        a wider one searches the whole index with a faiss ID selector."""
+        if allowed is None:
+            return faiss_topk(self.index, Q, k)
+        rows = np.flatnonzero(allowed)
+        if len(rows) > SUBSET_MAX_FRACTION * len(self.X):
+            return faiss_topk(self.index, Q, k, allowed)
+        from .ranking import topk_rows
+
+        Q = np.asarray(Q, np.float32)
+        if len(rows) == 0 or len(Q) == 0:
+            return np.full((len(Q), k), PAD_ID, np.int64), np.full((len(Q), k), PAD_SCORE, np.float32)
+        cols, scores = topk_rows(Q @ self.rows(rows).T, k)
+        return np.where(cols >= 0, rows[np.maximum(cols, 0)], PAD_ID), scores
+
+    def add(self, X: np.ndarray, start: int) -> None:
+        """The index over ``X``, whose rows ``[start, N)`` are new (the others unchanged): a faiss
+        index already built gets the new rows added; a file scan is reopened on first use."""
+        self.X = X
+        if self._index is not None and not isinstance(self._index, BlockedInnerProductIndex) and not _scanned(X):
+            self._index.add(np.ascontiguousarray(X[start:], dtype=np.float32))
+        else:
+            self._index = None
 
     def rows(self, rows: np.ndarray) -> np.ndarray:
         """``X[rows]`` (any shape of row ids), read without faulting a large mapping in."""

@@ -452,3 +452,13 @@ def query_names(texts: Sequence[str], name_ids: dict[str, int], max_words: int =
                     ids.add(i)
         out.append(np.asarray(sorted(ids), np.int32))
     return out
+
+
+def extend_extraction(old: Extraction, corpus: Corpus, start: int, title_entities: bool = True,
+                      numbers: bool = True, progress: bool = False) -> Extraction:
+    """The extraction of ``corpus`` after passages ``[start, N)`` were appended to the corpus
+    ``old`` was extracted from. This version re-extracts the whole corpus (exact)."""
+    if not 0 <= start <= len(corpus) or old.n_chunks != start:
+        raise InputError(f"extend_extraction: the old extraction covers {old.n_chunks} passages, "
+                         f"start is {start} of {len(corpus)}")
+    return extract(corpus, title_entities, numbers, progress=progress)

@@ -109,7 +109,7 @@ def test_query_batch_computes_each_quantity_once(demo_corpus, hashing_embedder, 
     bm25, dense = comp.bm25(), comp.dense
     tok, topk = bm25.tokenize, dense.topk
     monkeypatch.setattr(bm25, "tokenize", lambda t: calls.__setitem__("tokenize", calls["tokenize"] + 1) or tok(t))
-    monkeypatch.setattr(dense, "topk", lambda Q, k: calls.__setitem__("dense", calls["dense"] + 1) or topk(Q, k))
+    monkeypatch.setattr(dense, "topk", lambda Q, k, allowed=None: calls.__setitem__("dense", calls["dense"] + 1) or topk(Q, k, allowed))
     ids20, _ = batch.dense_topk(20)
     ids5, _ = batch.dense_topk(5)
     batch.bm25_topk(10), batch.bm25_topk(3), batch.bm25_of(np.array([[0, 1, -1], [2, 3, 4]]))

@@ -7,6 +7,11 @@ the corpus) through the index's shared :class:`~hopgraph.engine.components.Compo
 declares it in ``components``), and answers batches of queries:
 ``search(Q, top_k, query_texts) -> (ids int64 [B, top_k], scores float32 [B, top_k])``
 where ids are corpus rows, best first, padded with -1 / -inf when fewer exist.
+``search(..., allowed=mask)`` (bool [N]) returns only allowed rows — and ``top_k`` of them
+whenever that many pass and score — never deleted ones (``Components.deleted``): dense and
+BM25 candidates are drawn under the mask (faiss ID selector, bm25s weight mask), the graph
+pipelines mask their seeds / priors and their final ranking, while a walk or diffusion may
+pass through filtered passages (issue 13).
 """
 from __future__ import annotations
 
@@ -80,6 +85,22 @@ class Pipeline(ABC):
     @abstractmethod
     def _fit(self, progress: bool) -> None:
         """Build this pipeline's own structures from ``self.components``."""
+
+    def add(self, start: int, progress: bool = False) -> None:
+        """Update this pipeline's structures after its components grew (:meth:`Components.extend`):
+        rows ``[start, N)`` of X and the corpus are new. Default: fit again over the grown
+        components (exact; right for pipelines that only use the components). Graph pipelines
+        override it with an incremental update and say where it is approximate until
+        ``Index.compact()``."""
+        self.X = self.components.X
+        self._add(start, progress)
+
+    def _add(self, start: int, progress: bool) -> None:
+        self._fit(progress)
+
+    def carry_state(self, old: "Pipeline") -> None:
+        """Take over from ``old`` (the same pipeline before ``Index.compact()`` refitted it) what
+        is not derived from the corpus, e.g. a trained gate. Default: nothing."""
 
     def save(self, directory: Path) -> None:
         """Write this pipeline's own fitted arrays into ``directory`` (created by the caller).

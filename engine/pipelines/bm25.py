@@ -24,11 +24,12 @@ class BM25(Pipeline):
         self.components.bm25(self.params, who=self.name)
 
     def search(self, Q: np.ndarray, top_k: int = 5,
-               query_texts: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+               query_texts: Sequence[str] | None = None, allowed: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
         self._check_queries(Q, top_k, query_texts)
         bm25 = self.components.bm25(self.params, who=self.name)
         timer = self._timer()
         with timer("tokenize"):
             tokens = bm25.tokenize(query_texts)
         with timer("bm25"):
-            return bm25.topk(tokens, top_k)
+            return bm25.topk(tokens, top_k, self.components.allowed(allowed))

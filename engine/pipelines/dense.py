@@ -29,7 +29,8 @@ class Dense(Pipeline):
         """Nothing of its own: the dense component is built on first search."""
 
     def search(self, Q: np.ndarray, top_k: int = 5,
-               query_texts: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+               query_texts: Sequence[str] | None = None, allowed: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
         Q = self._check_queries(Q, top_k, query_texts)
         with self._timer()("dense"):
-            return self.components.dense.topk(Q, top_k)
+            return self.components.dense.topk(Q, top_k, self.components.allowed(allowed))

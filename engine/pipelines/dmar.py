@@ -206,6 +206,11 @@ class DMAR(Pipeline):
         self.gate_mlp = gate
         return losses
 
+    def carry_state(self, old: "DMAR") -> None:
+        """A gate trained with :meth:`train_gate` survives ``Index.compact()`` (it depends on the
+        embedding dimension only)."""
+        self.gate_mlp = old.gate_mlp
+
     def reset_gate(self) -> None:
         """Back to the untrained gate (equal weights)."""
         self.gate_mlp = Gate(self.X.shape[1])
@@ -232,12 +237,13 @@ class DMAR(Pipeline):
 
     # ------------------------------------------------------------------ query
     def search(self, Q: np.ndarray, top_k: int = 5,
-               query_texts: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+               query_texts: Sequence[str] | None = None, allowed: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
         Q = self._check_queries(Q, top_k, query_texts)
         timer = self._timer()
         for stage in STAGES:
             self.timings[stage] = 0.0
-        batch = self.components.batch(Q, query_texts)
+        batch = self.components.batch(Q, query_texts, allowed)
         with timer("recall"):
             cand = self._recall(batch)
         with timer("link"):
@@ -246,7 +252,7 @@ class DMAR(Pipeline):
         with timer("second_stage"):
             anchors = self._anchors(cand, fused1)
             Q2 = self._reformulate(Q, batch.texts, anchors)
-            ids2, _ = self.components.dense.topk(Q2, self.p)
+            ids2, _ = batch.dense_topk_of(Q2, self.p)
         with timer("rerank"):  # the dual-path stages nested here count in their own stages
             if self.union > 0:
                 cols1, _ = topk_rows(np.where(cand >= 0, fused1, -np.inf), min(self.union, cand.shape[1]))

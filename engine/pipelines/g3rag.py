@@ -166,7 +166,8 @@ class G3RAG(Pipeline):
 
     # ------------------------------------------------------------------ query
     def search(self, Q: np.ndarray, top_k: int = 5,
-               query_texts: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+               query_texts: Sequence[str] | None = None, allowed: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
         """SPEC §1 query steps 1-4 (``scoring="mask"``) or the fused scoring; batched."""
         Q = self._check_queries(Q, top_k, query_texts)
         has_bm25 = self.components.corpus is not None
@@ -184,7 +185,7 @@ class G3RAG(Pipeline):
         timer = self._timer()
         for c0 in range(0, len(Q), chunk):
             texts = list(query_texts[c0:c0 + chunk]) if needs_text else None
-            batch = self.components.batch(Q[c0:c0 + chunk], texts)
+            batch = self.components.batch(Q[c0:c0 + chunk], texts, allowed)
             ids[c0:c0 + chunk], scores[c0:c0 + chunk] = run(batch, top_k, timer)
         return ids, scores
 
@@ -213,6 +214,7 @@ class G3RAG(Pipeline):
         with timer("ranking"):
             np.put_along_axis(y, np.where(seeds >= 0, seeds, 0), -np.inf, axis=1)  # step 3: seed masking
             y[~(y > 0)] = -np.inf  # only passages diffusion reached
+            batch.mask_scores(y)  # filtered / deleted passages may be passed through, never returned
             diff_ids, diff_scores = topk_rows(y, top_k)
             ids = np.full((B, top_k), PAD_ID, np.int64)
             scores = np.full((B, top_k), PAD_SCORE, np.float32)
@@ -270,7 +272,7 @@ class G3RAG(Pipeline):
             valid = cand >= 0
             rows = np.broadcast_to(np.arange(B)[:, None], cand.shape)
             if self.expand:
-                score = batch.cosine().copy()  # outside the candidates: cosine
+                score = batch.mask_scores(batch.cosine().copy())  # outside the candidates: cosine
             else:
                 score = np.full((B, n), -np.inf, np.float32)
             score[rows[valid], cand[valid]] = rel[valid]

@@ -61,6 +61,7 @@ class Hybrid(Pipeline):
         self.components.bm25(who=self.name)
 
     def search(self, Q: np.ndarray, top_k: int = 5,
-               query_texts: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+               query_texts: Sequence[str] | None = None, allowed: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
         Q = self._check_queries(Q, top_k, query_texts)
-        return hybrid_ranking(self.components.batch(Q, query_texts), top_k, self.depth, self.rrf_k, self._timer())
+        return hybrid_ranking(self.components.batch(Q, query_texts, allowed), top_k, self.depth, self.rrf_k, self._timer())

@@ -204,7 +204,8 @@ class STITCH(Pipeline):
 
     # ------------------------------------------------------------------ query
     def search(self, Q: np.ndarray, top_k: int = 5,
-               query_texts: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+               query_texts: Sequence[str] | None = None, allowed: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
         Q = self._check_queries(Q, top_k, query_texts)
         ids = np.full((len(Q), top_k), -1, np.int64)
         scores = np.full((len(Q), top_k), PAD_SCORE, np.float32)
@@ -212,21 +213,27 @@ class STITCH(Pipeline):
         with torch_threads(self.threads if self._device() == "cpu" else None):
             for s in range(0, len(Q), self.batch_size):
                 sl = slice(s, s + self.batch_size)
-                final = self.scores(Q[sl], list(query_texts[sl]), timer)
+                batch = self.components.batch(Q[sl], list(query_texts[sl]), allowed)
+                final = self.batch_scores(batch, timer)
                 with timer("ranking"):
-                    ids[sl], scores[sl] = topk_rows(final, top_k)
+                    ids[sl], scores[sl] = topk_rows(batch.mask_scores(final), top_k)
         return ids, scores
 
     def scores(self, Q: np.ndarray, texts: list[str], timer=None) -> np.ndarray:
         """Final chunk scores [B, N] (step 7) for a batch of normalised queries."""
+        return self.batch_scores(self.components.batch(Q, texts), timer)
+
+    def batch_scores(self, batch: QueryBatch, timer=None) -> np.ndarray:
+        """:meth:`scores` of a :class:`QueryBatch`: its filter zeroes the relevance and the prior
+        of the passages it excludes; the walk may pass through them; the caller masks the ranking."""
         timer = timer or self._timer()
-        batch = self.components.batch(Q, texts)
         with timer("relevance"):
-            rel = self.relevance_scores(batch)
+            rel = batch.mask_prior(self.relevance_scores(batch))
         with timer("prior"):
             p = self.prior(batch, rel)
             if self.prior_mix > 0:
                 p = (1.0 - self.prior_mix) * p + self.prior_mix * top_k_distribution(rel, self.seed_k)
+            p = masked_distribution(p, batch.allowed)
         if self.ppr:
             with timer("ppr"):
                 region = self.region(p) if self.localise else None
@@ -369,6 +376,18 @@ def normalise_rows(M: np.ndarray) -> np.ndarray:
     if M.shape[1]:
         out[(s[:, 0] <= 0)] = 1.0 / M.shape[1]
     return out
+
+
+def masked_distribution(p: np.ndarray, allowed: np.ndarray | None) -> np.ndarray:
+    """Rows of ``p`` restricted to the ``allowed`` columns and renormalised; a row left with no
+    mass becomes uniform over the allowed columns (``p`` itself when nothing is filtered)."""
+    if allowed is None:
+        return p
+    p = np.where(allowed[None, :], p, 0.0)
+    s = p.sum(1, keepdims=True)
+    n_allowed = int(allowed.sum())
+    fallback = np.where(allowed, 1.0 / max(n_allowed, 1), 0.0)[None, :]
+    return np.where(s > 0, np.divide(p, s, out=np.zeros_like(p), where=s > 0), fallback)
 
 
 def normalise_max(M: np.ndarray) -> np.ndarray:
