@@ -77,15 +77,25 @@ def synthetic_corpus(path: Path, n: int, seed: int) -> Path:
 
 
 # ---------------------------------------------------------------------- kills
+def start_cli(argv: list[str]) -> subprocess.Popen:
+    """A ``hopgraph ARGV...`` child process, started and imported (it printed "ready")."""
+    p = subprocess.Popen([sys.executable, "-c", WORKER_INDEX, *argv], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    if p.stdout.readline().strip() != "ready":
+        raise RuntimeError(f"hopgraph worker did not start: {p.stderr.read()[-2000:]}")
+    return p
+
+
 def start_index(corpus: Path, out: Path, pipelines: str = "dense,bm25", embedder: str = "hashing-32"
                 ) -> subprocess.Popen:
     """A ``hopgraph index --overwrite`` child process, started and imported (it printed "ready")."""
-    args = [sys.executable, "-c", WORKER_INDEX, "index", str(corpus), "--out", str(out), "--overwrite",
-            "--embedder", embedder, "--pipelines", pipelines, "--batch-size", "64", "-q"]
-    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if p.stdout.readline().strip() != "ready":
-        raise RuntimeError(f"index worker did not start: {p.stderr.read()[-2000:]}")
-    return p
+    return start_cli(["index", str(corpus), "--out", str(out), "--overwrite", "--embedder", embedder,
+                      "--pipelines", pipelines, "--batch-size", "64", "-q"])
+
+
+def worker_seconds(p: subprocess.Popen) -> float:
+    """The time a finished worker spent in ``cli.main`` (its "done SECONDS" line)."""
+    return float(next(x for x in p.stdout.read().splitlines() if x.startswith("done ")).split()[1])
 
 
 def search_results(path: Path, questions: list[str], pipelines: Iterable[str]) -> list:
@@ -108,7 +118,7 @@ def kill_trials(corpora: list[Path], out: Path, trials: int, seed: int, question
     p = start_index(corpora[0], out, ",".join(pipelines))
     if p.wait(120) != 0:
         raise RuntimeError(p.stderr.read()[-2000:])
-    work = float(next(x for x in p.stdout.read().splitlines() if x.startswith("done ")).split()[1])
+    work = worker_seconds(p)
     state, rng, outcomes = 0, np.random.default_rng(seed), []
     for _ in range(trials):
         new = 1 - state

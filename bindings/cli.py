@@ -1,4 +1,5 @@
-"""The ``hopgraph`` command line: index, search, eval (``--ablations``), train-gnn, train-gate (DMAR, SPEC §3), demo, serve."""
+"""The ``hopgraph`` command line: index, add, delete, compact, verify, search, eval (``--ablations``), train-gnn,
+train-gate (DMAR, SPEC §3), demo, serve."""
 from __future__ import annotations
 
 import argparse
@@ -66,7 +67,6 @@ def _warnings_to_stderr(command: str) -> Iterator[None]:
 
 def cmd_index(args: argparse.Namespace) -> int:
     from .index import Index
-    from .engine.corpus import read_corpus
 
     from .engine import storage, streaming
 
@@ -77,8 +77,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     # the output's write lock is held from before the build to the commit: a second build to the same
     # --out (and its OUT.work) is refused at once, and an --out that may not be replaced before any work
     with storage.TargetGuard(out, overwrite=args.overwrite, flag="--overwrite"):
-        corpus = read_corpus(args.corpus, id_field=args.id_field, title_field=args.title_field,
-                             text_field=args.text_field, metadata_fields=args.metadata_fields)
+        corpus = _read_corpus_args(args)
         with _warnings_to_stderr("index"):
             index = Index.build(corpus, embedder=args.embedder, embeddings=args.embeddings, device=args.device,
                                 pipelines=args.pipelines, params=_params(args), progress=not args.quiet,
@@ -113,6 +112,90 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 2 if problems else 0
 
 
+def _read_corpus_args(args: argparse.Namespace):
+    from .engine.corpus import read_corpus
+
+    return read_corpus(args.corpus, id_field=args.id_field, title_field=args.title_field,
+                       text_field=args.text_field, metadata_fields=args.metadata_fields)
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    """Append passages to an index (issue 13): only they are embedded; committed as a new generation."""
+    import numpy as np
+
+    from .index import Index
+
+    t0 = time.perf_counter()
+    corpus = _read_corpus_args(args)
+    embeddings = np.load(args.embeddings, allow_pickle=False) if args.embeddings else None
+    with Index.updating(args.index, embedder=args.embedder, device=args.device, progress=not args.quiet) as index:
+        with _warnings_to_stderr("add"):
+            r = index.add(corpus, upsert=args.upsert, embeddings=embeddings, batch_size=args.batch_size,
+                          chunk_tokens=args.chunk_tokens, chunk_overlap=args.chunk_overlap)
+    replaced = f", {len(r.replaced)} replaced" if r.replaced else ""
+    print(f"added {len(r.added)} passages{replaced} to {args.index} ({index.n_live} live) in "
+          f"{time.perf_counter() - t0:.1f} s (embedding {r.embed_seconds:.1f} s, update {r.update_seconds:.1f} s)")
+    return 0
+
+
+def _ids_from(args: argparse.Namespace) -> list[str]:
+    """Passage ids given on the command line and in ``--ids-file`` (one per line, ``-`` = stdin)."""
+    ids = list(args.ids or [])
+    if args.ids_file:
+        text = sys.stdin.read() if args.ids_file == "-" else Path(args.ids_file).read_text(encoding="utf-8")
+        ids += [line.strip() for line in text.splitlines() if line.strip()]
+    if not ids:
+        raise InputError("no passage ids given (IDs on the command line or --ids-file FILE)")
+    return ids
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    """Tombstone passages of an index: no search returns them from the new commit on."""
+    from .index import Index
+
+    ids = _ids_from(args)
+    with Index.updating(args.index, progress=False) as index:
+        r = index.delete(ids)
+    unknown = ""
+    if r.unknown:
+        more = f" (and {len(r.unknown) - 5} more)" if len(r.unknown) > 5 else ""
+        unknown = f"; {len(r.unknown)} id(s) not in the index: {', '.join(map(repr, r.unknown[:5]))}{more}"
+    print(f"deleted {len(r.deleted)} passages from {args.index} ({index.n_live} live){unknown}")
+    return 0
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    """Drop deleted passages and rebuild every structure exactly (no re-embedding)."""
+    from .index import Index
+
+    t0 = time.perf_counter()
+    with Index.updating(args.index, embedder=args.embedder, device=args.device, progress=not args.quiet) as index:
+        before = len(index.X)
+        index.compact()
+    print(f"compacted {args.index}: {before} -> {len(index.X)} passages, {', '.join(index.pipelines)} rebuilt "
+          f"in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def _where(items: Sequence[str] | None) -> dict[str, Any] | None:
+    """``--where FIELD=VALUE`` items as a ``where`` mapping: a value is read as JSON when it parses
+    (``year=1999``, ``draft=false``), else as a string; a field given twice takes either value."""
+    if not items:
+        return None
+    where: dict[str, list] = {}
+    for item in items:
+        field, sep, raw = item.partition("=")
+        if not sep or not field.strip():
+            raise InputError(f"--where expects FIELD=VALUE, got {item!r}")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        values = value if isinstance(value, list) else [value]
+        where.setdefault(field.strip(), []).extend(values)
+    return where
+
+
 def cmd_search(args: argparse.Namespace) -> int:
     from .index import Index
 
@@ -121,9 +204,15 @@ def cmd_search(args: argparse.Namespace) -> int:
     if other:
         raise InputError(f"--param names pipeline(s) {', '.join(other)}, but the search uses {args.pipeline!r}")
     _check_before_work([args.pipeline], params, flag="--pipeline")
+    where = _where(args.where)
+    allowed = None
+    if args.allowed_ids:
+        text = Path(args.allowed_ids).read_text(encoding="utf-8")
+        allowed = [line.strip() for line in text.splitlines() if line.strip()]
     index = Index.load(args.index, embedder=args.embedder, device=args.device, progress=not args.quiet)
     results = index.search(args.questions, pipeline=args.pipeline, k=args.k,
-                           group_by_document=args.group_by_document, **params.get(args.pipeline, {}))
+                           group_by_document=args.group_by_document, allowed_ids=allowed, where=where,
+                           **params.get(args.pipeline, {}))
     if args.json:
         print(json.dumps([{"question": q, "hits": [h.to_dict() for h in hits]}
                           for q, hits in zip(args.questions, results)], indent=2))
@@ -237,6 +326,17 @@ def build_parser() -> argparse.ArgumentParser:
                             "g3rag.gamma=0.05, bm25.k1=1.2, stitch.relevance=dense); checked against the "
                             "pipeline's parameters, an invalid one is refused naming the allowed values")
 
+    def corpus_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--id-field", help="the field/column holding passage ids (default: detected)")
+        p.add_argument("--title-field", help="the field/column holding titles (default: detected)")
+        p.add_argument("--text-field", help="the field/column holding the text (default: detected)")
+        p.add_argument("--metadata-fields", type=_name_list, metavar="A,B",
+                       help="fields/columns kept as passage metadata (default: all others)")
+        p.add_argument("--chunk-tokens", type=int, metavar="N",
+                       help="split documents into passages of N whitespace words (ids DOCID#k)")
+        p.add_argument("--chunk-overlap", type=int, default=0, metavar="M",
+                       help="words shared by consecutive passages of a document (with --chunk-tokens)")
+
     def common(p: argparse.ArgumentParser, embedder_default: str | None = "minilm") -> None:
         p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"],
                        help="where to compute (auto: cuda when available, else cpu)")
@@ -248,15 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("index", help="build an index directory from a JSON-lines corpus")
     p.add_argument("corpus", help='JSON lines {"id", "title", "text"} (or BEIR/Pyserini), a JSON array, '
                    "CSV/TSV with a header row, Parquet, or a folder of .txt/.md files")
-    p.add_argument("--id-field", help="the field/column holding passage ids (default: detected)")
-    p.add_argument("--title-field", help="the field/column holding titles (default: detected)")
-    p.add_argument("--text-field", help="the field/column holding the text (default: detected)")
-    p.add_argument("--metadata-fields", type=_name_list, metavar="A,B",
-                   help="fields/columns kept as passage metadata (default: all others)")
-    p.add_argument("--chunk-tokens", type=int, metavar="N",
-                   help="split documents into passages of N whitespace words (ids DOCID#k)")
-    p.add_argument("--chunk-overlap", type=int, default=0, metavar="M",
-                   help="words shared by consecutive passages of a document (with --chunk-tokens)")
+    corpus_options(p)
     p.add_argument("--out", required=True, help="index directory to write (new, empty, or a hopgraph index "
                    "with --overwrite)")
     p.add_argument("--overwrite", action="store_true", help="replace the hopgraph index at --out (atomically)")
@@ -273,6 +365,27 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.set_defaults(func=cmd_index)
 
+    p = sub.add_parser("add", help="append passages to an index without rebuilding it (a new commit)")
+    p.add_argument("index", help="index directory")
+    p.add_argument("corpus", help="the passages to add, in any format `index` reads")
+    corpus_options(p)
+    p.add_argument("--upsert", action="store_true", help="replace passages whose id the index already holds")
+    p.add_argument("--embeddings", help="precomputed embeddings of the added passages (.npy, row i = passage i)")
+    p.add_argument("--batch-size", type=int, default=64, help="passages per embedder forward pass")
+    common(p, embedder_default=None)
+    p.set_defaults(func=cmd_add)
+
+    p = sub.add_parser("delete", help="delete passages from an index (no search returns them; a new commit)")
+    p.add_argument("index", help="index directory")
+    p.add_argument("ids", nargs="*", metavar="ID", help="passage ids to delete")
+    p.add_argument("--ids-file", metavar="FILE", help="more ids, one per line ('-' reads standard input)")
+    p.set_defaults(func=cmd_delete)
+
+    p = sub.add_parser("compact", help="drop deleted passages and rebuild every structure exactly (a new commit)")
+    p.add_argument("index", help="index directory")
+    common(p, embedder_default=None)
+    p.set_defaults(func=cmd_compact)
+
     p = sub.add_parser("verify", help="check an index: every file's checksum and every stored structure "
                        "(prints each problem or 'ok'; exit status 0 or 2)")
     p.add_argument("index", help="index directory")
@@ -286,6 +399,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--group-by-document", action="store_true",
                    help="one hit per document (a chunked index's best passage of each)")
+    p.add_argument("--where", action="append", metavar="FIELD=VALUE",
+                   help="only passages whose metadata FIELD equals VALUE (JSON or text); repeatable, a field "
+                   "given twice takes either value")
+    p.add_argument("--allowed-ids", metavar="FILE", help="only these passages: a file of ids, one per line")
     param_option(p, "for this search (PIPELINE defaults to --pipeline; fit-time ones refit in memory)")
     common(p, embedder_default=None)
     p.set_defaults(func=cmd_search)

@@ -13,10 +13,11 @@ from then on); :meth:`Index.compact` rebuilds every structure exactly from the l
 :meth:`Index.save` writes the state as a new commit."""
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -380,7 +381,7 @@ class Index:
         if existing and not upsert:
             more = f" (and {len(existing) - 5} more)" if len(existing) > 5 else ""
             raise InputError(f"{new.source}: passage id(s) already in the index: "
-                             f"{', '.join(repr(p) for p, _ in existing[:5])}{more} (upsert=True replaces them)")
+                             f"{', '.join(repr(p) for p, _ in existing[:5])}{more} (upsert=True, or --upsert, replaces them)")
         dim = int(self.X.shape[1])
         t0 = time.perf_counter()
         if embeddings is not None:
@@ -625,6 +626,31 @@ class Index:
         index.path = path
         index._manifest = manifest
         return index
+
+    @classmethod
+    @contextlib.contextmanager
+    def updating(cls, path: str | Path, **load_kwargs: Any) -> Iterator["Index"]:
+        """Load the index at ``path`` under its write lock, yield it for :meth:`add` / :meth:`delete`
+        / :meth:`compact`, and commit it as a new generation when the block ends without an
+        exception (with one, nothing is written: the index stays as it was). A second writer
+        meanwhile gets :class:`IndexLockedError` instead of losing one of the two updates.
+        ``path`` must be a hopgraph index (nothing is created)."""
+        path = Path(path)
+        if not storage.has_index(path):
+            raise InputError(f"{path} is not a hopgraph index" + ("" if path.exists() else " (it does not exist)"))
+        with storage.TargetGuard(path, overwrite=True):
+            index = cls.load(path, **load_kwargs)
+            try:
+                yield index
+                index.save()
+            finally:
+                index.close()
+
+    def close(self) -> None:
+        """Release the lease on the loaded generation (its files may then be removed by a writer)."""
+        if self._lease is not None:
+            self._lease.close()
+            self._lease = None
 
     @property
     def manifest(self) -> dict[str, Any]:

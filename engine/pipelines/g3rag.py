@@ -278,8 +278,10 @@ class G3RAG(Pipeline):
             score[rows[valid], cand[valid]] = rel[valid]
         if self.gamma > 0:
             with timer("diffusion"):
-                z = np.where(valid, np.exp((rel - rel[:, :1]) / self.tau), 0.0)
-                p = (z / z.sum(axis=1, keepdims=True)).astype(np.float32)
+                top = np.where(valid[:, :1], rel[:, :1], 0.0)  # a row without candidates gets p = 0
+                z = np.where(valid, np.exp((np.where(valid, rel, top) - top) / self.tau), 0.0)
+                total = z.sum(axis=1, keepdims=True)
+                p = np.divide(z, total, out=np.zeros_like(z), where=total > 0).astype(np.float32)
                 y = self._diffuse(cand, p)
             with timer("ranking"):
                 if not self.expand:
