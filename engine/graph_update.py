@@ -49,7 +49,7 @@ import torch
 
 from ..kernels.checks import check_positive_int
 from ..kernels.density import sample_columns
-from ..kernels.gain_knn import check_gain_knn_inputs, order_keys, select_topk, tile_candidates, weights_function
+from ..kernels.gain_knn import as_embedding_tensor, check_gain_knn_inputs, select_topk, tile_candidates, weights_function
 from .errors import InputError
 from .graph import CSR, check_csr, hub_penalty
 
@@ -102,8 +102,6 @@ def added_density(X: np.ndarray, start: int, mode: str = "exact", n_build: int |
     = the number of passages at that build, required), i.e. the estimate the build's own rows
     got. Existing rows are not recomputed (see the module docstring).
     """
-    from ..kernels.gain_knn import as_embedding_tensor
-
     Xt = as_embedding_tensor(X, "X", "added_density")
     n = Xt.shape[0]
     start = _check_start(start, n, "added_density")
@@ -147,17 +145,49 @@ def added_penalty(density: np.ndarray, low: float, high: float, beta: float = 1.
 
 
 # ---------------------------------------------------------------------- the graph
-def _topk_per_row(rows: np.ndarray, cols: np.ndarray, w: np.ndarray, k: int
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Edge triplets reduced to each row's ``k`` best in ``gain_knn``'s order (weight descending,
-    ties toward the lower column; :func:`~hopgraph.kernels.gain_knn.order_keys`), sorted by row
-    then that order. Every weight must be > 0."""
-    keys = order_keys(torch.from_numpy(w), torch.from_numpy(cols)).numpy()
-    order = np.lexsort((-keys, rows))
+def _merge_rows(old: CSR | None, rows: np.ndarray, cols: np.ndarray, w: np.ndarray, k: int,
+                block_entries: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each row that has candidate edges ``(rows, cols, w)`` (any order, weights > 0): its old
+    edges (``old``'s row; none when ``old`` is None) and its candidates reduced to the ``k`` best
+    in ``gain_knn``'s order (weight descending, ties toward the lower column), by the kernel's
+    exact :func:`~hopgraph.kernels.gain_knn.select_topk` on padded ``[rows, width]`` tiles of at
+    most ``block_entries`` entries (rows grouped by width). Returns triplets with their rank in
+    the row: ``(rows, ranks, cols int64, w float32)``, each row's entries together and best first
+    (the rows in no particular order)."""
+    order = np.argsort(rows, kind="stable")
     rows, cols, w = rows[order], cols[order], w[order]
-    first = np.searchsorted(rows, rows, side="left")
-    keep = (np.arange(len(rows)) - first) < k
-    return rows[keep], cols[keep], w[keep]
+    touched, first, n_cand = np.unique(rows, return_index=True, return_counts=True)
+    n_old = np.zeros(len(touched), np.int64) if old is None else np.diff(old.indptr)[touched]
+    width = n_old + n_cand
+    by_width = np.argsort(width, kind="stable")
+    out: list[tuple[np.ndarray, ...]] = []
+    i = 0
+    while i < len(by_width):  # chunks of rows of increasing width, at most block_entries entries each
+        end = min(len(by_width), i + max(1, block_entries // int(width[by_width[i]])))
+        while end - i > 1 and (end - i) * int(width[by_width[end - 1]]) > block_entries:
+            end = i + max(1, block_entries // int(width[by_width[end - 1]]))
+        sel = by_width[i:end]
+        i = end
+        t, wd = len(sel), int(width[sel].max())
+        V = np.full((t, wd), -np.inf, np.float32)
+        C = np.full((t, wd), -1, np.int64)
+        if old is not None:  # the old row, at its start
+            r_old = np.repeat(np.arange(t), n_old[sel])
+            at = np.arange(len(r_old)) - np.repeat(np.cumsum(n_old[sel]) - n_old[sel], n_old[sel])
+            src = np.repeat(old.indptr[touched[sel]], n_old[sel]) + at
+            V[r_old, at], C[r_old, at] = old.data[src], old.indices[src]
+        r_new = np.repeat(np.arange(t), n_cand[sel])  # then the candidates
+        at = np.arange(len(r_new)) - np.repeat(np.cumsum(n_cand[sel]) - n_cand[sel], n_cand[sel])
+        src = np.repeat(first[sel], n_cand[sel]) + at
+        V[r_new, n_old[sel][r_new] + at], C[r_new, n_old[sel][r_new] + at] = w[src], cols[src]
+        vals, top = select_topk(torch.from_numpy(V), torch.from_numpy(C), min(k, wd))
+        vals, top = vals.numpy(), top.numpy()
+        valid = top >= 0
+        r_out, rank = np.nonzero(valid)
+        out.append((touched[sel][r_out], rank, top[valid], vals[valid]))
+    if not out:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
+    return tuple(np.concatenate(x) for x in zip(*out))
 
 
 def _check_start(start: int, n: int, op: str) -> int:
@@ -225,30 +255,23 @@ def extend_gain_graph(graph: CSR, X: np.ndarray, start: int, penalty: np.ndarray
                 pending.append((r.numpy(), (c + b0).numpy(), R[r, c].numpy()))
                 n_pending += len(r)
             if n_pending > MAX_PENDING and k < n_new:  # hold at most k candidates per row, and raise the thresholds
-                rows, cs, ws = _topk_per_row(*(np.concatenate(a) for a in zip(*pending)), k)
+                rows, rank, cs, ws = _merge_rows(None, *(np.concatenate(a) for a in zip(*pending)), k, block_entries)
                 pending, n_pending = [(rows, cs, ws)], len(rows)
-                last = np.flatnonzero(np.r_[rows[1:] != rows[:-1], True])
-                first = np.searchsorted(rows, rows[last])
-                at_k = last - first + 1 == k
-                thr[rows[last[at_k]]] = np.maximum(thr[rows[last[at_k]]], ws[last[at_k]])
-    return _assemble(old, start, n, k, pending, new_vals, new_cols)
+                kth = rank == k - 1  # a row holding k candidates: a later one must beat its k-th
+                thr[rows[kth]] = np.maximum(thr[rows[kth]], ws[kth])
+    return _assemble(old, start, n, k, pending, new_vals, new_cols, block_entries)
 
 
 def _assemble(old: CSR, start: int, n: int, k: int, pending: list, new_vals: np.ndarray,
-              new_cols: np.ndarray) -> CSR:
+              new_cols: np.ndarray, block_entries: int) -> CSR:
     """Pack the kept old rows, the merged rows and the new rows into one CSR of ``n`` rows."""
     old_len = np.diff(old.indptr)
-    old_rows = np.repeat(np.arange(start, dtype=np.int64), old_len)
     counts = np.zeros(n, np.int64)
     counts[:start] = old_len
     touched = np.zeros(start, bool)
     if pending:
-        r, c, w = (np.concatenate(a) for a in zip(*pending))
-        touched[r] = True
-        sel = touched[old_rows]
-        mr, mc, mw = _topk_per_row(np.concatenate([old_rows[sel], r]),
-                                   np.concatenate([old.indices[sel].astype(np.int64), c]),
-                                   np.concatenate([old.data[sel], w]), k)
+        mr, rank, mc, mw = _merge_rows(old, *(np.concatenate(a) for a in zip(*pending)), k, block_entries)
+        touched[mr] = True
         counts[:start][touched] = np.bincount(mr, minlength=start)[touched]
     valid = new_cols >= 0
     counts[start:] = valid.sum(1)
@@ -256,13 +279,14 @@ def _assemble(old: CSR, start: int, n: int, k: int, pending: list, new_vals: np.
     np.cumsum(counts, out=indptr[1:])
     indices = np.empty(int(indptr[-1]), np.int32)
     data = np.empty(int(indptr[-1]), np.float32)
+    # rows left as they were: copied as blocks of consecutive edges
+    old_rows = np.repeat(np.arange(start, dtype=np.int64), old_len)
     keep = ~touched[old_rows]
-    pos = np.arange(old.nnz, dtype=np.int64)
-    dest = indptr[old_rows[keep]] + (pos[keep] - old.indptr[old_rows[keep]])
+    shift = (indptr[:start] - old.indptr[:start])[old_rows[keep]]
+    dest = np.flatnonzero(keep) + shift
     indices[dest], data[dest] = old.indices[keep], old.data[keep]
     if pending:
-        first = np.searchsorted(mr, mr, side="left")
-        dest = indptr[mr] + (np.arange(len(mr)) - first)
+        dest = indptr[mr] + rank
         indices[dest], data[dest] = mc, mw
     # the new rows are sorted best first with the non-edges last: their valid entries, row by row,
     # are exactly the tail of the CSR arrays

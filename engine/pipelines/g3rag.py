@@ -236,6 +236,8 @@ class G3RAG(Pipeline):
                                f"{directory} graph")
         if (directory / "penalty.npy").is_file() and (directory / "density_build.npy").is_file():
             self.penalty = check_finite(load_array(directory, "penalty"), f"{directory} penalty", (len(self.X),))
+            if len(self.penalty) and float(self.penalty.min()) < 0:
+                raise IndexFormatError(f"{directory} penalty: holds negative values")
             self.density_build = DensityBuild.from_array(load_array(directory, "density_build", mmap=False),
                                                          f"{directory} density_build", len(self.X))
 
