@@ -49,7 +49,8 @@ import torch
 
 from ..kernels.checks import check_positive_int
 from ..kernels.density import sample_columns
-from ..kernels.gain_knn import as_embedding_tensor, check_gain_knn_inputs, select_topk, tile_candidates, weights_function
+from ..kernels.gain_knn import (as_embedding_tensor, check_gain_knn_inputs, select_topk, tile_candidates,
+                                weights_function)
 from .errors import InputError
 from .graph import CSR, check_csr, hub_penalty
 
