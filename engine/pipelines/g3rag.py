@@ -1,10 +1,17 @@
 """G3RAG: geometric gain graph retrieval, zero-token (SPEC §1).
 
 Index (``fit``, SPEC §1 index steps 1-6): the density of every passage (step 1, op
-``density``) and the hub penalty ``pen_j = exp(−beta · nd_j)`` (step 2, ``beta`` = 1) are
-computed to weight the graph and then dropped (not stored); the gain graph W (steps 3-5, op
-``gain_knn``) is the only fitted array (CSR indptr/indices/data). T = W row-normalised
-(step 6) is applied on the fly by op ``sparse_diffusion``.
+``density``) and the hub penalty ``pen_j = exp(−beta · nd_j)`` (step 2, ``beta`` = 1) weight
+the gain graph W (steps 3-5, op ``gain_knn``; CSR indptr/indices/data). T = W row-normalised
+(step 6) is applied on the fly by op ``sparse_diffusion``. Besides W, the pipeline keeps what
+``add`` needs: the penalty of every passage (float32 [N]) and the size and density range of
+the last build (saved as ``penalty.npy`` and ``density_build.npy``).
+
+Adding passages (``Index.add`` → :meth:`G3RAG.add`, issue 13) updates W incrementally
+(:mod:`hopgraph.engine.graph_update`): the new passages get their density and penalty, their
+out-edges over all passages, and the reverse edges they create in existing rows. Rule:
+*existing rows keep the density/penalty of their last build until* ``Index.compact()``
+(which refits exactly). With the penalties held fixed the updated W equals a build's.
 
 ``mode`` chooses how W is built and nothing else (the query is the same in every mode):
 
@@ -63,11 +70,12 @@ import numpy as np
 from ...kernels.dispatch import DEVICES
 from ..ann_graph import ann_gain_knn, density_mode, graph_mode
 from ..components import QueryBatch
-from ..errors import InputError
+from ..errors import IndexFormatError, InputError
 from ..graph import CSR, check_csr, hub_penalty
+from ..graph_update import added_density, added_penalty, extend_gain_graph
 from ..params import PipelineParams, choice, flag, integer, real
 from ..ranking import PAD_ID, PAD_SCORE, topk_rows
-from ..storage import load_arrays, save_arrays
+from ..storage import check_finite, load_array, load_arrays, save_arrays
 from .base import Pipeline
 from .hybrid import hybrid_ranking
 
@@ -114,6 +122,29 @@ class G3RAGParams(PipelineParams):
         return {"scoring": "mask", "seeds": "dense", "seed_k": 3}
 
 
+@dataclass(frozen=True)
+class DensityBuild:
+    """What ``add`` needs of the last build (SPEC §1 steps 1-2): its passage count ``n`` (which
+    fixes the sampled-density column sample) and its density range ``[low, high]`` (the
+    normalisation of step 2). Stored as ``density_build.npy`` (float64 ``[n, low, high]``)."""
+
+    n: int
+    low: float
+    high: float
+
+    def array(self) -> np.ndarray:
+        return np.array([self.n, self.low, self.high], np.float64)
+
+    @classmethod
+    def from_array(cls, a: np.ndarray, name: str, n_rows: int) -> "DensityBuild":
+        """Read :meth:`array`'s output; :class:`IndexFormatError` unless ``1 <= n <= n_rows`` and
+        ``low <= high``."""
+        n, low, high = check_finite(a, name, (3,)).tolist()
+        if n != int(n) or not 1 <= n <= n_rows or low > high:
+            raise IndexFormatError(f"{name}: expected [n in 1..{n_rows}, low <= high], got {[n, low, high]}")
+        return cls(int(n), low, high)
+
+
 class G3RAG(Pipeline):
     """Geometric-gain graph retrieval (SPEC §1); see the module docstring for the options."""
 
@@ -132,6 +163,10 @@ class G3RAG(Pipeline):
     def __init__(self, params: G3RAGParams | dict[str, Any] | None = None, /, **overrides: Any) -> None:
         super().__init__(params, **overrides)
         self.graph: CSR | None = None
+        #: the hub penalty of every passage (SPEC §1 step 2; float32 [N]), kept for :meth:`add`
+        self.penalty: np.ndarray | None = None
+        #: the last build's passage count and density range (:class:`DensityBuild`), for :meth:`add`
+        self.density_build: DensityBuild | None = None
 
     # ------------------------------------------------------------------ index
     def _fit(self, progress: bool) -> None:
@@ -143,6 +178,8 @@ class G3RAG(Pipeline):
         node_density = call("density", self.X, mode=density_mode(self.density, n),
                             n_samples=self.density_samples, device=self.device)
         pen = hub_penalty(node_density, self.beta)
+        self.penalty = pen
+        self.density_build = DensityBuild(n, float(node_density.min()), float(node_density.max())) if n else None
         mode = graph_mode(self.mode, n, self.device)
         if mode == "ann":
             self.graph = ann_gain_knn(self.X, self.k, self.sim_min, self.sim_max, pen, progress=progress)
@@ -155,14 +192,54 @@ class G3RAG(Pipeline):
         if self.components.corpus is not None:
             self.components.bm25(who=self.name)
 
+    def _add(self, start: int, progress: bool) -> None:
+        """Incremental update for rows ``[start, N)`` of X, which are new (issue 13).
+
+        The new passages get their density (SPEC §1 step 1: over all N passages in exact
+        density mode; in sampled mode over the last build's column sample) and penalty (step 2,
+        normalised by the last build's density range), then W is extended (steps 3-5): their
+        out-edges over all N passages and the reverse edges into existing rows, as a build would
+        give with these penalties (:func:`~hopgraph.engine.graph_update.extend_gain_graph`).
+        Existing rows keep the density/penalty of their last build until ``Index.compact()``.
+        Mode ``"exact"`` grows k to N − 1; in mode ``"ann"`` (and ``"auto"``) the new rows are
+        computed exactly by brute force over all passages, the existing rows keep their IVF
+        edges. A pipeline loaded from an index saved without the penalty is refitted instead.
+        """
+        build = self.density_build
+        if build is None or self.penalty is None or len(self.penalty) != start or self.graph.n_rows != start:
+            self._fit(progress)
+            return
+        dens = added_density(self.X, start, density_mode(self.density, build.n), n_build=build.n,
+                             n_samples=self.density_samples, progress=progress)
+        pen = np.concatenate([np.asarray(self.penalty, np.float32),
+                              added_penalty(dens, build.low, build.high, self.beta)])
+        n = len(self.X)
+        if self.mode == "exact":
+            k, sim_min, sim_max = max(n - 1, 1), 0.0, 1.0
+        else:
+            k, sim_min, sim_max = self.k, self.sim_min, self.sim_max
+        self.graph = extend_gain_graph(self.graph, self.X, start, pen, k, sim_min, sim_max, progress=progress)
+        self.penalty = pen
+
     def save(self, directory: Path) -> None:
-        save_arrays(directory, self.graph.arrays())
+        arrays = self.graph.arrays()
+        if self.penalty is not None and self.density_build is not None:
+            arrays.update(penalty=np.asarray(self.penalty, np.float32), density_build=self.density_build.array())
+        save_arrays(directory, arrays)
 
     def _load(self, directory: Path) -> None:
-        """Open the saved graph memory-mapped (no refit)."""
+        """Open the saved graph memory-mapped (no refit). The penalty and build range (for
+        :meth:`add`) are read when present: an index saved before they were kept has neither, and
+        its first ``add`` refits."""
         arrays = load_arrays(directory, ["indptr", "indices", "data"])
         self.graph = check_csr(arrays["indptr"], arrays["indices"], arrays["data"], len(self.X),
                                f"{directory} graph")
+        if (directory / "penalty.npy").is_file() and (directory / "density_build.npy").is_file():
+            self.penalty = check_finite(load_array(directory, "penalty"), f"{directory} penalty", (len(self.X),))
+            if len(self.penalty) and float(self.penalty.min()) < 0:
+                raise IndexFormatError(f"{directory} penalty: holds negative values")
+            self.density_build = DensityBuild.from_array(load_array(directory, "density_build", mmap=False),
+                                                         f"{directory} density_build", len(self.X))
 
     # ------------------------------------------------------------------ query
     def search(self, Q: np.ndarray, top_k: int = 5,
