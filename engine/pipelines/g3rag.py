@@ -68,7 +68,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 
 from ...kernels.dispatch import DEVICES
-from ..ann_graph import ann_gain_knn, density_mode, graph_mode
+from ..ann_graph import CELL_SIZE, DEFAULT_NPROBE, ann_gain_knn, density_mode, graph_mode
 from ..components import QueryBatch
 from ..errors import IndexFormatError, InputError
 from ..graph import CSR, check_csr, hub_penalty
@@ -81,6 +81,9 @@ from .hybrid import hybrid_ranking
 
 #: "ann" / "auto" (issue 5): IVF candidates rescored exactly, see hopgraph.engine.ann_graph
 MODES = ("knn", "exact", "ann", "auto")
+#: candidates an IVF ("ann") build scores per row (CELL_SIZE · DEFAULT_NPROBE): adding more passages than
+#: this at once to an "ann" graph refits it (cheaper than scoring each new row against all N)
+ANN_CANDIDATES_PER_ROW = CELL_SIZE * DEFAULT_NPROBE
 #: queries per sparse product (bounds the dense [chunk, N] diffusion output)
 QUERY_CHUNK = 256
 #: and at most this many entries per dense [chunk, N] array, so that a query process over a
@@ -203,10 +206,16 @@ class G3RAG(Pipeline):
         Existing rows keep the density/penalty of their last build until ``Index.compact()``.
         Mode ``"exact"`` grows k to N − 1; in mode ``"ann"`` (and ``"auto"``) the new rows are
         computed exactly by brute force over all passages, the existing rows keep their IVF
-        edges. A pipeline loaded from an index saved without the penalty is refitted instead.
+        edges — unless more than :data:`ANN_CANDIDATES_PER_ROW` passages are added at once, when
+        the brute force would cost more than an IVF refit, which is done instead (exact). A pipeline loaded from an index saved without the penalty is refitted instead.
         """
         build = self.density_build
         if build is None or self.penalty is None or len(self.penalty) != start or self.graph.n_rows != start:
+            self._fit(progress)
+            return
+        n_new = len(self.X) - start
+        if graph_mode(self.mode, len(self.X), self.device) == "ann" and n_new > ANN_CANDIDATES_PER_ROW:
+            # brute force costs n_new · N similarities, an IVF refit about N · ANN_CANDIDATES_PER_ROW
             self._fit(progress)
             return
         dens = added_density(self.X, start, density_mode(self.density, build.n), n_build=build.n,
