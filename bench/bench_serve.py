@@ -11,14 +11,18 @@ first ONE client sending them one by one, then N concurrent clients, then (unles
 bounded by ``--seconds`` and ``--max-requests``. Prints requests/s, p50/p99
 latency, errors (must be 0), the mean micro-batch size the server reported, and
 the speed-up over the single client (target: >= 3x with 32 clients). Answers of
-the concurrent phases are compared with the single-client answers.
+the concurrent phases are compared with the single-client answers. The date and the
+1-minute load average (before the run and at the end of each phase) are printed, since
+the figures depend on what else runs on the machine.
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import http.client
 import itertools
 import json
+import os
 import re
 import socket
 import subprocess
@@ -53,6 +57,11 @@ class Phase:
     @property
     def rps(self) -> float:
         return len(self.latencies_ms) / self.seconds if self.seconds else 0.0
+
+
+def load_average() -> str:
+    """The 1-, 5- and 15-minute load averages, as ``uptime`` prints them."""
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def start_server(index_dir: Path, extra: list[str], timeout: float = 300.0) -> tuple[subprocess.Popen, str]:
@@ -177,6 +186,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, help="pass --threads to the server (CPU threads of torch/faiss)")
     ap.add_argument("--no-unbatched", action="store_true", help="skip the batching-off phase")
     args = ap.parse_args()
+    print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {os.cpu_count()} CPUs; "
+          f"load average {load_average()} (before the index is built or loaded)", flush=True)
 
     with tempfile.TemporaryDirectory() as tmp:
         index_dir, questions = resolve_index(args, Path(tmp))
@@ -193,7 +204,8 @@ def main() -> int:
                     phase = Phase(f"{label}, {n} client{'s' if n > 1 else ''}", n)
                     run_phase(phase, url, questions, args.pipeline, args.k, args.seconds, args.max_requests)
                     phases.append(phase)
-                    print(f"  {phase.name}: {len(phase.latencies_ms)} requests in {phase.seconds:.1f} s", flush=True)
+                    print(f"  {phase.name}: {len(phase.latencies_ms)} requests in {phase.seconds:.1f} s; "
+                          f"load average {load_average()}", flush=True)
             finally:
                 proc.terminate()
                 proc.wait(timeout=30)

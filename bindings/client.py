@@ -82,12 +82,16 @@ class _ClientBase:
 
     @staticmethod
     def _search_body(queries: str | Sequence[Any] | np.ndarray, pipeline: str, k: int, with_text: bool,
-                     params: Mapping[str, Any] | None) -> dict[str, Any]:
+                     params: Mapping[str, Any] | None, group_by_document: bool = False) -> dict[str, Any]:
+        """The ``POST /search`` body. ``with_text`` and ``group_by_document`` are sent only when they
+        differ from the server's defaults, so servers without those flags still answer default requests."""
         body: dict[str, Any] = {"queries": encode_queries(queries), "pipeline": pipeline, "k": k}
         if params:
             body["params"] = dict(params)
-        if not with_text:  # sent only when off, so servers without the flag still answer default requests
+        if not with_text:
             body["with_text"] = False
+        if group_by_document:
+            body["group_by_document"] = group_by_document
         return body
 
     def _first_pipeline(self, info: Mapping[str, Any]) -> str:
@@ -139,21 +143,26 @@ class Client(_ClientBase):
                                   trust_env=False)
 
     def search(self, queries: str | Sequence[Any] | np.ndarray, pipeline: str | None = None, k: int = 5, *,
-               with_text: bool = True, params: Mapping[str, Any] | None = None) -> list[list[Hit]]:
+               with_text: bool = True, group_by_document: bool = False, params: Mapping[str, Any] | None = None
+               ) -> list[list[Hit]]:
         """Top-``k`` :class:`Hit` lists, one per query, as ``Index.search`` returns them (with each
         passage's text, None with ``with_text=False``, and metadata).
 
         ``queries``: question texts, a ``[B, d]`` embedding matrix, or a list mixing
         strings, ``{"text": ...}`` and ``{"embedding": [...]}``. ``pipeline``: one the server
         serves; None: its first (``GET /info``, asked once). ``params``: query-time parameters.
+        ``group_by_document=True``: each document once, as its best passage (``Index.search``'s).
         """
-        return self._hits(self.search_response(queries, pipeline, k, with_text=with_text, params=params))
+        return self._hits(self.search_response(queries, pipeline, k, with_text=with_text,
+                                               group_by_document=group_by_document, params=params))
 
     def search_response(self, queries: str | Sequence[Any] | np.ndarray, pipeline: str | None = None, k: int = 5,
-                        *, with_text: bool = True, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                        *, with_text: bool = True, group_by_document: bool = False,
+                        params: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The raw ``POST /search`` answer (results and the pipeline's ``timing``)."""
         pipeline = pipeline or self._default_pipeline or self._first_pipeline(self.info())
-        return self._request("POST", "/search", json=self._search_body(queries, pipeline, k, with_text, params))
+        return self._request("POST", "/search", json=self._search_body(queries, pipeline, k, with_text, params,
+                                                                       group_by_document))
 
     def passage(self, pid: str) -> dict[str, Any]:
         """``{"id", "title", "text", "metadata"}`` of passage ``pid``; :class:`PassageNotFound`
@@ -197,17 +206,19 @@ class AsyncClient(_ClientBase):
                                        trust_env=False)
 
     async def search(self, queries: str | Sequence[Any] | np.ndarray, pipeline: str | None = None, k: int = 5, *,
-                     with_text: bool = True, params: Mapping[str, Any] | None = None) -> list[list[Hit]]:
+                     with_text: bool = True, group_by_document: bool = False,
+                     params: Mapping[str, Any] | None = None) -> list[list[Hit]]:
         """See :meth:`Client.search`."""
-        return self._hits(await self.search_response(queries, pipeline, k, with_text=with_text, params=params))
+        return self._hits(await self.search_response(queries, pipeline, k, with_text=with_text,
+                                                     group_by_document=group_by_document, params=params))
 
     async def search_response(self, queries: str | Sequence[Any] | np.ndarray, pipeline: str | None = None,
-                              k: int = 5, *, with_text: bool = True, params: Mapping[str, Any] | None = None
-                              ) -> dict[str, Any]:
+                              k: int = 5, *, with_text: bool = True, group_by_document: bool = False,
+                              params: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """See :meth:`Client.search_response`."""
         pipeline = pipeline or self._default_pipeline or self._first_pipeline(await self.info())
-        return await self._request("POST", "/search",
-                                   json=self._search_body(queries, pipeline, k, with_text, params))
+        return await self._request("POST", "/search", json=self._search_body(queries, pipeline, k, with_text, params,
+                                                                             group_by_document))
 
     async def passage(self, pid: str) -> dict[str, Any]:
         """See :meth:`Client.passage`."""

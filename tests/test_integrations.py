@@ -3,6 +3,7 @@ langchain-core and llama-index-core, over a local Index and over a served index 
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,9 @@ pytest.importorskip("fastapi")
 pytest.importorskip("httpx")
 
 import hopgraph  # noqa: E402
+from hopgraph.client import RequestRejected  # noqa: E402
 from hopgraph.demo import DEMO_QUESTIONS  # noqa: E402
+from hopgraph.integrations import _source as hg_source  # noqa: E402
 from hopgraph.integrations import langchain as hg_langchain  # noqa: E402
 from hopgraph.integrations import llamaindex as hg_llamaindex  # noqa: E402
 from hopgraph.serve import BackgroundServer, ServeLimits, create_app  # noqa: E402
@@ -342,3 +345,108 @@ def test_langchain_with_the_real_async_client_gets_passage_text(server, index):
         assert [d.page_content for d in docs] == [d.page_content for d in want]  # text from the service
         assert all(d.page_content for d in docs)
     assert one == batch[0]
+
+
+# ---------------------------------------------------------------- search_kwargs, local and served alike
+@pytest.fixture(scope="module")
+def chunked_index(demo_corpus) -> hopgraph.Index:
+    """The demo corpus in 8-word passages (several per document), for group_by_document."""
+    return hopgraph.Index.build(demo_corpus, embedder="hashing-64", pipelines=PIPELINES, progress=False,
+                                chunk_tokens=8, chunk_overlap=2)
+
+
+@pytest.fixture(scope="module")
+def chunked_server(chunked_index):
+    with BackgroundServer(create_app(chunked_index, ServeLimits(max_k=20))) as srv:
+        yield srv
+
+
+def _view(index: hopgraph.Index, hits) -> list[tuple[str, float, str]]:
+    return [(h.id, round(float(h.score), 6), index.corpus.meta(index.corpus.position(h.id))["document"])
+            for h in hits]
+
+
+SEARCH_KWARGS = [  # (retriever search_kwargs, the equivalent Index.search keywords)
+    ({"rrf_k": 10}, {"rrf_k": 10}),
+    ({"params": {"rrf_k": 10}, "group_by_document": True}, {"rrf_k": 10, "group_by_document": True}),
+    ({"rrf_k": 7, "group_by_document": True, "with_text": False},
+     {"rrf_k": 7, "group_by_document": True, "with_text": False}),
+]
+
+
+@pytest.mark.parametrize("search_kwargs, index_kwargs", SEARCH_KWARGS)
+def test_search_kwargs_mean_the_same_for_index_client_and_async_client(chunked_index, chunked_server,
+                                                                       search_kwargs, index_kwargs):
+    qs = ["Who designed the Clifton Suspension Bridge?", "comet discovered by an amateur astronomer"]
+    want = chunked_index.search(qs, pipeline="hybrid", k=K, **index_kwargs)
+    default = chunked_index.search(qs, pipeline="hybrid", k=K)
+    assert [_view(chunked_index, h) for h in want] != [_view(chunked_index, h) for h in default]  # it can fail
+    if index_kwargs.get("group_by_document"):
+        assert all(len({d for _, _, d in _view(chunked_index, h)}) == K for h in want)
+    want_view = [_view(chunked_index, h) for h in want]
+    want_text = [[h.text or "" for h in hits] for hits in want]
+
+    def lc_view(docs):
+        return [[(d.id, round(d.metadata["score"], 6), d.metadata["document"]) for d in ds] for ds in docs], \
+               [[d.page_content for d in ds] for ds in docs]
+
+    def li_view(nodes):
+        return [[(n.node.node_id, round(n.score, 6), n.node.metadata["document"]) for n in ns] for ns in nodes], \
+               [[n.node.get_content() for n in ns] for ns in nodes]
+
+    async def with_async_client():
+        async with hopgraph.AsyncClient(chunked_server.url) as ac:
+            lc = hg_langchain.HopgraphRetriever(index=ac, pipeline="hybrid", k=K, search_kwargs=search_kwargs)
+            li = hg_llamaindex.HopgraphRetriever(ac, pipeline="hybrid", k=K, search_kwargs=search_kwargs)
+            return lc_view(await lc.abatch(qs)), li_view(await li.aretrieve_batch(qs))
+
+    with hopgraph.Client(chunked_server.url) as client:
+        for source in (chunked_index, client):
+            lc = hg_langchain.HopgraphRetriever(index=source, pipeline="hybrid", k=K, search_kwargs=search_kwargs)
+            li = hg_llamaindex.HopgraphRetriever(source, pipeline="hybrid", k=K, search_kwargs=search_kwargs)
+            for got in (lc_view(lc.batch(qs)), lc_view(asyncio.run(lc.abatch(qs))),
+                        li_view(li.retrieve_batch(qs)), li_view(asyncio.run(li.aretrieve_batch(qs)))):
+                assert got == (want_view, want_text), type(source).__name__
+    for got in asyncio.run(with_async_client()):
+        assert got == (want_view, want_text)
+    if index_kwargs.get("with_text") is False:
+        assert all(t == "" for texts in want_text for t in texts)
+    else:
+        assert all(t for texts in want_text for t in texts)
+
+
+def test_search_arguments_map_parameters_per_source(index, client):
+    kwargs = {"rrf_k": 10, "group_by_document": True, "with_text": False}
+    assert hg_source.search_arguments(index, kwargs) == kwargs
+    assert hg_source.search_arguments(client, kwargs) == {"group_by_document": True, "with_text": False,
+                                                          "params": {"rrf_k": 10}}
+    assert hg_source.search_arguments(client, {"params": {"rrf_k": 3}, "depth": 9}) == \
+        {"params": {"depth": 9, "rrf_k": 3}}
+    assert hg_source.search_arguments(index, {"params": {"rrf_k": 3}}) == {"rrf_k": 3}
+    assert hg_source.search_arguments(client, {"with_text": True}) == {"with_text": True}
+    assert hg_source.search_arguments(index, None) == {}
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"k": 3}, "may not set 'k'"),
+    ({"pipeline": "dense"}, "may not set 'pipeline'"),
+    ({"with_text": "no"}, "search_kwargs['with_text'] must be true or false"),
+    ({"group_by_document": 1}, "search_kwargs['group_by_document'] must be true or false"),
+    ({"params": [1]}, "search_kwargs['params'] must be a mapping"),
+    ({"rrf_k": 1, "params": {"rrf_k": 2}}, "'rrf_k' twice"),
+])
+def test_bad_search_kwargs_are_refused_when_the_retriever_is_made(index, bad, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        hg_langchain.HopgraphRetriever(index=index, pipeline="hybrid", search_kwargs=bad)
+    with pytest.raises(hopgraph.InputError, match=re.escape(message)):
+        hg_llamaindex.HopgraphRetriever(index, pipeline="hybrid", search_kwargs=bad)
+
+
+def test_invalid_pipeline_parameter_is_named_by_index_and_server(index, client):
+    for source, error in ((index, hopgraph.InvalidParameter), (client, RequestRejected)):
+        lc = hg_langchain.HopgraphRetriever(index=source, pipeline="hybrid", search_kwargs={"rrf_k": 0})
+        with pytest.raises(error, match="rrf_k"):
+            lc.invoke("bridge")
+        li = hg_llamaindex.HopgraphRetriever(source, pipeline="hybrid", search_kwargs={"params": {"no_such": 1}})
+        with pytest.raises(hopgraph.InputError, match="no_such"):
+            li.retrieve("bridge")

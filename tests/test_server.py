@@ -653,3 +653,71 @@ def test_client_default_pipeline_is_served_by_a_baseline_server(server, index):
     with hopgraph.Client(server.url) as c:
         served = c.info()["pipelines"]
         assert c.search("Orbis", k=2) == index.search("Orbis", pipeline=served[0], k=2)
+
+
+# ---------------------------------------------------------------- group_by_document (issue 12)
+@pytest.fixture(scope="module")
+def chunked_index(demo_corpus) -> hopgraph.Index:
+    """The demo corpus split into 8-word passages (2 shared): several passages per document."""
+    index = hopgraph.Index.build(demo_corpus, embedder=f"hashing-{DIM}", pipelines=BASELINES, progress=False,
+                                 chunk_tokens=8, chunk_overlap=2)
+    assert len(index.corpus) > 2 * len(demo_corpus)
+    return index
+
+
+def _documents(index: hopgraph.Index, hits) -> list[str]:
+    return [index.corpus.meta(index.corpus.position(h.id))["document"] for h in hits]
+
+
+def test_group_by_document_over_http_and_clients(chunked_index):
+    qs = ["Who designed the Clifton Suspension Bridge in Bristol?", "comet discovered by an amateur astronomer"]
+    k = 5
+    with BackgroundServer(create_app(chunked_index, LIMITS)) as srv, hopgraph.Client(srv.url) as c:
+        for pipeline in BASELINES:
+            flat = c.search(qs, pipeline=pipeline, k=k)
+            assert flat == chunked_index.search(qs, pipeline=pipeline, k=k)
+            assert any(len(set(_documents(chunked_index, hits))) < k for hits in flat)  # the test can fail
+            grouped = c.search(qs, pipeline=pipeline, k=k, group_by_document=True)
+            assert grouped == chunked_index.search(qs, pipeline=pipeline, k=k, group_by_document=True)
+            for hits in grouped:
+                docs = _documents(chunked_index, hits)
+                assert len(set(docs)) == len(docs)  # each document once
+                assert len(hits) == k or pipeline == "bm25"  # BM25 returns only passages sharing a word
+                assert [h.rank for h in hits] == list(range(1, len(hits) + 1))
+        assert c.search(qs, pipeline="hybrid", k=3, group_by_document=True, with_text=False,
+                        params={"rrf_k": 10}) == \
+            chunked_index.search(qs, pipeline="hybrid", k=3, group_by_document=True, with_text=False, rrf_k=10)
+
+        async def concurrently() -> list:
+            async with hopgraph.AsyncClient(srv.url) as ac:  # grouped and flat requests batched side by side
+                return await asyncio.gather(*(ac.search(q, pipeline="dense", k=k, group_by_document=g)
+                                              for q in qs for g in (True, False)))
+        got = asyncio.run(concurrently())
+        for i, q in enumerate(qs):
+            assert got[2 * i] == chunked_index.search(q, pipeline="dense", k=k, group_by_document=True)
+            assert got[2 * i + 1] == chunked_index.search(q, pipeline="dense", k=k)
+        with httpx.Client(base_url=srv.url, trust_env=False) as h:
+            for bad in ("yes", 1, None, [True]):
+                r = post(h, {"queries": qs, "pipeline": "dense", "group_by_document": bad})
+                assert r.status_code == 422 and "group_by_document" in _detail(r), r.text
+            r = post(h, {"queries": qs, "pipeline": "dense", "k": 0, "group_by_document": True})
+            assert r.status_code == 422 and "k must be between" in _detail(r)
+            schema = h.get("/openapi.json").json()["components"]["schemas"]["SearchRequest"]["properties"]
+            assert schema["group_by_document"]["default"] is False
+
+
+def test_micro_batcher_keeps_grouped_and_flat_requests_apart(chunked_index):
+    qs = ["Clifton Suspension Bridge", "Orbis Computing founder"]
+
+    async def run():
+        batcher = MicroBatcher(chunked_index, ServeLimits(batch_wait_ms=20))
+        await batcher.start()
+        try:
+            return await asyncio.gather(*(batcher.submit("bm25", 4, [q], group_by_document=g)
+                                          for g in (False, True) for q in qs))
+        finally:
+            await batcher.stop()
+
+    results = asyncio.run(run())
+    for i, (g, q) in enumerate((g, q) for g in (False, True) for q in qs):
+        assert results[i].hits[0] == chunked_index.search(q, pipeline="bm25", k=4, group_by_document=g)[0]

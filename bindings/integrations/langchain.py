@@ -41,8 +41,9 @@ class HopgraphRetriever(BaseRetriever):
     ``batch`` / ``abatch`` run ONE batched hopgraph search for all their questions (LangChain's
     default would call ``invoke`` once per question); ``ainvoke`` awaits ``async_client`` (or
     ``index`` when it is asynchronous), else runs the synchronous search in a worker thread.
-    ``search_kwargs`` go to ``index.search`` (e.g. ``{"gamma": 0.05}`` for a local Index's
-    query-time parameters).
+    ``search_kwargs``: query-time pipeline parameters (``{"gamma": 0.05}``, or ``{"params": {...}}``),
+    ``with_text`` (False: empty ``page_content``) and ``group_by_document``; the same for an Index
+    and a client (a client gets the parameters as ``params=``).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -54,7 +55,7 @@ class HopgraphRetriever(BaseRetriever):
     k: int = Field(default=5, gt=0)
     """Number of documents per question."""
     search_kwargs: dict[str, Any] = Field(default_factory=dict)
-    """Extra keyword arguments of ``index.search`` (pipeline parameter overrides)."""
+    """Query-time pipeline parameters, ``with_text`` and ``group_by_document`` (see the class docstring)."""
     async_client: Any = None
     """Optional asynchronous client (``hopgraph.AsyncClient``) used by ``ainvoke`` / ``abatch``."""
 
@@ -62,6 +63,12 @@ class HopgraphRetriever(BaseRetriever):
     @classmethod
     def _check_index(cls, value: Any) -> Any:
         return _source.check_source(value, "index")
+
+    @field_validator("search_kwargs")
+    @classmethod
+    def _check_search_kwargs(cls, value: dict[str, Any]) -> dict[str, Any]:
+        _source.split_search_kwargs(value)
+        return value
 
     @field_validator("async_client")
     @classmethod
@@ -74,10 +81,11 @@ class HopgraphRetriever(BaseRetriever):
     def _documents(self, results: list[list[Any]]) -> list[list[Document]]:
         """hopgraph hits → one list of ``Document`` per question."""
         out = []
+        with_text = _source.wants_text(self.search_kwargs)
         for hits in results:
             docs = []
             for hit in hits:
-                text, meta = _source.hit_metadata(self.index, hit, self.pipeline)
+                text, meta = _source.hit_metadata(self.index, hit, self.pipeline, with_text)
                 docs.append(Document(id=hit.id, page_content=text, metadata=meta))
             out.append(docs)
         return out

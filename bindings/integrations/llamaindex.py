@@ -33,7 +33,9 @@ class HopgraphRetriever(BaseRetriever):
     ``retrieve`` / ``aretrieve`` answer one question (``aretrieve`` awaits ``async_client``, or
     ``index`` when it is asynchronous, else runs the synchronous search in a worker thread);
     :meth:`retrieve_batch` / :meth:`aretrieve_batch` answer many with ONE batched hopgraph search.
-    ``search_kwargs`` go to ``index.search`` (e.g. ``{"gamma": 0.05}`` for a local Index).
+    ``search_kwargs``: query-time pipeline parameters (``{"gamma": 0.05}``, or ``{"params": {...}}``),
+    ``with_text`` (False: empty node text) and ``group_by_document``; the same for an Index and a
+    client (a client gets the parameters as ``params=``).
     The question text is searched (a ``QueryBundle``'s embedding, made by another model, is not used).
     """
 
@@ -47,6 +49,7 @@ class HopgraphRetriever(BaseRetriever):
         self.index = _source.check_source(index, "index")
         self.pipeline = pipeline
         self.k = k
+        _source.split_search_kwargs(search_kwargs)
         self.search_kwargs = dict(search_kwargs or {})
         self.async_client = async_client
         super().__init__(callback_manager=callback_manager, verbose=verbose)
@@ -54,10 +57,11 @@ class HopgraphRetriever(BaseRetriever):
     def _nodes(self, results: list[list[Any]]) -> list[list[NodeWithScore]]:
         """hopgraph hits → one list of ``NodeWithScore`` per question."""
         out = []
+        with_text = _source.wants_text(self.search_kwargs)
         for hits in results:
             nodes = []
             for hit in hits:
-                text, meta = _source.hit_metadata(self.index, hit, self.pipeline)
+                text, meta = _source.hit_metadata(self.index, hit, self.pipeline, with_text)
                 nodes.append(NodeWithScore(node=TextNode(id_=hit.id, text=text, metadata=meta),
                                            score=float(hit.score)))
             out.append(nodes)

@@ -98,7 +98,8 @@ def create_app(index: Index, limits: ServeLimits | None = None, api_key: str | N
                                  "timing": {"queue_ms": 0.0, "embed_ms": 0.0, "search_ms": 0.0, "total_ms": 0.0,
                                             "batch_queries": 0, "batch_requests": 0}})
         try:
-            result = await batcher.submit(request.pipeline, request.k, queries, request.params)
+            result = await batcher.submit(request.pipeline, request.k, queries, request.params,
+                                          group_by_document=request.group_by_document)
         except QueueFull as e:
             raise HTTPException(503, str(e), headers={"Retry-After": "1"}) from None
         except Exception as e:

@@ -2,8 +2,8 @@
 
 Requests are queued; one dispatcher task takes everything queued (under concurrent
 load it first waits ``batch_wait_ms`` for more), groups it by ``(pipeline, k,
-all-text?)`` and runs each group as ONE embedding call and ONE pipeline search in a
-single worker thread, so the event loop keeps accepting requests meanwhile. A lone
+all-text?, group_by_document, params)`` and runs each group as ONE embedding call and ONE
+pipeline search in a single worker thread, so the event loop keeps accepting requests meanwhile. A lone
 client never waits: the gathering window opens only after a batch that held more
 than one request. Question texts are embedded without padding when the embedder is a
 BERT-type sentence-transformers model (:mod:`hopgraph.engine.packed_bert`): a batch of
@@ -42,14 +42,16 @@ class SearchJob:
     enqueued: float = field(default_factory=time.perf_counter)
     #: query-time parameter overrides (validated by the endpoint), as sorted (name, value) pairs
     overrides: tuple[tuple[str, Any], ...] = ()
+    #: one hit per document (``Index.search``'s ``group_by_document``)
+    group_by_document: bool = False
 
     @property
     def all_text(self) -> bool:
         return all(isinstance(q, str) for q in self.queries)
 
     @property
-    def key(self) -> tuple[str, int, bool, str]:
-        return self.pipeline, self.k, self.all_text, repr(self.overrides)
+    def key(self) -> tuple[str, int, bool, bool, str]:
+        return self.pipeline, self.k, self.all_text, self.group_by_document, repr(self.overrides)
 
 
 @dataclass
@@ -59,14 +61,15 @@ class JobResult:
 
 
 def run_search(index: Index, pipeline: str, k: int, queries: Sequence[str | np.ndarray],
-               embed: Callable[[list[str]], np.ndarray] | None = None, **overrides: Any
-               ) -> tuple[list[list[Hit]], float, float]:
+               embed: Callable[[list[str]], np.ndarray] | None = None, *, group_by_document: bool = False,
+               **overrides: Any) -> tuple[list[list[Hit]], float, float]:
     """Search a mixed list of question texts and embedding rows with :meth:`Index.search_arrays`;
     returns (hits, embed_s, search_s).
 
     ``embed`` (default ``index.embed_queries``) embeds the texts, in one call. The façade
     validates the queries, embeds the texts and calls the pipeline (the variant with
-    ``overrides``), as for ``Index.search``; all texts: the pipeline sees ``query_texts``.
+    ``overrides``), as for ``Index.search``; all texts: the pipeline sees ``query_texts``;
+    ``group_by_document``: one hit per document, as in ``Index.search``.
     """
     embed_s = 0.0
 
@@ -78,7 +81,8 @@ def run_search(index: Index, pipeline: str, k: int, queries: Sequence[str | np.n
         return out
 
     t0 = time.perf_counter()
-    ids, scores = index.search_arrays(list(queries), pipeline, k, embed=timed_embed, **overrides)
+    ids, scores = index.search_arrays(list(queries), pipeline, k, embed=timed_embed,
+                                      group_by_document=group_by_document, **overrides)
     return index.hits(ids, scores), embed_s, time.perf_counter() - t0 - embed_s
 
 
@@ -135,7 +139,7 @@ class MicroBatcher:
         self._executor.shutdown(wait=True)
 
     async def submit(self, pipeline: str, k: int, queries: Sequence[str | np.ndarray],
-                     overrides: dict[str, Any] | None = None) -> JobResult:
+                     overrides: dict[str, Any] | None = None, *, group_by_document: bool = False) -> JobResult:
         """Queue one request and wait for its hits; raises :class:`QueueFull` when overloaded."""
         if self._queue is None:
             raise RuntimeError("MicroBatcher.start() was not awaited")
@@ -143,7 +147,7 @@ class MicroBatcher:
             raise QueueFull(f"{self._pending_queries} queries are already waiting "
                             f"(limit {self.limits.max_pending}); retry later")
         job = SearchJob(pipeline, k, queries, asyncio.get_running_loop().create_future(),
-                        overrides=tuple(sorted((overrides or {}).items())))
+                        overrides=tuple(sorted((overrides or {}).items())), group_by_document=group_by_document)
         self._pending_queries += len(queries)
         try:
             self._queue.put_nowait(job)
@@ -165,11 +169,11 @@ class MicroBatcher:
                 jobs.append(job)
                 n += len(job.queries)
             self._gather = len(jobs) > 1
-            groups: dict[tuple[str, int, bool, str], list[SearchJob]] = {}
+            groups: dict[tuple[str, int, bool, bool, str], list[SearchJob]] = {}
             for job in jobs:
                 if not job.future.done():  # a client that went away cancels its future
                     groups.setdefault(job.key, []).append(job)
-            for (pipeline, k, _, _), group in groups.items():
+            for (pipeline, k, *_), group in groups.items():
                 started = time.perf_counter()
                 try:
                     results = await loop.run_in_executor(self._executor, self._run_group, pipeline, k, group)
@@ -203,6 +207,7 @@ class MicroBatcher:
     def _run_batch(self, pipeline: str, k: int, group: list[SearchJob]) -> list[JobResult]:
         queries = [q for job in group for q in job.queries]
         hits, embed_s, search_s = run_search(self.index, pipeline, k, queries, self.embed_texts,
+                                             group_by_document=group[0].group_by_document,
                                              **dict(group[0].overrides))
         timing = {"embed_ms": embed_s * 1000, "search_ms": search_s * 1000,
                   "batch_queries": len(queries), "batch_requests": len(group)}

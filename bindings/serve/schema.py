@@ -62,6 +62,10 @@ class SearchRequest(BaseModel):
                     "GET /info's 'query_params' lists them with their allowed values")
     with_text: StrictBool = Field(True, description="return each hit's passage text (false: 'text' is null; "
                                                     "'metadata' is always returned)")
+    group_by_document: StrictBool = Field(
+        False, description="each document once, as its best passage (a chunked index's 'document' metadata; "
+                           "an unchunked passage is its own document); k documents come back when the index "
+                           "has them")
 
 
 class HitOut(BaseModel):
