@@ -4,6 +4,9 @@
 >>> hits = client.search(["Who founded the prize ...?"], pipeline="dense", k=5)
 >>> hits[0][0].id, hits[0][0].score, hits[0][0].text, hits[0][0].metadata
 >>> client.passage(hits[0][0].id)          # {"id", "title", "text", "metadata"}
+>>> client.search("...", where={"year": 2020}, allowed_ids=None)   # filters, as Index.search
+>>> client.add([{"id": "n1", "title": "...", "text": "..."}])     # POST /passages (committed)
+>>> client.delete("n1")                                            # DELETE /passages/n1
 
 :class:`AsyncClient` has the same methods as coroutines (``async with hopgraph.AsyncClient(url)
 as c: await c.search(...)``). ``pipeline=None`` (the default) searches with the server's first
@@ -82,9 +85,11 @@ class _ClientBase:
 
     @staticmethod
     def _search_body(queries: str | Sequence[Any] | np.ndarray, pipeline: str, k: int, with_text: bool,
-                     params: Mapping[str, Any] | None, group_by_document: bool = False) -> dict[str, Any]:
-        """The ``POST /search`` body. ``with_text`` and ``group_by_document`` are sent only when they
-        differ from the server's defaults, so servers without those flags still answer default requests."""
+                     params: Mapping[str, Any] | None, group_by_document: bool = False,
+                     where: Mapping[str, Any] | None = None, allowed_ids: Sequence[str] | None = None
+                     ) -> dict[str, Any]:
+        """The ``POST /search`` body. ``with_text``, ``group_by_document`` and the filters are sent only
+        when they differ from the server's defaults, so older servers still answer default requests."""
         body: dict[str, Any] = {"queries": encode_queries(queries), "pipeline": pipeline, "k": k}
         if params:
             body["params"] = dict(params)
@@ -92,7 +97,19 @@ class _ClientBase:
             body["with_text"] = False
         if group_by_document:
             body["group_by_document"] = group_by_document
+        if where is not None:
+            body["where"] = dict(where)
+        if allowed_ids is not None:
+            if isinstance(allowed_ids, str):
+                raise InputError("allowed_ids must be a list of passage ids, not one string")
+            body["allowed_ids"] = list(allowed_ids)
         return body
+
+    @staticmethod
+    def _add_body(passages: Sequence[Mapping[str, Any]], upsert: bool) -> dict[str, Any]:
+        if isinstance(passages, (str, Mapping)):
+            raise InputError("passages must be a list of {'id', 'title', 'text', 'metadata'} records")
+        return {"passages": [dict(p) for p in passages], "upsert": bool(upsert)}
 
     def _first_pipeline(self, info: Mapping[str, Any]) -> str:
         served = info.get("pipelines") or []
@@ -119,14 +136,14 @@ class _ClientBase:
     @staticmethod
     def _answer(response: Any) -> dict[str, Any]:
         """The JSON answer, or the error matching its status (:class:`RequestRejected` for
-        400/413/422, :class:`PassageNotFound` for 404, else :class:`ServiceError`)."""
+        400/409/413/422, :class:`PassageNotFound` for 404, else :class:`ServiceError`)."""
         if response.status_code >= 400:
             try:
                 detail = response.json().get("detail", response.text)
             except ValueError:
                 detail = response.text
             detail = detail if isinstance(detail, str) else str(detail)
-            error = (RequestRejected if response.status_code in (400, 413, 422) else
+            error = (RequestRejected if response.status_code in (400, 409, 413, 422) else
                      PassageNotFound if response.status_code == 404 else ServiceError)
             raise error(response.status_code, detail)
         return response.json()
@@ -143,7 +160,8 @@ class Client(_ClientBase):
                                   trust_env=False)
 
     def search(self, queries: str | Sequence[Any] | np.ndarray, pipeline: str | None = None, k: int = 5, *,
-               with_text: bool = True, group_by_document: bool = False, params: Mapping[str, Any] | None = None
+               with_text: bool = True, group_by_document: bool = False, params: Mapping[str, Any] | None = None,
+               where: Mapping[str, Any] | None = None, allowed_ids: Sequence[str] | None = None
                ) -> list[list[Hit]]:
         """Top-``k`` :class:`Hit` lists, one per query, as ``Index.search`` returns them (with each
         passage's text, None with ``with_text=False``, and metadata).
@@ -152,17 +170,30 @@ class Client(_ClientBase):
         strings, ``{"text": ...}`` and ``{"embedding": [...]}``. ``pipeline``: one the server
         serves; None: its first (``GET /info``, asked once). ``params``: query-time parameters.
         ``group_by_document=True``: each document once, as its best passage (``Index.search``'s).
+        ``where`` / ``allowed_ids``: ``Index.search``'s filters.
         """
         return self._hits(self.search_response(queries, pipeline, k, with_text=with_text,
-                                               group_by_document=group_by_document, params=params))
+                                               group_by_document=group_by_document, params=params,
+                                               where=where, allowed_ids=allowed_ids))
 
     def search_response(self, queries: str | Sequence[Any] | np.ndarray, pipeline: str | None = None, k: int = 5,
                         *, with_text: bool = True, group_by_document: bool = False,
-                        params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                        params: Mapping[str, Any] | None = None, where: Mapping[str, Any] | None = None,
+                        allowed_ids: Sequence[str] | None = None) -> dict[str, Any]:
         """The raw ``POST /search`` answer (results and the pipeline's ``timing``)."""
         pipeline = pipeline or self._default_pipeline or self._first_pipeline(self.info())
         return self._request("POST", "/search", json=self._search_body(queries, pipeline, k, with_text, params,
-                                                                       group_by_document))
+                                                                       group_by_document, where, allowed_ids))
+
+    def add(self, passages: Sequence[Mapping[str, Any]], upsert: bool = False) -> dict[str, Any]:
+        """``POST /passages``: ``{"added", "replaced", "passages", "committed"}``; an id the index holds
+        raises :class:`RequestRejected` (409) unless ``upsert``."""
+        return self._request("POST", "/passages", json=self._add_body(passages, upsert))
+
+    def delete(self, pid: str) -> dict[str, Any]:
+        """``DELETE /passages/{pid}``: ``{"deleted", "passages", "committed"}``; :class:`PassageNotFound`
+        for an id the index does not hold."""
+        return self._request("DELETE", self._passage_path(pid))
 
     def passage(self, pid: str) -> dict[str, Any]:
         """``{"id", "title", "text", "metadata"}`` of passage ``pid``; :class:`PassageNotFound`
@@ -207,18 +238,29 @@ class AsyncClient(_ClientBase):
 
     async def search(self, queries: str | Sequence[Any] | np.ndarray, pipeline: str | None = None, k: int = 5, *,
                      with_text: bool = True, group_by_document: bool = False,
-                     params: Mapping[str, Any] | None = None) -> list[list[Hit]]:
+                     params: Mapping[str, Any] | None = None, where: Mapping[str, Any] | None = None,
+                     allowed_ids: Sequence[str] | None = None) -> list[list[Hit]]:
         """See :meth:`Client.search`."""
         return self._hits(await self.search_response(queries, pipeline, k, with_text=with_text,
-                                                     group_by_document=group_by_document, params=params))
+                                                     group_by_document=group_by_document, params=params,
+                                                     where=where, allowed_ids=allowed_ids))
 
     async def search_response(self, queries: str | Sequence[Any] | np.ndarray, pipeline: str | None = None,
                               k: int = 5, *, with_text: bool = True, group_by_document: bool = False,
-                              params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                              params: Mapping[str, Any] | None = None, where: Mapping[str, Any] | None = None,
+                              allowed_ids: Sequence[str] | None = None) -> dict[str, Any]:
         """See :meth:`Client.search_response`."""
         pipeline = pipeline or self._default_pipeline or self._first_pipeline(await self.info())
-        return await self._request("POST", "/search", json=self._search_body(queries, pipeline, k, with_text, params,
-                                                                             group_by_document))
+        body = self._search_body(queries, pipeline, k, with_text, params, group_by_document, where, allowed_ids)
+        return await self._request("POST", "/search", json=body)
+
+    async def add(self, passages: Sequence[Mapping[str, Any]], upsert: bool = False) -> dict[str, Any]:
+        """See :meth:`Client.add`."""
+        return await self._request("POST", "/passages", json=self._add_body(passages, upsert))
+
+    async def delete(self, pid: str) -> dict[str, Any]:
+        """See :meth:`Client.delete`."""
+        return await self._request("DELETE", self._passage_path(pid))
 
     async def passage(self, pid: str) -> dict[str, Any]:
         """See :meth:`Client.passage`."""

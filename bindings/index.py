@@ -26,7 +26,7 @@ from .engine.components import Components
 from .engine.corpus import Corpus
 from .engine.embedders import (Embedder, embedder_entry, embedder_from_entry, encode_queries, resolve_embedder,
                                 validate_embeddings)
-from .engine.errors import IndexFormatError, InputError
+from .engine.errors import DuplicateIdError, IndexFormatError, InputError
 from .engine.filters import MetadataIndex, filter_mask
 from .engine.params import PipelineParams
 from .engine.pipelines import Pipeline, pipeline_class
@@ -380,7 +380,7 @@ class Index:
                 existing.append((pid, row))
         if existing and not upsert:
             more = f" (and {len(existing) - 5} more)" if len(existing) > 5 else ""
-            raise InputError(f"{new.source}: passage id(s) already in the index: "
+            raise DuplicateIdError(f"{new.source}: passage id(s) already in the index: "
                              f"{', '.join(repr(p) for p, _ in existing[:5])}{more} (upsert=True, or --upsert, replaces them)")
         dim = int(self.X.shape[1])
         t0 = time.perf_counter()

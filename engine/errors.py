@@ -6,7 +6,8 @@ kernels raise them and import nothing above themselves); they are re-exported he
 """
 from ..kernels.errors import DeviceUnavailable, HopgraphError, InputError
 
-__all__ = ["DeviceUnavailable", "HopgraphError", "InputError", "IndexFormatError", "IndexLockedError"]
+__all__ = ["DeviceUnavailable", "DuplicateIdError", "HopgraphError", "InputError", "IndexFormatError",
+           "IndexLockedError"]
 
 
 class IndexFormatError(HopgraphError):
@@ -15,3 +16,8 @@ class IndexFormatError(HopgraphError):
 
 class IndexLockedError(HopgraphError):
     """Another process holds the write lock of an index path (the message names it and its pid)."""
+
+
+class DuplicateIdError(InputError):
+    """``Index.add`` got passage ids the index already holds (the message names them; ``upsert=True``
+    replaces them)."""

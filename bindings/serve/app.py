@@ -1,7 +1,10 @@
 """The ``hopgraph serve`` HTTP application (issue 7): FastAPI over one loaded :class:`Index`.
 
-Endpoints: ``POST /search`` (batched questions → hits with text and metadata, and timing),
-``GET /passages/{id}`` (one passage's title, text and metadata), ``GET /health``,
+Endpoints: ``POST /search`` (batched questions → hits with text and metadata, and timing;
+``where`` / ``allowed_ids`` filters), ``GET /passages/{id}`` (one passage's title, text and
+metadata), ``POST /passages`` (add passages) and ``DELETE /passages/{id}`` (delete one) — the
+writes: behind the API key when the server has one, refused with 403 in ``--read-only`` mode,
+run in the search worker between micro-batches and committed to the index directory — ``GET /health``,
 ``GET /info`` (index manifest, pipelines, embedder, device, limits) and the OpenAPI
 schema at ``/openapi.json`` (browsable at ``/docs``). Every bad request gets a 4xx
 answer whose ``detail`` names the input and the limit; it never reaches the shared
@@ -28,7 +31,8 @@ from ..kernels.dispatch import cuda_available, resolve_device
 from .auth import ApiKeyMiddleware
 from .batcher import MicroBatcher, QueueFull
 from .limits import ServeLimits
-from .schema import EmbeddingQuery, ErrorResponse, PassageOut, SearchRequest, SearchResponse
+from .schema import (AddRequest, AddResponse, DeleteResponse, EmbeddingQuery, ErrorResponse, PassageOut,
+                     SearchRequest, SearchResponse)
 
 log = logging.getLogger("hopgraph.serve")
 
@@ -44,11 +48,13 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def create_app(index: Index, limits: ServeLimits | None = None, api_key: str | None = None,
-               pipelines: Sequence[str] | None = None) -> FastAPI:
+               pipelines: Sequence[str] | None = None, read_only: bool = False) -> FastAPI:
     """The FastAPI app serving ``index``.
 
     ``pipelines`` (default: those fitted in the index) are fitted now if needed, so no
     request ever waits for a fit. ``api_key`` enables the 401 check (see :mod:`.auth`).
+    ``read_only`` refuses the write endpoints (403). Writes to an index loaded from a directory
+    are committed there (a new generation) before they are answered.
     """
     limits = limits or ServeLimits()
     served = list(dict.fromkeys(pipelines or index.pipelines))
@@ -77,16 +83,15 @@ def create_app(index: Index, limits: ServeLimits | None = None, api_key: str | N
         app.add_middleware(ApiKeyMiddleware, api_key=api_key)
     app.state.batcher = batcher
     app.state.pipelines = served
-    info = _server_info(index, served, limits)
 
     @app.get("/health", summary="liveness: the index is loaded and the search worker runs")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "passages": len(index.corpus), "uptime_s": round(time.time() - started, 3),
+        return {"status": "ok", "passages": index.n_live, "uptime_s": round(time.time() - started, 3),
                 "batches": batcher.batches}
 
     @app.get("/info", summary="index manifest, pipelines, embedder, device and limits")
     async def get_info() -> dict[str, Any]:
-        return info
+        return {**_server_info(index, served, limits), "read_only": read_only}
 
     @app.post("/search", summary="top-k passages for each query", response_model=None,
               responses={200: {"model": SearchResponse}, **_ERRORS})
@@ -98,8 +103,10 @@ def create_app(index: Index, limits: ServeLimits | None = None, api_key: str | N
                                  "timing": {"queue_ms": 0.0, "embed_ms": 0.0, "search_ms": 0.0, "total_ms": 0.0,
                                             "batch_queries": 0, "batch_requests": 0}})
         try:
+            filters = {name: value for name, value in (("where", request.where),
+                                                       ("allowed_ids", request.allowed_ids)) if value is not None}
             result = await batcher.submit(request.pipeline, request.k, queries, request.params,
-                                          group_by_document=request.group_by_document)
+                                          group_by_document=request.group_by_document, filters=filters)
         except QueueFull as e:
             raise HTTPException(503, str(e), headers={"Retry-After": "1"}) from None
         except Exception as e:
@@ -132,7 +139,72 @@ def create_app(index: Index, limits: ServeLimits | None = None, api_key: str | N
         except KeyError:
             raise HTTPException(404, f"no passage with id {pid!r} in this index") from None
 
+    def check_writable() -> None:
+        if read_only:
+            raise HTTPException(403, "this server is read-only (started with --read-only)")
+
+    def commit() -> bool:
+        if index.path is None:
+            return False
+        index.save()
+        return True
+
+    @app.post("/passages", summary="add passages (embedded by the server); committed to the index",
+              response_model=None, responses={200: {"model": AddResponse}, 403: {"model": ErrorResponse},
+                                              409: {"model": ErrorResponse}, **_ERRORS})
+    async def add_passages(request: AddRequest) -> JSONResponse:
+        check_writable()
+        if not request.passages:
+            raise HTTPException(422, "passages: give at least one passage")
+        if len(request.passages) > limits.max_add:
+            raise HTTPException(422, f"{len(request.passages)} passages in one request; the limit is {limits.max_add}")
+        records = [p.model_dump() for p in request.passages]
+
+        def run() -> dict[str, Any]:
+            report = index.add(records, upsert=request.upsert)
+            return {"added": report.added, "replaced": report.replaced, "passages": index.n_live,
+                    "committed": commit()}
+
+        return JSONResponse(await _write(batcher, run, "POST /passages"))
+
+    @app.delete("/passages/{pid:path}", summary="delete one passage (no search returns it); committed",
+                response_model=None, responses={200: {"model": DeleteResponse}, 403: {"model": ErrorResponse},
+                                                404: {"model": ErrorResponse, "description": "no passage has this id"},
+                                                **_ERRORS})
+    async def delete_passage(pid: str) -> JSONResponse:
+        check_writable()
+
+        def run() -> dict[str, Any]:
+            report = index.delete([pid])
+            if report.unknown:
+                raise KeyError(pid)
+            return {"deleted": pid, "passages": index.n_live, "committed": commit()}
+
+        try:
+            return JSONResponse(await _write(batcher, run, "DELETE /passages"))
+        except KeyError:
+            raise HTTPException(404, f"no passage with id {pid!r} in this index") from None
+
     return app
+
+
+async def _write(batcher: MicroBatcher, run: Any, what: str) -> dict[str, Any]:
+    """Run an index update in the search worker; 409 when another process holds the index's write
+    lock or an id is already there, 422 for bad input, 500 (logged) for anything else."""
+    from ..engine.errors import DuplicateIdError, IndexLockedError
+
+    try:
+        return await batcher.run_exclusive(run)
+    except KeyError:
+        raise
+    except (IndexLockedError, DuplicateIdError) as e:
+        raise HTTPException(409, str(e)) from None
+    except Exception as e:
+        if search_error_status(e) < 500:
+            raise HTTPException(422, str(e)) from None
+        log.exception("%s failed (%s)", what, type(e).__name__)
+        raise HTTPException(500, f"internal error during {what} ({type(e).__name__}); the server log has the "
+                                 "details") from None
 
 
 def search_error_status(e: BaseException) -> int:
@@ -247,7 +319,7 @@ def _server_info(index: Index, served: list[str], limits: ServeLimits) -> dict[s
         device = f"unavailable ({e})"
     return {
         "version": __version__,
-        "passages": len(index.corpus),
+        "passages": index.n_live,
         "pipelines": served,
         "pipelines_needing_text": [p for p in served if pipeline_class(p).needs_query_texts],
         "query_params": {p: query_params_info(p) for p in served},

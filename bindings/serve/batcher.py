@@ -2,7 +2,7 @@
 
 Requests are queued; one dispatcher task takes everything queued (under concurrent
 load it first waits ``batch_wait_ms`` for more), groups it by ``(pipeline, k,
-all-text?, group_by_document, params)`` and runs each group as ONE embedding call and ONE
+all-text?, group_by_document, params, filters)`` and runs each group as ONE embedding call and ONE
 pipeline search in a single worker thread, so the event loop keeps accepting requests meanwhile. A lone
 client never waits: the gathering window opens only after a batch that held more
 than one request. Question texts are embedded without padding when the embedder is a
@@ -15,6 +15,7 @@ answers to the others.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -44,14 +45,17 @@ class SearchJob:
     overrides: tuple[tuple[str, Any], ...] = ()
     #: one hit per document (``Index.search``'s ``group_by_document``)
     group_by_document: bool = False
+    #: ``Index.search``'s filters: ``{"where": {...}, "allowed_ids": [...]}`` (validated by the endpoint)
+    filters: dict[str, Any] = field(default_factory=dict)
 
     @property
     def all_text(self) -> bool:
         return all(isinstance(q, str) for q in self.queries)
 
     @property
-    def key(self) -> tuple[str, int, bool, bool, str]:
-        return self.pipeline, self.k, self.all_text, self.group_by_document, repr(self.overrides)
+    def key(self) -> tuple[str, int, bool, bool, str, str]:
+        return (self.pipeline, self.k, self.all_text, self.group_by_document, repr(self.overrides),
+                json.dumps(self.filters, sort_keys=True))
 
 
 @dataclass
@@ -62,14 +66,15 @@ class JobResult:
 
 def run_search(index: Index, pipeline: str, k: int, queries: Sequence[str | np.ndarray],
                embed: Callable[[list[str]], np.ndarray] | None = None, *, group_by_document: bool = False,
-               **overrides: Any) -> tuple[list[list[Hit]], float, float]:
+               filters: dict[str, Any] | None = None, **overrides: Any) -> tuple[list[list[Hit]], float, float]:
     """Search a mixed list of question texts and embedding rows with :meth:`Index.search_arrays`;
     returns (hits, embed_s, search_s).
 
     ``embed`` (default ``index.embed_queries``) embeds the texts, in one call. The façade
     validates the queries, embeds the texts and calls the pipeline (the variant with
     ``overrides``), as for ``Index.search``; all texts: the pipeline sees ``query_texts``;
-    ``group_by_document``: one hit per document, as in ``Index.search``.
+    ``group_by_document``: one hit per document, as in ``Index.search``; ``filters``:
+    ``Index.search``'s ``where`` / ``allowed_ids``.
     """
     embed_s = 0.0
 
@@ -82,7 +87,7 @@ def run_search(index: Index, pipeline: str, k: int, queries: Sequence[str | np.n
 
     t0 = time.perf_counter()
     ids, scores = index.search_arrays(list(queries), pipeline, k, embed=timed_embed,
-                                      group_by_document=group_by_document, **overrides)
+                                      group_by_document=group_by_document, **(filters or {}), **overrides)
     return index.hits(ids, scores), embed_s, time.perf_counter() - t0 - embed_s
 
 
@@ -113,6 +118,11 @@ class MicroBatcher:
             return self._packed.encode(texts)
         return self.index.embed_queries(texts, batch_size=self.limits.embed_batch_size)
 
+    async def run_exclusive(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` in the search worker thread, between micro-batches: an index update
+        (``POST /passages``, ``DELETE /passages/{id}``) never overlaps a search."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
     def warm_up(self) -> None:
         """Load the query embedder (and check the packed path) before the first request.
 
@@ -139,7 +149,8 @@ class MicroBatcher:
         self._executor.shutdown(wait=True)
 
     async def submit(self, pipeline: str, k: int, queries: Sequence[str | np.ndarray],
-                     overrides: dict[str, Any] | None = None, *, group_by_document: bool = False) -> JobResult:
+                     overrides: dict[str, Any] | None = None, *, group_by_document: bool = False,
+                     filters: dict[str, Any] | None = None) -> JobResult:
         """Queue one request and wait for its hits; raises :class:`QueueFull` when overloaded."""
         if self._queue is None:
             raise RuntimeError("MicroBatcher.start() was not awaited")
@@ -147,7 +158,8 @@ class MicroBatcher:
             raise QueueFull(f"{self._pending_queries} queries are already waiting "
                             f"(limit {self.limits.max_pending}); retry later")
         job = SearchJob(pipeline, k, queries, asyncio.get_running_loop().create_future(),
-                        overrides=tuple(sorted((overrides or {}).items())), group_by_document=group_by_document)
+                        overrides=tuple(sorted((overrides or {}).items())), group_by_document=group_by_document,
+                        filters=dict(filters or {}))
         self._pending_queries += len(queries)
         try:
             self._queue.put_nowait(job)
@@ -208,7 +220,7 @@ class MicroBatcher:
         queries = [q for job in group for q in job.queries]
         hits, embed_s, search_s = run_search(self.index, pipeline, k, queries, self.embed_texts,
                                              group_by_document=group[0].group_by_document,
-                                             **dict(group[0].overrides))
+                                             filters=group[0].filters, **dict(group[0].overrides))
         timing = {"embed_ms": embed_s * 1000, "search_ms": search_s * 1000,
                   "batch_queries": len(queries), "batch_requests": len(group)}
         out, start = [], 0

@@ -32,6 +32,7 @@ class ServeLimits:
     #: groups keep the padding low: MiniLM's own encode, 32 HotpotQA questions, 2 CPU cores:
     #: 3.5 ms/question with 8, 5.6 ms with 32 (one timing on a busy machine)
     embed_batch_size: int = 8
+    max_add: int = 10_000           #: passages in one POST /passages
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -53,6 +54,7 @@ _HELP = {
     "batch_max_queries": "most queries run together in one micro-batch",
     "batch_wait_ms": "milliseconds a micro-batch waits for more requests under concurrent load",
     "embed_batch_size": "question texts per embedding forward pass within a micro-batch",
+    "max_add": "most passages one POST /passages may add",
 }
 
 
@@ -68,6 +70,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         "missing ones are fitted at start")
     parser.add_argument("--threads", type=int, help="CPU threads of torch and faiss in the search worker "
                         "(default: the libraries' own choice; 1 avoids oversubscription on a busy machine)")
+    parser.add_argument("--read-only", action="store_true",
+                        help="refuse POST /passages and DELETE /passages/{id} (403); searches only")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     defaults = ServeLimits()
     for f in fields(ServeLimits):

@@ -116,13 +116,14 @@ class BackgroundServer:
 
 def serve(index_dir: str | Path, host: str = "127.0.0.1", port: int = 8080, api_key_file: str | Path | None = None,
           limits: ServeLimits | None = None, pipelines: Sequence[str] | None = None, embedder: str | None = None,
-          device: str = "auto", log_level: str = "info", progress: bool = True, threads: int | None = None) -> int:
+          device: str = "auto", log_level: str = "info", progress: bool = True, threads: int | None = None,
+          read_only: bool = False) -> int:
     """Load ``index_dir`` (memory-mapped) once and serve it until interrupted."""
     api_key = read_api_key(api_key_file) if api_key_file else None
     if threads is not None:
         set_cpu_threads(threads)
     index = Index.load(index_dir, embedder=embedder, device=device, progress=progress)
-    app = create_app(index, limits, api_key=api_key, pipelines=pipelines)
+    app = create_app(index, limits, api_key=api_key, pipelines=pipelines, read_only=read_only)
     try:
         app.state.batcher.warm_up()  # load the query embedder before the first request
     except InputError as e:
@@ -130,7 +131,8 @@ def serve(index_dir: str | Path, host: str = "127.0.0.1", port: int = 8080, api_
     sock = bind_socket(host, port)
     if not is_loopback(host) and api_key is None:
         print(f"hopgraph serve: warning: listening on {host} without --api-key-file", file=sys.stderr)
-    print(f"hopgraph serve: {len(index.corpus)} passages, pipelines {', '.join(app.state.pipelines)}; "
+    print(f"hopgraph serve: {index.n_live} passages, pipelines {', '.join(app.state.pipelines)}"
+          f"{' (read-only)' if read_only else ''}; "
           f"listening on {url_of(sock)}{' (API key required)' if api_key else ''}", flush=True)
     _uvicorn_server(app, log_level).run(sockets=[sock])
     return 0
@@ -140,4 +142,5 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """``hopgraph serve`` (options from :func:`hopgraph.serve.limits.add_serve_arguments`)."""
     return serve(args.index, host=args.host, port=args.port, api_key_file=args.api_key_file,
                  limits=limits_from_args(args), pipelines=args.pipelines, embedder=args.embedder,
-                 device=args.device, log_level=args.log_level, progress=not args.quiet, threads=args.threads)
+                 device=args.device, log_level=args.log_level, progress=not args.quiet, threads=args.threads,
+                 read_only=args.read_only)

@@ -60,12 +60,48 @@ class SearchRequest(BaseModel):
         default_factory=dict,
         description="query-time parameters of the pipeline for this request (e.g. {\"gamma\": 0.05} for g3rag); "
                     "GET /info's 'query_params' lists them with their allowed values")
+    where: dict[StrictStr, Any] | None = Field(
+        None, description="only passages whose metadata field equals the value (or one of a list of values), "
+                          "e.g. {\"year\": 2020, \"lang\": [\"en\", \"de\"]}")
+    allowed_ids: list[StrictStr] | None = Field(None, description="only these passages (ids the index holds)")
     with_text: StrictBool = Field(True, description="return each hit's passage text (false: 'text' is null; "
                                                     "'metadata' is always returned)")
     group_by_document: StrictBool = Field(
         False, description="each document once, as its best passage (a chunked index's 'document' metadata; "
                            "an unchunked passage is its own document); k documents come back when the index "
                            "has them")
+
+
+class PassageIn(BaseModel):
+    """A passage to add: as a corpus record of ``hopgraph index``."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: StrictStr
+    title: StrictStr = ""
+    text: StrictStr
+    metadata: dict[StrictStr, Any] = Field(default_factory=dict)
+
+
+class AddRequest(BaseModel):
+    """``POST /passages``: append passages to the served index (embedded by the server)."""
+
+    model_config = ConfigDict(extra="forbid")
+    passages: list[PassageIn] = Field(description="the passages; at most GET /info's limits.max_add")
+    upsert: StrictBool = Field(False, description="replace passages whose id the index already holds "
+                                                  "(else such an id is refused with 409)")
+
+
+class AddResponse(BaseModel):
+    added: list[str]
+    replaced: list[str]
+    passages: int = Field(description="passages the index now returns (deleted ones excluded)")
+    committed: bool = Field(description="a new commit of the index directory was written")
+
+
+class DeleteResponse(BaseModel):
+    deleted: str
+    passages: int
+    committed: bool
 
 
 class HitOut(BaseModel):

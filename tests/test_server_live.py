@@ -1,0 +1,105 @@
+"""hopgraph serve with a live index (issue 13): POST /passages, DELETE /passages/{id}, filters in
+POST /search, writes behind the API key, read-only mode; the writes are committed to the index."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+pytest.importorskip("fastapi")
+httpx = pytest.importorskip("httpx")
+
+import hopgraph  # noqa: E402
+from hopgraph.client import PassageNotFound, RequestRejected, ServiceError  # noqa: E402
+from hopgraph.demo import demo_corpus  # noqa: E402
+from hopgraph.serve import BackgroundServer, create_app  # noqa: E402
+
+PIPES = ["dense", "bm25", "hybrid", "stitch"]
+
+
+def records() -> list[dict]:
+    c = demo_corpus()
+    return [{"id": c.ids[i], "title": c.titles[i], "text": c.texts[i], "metadata": {"part": i % 3}}
+            for i in range(len(c))]
+
+
+@pytest.fixture
+def index_dir(tmp_path):
+    path = tmp_path / "index"
+    hopgraph.Index.build(records()[:24], embedder="hashing-64", pipelines=PIPES, progress=False).save(path)
+    return path
+
+
+def test_add_delete_and_filtered_search_over_http_are_committed(index_dir):
+    new = [{"id": "n1", "title": "Quokka", "text": "The quokka is a small marsupial from Rottnest Island.",
+            "metadata": {"part": 9}}]
+    with BackgroundServer(create_app(hopgraph.Index.load(index_dir, progress=False), pipelines=PIPES)) as srv, \
+            hopgraph.Client(srv.url) as c:
+        assert c.health()["passages"] == 24
+        r = c.add(new)
+        assert r == {"added": ["n1"], "replaced": [], "passages": 25, "committed": True}
+        for p in PIPES:
+            hits = c.search(["quokka marsupial Rottnest"], pipeline=p, k=3)[0]
+            assert hits[0].id == "n1" and hits[0].metadata == {"part": 9}, p
+            hits = c.search(["quokka marsupial Rottnest"], pipeline=p, k=3, where={"part": 9})[0]
+            assert [h.id for h in hits] == ["n1"], p
+        with pytest.raises(RequestRejected, match="HTTP 409.*'n1'"):
+            c.add(new)
+        assert c.add([{**new[0], "text": "Quokkas smile."}], upsert=True)["replaced"] == ["n1"]
+        assert c.passage("n1")["text"] == "Quokkas smile."
+        hits = c.search("who designed the bridge", pipeline="dense", k=4, allowed_ids=["demo-7", "demo-8"])[0]
+        assert sorted(h.id for h in hits) == ["demo-7", "demo-8"]
+        with pytest.raises(RequestRejected, match="HTTP 422.*allowed_ids.*'nope'"):
+            c.search("x", pipeline="dense", allowed_ids=["nope"])
+        with pytest.raises(RequestRejected, match="HTTP 422.*filter values"):
+            c.search("x", pipeline="dense", where={"part": {"nested": 1}})
+        assert c.delete("n1") == {"deleted": "n1", "passages": 24, "committed": True}
+        with pytest.raises(PassageNotFound):
+            c.delete("n1")
+        with pytest.raises(PassageNotFound):
+            c.passage("n1")
+        for p in PIPES:
+            assert all(h.id != "n1" for h in c.search(["quokka"], pipeline=p, k=10)[0])
+        with pytest.raises(RequestRejected, match="HTTP 422"):
+            c.add([])
+        with httpx.Client(base_url=srv.url, trust_env=False) as h:
+            bad = h.post("/passages", json={"passages": [{"id": "x", "text": 5}]})
+            assert bad.status_code == 422 and "text" in bad.json()["detail"]
+            bad = h.post("/passages", json={"passages": [{"id": "x", "text": "   "}]})
+            assert bad.status_code == 422 and "empty" in bad.json()["detail"]
+    # the writes were committed: a fresh load has them
+    loaded = hopgraph.Index.load(index_dir, progress=False)
+    assert loaded.n_live == 24 and len(loaded.X) == 26
+    with pytest.raises(KeyError):
+        loaded.passage("n1")
+
+
+def test_async_client_writes(index_dir):
+    async def run(url: str) -> tuple[dict, dict, list]:
+        async with hopgraph.AsyncClient(url) as c:
+            added = await c.add([{"id": "a1", "text": "Zebrafish regenerate their fins."}])
+            hits = await c.search("zebrafish fins", pipeline="bm25", k=2, where={"part": [0, 1, 2]})
+            gone = await c.delete("a1")
+            return added, gone, hits
+
+    with BackgroundServer(create_app(hopgraph.Index.load(index_dir, progress=False), pipelines=PIPES)) as srv:
+        added, gone, hits = asyncio.run(run(srv.url))
+    assert added["added"] == ["a1"] and gone["deleted"] == "a1"
+    assert all(h.id != "a1" for h in hits[0])  # a1 has no 'part': the filter excludes it
+
+
+def test_writes_need_the_api_key_and_read_only_refuses_them(index_dir):
+    index = hopgraph.Index.load(index_dir, progress=False)
+    with BackgroundServer(create_app(index, api_key="k3y", pipelines=["dense"])) as srv, \
+            httpx.Client(base_url=srv.url, trust_env=False) as h:
+        r = h.post("/passages", json={"passages": [{"id": "z", "text": "zz"}]})
+        assert r.status_code == 401
+        assert h.delete("/passages/demo-1").status_code == 401
+        assert h.delete("/passages/demo-1", headers={"X-API-Key": "k3y"}).status_code == 200
+    with BackgroundServer(create_app(hopgraph.Index.load(index_dir, progress=False), pipelines=["dense"],
+                                     read_only=True)) as srv, hopgraph.Client(srv.url) as c:
+        with pytest.raises(ServiceError, match="HTTP 403.*read-only"):
+            c.add([{"id": "z", "text": "zz"}])
+        with pytest.raises(ServiceError, match="HTTP 403"):
+            c.delete("demo-2")
+        assert c.info()["read_only"] is True and c.health()["passages"] == 23
