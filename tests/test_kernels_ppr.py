@@ -97,3 +97,31 @@ def test_cpu_path_restores_torch_threads():
     before = torch.get_num_threads()
     call("batched_ppr", random_graph(8, 0.3, 5), np.eye(8)[:2], threads=1, device="cpu")
     assert torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize("B", [1, 4])
+def test_cpu_never_writes_the_callers_priors(rng, B):
+    """The driver iterates in place on its start block: a prior tensor whose transpose is
+    contiguous (a [N, B] block seen as [B, N], or B = 1) must be copied, not overwritten."""
+    P = random_graph(20, 0.2, 6, dangling=(2,))
+    pri = rng.random((B, 20)) + 0.1  # no column stops at the first iteration (no compaction copy)
+    block = torch.from_numpy(np.ascontiguousarray((pri / pri.sum(1, keepdims=True)).T))  # [N, B]
+    before = block.clone()
+    pi, _ = call("batched_ppr", P, block.T, d=0.85, tol=1e-12, max_iter=500, device="cpu")
+    assert torch.equal(block, before)
+    np.testing.assert_allclose(pi.numpy(), exact_ppr(P, before.T.numpy(), 0.85), atol=1e-10)
+
+
+def test_columns_stopping_together_and_apart_agree(rng):
+    """One batch where columns stop at different iterations (compaction) and the same columns
+    one at a time (each stops alone: the block is returned without compaction)."""
+    P = random_graph(50, 0.1, 7, dangling=(1, 9))
+    pri = priors_for(7, 50, rng)
+    region = rng.random((7, 50)) < 0.8
+    pi, iters = call("batched_ppr", P, pri, d=0.85, tol=1e-9, max_iter=500, region=region, device="cpu")
+    assert len(set(iters.tolist())) > 2
+    for b in range(7):
+        one, it = call("batched_ppr", P, pri[b:b + 1], d=0.85, tol=1e-9, max_iter=500, region=region[b:b + 1],
+                       device="cpu")
+        np.testing.assert_allclose(one.numpy()[0], pi.numpy()[b], atol=1e-12)
+        assert it[0] == iters[b]
