@@ -125,3 +125,59 @@ def test_columns_stopping_together_and_apart_agree(rng):
                        device="cpu")
         np.testing.assert_allclose(one.numpy()[0], pi.numpy()[b], atol=1e-12)
         assert it[0] == iters[b]
+
+
+def test_iterate_block_memory():
+    """Large iterate blocks live on 2 MiB-aligned private mappings (huge pages where the OS gives
+    them), small ones are ordinary tensors; both are writable and outlive their mapping's name."""
+    import importlib
+    import mmap
+
+    bp = importlib.import_module("hopgraph.kernels.batched_ppr")
+    like = torch.zeros(1, dtype=torch.float64)
+    small = bp.iterate_block((10, 3), like)
+    assert small.shape == (10, 3) and small.dtype == torch.float64
+    rows = bp.HUGE_MIN_BYTES // (8 * 4) + 1
+    big = bp.iterate_block((rows, 4), like)
+    assert big.shape == (rows, 4) and big.dtype == torch.float64 and big.is_contiguous()
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        assert big.data_ptr() % bp.HUGE_PAGE == 0
+    big.fill_(2.0)
+    big[-1, -1] = 3.0
+    assert float(big.sum()) == 2.0 * rows * 4 + 1.0
+
+
+def test_sparse_start_matches_dense_product(rng, monkeypatch):
+    """One-hot priors on a sparse graph: the first iterations multiply only the columns under the
+    iterate's support (CpuStep's sparse start); the result must be the exact solve's, and the
+    same, bit for bit, as with the sparse start switched off."""
+    import importlib
+
+    bp = importlib.import_module("hopgraph.kernels.batched_ppr")
+    n = 600
+    P = random_graph(n, 3.0 / n, 8, dangling=(4, 11))
+    pri = np.zeros((5, n))
+    pri[np.arange(5), rng.choice(n, 5, replace=False)] = 1.0
+    pri[4, [4, 11]] = 0.5  # a dangling chunk in the prior
+    region = np.ones((5, n), bool)
+    region[2, rng.choice(n, n // 3, replace=False)] = False
+    sparse_calls = []
+    orig = bp.CpuStep.__call__
+
+    def spy(self, x, y, c, mask):
+        sparse_calls.append(self.support is not None)
+        orig(self, x, y, c, mask)
+
+    monkeypatch.setattr(bp.CpuStep, "__call__", spy)
+    for reg in (None, region):
+        sparse_calls.clear()
+        pi, it = call("batched_ppr", P, pri, d=0.85, tol=1e-12, max_iter=1000, region=reg, device="cpu")
+        assert sum(sparse_calls) >= 3  # the support grew through several sparse iterations
+        np.testing.assert_allclose(pi.numpy(), exact_ppr(P, pri, 0.85, reg), atol=1e-10)
+        monkeypatch.setattr(bp, "SPARSE_SHARE", 0.0)
+        dense, it_d = call("batched_ppr", P, pri.astype(np.float32), d=0.85, tol=1e-6, max_iter=1000, region=reg,
+                           device="cpu")
+        monkeypatch.setattr(bp, "SPARSE_SHARE", 0.25)
+        sparse, it_s = call("batched_ppr", P, pri.astype(np.float32), d=0.85, tol=1e-6, max_iter=1000, region=reg,
+                            device="cpu")
+        assert torch.equal(dense, sparse) and torch.equal(it_d, it_s)
