@@ -54,6 +54,8 @@ L1_BLOCK = 1024
 #: while the columns of P under the iterate's non-zero rows hold at most this share of P's
 #: entries, the product uses those columns only (see :class:`CpuStep`)
 SPARSE_SHARE = 0.25
+#: stopped columns stay in the block (iterated on, their result saved) until they are this share of it
+COMPACT_SHARE = 0.25
 #: the transparent huge page size (x86-64, aarch64 with 4 KiB base pages)
 HUGE_PAGE = 2 << 20
 #: iterate blocks from this size on are allocated on huge pages (see :func:`iterate_block`)
@@ -212,44 +214,54 @@ def power_iterate(step: Step, x0: torch.Tensor, c: torch.Tensor, mask: torch.Ten
     the rate d·|λ₂(P)|, not d), ``c`` the teleport term (1 − d)·p, ``mask`` the region
     (in the form ``step`` takes) or None; each iteration calls ``step(x, y, c, mask)``,
     which writes the next iterate into the preallocated ``y``. A column stops when its L1
-    change is ≤ ``tol`` (or at ``max_iter``) and is removed from the block; buffers are
-    reused, not reallocated per iteration (fresh 10⁷-element allocations cost more than
-    the product here). When every column stops at the same iteration the last iterate is
-    returned as it is (no copy). ``own_x0``: ``x0`` is the caller's scratch, from ``alloc``,
-    and may be overwritten (else it is copied first). ``alloc`` gives the iterate blocks
-    (x and y, which the product reads at random rows). Returns ``(π [N, B], iterations [B])``."""
+    change is ≤ ``tol`` (or at ``max_iter``): its iterate is saved then. Stopped columns are
+    removed from the block once they are :data:`COMPACT_SHARE` of it (the copy of the block
+    costs more than carrying a few columns to the end); buffers are reused, not reallocated
+    per iteration (fresh 10⁷-element allocations cost more than the product here). When
+    the block was never compacted it is the answer (stopped columns overwritten with their
+    saved iterates; no copy when all stop together). ``own_x0``: ``x0`` is the caller's
+    scratch, from ``alloc``, and may be overwritten (else it is copied first). ``alloc``
+    gives the iterate blocks (x and y, which the product reads at random rows).
+    Returns ``(π [N, B], iterations [B])``."""
     N, B = c.shape
     iters = torch.full((B,), max_iter, dtype=torch.int64)
-    active = torch.arange(B)  # original column of each column of the block
-    out: torch.Tensor | None = None  # allocated when some columns stop before the others
+    cols = torch.arange(B)  # original column of each column of the block
+    live = torch.ones(B, dtype=torch.bool)  # block columns still iterating
+    saved: list[tuple[torch.Tensor, torch.Tensor]] = []  # (original columns, their π) of stopped columns
+    compacted = False
     x = x0 if own_x0 else alloc(tuple(x0.shape), x0).copy_(x0)
     y, tmp = alloc(tuple(c.shape), c), torch.empty_like(c)
     for it in range(1, max_iter + 1):
         step(x, y, c, mask)
         torch.sub(y, x, out=tmp)
-        done = column_l1(tmp.abs_()) <= tol
+        done = (column_l1(tmp.abs_()) <= tol).cpu()
         x, y = y, x
-        if it == max_iter:
-            done = torch.ones_like(done)
-        elif not bool(done.any()):
+        stop = live if it == max_iter else done & live
+        if not bool(stop.any()):
             continue
-        done_cpu = done.cpu()
-        iters[active[done_cpu]] = it
-        if bool(done_cpu.all()):
-            if out is None:  # all together: the block is the answer, in the original order
-                return x, iters
-            out.index_copy_(1, active.to(out.device), x)
-            return out, iters
-        if out is None:
-            out = torch.empty_like(x)
-        stop, keep = (torch.nonzero(m).flatten() for m in (done_cpu, ~done_cpu))
-        out.index_copy_(1, active[stop].to(out.device), x.index_select(1, stop.to(x.device)))
-        active, keep = active[keep], keep.to(x.device)
-        x = torch.index_select(x, 1, keep, out=alloc((N, len(keep)), x))
-        c = c.index_select(1, keep)
-        y, tmp = alloc(tuple(x.shape), x), torch.empty_like(x)
-        mask = mask.index_select(1, keep) if mask is not None else None
-    raise AssertionError("unreachable: every column stops at max_iter")  # pragma: no cover
+        iters[cols[stop]] = it
+        live = live & ~stop
+        if not bool(live.any()):
+            break
+        idx = torch.nonzero(stop).flatten()
+        saved.append((cols[idx], x.index_select(1, idx.to(x.device))))
+        if int((~live).sum()) >= COMPACT_SHARE * len(live):
+            keep = torch.nonzero(live).flatten()
+            cols, live, keep = cols[keep], live[keep], keep.to(x.device)
+            x = torch.index_select(x, 1, keep, out=alloc((N, len(keep)), x))
+            c = c.index_select(1, keep)
+            y, tmp = alloc(tuple(x.shape), x), torch.empty_like(x)
+            mask = mask.index_select(1, keep) if mask is not None else None
+            compacted = True
+    if compacted:
+        out = torch.empty((N, B), dtype=x.dtype, device=x.device)
+        final = torch.nonzero(stop).flatten()
+        out.index_copy_(1, cols[final].to(x.device), x.index_select(1, final.to(x.device)))
+    else:
+        out = x  # original column order; the columns that stopped earlier are overwritten below
+    for ids, values in saved:
+        out.index_copy_(1, ids.to(out.device), values)
+    return out, iters
 
 
 def iteration_matrix(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n: int, dangling: np.ndarray,

@@ -112,9 +112,15 @@ def test_cpu_never_writes_the_callers_priors(rng, B):
     np.testing.assert_allclose(pi.numpy(), exact_ppr(P, before.T.numpy(), 0.85), atol=1e-10)
 
 
-def test_columns_stopping_together_and_apart_agree(rng):
-    """One batch where columns stop at different iterations (compaction) and the same columns
-    one at a time (each stops alone: the block is returned without compaction)."""
+@pytest.mark.parametrize("share", [0.0, 0.25, 1.0])
+def test_columns_stopping_together_and_apart_agree(rng, monkeypatch, share):
+    """One batch where columns stop at different iterations and the same columns one at a time
+    (each stops alone: the block is returned as it is), with stopped columns removed from the
+    block at once (share 0), once they are a quarter of it (the default), or never (1.0): each
+    column's result is its iterate at its own stop."""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("hopgraph.kernels.batched_ppr"), "COMPACT_SHARE", share)
     P = random_graph(50, 0.1, 7, dangling=(1, 9))
     pri = priors_for(7, 50, rng)
     region = rng.random((7, 50)) < 0.8
@@ -123,7 +129,7 @@ def test_columns_stopping_together_and_apart_agree(rng):
     for b in range(7):
         one, it = call("batched_ppr", P, pri[b:b + 1], d=0.85, tol=1e-9, max_iter=500, region=region[b:b + 1],
                        device="cpu")
-        np.testing.assert_allclose(one.numpy()[0], pi.numpy()[b], atol=1e-12)
+        np.testing.assert_allclose(one.numpy()[0], pi.numpy()[b], rtol=0, atol=1e-15)  # its own stop, not later
         assert it[0] == iters[b]
 
 
