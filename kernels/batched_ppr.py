@@ -51,6 +51,8 @@ OP = "batched_ppr"
 STOCHASTIC_TOL = 1e-3
 #: rows per partial sum of the convergence test (see :func:`column_l1`)
 L1_BLOCK = 1024
+#: rows per chunk of the CPU convergence test (see :func:`column_change`; 1 MiB at 64 float32 columns)
+CHANGE_ROWS = 4 * L1_BLOCK
 #: while the columns of P under the iterate's non-zero rows hold at most this share of P's
 #: entries, the product uses those columns only (see :class:`CpuStep`)
 SPARSE_SHARE = 0.25
@@ -175,6 +177,29 @@ def column_l1(t: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts).sum(0, dtype=torch.float64)
 
 
+def column_change(y: torch.Tensor, x: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
+    """float64 [B]: ``‖y[:, b] − x[:, b]‖₁`` for each column (the convergence test).
+
+    On the CPU in chunks of :data:`CHANGE_ROWS` rows through ``scratch`` (at least
+    [CHANGE_ROWS, B]), so the difference and its absolute value stay in the cache and the
+    blocks are read once: a third of the memory traffic of whole-block temporaries. On a
+    GPU in one go (``scratch`` the size of the block). The sums are :func:`column_l1`'s."""
+    n = y.shape[0]
+    if y.device.type != "cpu" or n <= CHANGE_ROWS:
+        return column_l1(torch.sub(y, x, out=scratch[:n]).abs_())
+    total = torch.zeros(y.shape[1], dtype=torch.float64)
+    for s in range(0, n, CHANGE_ROWS):
+        e = min(n, s + CHANGE_ROWS)
+        total += column_l1(torch.sub(y[s:e], x[s:e], out=scratch[:e - s]).abs_())
+    return total
+
+
+def change_scratch(like: torch.Tensor) -> torch.Tensor:
+    """The scratch block of :func:`column_change` for blocks shaped like ``like``."""
+    rows = like.shape[0] if like.device.type != "cpu" else min(like.shape[0], CHANGE_ROWS)
+    return torch.empty((rows, like.shape[1]), dtype=like.dtype, device=like.device)
+
+
 def empty_block(shape: tuple, like: torch.Tensor) -> torch.Tensor:
     """The default :data:`Alloc`: ``torch.empty`` with ``like``'s dtype and device."""
     return torch.empty(shape, dtype=like.dtype, device=like.device)
@@ -230,11 +255,10 @@ def power_iterate(step: Step, x0: torch.Tensor, c: torch.Tensor, mask: torch.Ten
     saved: list[tuple[torch.Tensor, torch.Tensor]] = []  # (original columns, their π) of stopped columns
     compacted = False
     x = x0 if own_x0 else alloc(tuple(x0.shape), x0).copy_(x0)
-    y, tmp = alloc(tuple(c.shape), c), torch.empty_like(c)
+    y, tmp = alloc(tuple(c.shape), c), change_scratch(c)
     for it in range(1, max_iter + 1):
         step(x, y, c, mask)
-        torch.sub(y, x, out=tmp)
-        done = (column_l1(tmp.abs_()) <= tol).cpu()
+        done = (column_change(y, x, tmp) <= tol).cpu()
         x, y = y, x
         stop = live if it == max_iter else done & live
         if not bool(stop.any()):
@@ -250,7 +274,7 @@ def power_iterate(step: Step, x0: torch.Tensor, c: torch.Tensor, mask: torch.Ten
             cols, live, keep = cols[keep], live[keep], keep.to(x.device)
             x = torch.index_select(x, 1, keep, out=alloc((N, len(keep)), x))
             c = c.index_select(1, keep)
-            y, tmp = alloc(tuple(x.shape), x), torch.empty_like(x)
+            y, tmp = alloc(tuple(x.shape), x), change_scratch(x)
             mask = mask.index_select(1, keep) if mask is not None else None
             compacted = True
     if compacted:

@@ -187,3 +187,20 @@ def test_sparse_start_matches_dense_product(rng, monkeypatch):
         sparse, it_s = call("batched_ppr", P, pri.astype(np.float32), d=0.85, tol=1e-6, max_iter=1000, region=reg,
                             device="cpu")
         assert torch.equal(dense, sparse) and torch.equal(it_d, it_s)
+
+
+@pytest.mark.parametrize("n", [0, 5, 1024, 3 * 4096 + 77])
+def test_convergence_test_sums(n):
+    """column_change (chunked on the CPU) and column_l1 (float32 blocks, float64 across) give the
+    float64 column L1 norms of y − x to float32 accuracy, tails and empty blocks included."""
+    import importlib
+
+    bp = importlib.import_module("hopgraph.kernels.batched_ppr")
+    g = torch.Generator().manual_seed(n)
+    y, x = torch.rand(n, 5, generator=g), torch.rand(n, 5, generator=g)
+    y[n // 2:] *= 1e-3  # uneven magnitudes along the column
+    exact = (y.double() - x.double()).abs().sum(0)
+    got = bp.column_change(y, x, bp.change_scratch(y))
+    assert got.dtype == torch.float64 and got.shape == (5,)
+    np.testing.assert_allclose(got.numpy(), exact.numpy(), rtol=1e-6, atol=0)
+    np.testing.assert_allclose(bp.column_l1((y - x).abs()).numpy(), exact.numpy(), rtol=1e-6, atol=0)
