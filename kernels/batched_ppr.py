@@ -181,16 +181,19 @@ def column_change(y: torch.Tensor, x: torch.Tensor, scratch: torch.Tensor) -> to
     """float64 [B]: ``‖y[:, b] − x[:, b]‖₁`` for each column (the convergence test).
 
     On the CPU in chunks of :data:`CHANGE_ROWS` rows through ``scratch`` (at least
-    [CHANGE_ROWS, B]), so the difference and its absolute value stay in the cache and the
-    blocks are read once: a third of the memory traffic of whole-block temporaries. On a
-    GPU in one go (``scratch`` the size of the block). The sums are :func:`column_l1`'s."""
+    [CHANGE_ROWS, B]) on one thread, so the difference and its absolute value stay in the
+    cache and the blocks are read once: a third of the memory traffic of whole-block
+    temporaries (measured: 7 ms instead of 10.5 per iteration at 10⁵ × 64; on two threads
+    and a loaded machine 158 ms). On a GPU in one go (``scratch`` the size of the block).
+    The sums are :func:`column_l1`'s."""
     n = y.shape[0]
-    if y.device.type != "cpu" or n <= CHANGE_ROWS:
+    if y.device.type != "cpu":
         return column_l1(torch.sub(y, x, out=scratch[:n]).abs_())
     total = torch.zeros(y.shape[1], dtype=torch.float64)
-    for s in range(0, n, CHANGE_ROWS):
-        e = min(n, s + CHANGE_ROWS)
-        total += column_l1(torch.sub(y[s:e], x[s:e], out=scratch[:e - s]).abs_())
+    with torch_threads(1):  # ~1 MiB operations: with more threads a busy machine stalls each one on a barrier
+        for s in range(0, n, CHANGE_ROWS):
+            e = min(n, s + CHANGE_ROWS)
+            total += column_l1(torch.sub(y[s:e], x[s:e], out=scratch[:e - s]).abs_())
     return total
 
 
