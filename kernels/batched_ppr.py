@@ -9,12 +9,15 @@ iteration ``x ← (1 − d) p + d (P x + D x)`` started from ``x = p``:
   its all-zero columns are **dangling** chunks and keep their mass (``D`` = diagonal
   self-loop on them), so π sums to Σp;
 * the priors are processed as one dense block ``X[N, B]``: each iteration is ONE
-  CSR × dense-block product (on the CPU torch's sparse CSR product — MKL, with
-  ``threads`` threads — with ``c`` added in the same call and ``d`` and the dangling
-  self-loops folded into the matrix once; the Triton kernel of ``batched_ppr_triton``
-  on a GPU);
-* **per-column convergence**: a column stops when ``‖x_{k+1} − x_k‖₁ ≤ tol``; the
-  remaining columns are compacted so finished queries cost nothing more;
+  CSR × dense-block product — on a GPU the Triton kernel of ``batched_ppr_triton``; on
+  the CPU torch's sparse CSR product (MKL, ``threads`` threads) with ``c`` added in the
+  same call and ``d`` and the dangling self-loops folded into the matrix, the iterate
+  blocks on transparent huge pages (:func:`iterate_block`), and, while the iterate is
+  still sparse (sparse priors), only the columns of P under its non-zero rows
+  (:class:`CpuStep`);
+* **per-column convergence**: a column stops when ``‖x_{k+1} − x_k‖₁ ≤ tol`` and its
+  iterate is saved then; stopped columns leave the block once they are a quarter of it,
+  so finished queries cost (almost) nothing more;
 * **localised** (``region`` ``[B, N]`` bool): query b's walk is restricted to its
   region — mass stepping outside it is dropped (absorbing boundary), so π_b is 0
   outside. The CPU path then iterates on the sub-matrix of the union of the
@@ -22,6 +25,15 @@ iteration ``x ← (1 − d) p + d (P x + D x)`` started from ``x = p``:
 
 Returns ``(pi [B, N], iterations [B])`` as torch tensors (dtype of the priors,
 float32 or float64).
+
+CPU choices, measured with ``bench/bench_ppr.py`` (10⁵ chunks, 10⁶ edges, 64 priors; the
+product reads B values of the iterate per entry of P, so its cost follows the bytes of
+the iterate it touches). Tried and not kept: a 16-bit iterate (torch's one CPU sparse ×
+dense kernel with 16-bit storage and 32-bit accumulation, ``torch.sparse.mm(...,
+reduce="sum")``, is no faster than MKL in float32, and rounding the iterate to float16
+every iteration moves π by ~1e-3 in L1); reverse Cuthill–McKee or degree node orders
+(no gain on the random graph families: no locality to recover); a row-blocked product
+with the convergence test fused per block (MKL's per-call cost made it slower).
 """
 from __future__ import annotations
 
@@ -213,9 +225,9 @@ def iterate_block(shape: tuple, like: torch.Tensor) -> torch.Tensor:
     mapping advised for transparent huge pages (``MADV_HUGEPAGE``; Linux), else ``torch.empty``.
 
     The product reads a whole row of the iterate (B values) per entry of P, at rows scattered
-    over the block: with 4 KiB pages almost every such read of a 10⁷-element block misses the
-    TLB, with 2 MiB pages almost none does. Where the OS does not give huge pages (another
-    OS, THP disabled) the mapping is ordinary memory, as fast as ``torch.empty``."""
+    over the block: with 4 KiB pages a 10⁷-element block spans more pages than the TLB holds,
+    with 2 MiB pages a dozen. Where the OS does not give huge pages (another OS, THP
+    disabled) the mapping is ordinary memory, as fast as ``torch.empty``."""
     nbytes = math.prod(shape) * like.element_size()
     flags = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
     if like.device.type != "cpu" or nbytes < HUGE_MIN_BYTES or not hasattr(mmap, "MADV_HUGEPAGE") or not flags:
