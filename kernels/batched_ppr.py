@@ -32,9 +32,9 @@ the iterate it touches). Tried and not kept: a 16-bit iterate (torch's one CPU s
 dense kernel with 16-bit storage and 32-bit accumulation, ``torch.sparse.mm(...,
 reduce="sum")``, took 2.4x MKL's float32 time over the 18 iterations, and rounding the
 iterate to float16 every iteration moved π by 1.7e-3 in L1); reverse Cuthill–McKee or
-degree node orders
-(no gain on the random graph families: no locality to recover); a row-blocked product
-with the convergence test fused per block (MKL's per-call cost made it slower).
+degree node orders (no gain on the random graph families: no locality to recover); a
+row-blocked product with the convergence test fused per block (MKL's per-call cost made
+it slower).
 """
 from __future__ import annotations
 
