@@ -351,7 +351,8 @@ class CpuStep:
 
     def __init__(self, A: sp.csr_matrix, x0: torch.Tensor):
         self.A, self.At = A, torch_csr(A)
-        self.support: np.ndarray | None = None
+        self.support: np.ndarray | None = None  # rows of the iterate that may be non-zero, while few
+        self.counts: np.ndarray | None = None  # entries per column of A
         if A.nnz:
             rows = (x0 != 0).any(dim=1).numpy()
             if rows.sum() <= SPARSE_SHARE * len(rows):
@@ -359,7 +360,7 @@ class CpuStep:
                 self.support = rows
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, mask: torch.Tensor | None) -> None:
-        if self.support is not None:
+        if self.support is not None and self.counts is not None:
             cols = np.flatnonzero(self.support)
             if self.counts[cols].sum() <= SPARSE_SHARE * self.A.nnz:
                 part = self.A[:, cols]
