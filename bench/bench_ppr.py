@@ -165,10 +165,10 @@ def bench_family(family: str, n: int, m: int, B: int, d: float, tol: float, igra
 
     nb = min(igraph_priors, B)
     ref = np.zeros((nb, n))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for b in range(nb):
         ref[b] = g.personalized_pagerank(directed=True, damping=d, reset=priors[b], implementation="prpack")
-    t_ig = time.perf_counter() - t0
+    t_ig, cpu_ig = time.perf_counter() - t0, time.process_time() - c0
     qps_ig = nb / t_ig
     l1 = np.abs(pi.numpy()[:nb].astype(np.float64) - ref).sum(1).max()
     l1_bare = np.abs(bare(iterations).numpy().T[:nb].astype(np.float64) - ref).sum(1).max()
@@ -181,7 +181,8 @@ def bench_family(family: str, n: int, m: int, B: int, d: float, tol: float, igra
                      f"{B / sec[f'hop{t}']:.2f}", f"{B / sec[f'hop{t}'] / qps_ig:.1f}",
                      f"{sec[f'hop{t}'] / sec[f'bare{t}']:.2f}"])
     print(table(["method", "threads", "seconds", "queries/s", "x igraph", "time / bare loop"], rows))
-    print(f"igraph: {nb} priors in {t_ig:.2f} s ({1e3 * t_ig / nb:.0f} ms per prior); torch rows: median of "
+    print(f"igraph: {nb} priors in {t_ig:.2f} s ({1e3 * t_ig / nb:.0f} ms per prior; CPU time {1e3 * cpu_ig / nb:.0f} ms: "
+          f"igraph's time per prior moves several-fold with the machine's load); torch rows: median of "
           f"{repeats} interleaved runs; 'time / bare loop' = seconds over the bare loop's at the same threads "
           f"(< 1: faster than the bare loop)")
     print(f"iterations per prior: min {int(iters.min())}, max {iterations}; max L1 difference to igraph over {nb} "
