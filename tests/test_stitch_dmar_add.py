@@ -235,3 +235,12 @@ def test_changed_subgraphs_marks_what_the_encoder_reads():
     # 1's ego {0, 1, 2} ∪ capped: its heaviest neighbours are now 2 (w 3) and 0 → changed; 0's ego
     # {0, 1} unchanged; 3's ego {1, 3, 4} unchanged, 4's {3, 4}; new 2 marked
     assert got.tolist() == [False, True, True, False, False]
+    # features and edges unchanged, heavier weights: only the capped ego set of 1 changes
+    ego3, adj3 = graph([(0, 1, 2), (1, 2, 1), (1, 3, 1)], 4)
+    ego4, adj4 = graph([(0, 1, 2), (1, 2, 1), (1, 3, 5)], 4)
+    assert gnn.changed_subgraphs(ego3, adj3, F[:4], ego4, adj4, F[:4], same).tolist() == [False, True, False, False]
+    # an edge 0-2 closing the triangle: 1's node set {0, 1, 2} is the same, its edges are not
+    ego5, adj5 = graph([(0, 1, 1), (1, 2, 1)], 3)
+    ego6, adj6 = graph([(0, 1, 1), (1, 2, 1), (0, 2, 1)], 3)
+    assert (ego5[1] != ego6[1]).nnz == 0
+    assert gnn.changed_subgraphs(ego5, adj5, F[:3], ego6, adj6, F[:3], np.arange(3)).tolist() == [True, True, True]
