@@ -49,7 +49,13 @@ Two sources produce the same :class:`Extraction` (arrays, not Python objects):
   descriptions given.
 
 Texts (topic sentences and descriptions) are stored once in ``Extraction.texts``
-and referred to by index, so identical texts are embedded once.
+and referred to by index, so identical texts are embedded once. Their ids are
+prefix-stable: ordered by the first passage that creates or uses them, so the texts of
+the extraction of a corpus's first passages are the first texts of the whole corpus's.
+
+* :func:`extend_extraction` — live indexes (issue 13): the extraction of a corpus grown by
+  appended passages, from the old extraction and the new passages only (old ids kept; one
+  documented approximation for old passages until ``Index.compact()`` re-extracts).
 """
 from __future__ import annotations
 
