@@ -59,12 +59,12 @@ the extraction of a corpus's first passages are the first texts of the whole cor
 """
 from __future__ import annotations
 
+import bisect
 import re
 import unicodedata
-import bisect
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -320,15 +320,19 @@ class _Builder:
         self.m_desc: list[int] = []
 
     def text(self, s: str, chunk: int, phase: int = 0, seq: int | None = None) -> int:
-        """Id of text ``s``, created if new; ``chunk`` is the chunk being read (its sort key)."""
+        """Id of text ``s``, created if new, with sort key (``chunk``, ``phase``, ``seq``; default
+        its id). Chunks are read in increasing order, so only a joined description (``phase`` 1,
+        made after every chunk was read) can give an existing text a smaller key."""
         i = self.text_ids.get(s)
-        key = (chunk, phase, len(self.texts) if seq is None else seq)
         if i is None:
             i = self.text_ids[s] = len(self.texts)
             self.texts.append(s)
-            self.key_chunk.append(key[0]), self.key_phase.append(key[1]), self.key_seq.append(key[2])
-        elif i >= self.n_base:
+            self.key_chunk.append(chunk)
+            self.key_phase.append(phase)
+            self.key_seq.append(i if seq is None else seq)
+        elif phase and i >= self.n_base:
             j = i - self.n_base
+            key = (chunk, phase, i if seq is None else seq)
             if key < (self.key_chunk[j], self.key_phase[j], self.key_seq[j]):
                 self.key_chunk[j], self.key_phase[j], self.key_seq[j] = key
         return i
