@@ -223,18 +223,22 @@ def encode_subgraphs(encoder: SubgraphEncoder, ego: sp.csr_matrix, adj: sp.csr_m
     return out
 
 
-def changed_subgraphs(old_ego: sp.csr_matrix, old_adj: sp.csr_matrix, old_features: np.ndarray,
-                      new_ego: sp.csr_matrix, new_adj: sp.csr_matrix, new_features: np.ndarray,
+def changed_subgraphs(old_ego: sp.csr_matrix, old_adj: sp.csr_matrix, old_passages: sp.csr_matrix,
+                      new_ego: sp.csr_matrix, new_adj: sp.csr_matrix, new_passages: sp.csr_matrix,
                       old_ids: np.ndarray) -> np.ndarray:
     """Entities of a grown knowledge graph whose ego subgraph input to the encoder differs from
     the old graph's (bool [E_new]); ``old_ids[e]`` is new entity e's id in the old graph, -1 if new.
+    ``*_passages`` are the passage → entity links ``[N, E]`` the features are made of
+    (:func:`entity_features`); the new corpus is the old one with passages appended.
 
     What the encoder reads of a subgraph is its node set (in id order; ``old_ids`` must be
     increasing where defined, as for a vocabulary that grows in sorted order), the features of
-    those nodes and the KG edges among them (:func:`ego_batch`). So an entity is marked when it is
-    new, when its capped ego node set changed, when one of its nodes is new or has other features,
-    or when an edge appeared or vanished between two of its nodes. Vectorised: sorted key sets and
-    sparse products, linear up to the sorts in the entries of the two graphs."""
+    those nodes and the KG edges among them (:func:`ego_batch`). A node's features are the mean
+    of the embeddings of the passages linking it, and the old passages' embeddings do not change,
+    so they change only when that set of passages does. An entity is marked when it is new, when
+    its capped ego node set changed, when one of its nodes is new or linked by other passages, or
+    when an edge appeared or vanished between two of its nodes. Vectorised: sorted key sets and
+    sparse products, linear up to the sorts in the entries of the graphs."""
     E = new_ego.shape[0]
     old_ids = np.asarray(old_ids, np.int64)
     known = np.flatnonzero(old_ids >= 0)
@@ -242,23 +246,27 @@ def changed_subgraphs(old_ego: sp.csr_matrix, old_adj: sp.csr_matrix, old_featur
         raise InputError("changed_subgraphs: every old entity needs one new id, in the same order")
     new_of_old = known  # old id i -> new id known[i]
 
-    def keys(m: sp.csr_matrix, ids: np.ndarray | None = None) -> np.ndarray:
+    def keys(m: sp.csr_matrix, rows_of: np.ndarray | None = None, cols_of: np.ndarray | None = None) -> np.ndarray:
         rows = np.repeat(np.arange(m.shape[0], dtype=np.int64), np.diff(m.indptr))
-        cols = m.indices.astype(np.int64)
-        if ids is not None:
-            rows, cols = ids[rows], ids[cols]
-        return np.sort(rows * E + cols)  # already sorted for a canonical CSR and increasing ids
+        cols = np.asarray(m.indices, np.int64)
+        if rows_of is not None:
+            rows = rows_of[rows]
+        if cols_of is not None:
+            cols = cols_of[cols]
+        return np.sort(rows * E + cols)  # sorted already for a canonical CSR and increasing ids
+
+    def diff(new: sp.csr_matrix, old: sp.csr_matrix, map_rows: bool) -> np.ndarray:
+        return np.setxor1d(keys(new), keys(old, new_of_old if map_rows else None, new_of_old), assume_unique=True)
 
     changed = old_ids < 0
-    ego_diff = np.setxor1d(keys(new_ego), keys(old_ego, new_of_old), assume_unique=True)
-    changed[ego_diff // E] = True
+    changed[diff(new_ego, old_ego, True) // E] = True
     dirty = old_ids < 0
-    dirty[known] = (new_features[known] != old_features).any(axis=1)
+    dirty[diff(new_passages, old_passages, False) % E] = True
     changed |= np.asarray(new_ego @ dirty.astype(np.float32)).ravel() > 0
-    edge_diff = np.setxor1d(keys(new_adj), keys(old_adj, new_of_old), assume_unique=True)
-    if len(edge_diff):
+    edges = diff(new_adj, old_adj, True)
+    if len(edges):
         holders = new_ego.T.tocsr()  # node -> entities whose subgraph holds it
-        both = holders[edge_diff // E].multiply(holders[edge_diff % E])
+        both = holders[edges // E].multiply(holders[edges % E])
         changed[both.indices] = True
     return changed
 

@@ -203,14 +203,15 @@ def test_dmar_add_without_training_equals_a_fresh_fit(demo_corpus):
 
 
 def test_changed_subgraphs_marks_what_the_encoder_reads():
-    """A path graph 0-1-2-3 (ego radius 1) grows: an edge 2-3 weight change alone changes nothing,
-    a new feature of node 3 changes the subgraphs holding 3, a new entity and the subgraphs that
-    now hold it are marked."""
+    """Small graphs grow: an edge weight change alone changes nothing; a node linked by a new
+    passage (new features) changes the subgraphs holding it; a new entity and the subgraphs that
+    now hold it are marked; a heavier edge that changes a capped ego set, and an edge closing a
+    triangle inside an unchanged node set, are marked."""
     import scipy.sparse as sp
 
-    def graph(edges, E, ego_size=3):
-        from hopgraph.engine.knowledge_graph import top_per_row
+    from hopgraph.engine.knowledge_graph import top_per_row
 
+    def graph(edges, E, ego_size=3):
         a, b, w = (np.asarray(x) for x in zip(*edges))
         adj = sp.csr_matrix((np.r_[w, w].astype(np.float32), (np.r_[a, b], np.r_[b, a])), shape=(E, E))
         ptr, idx = top_per_row(adj.indptr.astype(np.int64), adj.indices, adj.data, ego_size - 1)
@@ -218,29 +219,33 @@ def test_changed_subgraphs_marks_what_the_encoder_reads():
         ego = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, np.r_[np.arange(E), idx])), shape=(E, E))
         return ego, adj
 
-    F = np.eye(5, dtype=np.float32)
-    ego0, adj0 = graph([(0, 1, 1), (1, 2, 1), (2, 3, 1)], 4)
+    def links(pairs, N, E):  # (passage, entity) pairs -> passage_entities [N, E]
+        p, e = (np.asarray(x) for x in zip(*pairs))
+        return sp.csr_matrix((np.ones(len(p), np.float32), (p, e)), shape=(N, E))
+
+    changed = gnn.changed_subgraphs
+    path = [(0, 1, 1), (1, 2, 1), (2, 3, 1)]
+    ego0, adj0 = graph(path, 4)
+    pe0 = links([(i, i) for i in range(4)], 4, 4)
     ego1, adj1 = graph([(0, 1, 1), (1, 2, 1), (2, 3, 5)], 4)
     same = np.arange(4)
-    assert not gnn.changed_subgraphs(ego0, adj0, F[:4], ego1, adj1, F[:4], same).any()
-    F2 = F[:4].copy()
-    F2[3, 0] = 1
-    assert gnn.changed_subgraphs(ego0, adj0, F[:4], ego0, adj0, F2, same).tolist() == [False, False, True, True]
+    assert not changed(ego0, adj0, pe0, ego1, adj1, links([(i, i) for i in range(4)], 5, 4), same).any()
+    pe1 = links([(i, i) for i in range(4)] + [(4, 3)], 5, 4)  # a new passage links entity 3
+    assert changed(ego0, adj0, pe0, ego0, adj0, pe1, same).tolist() == [False, False, True, True]
     # entity 4 inserted at id 2 (old 2, 3 -> 3, 4), linked to old 1 (new 1) only
     ego2, adj2 = graph([(0, 1, 1), (1, 3, 1), (3, 4, 1), (1, 2, 3)], 5)
     old_ids = np.array([0, 1, -1, 2, 3])
-    Fn = np.zeros_like(F)
-    Fn[old_ids >= 0], Fn[2] = F[:4], F[4]  # the old entities keep their features
-    got = gnn.changed_subgraphs(ego0, adj0, F[:4], ego2, adj2, Fn, old_ids)
-    # 1's ego {0, 1, 2} ∪ capped: its heaviest neighbours are now 2 (w 3) and 0 → changed; 0's ego
-    # {0, 1} unchanged; 3's ego {1, 3, 4} unchanged, 4's {3, 4}; new 2 marked
-    assert got.tolist() == [False, True, True, False, False]
+    pe2 = links([(0, 0), (1, 1), (2, 3), (3, 4), (4, 2)], 5, 5)
+    # 1's capped ego is now {0, 1, 2} (2 is its heaviest neighbour) and new 2 holds {1, 2}; 0's ego
+    # {0, 1}, 3's {1, 3, 4} and 4's {3, 4} keep their nodes, features and edges
+    assert changed(ego0, adj0, pe0, ego2, adj2, pe2, old_ids).tolist() == [False, True, True, False, False]
     # features and edges unchanged, heavier weights: only the capped ego set of 1 changes
     ego3, adj3 = graph([(0, 1, 2), (1, 2, 1), (1, 3, 1)], 4)
     ego4, adj4 = graph([(0, 1, 2), (1, 2, 1), (1, 3, 5)], 4)
-    assert gnn.changed_subgraphs(ego3, adj3, F[:4], ego4, adj4, F[:4], same).tolist() == [False, True, False, False]
+    assert changed(ego3, adj3, pe0, ego4, adj4, pe0, same).tolist() == [False, True, False, False]
     # an edge 0-2 closing the triangle: 1's node set {0, 1, 2} is the same, its edges are not
     ego5, adj5 = graph([(0, 1, 1), (1, 2, 1)], 3)
     ego6, adj6 = graph([(0, 1, 1), (1, 2, 1), (0, 2, 1)], 3)
+    pe5 = links([(i, i) for i in range(3)], 3, 3)
     assert (ego5[1] != ego6[1]).nnz == 0
-    assert gnn.changed_subgraphs(ego5, adj5, F[:3], ego6, adj6, F[:3], np.arange(3)).tolist() == [True, True, True]
+    assert changed(ego5, adj5, pe5, ego6, adj6, pe5, np.arange(3)).tolist() == [True, True, True]

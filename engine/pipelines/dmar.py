@@ -198,11 +198,11 @@ class DMAR(Pipeline):
         features recomputed, and with the **same** encoder (not retrained: ``Index.compact()`` or
         ``hopgraph train-gnn`` retrains it) only the ego subgraphs whose encoder input changed are
         encoded again (:func:`~hopgraph.engine.gnn.changed_subgraphs`: new entities, changed ego
-        node sets, features or edges among the nodes); the others keep their embeddings. The gate
-        is kept. The result equals a fit on the grown corpus whose encoder has these weights
-        (given the extraction's documented approximation). When an old entity's id moves out of
-        order (a name known only from the ``edge_list`` that the corpus now mentions), every
-        subgraph is encoded again."""
+        node sets, nodes linked by other passages, i.e. with other features, or edges among the
+        nodes); the others keep their embeddings. The gate is kept. The result equals a fit on the
+        grown corpus whose encoder has these weights (given the extraction's documented
+        approximation). When an old entity's id moves out of order (a name known only from the
+        ``edge_list`` that the corpus now mentions), every subgraph is encoded again."""
         old_kg, old_emb = self.kg, np.asarray(self.subgraph_emb)
         self.kg = self._build_kg()
         features = entity_features(self.kg.passage_entities, self.X)
@@ -213,9 +213,8 @@ class DMAR(Pipeline):
             return
         old_ids = np.full(self.kg.n_entities, -1, np.int64)
         old_ids[pos] = np.arange(old_kg.n_entities)
-        old_features = entity_features(old_kg.passage_entities, np.asarray(self.X[:start]))
-        changed = changed_subgraphs(old_kg.ego, old_kg.adj, old_features, self.kg.ego, self.kg.adj, features,
-                                    old_ids)
+        changed = changed_subgraphs(old_kg.ego, old_kg.adj, old_kg.passage_entities, self.kg.ego, self.kg.adj,
+                                    self.kg.passage_entities, old_ids)
         emb = np.empty((self.kg.n_entities, old_emb.shape[1]), np.float32)
         emb[~changed] = old_emb[old_ids[~changed]]
         emb[changed] = encode_subgraphs(self.encoder, self.kg.ego, self.kg.adj, features, np.flatnonzero(changed),
