@@ -258,9 +258,9 @@ def changed_subgraphs(old_ego: sp.csr_matrix, old_adj: sp.csr_matrix, old_passag
     def diff(new: sp.csr_matrix, old: sp.csr_matrix, map_rows: bool) -> np.ndarray:
         return np.setxor1d(keys(new), keys(old, new_of_old if map_rows else None, new_of_old), assume_unique=True)
 
-    changed = old_ids < 0
+    changed = np.zeros(E, bool)
     changed[diff(new_ego, old_ego, True) // E] = True
-    dirty = old_ids < 0
+    dirty = old_ids < 0  # a new entity is a new node of its own subgraph (and of the others holding it)
     dirty[diff(new_passages, old_passages, False) % E] = True
     changed |= np.asarray(new_ego @ dirty.astype(np.float32)).ravel() > 0
     edges = diff(new_adj, old_adj, True)
