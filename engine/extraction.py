@@ -49,13 +49,20 @@ Two sources produce the same :class:`Extraction` (arrays, not Python objects):
   descriptions given.
 
 Texts (topic sentences and descriptions) are stored once in ``Extraction.texts``
-and referred to by index, so identical texts are embedded once.
+and referred to by index, so identical texts are embedded once. Their ids are
+prefix-stable: ordered by the first passage that creates or uses them, so the texts of
+the extraction of a corpus's first passages are the first texts of the whole corpus's.
+
+* :func:`extend_extraction` — live indexes (issue 13): the extraction of a corpus grown by
+  appended passages, from the old extraction and the new passages only (old ids kept; one
+  documented approximation for old passages until ``Index.compact()`` re-extracts).
 """
 from __future__ import annotations
 
+import bisect
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -206,6 +213,9 @@ class Extraction:
     mention_topic: np.ndarray  # int32 [M]
     names: list[str]
     texts: list[str]
+    #: transient (not saved): the lower-case words of the corpus texts the extraction was made from
+    #: (:func:`extract`'s ``common`` set), kept so :func:`extend_extraction` need not rescan them
+    common_words: set[str] | None = field(default=None, repr=False, compare=False)
 
     @property
     def n_topics(self) -> int:
@@ -283,34 +293,73 @@ class Extraction:
 
 
 class _Builder:
-    """Accumulates (chunk, topic, surface name, description) mentions and assembles arrays."""
+    """Accumulates (chunk, topic, surface name, description) mentions and assembles arrays.
 
-    def __init__(self, n_chunks: int) -> None:
+    Text ids are **prefix-stable**: :meth:`build` orders the texts by the first chunk that
+    creates or uses them (within a chunk: the texts created while reading it, in creation order,
+    then the joined descriptions of its states, in state order), so the texts of an extraction
+    of passages ``[0, s)`` are the first texts of the extraction of any longer corpus with the
+    same mentions in those passages. ``base_texts`` seeds the builder with the texts of an
+    earlier extraction (:func:`extend_extraction`): they keep their ids, new texts follow.
+    """
+
+    def __init__(self, n_chunks: int, base_texts: Sequence[str] = ()) -> None:
         self.n_chunks = n_chunks
-        self.text_ids: dict[str, int] = {}
-        self.texts: list[str] = []
+        self.texts: list[str] = list(base_texts)
+        self.text_ids: dict[str, int] = dict(zip(self.texts, range(len(self.texts))))
+        self.n_base = len(self.texts)
+        # sort key (chunk, phase, sequence) of each text created here (id - n_base): phase 0 =
+        # created while reading the chunk (sequence = id), phase 1 = a joined description (= node)
+        self.key_chunk: list[int] = []
+        self.key_phase: list[int] = []
+        self.key_seq: list[int] = []
         self.topic_chunk: list[int] = []
         self.topic_text: list[int] = []
         self.m_topic: list[int] = []
         self.m_name: list[str] = []
         self.m_desc: list[int] = []
 
-    def text(self, s: str) -> int:
+    def text(self, s: str, chunk: int, phase: int = 0, seq: int | None = None) -> int:
+        """Id of text ``s``, created if new, with sort key (``chunk``, ``phase``, ``seq``; default
+        its id). Chunks are read in increasing order, so only a joined description (``phase`` 1,
+        made after every chunk was read) can give an existing text a smaller key."""
         i = self.text_ids.get(s)
         if i is None:
             i = self.text_ids[s] = len(self.texts)
             self.texts.append(s)
+            self.key_chunk.append(chunk)
+            self.key_phase.append(phase)
+            self.key_seq.append(i if seq is None else seq)
+        elif phase and i >= self.n_base:
+            j = i - self.n_base
+            key = (chunk, phase, i if seq is None else seq)
+            if key < (self.key_chunk[j], self.key_phase[j], self.key_seq[j]):
+                self.key_chunk[j], self.key_phase[j], self.key_seq[j] = key
         return i
 
     def topic(self, chunk: int, text: str) -> int:
         self.topic_chunk.append(chunk)
-        self.topic_text.append(self.text(text))
+        self.topic_text.append(self.text(text, chunk))
         return len(self.topic_chunk) - 1
 
     def mention(self, topic: int, phi: str, description: int) -> None:
         self.m_topic.append(topic)
         self.m_name.append(phi)
         self.m_desc.append(description)
+
+    def _order_texts(self) -> np.ndarray:
+        """Sort the texts created here by their key (class docstring); returns old id → new id."""
+        n_new = len(self.texts) - self.n_base
+        remap = np.arange(len(self.texts), dtype=np.int64)
+        order = np.lexsort((np.asarray(self.key_seq, np.int64), np.asarray(self.key_phase, np.int64),
+                            np.asarray(self.key_chunk, np.int64))) if n_new else np.zeros(0, np.int64)
+        if (order != np.arange(n_new)).any():
+            remap[self.n_base + order] = np.arange(self.n_base, len(self.texts))
+            moved = [self.texts[self.n_base + o] for o in order.tolist()]
+            self.texts[self.n_base:] = moved
+            for k, t in enumerate(moved):
+                self.text_ids[t] = self.n_base + k
+        return remap
 
     def build(self) -> Extraction:
         topic_chunk = np.asarray(self.topic_chunk, np.int32)
@@ -336,7 +385,9 @@ class _Builder:
             for v in np.flatnonzero(differ):  # only states with several distinct descriptions are joined
                 ids = list(dict.fromkeys(m_desc[starts[v]:starts[v] + sizes[v]].tolist()))
                 if len(ids) > 1:
-                    node_text[v] = self.text(" ".join(self.texts[i] for i in ids))
+                    node_text[v] = self.text(" ".join(self.texts[i] for i in ids), int(keys[v] // n_names),
+                                             phase=1, seq=int(v))
+        remap = self._order_texts()
         # incidences: distinct (topic, node), sorted by topic then node
         inc = np.unique(m_topic * max(len(keys), 1) + m_node)
         mention_topic = inc // max(len(keys), 1)
@@ -344,10 +395,10 @@ class _Builder:
         return Extraction(
             n_chunks=self.n_chunks,
             topic_chunk=topic_chunk,
-            topic_text=np.asarray(self.topic_text, np.int32),
+            topic_text=remap[np.asarray(self.topic_text, np.int64)].astype(np.int32),
             node_chunk=(keys // n_names).astype(np.int32),
             node_name=(keys % n_names).astype(np.int32),
-            node_text=node_text.astype(np.int32),
+            node_text=remap[node_text].astype(np.int32),
             mention_node=mention_node.astype(np.int32),
             mention_topic=mention_topic.astype(np.int32),
             names=[str(x) for x in names],
@@ -355,20 +406,25 @@ class _Builder:
         ).validate()
 
 
-def extract(corpus: Corpus, title_entities: bool = True, numbers: bool = True,
-            progress: bool = False) -> Extraction:
-    """The zero-token extractor (rules in the module docstring); deterministic."""
+def lower_words(texts: Iterable[str]) -> set[str]:
+    """The lower-case words occurring in ``texts`` (the ``common`` words of :func:`extract`)."""
+    out: set[str] = set()
+    for text in texts:
+        out.update(_LOWER_WORD.findall(text))
+    return out
+
+
+def _read_passages(b: _Builder, corpus: Corpus, start: int, title_entities: bool, numbers: bool,
+                   common: set[str], progress: bool) -> None:
+    """Feed passages ``[start, N)`` of ``corpus`` to ``b`` by the zero-token rules (module
+    docstring, SPEC §2 "Index" steps 1–3), ``common`` being the corpus's lower-case words."""
     from tqdm.auto import tqdm
 
-    b = _Builder(len(corpus))
-    emb_texts = corpus.embedding_texts()
-    common = set()
-    for text in corpus.texts:
-        common.update(_LOWER_WORD.findall(text))
-    for c in tqdm(range(len(corpus)), desc="extract topics/entities", disable=not progress, unit="passage"):
+    emb_texts = corpus.embedding_texts(start)
+    for c in tqdm(range(start, len(corpus)), desc="extract topics/entities", disable=not progress, unit="passage"):
         title = corpus.titles[c]
         phi_title = canonical_name(title) if title_entities and title else ""
-        title_desc = b.text(emb_texts[c]) if phi_title else -1
+        title_desc = b.text(emb_texts[c - start], c) if phi_title else -1
         for sentence in split_sentences(corpus.texts[c]):
             e = b.topic(c, sentence)
             desc = b.text_ids[sentence]
@@ -378,7 +434,17 @@ def extract(corpus: Corpus, title_entities: bool = True, numbers: bool = True,
                 phi = canonical_name(surface)
                 if phi and phi != phi_title:
                     b.mention(e, phi, desc)
-    return b.build()
+
+
+def extract(corpus: Corpus, title_entities: bool = True, numbers: bool = True,
+            progress: bool = False) -> Extraction:
+    """The zero-token extractor (rules in the module docstring); deterministic."""
+    common = lower_words(corpus.texts)
+    b = _Builder(len(corpus))
+    _read_passages(b, corpus, 0, title_entities, numbers, common, progress)
+    ex = b.build()
+    ex.common_words = common
+    return ex
 
 
 def load_extractions(path: str | Path, corpus: Corpus) -> Extraction:
@@ -428,7 +494,7 @@ def load_extractions(path: str | Path, corpus: Corpus) -> Extraction:
                     raise InputError(f"{where}: topic {ti} entity {ei} needs a non-empty string 'name'")
                 if not isinstance(desc, str) or not desc.strip():
                     raise InputError(f"{where}: topic {ti} entity {ei} 'description' must be a non-empty string")
-                b.mention(e, canonical_name(name), b.text(desc.strip()))
+                b.mention(e, canonical_name(name), b.text(desc.strip(), c))
     return b.build()
 
 
@@ -457,8 +523,74 @@ def query_names(texts: Sequence[str], name_ids: dict[str, int], max_words: int =
 def extend_extraction(old: Extraction, corpus: Corpus, start: int, title_entities: bool = True,
                       numbers: bool = True, progress: bool = False) -> Extraction:
     """The extraction of ``corpus`` after passages ``[start, N)`` were appended to the corpus
-    ``old`` was extracted from. This version re-extracts the whole corpus (exact)."""
+    ``old`` was extracted from (issue 13, SPEC §2 "Index" steps 1–4 on the new passages only).
+
+    Only the new passages are read (the rules of :func:`extract`); the result is merged with
+    ``old``, which is not changed: the old chunks keep their topics, states, mentions and
+    descriptions; ``old.texts`` keep their ids and the new distinct texts follow them (so
+    embeddings computed for the old texts stay valid by index; a new passage repeating an old
+    text shares its id); ``names`` stays the sorted vocabulary (``node_name`` remapped) and nodes
+    stay sorted by (chunk, name). Cost: the new passages' extraction, plus array merges linear in
+    the extraction and a dict over ``old.texts``; the corpus's lower-case words are rescanned only
+    when ``old`` does not carry them (``common_words`` is not saved: the first add after
+    ``Index.load`` reads the old texts once).
+
+    **Approximation (until** ``Index.compact()`` **):** :func:`extract` drops a one-word span
+    opening a sentence whose lower-case form occurs as a word anywhere in the corpus
+    (``common`` words). The new passages use the words of the whole grown corpus, but the old
+    passages are not re-read: a word first written in lower case by a new passage does not
+    remove the entity that a one-word sentence-initial span of an old passage (``Traditional``)
+    made. Whenever the new passages bring no such word, the result equals ``extract(corpus)``
+    (arrays, names and texts, given an ``old`` made by :func:`extract`). ``start == N`` returns
+    ``old`` itself.
+    """
     if not 0 <= start <= len(corpus) or old.n_chunks != start:
         raise InputError(f"extend_extraction: the old extraction covers {old.n_chunks} passages, "
                          f"start is {start} of {len(corpus)}")
-    return extract(corpus, title_entities, numbers, progress=progress)
+    if start == len(corpus):
+        return old
+    common = set(old.common_words) if old.common_words is not None else lower_words(corpus.texts[:start])
+    common |= lower_words(corpus.texts[start:])
+    b = _Builder(len(corpus), old.texts)
+    _read_passages(b, corpus, start, title_entities, numbers, common, progress)
+    new = b.build()  # nodes / topics / names local to the new passages; texts already merged
+    names, old_map, new_map = merge_names(old.names, new.names)
+    ex = Extraction(
+        n_chunks=len(corpus),
+        topic_chunk=np.concatenate([old.topic_chunk, new.topic_chunk]).astype(np.int32),
+        topic_text=np.concatenate([old.topic_text, new.topic_text]).astype(np.int32),
+        node_chunk=np.concatenate([old.node_chunk, new.node_chunk]).astype(np.int32),
+        node_name=np.concatenate([old_map[np.asarray(old.node_name, np.int64)],
+                                  new_map[new.node_name.astype(np.int64)]]).astype(np.int32),
+        node_text=np.concatenate([old.node_text, new.node_text]).astype(np.int32),
+        mention_node=np.concatenate([old.mention_node, new.mention_node + old.n_nodes]).astype(np.int32),
+        mention_topic=np.concatenate([old.mention_topic, new.mention_topic + old.n_topics]).astype(np.int32),
+        names=names,
+        texts=new.texts,
+    ).validate()
+    ex.common_words = common
+    return ex
+
+
+def merge_names(old: list[str], new: list[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Merge two sorted vocabularies (code-point order, as ``np.unique`` sorts them): returns the
+    sorted union and the int64 maps old id → union id, new id → union id. Cost: a binary search per
+    new name and a list copy of the old ones."""
+    pos = np.fromiter((bisect.bisect_left(old, n) for n in new), np.int64, len(new))
+    present = np.fromiter((p < len(old) and old[p] == n for p, n in zip(pos.tolist(), new)), bool, len(new))
+    ins = np.flatnonzero(~present)
+    ins_pos = pos[ins]  # non-decreasing: ``new`` is sorted
+    old_map = np.arange(len(old), dtype=np.int64) + np.searchsorted(ins_pos, np.arange(len(old)), side="right")
+    new_map = np.empty(len(new), np.int64)
+    new_map[present] = old_map[pos[present]]
+    new_map[ins] = ins_pos + np.arange(len(ins))
+    if not len(ins):
+        return list(old), old_map, new_map
+    merged: list[str] = []
+    prev = 0
+    for p, k in zip(ins_pos.tolist(), ins.tolist()):
+        merged.extend(old[prev:p])
+        merged.append(new[k])
+        prev = p
+    merged.extend(old[prev:])
+    return merged, old_map, new_map

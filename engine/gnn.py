@@ -20,7 +20,9 @@
   width 64.
 
 Every ego subgraph is encoded once at index time (:func:`encode_all`); a query then
-costs only cosines between stored embeddings.
+costs only cosines between stored embeddings. When the knowledge graph grows (issue 13),
+:func:`changed_subgraphs` finds the subgraphs whose encoder input changed and
+:func:`encode_subgraphs` encodes only those.
 """
 from __future__ import annotations
 
@@ -198,21 +200,75 @@ def _pretrain_loop(encoder, ego, adj, features, opt, rng, losses, steps, batch_s
             log(f"step {step + 1}/{steps}: triplet loss {np.mean(losses[-max(steps // 10, 1):]):.4f}")
 
 
-@torch.no_grad()
 def encode_all(encoder: SubgraphEncoder, ego: sp.csr_matrix, adj: sp.csr_matrix, features: np.ndarray,
                chunk: int = 4096, progress: bool = False) -> np.ndarray:
     """Embeddings (float32 [E, d_out], unit rows) of every entity's ego subgraph, in chunks."""
+    return encode_subgraphs(encoder, ego, adj, features, np.arange(ego.shape[0]), chunk, progress)
+
+
+@torch.no_grad()
+def encode_subgraphs(encoder: SubgraphEncoder, ego: sp.csr_matrix, adj: sp.csr_matrix, features: np.ndarray,
+                     ids: np.ndarray, chunk: int = 4096, progress: bool = False) -> np.ndarray:
+    """Embeddings (float32 [len(ids), d_out], unit rows) of the ego subgraphs of entities ``ids``,
+    ``chunk`` subgraphs a batch."""
     from tqdm.auto import tqdm
 
-    E = ego.shape[0]
+    ids = np.asarray(ids, np.int64)
     encoder.eval()
     d_out = encoder.layers[-1].self_lin.out_features
-    out = np.zeros((E, d_out), np.float32)
+    out = np.zeros((len(ids), d_out), np.float32)
     with torch_threads(GNN_THREADS):
-        for s in tqdm(range(0, E, chunk), desc="encode ego subgraphs", disable=not progress, unit="chunk"):
-            ids = np.arange(s, min(s + chunk, E))
-            out[ids] = encoder(ego_batch(ego, adj, features, ids)).numpy()
+        for s in tqdm(range(0, len(ids), chunk), desc="encode ego subgraphs", disable=not progress, unit="chunk"):
+            out[s:s + chunk] = encoder(ego_batch(ego, adj, features, ids[s:s + chunk])).numpy()
     return out
+
+
+def changed_subgraphs(old_ego: sp.csr_matrix, old_adj: sp.csr_matrix, old_passages: sp.csr_matrix,
+                      new_ego: sp.csr_matrix, new_adj: sp.csr_matrix, new_passages: sp.csr_matrix,
+                      old_ids: np.ndarray) -> np.ndarray:
+    """Entities of a grown knowledge graph whose ego subgraph input to the encoder differs from
+    the old graph's (bool [E_new]); ``old_ids[e]`` is new entity e's id in the old graph, -1 if new.
+    ``*_passages`` are the passage → entity links ``[N, E]`` the features are made of
+    (:func:`entity_features`); the new corpus is the old one with passages appended.
+
+    What the encoder reads of a subgraph is its node set (in id order; ``old_ids`` must be
+    increasing where defined, as for a vocabulary that grows in sorted order), the features of
+    those nodes and the KG edges among them (:func:`ego_batch`). A node's features are the mean
+    of the embeddings of the passages linking it, and the old passages' embeddings do not change,
+    so they change only when that set of passages does. An entity is marked when it is new, when
+    its capped ego node set changed, when one of its nodes is new or linked by other passages, or
+    when an edge appeared or vanished between two of its nodes. Vectorised: sorted key sets and
+    sparse products, linear up to the sorts in the entries of the graphs."""
+    E = new_ego.shape[0]
+    old_ids = np.asarray(old_ids, np.int64)
+    known = np.flatnonzero(old_ids >= 0)
+    if len(known) != old_ego.shape[0] or (np.diff(old_ids[known]) <= 0).any():
+        raise InputError("changed_subgraphs: every old entity needs one new id, in the same order")
+    new_of_old = known  # old id i -> new id known[i]
+
+    def keys(m: sp.csr_matrix, rows_of: np.ndarray | None = None, cols_of: np.ndarray | None = None) -> np.ndarray:
+        rows = np.repeat(np.arange(m.shape[0], dtype=np.int64), np.diff(m.indptr))
+        cols = np.asarray(m.indices, np.int64)
+        if rows_of is not None:
+            rows = rows_of[rows]
+        if cols_of is not None:
+            cols = cols_of[cols]
+        return np.sort(rows * E + cols)  # sorted already for a canonical CSR and increasing ids
+
+    def diff(new: sp.csr_matrix, old: sp.csr_matrix, map_rows: bool) -> np.ndarray:
+        return np.setxor1d(keys(new), keys(old, new_of_old if map_rows else None, new_of_old), assume_unique=True)
+
+    changed = np.zeros(E, bool)
+    changed[diff(new_ego, old_ego, True) // E] = True
+    dirty = old_ids < 0  # a new entity is a new node of its own subgraph (and of the others holding it)
+    dirty[diff(new_passages, old_passages, False) % E] = True
+    changed |= np.asarray(new_ego @ dirty.astype(np.float32)).ravel() > 0
+    edges = diff(new_adj, old_adj, True)
+    if len(edges):
+        holders = new_ego.T.tocsr()  # node -> entities whose subgraph holds it
+        both = holders[edges // E].multiply(holders[edges % E])
+        changed[both.indices] = True
+    return changed
 
 
 def encoder_arrays(encoder: SubgraphEncoder) -> dict[str, np.ndarray]:

@@ -23,6 +23,11 @@ of the φ-induced chunk graph, bounded by ``max_group_chunks`` per state):
   descriptions; ``node_text`` / ``edge_text`` index it). A text equal to a passage's
   embedding text (the title state's description) reuses that passage's row of X
   instead of being embedded again.
+
+Live indexes (issue 13): the arrays are pure arithmetic on the extraction and the text
+embeddings, so an index that grows rebuilds them with :func:`build_hypergraph` from the
+extended extraction, after embedding only the texts that are new
+(:func:`extend_text_embeddings`).
 """
 from __future__ import annotations
 
@@ -202,6 +207,25 @@ def embed_texts(texts: list[str], corpus: Corpus, X: np.ndarray, embedder: Embed
             raise InputError(f"embedder {embedder.name} has dimension {emb.shape[1]}, the passages {X.shape[1]}")
         out[todo] = emb
     return validate_embeddings(out, "topic/description embeddings")
+
+
+def extend_text_embeddings(old_emb: np.ndarray, texts: list[str], corpus: Corpus, X: np.ndarray,
+                           embedder: Embedder | None, progress: bool = False, batch_size: int = 64) -> np.ndarray:
+    """Embeddings of ``texts`` (the texts of an extraction grown by
+    :func:`~hopgraph.engine.extraction.extend_extraction`, whose first ``len(old_emb)`` are the
+    texts ``old_emb`` embeds, by id): the old rows are kept and only the texts after them are
+    embedded, by :func:`embed_texts`' rules (a text equal to a passage's embedding text, e.g. a new
+    title state's description, reuses that passage's row of X). A zero-width ``old_emb`` (a
+    pipeline that needs no text embeddings) gives zero-width rows."""
+    U = len(old_emb)
+    if len(texts) < U:
+        raise InputError(f"{len(texts)} extraction texts, fewer than the {U} already embedded")
+    old = np.asarray(old_emb, np.float32)
+    if old.shape[1] == 0:
+        return np.zeros((len(texts), 0), np.float32)
+    if len(texts) == U:
+        return np.ascontiguousarray(old)
+    return np.concatenate([old, embed_texts(texts[U:], corpus, X, embedder, progress, batch_size)])
 
 
 def build_hypergraph(ex: Extraction, text_emb: np.ndarray, max_group_chunks: int = 64) -> TopicHypergraph:

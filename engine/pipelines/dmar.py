@@ -12,6 +12,11 @@ itself for ``gnn_steps = 60`` triplet steps (batch 64, seeded), so DMAR works ou
 in ``Index.build`` and ``hopgraph eval``; ``hopgraph train-gnn`` trains longer
 (``train_gnn(steps=600)``) and re-encodes.
 
+Live indexes (issue 13): ``Index.add`` calls ``add`` (:meth:`DMAR._add`): the knowledge graph
+is rebuilt from the extended extraction, the trained encoder and the gate are kept (no
+retraining until ``Index.compact()``), and only the ego subgraphs whose input changed are
+encoded again.
+
 Query (``search``), for a batch; each stage is timed in ``DMAR.timings`` (:data:`STAGES`):
 
 1. Candidate recall (SPEC §3 step 1), n = ``n_recall`` = 100: ``recall="bm25"`` (SPEC) or
@@ -62,7 +67,8 @@ from ..components import QueryBatch
 from ..embedders import encode_queries
 from ..errors import IndexFormatError, InputError
 from ..gate import Gate, train_gate
-from ..gnn import SubgraphEncoder, encode_all, encoder_arrays, encoder_from_arrays, entity_features, pretrain
+from ..gnn import (SubgraphEncoder, changed_subgraphs, encode_all, encode_subgraphs, encoder_arrays,
+                   encoder_from_arrays, entity_features, pretrain)
 from ..knowledge_graph import LINK_MODES, KnowledgeGraph, build_knowledge_graph
 from ..params import PipelineParams, anything, choice, flag, integer, path, real
 from ..ranking import PAD_ID, PAD_SCORE, topk_rows
@@ -175,13 +181,45 @@ class DMAR(Pipeline):
 
     # ------------------------------------------------------------------ index
     def _fit(self, progress: bool) -> None:
-        comp = self.components
-        comp.bm25(who=self.name)
-        extraction = comp.extraction(who=self.name)
-        self.kg = build_knowledge_graph(extraction, len(self.X), self.edge_list, self.ego_size,
-                                        self.max_passage_entities, self.max_query_entities)
+        self.kg = self._build_kg()
         self.train_gnn(self.gnn_steps, progress=progress)
         self.gate_mlp = Gate(self.X.shape[1])
+
+    def _build_kg(self) -> KnowledgeGraph:
+        """The knowledge graph of the shared extraction (SPEC §3 step 2), BM25 built on the way."""
+        comp = self.components
+        comp.bm25(who=self.name)
+        return build_knowledge_graph(comp.extraction(who=self.name), len(self.X), self.edge_list, self.ego_size,
+                                     self.max_passage_entities, self.max_query_entities)
+
+    def _add(self, start: int, progress: bool) -> None:
+        """Passages ``[start, N)`` were appended (issue 13; SPEC §3 step 2 on the grown corpus): the
+        knowledge graph is rebuilt from the extended shared extraction (arithmetic), the entity
+        features recomputed, and with the **same** encoder (not retrained: ``Index.compact()`` or
+        ``hopgraph train-gnn`` retrains it) only the ego subgraphs whose encoder input changed are
+        encoded again (:func:`~hopgraph.engine.gnn.changed_subgraphs`: new entities, changed ego
+        node sets, nodes linked by other passages, i.e. with other features, or edges among the
+        nodes); the others keep their embeddings. The gate is kept. The result equals a fit on the
+        grown corpus whose encoder has these weights (given the extraction's documented
+        approximation). When an old entity's id moves out of order (a name known only from the
+        ``edge_list`` that the corpus now mentions), every subgraph is encoded again."""
+        old_kg, old_emb = self.kg, np.asarray(self.subgraph_emb)
+        self.kg = self._build_kg()
+        features = entity_features(self.kg.passage_entities, self.X)
+        ids = self.kg.name_ids
+        pos = np.fromiter((ids.get(n, -1) for n in old_kg.names), np.int64, old_kg.n_entities)
+        if (pos < 0).any() or (np.diff(pos) <= 0).any():
+            self.subgraph_emb = encode_all(self.encoder, self.kg.ego, self.kg.adj, features, progress=progress)
+            return
+        old_ids = np.full(self.kg.n_entities, -1, np.int64)
+        old_ids[pos] = np.arange(old_kg.n_entities)
+        changed = changed_subgraphs(old_kg.ego, old_kg.adj, old_kg.passage_entities, self.kg.ego, self.kg.adj,
+                                    self.kg.passage_entities, old_ids)
+        emb = np.empty((self.kg.n_entities, old_emb.shape[1]), np.float32)
+        emb[~changed] = old_emb[old_ids[~changed]]
+        emb[changed] = encode_subgraphs(self.encoder, self.kg.ego, self.kg.adj, features, np.flatnonzero(changed),
+                                        progress=progress)
+        self.subgraph_emb = emb
 
     def train_gnn(self, steps: int, seed: int | None = None, progress: bool = False,
                   log: Callable[[str], None] | None = None) -> list[float]:

@@ -48,6 +48,11 @@ Threads: on the CPU, ``search`` runs torch with ``threads`` intra-op threads (de
 the arrays of one batch are small and OpenMP threads spinning on a busy machine cost more
 than they save (the sparse product is single-threaded scipy anyway).
 
+Live indexes (issue 13): ``Index.add`` calls ``add``, which keeps the embeddings of the old
+topic and description texts, embeds the new ones and rebuilds the hypergraph arrays from the
+extended extraction (:meth:`STITCH._add`); equal to a fresh fit except for the extraction's one
+documented approximation, which ``Index.compact()`` removes.
+
 Index options (fit-time: they need a refit): ``title_entities`` (passage titles as
 entities, issue 6, default on), ``numbers`` (3+-digit numbers as entities, default on),
 ``max_group_chunks`` (64: larger name groups do not link chunks), ``extractions``.
@@ -82,7 +87,7 @@ from ..components import QueryBatch
 from ..errors import IndexFormatError, InputError
 from ..graph import CSR
 from ..extraction import load_extractions, query_names
-from ..hypergraph import TopicHypergraph, build_hypergraph, embed_texts
+from ..hypergraph import TopicHypergraph, build_hypergraph, embed_texts, extend_text_embeddings
 from ..params import PipelineParams, choice, flag, integer, path, real
 from ..ranking import PAD_SCORE, reciprocal_rank_fusion, topk_rows
 from .base import Pipeline
@@ -188,6 +193,31 @@ class STITCH(Pipeline):
             text_emb = embed_texts(ex.texts, corpus, self.X, comp.embedder, progress=progress)
         else:  # the binary prior never looks at topic/description embeddings
             text_emb = np.zeros((len(ex.texts), 0), np.float32)
+        self.H = build_hypergraph(ex, text_emb, self.max_group_chunks)
+        comp.bm25(who=self.name)
+        self._cache = {}
+
+    def _add(self, start: int, progress: bool) -> None:
+        """Passages ``[start, N)`` were appended (issue 13; the SPEC §2 "Index" steps on the grown
+        corpus): the shared extraction was extended by
+        :func:`~hopgraph.engine.extraction.extend_extraction` (old text ids kept), so the old topic
+        and description embeddings are kept and only the new texts are embedded
+        (:func:`~hopgraph.engine.hypergraph.extend_text_embeddings`); the hypergraph and its chunk
+        graph are rebuilt from the extraction (:func:`build_hypergraph`, arithmetic only) and the
+        query caches reset. The result is a fresh fit's whenever the extension equals a fresh
+        extraction (its one approximation, a sentence-initial span of an old passage, lasts until
+        ``Index.compact()``). With an ``extractions=`` file the file is read again and the pipeline
+        refitted (its entries for the new passages, if any, come from the file)."""
+        comp = self.components
+        if self.extractions:
+            self._fit(progress)
+            return
+        corpus = comp.require_corpus(self.name)
+        ex = comp.extraction(self.title_entities, self.numbers, who=self.name)
+        if ex.n_chunks != len(self.X) or len(ex.texts) < len(self.H.text_emb):
+            raise InputError(f"{self.name}: the extraction covers {ex.n_chunks} passages and {len(ex.texts)} texts, "
+                             f"the index {len(self.X)} passages and {len(self.H.text_emb)} embedded texts")
+        text_emb = extend_text_embeddings(self.H.text_emb, ex.texts, corpus, self.X, comp.embedder, progress)
         self.H = build_hypergraph(ex, text_emb, self.max_group_chunks)
         comp.bm25(who=self.name)
         self._cache = {}
