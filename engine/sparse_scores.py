@@ -39,6 +39,11 @@ class SeedEdges(NamedTuple):
     column: np.ndarray
     contribution: np.ndarray
 
+    def keys(self, n_cols: int) -> np.ndarray:
+        """``query · n_cols + column`` (int64 [E]): the edges' join keys (repeated where several
+        seeds of a query reach one passage)."""
+        return self.query * np.int64(n_cols) + self.column
+
 
 class Entries(NamedTuple):
     """Sparse rows of a ``[B, N]`` score matrix: ``query`` (int64 [P]), ``column`` (int64 [P]),
@@ -96,8 +101,7 @@ def diffusion_entries(graph: CSR, seed_ids: np.ndarray, seed_weights: np.ndarray
     (query, passage) pair with an edge from a seed, including pairs whose y is 0 (zero-weight
     edges or zero seed weight); every other column of y is 0."""
     edges = seed_edges(graph, seed_ids, seed_weights)
-    keys = edges.query * np.int64(graph.n_cols) + edges.column
-    uniq, inverse = np.unique(keys, return_inverse=True)
+    uniq, inverse = np.unique(edges.keys(graph.n_cols), return_inverse=True)
     y = np.bincount(inverse.ravel(), weights=edges.contribution, minlength=len(uniq)).astype(np.float32)
     n = np.int64(max(graph.n_cols, 1))
     return Entries(uniq // n, uniq % n, y)
@@ -115,9 +119,9 @@ def join(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndar
 def lookup(entries: Entries, n_cols: int, keys: np.ndarray) -> np.ndarray:
     """The value of ``entries`` at each of the join ``keys`` (:func:`pair_keys`), 0 where it has
     no entry (float32, ``keys``' shape)."""
-    pos, found = join(entries.keys(n_cols), keys)
     if not len(entries.value):
         return np.zeros(np.shape(keys), np.float32)
+    pos, found = join(entries.keys(n_cols), keys)
     return np.where(found, entries.value[pos], np.float32(0.0))
 
 
@@ -133,7 +137,7 @@ def diffusion_at(graph: CSR, seed_ids: np.ndarray, seed_weights: np.ndarray | No
         return out
     edges = seed_edges(graph, seed_ids, seed_weights)
     uniq, inverse = np.unique(pair_keys(columns, graph.n_cols)[valid], return_inverse=True)
-    pos, found = join(uniq, edges.query * np.int64(graph.n_cols) + edges.column)
+    pos, found = join(uniq, edges.keys(graph.n_cols))
     # the matching edges keep their order, so each sum adds the op's products in the op's order
     sums = np.bincount(pos[found], weights=edges.contribution[found], minlength=len(uniq))
     out[valid] = sums[inverse.ravel()].astype(np.float32)
