@@ -3,7 +3,7 @@
 Index (``fit``, SPEC §1 index steps 1-6): the density of every passage (step 1, op
 ``density``) and the hub penalty ``pen_j = exp(−beta · nd_j)`` (step 2, ``beta`` = 1) weight
 the gain graph W (steps 3-5, op ``gain_knn``; CSR indptr/indices/data). T = W row-normalised
-(step 6) is applied on the fly by op ``sparse_diffusion``. Besides W, the pipeline keeps what
+(step 6) is applied on the fly at query time, on the rows the query reads. Besides W, the pipeline keeps what
 ``add`` needs: the penalty of every passage (float32 [N]) and the size and density range of
 the last build (saved as ``penalty.npy`` and ``density_build.npy``).
 
@@ -55,9 +55,22 @@ corpus is ``G3RAG(published=True, mode="exact")`` (the ``published_exact`` ablat
 
 ``ablations`` (``hopgraph eval --ablations``): ``published``, ``published_exact``,
 ``published_hybrid_seeds``, ``no_graph`` (γ = 0), ``no_lexical``, ``expand``; their measured
-Recall is in the README ("Defaults and the measurements behind them"). Search is batched:
-one sparse product per chunk of at most ``QUERY_CHUNK`` queries (fewer at large N, so a
-dense ``[chunk, N]`` array holds at most ``DENSE_SCORE_BUDGET`` entries).
+Recall is in the README ("Defaults and the measurements behind them").
+
+Query cost (issue 14): search runs in chunks of ``QUERY_CHUNK`` queries and allocates nothing
+of size N — no ``[chunk, N]`` score, diffusion or cosine array
+(:mod:`hopgraph.engine.sparse_scores`). Query step 1's seeds and the fused candidates come
+from the shared dense index (and BM25) top lists; step 2's ``y = pᵀT`` reads only the CSR rows
+of the seeds / candidates (≤ ``seed_k · k`` or ``n_candidates · k`` edges per query):
+``"mask"`` keeps y on the passages those rows reach (steps 3-4 rank them), ``"fused"`` joins
+the candidates' rows on the candidates' ids (only candidates are ranked), and ``expand=True``
+ranks the candidates plus the passages their rows reach, with the cosines of those pairs
+only. (The exception is ``seeds="hybrid"``: its dense+BM25 fusion, shared with the hybrid
+pipeline, :func:`~hopgraph.engine.pipelines.hybrid.hybrid_ranking`, still fuses into a
+``[chunk, N]`` array.) Filters (``allowed``; deleted passages): the walk may pass through a filtered passage,
+which is never returned; k results come back whenever k passages pass. The scores equal the
+former dense computation's (same float64 sums in the same order); the graph part of a query
+costs O(B · n_candidates · k) whatever N is.
 """
 from __future__ import annotations
 
@@ -74,8 +87,11 @@ from ..errors import IndexFormatError, InputError
 from ..graph import CSR, check_csr, hub_penalty
 from ..graph_update import added_density, added_penalty, extend_gain_graph
 from ..params import PipelineParams, choice, flag, integer, real
-from ..ranking import PAD_ID, PAD_SCORE, topk_rows
+from ..ranking import PAD_ID, PAD_SCORE
+from ..sparse_scores import (Entries, allowed_at, diffusion_at, diffusion_entries, join, lookup, pair_cosines,
+                             pair_keys, topk_entries)
 from ..storage import check_finite, load_array, load_arrays, save_arrays
+from ..timing import StageTimer
 from .base import Pipeline
 from .hybrid import hybrid_ranking
 
@@ -84,11 +100,8 @@ MODES = ("knn", "exact", "ann", "auto")
 #: candidates an IVF ("ann") build scores per row (CELL_SIZE · DEFAULT_NPROBE): adding more passages than
 #: this at once to an "ann" graph refits it (cheaper than scoring each new row against all N)
 ANN_CANDIDATES_PER_ROW = CELL_SIZE * DEFAULT_NPROBE
-#: queries per sparse product (bounds the dense [chunk, N] diffusion output)
+#: queries per chunk of a search (one dense top-k call and one sparse diffusion per chunk)
 QUERY_CHUNK = 256
-#: and at most this many entries per dense [chunk, N] array, so that a query process over a
-#: 10⁶-passage index stays small (issue 5: 16 queries per chunk at N = 10⁶)
-DENSE_SCORE_BUDGET = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -254,7 +267,9 @@ class G3RAG(Pipeline):
     def search(self, Q: np.ndarray, top_k: int = 5,
                query_texts: Sequence[str] | None = None, allowed: np.ndarray | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
-        """SPEC §1 query steps 1-4 (``scoring="mask"``) or the fused scoring; batched."""
+        """SPEC §1 query steps 1-4 (``scoring="mask"``) or the fused scoring, in chunks of
+        :data:`QUERY_CHUNK` queries; every array is sized by the seeds' and candidates' edges,
+        none by N (issue 14). ``allowed`` (bool [N]): the passages that may be returned."""
         Q = self._check_queries(Q, top_k, query_texts)
         has_bm25 = self.components.corpus is not None
         if self.seeds == "hybrid" and self.scoring == "mask":
@@ -266,21 +281,13 @@ class G3RAG(Pipeline):
         needs_text = has_bm25 and query_texts is not None
         ids = np.full((len(Q), top_k), PAD_ID, np.int64)
         scores = np.full((len(Q), top_k), PAD_SCORE, np.float32)
-        chunk = max(1, min(QUERY_CHUNK, DENSE_SCORE_BUDGET // max(len(self.X), 1)))
         run = self._search_masked if self.scoring == "mask" else self._search_fused
         timer = self._timer()
-        for c0 in range(0, len(Q), chunk):
-            texts = list(query_texts[c0:c0 + chunk]) if needs_text else None
-            batch = self.components.batch(Q[c0:c0 + chunk], texts, allowed)
-            ids[c0:c0 + chunk], scores[c0:c0 + chunk] = run(batch, top_k, timer)
+        for c0 in range(0, len(Q), QUERY_CHUNK):
+            texts = list(query_texts[c0:c0 + QUERY_CHUNK]) if needs_text else None
+            batch = self.components.batch(Q[c0:c0 + QUERY_CHUNK], texts, allowed)
+            ids[c0:c0 + QUERY_CHUNK], scores[c0:c0 + QUERY_CHUNK] = run(batch, top_k, timer)
         return ids, scores
-
-    def _diffuse(self, seed_ids: np.ndarray, seed_weights: np.ndarray | None) -> np.ndarray:
-        from ...kernels import call
-
-        g = self.graph
-        return call("sparse_diffusion", seed_ids, seed_weights, g.indptr, g.indices, g.data, g.n_cols,
-                    device=self.device)
 
     def _relevance_ranking(self, batch: QueryBatch, depth: int) -> tuple[np.ndarray, np.ndarray]:
         """Seed ranking of the masked scoring: dense cosine, or dense+BM25 RRF (``seeds="hybrid"``)."""
@@ -288,20 +295,23 @@ class G3RAG(Pipeline):
             return batch.dense_topk(depth)
         return hybrid_ranking(batch, depth, self.hybrid_depth)
 
-    def _search_masked(self, batch: QueryBatch, top_k: int, timer) -> tuple[np.ndarray, np.ndarray]:
-        """The published query (SPEC §1 query steps 1-4)."""
+    def _search_masked(self, batch: QueryBatch, top_k: int, timer: StageTimer) -> tuple[np.ndarray, np.ndarray]:
+        """The published query (SPEC §1 query steps 1-4) on the passages the seeds reach:
+        step 1 seeds, step 2 ``y = pᵀT`` over the seeds' CSR rows only, step 3 seeds masked (and
+        passages with y = 0, and filtered ones: the walk may pass through them, they are never
+        returned), step 4 seeds, then the top diffused passages, filled with the next most
+        relevant."""
         n, B = len(self.X), len(batch)
         seed_k = min(self.seed_k, n)
         with timer("seeds"):
             rank_ids, rank_scores = self._relevance_ranking(batch, min(seed_k + top_k, n))
         seeds = rank_ids[:, :seed_k]
         with timer("diffusion"):
-            y = self._diffuse(seeds, None)
+            y = diffusion_entries(self.graph, seeds, None)
         with timer("ranking"):
-            np.put_along_axis(y, np.where(seeds >= 0, seeds, 0), -np.inf, axis=1)  # step 3: seed masking
-            y[~(y > 0)] = -np.inf  # only passages diffusion reached
-            batch.mask_scores(y)  # filtered / deleted passages may be passed through, never returned
-            diff_ids, diff_scores = topk_rows(y, top_k)
+            _, is_seed = join(np.unique(pair_keys(seeds, n)), y.keys(n))  # step 3: seed masking
+            keep = ~is_seed & (y.value > 0) & allowed_at(batch.allowed, y.column)
+            diff_ids, diff_scores = topk_entries(y.query[keep], y.column[keep], y.value[keep], B, top_k)
             ids = np.full((B, top_k), PAD_ID, np.int64)
             scores = np.full((B, top_k), PAD_SCORE, np.float32)
             for b in range(B):
@@ -348,31 +358,53 @@ class G3RAG(Pipeline):
             out_ids[b, :len(order)], out[b, :len(order)] = u[order], r[order]
         return out_ids, out
 
-    def _search_fused(self, batch: QueryBatch, top_k: int, timer) -> tuple[np.ndarray, np.ndarray]:
-        """Issue #6 scoring: ``relevance + γ · y / max y`` with ``y = pᵀT``, ``p = softmax(relevance/τ)``
-        over the candidates; only candidates are ranked unless ``expand``."""
+    def _search_fused(self, batch: QueryBatch, top_k: int, timer: StageTimer) -> tuple[np.ndarray, np.ndarray]:
+        """Issue #6 scoring: ``relevance + γ · y / max y`` with ``y = pᵀT`` (SPEC §1 query step 2),
+        ``p = softmax(relevance/τ)`` over the candidates. Only the candidates are ranked, so y is
+        computed at the candidates only (their CSR rows joined on their ids); with ``expand`` the
+        passages the candidates' rows reach are ranked too, scored ``cos + γ · y / max y`` with
+        the cosines of those pairs only. Passages outside both would be ranked by their cosine
+        alone, which never exceeds the last candidate's relevance (the candidates are the
+        ``max(n_candidates, top_k)`` most relevant), so they are left out (an exact tie with a
+        candidate, e.g. a duplicate passage, goes to the candidate)."""
         n, B = len(self.X), len(batch)
         m = min(max(self.n_candidates, top_k), n)
         with timer("relevance"):
             cand, rel = self._relevance(batch, m)
             valid = cand >= 0
-            rows = np.broadcast_to(np.arange(B)[:, None], cand.shape)
-            if self.expand:
-                score = batch.mask_scores(batch.cosine().copy())  # outside the candidates: cosine
-            else:
-                score = np.full((B, n), -np.inf, np.float32)
-            score[rows[valid], cand[valid]] = rel[valid]
+            b_of = np.broadcast_to(np.arange(B, dtype=np.int64)[:, None], cand.shape)
+        score = np.where(valid, rel, -np.inf).astype(np.float32)
+        extra: Entries | None = None  # expand: the reached passages that are not candidates
         if self.gamma > 0:
             with timer("diffusion"):
                 top = np.where(valid[:, :1], rel[:, :1], 0.0)  # a row without candidates gets p = 0
                 z = np.where(valid, np.exp((np.where(valid, rel, top) - top) / self.tau), 0.0)
                 total = z.sum(axis=1, keepdims=True)
                 p = np.divide(z, total, out=np.zeros_like(z), where=total > 0).astype(np.float32)
-                y = self._diffuse(cand, p)
+                if self.expand:
+                    reached = diffusion_entries(self.graph, cand, p)
+                    y_cand = lookup(reached, n, pair_keys(cand, n))
+                    y_max = np.zeros(B, np.float32)  # max y over every passage, as normalisation
+                    np.maximum.at(y_max, reached.query, reached.value)
+                    y_max = y_max[:, None]
+                else:
+                    y_cand = diffusion_at(self.graph, cand, p, cand)
+                    y_max = y_cand.max(axis=1, keepdims=True, initial=np.float32(0.0))
             with timer("ranking"):
-                if not self.expand:
-                    y[~np.isfinite(score)] = 0.0
-                top = y.max(axis=1, keepdims=True)
-                score += self.gamma * np.divide(y, top, out=np.zeros_like(y), where=top > 0)
+                score += self.gamma * np.divide(y_cand, y_max, out=np.zeros_like(y_cand), where=y_max > 0)
+                if self.expand:
+                    _, in_cand = join(np.unique(pair_keys(cand, n)), reached.keys(n))
+                    out = ~in_cand & allowed_at(batch.allowed, reached.column)
+                    extra = Entries(reached.query[out], reached.column[out], reached.value[out])
+        if extra is not None:
+            with timer("cosine"):
+                cos = pair_cosines(batch.Q, self.components.dense.rows, extra.query, extra.column)
+            with timer("ranking"):
+                y = extra.value
+                scale = y_max[extra.query, 0]
+                cos += self.gamma * np.divide(y, scale, out=np.zeros_like(y), where=scale > 0)
+                return topk_entries(np.concatenate([b_of[valid], extra.query]),
+                                    np.concatenate([cand[valid], extra.column]),
+                                    np.concatenate([score[valid], cos]), B, top_k)
         with timer("ranking"):
-            return topk_rows(score, top_k)
+            return topk_entries(b_of[valid], cand[valid], score[valid], B, top_k)
