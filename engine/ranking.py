@@ -23,6 +23,7 @@ def topk_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         return ids, out
     if kk < N:
         part = np.argpartition(-scores, kk - 1, axis=1)[:, :kk]
+        _lowest_columns_at_ties(scores, part)
     else:
         part = np.broadcast_to(np.arange(N), (B, N))
     part_scores = np.take_along_axis(scores, part, axis=1)
@@ -33,6 +34,19 @@ def topk_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     ids[:, :kk] = np.where(valid, top, PAD_ID)
     out[:, :kk] = np.where(valid, top_scores, PAD_SCORE)
     return ids, out
+
+
+def _lowest_columns_at_ties(scores: np.ndarray, part: np.ndarray) -> None:
+    """``argpartition`` keeps an arbitrary member of a tie across the k-th place: in the rows where
+    that happens, put the lowest tied columns into ``part`` (in place), so ties break toward the
+    lower column as :func:`topk_rows` promises."""
+    kth = np.take_along_axis(scores, part, axis=1).min(axis=1)
+    tied_inside = (np.take_along_axis(scores, part, axis=1) == kth[:, None]).sum(axis=1)
+    tied_total = (scores == kth[:, None]).sum(axis=1)
+    for b in np.flatnonzero((tied_total > tied_inside) & np.isfinite(kth)):
+        above = np.flatnonzero(scores[b] > kth[b])
+        tied = np.flatnonzero(scores[b] == kth[b])[: part.shape[1] - len(above)]
+        part[b] = np.concatenate([above, tied])
 
 
 def reciprocal_rank_fusion(rankings: list[np.ndarray], n_items: int, k: int = 60) -> np.ndarray:

@@ -26,3 +26,14 @@ def test_rrf():
     f = reciprocal_rank_fusion([a, b], 4, k=60)
     assert np.isclose(f[0, 1], 1 / 62 + 1 / 61) and np.isclose(f[0, 0], 1 / 61 + 1 / 63)
     assert np.isclose(f[0, 2], 1 / 62) and f[0, 3] == 0
+
+
+def test_topk_rows_keeps_the_lowest_columns_of_a_tie_across_the_kth_place(rng):
+    """argpartition alone keeps an arbitrary member of a tie that straddles the k-th place."""
+    for _ in range(50):
+        scores = rng.integers(0, 4, (6, 40)).astype(np.float32)  # many ties
+        for k in (1, 3, 7, 39):
+            ids, top = topk_rows(scores, k)
+            order = np.lexsort((np.broadcast_to(np.arange(40), scores.shape), -scores), axis=1)[:, :k]
+            np.testing.assert_array_equal(ids, order)
+            np.testing.assert_array_equal(top, np.take_along_axis(scores, order, 1))
