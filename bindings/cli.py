@@ -459,6 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
 EXIT_USER_ERROR = 2
 #: exit status of an internal error (a bug in hopgraph): the traceback, then one summary line
 EXIT_INTERNAL_ERROR = 1
+#: exit status after Ctrl-C / SIGINT (128 + 2, as shells report it): one line on stderr
+EXIT_INTERRUPTED = 130
 
 
 def describe_user_error(e: BaseException) -> str | None:
@@ -489,12 +491,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     0 on success; :data:`EXIT_USER_ERROR` (2) with one line ``hopgraph COMMAND: error: ...``
     on stderr for a user error (see :func:`describe_user_error`), no traceback;
     :data:`EXIT_INTERNAL_ERROR` (1) with the traceback and a line saying it is a bug for
-    anything else (KeyboardInterrupt propagates: an interrupted ``index`` leaves its work directory
-    for ``--resume``). argparse's own usage errors exit 2 as usual.
+    anything else; :data:`EXIT_INTERRUPTED` (130) with one line for Ctrl-C / SIGINT (an interrupted
+    ``index`` leaves its work directory for ``--resume``). argparse's own usage errors exit 2 as usual.
     """
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except KeyboardInterrupt:
+        hint = "; add --resume to continue from the last finished chunk" if args.command == "index" else ""
+        print(f"hopgraph {args.command}: interrupted{hint}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except Exception as e:
         message = describe_user_error(e)
         if message is not None:

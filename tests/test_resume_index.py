@@ -112,8 +112,10 @@ def test_cli_resume_after_interruption(tmp_path, demo_corpus, monkeypatch, capsy
         return real(self, texts, batch_size, progress)
 
     monkeypatch.setattr(embedders.HashingEmbedder, "encode", flaky)
-    with pytest.raises(KeyboardInterrupt):
-        cli.main(args)
+    capsys.readouterr()
+    assert cli.main(args) == cli.EXIT_INTERRUPTED == 130
+    err = capsys.readouterr().err
+    assert err == "hopgraph index: interrupted; add --resume to continue from the last finished chunk\n"
     assert not out.exists()
     state = json.loads((tmp_path / "idx.work" / streaming.STATE_FILE).read_text())
     assert state["done"] == 16                                       # one chunk of 16 × batch 1
