@@ -18,9 +18,9 @@ ties toward the lower row (as :func:`~hopgraph.engine.ranking.topk_rows`). The a
 only decides which rows are looked at; a score is never approximate.
 
 Why IVF + SQ8, measured by ``bench/bench_dense_ann.py`` (2 shared cores, one run, 256
-generated queries, k = 10): at 10⁶ rows it built in 53 s (0.5 s to load once saved), answered
-995 q/s (nprobe 64; 16x the exact file scan) with the exact top-10 (overlap 1.0) in 0.71 GB
-RSS; HNSW (M 32) took 167 s and 2.0 GB and kept 0.81 / 0.87 of the exact top-10 at efSearch
+generated queries, k = 10): at 10⁶ rows it built in 51 s (0.3 s to load once saved), answered
+1,057 q/s (nprobe 64; 13x the exact file scan) with the exact top-10 (overlap 1.0) in 0.71 GB
+RSS; HNSW (M 32) took 154 s and 2.0 GB and kept 0.81 / 0.87 of the exact top-10 at efSearch
 64 / 128; the float IVF (``IndexIVFFlat``) gave the same candidates from a second float32
 copy of X (1.9 GB). 4√N cells and nprobe 64: on all-MiniLM-L6-v2 question → passage search
 (the 200 shared questions over 60,000 passages) they kept 0.99 of the exact top-10 (nprobe
@@ -248,6 +248,7 @@ def train_and_fill(index: faiss.IndexIVF, X: np.ndarray, seed: int = KMEANS_SEED
     sample = np.sort(np.random.default_rng(seed).choice(n, min(n, TRAIN_POINTS_PER_LIST * index.nlist), replace=False))
     index.cp.niter, index.cp.seed = KMEANS_NITER, seed
     index.cp.max_points_per_centroid = TRAIN_POINTS_PER_LIST
+    index.cp.min_points_per_centroid = 1      # only a warning below 39 (a one-cell index of a tiny X)
     index.train(np.ascontiguousarray(gather_rows(X, sample), dtype=np.float32))
     for _, block in row_blocks(X):
         index.add(block)
