@@ -4,7 +4,9 @@ by every pipeline that declares it needs it (``Pipeline.components``).
 
 * corpus — :class:`~hopgraph.engine.corpus.Corpus` (memory-mapped packed strings once saved);
 * ``dense`` — :class:`~hopgraph.engine.dense_index.DenseIndex` over X (X itself is the index's
-  ``embeddings.npy``; nothing else is written for it);
+  ``embeddings.npy``); ``dense="auto" | "exact" | "ann"`` (None: the environment variable
+  ``HOPGRAPH_DENSE``, else ``"auto"``) chooses exact search or IVF candidates rescored exactly,
+  the IVF index (``auto``: from ``dense_index.ANN_MIN_N`` rows up) saved as ``dense-ivf/``;
 * ``bm25`` — :class:`~hopgraph.engine.bm25_index.BM25Index` with the index's ``"bm25"``
   parameters (a pipeline variant asking for other BM25 parameters gets its own, not saved
   over the shared one);
@@ -29,7 +31,7 @@ import numpy as np
 
 from .bm25_index import BM25Index, BM25Params
 from .corpus import Corpus
-from .dense_index import DenseIndex
+from .dense_index import DenseIndex, dense_method, dense_mode
 from .embedders import Embedder
 from .errors import IndexFormatError, InputError
 from .extraction import Extraction, extend_extraction, extract
@@ -45,10 +47,13 @@ class Components:
     """The shared parts of one index (module docstring). ``X`` is validated by the caller."""
 
     def __init__(self, X: np.ndarray, corpus: Corpus | None = None, embedder: Embedder | None = None,
-                 bm25: BM25Params | dict[str, Any] | None = None, progress: bool = False) -> None:
+                 bm25: BM25Params | dict[str, Any] | None = None, progress: bool = False,
+                 dense: str | None = None) -> None:
         if corpus is not None and len(corpus) != len(X):
             raise InputError(f"corpus has {len(corpus)} passages but X has {len(X)} rows")
         self.X, self.corpus, self.embedder, self.progress = X, corpus, embedder, progress
+        #: the dense search mode (``dense_index.DENSE_MODES``), resolved once
+        self.dense_mode = dense_mode(dense)
         self.bm25_params = BM25Params.create(bm25)
         self._dense: DenseIndex | None = None
         self._bm25: dict[BM25Params, BM25Index] = {}
@@ -68,7 +73,7 @@ class Components:
     def dense(self) -> DenseIndex:
         if self._dense is None:
             t0 = time.perf_counter()
-            self._dense = DenseIndex(self.X)
+            self._dense = DenseIndex(self.X, self.dense_mode)
             self.builds["dense"].append(time.perf_counter() - t0)
         return self._dense
 
@@ -135,8 +140,11 @@ class Components:
 
     # ------------------------------------------------------------------ persistence
     def save(self, directory: Path) -> dict[str, Any]:
-        """Write every built BM25 index and extraction under ``directory``; returns the manifest entry."""
+        """Write every built BM25 index and extraction under ``directory``, and the dense IVF index
+        when the dense search uses one (built now if not yet); returns the manifest entry."""
         entry: dict[str, Any] = {"bm25": [], "extraction": []}
+        if dense_method(self.dense_mode, len(self.X)) == "ann":
+            entry["dense"] = {"dir": "dense-ivf", **self.dense.save_ivf(directory / "dense-ivf")}
         for i, (params, bm25) in enumerate(self._bm25.items()):
             name = f"bm25-{i}"
             bm25.save(directory / name)
@@ -149,10 +157,17 @@ class Components:
 
     @classmethod
     def load(cls, directory: Path, entry: dict[str, Any], X: np.ndarray, corpus: Corpus,
-             embedder: Embedder | None, bm25: dict[str, Any] | None, progress: bool = False) -> "Components":
-        """Open the saved components (BM25 memory-mapped, extraction arrays memory-mapped)."""
-        self = cls(X, corpus, embedder, bm25, progress)
+             embedder: Embedder | None, bm25: dict[str, Any] | None, progress: bool = False,
+             dense: str | None = None) -> "Components":
+        """Open the saved components (BM25 memory-mapped, extraction arrays memory-mapped, the dense
+        IVF index validated and read into memory when this mode searches with it)."""
+        self = cls(X, corpus, embedder, bm25, progress, dense)
         try:
+            if entry.get("dense") is not None:
+                t0 = time.perf_counter()
+                item = entry["dense"]
+                self._dense = DenseIndex.load(directory / item["dir"], item, X, self.dense_mode)
+                self.builds["dense"].append(time.perf_counter() - t0)
             for item in entry.get("bm25", []):
                 params = BM25Params.create(item["params"])
                 if not (directory / item["dir"]).is_dir():
