@@ -163,7 +163,7 @@ def rescore_rows(X: np.ndarray, rows: np.ndarray, cols: np.ndarray, target_penal
     from ..kernels.gain_knn import select_topk, tile_candidates, weights_function
 
     cols = np.asarray(cols, np.int64)
-    weights = weights_function(len(X))
+    weights = weights_function(len(X) * len(cols))  # every row weighs about len(cols) candidates
     Xc = torch.from_numpy(np.ascontiguousarray(X[cols], dtype=np.float32))
     pen = torch.from_numpy(np.ascontiguousarray(target_penalty[cols], dtype=np.float32))
     cols_t = torch.from_numpy(cols)

@@ -239,7 +239,7 @@ def extend_gain_graph(graph: CSR, X: np.ndarray, start: int, penalty: np.ndarray
     thr_t = torch.from_numpy(thr)
     pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     n_pending = 0
-    weights = weights_function(n)
+    weights = weights_function((n - start) * (n + start))  # new rows × all, old rows × new
     if k > 0:
         for b0, b1 in _blocks(_row_blocks(start, n, block_entries), progress, "gain-kNN (added rows)"):
             S = _similarities(Xt, b0, b1)

@@ -17,9 +17,12 @@ Semantics shared by the CPU and Triton paths (they agree on indices exactly):
 
 The CPU path computes the similarity in row blocks × column blocks with torch matmul
 (multi-threaded BLAS), exploiting ``s_ij = s_ji`` so each block product is used for both
-directions, fuses band, gain and penalty into the tile (one torch.compile'd pass for
-large N) and pushes it into per-row faiss heaps of size k + 1: the N×N matrix never
-exists. Exact tie-breaking uses an int64 key ``(float bits of w) << 32 | (2^31 − 1 − j)``,
+directions, and pushes the weights into per-row faiss heaps of size k + 1: the N×N matrix
+never exists. The band and gain of a tile (which are symmetric) are computed once for both
+directions, then multiplied by the target penalty of each side (:func:`pair_weights`).
+torch.compile fuses that arithmetic into one loop (about 3x faster per entry) but costs
+tens of seconds per fresh process, so it is used only where a build weighs enough entries
+to pay for it (:data:`COMPILE_MIN_ENTRIES`, measured by ``bench/bench_cold_start.py``). Exact tie-breaking uses an int64 key ``(float bits of w) << 32 | (2^31 − 1 − j)``,
 unique per row; rows with a tie at the k-th place are redone with it.
 """
 from __future__ import annotations
@@ -37,10 +40,16 @@ from .csr import CSR, csr_from_topk
 from .dispatch import register
 from .tensors import as_tensor
 
-#: above this many similarity entries (N²) the tile arithmetic is compiled with
-#: torch.compile (one fused pass instead of ~8); set HOPGRAPH_COMPILE=0 to disable
-COMPILE_MIN_ENTRIES = 10_000 ** 2
+#: a build that weighs at least this many similarity entries (N² for the exact graph) compiles
+#: the tile arithmetic with torch.compile. A fresh process pays 25-50 s for the compile (empty
+#: cache, 2-core CPU) and saves 5-15 ns per entry, so it breaks even around 5·10⁹ entries
+#: (N ≈ 70,000 exact); below, the eager path is faster end to end (``bench/bench_cold_start.py``).
+#: ``HOPGRAPH_COMPILE``: ``auto`` (default, this threshold), ``1`` (always), ``0`` (never).
+COMPILE_MIN_ENTRIES = 5 * 10 ** 9
 _LOW31 = 0x7FFFFFFF
+#: rows of a tile multiplied-and-transposed per call in :func:`pair_weights` (a strip that stays
+#: in cache: 3x faster than ``(g * p).T.contiguous()`` on 2048² tiles here)
+TRANSPOSE_ROWS = 32
 
 
 # ---------------------------------------------------------------------- validation
@@ -125,13 +134,39 @@ def edge_weights(S: torch.Tensor, pen: torch.Tensor, sim_min: float, sim_max: fl
     return w.contiguous()  # a transposed tile is written row-major in the same pass
 
 
+def pair_weights(S: torch.Tensor, pen_rows: torch.Tensor, pen_cols: torch.Tensor, sim_min: float,
+                 sim_max: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """SPEC §1 steps 3-5 on a tile ``S = X[rows] X[cols]ᵀ`` in both directions at once: the
+    weights of row → column edges ``[rows, cols]`` and of column → row edges ``[cols, rows]``
+    (row-major). Band and gain are symmetric, so they are computed once; out of the band the
+    weight is 0 (not an edge, like -inf in :func:`edge_weights`). The in-band values equal
+    :func:`edge_weights` bit for bit (same operations in the same order)."""
+    x = S.clamp(0.0, 1.0)
+    g = torch.mul(x, x).neg_().add_(1.0).sqrt_().mul_(x)  # sqrt(1 − x²)·x, rounded as edge_weights
+    g.masked_fill_((S < sim_min) | (S > sim_max), 0.0)
+    gT = torch.empty((S.shape[1], S.shape[0]), dtype=g.dtype)
+    for r in range(0, S.shape[0], TRANSPOSE_ROWS):  # multiply and transpose in one cache-friendly pass
+        torch.mul(g[r:r + TRANSPOSE_ROWS].T, pen_rows[None, r:r + TRANSPOSE_ROWS], out=gT[:, r:r + TRANSPOSE_ROWS])
+    return g.mul_(pen_cols), gT
+
+
 _COMPILED: Callable | None = None
 
 
-def weights_function(n: int) -> Callable:
-    """:func:`edge_weights`, compiled into one fused loop for large N when torch.compile works."""
+def compile_wanted(entries: int) -> bool:
+    """Whether a build weighing ``entries`` similarity entries should use the compiled tile
+    arithmetic (``HOPGRAPH_COMPILE``: ``auto`` / ``1`` / ``0``; see :data:`COMPILE_MIN_ENTRIES`)."""
+    setting = os.environ.get("HOPGRAPH_COMPILE", "auto").strip().lower()
+    if setting not in ("auto", "0", "1"):
+        raise InputError(f"HOPGRAPH_COMPILE must be auto, 0 or 1, got {setting!r}")
+    return setting == "1" or (setting == "auto" and entries >= COMPILE_MIN_ENTRIES)
+
+
+def weights_function(entries: int) -> Callable:
+    """:func:`edge_weights`, compiled into one fused loop when a build weighs ``entries``
+    similarity entries (:func:`compile_wanted`) and torch.compile works; eager otherwise."""
     global _COMPILED
-    if n * n < COMPILE_MIN_ENTRIES or os.environ.get("HOPGRAPH_COMPILE", "1") == "0":
+    if not compile_wanted(entries):
         return edge_weights
     if _COMPILED is None:
         try:
@@ -186,7 +221,8 @@ def gain_knn_cpu(X, k: int = 32, sim_min: float = 0.3, sim_max: float = 0.9, pen
     n = X.shape[0]
     if n < 2 or k == 0:
         return finalise_csr(torch.zeros((n, 0)), torch.zeros((n, 0), dtype=torch.int64), n)
-    weights = weights_function(n)
+    weights = weights_function(n * n)
+    compiled = weights is not edge_weights
     kk = k + 1
     heap_v = np.empty((n, kk), np.float32)
     heap_c = np.empty((n, kk), np.int64)
@@ -206,12 +242,17 @@ def gain_knn_cpu(X, k: int = 32, sim_min: float = 0.3, sim_max: float = 0.9, pen
         pairs = tqdm(pairs, desc="gain-kNN blocks", unit="block")
     for a, b in pairs:
         S = X[a:a + block] @ X[b:b + block].T
-        w = weights(S, pen[b:b + block], sim_min, sim_max)
         if a == b:
+            w = weights(S, pen[b:b + block], sim_min, sim_max)
             w.diagonal().fill_(-math.inf)
-        push(w, a, b)
-        if a != b:
+            push(w, a, b)
+        elif compiled:
+            push(weights(S, pen[b:b + block], sim_min, sim_max), a, b)
             push(weights(S.T, pen[a:a + block], sim_min, sim_max), b, a)
+        else:
+            w, wT = pair_weights(S, pen[a:a + block], pen[b:b + block], sim_min, sim_max)
+            push(w, a, b)
+            push(wT, b, a)
     heaps.reorder()
     vals, cols = torch.from_numpy(heap_v[:, :k]).clone(), torch.from_numpy(heap_c[:, :k]).clone()
     tie_rows = np.nonzero((heap_v[:, k] == heap_v[:, k - 1]) & (heap_v[:, k] > 0))[0]
