@@ -38,9 +38,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import time
-import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -48,6 +46,9 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from hopgraph.benchmarks.common import median_interleaved
+from hopgraph.benchmarks.kernels import bare_loop, random_priors, symmetric_graph
+from hopgraph.benchmarks.kernels import ring_graph as generated_graph
 from hopgraph.engine.hypergraph import column_stochastic
 from hopgraph.kernels import call
 
@@ -63,51 +64,6 @@ IGRAPH_TARGET = 20.0
 BARE_TARGET = 1.25
 
 
-def generated_graph(n: int, m: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(src, dst) of the ``ring+random`` family: a directed ring plus m − n random edges."""
-    rng = np.random.default_rng(seed)
-    src = np.r_[np.arange(n), rng.integers(0, n, m - n)]
-    dst = np.r_[(np.arange(n) + 1) % n, rng.integers(0, n, m - n)]
-    return src, dst
-
-
-def symmetric_graph(n: int, m: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(src, dst) of the ``symmetric random`` family: m/2 undirected edges stored both ways —
-    a random pairing of the chunks (every chunk gets an edge, so none is dangling) plus
-    m/2 − ⌈n/2⌉ uniform random pairs."""
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(n)
-    half = (n + 1) // 2
-    u = np.r_[order[:half], rng.integers(0, n, m // 2 - half)]
-    v = np.r_[np.roll(order, -half)[:half], rng.integers(0, n, m // 2 - half)]
-    return np.r_[u, v], np.r_[v, u]
-
-
-def random_priors(B: int, n: int, nnz: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    p = np.zeros((B, n), np.float64)
-    for b in range(B):
-        p[b, rng.choice(n, nnz, replace=False)] = rng.random(nnz) + 0.1
-    return p / p.sum(1, keepdims=True)
-
-
-def bare_loop(P: sp.csr_matrix, priors: np.ndarray, d: float) -> Callable[[int], torch.Tensor]:
-    """``run(iterations)``: the bare torch CSR power iteration x ← c + d·(P @ x), float32."""
-    with warnings.catch_warnings():  # torch: "sparse CSR support is in beta"
-        warnings.simplefilter("ignore", UserWarning)
-        Pt = torch.sparse_csr_tensor(torch.from_numpy(P.indptr), torch.from_numpy(P.indices),
-                                     torch.from_numpy(P.data.astype(np.float32)), P.shape)
-    x0 = torch.from_numpy(np.ascontiguousarray(priors.T, dtype=np.float32))
-    c = (1.0 - d) * x0
-
-    def run(iterations: int) -> torch.Tensor:
-        x = x0
-        for _ in range(iterations):
-            x = c + d * (Pt @ x)
-        return x
-    return run
-
-
 def with_threads(threads: int, fn: Callable[[], object]) -> Callable[[], object]:
     def run() -> object:
         old = torch.get_num_threads()
@@ -117,17 +73,6 @@ def with_threads(threads: int, fn: Callable[[], object]) -> Callable[[], object]
         finally:
             torch.set_num_threads(old)
     return run
-
-
-def median_interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Median seconds of each callable over ``repeats`` rounds, the callables interleaved."""
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def loadavg() -> str:

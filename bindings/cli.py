@@ -281,6 +281,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(embedder=args.embedder, device=args.device, progress=not args.quiet)
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    """``hopgraph bench``: side-by-side benchmark tables (:mod:`hopgraph.benchmarks`, issue 14)."""
+    from .benchmarks import parse_groups, run
+
+    groups = parse_groups(args.only)
+    if args.json is not None and not Path(args.json).resolve().parent.is_dir():
+        raise InputError(f"--json {args.json}: its folder does not exist")
+    report = run(full=args.full, scale=args.scale, groups=groups, data=args.data, embedder=args.embedder,
+                 progress=not args.quiet, emit=lambda text: print(text, flush=True))
+    if args.json is not None:
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {args.json}")
+    return 0
+
+
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Every option's help ends with its default, unless it has none (None, an unset flag) or names it already."""
 
@@ -445,6 +460,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="index the bundled demo corpus and query every pipeline")
     common(p)
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("bench", help="benchmark tables to size a deployment: kernels vs their anchors, the "
+                       "fresh-process build, build costs, queries/s with and without question embedding")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="small sizes, a few minutes on 2 cores (the default)")
+    size.add_argument("--full", action="store_true", help="the README's sizes (N = 20,000 gain-kNN, 10⁵-chunk "
+                      "PPR graphs with 10⁶ edges, 20,000 passages; tens of minutes)")
+    p.add_argument("--scale", type=float, default=1.0, help="multiply every size by this factor")
+    p.add_argument("--only", metavar="GROUPS", help="comma-separated subset of kernels,cold_start,pipelines")
+    p.add_argument("--data", type=Path, metavar="DIR", help="pipelines on a benchmark folder (corpus.jsonl + "
+                   "questions.jsonl) instead of a generated corpus")
+    p.add_argument("--json", metavar="FILE", help="also write every table as JSON")
+    p.add_argument("--embedder", default="minilm", help="the pipelines' embedder: 'minilm', 'hashing-DIM', ...")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_bench)
 
     from .serve.limits import add_serve_arguments
 
