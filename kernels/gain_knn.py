@@ -19,10 +19,11 @@ The CPU path computes the similarity in row blocks × column blocks with torch m
 (multi-threaded BLAS), exploiting ``s_ij = s_ji`` so each block product is used for both
 directions, and pushes the weights into per-row faiss heaps of size k + 1: the N×N matrix
 never exists. The band and gain of a tile (which are symmetric) are computed once for both
-directions, then multiplied by the target penalty of each side (:func:`pair_weights`).
-torch.compile fuses that arithmetic into one loop (about 3x faster per entry) but costs
-tens of seconds per fresh process, so it is used only where a build weighs enough entries
-to pay for it (:data:`COMPILE_MIN_ENTRIES`, measured by ``bench/bench_cold_start.py``). Exact tie-breaking uses an int64 key ``(float bits of w) << 32 | (2^31 − 1 − j)``,
+directions, then multiplied by the target penalty of each side (:func:`gain_weights`, numpy
+strips that stay in cache). torch.compile would fuse that arithmetic into one loop but costs
+about a minute per fresh process, so it is used only where a build weighs enough entries to
+pay for it (:data:`COMPILE_MIN_ENTRIES`, measured by ``bench/bench_cold_start.py``).
+Exact tie-breaking uses an int64 key ``(float bits of w) << 32 | (2^31 − 1 − j)``,
 unique per row; rows with a tie at the k-th place are redone with it.
 """
 from __future__ import annotations
@@ -41,15 +42,15 @@ from .dispatch import register
 from .tensors import as_tensor
 
 #: a build that weighs at least this many similarity entries (N² for the exact graph) compiles
-#: the tile arithmetic with torch.compile. A fresh process pays 25-50 s for the compile (empty
-#: cache, 2-core CPU) and saves 5-15 ns per entry, so it breaks even around 5·10⁹ entries
-#: (N ≈ 70,000 exact); below, the eager path is faster end to end (``bench/bench_cold_start.py``).
+#: the tile arithmetic with torch.compile. Measured (``bench/bench_cold_start.py``, N = 20,000,
+#: 2-core CPU at load 12): a fresh process pays ~58 s for the compile (empty cache) and the
+#: compiled loop saves ~1.5 s of the 13 s eager fit (3.7 ns per entry), so it breaks even
+#: around 1.5·10¹⁰ entries (N ≈ 120,000 exact); below, the eager path is faster end to end.
 #: ``HOPGRAPH_COMPILE``: ``auto`` (default, this threshold), ``1`` (always), ``0`` (never).
-COMPILE_MIN_ENTRIES = 5 * 10 ** 9
+COMPILE_MIN_ENTRIES = 2 * 10 ** 10
 _LOW31 = 0x7FFFFFFF
-#: rows of a tile multiplied-and-transposed per call in :func:`pair_weights` (a strip that stays
-#: in cache: 3x faster than ``(g * p).T.contiguous()`` on 2048² tiles here)
-TRANSPOSE_ROWS = 32
+#: rows of a tile per strip of :func:`gain_weights` (a strip of 2048 columns stays in L2)
+STRIP_ROWS = 64
 
 
 # ---------------------------------------------------------------------- validation
@@ -126,8 +127,53 @@ def finalise_csr(values: torch.Tensor, columns: torch.Tensor, n_cols: int) -> CS
 
 
 # ---------------------------------------------------------------------- tile arithmetic
+def gain_weights(S: torch.Tensor, pen_cols: torch.Tensor, sim_min: float, sim_max: float,
+                 pen_rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """SPEC §1 steps 3-5 on a similarity tile ``S [n, m]``: ``w = x·sqrt(1−x²)·pen_cols[col]``,
+    ``x = clip(S, 0, 1)``, in the band ``[sim_min, sim_max]``, else 0 (not an edge).
+
+    With ``pen_rows`` also the reverse direction ``wT [m, n]`` (row-major) of a symmetric tile
+    ``S = X[rows] X[cols]ᵀ`` — band and gain are computed once for both. numpy ufuncs on strips
+    of :data:`STRIP_ROWS` rows (in cache, single-threaded: no OpenMP barriers, which stall on a
+    busy machine) in the order of the dense reference ``x·sqrt(1−x²)·pen``; numpy's float32
+    sqrt is correctly rounded (torch's vectorised one is off by an ulp on about 0.1 % of inputs).
+    """
+    s = S.numpy()
+    pc = np.asarray(pen_cols, np.float32)
+    n, m = s.shape
+    w = np.empty((n, m), np.float32)
+    wT = np.empty((m, n), np.float32) if pen_rows is not None else None
+    pr = np.asarray(pen_rows, np.float32) if pen_rows is not None else None
+    rows = min(STRIP_ROWS, max(n, 1))
+    x, g = np.empty((rows, m), np.float32), np.empty((rows, m), np.float32)
+    low, high = np.empty((rows, m), bool), np.empty((rows, m), bool)
+    lo, hi = np.float32(sim_min), np.float32(sim_max)
+    for r in range(0, n, rows):
+        e = min(r + rows, n)
+        sr, xx, gg, ll, hh = s[r:e], x[:e - r], g[:e - r], low[:e - r], high[:e - r]
+        np.clip(sr, 0.0, 1.0, out=xx)
+        np.multiply(xx, xx, out=gg)
+        np.subtract(np.float32(1.0), gg, out=gg)
+        np.sqrt(gg, out=gg)
+        np.multiply(xx, gg, out=gg)
+        np.less(sr, lo, out=ll)
+        np.greater(sr, hi, out=hh)
+        np.logical_or(ll, hh, out=ll)
+        gg[ll] = 0.0
+        np.multiply(gg, pc, out=w[r:e])
+        if wT is not None:
+            np.multiply(gg.T, pr[None, r:e], out=wT[:, r:e])
+    return torch.from_numpy(w), (torch.from_numpy(wT) if wT is not None else None)
+
+
 def edge_weights(S: torch.Tensor, pen: torch.Tensor, sim_min: float, sim_max: float) -> torch.Tensor:
-    """SPEC §1 steps 3-5 on a similarity tile: ``x·sqrt(1−x²)·pen[col]`` in the band, else -inf."""
+    """SPEC §1 steps 3-5 on a similarity tile: ``x·sqrt(1−x²)·pen[col]`` in the band, else 0
+    (:func:`gain_weights`, one direction)."""
+    return gain_weights(S, pen, sim_min, sim_max)[0]
+
+
+def compilable_edge_weights(S: torch.Tensor, pen: torch.Tensor, sim_min: float, sim_max: float) -> torch.Tensor:
+    """:func:`edge_weights` in torch ops, for torch.compile (one fused loop): -inf out of the band."""
     x = S.clamp(0.0, 1.0)
     w = torch.sqrt(1.0 - x * x) * x * pen
     w = torch.where((S >= sim_min) & (S <= sim_max), w, torch.full_like(w, -math.inf))
@@ -136,18 +182,10 @@ def edge_weights(S: torch.Tensor, pen: torch.Tensor, sim_min: float, sim_max: fl
 
 def pair_weights(S: torch.Tensor, pen_rows: torch.Tensor, pen_cols: torch.Tensor, sim_min: float,
                  sim_max: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """SPEC §1 steps 3-5 on a tile ``S = X[rows] X[cols]ᵀ`` in both directions at once: the
-    weights of row → column edges ``[rows, cols]`` and of column → row edges ``[cols, rows]``
-    (row-major). Band and gain are symmetric, so they are computed once; out of the band the
-    weight is 0 (not an edge, like -inf in :func:`edge_weights`). The in-band values equal
-    :func:`edge_weights` bit for bit (same operations in the same order)."""
-    x = S.clamp(0.0, 1.0)
-    g = torch.mul(x, x).neg_().add_(1.0).sqrt_().mul_(x)  # sqrt(1 − x²)·x, rounded as edge_weights
-    g.masked_fill_((S < sim_min) | (S > sim_max), 0.0)
-    gT = torch.empty((S.shape[1], S.shape[0]), dtype=g.dtype)
-    for r in range(0, S.shape[0], TRANSPOSE_ROWS):  # multiply and transpose in one cache-friendly pass
-        torch.mul(g[r:r + TRANSPOSE_ROWS].T, pen_rows[None, r:r + TRANSPOSE_ROWS], out=gT[:, r:r + TRANSPOSE_ROWS])
-    return g.mul_(pen_cols), gT
+    """Both directions of a symmetric tile ``S = X[rows] X[cols]ᵀ``: ``([rows, cols], [cols, rows])``."""
+    w, wT = gain_weights(S, pen_cols, sim_min, sim_max, pen_rows)
+    assert wT is not None
+    return w, wT
 
 
 _COMPILED: Callable | None = None
@@ -170,7 +208,7 @@ def weights_function(entries: int) -> Callable:
         return edge_weights
     if _COMPILED is None:
         try:
-            fn = torch.compile(edge_weights, dynamic=True)
+            fn = torch.compile(compilable_edge_weights, dynamic=True)
             probe = torch.rand(4, 3)
             fn(probe, torch.ones(3), 0.3, 0.9)
             _COMPILED = fn

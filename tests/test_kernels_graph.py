@@ -219,3 +219,38 @@ def test_triton_sparse_diffusion_matches_cpu():
     assert not uniform[2].any() and not uniform[3].any()  # all padding; a zero-sum row
     T = row_normalised(CSR(indptr, indices, data, len(X))).to_dense()
     np.testing.assert_allclose(uniform[4], T[2] / 3, rtol=1e-5, atol=1e-7)  # the empty row adds nothing
+
+
+# ---------------------------------------------------------------- gain_knn tile arithmetic (issue 14)
+def test_gain_weights_both_directions_equal_the_dense_formula_bit_for_bit():
+    import torch
+
+    from hopgraph.kernels.gain_knn import STRIP_ROWS, edge_weights, pair_weights
+
+    g = np.random.default_rng(11)
+    S = g.uniform(-0.2, 1.0, (2 * STRIP_ROWS + 5, 37)).astype(np.float32)
+    S[0, :4] = [0.3, 0.9, np.nextafter(np.float32(0.3), np.float32(0)), 1.0]  # band edges are inclusive
+    pr, pc = g.uniform(0, 1, S.shape[0]).astype(np.float32), g.uniform(0, 1, S.shape[1]).astype(np.float32)
+    pc[3] = 0.0
+    x = np.clip(S, 0, 1)
+    gain = np.where((S >= 0.3) & (S <= 0.9), x * np.sqrt(1 - x * x), np.float32(0))
+    w, wT = pair_weights(torch.from_numpy(S), torch.from_numpy(pr), torch.from_numpy(pc), 0.3, 0.9)
+    np.testing.assert_array_equal(w.numpy(), gain * pc)
+    np.testing.assert_array_equal(wT.numpy(), (gain * pr[:, None]).T)
+    assert wT.is_contiguous() and w[0, 0] > 0 and w[0, 1] > 0 and w[0, 2] == 0
+    np.testing.assert_array_equal(edge_weights(torch.from_numpy(S).T, torch.from_numpy(pr), 0.3, 0.9).numpy(),
+                                  (gain * pr[:, None]).T)  # a transposed (strided) tile
+
+
+def test_compile_setting(monkeypatch):
+    from hopgraph.kernels.gain_knn import COMPILE_MIN_ENTRIES, compile_wanted
+
+    monkeypatch.delenv("HOPGRAPH_COMPILE", raising=False)
+    assert not compile_wanted(COMPILE_MIN_ENTRIES - 1) and compile_wanted(COMPILE_MIN_ENTRIES)
+    monkeypatch.setenv("HOPGRAPH_COMPILE", "0")
+    assert not compile_wanted(10 ** 15)
+    monkeypatch.setenv("HOPGRAPH_COMPILE", "1")
+    assert compile_wanted(1)
+    monkeypatch.setenv("HOPGRAPH_COMPILE", "yes")
+    with pytest.raises(InputError, match="HOPGRAPH_COMPILE"):
+        compile_wanted(1)
