@@ -24,6 +24,7 @@ test: install
 # The benchmarks of bench/ that finish in minutes here (bench_scale.py and
 # bench_serve.py are run by hand: see README).
 bench: install
+	$(PY) -m hopgraph bench --quick
 	$(PY) bench/bench_gain_knn.py
 	$(PY) bench/bench_ppr.py
 	$(PY) bench/bench_dmar.py
