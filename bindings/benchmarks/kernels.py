@@ -148,7 +148,11 @@ def bench_ppr(family: str, n: int, m: int, B: int, igraph_priors: int, repeats: 
         if qps_ig:
             row["x igraph"] = q / qps_ig
         t.add(**row)
-    t.notes.append(f"torch rows: median of {repeats} interleaved runs")
+    import torch
+
+    t.notes.append(f"torch rows: median of {repeats} interleaved runs; the bare loop runs with torch's "
+                   f"{torch.get_num_threads()} threads, batched_ppr with its default (threads=1); "
+                   "bench/bench_ppr.py compares them at equal thread counts")
     return t.finish()
 
 
@@ -174,4 +178,6 @@ def bench_diffusion(n: int, k: int, B: int, seeds: int, repeats: int = 3) -> Tab
               f"{B} questions × {seeds} seeds)", ["method", "seconds", "x scipy"])
     t.add(method="scipy: (seeds @ T).toarray()", seconds=sec["scipy"], **{"x scipy": 1.0})
     t.add(method="hopgraph sparse_diffusion", seconds=sec["hop"], **{"x scipy": sec["hop"] / sec["scipy"]})
+    t.notes.append(f"median of {repeats} interleaved runs; scipy's T is row-normalised once beforehand, "
+                   "sparse_diffusion validates and normalises the seed rows' edges in every call")
     return t.finish()
