@@ -5,7 +5,9 @@ DMAR) gives every passage a set of canonical names φ. Two passages are *name-li
 common name; the link weight is the sum over their common names of ``idf(n) = ln(N / df(n))``
 (``df`` = passages holding n), so a name held by every passage links nothing and a rare name (a
 bridge entity) links strongly. This is the chunk graph STITCH walks (SPEC §2 query step 6), with
-idf weights in place of its ``1 / (|g| − 1)``.
+idf weights in place of its ``1 / (|g| − 1)``. *Title links*: when the shared name is the title of
+the target passage j (s names what j is about: the bridge of a multi-hop question), the link s → j
+weighs ``(1 + title_weight) · idf(n)`` instead (directed; passages without a title have none).
 
 G3RAG's fused scoring (SPEC §1 query step 2, issue #6) diffuses its seed vector p — a softmax over the
 ``m`` candidates — one step over this graph *restricted to the candidates*: with ``A[s, j]`` the
@@ -19,10 +21,11 @@ c_n ≤ m the number of a query's candidates holding name n — never an array o
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
-from .extraction import Extraction
+from .extraction import Extraction, canonical_name
 from .hypergraph import group_pairs
 from .sparse_scores import row_edge_positions
 
@@ -30,19 +33,23 @@ from .sparse_scores import row_edge_positions
 @dataclass(frozen=True)
 class ChunkNames:
     """Every passage's distinct name ids as CSR (``indptr`` int64 [N + 1], ``names`` int64 [nnz],
-    sorted within a row) and the idf of every name (``idf`` float64 [V], ``ln(N / df)``)."""
+    sorted within a row), the idf of every name (``idf`` float64 [V], ``ln(N / df)``) and the name id
+    of every passage's title (``title`` int64 [N], -1 where the title is empty or not a name)."""
 
     indptr: np.ndarray
     names: np.ndarray
     idf: np.ndarray
+    title: np.ndarray
 
     @property
     def n_chunks(self) -> int:
         return len(self.indptr) - 1
 
     @classmethod
-    def from_extraction(cls, ex: Extraction) -> "ChunkNames":
-        """The distinct (passage, name) pairs of the extraction's entity states (module docstring)."""
+    def from_extraction(cls, ex: Extraction, titles: Sequence[str] = ()) -> "ChunkNames":
+        """The distinct (passage, name) pairs of the extraction's entity states and the names of the
+        passages' ``titles`` (φ of each, as the extraction's ``title_entities`` rule makes them;
+        none given: no title links)."""
         n, v = ex.n_chunks, len(ex.names)
         keys = np.unique(np.asarray(ex.node_chunk, np.int64) * max(v, 1) + np.asarray(ex.node_name, np.int64))
         chunk, names = keys // max(v, 1), keys % max(v, 1)
@@ -50,11 +57,17 @@ class ChunkNames:
         np.cumsum(np.bincount(chunk, minlength=n), out=indptr[1:])
         df = np.bincount(names, minlength=v)
         idf = np.log(n / np.maximum(df, 1)) if n else np.zeros(v)
-        return cls(indptr, names, idf)
+        ids = ex.name_ids()
+        title = np.array([ids.get(canonical_name(t), -1) if t else -1 for t in titles], np.int64)
+        if len(title) != n:
+            title = np.full(n, -1, np.int64)
+        return cls(indptr, names, idf, title)
 
 
-def name_link_diffusion(chunk_names: ChunkNames, cand: np.ndarray, p: np.ndarray) -> np.ndarray:
-    """``y = pᵀT`` over the name links among each query's candidates (module docstring).
+def name_link_diffusion(chunk_names: ChunkNames, cand: np.ndarray, p: np.ndarray,
+                        title_weight: float = 0.0) -> np.ndarray:
+    """``y = pᵀT`` over the name links among each query's candidates (module docstring), title
+    links weighted ``1 + title_weight``.
 
     ``cand`` (int64 [B, m], -1 = padding, no passage twice in a row) and ``p`` ([B, m], the seed
     weights of the candidates); returns y (float32 [B, m], 0 at padding and at candidates no
@@ -76,6 +89,8 @@ def name_link_diffusion(chunk_names: ChunkNames, cand: np.ndarray, p: np.ndarray
     group_indptr = np.concatenate([[0], bounds, [len(order)]]).astype(np.int64)
     a, b, _ = group_pairs(group_indptr, order, m)
     weight = chunk_names.idf[name[a]]
+    if title_weight:
+        weight = weight * np.where(chunk_names.title[cand.ravel()[slot_flat[b]]] == name[b], 1.0 + title_weight, 1.0)
     src, dst = slot_flat[a], slot_flat[b]
     row_sum = np.bincount(src, weights=weight, minlength=B * m)
     flow = np.asarray(p, np.float64).ravel()[src] * np.divide(weight, row_sum[src], out=np.zeros_like(weight),

@@ -7,20 +7,26 @@ import numpy as np
 import pytest
 
 from hopgraph import Index
-from hopgraph.engine.extraction import extract
+from hopgraph.engine.extraction import canonical_name, extract
 from hopgraph.engine.name_links import ChunkNames, name_link_diffusion
 
 QUESTIONS = ["Who discovered the comet?", "Which university operates the observatory?",
              "Where was the bridge built?", "Who founded the prize?", "river city", "zzz unknown words"]
 
 
-def dense_links(ex) -> np.ndarray:
-    """``A[i, j] = Σ idf(n)`` over the names i and j share (i ≠ j), from the raw entity states."""
+def dense_links(ex, titles=(), title_weight: float = 0.0) -> np.ndarray:
+    """``A[i, j] = Σ idf(n)`` over the names i and j share (i ≠ j), from the raw entity states, plus
+    ``title_weight · idf(title(j))`` when i names j's title."""
     n, v = ex.n_chunks, len(ex.names)
     M = np.zeros((n, v))
     M[ex.node_chunk, ex.node_name] = 1.0
     idf = np.log(n / np.maximum(M.sum(axis=0), 1))
     A = (M * idf) @ M.T
+    ids = ex.name_ids()
+    for j, t in enumerate(titles):
+        if t and canonical_name(t) in ids:
+            name = ids[canonical_name(t)]
+            A[:, j] += title_weight * idf[name] * M[:, name]
     np.fill_diagonal(A, 0.0)
     return A
 
@@ -47,12 +53,19 @@ def test_chunk_names_are_the_distinct_names_of_each_passage_with_their_idf(demo_
         df[want] += 1
     held = df > 0
     np.testing.assert_allclose(names.idf[held], np.log(len(demo_corpus) / df[held]))
+    assert (names.title == -1).all()  # no titles given
+    titled = ChunkNames.from_extraction(ex, demo_corpus.titles)
+    for c, t in enumerate(demo_corpus.titles):  # the title rule makes every title a name of its passage
+        assert ex.names[titled.title[c]] == canonical_name(t)
+        assert titled.title[c] in names.names[names.indptr[c]:names.indptr[c + 1]]
 
 
+@pytest.mark.parametrize("title_weight", [0.0, 2.0])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_name_link_diffusion_equals_the_dense_reference(demo_corpus, seed):
+def test_name_link_diffusion_equals_the_dense_reference(demo_corpus, seed, title_weight):
     ex = extract(demo_corpus)
-    A = dense_links(ex)
+    A = dense_links(ex, demo_corpus.titles, title_weight)
+    assert title_weight == 0 or not np.allclose(A, A.T)  # title links are directed
     g = np.random.default_rng(seed)
     n, B, m = len(demo_corpus), 7, 9
     cand = np.stack([g.permutation(n)[:m] for _ in range(B)]).astype(np.int64)
@@ -61,7 +74,7 @@ def test_name_link_diffusion_equals_the_dense_reference(demo_corpus, seed):
     p = g.random((B, m)).astype(np.float32)
     p[cand < 0] = 0
     p /= np.maximum(p.sum(axis=1, keepdims=True), 1e-12)
-    got = name_link_diffusion(ChunkNames.from_extraction(ex), cand, p)
+    got = name_link_diffusion(ChunkNames.from_extraction(ex, demo_corpus.titles), cand, p, title_weight)
     want = reference_diffusion(A, cand, p)
     assert got.dtype == np.float32 and got.shape == (B, m)
     assert (want > 0).sum() > B  # the links are not trivially empty
@@ -85,7 +98,9 @@ def test_fused_score_adds_the_normalised_name_link_support(demo_index):
     base_ids, base_scores = pipe.variant(name_links=0.0).search(Q, m, query_texts=QUESTIONS)
     p = np.exp((rel - rel[:, :1]) / pipe.tau)
     p /= p.sum(axis=1, keepdims=True)
-    y = reference_diffusion(dense_links(pipe.components.extraction()), cand, p)
+    assert pipe.title_links > 0
+    A = dense_links(pipe.components.extraction(), pipe.components.corpus.titles, pipe.title_links)
+    y = reference_diffusion(A, cand, p)
     got_ids, got_scores = pipe.search(Q, m, query_texts=QUESTIONS)
     changed = 0
     for b in range(len(Q)):

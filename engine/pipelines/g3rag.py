@@ -52,6 +52,8 @@ Query (``search``), two scorings (query-time parameter ``scoring``):
   candidates, which MiniLM's geometry alone does not see (the gain graph's row of the top seed
   holds the partner passage about as often as it holds a non-gold candidate; a shared name is
   three times as frequent for the gold partner); the ``no_name_links`` ablation switches it off.
+  Title links (``title_links`` = 2): a link s → j through j's own title weighs 1 + 2 times more
+  (s names what j is about, the bridge hop); ablation ``no_title_links``.
   Extra passages reached with ``expand`` get the gain-graph support only.
 
 Published algorithm: ``G3RAGParams.published()`` = ``scoring="mask"``, ``seeds="dense"``,
@@ -65,6 +67,7 @@ corpus is ``G3RAG(published=True, mode="exact")`` (the ``published_exact`` ablat
 ``ablations`` (``hopgraph eval --ablations``): ``published``, ``published_exact``,
 ``published_hybrid_seeds``, ``no_graph`` (relevance alone: γ = 0 and ``name_links`` = 0),
 ``no_name_links`` (the gain graph only), ``no_gain_graph`` (γ = 0: the name links only),
+``no_title_links`` (shared names weighed alike),
 ``no_lexical``, ``expand``; their measured
 Recall is in the README ("Defaults and the measurements behind them").
 
@@ -138,6 +141,7 @@ class G3RAGParams(PipelineParams):
     lexical: float = real(0.15, low=0.0, query=True)
     n_candidates: int = integer(20, low=1, query=True)
     name_links: float = real(0.1, low=0.0, query=True)
+    title_links: float = real(2.0, low=0.0, query=True)
     expand: bool = flag(False, query=True)
     hybrid_depth: int = integer(100, low=1, query=True)
 
@@ -187,6 +191,7 @@ class G3RAG(Pipeline):
         "no_graph": {"gamma": 0.0, "name_links": 0.0},
         "no_name_links": {"name_links": 0.0},
         "no_gain_graph": {"gamma": 0.0},
+        "no_title_links": {"title_links": 0.0},
         "no_lexical": {"lexical": 0.0},
         "expand": {"expand": True},
     }
@@ -385,7 +390,8 @@ class G3RAG(Pipeline):
         if self.name_links == 0 or self.components.corpus is None:
             return None
         if self._chunk_names is None or self._chunk_names.n_chunks != len(self.X):
-            self._chunk_names = ChunkNames.from_extraction(self.components.extraction(who=self.name))
+            self._chunk_names = ChunkNames.from_extraction(self.components.extraction(who=self.name),
+                                                           self.components.corpus.titles)
         return self._chunk_names
 
     def _search_fused(self, batch: QueryBatch, top_k: int, timer: StageTimer) -> tuple[np.ndarray, np.ndarray]:
@@ -415,7 +421,7 @@ class G3RAG(Pipeline):
                 p = np.divide(z, total, out=np.zeros_like(z), where=total > 0).astype(np.float32)
         if chunk_names is not None:
             with timer("name_links"):
-                y_names = name_link_diffusion(chunk_names, cand, p)
+                y_names = name_link_diffusion(chunk_names, cand, p, self.title_links)
                 y_names_max = y_names.max(axis=1, keepdims=True, initial=np.float32(0.0))
                 score += self.name_links * np.divide(y_names, y_names_max, out=np.zeros_like(y_names),
                                                      where=y_names_max > 0)
