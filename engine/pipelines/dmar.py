@@ -48,7 +48,9 @@ Defaults follow the SPEC (n = 100, m = 3, p = 20, T = 50, k = 5) plus the issue-
 one set for every corpus: ``recall="hybrid"``, ``union=20``, ``lexical=0.5``,
 ``query_linking="capitalised"``, ``mmr=0``. Published behaviour: ``DMARParams.published()``
 (= ``DMAR(published=True)``, a constructor shortcut; = ``DMAR.ablations["published"]``):
-BM25 recall, the stage-2 pool only in the rerank, no lexical term. Each option has an
+BM25 recall, the stage-2 pool only in the rerank, no lexical term. ``no_graph`` (issue 15: the
+pipeline without its knowledge-graph path) is ``structural=False`` under the name every graph
+pipeline gives its no-graph ablation. Each option has an
 ablation (``hopgraph eval --pipelines dmar --ablations``); the measured Recall is in the
 README ("Defaults and the measurements behind them").
 """
@@ -162,6 +164,7 @@ class DMAR(Pipeline):
     ablations = {
         "published": DMARParams.published_values(),
         "structural=False": {"structural": False},
+        "no_graph": {"structural": False},  # issue 15: without the knowledge-graph path (= structural=False)
         "reformulate=False": {"reformulate": False},
         "gate=False": {"gate": False},
         "anchors=1": {"anchors": 1},

@@ -44,6 +44,17 @@ Query (``search``), two scorings (query-time parameter ``scoring``):
   ``r + γ · y / max y`` (``gamma`` = 0.02, in cosine units: a passage with the most graph
   support gains γ). Only the candidates are ranked; ``expand=True`` lets diffusion bring
   passages from outside them (scored by cosine + graph support).
+  Name links (issue 15, default on when the corpus was given to ``fit``): the same p is diffused
+  one step over the shared name graph among the candidates (:mod:`hopgraph.engine.name_links`:
+  candidates linked by the extracted names they share, idf-weighted, rows normalised over the
+  candidates), adding ``name_links · y_names / max y_names`` (``name_links`` = 0.1). Reason: the
+  passage holding a question's bridge entity shares a rare name with the likely-relevant
+  candidates, which MiniLM's geometry alone does not see (the gain graph's row of the top seed
+  holds the partner passage about as often as it holds a non-gold candidate; a shared name is
+  three times as frequent for the gold partner); the ``no_name_links`` ablation switches it off.
+  Title links (``title_links`` = 2): a link s → j through j's own title weighs 1 + 2 times more
+  (s names what j is about, the bridge hop); ablation ``no_title_links``.
+  Extra passages reached with ``expand`` get the gain-graph support only.
 
 Published algorithm: ``G3RAGParams.published()`` = ``scoring="mask"``, ``seeds="dense"``,
 ``seed_k=3`` (SPEC §1 query steps 1-4: dense seeds, one diffusion step, seeds masked); it
@@ -54,7 +65,10 @@ published query: it only changes how W is built. The paper's full algorithm on a
 corpus is ``G3RAG(published=True, mode="exact")`` (the ``published_exact`` ablation).
 
 ``ablations`` (``hopgraph eval --ablations``): ``published``, ``published_exact``,
-``published_hybrid_seeds``, ``no_graph`` (γ = 0), ``no_lexical``, ``expand``; their measured
+``published_hybrid_seeds``, ``no_graph`` (relevance alone: γ = 0 and ``name_links`` = 0),
+``no_name_links`` (the gain graph only), ``no_gain_graph`` (γ = 0: the name links only),
+``no_title_links`` (shared names weighed alike),
+``no_lexical``, ``expand``; their measured
 Recall is in the README ("Defaults and the measurements behind them").
 
 Query cost (issue 14): search runs in chunks of ``QUERY_CHUNK`` queries and allocates nothing
@@ -86,6 +100,7 @@ from ..components import QueryBatch
 from ..errors import IndexFormatError, InputError
 from ..graph import CSR, check_csr, hub_penalty
 from ..graph_update import added_density, added_penalty, extend_gain_graph
+from ..name_links import ChunkNames, name_link_diffusion
 from ..params import PipelineParams, choice, flag, integer, real
 from ..ranking import PAD_ID, PAD_SCORE
 from ..sparse_scores import (Entries, allowed_at, diffusion_at, diffusion_entries, join, lookup, pair_cosines,
@@ -125,6 +140,8 @@ class G3RAGParams(PipelineParams):
     tau: float = real(0.05, low=0.0, low_open=True, query=True)
     lexical: float = real(0.15, low=0.0, query=True)
     n_candidates: int = integer(20, low=1, query=True)
+    name_links: float = real(0.1, low=0.0, query=True)
+    title_links: float = real(2.0, low=0.0, query=True)
     expand: bool = flag(False, query=True)
     hybrid_depth: int = integer(100, low=1, query=True)
 
@@ -166,12 +183,15 @@ class G3RAG(Pipeline):
 
     name = "g3rag"
     Params = G3RAGParams
-    components_used = ("dense", "bm25")
+    components_used = ("dense", "bm25", "extraction")
     ablations: ClassVar[dict[str, dict[str, Any]]] = {
         "published": G3RAGParams.published_values(),
         "published_exact": {**G3RAGParams.published_values(), "mode": "exact"},
         "published_hybrid_seeds": {**G3RAGParams.published_values(), "seeds": "hybrid"},
-        "no_graph": {"gamma": 0.0},
+        "no_graph": {"gamma": 0.0, "name_links": 0.0},
+        "no_name_links": {"name_links": 0.0},
+        "no_gain_graph": {"gamma": 0.0},
+        "no_title_links": {"title_links": 0.0},
         "no_lexical": {"lexical": 0.0},
         "expand": {"expand": True},
     }
@@ -183,6 +203,8 @@ class G3RAG(Pipeline):
         self.penalty: np.ndarray | None = None
         #: the last build's passage count and density range (:class:`DensityBuild`), for :meth:`add`
         self.density_build: DensityBuild | None = None
+        #: the passages' names for the name links (issue 15), built from the shared extraction on first use
+        self._chunk_names: ChunkNames | None = None
 
     # ------------------------------------------------------------------ index
     def _fit(self, progress: bool) -> None:
@@ -207,6 +229,8 @@ class G3RAG(Pipeline):
                               penalty=pen, progress=progress, device=self.device)
         if self.components.corpus is not None:
             self.components.bm25(who=self.name)
+            self.components.extraction(who=self.name)  # name links (issue 15); saved with the index
+        self._chunk_names = None
 
     def _add(self, start: int, progress: bool) -> None:
         """Incremental update for rows ``[start, N)`` of X, which are new (issue 13).
@@ -222,6 +246,7 @@ class G3RAG(Pipeline):
         edges — unless more than :data:`ANN_CANDIDATES_PER_ROW` passages are added at once, when
         the brute force would cost more than an IVF refit, which is done instead (exact). A pipeline loaded from an index saved without the penalty is refitted instead.
         """
+        self._chunk_names = None  # the shared extraction was extended (Components.extend)
         build = self.density_build
         if build is None or self.penalty is None or len(self.penalty) != start or self.graph.n_rows != start:
             self._fit(progress)
@@ -256,6 +281,7 @@ class G3RAG(Pipeline):
         arrays = load_arrays(directory, ["indptr", "indices", "data"])
         self.graph = check_csr(arrays["indptr"], arrays["indices"], arrays["data"], len(self.X),
                                f"{directory} graph")
+        self._chunk_names = None
         if (directory / "penalty.npy").is_file() and (directory / "density_build.npy").is_file():
             self.penalty = check_finite(load_array(directory, "penalty"), f"{directory} penalty", (len(self.X),))
             if len(self.penalty) and float(self.penalty.min()) < 0:
@@ -358,9 +384,20 @@ class G3RAG(Pipeline):
             out_ids[b, :len(order)], out[b, :len(order)] = u[order], r[order]
         return out_ids, out
 
+    def _names(self) -> ChunkNames | None:
+        """The passages' names for the name links (:mod:`hopgraph.engine.name_links`), or None when
+        they are off: ``name_links`` = 0 or no corpus (then there is no extraction)."""
+        if self.name_links == 0 or self.components.corpus is None:
+            return None
+        if self._chunk_names is None or self._chunk_names.n_chunks != len(self.X):
+            self._chunk_names = ChunkNames.from_extraction(self.components.extraction(who=self.name),
+                                                           self.components.corpus.titles)
+        return self._chunk_names
+
     def _search_fused(self, batch: QueryBatch, top_k: int, timer: StageTimer) -> tuple[np.ndarray, np.ndarray]:
         """Issue #6 scoring: ``relevance + γ · y / max y`` with ``y = pᵀT`` (SPEC §1 query step 2),
-        ``p = softmax(relevance/τ)`` over the candidates. Only the candidates are ranked, so y is
+        ``p = softmax(relevance/τ)`` over the candidates, plus ``name_links · y_n / max y_n`` with
+        ``y_n`` the same p diffused over the name links among the candidates (issue 15). Only the candidates are ranked, so y is
         computed at the candidates only (their CSR rows joined on their ids); with ``expand`` the
         passages the candidates' rows reach are ranked too, scored ``cos + γ · y / max y`` with
         the cosines of those pairs only. Passages outside both would be ranked by their cosine
@@ -375,12 +412,21 @@ class G3RAG(Pipeline):
             b_of = np.broadcast_to(np.arange(B, dtype=np.int64)[:, None], cand.shape)
         score = np.where(valid, rel, -np.inf).astype(np.float32)
         extra: Entries | None = None  # expand: the reached passages that are not candidates
-        if self.gamma > 0:
+        chunk_names = self._names()
+        if self.gamma > 0 or chunk_names is not None:
             with timer("diffusion"):
                 top = np.where(valid[:, :1], rel[:, :1], 0.0)  # a row without candidates gets p = 0
                 z = np.where(valid, np.exp((np.where(valid, rel, top) - top) / self.tau), 0.0)
                 total = z.sum(axis=1, keepdims=True)
                 p = np.divide(z, total, out=np.zeros_like(z), where=total > 0).astype(np.float32)
+        if chunk_names is not None:
+            with timer("name_links"):
+                y_names = name_link_diffusion(chunk_names, cand, p, self.title_links)
+                y_names_max = y_names.max(axis=1, keepdims=True, initial=np.float32(0.0))
+                score += self.name_links * np.divide(y_names, y_names_max, out=np.zeros_like(y_names),
+                                                     where=y_names_max > 0)
+        if self.gamma > 0:
+            with timer("diffusion"):
                 if self.expand:
                     reached = diffusion_entries(self.graph, cand, p)
                     y_cand = lookup(reached, n, pair_keys(cand, n))

@@ -61,7 +61,8 @@ Published behaviour: ``STITCHParams.published()`` (= ``STITCH(published=True)``,
 constructor shortcut; = ``STITCH.ablations["published"]``): absolute δ = 0.5, ``seed_k`` = 8,
 no prior mixing, dense relevance; the ranking keeps λ = 0.3. Ablations (``hopgraph eval
 --ablations``) switch each option above off, and the spatial, temporal and PPR steps
-(``ppr=False`` ranks by the prior p); the Recall measured for the defaults and each
+(``ppr=False`` ranks by the prior p); ``no_graph`` (λ = 1) ranks by the relevance alone, without
+the hypergraph influence and the PPR (issue 15: what the graph adds); the Recall measured for the defaults and each
 ablation is in the README ("Defaults and the measurements behind them").
 
 :class:`PPRBinary` (``"ppr_binary"``) is SPEC §2's binary-seed baseline (HippoRAG/LinearRAG)
@@ -173,6 +174,7 @@ class STITCH(Pipeline):
         "relevance=dense": {"relevance": "dense"},
         "localise=False": {"localise": False},
         "balance=0": {"balance": 0.0},
+        "no_graph": {"balance": 1.0},  # issue 15: the relevance alone (no influence prior, no PPR)
         "seed_k=8": {"seed_k": 8},
         "title_entities=False": {"title_entities": False},  # refits
         "numbers=False": {"numbers": False},  # refits
