@@ -16,6 +16,10 @@ fresh interpreter, model loading excluded, the embedder created before the clock
   build"; ``(stitch - passages) / dense`` is STITCH's own extra cost, what an index that holds
   both pipelines pays on top of dense.
 
+``--order-sample M`` adds a side-by-side of the packed text embedding
+(``packed_bert.encode_bulk``) of M of the corpus's topic/description texts in chunks taken in input
+order (before issue 14) vs in length order (now), alternating, best of 2, in one process.
+
 Step times come from wrapping the functions the pipeline calls (no change to the code measured).
 Every row prints the 1-minute load average at its start and end (2 shared cores here: compare
 ratios from one run, never figures across runs).
@@ -76,6 +80,38 @@ def child(side: str, data: Path) -> dict:
     return out
 
 
+def order_check(data: Path, sample: int) -> list[list]:
+    """encode_bulk in input order vs length order on ``sample`` texts of the corpus's extraction."""
+    import numpy as np
+
+    import hopgraph.engine.packed_bert as pb
+    from hopgraph.engine.corpus import Corpus
+    from hopgraph.engine.embedders import resolve_embedder
+    from hopgraph.engine.extraction import extract
+
+    corpus = Corpus.from_jsonl(data / "corpus.jsonl")
+    passages = set(corpus.embedding_texts())
+    texts = [t for t in extract(corpus).texts if t not in passages][:sample]
+    emb = resolve_embedder("minilm")
+    packed = pb.PackedBertEncoder.for_embedder(emb)
+
+    def input_order() -> np.ndarray:
+        return np.concatenate([packed.encode(texts[a:a + pb.BULK_CHUNK]) for a in range(0, len(texts), pb.BULK_CHUNK)])
+
+    best = {"input order": float("inf"), "length order": float("inf")}
+    out = {}
+    load0 = os.getloadavg()[0]
+    for _ in range(2):
+        for name, fn in (("input order", input_order), ("length order", lambda: pb.encode_bulk(emb, texts))):
+            t0 = time.perf_counter()
+            out[name] = fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    diff = float(np.abs(out["input order"] - out["length order"]).max())
+    return [[data.name, len(texts), f"{best['input order']:.1f}", f"{best['length order']:.1f}",
+             f"{best['length order'] / best['input order']:.2f}x", f"{diff:.1e}",
+             f"{load0:.2f}->{os.getloadavg()[0]:.2f}"]]
+
+
 def run_child(side: str, data: Path) -> dict:
     proc = subprocess.run([sys.executable, __file__, "--child", side, "--data", str(data)],
                           capture_output=True, text=True)
@@ -89,11 +125,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", action="append", required=True, help="folder with corpus.jsonl (repeatable)")
     ap.add_argument("--runs", type=int, default=1, help="dense/stitch pairs per corpus")
+    ap.add_argument("--order-sample", type=int, default=0,
+                    help="also time input-order vs length-order packed embedding of this many texts")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.child, Path(args.data[0]))))
         return 0
+    if args.order_sample:
+        rows = [r for folder in args.data for r in order_check(Path(folder), args.order_sample)]
+        print(table(["corpus", "texts", "input order s", "length order s", "length / input", "max |diff|",
+                     "1-min load"], rows), flush=True)
     rows = []
     for folder in args.data:
         data = Path(folder)
