@@ -128,16 +128,19 @@ def stage_stitch(data: Path) -> dict:
 
     t0 = time.perf_counter()
     corpus = Corpus.from_jsonl(data / "corpus.jsonl")
-    X = np.load(data / "X.npy", mmap_mode="r")
     t1 = time.perf_counter()
     ex = extract(corpus)
     t2 = time.perf_counter()
-    text_emb = np.asarray(X[text_chunks(ex)])
-    H = build_hypergraph(ex, text_emb)
+    text_emb = stand_in_text_embeddings(data / "X.npy", text_chunks(ex))
     t3 = time.perf_counter()
-    return {"seconds": t3 - t0, "items": len(corpus),
-            "detail": {"load s": round(t1 - t0, 1), "extract s": round(t2 - t1, 1), "hypergraph s": round(t3 - t2, 1),
-                       "states": H.n_nodes, "hyperedges": H.n_edges, "groups": H.n_groups}}
+    H = build_hypergraph(ex, text_emb)
+    t4 = time.perf_counter()
+    return {"seconds": t4 - t0, "items": len(corpus),
+            "detail": {"load s": round(t1 - t0, 1), "extract s": round(t2 - t1, 1), "text rows s": round(t3 - t2, 1),
+                       "hypergraph s": round(t4 - t3, 1), "states": H.n_nodes, "hyperedges": H.n_edges,
+                       "groups": H.n_groups, "texts": len(ex.texts),
+                       "text_emb GB": round(H.text_emb.nbytes / 1e9, 2), "text_emb dtype": str(H.text_emb.dtype),
+                       "links": len(H.graph_indices)}}
 
 
 def text_chunks(ex) -> np.ndarray:
@@ -146,6 +149,25 @@ def text_chunks(ex) -> np.ndarray:
     chunk[ex.node_text] = ex.node_chunk
     chunk[ex.topic_text] = ex.topic_chunk
     return chunk
+
+
+def stand_in_text_embeddings(x_path: Path, chunk: np.ndarray, block: int = 1 << 16) -> np.ndarray:
+    """Text i gets row ``chunk[i]`` of X, in the stored text-embedding type, built block by block
+    from plain file reads: the rows an embedder would produce, without mapping X (the dense
+    index's array, counted by the ``g3rag`` stage) into this stage's RSS. Texts are numbered by
+    first passage, so a block of texts reads a short contiguous range of X."""
+    from hopgraph.engine.hypergraph import TEXT_EMB_DTYPE
+
+    X = np.load(x_path, mmap_mode="r")
+    offset, d = X.offset, X.shape[1]
+    del X
+    out = np.empty((len(chunk), d), TEXT_EMB_DTYPE)
+    for a in range(0, len(chunk), block):
+        rows = chunk[a:a + block]
+        lo, hi = int(rows.min()), int(rows.max()) + 1
+        part = np.fromfile(x_path, np.float32, (hi - lo) * d, offset=offset + lo * d * 4).reshape(hi - lo, d)
+        out[a:a + block] = part[rows - lo]
+    return out
 
 
 def stage_dmar(data: Path) -> dict:

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from array import array
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -309,15 +310,18 @@ class _Builder:
         self.text_ids: dict[str, int] = dict(zip(self.texts, range(len(self.texts))))
         self.n_base = len(self.texts)
         # sort key (chunk, phase, sequence) of each text created here (id - n_base): phase 0 =
-        # created while reading the chunk (sequence = id), phase 1 = a joined description (= node)
-        self.key_chunk: list[int] = []
-        self.key_phase: list[int] = []
-        self.key_seq: list[int] = []
-        self.topic_chunk: list[int] = []
-        self.topic_text: list[int] = []
-        self.m_topic: list[int] = []
-        self.m_name: list[str] = []
-        self.m_desc: list[int] = []
+        # created while reading the chunk (sequence = id), phase 1 = a joined description (= node).
+        # Per-text and per-mention columns are typed arrays (8 bytes an entry, not a Python int
+        # object each) and a mention's name is the id of its distinct name (issue 14: memory at 10⁶)
+        self.key_chunk = array("q")
+        self.key_phase = array("q")
+        self.key_seq = array("q")
+        self.topic_chunk = array("q")
+        self.topic_text = array("q")
+        self.m_topic = array("q")
+        self.m_name = array("q")
+        self.m_desc = array("q")
+        self.name_ids: dict[str, int] = {}
 
     def text(self, s: str, chunk: int, phase: int = 0, seq: int | None = None) -> int:
         """Id of text ``s``, created if new, with sort key (``chunk``, ``phase``, ``seq``; default
@@ -344,8 +348,19 @@ class _Builder:
 
     def mention(self, topic: int, phi: str, description: int) -> None:
         self.m_topic.append(topic)
-        self.m_name.append(phi)
+        i = self.name_ids.get(phi)
+        if i is None:
+            i = self.name_ids[phi] = len(self.name_ids)
+        self.m_name.append(i)
         self.m_desc.append(description)
+
+    def _sorted_names(self) -> tuple[list[str], np.ndarray]:
+        """The distinct mention names in sorted order and each mention's index in it."""
+        names = list(self.name_ids)
+        order = sorted(range(len(names)), key=names.__getitem__)
+        rank = np.empty(len(names), np.int64)
+        rank[order] = np.arange(len(names))
+        return [names[i] for i in order], rank[np.frombuffer(self.m_name, np.int64)]
 
     def _order_texts(self) -> np.ndarray:
         """Sort the texts created here by their key (class docstring); returns old id → new id."""
@@ -363,10 +378,8 @@ class _Builder:
 
     def build(self) -> Extraction:
         topic_chunk = np.asarray(self.topic_chunk, np.int32)
-        m_topic = np.asarray(self.m_topic, np.int64)
-        names, m_name = np.unique(np.asarray(self.m_name, dtype=object).astype(str), return_inverse=True) \
-            if self.m_name else (np.zeros(0, str), np.zeros(0, np.int64))
-        m_name = m_name.astype(np.int64)
+        m_topic = np.frombuffer(self.m_topic, np.int64)
+        names, m_name = self._sorted_names()
         m_chunk = topic_chunk[m_topic].astype(np.int64) if len(m_topic) else np.zeros(0, np.int64)
         n_names = max(len(names), 1)
         state_key = m_chunk * n_names + m_name
@@ -378,9 +391,9 @@ class _Builder:
         if len(order):
             starts = np.flatnonzero(np.r_[True, m_node[order][1:] != m_node[order][:-1]])
             sizes = np.diff(np.r_[starts, len(order)])
-            first = np.asarray(self.m_desc, np.int64)[order[starts]]
-            node_text[:] = first
-            m_desc = np.asarray(self.m_desc, np.int64)[order]
+            m_desc = np.frombuffer(self.m_desc, np.int64)
+            node_text[:] = m_desc[order[starts]]
+            m_desc = m_desc[order]
             differ = np.maximum.reduceat(m_desc, starts) != np.minimum.reduceat(m_desc, starts)
             for v in np.flatnonzero(differ):  # only states with several distinct descriptions are joined
                 ids = list(dict.fromkeys(m_desc[starts[v]:starts[v] + sizes[v]].tolist()))
@@ -401,7 +414,7 @@ class _Builder:
             node_text=remap[node_text].astype(np.int32),
             mention_node=mention_node.astype(np.int32),
             mention_topic=mention_topic.astype(np.int32),
-            names=[str(x) for x in names],
+            names=names,
             texts=self.texts,
         ).validate()
 

@@ -20,9 +20,13 @@ of the φ-induced chunk graph, bounded by ``max_group_chunks`` per state):
   in the activation and the prior, SPEC §2.5); this also keeps the graph linear in
   the number of states;
 * ``text_emb[U, d]``: one embedding per distinct text (topic sentences and
-  descriptions; ``node_text`` / ``edge_text`` index it). A text equal to a passage's
+  descriptions; ``node_text`` / ``edge_text`` index it), stored as **float16**
+  (:data:`TEXT_EMB_DTYPE`, issue 14: half the bytes of the largest STITCH array; the
+  rounding moves a cosine by < 1e-3, see the README's Recall check). Indexes saved before
+  issue 14 hold float32 rows and load as they are. A text equal to a passage's
   embedding text (the title state's description) reuses that passage's row of X
-  instead of being embedded again.
+  instead of being embedded again. Similarities with questions are computed in float32
+  row blocks (:func:`text_similarity`), so no float32 copy of the whole array is made.
 
 Live indexes (issue 13): the arrays are pure arithmetic on the extraction and the text
 embeddings, so an index that grows rebuilds them with :func:`build_hypergraph` from the
@@ -47,24 +51,33 @@ from .storage import (check_ids, check_indptr, check_packed, check_unit_rows, lo
                       save_arrays, unpack_strings)
 
 
-def group_pairs(indptr: np.ndarray, members: np.ndarray, max_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """All ordered pairs (a, b), a ≠ b, of members within each group of size 2..max_size,
-    with the group's size: vectorised by repeats (cost = Σ |g|² over kept groups)."""
+def chunk_links(indptr: np.ndarray, member_chunks: np.ndarray, n_chunks: int, max_size: int) -> sp.csr_matrix:
+    """The φ-induced link weights ``W[c', c] = Σ_g 1 / (|g| − 1)`` over the groups g of size
+    2..``max_size`` holding states in both chunks c ≠ c' (SPEC §2 step 6; module docstring).
+
+    ``indptr`` / ``member_chunks`` list each group's states by chunk (a chunk holds at most one
+    state of a name, so a group's chunks are distinct). Computed as the sparse product
+    ``Bᵀ D B`` of the kept groups' chunk incidence B [G', N] with D = diag(1 / (|g| − 1)), minus
+    its diagonal: the product's memory is its output (the links), not the Σ |g|² (chunk, chunk)
+    pairs that listing every pair of every group holds before summing duplicates (issue 14:
+    4 GB of temporaries at 10⁶ passages)."""
     sizes = np.diff(indptr)
     keep = (sizes >= 2) & (sizes <= max_size)
-    starts, sz = indptr[:-1][keep], sizes[keep]
-    if len(sz) == 0:
-        z = np.zeros(0, np.int64)
-        return z, z, z
-    # member positions of kept groups, each repeated |g| times (one per partner)
-    pos = np.repeat(starts, sz) + (np.arange(sz.sum()) - np.repeat(np.cumsum(sz) - sz, sz))
-    gsize = np.repeat(sz, sz)
-    a_pos = np.repeat(pos, gsize)
-    first = np.repeat(np.repeat(starts, sz), gsize)
-    k = np.arange(len(a_pos)) - np.repeat(np.cumsum(gsize) - gsize, gsize)
-    b_pos = first + k
-    off = a_pos != b_pos
-    return members[a_pos[off]], members[b_pos[off]], np.repeat(gsize, gsize)[off]
+    kept = np.flatnonzero(keep)
+    if len(kept) == 0:
+        return sp.csr_matrix((n_chunks, n_chunks), dtype=np.float64)
+    sz = sizes[kept]
+    row_ptr = np.zeros(len(kept) + 1, np.int64)
+    np.cumsum(sz, out=row_ptr[1:])
+    # member positions of the kept groups, in group order
+    pos = np.repeat(indptr[:-1][kept] - row_ptr[:-1], sz) + np.arange(int(row_ptr[-1]))
+    cols = np.asarray(member_chunks)[pos].astype(np.int32)
+    B = sp.csr_matrix((np.ones(len(cols), np.float64), cols, row_ptr), shape=(len(kept), n_chunks))
+    DB = sp.csr_matrix((np.repeat(1.0 / (sz - 1.0), sz), cols, row_ptr), shape=(len(kept), n_chunks))
+    W = sp.csr_matrix(B.T.tocsr() @ DB)
+    W.setdiag(0.0)
+    W.eliminate_zeros()
+    return W
 
 
 def column_stochastic(W: sp.spmatrix) -> sp.csr_matrix:
@@ -190,23 +203,59 @@ class TopicHypergraph:
         return self
 
 
+#: storage type of the topic/description embeddings (module docstring, issue 14)
+TEXT_EMB_DTYPE = np.float16
+#: rows per block when converting or multiplying text embeddings (bounds float32 temporaries)
+TEXT_BLOCK_ROWS = 1 << 16
+
+
+def as_text_embeddings(E: np.ndarray) -> np.ndarray:
+    """``E`` [U, d] as the stored text-embedding type (:data:`TEXT_EMB_DTYPE`), converted in
+    row blocks (no float32 temporary of the whole array); already-converted input is returned as is."""
+    E = np.asarray(E) if not isinstance(E, np.memmap) else E
+    if E.ndim != 2:
+        raise InputError(f"text embeddings must be 2-D, got shape {list(E.shape)}")
+    if E.dtype == TEXT_EMB_DTYPE and E.flags.c_contiguous:
+        return E
+    out = np.empty(E.shape, TEXT_EMB_DTYPE)
+    for a in range(0, len(E), TEXT_BLOCK_ROWS):
+        out[a:a + TEXT_BLOCK_ROWS] = E[a:a + TEXT_BLOCK_ROWS]
+    return out
+
+
+def text_similarity(Q: np.ndarray, text_emb: np.ndarray) -> np.ndarray:
+    """``Q @ text_embᵀ`` [B, U] float32 for float32 questions Q [B, d], the text embeddings
+    (float16 or, from an older index, float32) converted to float32 one row block at a time."""
+    Q = np.asarray(Q, np.float32)
+    if text_emb.dtype == np.float32:
+        return Q @ np.asarray(text_emb).T
+    out = np.empty((len(Q), len(text_emb)), np.float32)
+    for a in range(0, len(text_emb), TEXT_BLOCK_ROWS):
+        out[:, a:a + TEXT_BLOCK_ROWS] = Q @ np.asarray(text_emb[a:a + TEXT_BLOCK_ROWS], np.float32).T
+    return out
+
+
 def embed_texts(texts: list[str], corpus: Corpus, X: np.ndarray, embedder: Embedder | None,
                 progress: bool = False, batch_size: int = 64) -> np.ndarray:
-    """Embeddings of ``texts`` (distinct); passage embedding texts reuse rows of X."""
+    """Embeddings of ``texts`` (distinct: :class:`Extraction` stores each text once) as
+    :data:`TEXT_EMB_DTYPE` [U, d]; passage embedding texts reuse rows of X, the others are
+    embedded padding-free in length order (:func:`~hopgraph.engine.packed_bert.encode_bulk`)."""
     row_of = {t: i for i, t in enumerate(corpus.embedding_texts())}
     rows = np.fromiter((row_of.get(t, -1) for t in texts), np.int64, len(texts))
-    out = np.empty((len(texts), X.shape[1]), np.float32)
-    have = rows >= 0
-    out[have] = X[rows[have]]
-    todo = np.flatnonzero(~have)
+    del row_of
+    out = np.empty((len(texts), X.shape[1]), TEXT_EMB_DTYPE)
+    have = np.flatnonzero(rows >= 0)
+    for a in range(0, len(have), TEXT_BLOCK_ROWS):
+        out[have[a:a + TEXT_BLOCK_ROWS]] = X[rows[have[a:a + TEXT_BLOCK_ROWS]]]
+    todo = np.flatnonzero(rows < 0)
     if len(todo):
         if embedder is None:
             raise InputError("STITCH needs an embedder to embed topic and entity descriptions")
         emb = encode_bulk(embedder, [texts[i] for i in todo], batch_size, progress, "embed topics/descriptions")
         if emb.shape[1] != X.shape[1]:
             raise InputError(f"embedder {embedder.name} has dimension {emb.shape[1]}, the passages {X.shape[1]}")
-        out[todo] = emb
-    return validate_embeddings(out, "topic/description embeddings")
+        out[todo] = validate_embeddings(emb, "topic/description embeddings")
+    return out
 
 
 def extend_text_embeddings(old_emb: np.ndarray, texts: list[str], corpus: Corpus, X: np.ndarray,
@@ -220,11 +269,11 @@ def extend_text_embeddings(old_emb: np.ndarray, texts: list[str], corpus: Corpus
     U = len(old_emb)
     if len(texts) < U:
         raise InputError(f"{len(texts)} extraction texts, fewer than the {U} already embedded")
-    old = np.asarray(old_emb, np.float32)
-    if old.shape[1] == 0:
-        return np.zeros((len(texts), 0), np.float32)
+    if old_emb.shape[1] == 0:
+        return np.zeros((len(texts), 0), TEXT_EMB_DTYPE)
+    old = as_text_embeddings(old_emb)
     if len(texts) == U:
-        return np.ascontiguousarray(old)
+        return np.array(old) if isinstance(old, np.memmap) else old
     return np.concatenate([old, embed_texts(texts[U:], corpus, X, embedder, progress, batch_size)])
 
 
@@ -251,8 +300,7 @@ def build_hypergraph(ex: Extraction, text_emb: np.ndarray, max_group_chunks: int
     np.cumsum(np.bincount(ex.mention_topic, minlength=T), out=edge_indptr[1:])
     node_indptr, node_incidence = csr_from_keys(ex.mention_node.astype(np.int64), V)
     # φ-induced chunk graph: pairs of chunks sharing a (small enough) group
-    a, b, gsize = group_pairs(group_indptr, ex.node_chunk[group_nodes].astype(np.int64), max_group_chunks)
-    P = column_stochastic(sp.csr_matrix((1.0 / (gsize - 1.0), (b, a)), shape=(N, N), dtype=np.float64))
+    P = column_stochastic(chunk_links(group_indptr, ex.node_chunk[group_nodes], N, max_group_chunks))
     names_data, names_offsets = pack_strings(names)
     return TopicHypergraph(
         n_chunks=N,
@@ -270,7 +318,7 @@ def build_hypergraph(ex: Extraction, text_emb: np.ndarray, max_group_chunks: int
         graph_indptr=P.indptr.astype(np.int64),
         graph_indices=P.indices.astype(np.int32),
         graph_data=P.data.astype(np.float32),
-        text_emb=np.ascontiguousarray(text_emb, np.float32),  # [U, 0] when no pipeline step needs them
+        text_emb=as_text_embeddings(text_emb),  # [U, 0] when no pipeline step needs them
         names_data=names_data,
         names_offsets=names_offsets,
     )

@@ -9,8 +9,8 @@ from hopgraph import HashingEmbedder
 from hopgraph.engine.corpus import Corpus
 from hopgraph.engine.errors import InputError
 from hopgraph.engine.extraction import extract
-from hopgraph.engine.hypergraph import (TopicHypergraph, build_hypergraph, embed_texts, group_pairs, pack_strings,
-                                        unpack_strings)
+from hopgraph.engine.hypergraph import (TopicHypergraph, as_text_embeddings, build_hypergraph, chunk_links,
+                                        embed_texts, pack_strings, text_similarity, unpack_strings)
 
 
 def corpus() -> Corpus:
@@ -49,7 +49,7 @@ def test_texts_embedded_once_and_title_states_reuse_chunk_rows(built):
     assert not set(emb.seen) & set(c.embedding_texts())
     names = H.names()
     v = np.flatnonzero((H.node_chunk == 1) & (H.node_group == names.index("ada stone")))[0]
-    np.testing.assert_array_equal(H.text_emb[H.node_text[v]], X[1])
+    np.testing.assert_array_equal(H.text_emb[H.node_text[v]], X[1].astype(np.float16))
 
 
 def test_incidence_csr_both_ways(built):
@@ -95,13 +95,35 @@ def test_max_group_chunks_drops_hub_names(built):
         build_hypergraph(ex, np.ones((2, 4), np.float32))
 
 
-def test_group_pairs_bruteforce():
-    indptr = np.array([0, 1, 3, 6, 10])
-    members = np.arange(10) * 10
-    a, b, size = group_pairs(indptr, members, max_size=3)
-    expect = {(x, y) for lo, hi in [(1, 3), (3, 6)] for x in members[lo:hi] for y in members[lo:hi] if x != y}
-    assert set(zip(a.tolist(), b.tolist())) == expect and len(a) == len(expect)
-    assert set(size.tolist()) == {2, 3}
+def test_chunk_links_bruteforce():
+    """W[c', c] = Σ over kept groups holding c and c' (c ≠ c') of 1 / (|g| − 1), as listing the pairs."""
+    indptr = np.array([0, 1, 3, 6, 10, 12])
+    chunks = np.array([0, 1, 2, 2, 3, 4, 0, 1, 2, 3, 1, 2])  # group 3 (size 4) is above max_size
+    W = chunk_links(indptr, chunks, 6, max_size=3).toarray()
+    expect = np.zeros((6, 6))
+    for lo, hi in zip(indptr[:-1], indptr[1:]):
+        if 2 <= hi - lo <= 3:
+            for x in chunks[lo:hi]:
+                for y in chunks[lo:hi]:
+                    if x != y:
+                        expect[y, x] += 1.0 / (hi - lo - 1)
+    np.testing.assert_allclose(W, expect, rtol=0, atol=1e-15)
+    assert W[1, 2] == 2.0  # linked by two groups: weights summed
+    assert chunk_links(np.array([0, 1]), np.array([3]), 5, max_size=3).nnz == 0
+
+
+def test_text_embeddings_float16_and_similarity():
+    rng = np.random.default_rng(0)
+    E = rng.standard_normal((70_000, 8)).astype(np.float32)  # above one TEXT_BLOCK_ROWS block
+    E /= np.linalg.norm(E, axis=1, keepdims=True)
+    T = as_text_embeddings(E)
+    assert T.dtype == np.float16 and as_text_embeddings(T) is T
+    np.testing.assert_allclose(T.astype(np.float32), E, atol=1e-3)
+    Q = E[:3]
+    np.testing.assert_allclose(text_similarity(Q, T), Q @ T.astype(np.float32).T, atol=1e-6)
+    np.testing.assert_array_equal(text_similarity(Q, E), Q @ E.T)  # an older index's float32 rows
+    with pytest.raises(InputError, match="2-D"):
+        as_text_embeddings(E[0])
 
 
 def test_strings_roundtrip():

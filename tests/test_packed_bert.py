@@ -28,3 +28,15 @@ def test_packed_equals_encode(minilm):
         assert got.shape == (len(batch), minilm.dim) and got.dtype == np.float32
         np.testing.assert_allclose(got, minilm.encode(batch), atol=1e-5)
     assert packed.encode([]).shape == (0, minilm.dim)
+
+
+def test_encode_bulk_length_order_keeps_input_order(minilm, monkeypatch):
+    """encode_bulk takes its chunks in length order (issue 14) and returns rows in input order."""
+    import hopgraph.engine.packed_bert as pb
+
+    monkeypatch.setattr(pb, "BULK_CHUNK", 3)  # several chunks, each of similar lengths
+    texts = ["a much longer sentence about the 1936 Summer Olympics in Berlin", "b", "Abbey Road",
+             "who?", "the band that released Abbey Road in 1969", "x y", "Bern is a city."]
+    got = pb.encode_bulk(minilm, texts)
+    np.testing.assert_allclose(got, minilm.encode(texts), atol=1e-5)
+    np.testing.assert_array_equal(pb.encode_bulk(HashingEmbedder(16), texts), HashingEmbedder(16).encode(texts))

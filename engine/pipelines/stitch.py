@@ -88,7 +88,7 @@ from ..components import QueryBatch
 from ..errors import IndexFormatError, InputError
 from ..graph import CSR
 from ..extraction import load_extractions, query_names
-from ..hypergraph import TopicHypergraph, build_hypergraph, embed_texts, extend_text_embeddings
+from ..hypergraph import TopicHypergraph, build_hypergraph, embed_texts, extend_text_embeddings, text_similarity
 from ..params import PipelineParams, choice, flag, integer, path, real
 from ..ranking import PAD_SCORE, reciprocal_rank_fusion, topk_rows
 from .base import Pipeline
@@ -194,7 +194,7 @@ class STITCH(Pipeline):
         if self.needs_embedder:
             text_emb = embed_texts(ex.texts, corpus, self.X, comp.embedder, progress=progress)
         else:  # the binary prior never looks at topic/description embeddings
-            text_emb = np.zeros((len(ex.texts), 0), np.float32)
+            text_emb = np.zeros((len(ex.texts), 0), np.float16)
         self.H = build_hypergraph(ex, text_emb, self.max_group_chunks)
         comp.bm25(who=self.name)
         self._cache = {}
@@ -296,7 +296,7 @@ class STITCH(Pipeline):
         """STITCH chunk prior p [B, N] (steps 1–5), float64 rows summing to 1."""
         H, dev, Q = self.H, self._device_t(), batch.Q
         t = self._tensors(dev)
-        text_sim = as_tensor(Q @ np.asarray(H.text_emb).T, device=dev)  # [B, U]
+        text_sim = as_tensor(text_similarity(Q, H.text_emb), device=dev)  # [B, U]
         node_sim = text_sim[:, t["node_text"]]
         S = text_sim[:, t["edge_text"]].clamp_min(0.0)
         if self.delta_mode == "relative":
