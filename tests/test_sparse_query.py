@@ -251,3 +251,22 @@ def test_graph_search_allocates_nothing_of_size_batch_by_n(hashing_embedder, nam
         tracemalloc.stop()
     assert (ids >= 0).all()
     assert peak < B * n * 8 / 2, f"search peak {peak / 1e6:.2f} MB"
+
+
+def test_stitch_text_ivf_saved_and_loaded(demo_corpus, hashing_embedder, tmp_path, monkeypatch):
+    """With the text index searching approximately (``HOPGRAPH_DENSE=ann``), ``save`` stores its IVF
+    and a loaded index answers without training one (no cold-start k-means), with the same results."""
+    from hopgraph.engine.dense_index import DENSE_MODE_ENV
+
+    monkeypatch.setenv(DENSE_MODE_ENV, "ann")
+    index = Index.build(demo_corpus, embedder=hashing_embedder, pipelines=["stitch"], progress=False)
+    qs = _questions()
+    before = index.search_arrays(qs, pipeline="stitch", k=5)
+    index.save(tmp_path / "idx")
+    loaded = Index.load(tmp_path / "idx", embedder=hashing_embedder, progress=False)
+    pipe = loaded.pipelines["stitch"]
+    assert pipe._text_index is not None and pipe._text_index.method == "ann"
+    after = loaded.search_arrays(qs, pipeline="stitch", k=5)
+    assert pipe.text_index.ivf_builds == []
+    np.testing.assert_array_equal(after[0], before[0])
+    np.testing.assert_allclose(after[1], before[1], rtol=0, atol=1e-6)

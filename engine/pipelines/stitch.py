@@ -95,6 +95,7 @@ that match no name fall back to the ``seed_k`` (8) most relevant chunks. Steps 6
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -125,6 +126,8 @@ DELTA_MODES = ("relative", "absolute")
 RELEVANCES = ("dense", "hybrid")
 FUSIONS = ("linear", "rrf")
 HYBRID_DEPTH = 100
+#: folder (and ``.json`` manifest entry) of the saved text IVF index in a STITCH pipeline directory
+TEXT_IVF = "text-ivf"
 #: description texts matched per question before the activation threshold (step 1, ``match_k``)
 MATCH_K = 128
 #: chunks whose prior is below this fraction of the row's largest are not in the activated
@@ -213,6 +216,8 @@ class STITCH(Pipeline):
         super().__init__(params, **overrides)
         self.H: TopicHypergraph | None = None
         self._cache: dict[str, Any] = {}
+        #: the text index of step 1 (see :attr:`text_index`), None until built or loaded
+        self._text_index: DenseIndex | None = None
 
     # ------------------------------------------------------------------ index
     def _fit(self, progress: bool) -> None:
@@ -226,7 +231,7 @@ class STITCH(Pipeline):
             text_emb = np.zeros((len(ex.texts), 0), np.float32)
         self.H = build_hypergraph(ex, text_emb, self.max_group_chunks)
         comp.bm25(who=self.name)
-        self._cache = {}
+        self._cache, self._text_index = {}, None
 
     def _add(self, start: int, progress: bool) -> None:
         """Passages ``[start, N)`` were appended (issue 13; the SPEC §2 "Index" steps on the grown
@@ -251,17 +256,30 @@ class STITCH(Pipeline):
         text_emb = extend_text_embeddings(self.H.text_emb, ex.texts, corpus, self.X, comp.embedder, progress)
         self.H = build_hypergraph(ex, text_emb, self.max_group_chunks)
         comp.bm25(who=self.name)
-        self._cache = {}
+        self._cache, self._text_index = {}, None
 
     def save(self, directory: Path) -> None:
+        """The hypergraph arrays, and the text index's IVF when it searches approximately (from the
+        dense index's ANN threshold of texts up: built now if not yet, so a loaded index answers
+        its first question without training one; issue 14)."""
         self.H.save(directory / "hypergraph")
+        if self.needs_embedder and len(self.H.text_emb) and self.text_index.method == "ann":
+            entry = self.text_index.save_ivf(directory / TEXT_IVF)
+            (directory / f"{TEXT_IVF}.json").write_text(json.dumps(entry))
 
     def _load(self, directory: Path) -> None:
         self.H = TopicHypergraph.load(directory / "hypergraph", mmap=True, n_chunks=len(self.X))
         if self.H.text_emb.shape[1] != (self.X.shape[1] if self.needs_embedder else 0):
             raise IndexFormatError(f"{directory / 'hypergraph' / 'text_emb.npy'}: dimension "
                                    f"{self.H.text_emb.shape[1]}, the index {self.X.shape[1]}")
-        self._cache = {}
+        self._cache, self._text_index = {}, None
+        entry_file = directory / f"{TEXT_IVF}.json"
+        if self.needs_embedder and entry_file.is_file():
+            try:
+                entry = json.loads(entry_file.read_text())
+            except (OSError, ValueError) as e:
+                raise IndexFormatError(f"{entry_file}: {e}") from None
+            self._text_index = DenseIndex.load(directory / TEXT_IVF, entry, self.H.text_emb)
 
     # ------------------------------------------------------------------ query
     def search(self, Q: np.ndarray, top_k: int = 5,
@@ -493,6 +511,14 @@ class STITCH(Pipeline):
             self._cache["adjacency"] = sp.csr_matrix(((P + P.T) != 0).astype(np.float32))
         return self._cache["adjacency"]
 
+    @property
+    def text_index(self) -> DenseIndex:
+        """Cosine top-k over ``H.text_emb`` (step 1): exact, or IVF with exact rescoring from the
+        dense index's ANN threshold up; loaded with the index when saved, else built on first use."""
+        if self._text_index is None:
+            self._text_index = DenseIndex(self.H.text_emb)
+        return self._text_index
+
     def _device(self) -> str:
         return kernels.resolve_device(self.device)
 
@@ -511,7 +537,7 @@ class STITCH(Pipeline):
             mask[node_text] = True
             text_indptr, text_nodes = csr_from_keys(node_text, len(H.text_emb))
             self._cache["arrays"] = {
-                "text_index": DenseIndex(H.text_emb), "node_text_mask": None if mask.all() else mask,
+                "text_index": self.text_index, "node_text_mask": None if mask.all() else mask,
                 "n_node_texts": max(int(mask.sum()), 1),
                 "text_indptr": text_indptr, "text_nodes": text_nodes,
                 "inc_edge": np.repeat(np.arange(H.n_edges), np.diff(np.asarray(H.edge_indptr))),
