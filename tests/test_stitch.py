@@ -93,12 +93,12 @@ def test_region_contains_support_and_neighbours(fitted):
     _, _, pipe = fitted
     p = np.zeros((1, pipe.H.n_chunks))
     p[0, 0] = 1.0
-    reg = pipe.variant(region_hops=1).region(LocalRows.full(p)).dense()
+    reg = pipe.region(LocalRows.full(p)).dense()  # default: one hop
     P = pipe.transition.to_dense()
     expect = (P[:, 0] > 0) | (P[0, :] > 0)
     expect[0] = True
     assert np.array_equal(reg[0], expect)
-    assert np.array_equal(pipe.region(LocalRows.full(p)).dense(), p > 0)  # default: the support only
+    assert np.array_equal(pipe.variant(region_hops=0).region(LocalRows.full(p)).dense(), p > 0)
 
 
 def test_region_support_ignores_float_noise(fitted):

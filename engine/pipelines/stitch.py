@@ -34,11 +34,12 @@ kernels dispatched through :func:`hopgraph.kernels.call`:
    value for every corpus.
 6. ``batched_ppr`` (step 6) on the chunk graph with damping ``d`` = 0.85, to tolerance
    ``tol``; ``localise=True`` restricts each query's walk to its activated region: the
-   support of p (``region_hops`` = 0, the default since issue 14) or the support and its
-   ``region_hops``-hop neighbourhood; mass leaving the region is dropped. (The one-hop region
-   covered a median 72 % of the musique corpus, so it localised nothing; the support alone —
-   a median of 78 chunks there — kept Recall, measured in the README.) The support is
-   numerical: the chunks with ``p ≥ SUPPORT_RTOL · max p`` (1e-6). Entries
+   support of p and its ``region_hops``-hop neighbourhood (default 1); mass leaving the region
+   is dropped. ``region_hops=0`` (the support alone: a median of 78 chunks on musique, where the
+   one-hop region covers a median 72 % of the small corpus) was measured for issue 14 and lost
+   Recall@5 on both shared sets (README, "Scale"), so the default stays one hop: it is local at
+   scale anyway (the support's neighbours, at most ``max_group_chunks`` per name group). The
+   support is numerical: the chunks with ``p ≥ SUPPORT_RTOL · max p`` (1e-6). Entries
    below it are float noise (a similarity that is 0 in exact arithmetic comes out as ±1e-8
    depending on how BLAS blocks the batch, and the temporal channel turns it into a 1e-12
    prior); letting them decide the region made a question's results depend on its batch
@@ -153,7 +154,7 @@ class PPRBinaryParams(PipelineParams):
     prior_mix: float = real(0.0, low=0.0, high=1.0, query=True)
     ppr: bool = flag(True, query=True)
     localise: bool = flag(True, query=True)
-    region_hops: int = integer(0, low=0, query=True)
+    region_hops: int = integer(1, low=0, query=True)
     tol: float = real(1e-6, low=0.0, low_open=True, query=True)
     max_iter: int = integer(100, low=1, query=True)
     batch_size: int = integer(64, low=1, query=True)
@@ -438,7 +439,7 @@ class STITCH(Pipeline):
     def region(self, p: LocalRows) -> LocalRows:
         """Activated region (bool LocalRows): the numerical support of p (``p ≥ SUPPORT_RTOL · max p``,
         per row, so a row's region depends on that row only) and its ``region_hops``-hop
-        neighbourhood (SPEC §2 step 6, localised; default 0 hops: the support itself)."""
+        neighbourhood (SPEC §2 step 6, localised; default one hop)."""
         v = np.asarray(p.values)
         top = v.max(axis=1, keepdims=True) if v.shape[1] else np.zeros((len(v), 1))
         q, j = np.nonzero((v > 0) & (v >= SUPPORT_RTOL * top))
