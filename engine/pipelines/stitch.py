@@ -59,8 +59,8 @@ the absolute 0.5). Steps 2–5 run the kernels on the sub-hypergraph the activat
 (:func:`~hopgraph.engine.stitch_local.local_hypergraph`), computing topic and chunk
 similarities for its edges and nodes only. The relevance (step 7) is kept on the candidates:
 the dense top ``max(100, top_k, seed_k)`` (a chunk outside it scores below every one of them,
-so it can enter the top ``top_k`` only through π, where it is scored exactly) or the hybrid
-RRF top 100. The walk runs on the union of the batch's regions closed by a sink
+so it can enter the top ``top_k`` only through π, and the ranking computes the cosine of every
+chunk of π's support exactly) or the hybrid RRF top 100. The walk runs on the union of the batch's regions closed by a sink
 (:func:`~hopgraph.engine.stitch_local.local_transition`), each row masked to its own region.
 The ranking covers π's and the relevance's chunks; when fewer than ``top_k`` of them score
 above 0, the lowest allowed ids follow with score 0 (as the dense ranking of zeros did).
@@ -337,6 +337,8 @@ class STITCH(Pipeline):
             else:
                 pi = pr
             with timer("ranking"):
+                if self.params.relevance == "dense":  # the cosine of every chunk π reaches, exactly
+                    rl = self.cosine_on(batch, rows, np.union1d(pi.cols, rl.cols))
                 final = self.fuse(pi, rl)
             out = final if out is None else merge_rows(out, final)
             if len(parts) == 1:
@@ -365,6 +367,15 @@ class STITCH(Pipeline):
             return LocalRows.from_ids(ids, np.maximum(sc, 0.0), n, np.float32)
         ids, sc = hybrid_ranking(batch, HYBRID_DEPTH, depth=HYBRID_DEPTH)
         return LocalRows.from_ids(ids, sc, n, np.float32)
+
+    def cosine_on(self, batch: QueryBatch, rows: np.ndarray, cols: np.ndarray) -> LocalRows:
+        """Dense relevance ``max(0, cos)`` of the batch rows ``rows`` at chunks ``cols`` (0 at the
+        passages the filter excludes): step 7's relevance term on π's support, where the dense
+        top list alone would leave it 0."""
+        sims = np.maximum(batch.Q[rows] @ np.asarray(self.components.dense.rows(cols), np.float32).T, 0.0)
+        if batch.allowed is not None:
+            sims[:, ~np.asarray(batch.allowed)[cols]] = 0.0
+        return LocalRows(np.asarray(cols, np.int64), sims.astype(np.float32), len(self.X))
 
     def prior_rows(self, batch: QueryBatch, rel: LocalRows) -> tuple[LocalRows, np.ndarray]:
         """The chunk prior (steps 1–5) on its support, and the rows whose Σ I is 0 (uniform)."""
