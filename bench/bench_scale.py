@@ -10,6 +10,11 @@ entities, then builds, each stage in a fresh subprocess (so peak RSS is per stag
 - ``dmar``    the DMAR knowledge graph (extraction + co-occurrence graph);
 - ``query``   ``Index.load`` of the saved index (memory-mapped) and one batch of 256
               G3RAG questions;
+- ``graph_index``  a saved index with the STITCH and DMAR pipelines (``Index.build`` from
+              ``X.npy``; topic/description texts embedded by the hashing embedder, d = 384: a
+              stand-in whose cost is negligible — the structures and the query work are real);
+- ``stitch_query`` / ``dmar_query``  ``Index.load`` of that index (memory-mapped) and one batch of
+              256 questions (issue 14: the sparse query paths; peak RSS and q/s);
 - ``recall``  the ANN gain-kNN graph against the exact ``gain_knn`` graph on a
               50,000-passage random sample of the embeddings.
 
@@ -203,6 +208,49 @@ def stage_query(data: Path) -> dict:
                        "queries/s": round(len(Q) / (t2 - t1), 1)}}
 
 
+def stage_graph_index(data: Path) -> dict:
+    from hopgraph.index import Index
+
+    t0 = time.perf_counter()
+    index = Index.build(data / "corpus.jsonl", embeddings=data / "X.npy", embedder=f"hashing-{D}",
+                        pipelines=["stitch", "dmar"], work_dir=data / "graph_index.work", progress=False)
+    t1 = time.perf_counter()
+    index.save(data / "graph_index", overwrite=True)
+    t2 = time.perf_counter()
+    H = index.pipelines["stitch"].H
+    return {"seconds": t2 - t0, "items": len(index.corpus),
+            "detail": {"fit s": round(t1 - t0, 1), "save s": round(t2 - t1, 1), "texts": len(H.text_emb),
+                       "states": H.n_nodes}}
+
+
+def graph_query(data: Path, pipeline: str) -> dict:
+    """``Index.load`` of the graph index and one batch of :data:`N_QUERIES` questions of ``pipeline``
+    (timed twice: the first search includes the query-side caches built on first use)."""
+    from hopgraph.index import Index
+
+    Q = np.load(data / "Q.npy")
+    questions = json.loads((data / "questions.json").read_text())
+    t0 = time.perf_counter()
+    index = Index.load(data / "graph_index", embedder=f"hashing-{D}", progress=False)
+    t1 = time.perf_counter()
+    ids, _ = index.search_arrays(questions, pipeline=pipeline, k=5, query_embeddings=Q)
+    t2 = time.perf_counter()
+    ids2, _ = index.search_arrays(questions, pipeline=pipeline, k=5, query_embeddings=Q)
+    t3 = time.perf_counter()
+    assert ids.shape == (len(Q), 5) and (ids[:, 0] >= 0).all() and np.array_equal(ids, ids2)
+    return {"seconds": t3 - t2, "items": len(Q),
+            "detail": {"load s": round(t1 - t0, 1), "first search s": round(t2 - t1, 2),
+                       "search s": round(t3 - t2, 2), "queries/s": round(len(Q) / (t3 - t2), 1)}}
+
+
+def stage_stitch_query(data: Path) -> dict:
+    return graph_query(data, "stitch")
+
+
+def stage_dmar_query(data: Path) -> dict:
+    return graph_query(data, "dmar")
+
+
 def stage_recall(data: Path) -> dict:
     from hopgraph.engine.ann_graph import ann_gain_knn, density_mode, graph_recall
     from hopgraph.engine.graph import hub_penalty
@@ -227,6 +275,7 @@ def stage_recall(data: Path) -> dict:
 
 
 STAGES = {"g3rag": stage_g3rag, "stitch": stage_stitch, "dmar": stage_dmar, "query": stage_query,
+          "graph_index": stage_graph_index, "stitch_query": stage_stitch_query, "dmar_query": stage_dmar_query,
           "recall": stage_recall}
 
 
@@ -259,7 +308,7 @@ def table(results: dict[int, dict[str, dict]], sizes: list[int]) -> str:
         lines.append("")
         lines.append(f"| stage | wall ratio {hi:,} / {lo:,} | size ratio |")
         lines.append("|---|---:|---:|")
-        for stage in ("g3rag", "stitch", "dmar", "query"):
+        for stage in ("g3rag", "stitch", "dmar", "query", "stitch_query", "dmar_query"):
             a, b = results.get(lo, {}).get(stage), results.get(hi, {}).get(stage)
             if a and b and "error" not in a and "error" not in b:
                 lines.append(f"| {stage} | {b['seconds'] / a['seconds']:.1f}× | {hi / lo:.0f}× |")
@@ -296,9 +345,11 @@ def main() -> int:
             if stage == "recall" and n != recall_at:
                 continue
             results.setdefault(n, {})[stage] = r = run_stage(stage, data)
+            r["load_avg"] = [round(x, 2) for x in os.getloadavg()]
             print(f"  {stage}: {json.dumps(r, default=str)}", flush=True)
     print()
-    print(f"bench_scale: d={D}, {os.cpu_count()} CPU cores, stages in fresh processes")
+    print(f"bench_scale: d={D}, {os.cpu_count()} CPU cores, stages in fresh processes, "
+          f"load average {tuple(round(x, 2) for x in os.getloadavg())}")
     print(table(results, sizes))
     if args.json:
         Path(args.json).write_text(json.dumps({str(k): v for k, v in results.items()}, indent=2, default=str))

@@ -81,6 +81,32 @@ class BM25Index:
             return np.zeros(self.n_docs, np.float32)
         return np.asarray(self.retriever.get_scores(known), np.float32)
 
+    def scores_at(self, tokens: list[str], docs: np.ndarray) -> np.ndarray:
+        """BM25 score of the passages ``docs`` (int, any shape; -1 = padding → 0) for one tokenized
+        query (float32, ``docs``' shape): :meth:`scores` read at ``docs`` only, bit for bit (each
+        query token's precomputed score is added in the query's token order in float32, as bm25s
+        sums them), without the ``[N]`` score row (issue 14). Each token's posting list (the
+        documents of its column of the CSC score matrix, ascending) is searched for the docs:
+        O(|tokens| · |docs| · log df)."""
+        docs = np.asarray(docs, np.int64)
+        out = np.zeros(docs.shape, np.float32)
+        vocab, sc = self.retriever.vocab_dict, self.retriever.scores
+        data, indptr, indices = sc["data"], sc["indptr"], sc["indices"]
+        flat, valid = docs.ravel(), docs.ravel() >= 0
+        acc = out.reshape(-1)
+        for w in tokens:
+            t = vocab.get(w)
+            if t is None:
+                continue
+            start, end = int(indptr[t]), int(indptr[t + 1])
+            post = np.asarray(indices[start:end])
+            if end == start:
+                continue
+            pos = np.minimum(np.searchsorted(post, flat), end - start - 1)
+            hit = valid & (post[pos] == flat)
+            acc += np.where(hit, np.asarray(data[start:end], np.float32)[pos], np.float32(0.0))
+        return out
+
     def save(self, directory: Path) -> None:
         self.retriever.save(str(directory))
 

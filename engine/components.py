@@ -201,7 +201,6 @@ class QueryBatch:
         self._dense: tuple[np.ndarray, np.ndarray] | None = None
         self._bm25: tuple[np.ndarray, np.ndarray] | None = None
         self._cosine: np.ndarray | None = None
-        self._bm25_rows: dict[int, np.ndarray] = {}
 
     def __len__(self) -> int:
         return len(self.Q)
@@ -248,17 +247,12 @@ class QueryBatch:
         return self._bm25[0][:, :k], self._bm25[1][:, :k]
 
     def bm25_of(self, cand: np.ndarray) -> np.ndarray:
-        """BM25 score of candidate rows ``cand`` [B, C] (-1 = padding → 0)."""
+        """BM25 score of candidate rows ``cand`` [B, C] (-1 = padding → 0): read at the candidates
+        only (:meth:`BM25Index.scores_at`; no ``[N]`` score row per question, issue 14)."""
         out = np.zeros(cand.shape, np.float32)
         bm25 = self.components.bm25()
-        keep = len(self.components.X) * len(self) <= COSINE_CACHE_BUDGET
         for b in range(len(cand)):
-            row = self._bm25_rows.get(b)
-            if row is None:
-                row = bm25.scores(self.tokens[b])
-                if keep:
-                    self._bm25_rows[b] = row
-            out[b] = np.where(cand[b] >= 0, row[np.maximum(cand[b], 0)], 0.0)
+            out[b] = bm25.scores_at(self.tokens[b], cand[b])
         return out
 
     def cosine(self) -> np.ndarray:

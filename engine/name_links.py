@@ -26,8 +26,28 @@ from typing import Sequence
 import numpy as np
 
 from .extraction import Extraction, canonical_name
-from .hypergraph import group_pairs
 from .sparse_scores import row_edge_positions
+
+
+def group_pairs(indptr: np.ndarray, members: np.ndarray, max_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """All ordered pairs (a, b), a ≠ b, of members within each group of size 2..max_size,
+    with the group's size: vectorised by repeats (cost = Σ |g|² over kept groups)."""
+    sizes = np.diff(indptr)
+    keep = (sizes >= 2) & (sizes <= max_size)
+    starts, sz = indptr[:-1][keep], sizes[keep]
+    if len(sz) == 0:
+        z = np.zeros(0, np.int64)
+        return z, z, z
+    # member positions of kept groups, each repeated |g| times (one per partner)
+    pos = np.repeat(starts, sz) + (np.arange(sz.sum()) - np.repeat(np.cumsum(sz) - sz, sz))
+    gsize = np.repeat(sz, sz)
+    a_pos = np.repeat(pos, gsize)
+    first = np.repeat(np.repeat(starts, sz), gsize)
+    k = np.arange(len(a_pos)) - np.repeat(np.cumsum(gsize) - gsize, gsize)
+    b_pos = first + k
+    off = a_pos != b_pos
+    return members[a_pos[off]], members[b_pos[off]], np.repeat(gsize, gsize)[off]
+
 
 
 @dataclass(frozen=True)

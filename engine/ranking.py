@@ -64,3 +64,33 @@ def reciprocal_rank_fusion(rankings: list[np.ndarray], n_items: int, k: int = 60
         valid = ids >= 0
         np.add.at(fused, (rows[valid], ids[valid]), contrib[valid])
     return fused
+
+
+def rrf_topk(rankings: list[np.ndarray], top_k: int, k: int = 60) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``top_k`` of :func:`reciprocal_rank_fusion` without the dense ``[B, n_items]`` array
+    (issue 14): only the items the rankings hold are scored, so the cost is O(B · Σ m) whatever
+    the corpus size. Equal to ``topk_rows(reciprocal_rank_fusion(...), top_k)`` with zero scores
+    as padding, bit for bit: each item's float32 sum adds the same terms in the same order (the
+    rankings' order), ties break toward the lower id (:func:`topk_rows`).
+
+    ``rankings`` are ``[B, m]`` id matrices (``-1`` = padding, ignored; an id at most once per
+    row of one ranking). Returns ``(ids int64 [B, top_k], scores float32 [B, top_k])``."""
+    from .sparse_scores import topk_entries  # ranking is imported by sparse_scores
+
+    B = rankings[0].shape[0] if rankings else 0
+    rows, ids, contrib = [], [], []
+    for r in rankings:
+        ranks = np.arange(1, r.shape[1] + 1, dtype=np.float32)
+        c = np.broadcast_to(1.0 / (k + ranks), r.shape)
+        valid = r >= 0
+        rows.append(np.broadcast_to(np.arange(B)[:, None], r.shape)[valid])
+        ids.append(np.asarray(r, np.int64)[valid])
+        contrib.append(c[valid])
+    if not rankings or not sum(len(i) for i in ids):
+        return topk_entries(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32), B, top_k)
+    row, col, val = np.concatenate(rows).astype(np.int64), np.concatenate(ids), np.concatenate(contrib)
+    n = np.int64(max(int(col.max()) + 1, 1))
+    uniq, inverse = np.unique(row * n + col, return_inverse=True)
+    fused = np.zeros(len(uniq), np.float32)
+    np.add.at(fused, inverse.ravel(), val)  # the rankings' order, as reciprocal_rank_fusion adds them
+    return topk_entries(uniq // n, uniq % n, fused, B, top_k)

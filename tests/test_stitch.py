@@ -8,6 +8,7 @@ import torch
 from hopgraph import Index
 from hopgraph.engine.errors import InputError
 from hopgraph.engine.pipelines import pipeline_class
+from hopgraph.engine.local_rows import LocalRows
 from hopgraph.engine.pipelines.stitch import STITCH, normalise_rows, top_k_distribution
 from hopgraph.kernels import call
 
@@ -45,7 +46,7 @@ def test_search_shapes_padding_and_determinism(fitted):
 
 def test_prior_is_a_distribution_from_activated_states(fitted):
     X, Q, pipe = fitted
-    rel = pipe.relevance_scores(pipe.components.batch(Q, QUESTIONS))
+    rel = pipe.relevance_rows(pipe.components.batch(Q, QUESTIONS))
     p = pipe.prior(pipe.components.batch(Q, QUESTIONS), rel)
     np.testing.assert_allclose(p.sum(1), 1.0)
     # nothing passes an absolute δ of 0.99 -> uniform prior (SPEC §2.5)
@@ -55,7 +56,7 @@ def test_prior_is_a_distribution_from_activated_states(fitted):
 
 def test_prior_matches_manual_formula_without_channels(fitted):
     X, Q, pipe = fitted
-    v = pipe.variant(spatial=False, temporal=False)
+    v = pipe.variant(spatial=False, temporal=False, match_k=10**6)  # every text matched: the SPEC's rule
     H = v.H
     sim = Q @ np.asarray(H.text_emb).T
     node_sim = sim[:, H.node_text]
@@ -82,7 +83,7 @@ def test_ablations_change_scores_and_ppr_matches_kernel(fitted):
     # with balance 0, no mixing and no localisation the ranking is the kernel's PPR of the prior
     v = pipe.variant(balance=0.0, prior_mix=0.0, localise=False)
     batch = v.components.batch(Q, QUESTIONS)
-    p = v.prior(batch, v.relevance_scores(batch))
+    p = v.prior(batch)
     pi, _ = call("batched_ppr", v.transition, torch.from_numpy(p), d=v.d, tol=v.tol, device="cpu")
     pi = pi.numpy()
     np.testing.assert_allclose(v.scores(Q, QUESTIONS), pi / pi.max(1, keepdims=True), rtol=1e-5, atol=1e-7)
@@ -92,12 +93,12 @@ def test_region_contains_support_and_neighbours(fitted):
     _, _, pipe = fitted
     p = np.zeros((1, pipe.H.n_chunks))
     p[0, 0] = 1.0
-    reg = pipe.region(p)
+    reg = pipe.region(LocalRows.full(p)).dense()  # default: one hop
     P = pipe.transition.to_dense()
     expect = (P[:, 0] > 0) | (P[0, :] > 0)
     expect[0] = True
     assert np.array_equal(reg[0], expect)
-    assert np.array_equal(pipe.variant(region_hops=0).region(p), p > 0)
+    assert np.array_equal(pipe.variant(region_hops=0).region(LocalRows.full(p)).dense(), p > 0)
 
 
 def test_region_support_ignores_float_noise(fitted):
@@ -110,11 +111,12 @@ def test_region_support_ignores_float_noise(fitted):
     p = np.zeros((2, n))
     p[:, 0] = 1.0
     p[1, n - 1] = 1e-12
-    one_hop = pipe.variant(region_hops=0)
-    assert np.array_equal(one_hop.region(p)[1], one_hop.region(p)[0])
-    assert np.array_equal(pipe.region(p)[1], pipe.region(p)[0])
+    support, one_hop = pipe.variant(region_hops=0), pipe.variant(region_hops=1)
+    reg = lambda v, p: v.region(LocalRows.full(p)).dense()  # noqa: E731
+    assert np.array_equal(reg(support, p)[1], reg(support, p)[0])
+    assert np.array_equal(reg(one_hop, p)[1], reg(one_hop, p)[0])
     p[1, n - 1] = 10 * SUPPORT_RTOL  # a real (small) prior mass stays in
-    assert one_hop.region(p)[1, n - 1] and one_hop.region(p)[1].sum() == 2
+    assert reg(support, p)[1, n - 1] and reg(support, p)[1].sum() == 2
 
 
 def test_bad_parameters_named(fitted):

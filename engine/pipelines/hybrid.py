@@ -12,7 +12,7 @@ import numpy as np
 
 from ..components import QueryBatch
 from ..params import PipelineParams, integer
-from ..ranking import reciprocal_rank_fusion, topk_rows
+from ..ranking import rrf_topk
 from ..timing import StageTimer
 from .base import Pipeline
 
@@ -24,9 +24,12 @@ def hybrid_ranking(batch: QueryBatch, top_k: int, depth: int = 100, rrf_k: int =
     """Top-``top_k`` rows by reciprocal rank fusion of the dense and BM25 top-``depth`` lists.
 
     Scores are the RRF sums ``Σ 1/(rrf_k + rank)``; ties break toward the lower row
-    (:func:`~hopgraph.engine.ranking.topk_rows`); rows in neither list are padding.
+    (:func:`~hopgraph.engine.ranking.topk_rows`); rows in neither list are padding. Only the
+    rows of the two lists are scored (:func:`~hopgraph.engine.ranking.rrf_topk`): no ``[B, N]``
+    array, O(B · depth) whatever the corpus size (issue 14). The lists are drawn under the
+    batch's filter, so every returned row is allowed, and ``top_k`` come back whenever the two
+    lists hold that many.
     """
-    n = len(batch.components.X)
     depth = max(depth, top_k)
     timer = timer or StageTimer()
     with timer("dense"):
@@ -34,9 +37,7 @@ def hybrid_ranking(batch: QueryBatch, top_k: int, depth: int = 100, rrf_k: int =
     with timer("bm25"):
         b_ids, _ = batch.bm25_topk(depth)
     with timer("fusion"):
-        fused = reciprocal_rank_fusion([d_ids, b_ids], n, k=rrf_k)
-        fused[fused == 0] = -np.inf
-        return topk_rows(fused, top_k)
+        return rrf_topk([d_ids, b_ids], top_k, k=rrf_k)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ component.
 Query (``search``), batched; every step is array code and the three heavy steps are
 kernels dispatched through :func:`hopgraph.kernels.call`:
 
-1. Activation ``A(v) = sim(q, ψ(v))`` if ``≥ δ_q`` else 0; ``S(e) = max(0, sim(q, text(e)))``
+1. Activation ``A(v) = sim(q, ψ(v))`` if ``≥ δ_q`` else 0, for the states of the ``match_k``
+   description texts nearest q (see "Sparse query"); ``S(e) = max(0, sim(q, text(e)))``
    (SPEC §2 query step 1). **δ** (``delta_mode``): the paper's absolute δ = 0.5 is
    calibrated for a much stronger embedder; the scale of a question's description
    similarities depends on the embedder and the corpus, so with a small embedder an
@@ -33,8 +34,12 @@ kernels dispatched through :func:`hopgraph.kernels.call`:
    value for every corpus.
 6. ``batched_ppr`` (step 6) on the chunk graph with damping ``d`` = 0.85, to tolerance
    ``tol``; ``localise=True`` restricts each query's walk to its activated region: the
-   support of p and its ``region_hops``-hop neighbourhood (mass leaving it is dropped).
-   The support is numerical: the chunks with ``p ≥ SUPPORT_RTOL · max p`` (1e-6). Entries
+   support of p and its ``region_hops``-hop neighbourhood (default 1); mass leaving the region
+   is dropped. ``region_hops=0`` (the support alone: a median of 78 chunks on musique, where the
+   one-hop region covers a median 72 % of the small corpus) was measured for issue 14 and lost
+   Recall@5 on both shared sets (README, "Scale"), so the default stays one hop: it is local at
+   scale anyway (the support's neighbours, at most ``max_group_chunks`` per name group). The
+   support is numerical: the chunks with ``p ≥ SUPPORT_RTOL · max p`` (1e-6). Entries
    below it are float noise (a similarity that is 0 in exact arithmetic comes out as ±1e-8
    depending on how BLAS blocks the batch, and the temporal channel turns it into a 1e-12
    prior); letting them decide the region made a question's results depend on its batch
@@ -43,6 +48,26 @@ kernels dispatched through :func:`hopgraph.kernels.call`:
    (SPEC: "a balance λ = 0.3 with dense similarity is allowed") and rel the ``relevance``
    score (cosine clipped at 0, or the hybrid RRF score); ``fusion="rrf"`` fuses the two
    rankings by reciprocal rank instead.
+
+Sparse query (issue 14): nothing of size ``[B, N]`` or ``[B, n_states]`` is made. Per-question
+vectors are :class:`~hopgraph.engine.local_rows.LocalRows` on the chunks where they can be
+non-zero. Step 1 searches the text embeddings for the ``match_k`` (128) description texts
+nearest each question (a :class:`~hopgraph.engine.dense_index.DenseIndex` over ``H.text_emb``:
+exact below its ANN threshold, IVF with exact rescoring above) and applies δ to those: at
+most ``match_k`` texts activate states (on musique at most 44 texts pass the relative δ, 65
+the absolute 0.5). Steps 2–5 run the kernels on the sub-hypergraph the activated states reach
+(:func:`~hopgraph.engine.stitch_local.local_hypergraph`), computing topic and chunk
+similarities for its edges and nodes only. The relevance (step 7) is kept on the candidates:
+the dense top ``max(100, top_k, seed_k)`` (a chunk outside it scores below every one of them,
+so it can enter the top ``top_k`` only through π, and the ranking computes the cosine of every
+chunk of π's support exactly) or the hybrid RRF top 100. The walk runs on the union of the batch's regions closed by a sink
+(:func:`~hopgraph.engine.stitch_local.local_transition`), each row masked to its own region.
+The ranking covers π's and the relevance's chunks; when fewer than ``top_k`` of them score
+above 0, the lowest allowed ids follow with score 0 (as the dense ranking of zeros did).
+A row whose prior is uniform (Σ I = 0, SPEC §2.5), or left without mass by a filter, needs
+every chunk: such rows are computed apart on all N (one ``[b, N]`` block for those b rows), the
+others stay local. ``localise=False`` is the global walk over all N (an ablation). With dense
+relevance and no positive cosine among the candidates the mixing term is 0 (formerly uniform).
 
 Threads: on the CPU, ``search`` runs torch with ``threads`` intra-op threads (default 1):
 the arrays of one batch are small and OpenMP threads spinning on a busy machine cost more
@@ -72,6 +97,7 @@ that match no name fall back to the ``seed_k`` (8) most relevant chunks. Steps 6
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -86,9 +112,13 @@ from ...kernels.tensors import as_tensor
 from ...kernels.threads import torch_threads
 from ..components import QueryBatch
 from ..errors import IndexFormatError, InputError
-from ..graph import CSR
+from ..dense_index import DenseIndex
+from ..graph import CSR, csr_from_keys
+from ..local_rows import LocalRows
+from ..sparse_scores import allowed_at, topk_entries
+from ..stitch_local import csr_rows, local_hypergraph, local_transition, neighbour_entries
 from ..extraction import load_extractions, query_names
-from ..hypergraph import TopicHypergraph, build_hypergraph, embed_texts, extend_text_embeddings, text_similarity
+from ..hypergraph import TopicHypergraph, build_hypergraph, embed_texts, extend_text_embeddings
 from ..params import PipelineParams, choice, flag, integer, path, real
 from ..ranking import PAD_SCORE, reciprocal_rank_fusion, topk_rows
 from .base import Pipeline
@@ -98,6 +128,10 @@ DELTA_MODES = ("relative", "absolute")
 RELEVANCES = ("dense", "hybrid")
 FUSIONS = ("linear", "rrf")
 HYBRID_DEPTH = 100
+#: folder (and ``.json`` manifest entry) of the saved text IVF index in a STITCH pipeline directory
+TEXT_IVF = "text-ivf"
+#: description texts matched per question before the activation threshold (step 1, ``match_k``)
+MATCH_K = 128
 #: chunks whose prior is below this fraction of the row's largest are not in the activated
 #: region's support (float noise, see step 6 of the module docstring)
 SUPPORT_RTOL = 1e-6
@@ -144,6 +178,7 @@ class STITCHParams(PPRBinaryParams):
     delta_mode: str = choice("relative", DELTA_MODES, query=True)
     spatial: bool = flag(True, query=True)
     temporal: bool = flag(True, query=True)
+    match_k: int = integer(MATCH_K, low=1, query=True)
 
     def check(self) -> None:
         if self.delta_mode == "relative" and not 0.0 < self.delta <= 1.0:
@@ -184,6 +219,8 @@ class STITCH(Pipeline):
         super().__init__(params, **overrides)
         self.H: TopicHypergraph | None = None
         self._cache: dict[str, Any] = {}
+        #: the text index of step 1 (see :attr:`text_index`), None until built or loaded
+        self._text_index: DenseIndex | None = None
 
     # ------------------------------------------------------------------ index
     def _fit(self, progress: bool) -> None:
@@ -197,7 +234,7 @@ class STITCH(Pipeline):
             text_emb = np.zeros((len(ex.texts), 0), np.float16)
         self.H = build_hypergraph(ex, text_emb, self.max_group_chunks)
         comp.bm25(who=self.name)
-        self._cache = {}
+        self._cache, self._text_index = {}, None
 
     def _add(self, start: int, progress: bool) -> None:
         """Passages ``[start, N)`` were appended (issue 13; the SPEC §2 "Index" steps on the grown
@@ -222,17 +259,30 @@ class STITCH(Pipeline):
         text_emb = extend_text_embeddings(self.H.text_emb, ex.texts, corpus, self.X, comp.embedder, progress)
         self.H = build_hypergraph(ex, text_emb, self.max_group_chunks)
         comp.bm25(who=self.name)
-        self._cache = {}
+        self._cache, self._text_index = {}, None
 
     def save(self, directory: Path) -> None:
+        """The hypergraph arrays, and the text index's IVF when it searches approximately (from the
+        dense index's ANN threshold of texts up: built now if not yet, so a loaded index answers
+        its first question without training one; issue 14)."""
         self.H.save(directory / "hypergraph")
+        if self.needs_embedder and len(self.H.text_emb) and self.text_index.method == "ann":
+            entry = self.text_index.save_ivf(directory / TEXT_IVF)
+            (directory / f"{TEXT_IVF}.json").write_text(json.dumps(entry))
 
     def _load(self, directory: Path) -> None:
         self.H = TopicHypergraph.load(directory / "hypergraph", mmap=True, n_chunks=len(self.X))
         if self.H.text_emb.shape[1] != (self.X.shape[1] if self.needs_embedder else 0):
             raise IndexFormatError(f"{directory / 'hypergraph' / 'text_emb.npy'}: dimension "
                                    f"{self.H.text_emb.shape[1]}, the index {self.X.shape[1]}")
-        self._cache = {}
+        self._cache, self._text_index = {}, None
+        entry_file = directory / f"{TEXT_IVF}.json"
+        if self.needs_embedder and entry_file.is_file():
+            try:
+                entry = json.loads(entry_file.read_text())
+            except (OSError, ValueError) as e:
+                raise IndexFormatError(f"{entry_file}: {e}") from None
+            self._text_index = DenseIndex.load(directory / TEXT_IVF, entry, self.H.text_emb)
 
     # ------------------------------------------------------------------ query
     def search(self, Q: np.ndarray, top_k: int = 5,
@@ -246,95 +296,212 @@ class STITCH(Pipeline):
             for s in range(0, len(Q), self.batch_size):
                 sl = slice(s, s + self.batch_size)
                 batch = self.components.batch(Q[sl], list(query_texts[sl]), allowed)
-                final = self.batch_scores(batch, timer)
+                final = self.batch_scores(batch, timer, top_k)
                 with timer("ranking"):
-                    ids[sl], scores[sl] = topk_rows(batch.mask_scores(final), top_k)
+                    ids[sl], scores[sl] = rank_local(final, top_k, batch.allowed)
         return ids, scores
 
     def scores(self, Q: np.ndarray, texts: list[str], timer=None) -> np.ndarray:
-        """Final chunk scores [B, N] (step 7) for a batch of normalised queries."""
-        return self.batch_scores(self.components.batch(Q, texts), timer)
+        """Final chunk scores [B, N] (step 7) of a batch of normalised queries, as a dense array
+        (for inspection and tests: ``search`` never makes it)."""
+        return self.batch_scores(self.components.batch(Q, texts), timer).dense()
 
-    def batch_scores(self, batch: QueryBatch, timer=None) -> np.ndarray:
-        """:meth:`scores` of a :class:`QueryBatch`: its filter zeroes the relevance and the prior
-        of the passages it excludes; the walk may pass through them; the caller masks the ranking."""
+    def batch_scores(self, batch: QueryBatch, timer=None, top_k: int = 1) -> LocalRows:
+        """Final scores of a :class:`QueryBatch` (step 7) on the chunks where they can be non-zero
+        (module docstring, "Sparse query"): its filter zeroes the relevance and the prior of the
+        passages it excludes; the walk may pass through them; the caller masks the ranking."""
         timer = timer or self._timer()
         with timer("relevance"):
-            rel = batch.mask_prior(self.relevance_scores(batch))
+            rel = self.relevance_rows(batch, top_k)
         with timer("prior"):
-            p = self.prior(batch, rel)
-            if self.prior_mix > 0:
-                p = (1.0 - self.prior_mix) * p + self.prior_mix * top_k_distribution(rel, self.seed_k)
-            p = masked_distribution(p, batch.allowed)
-        if self.ppr:
-            with timer("ppr"):
-                region = self.region(p) if self.localise else None
-                pi, _ = kernels.call("batched_ppr", self.transition, p, d=self.d, tol=self.tol,
-                                     max_iter=self.max_iter, region=region, device=self._device())
-                pi = pi.cpu().numpy()
-        else:
-            pi = p
-        with timer("ranking"):
-            if self.fusion == "rrf":
-                depth = min(HYBRID_DEPTH, pi.shape[1])
-                rr = [reciprocal_rank_fusion([topk_rows(m, depth)[0]], pi.shape[1], k=RRF_K) for m in (pi, rel)]
-                return ((1.0 - self.balance) * rr[0] + self.balance * rr[1]).astype(np.float32)
-            return ((1.0 - self.balance) * normalise_max(pi) + self.balance * normalise_max(rel)).astype(np.float32)
+            p, uniform = self.prior_rows(batch, rel)
+        # rows whose prior is uniform over the corpus (Σ I = 0, SPEC §2.5), or left without mass by
+        # the filter, need every chunk: they are done apart, so the other rows stay local
+        parts, out = [], None
+        local = np.flatnonzero(~uniform)
+        with timer("prior"):
+            p_loc, empty = self.finish_prior(p.rows(local), rel.rows(local), batch.allowed)
+        glob = np.union1d(np.flatnonzero(uniform), local[empty])
+        keep = np.flatnonzero(~empty)
+        if len(keep) or not len(glob):
+            parts.append((local[keep], p_loc.rows(keep), rel.rows(local[keep])))
+        if len(glob):
+            with timer("prior"):
+                full = p.rows(glob).on(np.arange(p.n, dtype=np.int64))
+                values = full.values
+                values[uniform[glob]] = 1.0 / max(p.n, 1)
+                p_glob, _ = self.finish_prior(full, rel.rows(glob), batch.allowed)
+            parts.append((glob, p_glob, rel.rows(glob)))
+        for rows, pr, rl in parts:
+            if self.ppr:
+                with timer("ppr"):
+                    pi = self.walk(pr)
+            else:
+                pi = pr
+            with timer("ranking"):
+                if self.params.relevance == "dense":  # the cosine of every chunk π reaches, exactly
+                    rl = self.cosine_on(batch, rows, np.union1d(pi.cols, rl.cols))
+                final = self.fuse(pi, rl)
+            out = final if out is None else merge_rows(out, final)
+            if len(parts) == 1:
+                return final
+        order = np.concatenate([r for r, _, _ in parts])
+        return out.rows(np.argsort(order, kind="stable"))
 
-    def relevance_scores(self, batch: QueryBatch) -> np.ndarray:
-        """Query relevance of every chunk [B, N] ≥ 0: clipped cosine, or hybrid RRF scores."""
-        if self.relevance == "dense":
-            return np.maximum(batch.cosine(), 0.0)
+    def finish_prior(self, p: LocalRows, rel: LocalRows, allowed: np.ndarray | None) -> tuple[LocalRows, np.ndarray]:
+        """Prior mixing (step 5, ``prior_mix``) and the filter (:func:`masked_distribution`);
+        returns the prior and which rows have no mass left (only possible on local columns)."""
+        if self.prior_mix > 0:
+            cols = np.union1d(p.cols, rel.cols)
+            p, r = p.on(cols), rel.on(cols)
+            p = p.with_values((1.0 - self.prior_mix) * p.values
+                              + self.prior_mix * top_k_distribution(r.values, self.seed_k, p.n))
+        return masked_distribution(p, allowed)
+
+    def relevance_rows(self, batch: QueryBatch, top_k: int = 1) -> LocalRows:
+        """Query relevance (step 7) ≥ 0 on the chunks where it matters: clipped cosine on the dense
+        top ``max(HYBRID_DEPTH, top_k, seed_k)`` (every other chunk scores below all of them, so it
+        can enter the top ``top_k`` only with π > 0, where it is scored exactly), or the hybrid RRF
+        scores of the fused top ``HYBRID_DEPTH`` (0 elsewhere). Drawn under the batch's filter."""
+        n = len(self.X)
+        if self.params.relevance == "dense":
+            ids, sc = batch.dense_topk(max(HYBRID_DEPTH, top_k, self.seed_k))
+            return LocalRows.from_ids(ids, np.maximum(sc, 0.0), n, np.float32)
         ids, sc = hybrid_ranking(batch, HYBRID_DEPTH, depth=HYBRID_DEPTH)
-        rel = np.zeros((len(batch), len(self.X)), np.float32)
-        rows = np.broadcast_to(np.arange(len(batch))[:, None], ids.shape)
-        ok = ids >= 0
-        rel[rows[ok], ids[ok]] = sc[ok]
-        return rel
+        return LocalRows.from_ids(ids, sc, n, np.float32)
 
-    def prior(self, batch: QueryBatch, rel: np.ndarray) -> np.ndarray:
-        """STITCH chunk prior p [B, N] (steps 1–5), float64 rows summing to 1."""
+    def cosine_on(self, batch: QueryBatch, rows: np.ndarray, cols: np.ndarray) -> LocalRows:
+        """Dense relevance ``max(0, cos)`` of the batch rows ``rows`` at chunks ``cols`` (0 at the
+        passages the filter excludes): step 7's relevance term on π's support, where the dense
+        top list alone would leave it 0."""
+        sims = np.maximum(batch.Q[rows] @ np.asarray(self.components.dense.rows(cols), np.float32).T, 0.0)
+        if batch.allowed is not None:
+            sims[:, ~np.asarray(batch.allowed)[cols]] = 0.0
+        return LocalRows(np.asarray(cols, np.int64), sims.astype(np.float32), len(self.X))
+
+    def prior_rows(self, batch: QueryBatch, rel: LocalRows) -> tuple[LocalRows, np.ndarray]:
+        """The chunk prior (steps 1–5) on its support, and the rows whose Σ I is 0 (uniform)."""
+        I = self.influence(batch)
+        s = I.values.sum(1, keepdims=True)
+        uniform = s[:, 0] <= 0
+        return I.with_values(np.divide(I.values, s, out=np.zeros_like(I.values), where=s > 0)), uniform
+
+    def prior(self, batch: QueryBatch, rel: LocalRows | None = None) -> np.ndarray:
+        """STITCH chunk prior p [B, N] (steps 1–5), float64 rows summing to 1, dense (tests)."""
+        p, uniform = self.prior_rows(batch, rel if rel is not None else self.relevance_rows(batch))
+        out = p.dense()
+        out[uniform] = 1.0 / max(p.n, 1)
+        return out
+
+    def influence(self, batch: QueryBatch) -> LocalRows:
+        """``I(c) = Σ_{v∈c} a(v) ln(1 + N_v)`` (steps 1–5) on the chunks of the local hypergraph.
+
+        Step 1 without ``Q @ text_embᵀ``: the ``match_k`` description texts nearest each question
+        (the text index: exact below the dense index's ANN threshold, IVF + exact rescoring above),
+        of which those at or above δ_q activate their states; the spatial and temporal channels
+        run on the sub-hypergraph those states reach (:func:`local_hypergraph`), the topic and
+        chunk similarities they use are computed for its edges and nodes only."""
         H, dev, Q = self.H, self._device_t(), batch.Q
-        t = self._tensors(dev)
-        text_sim = as_tensor(text_similarity(Q, H.text_emb), device=dev)  # [B, U]
-        node_sim = text_sim[:, t["node_text"]]
-        S = text_sim[:, t["edge_text"]].clamp_min(0.0)
+        B, n = len(Q), self.H.n_chunks
+        if H.n_nodes == 0 or B == 0:
+            return LocalRows.empty(B, n)
+        t = self._index_arrays()
+        ids, sims = t["text_index"].topk(Q, min(self.match_k, t["n_node_texts"]), t["node_text_mask"])
         if self.delta_mode == "relative":
-            thr = self.delta * node_sim.max(dim=1, keepdim=True).values.clamp_min(1e-6) if H.n_nodes else 0.0
+            thr = self.delta * np.maximum(sims[:, :1], 1e-6)
         else:
-            thr = self.delta
-        A = torch.where((node_sim >= thr) & (node_sim > 0), node_sim, torch.zeros_like(node_sim))
+            thr = np.float32(self.delta)
+        hit = (ids >= 0) & (sims >= thr) & (sims > 0)
+        qb, text_seg = np.nonzero(hit)
+        seg, nodes = csr_rows(t["text_indptr"], t["text_nodes"], ids[qb, text_seg])
+        act_q, act_v, act_val = qb[seg], nodes, sims[qb, text_seg][seg]
+        if not len(act_v):
+            return LocalRows.empty(B, n)
+        L = local_hypergraph(H, t["inc_edge"], t["alpha"], act_v)
+        A = np.zeros((B, len(L.nodes)), np.float32)
+        A[act_q, np.searchsorted(L.nodes, act_v)] = act_val
+        A = as_tensor(A, device=dev)
+        S = as_tensor(np.maximum(Q @ self._text_rows(np.asarray(H.edge_text)[L.edges]).T, 0.0), device=dev)
+        as_t = lambda a, dt=torch.int64: as_tensor(a, dt, dev)  # noqa: E731
         channels = [A]
         if self.spatial:
-            channels.append(kernels.call("hyperedge_max_propagate", A, S, t["edge_indptr"], t["edge_nodes"],
-                                         t["node_indptr"], t["node_incidence"], device=self._device()))
+            channels.append(kernels.call("hyperedge_max_propagate", A, S, as_t(L.edge_indptr),
+                                         as_t(L.edge_nodes, torch.int32), as_t(L.node_indptr),
+                                         as_t(L.node_incidence, torch.int32), device=self._device()))
+        node_chunk = np.asarray(H.node_chunk, np.int64)[L.nodes]
+        chunks, chunk_of = np.unique(node_chunk, return_inverse=True)
         if self.temporal:
-            chunk_sim = as_tensor(np.maximum(batch.cosine(), 0.0), device=dev)
+            chunk_sim = np.maximum(Q @ np.asarray(self.components.dense.rows(chunks), np.float32).T, 0.0)
             best_edge = torch.zeros_like(A).scatter_reduce(
-                1, t["inc_node"].expand(len(A), -1), S[:, t["inc_edge"]], "amax")
-            w = best_edge * chunk_sim[:, t["node_chunk"]]
-            channels.append(kernels.call("group_decay_propagate", A, w, t["node_group"], t["node_t"],
-                                         t["group_indptr"], t["group_nodes"], t["alpha"], device=self._device()))
+                1, as_t(L.inc_node).expand(B, -1), S[:, as_t(L.inc_edge)], "amax")
+            w = best_edge * as_tensor(chunk_sim[:, chunk_of], device=dev)
+            channels.append(kernels.call("group_decay_propagate", A, w, as_t(L.node_group),
+                                         as_t(node_chunk), as_t(L.group_indptr),
+                                         as_t(L.group_nodes, torch.int32), as_t(L.alpha, torch.float32),
+                                         device=self._device()))
         a = torch.stack(channels).mean(0)
-        I = torch.zeros((len(Q), H.n_chunks), dtype=torch.float64, device=dev)
-        I.index_add_(1, t["node_chunk"], (a * t["log_group"]).to(torch.float64))
-        return normalise_rows(I.cpu().numpy())
+        log_group = np.log1p(np.asarray(H.group_size)[np.asarray(H.node_group)[L.nodes]]).astype(np.float32)
+        I = torch.zeros((B, len(chunks)), dtype=torch.float64, device=dev)
+        I.index_add_(1, as_t(chunk_of), (a * as_tensor(log_group, device=dev)).to(torch.float64))
+        return LocalRows(chunks.astype(np.int64), I.cpu().numpy(), n)
 
-    def region(self, p: np.ndarray) -> np.ndarray:
-        """Activated region [B, N] bool: the numerical support of p (``p ≥ SUPPORT_RTOL · max p``,
+    def _text_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Text embeddings ``rows`` as float32 (``H.text_emb`` may be float16 or memory-mapped)."""
+        return np.asarray(self.H.text_emb[np.asarray(rows, np.int64)], np.float32)
+
+    def region(self, p: LocalRows) -> LocalRows:
+        """Activated region (bool LocalRows): the numerical support of p (``p ≥ SUPPORT_RTOL · max p``,
         per row, so a row's region depends on that row only) and its ``region_hops``-hop
-        neighbourhood (SPEC §2 step 6, localised)."""
-        p = np.asarray(p)
-        top = p.max(axis=1, keepdims=True) if p.shape[1] else np.zeros((len(p), 1))
-        reg = (p > 0) & (p >= SUPPORT_RTOL * top)
-        adj = self._cache.get("adjacency")
-        if adj is None:
-            P = self.transition.to_scipy()
-            adj = self._cache["adjacency"] = sp.csr_matrix(
-                ((P + P.T) != 0).astype(np.float32))
-        for _ in range(self.region_hops):
-            reg = reg | (np.asarray(adj @ reg.T.astype(np.float32)).T > 0)
-        return reg
+        neighbourhood (SPEC §2 step 6, localised; default one hop)."""
+        v = np.asarray(p.values)
+        top = v.max(axis=1, keepdims=True) if v.shape[1] else np.zeros((len(v), 1))
+        q, j = np.nonzero((v > 0) & (v >= SUPPORT_RTOL * top))
+        cols = p.cols[j]
+        if self.region_hops:
+            adj = self._adjacency()
+            for _ in range(self.region_hops):
+                nq, nc = neighbour_entries(adj.indptr, adj.indices, q, cols)
+                key = np.unique(np.concatenate([q * np.int64(p.n) + cols, nq * np.int64(p.n) + nc]))
+                q, cols = key // max(p.n, 1), key % max(p.n, 1)
+        return LocalRows.from_entries(q, cols, True, len(v), p.n, bool)
+
+    def walk(self, p: LocalRows) -> LocalRows:
+        """π of each row (step 6): ``batched_ppr`` on the chunk graph restricted to the union of the
+        batch's regions plus a sink (:func:`local_transition`), each row's walk confined to its own
+        region; ``localise=False``: the global walk (every chunk, as the SPEC's unlocalised PPR)."""
+        if not self.localise:
+            full = p.on(np.arange(p.n, dtype=np.int64))
+            pi, _ = kernels.call("batched_ppr", self.transition, full.values, d=self.d, tol=self.tol,
+                                 max_iter=self.max_iter, device=self._device())
+            return full.with_values(pi.cpu().numpy())
+        reg = self.region(p)
+        if not len(reg.cols):
+            return LocalRows.empty(len(p), p.n)
+        P = self.transition
+        sub = local_transition(P.indptr, P.indices, P.data, self._column_sums(), reg.cols)
+        pr = np.zeros((len(p), len(reg.cols) + 1), np.float64)
+        pr[:, :-1] = p.on(reg.cols).values
+        region = np.zeros(pr.shape, bool)
+        region[:, :-1] = reg.values
+        pi, _ = kernels.call("batched_ppr", sub, pr, d=self.d, tol=self.tol, max_iter=self.max_iter,
+                             region=region, device=self._device())
+        return LocalRows(reg.cols, pi.cpu().numpy()[:, :-1], p.n)
+
+    def fuse(self, pi: LocalRows, rel: LocalRows) -> LocalRows:
+        """Step 7 on the union of π's and the relevance's columns (0 elsewhere):
+        ``(1 − λ) π/max π + λ rel/max rel``, or the weighted RRF of the two top-``HYBRID_DEPTH``
+        lists (``fusion="rrf"``; positive entries only are ranked)."""
+        cols = np.union1d(pi.cols, rel.cols)
+        pv, rv = pi.on(cols).values, rel.on(cols).values
+        if self.fusion == "rrf":
+            rr = []
+            for m in (pv, rv):
+                m = np.where(m > 0, m, -np.inf)
+                top, _ = topk_rows(m, min(HYBRID_DEPTH, m.shape[1]))
+                rr.append(reciprocal_rank_fusion([top], len(cols), k=RRF_K))
+            return LocalRows(cols, ((1.0 - self.balance) * rr[0] + self.balance * rr[1]).astype(np.float32), pi.n)
+        return LocalRows(cols, ((1.0 - self.balance) * normalise_max(pv) + self.balance * normalise_max(rv)
+                                ).astype(np.float32), pi.n)
 
     # ------------------------------------------------------------------ cached views
     @property
@@ -343,30 +510,54 @@ class STITCH(Pipeline):
             self._cache["P"] = self.H.transition()
         return self._cache["P"]
 
+    def _column_sums(self) -> np.ndarray:
+        """Out-mass of every chunk in P (1, or 0 for a dangling chunk), float64 [N]."""
+        if "col_sums" not in self._cache:
+            P = self.transition
+            self._cache["col_sums"] = np.bincount(np.asarray(P.indices), weights=np.asarray(P.data, np.float64),
+                                                  minlength=self.H.n_chunks)
+        return self._cache["col_sums"]
+
+    def _adjacency(self) -> sp.csr_matrix:
+        """The chunk graph's symmetric adjacency (for ``region_hops``)."""
+        if "adjacency" not in self._cache:
+            P = self.transition.to_scipy()
+            self._cache["adjacency"] = sp.csr_matrix(((P + P.T) != 0).astype(np.float32))
+        return self._cache["adjacency"]
+
+    @property
+    def text_index(self) -> DenseIndex:
+        """Cosine top-k over ``H.text_emb`` (step 1): exact, or IVF with exact rescoring from the
+        dense index's ANN threshold up; loaded with the index when saved, else built on first use."""
+        if self._text_index is None:
+            self._text_index = DenseIndex(self.H.text_emb)
+        return self._text_index
+
     def _device(self) -> str:
         return kernels.resolve_device(self.device)
 
     def _device_t(self) -> torch.device:
         return torch.device(self._device())
 
-    def _tensors(self, dev: torch.device) -> dict[str, torch.Tensor]:
-        key = f"tensors:{dev}"
-        if key not in self._cache:
+    def _index_arrays(self) -> dict[str, Any]:
+        """Query-side views of the hypergraph, built once: the text index over ``H.text_emb`` (a
+        :class:`~hopgraph.engine.dense_index.DenseIndex`, searched under the mask of the texts
+        that are some state's description), text → states CSR, the edge of each incidence,
+        α per group."""
+        if "arrays" not in self._cache:
             H = self.H
-            as_t = lambda a, dt=torch.int64: as_tensor(np.array(a), dt, dev)  # noqa: E731 (copies mmaps)
-            inc_edge = np.repeat(np.arange(H.n_edges), np.diff(np.asarray(H.edge_indptr)))
-            self._cache[key] = {
-                "node_text": as_t(H.node_text), "edge_text": as_t(H.edge_text),
-                "edge_indptr": as_t(H.edge_indptr), "edge_nodes": as_t(H.edge_nodes, torch.int32),
-                "node_indptr": as_t(H.node_indptr), "node_incidence": as_t(H.node_incidence, torch.int32),
-                "inc_node": as_t(H.edge_nodes), "inc_edge": as_t(inc_edge),
-                "node_chunk": as_t(H.node_chunk), "node_group": as_t(H.node_group),
-                "node_t": as_t(H.node_chunk),  # t(c) = corpus order (SPEC §2 "Index")
-                "group_indptr": as_t(H.group_indptr), "group_nodes": as_t(H.group_nodes, torch.int32),
-                "alpha": as_t(H.group_alpha(), torch.float32),
-                "log_group": as_t(np.log1p(np.asarray(H.group_size)[np.asarray(H.node_group)]), torch.float32),
+            node_text = np.asarray(H.node_text, np.int64)
+            mask = np.zeros(len(H.text_emb), bool)
+            mask[node_text] = True
+            text_indptr, text_nodes = csr_from_keys(node_text, len(H.text_emb))
+            self._cache["arrays"] = {
+                "text_index": self.text_index, "node_text_mask": None if mask.all() else mask,
+                "n_node_texts": max(int(mask.sum()), 1),
+                "text_indptr": text_indptr, "text_nodes": text_nodes,
+                "inc_edge": np.repeat(np.arange(H.n_edges), np.diff(np.asarray(H.edge_indptr))),
+                "alpha": H.group_alpha(),
             }
-        return self._cache[key]
+        return self._cache["arrays"]
 
 
 class PPRBinary(STITCH):
@@ -378,7 +569,7 @@ class PPRBinary(STITCH):
     needs_embedder = False
     ablations = {"ppr=False": {"ppr": False}, "localise=False": {"localise": False}, "balance=0": {"balance": 0.0}}
 
-    def prior(self, batch: QueryBatch, rel: np.ndarray) -> np.ndarray:
+    def prior_rows(self, batch: QueryBatch, rel: LocalRows) -> tuple[LocalRows, np.ndarray]:
         """p = 1 on chunks holding a state of a name the question mentions (normalised);
         questions with no match fall back to the ``seed_k`` most relevant chunks."""
         H = self.H
@@ -392,11 +583,14 @@ class PPRBinary(STITCH):
         rows = np.repeat(np.arange(len(texts)), [len(m) for m in matched])
         cols = np.concatenate(matched) if matched else np.zeros(0, np.int32)
         hits = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(texts), H.n_groups))
-        p = ((hits @ self._cache["group_chunks"]).toarray() > 0).astype(np.float64)
-        none = p.sum(1) == 0
+        q, c = (hits @ self._cache["group_chunks"]).nonzero()
+        p = LocalRows.from_entries(q, c, 1.0, len(texts), H.n_chunks).on(np.union1d(np.unique(c), rel.cols))
+        values = p.values
+        none = values.sum(1) == 0
         if none.any():
-            p[none] = top_k_distribution(rel[none], self.seed_k)
-        return normalise_rows(p)
+            values[none] = top_k_distribution(rel.on(p.cols).values[none], self.seed_k, p.n)
+        s = values.sum(1, keepdims=True)
+        return p.with_values(np.divide(values, s, out=np.zeros_like(values), where=s > 0)), s[:, 0] <= 0
 
 
 # ---------------------------------------------------------------------- helpers
@@ -410,16 +604,21 @@ def normalise_rows(M: np.ndarray) -> np.ndarray:
     return out
 
 
-def masked_distribution(p: np.ndarray, allowed: np.ndarray | None) -> np.ndarray:
-    """Rows of ``p`` restricted to the ``allowed`` columns and renormalised; a row left with no
-    mass becomes uniform over the allowed columns (``p`` itself when nothing is filtered)."""
+def masked_distribution(p: LocalRows, allowed: np.ndarray | None) -> tuple[LocalRows, np.ndarray]:
+    """Rows of ``p`` restricted to the ``allowed`` columns and renormalised; returns them and the
+    rows left with no mass. On every column (``p.is_full``) such a row becomes uniform over the
+    allowed columns (and is not reported); on local columns the caller redoes it on every column."""
     if allowed is None:
-        return p
-    p = np.where(allowed[None, :], p, 0.0)
-    s = p.sum(1, keepdims=True)
-    n_allowed = int(allowed.sum())
-    fallback = np.where(allowed, 1.0 / max(n_allowed, 1), 0.0)[None, :]
-    return np.where(s > 0, np.divide(p, s, out=np.zeros_like(p), where=s > 0), fallback)
+        return p, np.zeros(len(p), bool)
+    ok = np.asarray(allowed)[p.cols]
+    v = np.where(ok[None, :], p.values, 0.0)
+    s = v.sum(1, keepdims=True)
+    out = np.divide(v, s, out=np.zeros_like(v), where=s > 0)
+    empty = s[:, 0] <= 0
+    if p.is_full and empty.any():
+        out[empty] = np.where(ok, 1.0 / max(int(ok.sum()), 1), 0.0)[None, :]
+        empty = np.zeros(len(p), bool)
+    return p.with_values(out), empty
 
 
 def normalise_max(M: np.ndarray) -> np.ndarray:
@@ -428,13 +627,50 @@ def normalise_max(M: np.ndarray) -> np.ndarray:
     return np.divide(M, m, out=np.zeros(M.shape, np.float64), where=m > 0)
 
 
-def top_k_distribution(rel: np.ndarray, k: int) -> np.ndarray:
-    """Relevance restricted to each row's ``k`` best chunks, normalised to sum 1."""
+def top_k_distribution(rel: np.ndarray, k: int, n: int | None = None) -> np.ndarray:
+    """Relevance restricted to each row's ``k`` best chunks (ties toward the lower column, as
+    :func:`~hopgraph.engine.ranking.topk_rows`: on local columns, which are sorted, the lower id,
+    so the choice does not depend on the other columns of the batch), normalised to sum 1. A row
+    with no positive relevance is uniform over ``n`` chunks — the row's columns when ``n`` is None;
+    on local columns (``n`` > their count) it is all zero, and the prior's other term decides."""
     rel = np.asarray(rel, np.float64)
     out = np.zeros_like(rel)
     if rel.size == 0:
         return out
-    kk = min(k, rel.shape[1])
-    top = np.argpartition(-rel, kk - 1, axis=1)[:, :kk]
-    np.put_along_axis(out, top, np.take_along_axis(rel, top, axis=1), axis=1)
-    return normalise_rows(np.maximum(out, 0.0))
+    top, _ = topk_rows(rel, min(k, rel.shape[1]))
+    rows = np.broadcast_to(np.arange(len(rel))[:, None], top.shape)
+    ok = top >= 0
+    out[rows[ok], top[ok]] = rel[rows[ok], top[ok]]
+    out = np.maximum(out, 0.0)
+    if n is None or n == rel.shape[1]:
+        return normalise_rows(out)
+    s = out.sum(1, keepdims=True)
+    return np.divide(out, s, out=np.zeros_like(out), where=s > 0)
+
+
+def merge_rows(a: LocalRows, b: LocalRows) -> LocalRows:
+    """The rows of ``a`` then those of ``b``, over the union of their columns."""
+    cols = np.union1d(a.cols, b.cols)
+    return LocalRows(cols, np.concatenate([a.on(cols).values, b.on(cols).values]), a.n)
+
+
+def rank_local(final: LocalRows, top_k: int, allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``top_k`` of the full score rows (0 outside ``final.cols``), filtered rows excluded:
+    the positive local entries best first, then — as ``topk_rows`` on the dense rows ranks the
+    zero scores, ties toward the lower id — the lowest allowed ids not already listed, score 0, so
+    ``top_k`` results come back whenever that many passages pass the filter."""
+    v = np.asarray(final.values, np.float32)
+    q, j = np.nonzero(v > 0)
+    col = final.cols[j]
+    ok = allowed_at(allowed, col)
+    ids, scores = topk_entries(q[ok], col[ok], v[q[ok], j[ok]], len(final), top_k)
+    short = np.flatnonzero((ids >= 0).sum(1) < top_k)
+    if len(short):
+        pool = np.flatnonzero(allowed) if allowed is not None else np.arange(final.n)
+        for b in short.tolist():
+            have = int((ids[b] >= 0).sum())
+            fill = pool[:top_k + have]
+            fill = fill[~np.isin(fill, ids[b, :have])][:top_k - have]
+            ids[b, have:have + len(fill)] = fill
+            scores[b, have:have + len(fill)] = 0.0
+    return ids, scores
