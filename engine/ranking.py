@@ -75,8 +75,6 @@ def rrf_topk(rankings: list[np.ndarray], top_k: int, k: int = 60) -> tuple[np.nd
 
     ``rankings`` are ``[B, m]`` id matrices (``-1`` = padding, ignored; an id at most once per
     row of one ranking). Returns ``(ids int64 [B, top_k], scores float32 [B, top_k])``."""
-    from .sparse_scores import topk_entries  # ranking is imported by sparse_scores
-
     B = rankings[0].shape[0] if rankings else 0
     rows, ids, contrib = [], [], []
     for r in rankings:
@@ -94,3 +92,27 @@ def rrf_topk(rankings: list[np.ndarray], top_k: int, k: int = 60) -> tuple[np.nd
     fused = np.zeros(len(uniq), np.float32)
     np.add.at(fused, inverse.ravel(), val)  # the rankings' order, as reciprocal_rank_fusion adds them
     return topk_entries(uniq // n, uniq % n, fused, B, top_k)
+
+
+def topk_entries(query: np.ndarray, column: np.ndarray, score: np.ndarray, n_queries: int, k: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``k`` entries of each query, best first, ties toward the lower column:
+    ``(ids int64 [n_queries, k], scores float32 [n_queries, k])``, padded with -1 / -inf.
+    As :func:`~hopgraph.engine.ranking.topk_rows` on the dense rows the entries come from
+    (columns without an entry being -inf): a -inf (or NaN) score is not a result.
+    ``query``/``column`` may hold a (query, column) pair at most once."""
+    ids = np.full((n_queries, k), PAD_ID, np.int64)
+    out = np.full((n_queries, k), PAD_SCORE, np.float32)
+    score = np.asarray(score, np.float32)
+    keep = np.isfinite(score) | (score > 0)
+    query, column, score = np.asarray(query)[keep], np.asarray(column)[keep], score[keep]
+    if len(score) == 0 or k == 0:
+        return ids, out
+    order = np.lexsort((column, -score, query))
+    query, column, score = query[order], column[order], score[order]
+    first = np.searchsorted(query, np.arange(n_queries))
+    rank = np.arange(len(query)) - first[query]
+    top = rank < k
+    ids[query[top], rank[top]] = column[top]
+    out[query[top], rank[top]] = score[top]
+    return ids, out

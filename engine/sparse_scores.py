@@ -27,7 +27,7 @@ import numpy as np
 
 from ..kernels.sparse_diffusion import check_diffusion_inputs
 from .graph import CSR
-from .ranking import PAD_ID, PAD_SCORE
+from .ranking import topk_entries
 
 
 class SeedEdges(NamedTuple):
@@ -151,30 +151,6 @@ def allowed_at(allowed: np.ndarray | None, columns: np.ndarray) -> np.ndarray:
     if allowed is None:
         return np.ones(np.shape(columns), bool)
     return np.asarray(allowed)[columns]
-
-
-def topk_entries(query: np.ndarray, column: np.ndarray, score: np.ndarray, n_queries: int, k: int
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """Top-``k`` entries of each query, best first, ties toward the lower column:
-    ``(ids int64 [n_queries, k], scores float32 [n_queries, k])``, padded with -1 / -inf.
-    As :func:`~hopgraph.engine.ranking.topk_rows` on the dense rows the entries come from
-    (columns without an entry being -inf): a -inf (or NaN) score is not a result.
-    ``query``/``column`` may hold a (query, column) pair at most once."""
-    ids = np.full((n_queries, k), PAD_ID, np.int64)
-    out = np.full((n_queries, k), PAD_SCORE, np.float32)
-    score = np.asarray(score, np.float32)
-    keep = np.isfinite(score) | (score > 0)
-    query, column, score = np.asarray(query)[keep], np.asarray(column)[keep], score[keep]
-    if len(score) == 0 or k == 0:
-        return ids, out
-    order = np.lexsort((column, -score, query))
-    query, column, score = query[order], column[order], score[order]
-    first = np.searchsorted(query, np.arange(n_queries))
-    rank = np.arange(len(query)) - first[query]
-    top = rank < k
-    ids[query[top], rank[top]] = column[top]
-    out[query[top], rank[top]] = score[top]
-    return ids, out
 
 
 #: (query, passage) pairs whose embeddings :func:`pair_cosines` gathers at once (8,192 × d floats)

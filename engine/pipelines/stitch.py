@@ -115,7 +115,8 @@ from ..errors import IndexFormatError, InputError
 from ..dense_index import DenseIndex
 from ..graph import CSR, csr_from_keys
 from ..local_rows import LocalRows
-from ..sparse_scores import allowed_at, topk_entries
+from ..ranking import topk_entries
+from ..sparse_scores import allowed_at
 from ..stitch_local import csr_rows, local_hypergraph, local_transition, neighbour_entries
 from ..extraction import load_extractions, query_names
 from ..hypergraph import TopicHypergraph, build_hypergraph, embed_texts, extend_text_embeddings
