@@ -49,7 +49,6 @@ def group_pairs(indptr: np.ndarray, members: np.ndarray, max_size: int) -> tuple
     return members[a_pos[off]], members[b_pos[off]], np.repeat(gsize, gsize)[off]
 
 
-
 @dataclass(frozen=True)
 class ChunkNames:
     """Every passage's distinct name ids as CSR (``indptr`` int64 [N + 1], ``names`` int64 [nnz],

@@ -8,8 +8,8 @@ seed vector p with ``s`` non-zero entries touches only the ``s`` CSR rows of the
 * :func:`diffusion_entries`: every (query, passage) pair the seeds reach, with its y;
 * :func:`diffusion_at`: y at given columns only (the fused scoring's candidates), found by
   joining the seeds' edges on the columns' keys ``b · N + j``;
-* :func:`topk_entries`: top-k of such ragged per-query entries, best first, ties toward the
-  lower passage id (:func:`hopgraph.engine.ranking.topk_rows`' order, without the dense row);
+* :func:`~hopgraph.engine.ranking.topk_entries` (in :mod:`ranking`, imported here): top-k of such
+  ragged per-query entries, best first, ties toward the lower passage id (``topk_rows``' order);
 * :func:`allowed_at`: the filter mask (``QueryBatch.allowed``) read at entries' passage ids;
 * :func:`pair_cosines`: the cosines ``q_b · x_j`` of given pairs only (``expand=True``).
 
