@@ -25,8 +25,10 @@ from typing import Sequence
 
 import numpy as np
 
+from .errors import IndexFormatError
 from .extraction import Extraction, canonical_name
 from .sparse_scores import row_edge_positions
+from .storage import check_finite, check_ids, check_indptr
 
 
 def group_pairs(indptr: np.ndarray, members: np.ndarray, max_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -81,6 +83,29 @@ class ChunkNames:
         if len(title) != n:
             title = np.full(n, -1, np.int64)
         return cls(indptr, names, idf, title)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The arrays to save with the index (file names ``names_*``), read back by :meth:`from_arrays`."""
+        return {f"{ARRAY_PREFIX}{k}": getattr(self, k) for k in ARRAY_FIELDS}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], n_chunks: int, where: str) -> "ChunkNames":
+        """Saved arrays (memory-mapped) checked against ``n_chunks`` passages: row offsets from 0 to
+        the entry count, name ids inside the idf table, finite non-negative idf, title ids -1 or a
+        name; :class:`IndexFormatError` naming ``where`` otherwise."""
+        a = {k: arrays[f"{ARRAY_PREFIX}{k}"] for k in ARRAY_FIELDS}
+        idf = check_finite(a["idf"], f"{where} names_idf", (None,))
+        if len(idf) and float(idf.min()) < 0:
+            raise IndexFormatError(f"{where} names_idf: holds negative values")
+        names = check_ids(a["names"], len(idf), f"{where} names_names")
+        indptr = check_indptr(a["indptr"], n_chunks, len(names), f"{where} names_indptr")
+        title = check_ids(np.asarray(a["title"]) + 1, len(idf) + 1, f"{where} names_title", n_chunks) - 1
+        return cls(indptr, names, idf, title)
+
+
+#: the fields of a :class:`ChunkNames` saved as arrays, and their file-name prefix
+ARRAY_FIELDS = ("indptr", "names", "idf", "title")
+ARRAY_PREFIX = "names_"
 
 
 def name_link_diffusion(chunk_names: ChunkNames, cand: np.ndarray, p: np.ndarray,

@@ -141,3 +141,30 @@ def test_name_links_follow_index_add(demo_corpus, hashing_embedder):
     np.testing.assert_array_equal(names.names, want.names)
     ids, _ = pipe.search(Q, 5, query_texts=QUESTIONS)
     assert (ids >= 0).all() and all(len(set(row)) == 5 for row in ids.tolist())
+
+
+def test_names_are_built_at_fit_and_saved_with_the_index(demo_corpus, hashing_embedder, tmp_path, monkeypatch):
+    from hopgraph.engine.errors import IndexFormatError
+    from hopgraph.engine import name_links
+
+    idx = Index.build(demo_corpus, embedder=hashing_embedder, pipelines=["g3rag"], progress=False)
+    built = idx.pipeline("g3rag")._chunk_names
+    assert built is not None  # at fit, not on the first query
+    Q = idx.embed_queries(QUESTIONS)
+    before = idx.pipeline("g3rag").search(Q, 5, query_texts=QUESTIONS)
+    idx.save(tmp_path / "idx")
+    monkeypatch.setattr(name_links.ChunkNames, "from_extraction",
+                        classmethod(lambda *a, **k: pytest.fail("names rebuilt after load")))
+    loaded = Index.load(tmp_path / "idx", embedder=hashing_embedder, progress=False)
+    pipe = loaded.pipeline("g3rag")
+    for field in name_links.ARRAY_FIELDS:
+        np.testing.assert_array_equal(getattr(pipe._chunk_names, field), getattr(built, field))
+    after = pipe.search(Q, 5, query_texts=QUESTIONS)
+    np.testing.assert_array_equal(before[0], after[0])
+    np.testing.assert_array_equal(before[1], after[1])
+    arrays = built.arrays()
+    arrays["names_names"] = arrays["names_names"] + len(built.idf)  # a name id outside the idf table
+    with pytest.raises(IndexFormatError, match="names_names"):
+        ChunkNames.from_arrays(arrays, built.n_chunks, "idx")
+    with pytest.raises(IndexFormatError, match="names_indptr"):
+        ChunkNames.from_arrays(built.arrays(), built.n_chunks + 1, "idx")

@@ -100,7 +100,7 @@ from ..components import QueryBatch
 from ..errors import IndexFormatError, InputError
 from ..graph import CSR, check_csr, hub_penalty
 from ..graph_update import added_density, added_penalty, extend_gain_graph
-from ..name_links import ChunkNames, name_link_diffusion
+from ..name_links import ARRAY_FIELDS as NAMES_FIELDS, ARRAY_PREFIX as NAMES_PREFIX, ChunkNames, name_link_diffusion
 from ..params import PipelineParams, choice, flag, integer, real
 from ..ranking import PAD_ID, PAD_SCORE
 from ..sparse_scores import (Entries, allowed_at, diffusion_at, diffusion_entries, join, lookup, pair_cosines,
@@ -231,6 +231,7 @@ class G3RAG(Pipeline):
             self.components.bm25(who=self.name)
             self.components.extraction(who=self.name)  # name links (issue 15); saved with the index
         self._chunk_names = None
+        self._names()  # built now, not on the first query (seconds at 10⁶ passages), and saved
 
     def _add(self, start: int, progress: bool) -> None:
         """Incremental update for rows ``[start, N)`` of X, which are new (issue 13).
@@ -272,16 +273,22 @@ class G3RAG(Pipeline):
         arrays = self.graph.arrays()
         if self.penalty is not None and self.density_build is not None:
             arrays.update(penalty=np.asarray(self.penalty, np.float32), density_build=self.density_build.array())
+        if self._chunk_names is not None and self._chunk_names.n_chunks == len(self.X):
+            arrays.update(self._chunk_names.arrays())
         save_arrays(directory, arrays)
 
     def _load(self, directory: Path) -> None:
         """Open the saved graph memory-mapped (no refit). The penalty and build range (for
         :meth:`add`) are read when present: an index saved before they were kept has neither, and
-        its first ``add`` refits."""
+        its first ``add`` refits. The passages' names (name links) are read when saved, else built
+        from the shared extraction on the first query."""
         arrays = load_arrays(directory, ["indptr", "indices", "data"])
         self.graph = check_csr(arrays["indptr"], arrays["indices"], arrays["data"], len(self.X),
                                f"{directory} graph")
         self._chunk_names = None
+        names = [f"{NAMES_PREFIX}{k}" for k in NAMES_FIELDS]
+        if all((directory / f"{name}.npy").is_file() for name in names):
+            self._chunk_names = ChunkNames.from_arrays(load_arrays(directory, names), len(self.X), str(directory))
         if (directory / "penalty.npy").is_file() and (directory / "density_build.npy").is_file():
             self.penalty = check_finite(load_array(directory, "penalty"), f"{directory} penalty", (len(self.X),))
             if len(self.penalty) and float(self.penalty.min()) < 0:
