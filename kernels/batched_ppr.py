@@ -41,27 +41,27 @@ degree node orders (no gain on the random graph families: no locality to recover
 row-blocked product with the convergence test fused per block (MKL's per-call cost made
 it slower).
 
-Localised walks, measured with ``bench/bench_ppr_local.py --sweep`` (2 cores, load average
-2-3): on STITCH's batches of 64 questions at 10⁵ passages (U ≈ 12,000 chunks, Σ_b |R_b| ≈
-13,500 = U·B/56, 860k entries in the union's matrix, 55 iterations at most, 28 on average,
-float64) the segmented walk takes 0.09 s where the union block took 0.69 s (π and
-iterations identical), and STITCH's ``ppr`` stage for 256 questions 0.90 s instead of 3.86 s;
-on a random 10⁵-chunk, 10⁶-edge graph (regions of 20 seeds + one hop, ~220 chunks, 7
-iterations) 0.03 s instead of 0.08 (float32) and 0.16 (float64). Its cost is the build,
-~50 ns per entry of the regions' rows of A (vectorised: keys looked up with
-``np.searchsorted``, in chunks of :data:`EXPAND_ENTRIES` so the temporaries stay small:
-chunks of 4·10⁶ took 2.4x as long, in page faults), then ~1 ns per block-diagonal entry and
-iteration, against ~0.3 ns per entry of A, column and iteration for the block; with the
-regions merged in groups (Σ|R_b| / U·B from 1/56 to 1), it is the faster up to about U·B/6
-on the STITCH batch (0.46 of the block's time at 1/14, 0.86 at 1/7.4, 2.2 at 1/3.7), beyond
-U·B/4 on the random graph (0.73 at 1/3.8), hence :data:`SEGMENT_SHARE` = 1/8, on the safe side: the build does
-not shrink with fewer iterations, the block does. Its product is scipy's CSR × vector
-(sequential row sums, as MKL's CSR × block: π bit for bit the block path's in every case
-measured), not torch's ``addmv`` (MKL: 20-35% faster per product, ~5 ms of a STITCH
-batch's ~22, but rounded differently). Stopped segments leave the matrix once they hold
-:data:`SEGMENT_COMPACT_SHARE` = 1/2 of the iterate (a compaction copies the live entries at
-~4 ns each; at a quarter, as for the block, the iteration took 1.6x as long on the STITCH
-batch merged by 4).
+Localised walks, measured with ``bench/bench_ppr_local.py --sweep`` (2 cores, two runs at
+load averages 2-3 and 1): on STITCH's batches of 64 questions at 10⁵ passages (U ≈ 12,000
+chunks, Σ_b |R_b| ≈ 13,500 = U·B/56, 860k entries in the union's matrix, 55 iterations at
+most, 28 on average, float64) the segmented walk takes 0.09-0.10 s where the union block
+took 0.69-0.83 s (π and iterations identical), and STITCH's ``ppr`` stage for 256 questions
+0.83-0.90 s instead of 3.81-3.86 s; on a random 10⁵-chunk, 10⁶-edge graph (regions of 20
+seeds + one hop, ~220 chunks, 7 iterations) 0.03-0.05 s instead of 0.07-0.08 (float32) and
+0.16 (float64). Its cost is the build, ~50 ns per entry of the regions' rows of A
+(vectorised: keys looked up with ``np.searchsorted``, in chunks of :data:`EXPAND_ENTRIES` so
+the temporaries stay small: chunks of 4·10⁶ took 2.4x as long, in page faults), then ~1 ns
+per block-diagonal entry and iteration, against ~0.3 ns per entry of A, column and iteration
+for the block; with the regions merged in groups (Σ|R_b| / U·B from 1/56 to 1), it is the
+faster up to about U·B/6 on the STITCH batch (0.42-0.46 of the block's time at 1/14,
+0.86-0.92 at 1/7.4, 1.9-2.2 at 1/3.7), beyond U·B/4 on the random graph (0.59-0.73 at
+1/3.8), hence :data:`SEGMENT_SHARE` = 1/8, on the safe side: the build does not shrink with
+fewer iterations, the block does. Its product is scipy's CSR × vector (sequential row sums,
+as MKL's CSR × block: π bit for bit the block path's in every case measured), not torch's
+``addmv`` (MKL: 20-35% faster per product, ~5 ms of a STITCH batch's ~22, but rounded
+differently). Stopped segments leave the matrix once they hold :data:`SEGMENT_COMPACT_SHARE`
+= 1/2 of the iterate (a compaction copies the live entries at ~4 ns each; at a quarter, as
+for the block, the iteration took 1.6x as long on the STITCH batch merged by 4).
 """
 from __future__ import annotations
 
