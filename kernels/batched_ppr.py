@@ -20,8 +20,13 @@ iteration ``x ← (1 − d) p + d (P x + D x)`` started from ``x = p``:
   so finished queries cost (almost) nothing more;
 * **localised** (``region`` ``[B, N]`` bool): query b's walk is restricted to its
   region — mass stepping outside it is dropped (absorbing boundary), so π_b is 0
-  outside. The CPU path then iterates on the sub-matrix of the union of the
-  regions only.
+  outside. The CPU path then iterates on the sub-matrix of the union U of the regions
+  only: as one block [U, B], each column masked to its region after every product, or,
+  when the regions are small and mostly disjoint (Σ_b |R_b| ≤ :data:`SEGMENT_SHARE` ·
+  U·B), **segmented**: one block-diagonal walk whose block b is the iteration matrix on
+  R_b alone, one iterate vector of Σ_b |R_b| entries (:func:`segmented_ppr`), same
+  per-query stop and compaction; a query's π then depends on its own prior and region
+  only, bit for bit.
 
 Returns ``(pi [B, N], iterations [B])`` as torch tensors (dtype of the priors,
 float32 or float64).
@@ -35,6 +40,28 @@ iterate to float16 every iteration moved π by 1.7e-3 in L1); reverse Cuthill–
 degree node orders (no gain on the random graph families: no locality to recover); a
 row-blocked product with the convergence test fused per block (MKL's per-call cost made
 it slower).
+
+Localised walks, measured with ``bench/bench_ppr_local.py --sweep`` (2 cores, two runs at
+load averages 2-3 and 1): on STITCH's batches of 64 questions at 10⁵ passages (U ≈ 12,000
+chunks, Σ_b |R_b| ≈ 13,500 = U·B/56, 860k entries in the union's matrix, 55 iterations at
+most, 28 on average, float64) the segmented walk takes 0.09-0.10 s where the union block
+took 0.69-0.83 s (π and iterations identical), and STITCH's ``ppr`` stage for 256 questions
+0.83-0.90 s instead of 3.81-3.86 s; on a random 10⁵-chunk, 10⁶-edge graph (regions of 20
+seeds + one hop, ~220 chunks, 7 iterations) 0.03-0.05 s instead of 0.07-0.08 (float32) and
+0.16 (float64). Its cost is the build, ~50 ns per entry of the regions' rows of A
+(vectorised: keys looked up with ``np.searchsorted``, in chunks of :data:`EXPAND_ENTRIES` so
+the temporaries stay small: chunks of 4·10⁶ took 2.4x as long, in page faults), then ~1 ns
+per block-diagonal entry and iteration, against ~0.3 ns per entry of A, column and iteration
+for the block; with the regions merged in groups (Σ|R_b| / U·B from 1/56 to 1), it is the
+faster up to about U·B/6 on the STITCH batch (0.42-0.46 of the block's time at 1/14,
+0.86-0.92 at 1/7.4, 1.9-2.2 at 1/3.7), beyond U·B/4 on the random graph (0.59-0.73 at
+1/3.8), hence :data:`SEGMENT_SHARE` = 1/8, on the safe side: the build does not shrink with
+fewer iterations, the block does. Its product is scipy's CSR × vector (sequential row sums,
+as MKL's CSR × block: π bit for bit the block path's in every case measured), not torch's
+``addmv`` (MKL: 20-35% faster per product, ~5 ms of a STITCH batch's ~22, but rounded
+differently). Stopped segments leave the matrix once they hold :data:`SEGMENT_COMPACT_SHARE`
+= 1/2 of the iterate (a compaction copies the live entries at ~4 ns each; at a quarter, as
+for the block, the iteration took 1.6x as long on the STITCH batch merged by 4).
 """
 from __future__ import annotations
 
@@ -71,6 +98,14 @@ CHANGE_ROWS = 4 * L1_BLOCK
 SPARSE_SHARE = 0.25
 #: stopped columns stay in the block (iterated on, their result saved) until they are this share of it
 COMPACT_SHARE = 0.25
+#: a localised walk takes the segmented strategy (one block per query, see :func:`segmented_ppr`) when
+#: its region entries Σ_b |R_b| are at most this share of the union block U·B (see the module docstring)
+SEGMENT_SHARE = 1 / 8
+#: stopped segments stay in the block-diagonal matrix until they hold this share of the iterate's entries
+#: (a compaction copies the live entries, ~4 ns each: ~4 products' worth of the stopped ones)
+SEGMENT_COMPACT_SHARE = 0.5
+#: region-matrix entries expanded at once while building the block-diagonal matrix (see :func:`block_diagonal`)
+EXPAND_ENTRIES = 1 << 16
 #: the transparent huge page size (x86-64, aarch64 with 4 KiB base pages)
 HUGE_PAGE = 2 << 20
 #: iterate blocks from this size on are allocated on huge pages (see :func:`iterate_block`)
@@ -321,7 +356,7 @@ def torch_csr(A: sp.csr_matrix) -> torch.Tensor:
     """A torch sparse CSR tensor sharing ``A``'s arrays where their dtypes allow (int32 indices
     unless the sizes need int64: MKL's 32-bit interface is the faster one). The arrays were
     validated by :func:`prepare`, so torch's invariant checks are skipped."""
-    idx = np.int64 if max(A.nnz, A.shape[0]) > np.iinfo(np.int32).max else np.int32
+    idx = index_dtype(A.nnz, A.shape[0])
     with warnings.catch_warnings():  # torch: "sparse CSR tensor support is in beta state"
         warnings.simplefilter("ignore", UserWarning)
         return torch.sparse_csr_tensor(torch.from_numpy(np.asarray(A.indptr, idx)),
@@ -374,6 +409,163 @@ class CpuStep:
             y.mul_(mask)
 
 
+def segments_fit(entries: int, union: int, B: int) -> bool:
+    """The localised walk takes the segmented strategy (:func:`segmented_ppr`) when its region
+    entries Σ_b |R_b| are at most :data:`SEGMENT_SHARE` of the union block's ``U·B`` (SPEC §2 step 6)."""
+    return entries <= SEGMENT_SHARE * union * B
+
+
+def region_entries(region: np.ndarray, rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(query, node, offsets)`` of the entries of ``region`` (bool [B, N]) restricted to the union
+    ``rows`` (all rows when None): int64 arrays [T] ordered by query, then node (a union row),
+    and the [B + 1] offsets of each query's segment in them (SPEC §2 step 6, localised)."""
+    query, node = np.nonzero(region if rows is None else region[:, rows])
+    offsets = np.zeros(region.shape[0] + 1, np.int64)
+    np.cumsum(np.bincount(query, minlength=region.shape[0]), out=offsets[1:])
+    return query, node, offsets
+
+
+def expand_chunks(counts: np.ndarray, budget: int) -> list[tuple[int, int]]:
+    """Consecutive ``[lo, hi)`` ranges of ``counts``' positions, each summing to at most
+    ``budget`` (or one position holding more): bounds the memory of :func:`block_diagonal`."""
+    ends = np.cumsum(counts)
+    chunks, lo = [], 0
+    while lo < len(counts):
+        start = ends[lo - 1] if lo else 0
+        hi = max(lo + 1, int(np.searchsorted(ends, start + budget, side="right")))
+        chunks.append((lo, hi))
+        lo = hi
+    return chunks
+
+
+def block_hits(A: sp.csr_matrix, keys: np.ndarray, query: np.ndarray, node: np.ndarray, lo: int, hi: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(row, col, value)`` of the block-diagonal matrix's entries in its rows ``[lo, hi)``:
+    row g = (b, i) of A expanded, each column j looked up as key ``b·U + j`` in the sorted
+    ``keys`` of the region entries, the hits kept (rows ascending; columns in A's order)."""
+    start = A.indptr[node[lo:hi]]
+    count = A.indptr[node[lo:hi] + 1] - start
+    row = np.repeat(np.arange(lo, hi, dtype=np.int64), count)
+    first = np.cumsum(count) - count  # position of each row's first entry in the expansion
+    pos = np.repeat(start - first, count) + np.arange(len(row), dtype=np.int64)
+    key = query[row] * np.int64(A.shape[0]) + A.indices[pos]
+    col = np.searchsorted(keys, key)
+    hit = keys[np.minimum(col, len(keys) - 1)] == key
+    return row[hit], col[hit], A.data[pos[hit]]
+
+
+def block_diagonal(A: sp.csr_matrix, query: np.ndarray, node: np.ndarray) -> sp.csr_matrix:
+    """The block-diagonal CSR [T, T] whose block b is ``A[R_b][:, R_b]`` (SPEC §2 step 6, localised):
+    row and column g = (query[g], node[g]) of the region entries (ordered by query, then node).
+    Built without a loop over the queries (see :func:`block_hits`), in chunks of at most
+    :data:`EXPAND_ENTRIES` expanded entries written into the CSR's arrays as they come: the
+    temporaries stay small (fresh ones of 10⁶ entries and more cost as much in page faults
+    as in work), and of the arrays sized for every expanded entry only the pages of hits
+    are ever touched."""
+    T = len(query)
+    keys = query * np.int64(A.shape[0]) + node
+    counts = np.diff(A.indptr)[node]
+    total = int(counts.sum())
+    indices, data = np.empty(total, index_dtype(total, T)), np.empty(total, A.dtype)
+    indptr = np.zeros(T + 1, np.int64)
+    filled = 0
+    for lo, hi in expand_chunks(counts, EXPAND_ENTRIES):
+        row, col, val = block_hits(A, keys, query, node, lo, hi)
+        indices[filled:filled + len(col)], data[filled:filled + len(col)] = col, val
+        indptr[lo + 1:hi + 1] = np.bincount(row - lo, minlength=hi - lo)
+        filled += len(col)
+    return csr_of(np.cumsum(indptr), indices[:filled], data[:filled], T)
+
+
+def index_dtype(nnz: int, n: int) -> type:
+    """int32 for a CSR's index arrays unless its sizes need int64 (MKL's and scipy's 32-bit paths are the faster)."""
+    return np.int64 if max(nnz, n) > np.iinfo(np.int32).max else np.int32
+
+
+def csr_of(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n: int) -> sp.csr_matrix:
+    """A square scipy CSR [n, n] on these arrays (int32 indices where they fit), not re-checked."""
+    idx = index_dtype(len(indices), n)
+    return sp.csr_matrix((data, np.asarray(indices, idx), np.asarray(indptr, idx)), shape=(n, n), copy=False)
+
+
+def keep_entries(BD: sp.csr_matrix, keep: np.ndarray) -> sp.csr_matrix:
+    """``BD[keep][:, keep]`` of a block-diagonal ``BD`` whose ``keep`` (bool) covers whole blocks: the
+    kept rows, their columns renumbered (they all lie in kept blocks)."""
+    sub = BD[np.flatnonzero(keep)]
+    renumber = np.cumsum(keep, dtype=sub.indices.dtype) - 1
+    return csr_of(sub.indptr, renumber[sub.indices], sub.data, int(keep.sum()))
+
+
+def segment_sums(v: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """float64 [S]: the sum of each consecutive segment of ``v`` (``lengths`` [S], empty ones 0), each
+    from its own entries only (``np.add.reduceat`` at the non-empty segments' starts)."""
+    out = np.zeros(len(lengths), np.float64)
+    full = lengths > 0
+    if full.any():
+        starts = np.cumsum(lengths) - lengths
+        out[full] = np.add.reduceat(v, starts[full], dtype=np.float64)
+    return out
+
+
+def segmented_iterate(BD: sp.csr_matrix, x0: np.ndarray, c: np.ndarray, offsets: np.ndarray, tol: float,
+                      max_iter: int) -> tuple[np.ndarray, torch.Tensor]:
+    """Power iteration ``x ← c + BD x`` on ONE iterate vector [T] of per-query segments
+    (``offsets`` [B + 1]; SPEC §2 step 6, per-query convergence as :func:`power_iterate`):
+    segment b stops when its L1 change (float64 :func:`segment_sums`) is ≤ ``tol`` (or at
+    ``max_iter``), its iterate saved then. Stopped segments leave the matrix once they hold
+    :data:`SEGMENT_COMPACT_SHARE` of the iterate's entries (:func:`keep_entries`).
+    Returns ``(π [T], iterations [B])``."""
+    B = len(offsets) - 1
+    iters = np.full(B, max_iter, np.int64)
+    out = np.zeros_like(x0)
+    query = np.arange(B)  # original query of each segment of the iterate
+    lengths = np.diff(offsets)
+    where = np.arange(len(x0))  # original entry of each entry of the iterate
+    live = np.ones(B, bool)
+    x = x0
+    for it in range(1, max_iter + 1):
+        y = BD @ x
+        y += c
+        done = segment_sums(np.abs(y - x), lengths) <= tol
+        x = y
+        stop = live if it == max_iter else done & live
+        if not stop.any():
+            continue
+        iters[query[stop]] = it
+        entries = np.repeat(stop, lengths)
+        out[where[entries]] = x[entries]
+        live &= ~stop
+        if not live.any():
+            break
+        if lengths[~live].sum() >= SEGMENT_COMPACT_SHARE * len(x):
+            keep = np.repeat(live, lengths)
+            BD, x, c, where = keep_entries(BD, keep), x[keep], c[keep], where[keep]
+            query, lengths, live = query[live], lengths[live], live[live]
+    return out, torch.from_numpy(iters)
+
+
+def segmented_ppr(A: sp.csr_matrix, p: torch.Tensor, region: np.ndarray, rows: np.ndarray | None, d: float,
+                  tol: float, max_iter: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The CPU path's segmented strategy for localised walks (SPEC §2 step 6): each query walks on
+    its own region only, the block-diagonal matrix of :func:`block_diagonal` (``A``: the iteration
+    matrix on the union ``rows``) iterated by :func:`segmented_iterate`; a query's result depends
+    on its own prior and region only. Returns ``(π [B, N], iterations [B])`` like the block path."""
+    query, node, offsets = region_entries(region, rows)
+    chunk = torch.from_numpy(node if rows is None else rows[node])
+    x0 = p[torch.from_numpy(query), chunk]
+    c = (1.0 - d) * x0  # the teleport term, as the block path computes it
+    pi, iters = segmented_iterate(block_diagonal(A, query, node), x0.numpy(), c.numpy(), offsets, tol, max_iter)
+    out = torch.from_numpy(np.zeros(tuple(p.shape), pi.dtype))  # calloc: pages left 0 are never written
+    out[torch.from_numpy(query), chunk] = torch.from_numpy(pi)
+    return out, iters
+
+
+def union_rows(region: np.ndarray) -> np.ndarray | None:
+    """The chunks in some query's region (``region`` bool [B, N]), or None when that is all of them."""
+    union = region.any(axis=0)
+    return None if union.all() else np.flatnonzero(union)
+
+
 def _batched_ppr_cpu(P, priors, d: float, tol: float, max_iter: int, region) -> tuple[torch.Tensor, torch.Tensor]:
     indptr, indices, data, n, p, r, dang = prepare(P, priors, d, tol, max_iter, region)
     B = p.shape[0]
@@ -382,13 +574,17 @@ def _batched_ppr_cpu(P, priors, d: float, tol: float, max_iter: int, region) -> 
     np_dtype = np.dtype(np.float64 if p.dtype == torch.float64 else np.float32)
     rows = None
     pt = p.cpu().T  # [N, B] view
-    mt = r.cpu().T.contiguous() if r is not None else None
-    if mt is not None:
-        union = mt.any(dim=1).numpy()
-        if not union.all():
-            rows = np.flatnonzero(union)
-            pt, mt = pt[rows], mt[rows].contiguous()
-        mt = mt.to(pt.dtype)  # y *= mask: a multiply by a float mask is 2.5x faster than by a bool one
+    mt = None
+    if r is not None:
+        rn = r.cpu().numpy()
+        rows = union_rows(rn)
+        if segments_fit(np.count_nonzero(rn), n if rows is None else len(rows), B):
+            A = iteration_matrix(indptr, indices, data, n, dang, d, np_dtype, rows)
+            return segmented_ppr(A, p.cpu(), rn, rows, d, tol, max_iter)
+        mt = r.cpu().T
+        if rows is not None:
+            pt, mt = pt[rows], mt[rows]
+        mt = mt.to(pt.dtype).contiguous()  # y *= mask: a multiply by a float mask is 2.5x faster than by a bool one
     x0 = iterate_block(tuple(pt.shape), pt).copy_(pt)  # the start, in the iterate's memory
     if mt is not None:
         x0.mul_(mt)

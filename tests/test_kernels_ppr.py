@@ -204,3 +204,202 @@ def test_convergence_test_sums(n):
     assert got.dtype == torch.float64 and got.shape == (5,)
     np.testing.assert_allclose(got.numpy(), exact.numpy(), rtol=1e-6, atol=0)
     np.testing.assert_allclose(bp.column_l1((y - x).abs()).numpy(), exact.numpy(), rtol=1e-6, atol=0)
+
+
+# --- segmented strategy of localised walks (one block-diagonal walk, one block per query) ---
+
+def bpr():
+    import importlib
+
+    return importlib.import_module("hopgraph.kernels.batched_ppr")
+
+
+def local_regions(P: sp.csr_matrix, B: int, seeds: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(priors, region) [B, n]: per query a random seed set, its region the seeds and their one-hop
+    out-neighbours, its prior uniform on the seeds (float64)."""
+    n = P.shape[0]
+    Pc = sp.csc_matrix(P)
+    pri, region = np.zeros((B, n)), np.zeros((B, n), bool)
+    for b in range(B):
+        s = rng.choice(n, seeds, replace=False)
+        pri[b, s] = 1.0 / seeds
+        region[b, s] = True
+        region[b, np.concatenate([Pc.indices[Pc.indptr[j]:Pc.indptr[j + 1]] for j in s])] = True
+    return pri, region
+
+
+def adversarial_rows(pri: np.ndarray, region: np.ndarray, dangling: tuple[int, ...]) -> None:
+    """In place: row 0 an empty region (its prior kept), row 1 a region whose prior is zero, row 2
+    a region around a dangling chunk carrying prior mass."""
+    region[0] = False
+    pri[1] = 0.0
+    j = dangling[0]
+    region[2, j] = True
+    pri[2, j] = pri[2].sum() or 1.0
+    pri[2] /= pri[2].sum()
+
+
+def with_strategy(monkeypatch, segmented: bool, fn):
+    """``fn()`` with the strategy chooser forced (SEGMENT_SHARE 1: every localised walk is segmented;
+    -1: none but an all-empty one), asserting the strategy taken; returns fn's result."""
+    bp = bpr()
+    taken = []
+    orig = bp.segmented_ppr
+
+    def spy(*a, **k):
+        taken.append(True)
+        return orig(*a, **k)
+
+    monkeypatch.setattr(bp, "segmented_ppr", spy)
+    monkeypatch.setattr(bp, "SEGMENT_SHARE", 1.0 if segmented else -1.0)
+    try:
+        out = fn()
+    finally:
+        monkeypatch.setattr(bp, "SEGMENT_SHARE", 1 / 8)
+        monkeypatch.setattr(bp, "segmented_ppr", orig)
+    assert bool(taken) == segmented
+    return out
+
+
+def both_strategies(monkeypatch, P, pri, region, **kw):
+    """((π, iterations) segmented, (π, iterations) union block) of one call."""
+    run = lambda: call("batched_ppr", P, pri, region=region, device="cpu", **kw)  # noqa: E731
+    return with_strategy(monkeypatch, True, run), with_strategy(monkeypatch, False, run)
+
+
+def assert_close_to(got: torch.Tensor, ref: torch.Tensor, rel: float) -> None:
+    scale = max(float(ref.abs().max()), 1e-300)
+    assert float((got - ref).abs().max()) <= rel * scale
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("dtype,rel", [(np.float64, 1e-12), (np.float32, 1e-6)])
+def test_segmented_matches_block_and_exact(monkeypatch, seed, dtype, rel):
+    """Random graphs (dangling chunks included), random small regions (seeds + one hop) plus the
+    adversarial rows: the segmented walk equals the union-block walk within rounding, with the
+    same iteration counts, and the exact solve of each confined walk."""
+    rng = np.random.default_rng(seed)
+    dangling = (3, 17)
+    P = random_graph(120, 0.03, 10 + seed, dangling=dangling)
+    pri, region = local_regions(P, 10, 3, rng)
+    adversarial_rows(pri, region, dangling)
+    (seg, it_s), (blk, it_b) = both_strategies(monkeypatch, P, pri.astype(dtype), region, d=0.85, tol=1e-11,
+                                               max_iter=1000)
+    assert seg.dtype == blk.dtype == torch.from_numpy(np.zeros(0, dtype)).dtype
+    assert_close_to(seg, blk, rel)
+    assert torch.equal(it_s, it_b)
+    assert (seg.numpy()[~region] == 0).all() and (seg[0] == 0).all() and (seg[1] == 0).all()
+    assert it_s[0] == 1 and it_s[1] == 1  # an empty region and a zero prior stop at once, as in the block path
+    if dtype == np.float64:
+        np.testing.assert_allclose(seg.numpy(), exact_ppr(P, pri, 0.85, region), rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_segmented_edge_batches(monkeypatch, rng, dtype):
+    """B = 1; walks stopped by max_iter; regions that are every chunk (no union restriction; float32
+    never reaches tol = 1e-10 there, so both strategies run to max_iter)."""
+    P = random_graph(60, 0.06, 20, dangling=(5,))
+    pri, region = local_regions(P, 4, 4, rng)
+    pri = pri.astype(dtype)
+    for p, r, max_iter in ((pri[:1], region[:1], 500), (pri, region, 3), (pri[:2], np.ones_like(region[:2]), 500)):
+        (seg, it_s), (blk, it_b) = both_strategies(monkeypatch, P, p, r, d=0.85, tol=1e-10, max_iter=max_iter)
+        assert_close_to(seg, blk, 1e-12 if dtype == np.float64 else 1e-6)
+        assert torch.equal(it_s, it_b) and (it_s <= max_iter).all()
+        assert max_iter != 3 or int(it_s.max()) == 3
+
+
+def test_all_empty_regions_match_the_block_path():
+    """Every region empty (the chooser takes the segmented walk: 0 entries): π = 0 and one iteration
+    per row, what the block path gives on an empty union (its driver called directly here)."""
+    bp = bpr()
+    P = random_graph(30, 0.1, 21)
+    x0 = torch.zeros((0, 3), dtype=torch.float64)
+    A = bp.iteration_matrix(P.indptr, P.indices, P.data, 30, np.zeros(30, bool), 0.85, np.dtype(np.float64),
+                            np.zeros(0, np.int64))
+    _, it_block = bp.power_iterate(bp.CpuStep(A, x0), x0, x0, x0, 1e-6, 100)
+    for dtype in (np.float64, np.float32):
+        pi, it = call("batched_ppr", P, np.full((3, 30), 1 / 30, dtype), region=np.zeros((3, 30), bool),
+                      device="cpu")
+        assert pi.shape == (3, 30) and (pi == 0).all() and torch.equal(it, it_block) and (it == 1).all()
+
+
+def test_chooser_picks_by_share(monkeypatch, rng):
+    """Small regions take the segmented walk; regions that all overlap fully (every row the same
+    region: Σ|R_b| = U·B) take the union block."""
+    bp = bpr()
+    P = random_graph(200, 0.02, 22)
+    pri, region = local_regions(P, 16, 2, rng)
+    assert region.sum() <= bp.SEGMENT_SHARE * region.any(0).sum() * len(region)
+    taken = []
+    orig = bp.segmented_ppr
+    monkeypatch.setattr(bp, "segmented_ppr", lambda *a, **k: taken.append(1) or orig(*a, **k))
+    call("batched_ppr", P, pri, region=region, device="cpu")
+    assert taken == [1]
+    same = np.repeat(region[:1], 16, axis=0)
+    call("batched_ppr", P, pri, region=same, device="cpu")
+    assert taken == [1]
+
+
+def test_segmented_batch_independence(monkeypatch, rng):
+    """A row's segmented walk depends on its own prior and region only: alone, in its batch, in a
+    shuffled batch with duplicates — bit for bit, iterations included."""
+    P = random_graph(150, 0.03, 23, dangling=(7,))
+    pri, region = local_regions(P, 8, 3, rng)
+    adversarial_rows(pri, region, (7,))
+    kw = dict(d=0.85, tol=1e-9, max_iter=500, device="cpu")
+    run = lambda p, r: call("batched_ppr", P, p, region=r, **kw)  # noqa: E731
+    pi, iters = with_strategy(monkeypatch, True, lambda: run(pri, region))
+    order = np.r_[rng.permutation(8), [3, 3, 5]]
+    sh, it_sh = with_strategy(monkeypatch, True, lambda: run(pri[order], region[order]))
+    assert torch.equal(sh, pi[order]) and torch.equal(it_sh, iters[order])
+    for b in range(8):
+        one, it = with_strategy(monkeypatch, True, lambda: run(pri[b:b + 1], region[b:b + 1]))
+        assert torch.equal(one[0], pi[b]) and it[0] == iters[b]
+
+
+@pytest.mark.parametrize("share", [0.0, 0.5, 1.01])
+def test_segmented_compaction_is_exact(monkeypatch, rng, share):
+    """Stopped segments dropped at once (0), at half the iterate (the default) or never (1.01):
+    the same π bit for bit, and each query's own stop."""
+    bp = bpr()
+    P = random_graph(150, 0.03, 24, dangling=(2,))
+    pri, region = local_regions(P, 9, 3, rng)
+    kw = dict(d=0.85, tol=1e-9, max_iter=500, region=region, device="cpu")
+    ref = with_strategy(monkeypatch, True, lambda: call("batched_ppr", P, pri, **kw))
+    assert len(set(ref[1].tolist())) > 2
+    monkeypatch.setattr(bp, "SEGMENT_COMPACT_SHARE", share)
+    got = with_strategy(monkeypatch, True, lambda: call("batched_ppr", P, pri, **kw))
+    assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
+
+
+@pytest.mark.parametrize("budget", [1, 7, 1 << 16])
+def test_block_diagonal_is_each_regions_submatrix(monkeypatch, rng, budget):
+    """block_diagonal (vectorised, chunked by EXPAND_ENTRIES) equals scipy's block_diag of the
+    per-query sub-matrices A[R_b][:, R_b], rows and columns sorted; keep_entries drops whole blocks."""
+    bp = bpr()
+    monkeypatch.setattr(bp, "EXPAND_ENTRIES", budget)
+    P = random_graph(90, 0.05, 25, dangling=(4,))
+    _, region = local_regions(P, 6, 3, rng)
+    region[2] = False  # an empty block
+    rows = bp.union_rows(region)
+    A = bp.iteration_matrix(P.indptr, P.indices, P.data, 90, np.asarray(P.sum(0)).ravel() == 0, 0.85,
+                            np.dtype(np.float64), rows)
+    query, node, offsets = bp.region_entries(region, rows)
+    chunks = bp.expand_chunks(np.diff(A.indptr)[node], budget)
+    assert chunks[0][0] == 0 and chunks[-1][1] == len(node) and (len(chunks) > 1) == (budget < 1 << 16)
+    BD = bp.block_diagonal(A, query, node)
+    blocks = [A[node[offsets[b]:offsets[b + 1]]][:, node[offsets[b]:offsets[b + 1]]] for b in range(6)]
+    ref = sp.block_diag(blocks, format="csr")
+    assert BD.shape == ref.shape == (int(region.sum()),) * 2 and BD.has_sorted_indices
+    assert BD.nnz == ref.nnz and abs(BD - ref).max() == 0
+    keep = np.repeat(np.arange(6) % 2 == 1, np.diff(offsets))
+    kept = bp.keep_entries(BD, keep)
+    assert abs(kept - sp.block_diag(blocks[1::2], format="csr")).max() == 0
+
+
+def test_segment_sums_empty_segments():
+    bp = bpr()
+    v = np.arange(1, 7, dtype=np.float32)
+    got = bp.segment_sums(v, np.array([0, 2, 0, 3, 1, 0]))
+    assert got.dtype == np.float64 and got.tolist() == [0.0, 3.0, 0.0, 12.0, 6.0, 0.0]
+    assert bp.segment_sums(np.zeros(0), np.array([0, 0])).tolist() == [0.0, 0.0]
