@@ -73,8 +73,9 @@ class BM25Index:
         if B == 0 or k == 0 or self.n_docs == 0:
             return ids, out
         allowed = None if allowed is None else np.asarray(allowed, bool)
+        scratch = self.scratch()
         for b, query in enumerate(tokens):
-            docs, scores = self.matching(query)
+            docs, scores = self.matching(query, scratch)
             keep = scores > 0
             if allowed is not None:
                 keep &= allowed[docs]
@@ -88,20 +89,35 @@ class BM25Index:
             ids[b, :len(order)], out[b, :len(order)] = docs[order], scores[order]
         return ids, out
 
-    def matching(self, tokens: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """``(docs int64 ascending, scores float32)``: every passage holding one of the query's tokens,
-        with its BM25 score — :meth:`scores` at those passages, bit for bit (each known token's
-        precomputed score added in the query's token order in float32, repeats counted, as bm25s
-        sums them); the other passages score 0. Work: the tokens' posting lists, not N."""
+    def scratch(self) -> tuple[np.ndarray, np.ndarray]:
+        """The work arrays of :meth:`matching` (a zeroed float32 score row and an int64 stamp row
+        over the N passages), made once per batch and left as they were found by each query."""
+        return np.zeros(self.n_docs, np.float32), np.empty(self.n_docs, np.int64)
+
+    def matching(self, tokens: list[str], scratch: tuple[np.ndarray, np.ndarray] | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """``(docs int64, scores float32)``: every passage holding one of the query's tokens, each
+        once (in no particular order), with its BM25 score — :meth:`scores` at those passages, bit
+        for bit (each known token's precomputed score added in the query's token order in float32,
+        repeats counted, as bm25s sums them); the other passages score 0.
+
+        Work: the tokens' posting lists, not N — the scores accumulate in the zeroed row of
+        ``scratch`` (:meth:`scratch`; reset at the touched passages afterwards), and the distinct
+        passages are found without a sort by stamping each posting entry's position into the
+        stamp row: an entry is a passage's first when the stamp read back is its own."""
         posts = [p for p in (self._posting(w) for w in tokens) if p is not None]
         if not posts:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        docs = np.sort(np.concatenate([d for d, _ in posts]).astype(np.int64))  # a sort: np.unique's hash is slower
-        docs = docs[np.concatenate(([True], docs[1:] != docs[:-1]))]
-        acc = np.zeros(len(docs), np.float32)
+        acc, stamp = scratch if scratch is not None else self.scratch()
         for d, v in posts:  # one token's posting holds a passage at most once: a plain indexed add
-            acc[np.searchsorted(docs, d)] += v
-        return docs, acc
+            acc[d] += v
+        cat = np.concatenate([d for d, _ in posts]).astype(np.int64, copy=False)
+        pos = np.arange(len(cat))
+        stamp[cat[::-1]] = pos[::-1]  # reversed: the first entry of each passage writes last
+        docs = cat[stamp[cat] == pos]
+        scores = acc[docs]  # a copy (fancy indexing)
+        acc[docs] = 0.0
+        return docs, scores
 
     def _posting(self, token: str) -> tuple[np.ndarray, np.ndarray] | None:
         """``(docs ascending, precomputed scores float32)`` of ``token``'s column of bm25s's CSC score
