@@ -373,7 +373,9 @@ class G3RAG(Pipeline):
             return d_ids[:, :depth], d_scores[:, :depth]
         b_ids, b_scores = batch.bm25_topk(min(self.hybrid_depth, n))
         cand = np.concatenate([d_ids, b_ids], axis=1)
-        rel = np.einsum("bd,bkd->bk", batch.Q, self.components.dense.rows(np.maximum(cand, 0)))
+        # the cosine of the dense candidates is their dense score; only the BM25 ones' rows are read
+        b_cos = np.einsum("bd,bkd->bk", batch.Q, self.components.dense.rows(np.maximum(b_ids, 0)))
+        rel = np.concatenate([d_scores, b_cos], axis=1).astype(np.float32)
         top_bm25 = np.where(np.isfinite(b_scores[:, :1]) & (b_scores[:, :1] > 0), b_scores[:, :1], 1.0)
         # lexical score of every candidate: its BM25 score if it is in the BM25 list, else 0
         in_bm25 = (cand[:, :, None] == b_ids[:, None, :]) & (b_ids[:, None, :] >= 0)
