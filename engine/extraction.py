@@ -69,9 +69,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .corpus import Corpus, iter_jsonl
+from .corpus import Corpus, PackedStrings, iter_jsonl
 from .errors import InputError
-from .storage import pack_strings, unpack_strings
+from .storage import check_packed, check_utf8, pack_strings
 
 #: lower-case words allowed inside a capitalised span (between capitalised words)
 CONNECTORS = frozenset("of the de del della da di la le von van der den du y for".split())
@@ -212,8 +212,8 @@ class Extraction:
     node_text: np.ndarray  # int32 [V]
     mention_node: np.ndarray  # int32 [M]
     mention_topic: np.ndarray  # int32 [M]
-    names: list[str]
-    texts: list[str]
+    names: Sequence[str]  # a list, or PackedStrings once loaded
+    texts: Sequence[str]
     #: transient (not saved): the lower-case words of the corpus texts the extraction was made from
     #: (:func:`extract`'s ``common`` set), kept so :func:`extend_extraction` need not rescan them
     common_words: set[str] | None = field(default=None, repr=False, compare=False)
@@ -269,10 +269,13 @@ class Extraction:
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], n_chunks: int, where: str = "extraction") -> "Extraction":
-        """The inverse of :meth:`arrays` (validated; errors name ``where``)."""
+        """The inverse of :meth:`arrays` (validated; errors name ``where``). ``names`` and ``texts``
+        stay packed (:class:`~hopgraph.engine.corpus.PackedStrings` over the memory-mapped bytes,
+        a string decoded when read): a query never reads the texts, and at 10⁶ passages decoding
+        the 4·10⁶ of them cost 4 s and half a gigabyte at every load (issue 14)."""
         return cls(n_chunks=n_chunks, **{a: np.asarray(arrays[a]) for a in cls.ARRAYS},
-                   names=unpack_strings(arrays["names_blob"], arrays["names_offsets"], f"{where}/names_*.npy"),
-                   texts=unpack_strings(arrays["texts_blob"], arrays["texts_offsets"], f"{where}/texts_*.npy")
+                   names=packed(arrays["names_blob"], arrays["names_offsets"], f"{where}/names_*.npy"),
+                   texts=packed(arrays["texts_blob"], arrays["texts_offsets"], f"{where}/texts_*.npy")
                    ).validate()
 
     def validate(self) -> "Extraction":
@@ -291,6 +294,13 @@ class Extraction:
                 or len(self.mention_topic) != len(self.mention_node):
             raise InputError("extraction arrays have inconsistent lengths")
         return self
+
+
+def packed(data: np.ndarray, offsets: np.ndarray, name: str) -> PackedStrings:
+    """Saved packed strings, structure and UTF-8 checked (IndexFormatError naming ``name``), kept packed."""
+    check_packed(data, offsets, name)
+    check_utf8(data, offsets, name)
+    return PackedStrings(data, offsets)
 
 
 class _Builder:

@@ -59,6 +59,7 @@ same directory and then removes the old files.
 """
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import re
@@ -776,6 +777,24 @@ def check_packed(data: np.ndarray, offsets: np.ndarray, name: str, n: int | None
         raise IndexFormatError(f"{name}: string bytes must be 1-D uint8, got shape {data.shape} dtype {data.dtype}")
     rows = len(offsets) - 1 if n is None else n
     check_indptr(offsets, rows, len(data), f"{name} offsets")
+
+
+def check_utf8(data: np.ndarray, offsets: np.ndarray, name: str, block: int = 1 << 24) -> None:
+    """Every string of packed strings (structure already checked by :func:`check_packed`) is valid
+    UTF-8, checked without building them: the bytes decode as one stream (block by block, so the
+    check holds at most ``block`` characters at a time) and no string starts inside a character
+    (at a continuation byte). IndexFormatError naming ``name`` otherwise."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        for s in range(0, len(data), block):
+            decoder.decode(bytes(data[s:s + block]), final=s + block >= len(data))
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError as e:
+        raise IndexFormatError(f"{name}: invalid UTF-8 ({e.reason})") from None
+    starts = np.asarray(offsets[:-1])
+    starts = starts[starts < np.asarray(offsets[1:])]  # non-empty strings
+    if len(starts) and ((np.asarray(data)[starts] & 0xC0) == 0x80).any():
+        raise IndexFormatError(f"{name}: a string starts inside a UTF-8 character (bad offsets)")
 
 
 def unpack_strings(data: np.ndarray, offsets: np.ndarray, name: str = "packed strings") -> list[str]:

@@ -144,3 +144,23 @@ def test_extract_speed_on_shared_corpus():
     assert time.perf_counter() - t0 < 20  # ~0.5 s here; 10,000 passages take a few seconds
     assert ex.n_topics > len(corpus) and ex.n_nodes > len(corpus)
     assert np.bincount(ex.node_chunk, minlength=len(corpus)).min() >= 0
+
+
+def test_loaded_strings_stay_packed_and_bad_utf8_is_refused():
+    from hopgraph.engine.corpus import PackedStrings
+    from hopgraph.engine.errors import IndexFormatError
+    from hopgraph.engine.extraction import packed
+    from hopgraph.engine.storage import pack_strings
+
+    strings = ["Ångström", "", "naïve café", "plain"]
+    data, offsets = pack_strings(strings)
+    loaded = packed(data, offsets, "texts")
+    assert isinstance(loaded, PackedStrings) and list(loaded) == strings and loaded[2] == "naïve café"
+    bad = data.copy()
+    bad[0] = 0xFF  # not UTF-8
+    with pytest.raises(IndexFormatError, match="texts: invalid UTF-8"):
+        packed(bad, offsets, "texts")
+    split = offsets.copy()
+    split[1] = 1  # "Å" is two bytes: the second string would start inside it
+    with pytest.raises(IndexFormatError, match="inside a UTF-8 character"):
+        packed(data, split, "texts")
