@@ -112,6 +112,24 @@ def test_chunk_links_bruteforce():
     assert chunk_links(np.array([0, 1]), np.array([3]), 5, max_size=3).nnz == 0
 
 
+def test_chunk_graph_pattern_is_symmetric():
+    """STITCH's region hops use P's own pattern as the symmetric adjacency (``STITCH._adjacency``):
+    P + Pᵀ must have P's pattern, on random extractions with hub names dropped."""
+    rng = np.random.default_rng(3)
+    for trial in range(5):
+        n = int(rng.integers(20, 200))
+        syllables = "ka lo mi ra be ta ru ne vi en".split()
+        words = [(syllables[i % 10] + syllables[i // 10 % 10]).capitalize() + " " + syllables[i // 100 % 10].upper()
+                 for i in rng.choice(1000, n // 2, replace=False)]
+        corpus = Corpus([f"d{i}" for i in range(n)], [""] * n,
+                        [". ".join(f"{w} met." for w in rng.choice(words, int(rng.integers(1, 6)))) for _ in range(n)])
+        ex = extract(corpus)
+        H = build_hypergraph(ex, np.ones((len(ex.texts), 4), np.float32) / 2, max_group_chunks=int(rng.integers(4, 30)))
+        A = (H.transition().to_scipy() != 0).astype(np.int8)
+        assert A.nnz > 0 and (A != A.T).nnz == 0
+        assert A.diagonal().sum() == 0
+
+
 def test_text_embeddings_float16_and_similarity():
     rng = np.random.default_rng(0)
     E = rng.standard_normal((70_000, 8)).astype(np.float32)  # above one TEXT_BLOCK_ROWS block
