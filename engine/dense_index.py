@@ -53,7 +53,7 @@ import numpy as np
 
 from .errors import IndexFormatError, InputError
 from .ranking import PAD_ID, PAD_SCORE, topk_rows
-from .storage import check_finite, check_ids, check_indptr, load_arrays, save_arrays
+from .storage import RowReader, check_finite, check_ids, check_indptr, load_arrays, save_arrays
 
 #: from this many rows up a memory-mapped X is scanned from its file instead of copied into faiss
 SCAN_MIN_N = 200_000
@@ -352,11 +352,12 @@ class IVFIndex:
         faiss.copy_array_to_vector(np.ascontiguousarray(sq, dtype=np.float32).ravel(), index.sq.trained)
         index.is_trained = True
         invlists = index.invlists
-        for c in range(nlist):
-            a, b = int(offsets[c]), int(offsets[c + 1])
-            if b > a:
-                cell_codes = np.ascontiguousarray(codes[a:b])
-                invlists.add_entries(c, b - a, faiss.swig_ptr(ids[a:b]), faiss.swig_ptr(cell_codes))
+        with RowReader(codes) as read:  # from the file: the mapped codes never become resident
+            for c in range(nlist):
+                a, b = int(offsets[c]), int(offsets[c + 1])
+                if b > a:
+                    cell_codes = read(a, b)  # held in a name: swig_ptr does not keep it alive
+                    invlists.add_entries(c, b - a, faiss.swig_ptr(ids[a:b]), faiss.swig_ptr(cell_codes))
         index.ntotal = n_rows
         return cls(index, n_trained)
 

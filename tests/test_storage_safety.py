@@ -206,3 +206,19 @@ def test_verify_command(small, tmp_path, capsys):
     assert len(lines) == 2 and all("checksum mismatch" in x for x in lines)
     assert main(["verify", str(tmp_path / "nothing")]) == 2
     assert "does not exist" in capsys.readouterr().out
+
+
+def test_row_reader_reads_rows_from_the_file_of_a_mapped_array(tmp_path):
+    from hopgraph.engine.storage import RowReader, load_array, save_arrays
+
+    a = np.arange(7 * 3 * 2, dtype=np.uint8).reshape(7, 3, 2)
+    save_arrays(tmp_path, {"a": a})
+    mapped = load_array(tmp_path, "a")
+    assert isinstance(mapped, np.memmap)
+    for arr in (mapped, a):
+        with RowReader(arr) as read:
+            assert (read.file is not None) == (arr is mapped)
+            for lo, hi in ((0, 7), (2, 5), (6, 7), (3, 3)):
+                got = read(lo, hi)
+                assert got.flags.c_contiguous and got.dtype == a.dtype
+                np.testing.assert_array_equal(got, a[lo:hi])
