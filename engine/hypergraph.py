@@ -47,7 +47,7 @@ from .errors import IndexFormatError, InputError
 from .extraction import Extraction
 from .graph import CSR, check_csr, csr_from_keys
 from .packed_bert import encode_bulk
-from .storage import (check_ids, check_indptr, check_packed, check_unit_rows, load_arrays, pack_strings,
+from .storage import (check_ids, check_indptr, check_packed, check_unit_rows, load_arrays, pack_strings, release_pages,
                       save_arrays, unpack_strings)
 
 
@@ -200,6 +200,7 @@ class TopicHypergraph:
         if self.text_emb.shape[1]:
             check_unit_rows(self.text_emb, f("text_emb"))
         check_packed(self.names_data, self.names_offsets, f"{d}/names_*.npy", G)
+        release_pages(*(getattr(self, k.name) for k in fields(self)))  # what the checks read stays on disk
         return self
 
 

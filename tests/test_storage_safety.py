@@ -222,3 +222,28 @@ def test_row_reader_reads_rows_from_the_file_of_a_mapped_array(tmp_path):
                 got = read(lo, hi)
                 assert got.flags.c_contiguous and got.dtype == a.dtype
                 np.testing.assert_array_equal(got, a[lo:hi])
+
+
+def test_release_pages_keeps_a_mapped_array_readable(tmp_path):
+    from hopgraph.engine.storage import load_array, release_pages, save_arrays
+
+    a = np.random.default_rng(0).random((1000, 16)).astype(np.float32)
+    save_arrays(tmp_path, {"a": a})
+    mapped = load_array(tmp_path, "a")
+    assert float(mapped.sum()) == float(a.sum())
+    release_pages(mapped, mapped[10:20], a, None)  # views, plain arrays and None are fine
+    np.testing.assert_array_equal(mapped, a)
+
+
+def test_gather_rows_reads_any_dtype_from_the_file(tmp_path, monkeypatch):
+    from hopgraph.engine import dense_index
+    from hopgraph.engine.storage import load_array, save_arrays
+
+    monkeypatch.setattr(dense_index, "SCAN_MIN_N", 10)
+    for dtype in (np.float16, np.float32):
+        a = np.random.default_rng(1).random((50, 8)).astype(dtype)
+        save_arrays(tmp_path, {"a": a})
+        rows = np.array([[3, 0], [49, 3]])
+        got = dense_index.gather_rows(load_array(tmp_path, "a"), rows)
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got, a[rows])

@@ -112,11 +112,12 @@ from ...kernels.tensors import as_tensor
 from ...kernels.threads import torch_threads
 from ..components import QueryBatch
 from ..errors import IndexFormatError, InputError
-from ..dense_index import DenseIndex
+from ..dense_index import DenseIndex, gather_rows
 from ..graph import CSR, csr_from_keys
 from ..local_rows import LocalRows
 from ..ranking import topk_entries
 from ..sparse_scores import allowed_at
+from ..storage import release_pages
 from ..stitch_local import csr_rows, local_hypergraph, local_transition, neighbour_entries
 from ..extraction import load_extractions, query_names
 from ..hypergraph import TopicHypergraph, build_hypergraph, embed_texts, extend_text_embeddings
@@ -163,6 +164,10 @@ class PPRBinaryParams(PipelineParams):
     fusion: str = choice("linear", FUSIONS, query=True)
     threads: int | None = integer(1, low=1, nullable=True, query=True)
     device: str = choice("auto", DEVICES, query=True)
+
+
+#: entries of P per block of the column sums (:meth:`STITCH._column_sums`)
+COLUMN_SUM_BLOCK = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -448,7 +453,7 @@ class STITCH(Pipeline):
 
     def _text_rows(self, rows: np.ndarray) -> np.ndarray:
         """Text embeddings ``rows`` as float32 (``H.text_emb`` may be float16 or memory-mapped)."""
-        return np.asarray(self.H.text_emb[np.asarray(rows, np.int64)], np.float32)
+        return np.asarray(gather_rows(self.H.text_emb, rows), np.float32)
 
     def region(self, p: LocalRows) -> LocalRows:
         """Activated region (bool LocalRows): the numerical support of p (``p ≥ SUPPORT_RTOL · max p``,
@@ -514,9 +519,13 @@ class STITCH(Pipeline):
     def _column_sums(self) -> np.ndarray:
         """Out-mass of every chunk in P (1, or 0 for a dangling chunk), float64 [N]."""
         if "col_sums" not in self._cache:
-            P = self.transition
-            self._cache["col_sums"] = np.bincount(np.asarray(P.indices), weights=np.asarray(P.data, np.float64),
-                                                  minlength=self.H.n_chunks)
+            P, n, sums = self.transition, self.H.n_chunks, np.zeros(self.H.n_chunks)
+            for s in range(0, P.nnz, COLUMN_SUM_BLOCK):  # in blocks, each block's pages dropped after it:
+                e = min(P.nnz, s + COLUMN_SUM_BLOCK)  # no float64 copy of P and no mapped P in the resident set
+                sums += np.bincount(np.asarray(P.indices[s:e]), weights=np.asarray(P.data[s:e], np.float64),
+                                    minlength=n)
+                release_pages(self.H.graph_indices, self.H.graph_data)
+            self._cache["col_sums"] = sums
         return self._cache["col_sums"]
 
     def _adjacency(self) -> CSR:
