@@ -41,7 +41,7 @@ import scipy.sparse as sp
 import torch
 
 from hopgraph.benchmarks.common import stamp
-from hopgraph.benchmarks.kernels import ring_graph
+from hopgraph.benchmarks.kernels import local_regions, ring_graph
 from hopgraph.engine.hypergraph import column_stochastic
 from hopgraph.kernels import call
 
@@ -69,20 +69,6 @@ def forced(name: str, fn: Callable[[], object]) -> Callable[[], object]:
         with strategy(name):
             return fn()
     return run
-
-
-def local_queries(P: sp.csr_matrix, B: int, seeds: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(priors float64 [B, n], region bool [B, n]): random seeds, region = seeds + one-hop out-neighbours."""
-    rng = np.random.default_rng(seed)
-    n = P.shape[0]
-    Pc = sp.csc_matrix(P)
-    pri, region = np.zeros((B, n)), np.zeros((B, n), bool)
-    for b in range(B):
-        s = rng.choice(n, seeds, replace=False)
-        pri[b, s] = 1.0 / seeds
-        region[b, s] = True
-        region[b, np.concatenate([Pc.indices[Pc.indptr[j]:Pc.indptr[j + 1]] for j in s])] = True
-    return pri, region
 
 
 def shape_line(P: sp.csr_matrix, region: np.ndarray) -> str:
@@ -230,7 +216,7 @@ def main() -> None:
     args = ap.parse_args()
     src, dst = ring_graph(args.n, args.edges, 0)
     P = column_stochastic(sp.csr_matrix((np.ones(len(src)), (dst, src)), shape=(args.n, args.n)))
-    pri, region = local_queries(P, args.priors, args.seeds, 1)
+    pri, region = local_regions(P, args.priors, args.seeds, np.random.default_rng(1))
     op_table(P, pri, region, args.d, args.tol, args.max_iter, args.repeats)
     kw = dict(d=args.d, tol=args.tol, max_iter=args.max_iter)
     if args.sweep:

@@ -7,6 +7,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
+from hopgraph.benchmarks.kernels import local_regions
 from hopgraph.engine.hypergraph import column_stochastic
 from hopgraph.kernels import call
 
@@ -212,20 +213,6 @@ def bpr():
     import importlib
 
     return importlib.import_module("hopgraph.kernels.batched_ppr")
-
-
-def local_regions(P: sp.csr_matrix, B: int, seeds: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """(priors, region) [B, n]: per query a random seed set, its region the seeds and their one-hop
-    out-neighbours, its prior uniform on the seeds (float64)."""
-    n = P.shape[0]
-    Pc = sp.csc_matrix(P)
-    pri, region = np.zeros((B, n)), np.zeros((B, n), bool)
-    for b in range(B):
-        s = rng.choice(n, seeds, replace=False)
-        pri[b, s] = 1.0 / seeds
-        region[b, s] = True
-        region[b, np.concatenate([Pc.indices[Pc.indptr[j]:Pc.indptr[j + 1]] for j in s])] = True
-    return pri, region
 
 
 def adversarial_rows(pri: np.ndarray, region: np.ndarray, dangling: tuple[int, ...]) -> None:

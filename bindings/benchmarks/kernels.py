@@ -84,6 +84,21 @@ def random_priors(B: int, n: int, nnz: int, seed: int) -> np.ndarray:
     return p / p.sum(1, keepdims=True)
 
 
+def local_regions(P: sp.csr_matrix, B: int, seeds: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(priors float64 [B, n], region bool [B, n]) of localised PPR queries (SPEC §2 step 6): per query
+    a random seed set, its region the seeds and their one-hop out-neighbours (P's rows = targets),
+    its prior uniform on the seeds."""
+    n = P.shape[0]
+    Pc = sp.csc_matrix(P)
+    pri, region = np.zeros((B, n)), np.zeros((B, n), bool)
+    for b in range(B):
+        s = rng.choice(n, seeds, replace=False)
+        pri[b, s] = 1.0 / seeds
+        region[b, s] = True
+        region[b, np.concatenate([Pc.indices[Pc.indptr[j]:Pc.indptr[j + 1]] for j in s])] = True
+    return pri, region
+
+
 def bare_loop(P: sp.csr_matrix, priors: np.ndarray, d: float) -> Callable[[int], "object"]:
     """``run(iterations)``: the bare torch CSR power iteration x ← c + d·(P @ x), float32 [N, B]."""
     import torch
