@@ -108,21 +108,26 @@ def exact_inner_product_index(X: np.ndarray) -> faiss.IndexFlatIP:
     return index
 
 
+def _large_mapping(X: np.ndarray) -> bool:
+    """X is a C-contiguous memory-mapped matrix of :data:`SCAN_MIN_N` rows or more: its rows are read
+    from its file, not faulted in through the mapping (which would leave them resident)."""
+    return isinstance(X, np.memmap) and X.ndim == 2 and len(X) >= SCAN_MIN_N and X.flags.c_contiguous
+
+
 def _scanned(X: np.ndarray) -> bool:
-    return isinstance(X, np.memmap) and len(X) >= SCAN_MIN_N and X.dtype == np.float32 and X.flags.c_contiguous
+    """The dense search scans X from its file (:class:`BlockedInnerProductIndex`): a large float32 mapping."""
+    return _large_mapping(X) and X.dtype == np.float32
 
 
-def _file_blocks(path: Path, offset: int, n: int, d: int, block_rows: int) -> Iterator[tuple[int, np.ndarray]]:
-    """``(start, rows [r, d])`` blocks of a float32 matrix stored at ``offset`` in ``path``, read
-    with plain reads into one reused buffer (each block is valid until the next one)."""
-    buf = np.empty(block_rows * d, np.float32)
-    with open(path, "rb", buffering=0) as f:
-        f.seek(offset)
-        for start in range(0, n, block_rows):
-            rows = min(block_rows, n - start)
-            block = buf[: rows * d]
-            f.readinto(memoryview(block))
-            yield start, block.reshape(rows, d)
+def _file_blocks(X: np.memmap, start: int, block_rows: int) -> Iterator[tuple[int, np.ndarray]]:
+    """``(first row, rows [r, d])`` blocks of the rows ``[start, N)`` of a memory-mapped X, read from its
+    file with plain reads (:class:`~hopgraph.engine.storage.RowReader`) into one reused buffer (each
+    block is valid until the next one)."""
+    buf = np.empty((block_rows, X.shape[1]), X.dtype)
+    with RowReader(X) as read:
+        for s in range(start, len(X), block_rows):
+            e = min(len(X), s + block_rows)
+            yield s, read(s, e, out=buf[:e - s])
 
 
 def row_blocks(X: np.ndarray, start: int = 0, block_rows: int = BLOCK_ROWS) -> Iterator[tuple[int, np.ndarray]]:
@@ -130,9 +135,7 @@ def row_blocks(X: np.ndarray, start: int = 0, block_rows: int = BLOCK_ROWS) -> I
     (:data:`SCAN_MIN_N`+ rows) is read from its file (not faulted into the process), any other X
     is sliced. A block may be a reused buffer: valid until the next one."""
     if _scanned(X):
-        for s, block in _file_blocks(Path(X.filename), int(X.offset) + start * X.shape[1] * 4, len(X) - start,
-                                     X.shape[1], block_rows):
-            yield start + s, block
+        yield from _file_blocks(X, start, block_rows)
         return
     for s in range(start, len(X), block_rows):
         yield s, np.ascontiguousarray(X[s:s + block_rows], dtype=np.float32)
@@ -167,14 +170,13 @@ class BlockedInnerProductIndex:
     def __init__(self, X: np.memmap, block_rows: int = BLOCK_ROWS) -> None:
         if not isinstance(X, np.memmap) or X.dtype != np.float32 or not X.flags.c_contiguous:
             raise TypeError("BlockedInnerProductIndex needs a C-contiguous float32 np.memmap")
-        self.path, self.offset = Path(X.filename), int(X.offset)
+        self.X = X
         self.ntotal, self.d = X.shape
         self.block_rows = int(block_rows)
 
     def search(self, Q: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` per query; ``allowed`` (bool [ntotal]) restricts the rows that may be returned."""
-        blocks = _file_blocks(self.path, self.offset, self.ntotal, self.d, self.block_rows)
-        return blocked_topk(Q, k, blocks, allowed)
+        return blocked_topk(Q, k, _file_blocks(self.X, 0, self.block_rows), allowed)
 
 
 def inner_product_index(X: np.ndarray) -> "faiss.Index | BlockedInnerProductIndex":
@@ -191,7 +193,7 @@ def gather_rows(X: np.ndarray, rows: np.ndarray) -> np.ndarray:
     page-cache folios (megabytes) around each row and leave them in the process's resident set
     (issue 14: 2.2 GB of STITCH's text embeddings after one batch at 10⁶ passages)."""
     rows = np.asarray(rows, np.int64)
-    if not (isinstance(X, np.memmap) and len(X) >= SCAN_MIN_N and X.flags.c_contiguous and X.ndim == 2):
+    if not _large_mapping(X):
         return np.asarray(X[rows])
     flat = rows.ravel()
     out = np.empty((len(flat), X.shape[1]), X.dtype)

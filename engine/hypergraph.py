@@ -35,7 +35,7 @@ extended extraction, after embedding only the texts that are new
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +49,10 @@ from .graph import CSR, check_csr, csr_from_keys
 from .packed_bert import encode_bulk
 from .storage import (check_ids, check_indptr, check_packed, check_unit_rows, load_arrays, pack_strings, release_pages,
                       save_arrays, unpack_strings)
+
+
+#: entries of P per block of its column sums (:meth:`TopicHypergraph.column_sums`)
+COLUMN_SUM_BLOCK = 1 << 22
 
 
 def chunk_links(indptr: np.ndarray, member_chunks: np.ndarray, n_chunks: int, max_size: int) -> sp.csr_matrix:
@@ -114,6 +118,8 @@ class TopicHypergraph:
     text_emb: np.ndarray
     names_data: np.ndarray
     names_offsets: np.ndarray
+    #: the column sums of P once computed (:meth:`column_sums`; not saved)
+    _column_sums: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def n_nodes(self) -> int:
@@ -136,6 +142,21 @@ class TopicHypergraph:
         return check_csr(self.graph_indptr, self.graph_indices, self.graph_data, self.n_chunks,
                          "STITCH chunk graph")
 
+    def column_sums(self) -> np.ndarray:
+        """Out-mass of every chunk in P (1, or 0 for a dangling chunk; float64 [N]), computed once
+        (by :meth:`validate` on load, else on first use) in blocks of :data:`COLUMN_SUM_BLOCK`
+        entries, each block's pages dropped after it: no float64 copy of P and no mapped P in the
+        resident set (issue 14)."""
+        if self._column_sums is None:
+            P, sums = self.transition(), np.zeros(self.n_chunks)
+            for s in range(0, P.nnz, COLUMN_SUM_BLOCK):
+                e = min(P.nnz, s + COLUMN_SUM_BLOCK)
+                sums += np.bincount(np.asarray(P.indices[s:e]), weights=np.asarray(P.data[s:e], np.float64),
+                                    minlength=self.n_chunks)
+                release_pages(self.graph_indices, self.graph_data)
+            self._column_sums = sums
+        return self._column_sums
+
     def group_alpha(self) -> np.ndarray:
         """α_G = |G| / mean group size (SPEC §2.3), float32 [G]."""
         if self.n_groups == 0:
@@ -143,15 +164,20 @@ class TopicHypergraph:
         return (self.group_size / self.group_size.mean()).astype(np.float32)
 
     # ------------------------------------------------------------------ persistence
+    @classmethod
+    def stored(cls) -> list[str]:
+        """The saved fields (every constructor field; not the cache of :meth:`column_sums`)."""
+        return [f.name for f in fields(cls) if f.init]
+
     def save(self, directory: Path) -> None:
-        arrays = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "n_chunks"}
+        arrays = {name: getattr(self, name) for name in self.stored() if name != "n_chunks"}
         arrays["n_chunks"] = np.asarray([self.n_chunks], np.int64)
         save_arrays(directory, arrays)
 
     @classmethod
     def load(cls, directory: Path, mmap: bool = True, n_chunks: int | None = None) -> "TopicHypergraph":
         """Open saved arrays (memory-mapped) and :meth:`validate` them (IndexFormatError naming the file)."""
-        names = [f.name for f in fields(cls)]
+        names = cls.stored()
         arrays = load_arrays(directory, names, mmap=mmap)
         stored = check_ids(arrays["n_chunks"], np.iinfo(np.int64).max, f"{directory / 'n_chunks.npy'}", length=1)
         arrays["n_chunks"] = int(stored[0])
@@ -192,7 +218,7 @@ class TopicHypergraph:
         except InputError as e:
             raise IndexFormatError(f"{d}/graph_*.npy: {e}") from None
         if P.nnz:
-            col = np.bincount(P.indices, weights=P.data.astype(np.float64), minlength=N)
+            col = self.column_sums()
             if np.abs(col[col > 0] - 1.0).max() > 1e-4:
                 raise IndexFormatError(f"{f('graph_data')}: chunk graph columns must sum to 1")
         if self.text_emb.ndim != 2:
@@ -200,7 +226,7 @@ class TopicHypergraph:
         if self.text_emb.shape[1]:
             check_unit_rows(self.text_emb, f("text_emb"))
         check_packed(self.names_data, self.names_offsets, f"{d}/names_*.npy", G)
-        release_pages(*(getattr(self, k.name) for k in fields(self)))  # what the checks read stays on disk
+        release_pages(*(getattr(self, name) for name in self.stored()))  # what the checks read stays on disk
         return self
 
 

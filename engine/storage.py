@@ -726,10 +726,15 @@ class RowReader:
         if self.file is not None:
             self.file.close()
 
-    def __call__(self, a: int, b: int) -> np.ndarray:
+    def __call__(self, a: int, b: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Rows ``[a, b)``, into ``out`` when given (C-contiguous, ``b − a`` rows: a reused buffer)."""
         if self.file is None:
-            return np.ascontiguousarray(self.arr[a:b])
-        out = np.empty((b - a,) + tuple(self.arr.shape[1:]), self.arr.dtype)
+            if out is None:
+                return np.ascontiguousarray(self.arr[a:b])
+            out[...] = self.arr[a:b]
+            return out
+        if out is None:
+            out = np.empty((b - a,) + tuple(self.arr.shape[1:]), self.arr.dtype)
         self.file.seek(int(self.arr.offset) + a * self.row_bytes)
         if self.file.readinto(memoryview(out.reshape(-1).view(np.uint8))) != out.nbytes:
             raise IndexFormatError(f"index file {self.arr.filename}: shorter than its header says")

@@ -166,10 +166,6 @@ class PPRBinaryParams(PipelineParams):
     device: str = choice("auto", DEVICES, query=True)
 
 
-#: entries of P per block of the column sums (:meth:`STITCH._column_sums`)
-COLUMN_SUM_BLOCK = 1 << 22
-
-
 @dataclass(frozen=True)
 class STITCHParams(PPRBinaryParams):
     """STITCH-RAG parameters (SPEC §2): the walk's, plus the influence prior's (``delta``,
@@ -518,15 +514,7 @@ class STITCH(Pipeline):
 
     def _column_sums(self) -> np.ndarray:
         """Out-mass of every chunk in P (1, or 0 for a dangling chunk), float64 [N]."""
-        if "col_sums" not in self._cache:
-            P, n, sums = self.transition, self.H.n_chunks, np.zeros(self.H.n_chunks)
-            for s in range(0, P.nnz, COLUMN_SUM_BLOCK):  # in blocks, each block's pages dropped after it:
-                e = min(P.nnz, s + COLUMN_SUM_BLOCK)  # no float64 copy of P and no mapped P in the resident set
-                sums += np.bincount(np.asarray(P.indices[s:e]), weights=np.asarray(P.data[s:e], np.float64),
-                                    minlength=n)
-                release_pages(self.H.graph_indices, self.H.graph_data)
-            self._cache["col_sums"] = sums
-        return self._cache["col_sums"]
+        return self.H.column_sums()
 
     def _adjacency(self) -> CSR:
         """The chunk graph's symmetric adjacency (for ``region_hops``): P's own pattern. Two chunks
