@@ -11,7 +11,8 @@ scanned from its ``.npy`` file in row blocks with ordinary reads
 **Approximate candidates, exact scores** (from :data:`ANN_MIN_N` rows up with
 ``mode="auto"``, the default, or always with ``mode="ann"``; issue 14): :class:`IVFIndex`, a
 faiss inverted file of about 4√N cells whose rows are stored as 8-bit scalar-quantised codes
-(``IndexIVFScalarQuantizer``, d bytes a row), proposes :func:`rescore_candidates` ``(k)``
+(``IndexIVFScalarQuantizer``, d bytes a row; 4-bit, d / 2 bytes, with ``code_bits=4``, as
+STITCH's text index uses), proposes :func:`rescore_candidates` ``(k)``
 candidates per query from its :data:`DEFAULT_NPROBE` nearest cells; each candidate is then
 rescored exactly (``Q · X[cand]``, rows read from X) and the top ``k`` returned in exact order,
 ties toward the lower row (as :func:`~hopgraph.engine.ranking.topk_rows`). The approximation
@@ -79,6 +80,8 @@ RESCORE_MIN_EXTRA = 16
 RETRAIN_GROWTH = 2.0
 #: a filter passing at most this fraction of the rows is searched by scoring only those rows
 SUBSET_MAX_FRACTION = 0.05
+#: faiss's scalar quantiser per code width (bits a dimension): the IVF kinds ``ivf-sq8`` / ``ivf-sq4``
+CODE_BITS = {8: faiss.ScalarQuantizer.QT_8bit, 4: faiss.ScalarQuantizer.QT_4bit}
 #: rows per block of a blocked scan or of an IVF build pass
 BLOCK_ROWS = 65_536
 
@@ -233,9 +236,10 @@ def faiss_topk(index: faiss.Index, Q: np.ndarray, k: int, allowed: np.ndarray | 
     return ids, scores
 
 
-def rescore_candidates(k: int) -> int:
-    """Candidates the IVF index proposes per query for an exact top-``k``."""
-    return max(RESCORE_FACTOR * k, k + RESCORE_MIN_EXTRA)
+def rescore_candidates(k: int, bits: int = 8) -> int:
+    """Candidates the IVF index proposes per query for an exact top-``k``: twice as many from
+    4-bit codes, whose coarser scores put more of the exact top-``k`` below the cut."""
+    return max(RESCORE_FACTOR * k, k + RESCORE_MIN_EXTRA) * (8 // bits)
 
 
 def ivf_nlist(n: int) -> int:
@@ -259,10 +263,16 @@ def train_and_fill(index: faiss.IndexIVF, X: np.ndarray, seed: int = KMEANS_SEED
     return index
 
 
+def code_bytes(d: int, bits: int) -> int:
+    """Bytes of one row's scalar-quantised code: ``d`` at 8 bits a dimension, ``⌈d / 2⌉`` at 4."""
+    return d if bits == 8 else (d + 1) // 2
+
+
 class IVFIndex:
-    """Candidate generator: a faiss ``IndexIVFScalarQuantizer`` (inner product, 8-bit codes of
-    the rows themselves, not of residuals) whose ids are the rows of X. ``n_trained``: the rows
-    its cells and quantiser were trained on (:data:`RETRAIN_GROWTH`)."""
+    """Candidate generator: a faiss ``IndexIVFScalarQuantizer`` (inner product, ``bits``-bit
+    codes — :data:`CODE_BITS` — of the rows themselves, not of residuals) whose ids are the rows
+    of X. ``n_trained``: the rows its cells and quantiser were trained on
+    (:data:`RETRAIN_GROWTH`)."""
 
     #: the arrays :meth:`arrays` returns and :meth:`from_arrays` reads
     ARRAY_FILES = ("centroids", "sq", "offsets", "ids", "codes")
@@ -271,17 +281,22 @@ class IVFIndex:
         self.index, self.n_trained = index, int(n_trained)
 
     @staticmethod
-    def _empty(d: int, nlist: int) -> faiss.IndexIVFScalarQuantizer:
-        index = faiss.IndexIVFScalarQuantizer(faiss.IndexFlatIP(d), d, nlist, faiss.ScalarQuantizer.QT_8bit,
+    def _empty(d: int, nlist: int, bits: int = 8) -> faiss.IndexIVFScalarQuantizer:
+        index = faiss.IndexIVFScalarQuantizer(faiss.IndexFlatIP(d), d, nlist, CODE_BITS[bits],
                                               faiss.METRIC_INNER_PRODUCT)
         index.by_residual = False
         return index
 
     @classmethod
-    def build(cls, X: np.ndarray, seed: int = KMEANS_SEED) -> "IVFIndex":
+    def build(cls, X: np.ndarray, seed: int = KMEANS_SEED, bits: int = 8) -> "IVFIndex":
         """Train on a seeded sample of X (k-means cells, code ranges) and add every row, read in
         blocks (:func:`row_blocks`: a large memory-mapped X is not faulted in)."""
-        return cls(train_and_fill(cls._empty(X.shape[1], ivf_nlist(len(X))), X, seed), len(X))
+        return cls(train_and_fill(cls._empty(X.shape[1], ivf_nlist(len(X)), bits), X, seed), len(X))
+
+    @property
+    def bits(self) -> int:
+        """Bits a dimension of the stored codes (8 or 4)."""
+        return 4 if self.index.sq.qtype == CODE_BITS[4] else 8
 
     @property
     def ntotal(self) -> int:
@@ -313,7 +328,7 @@ class IVFIndex:
     def arrays(self) -> dict[str, np.ndarray]:
         """The whole index as arrays: ``centroids`` [nlist, d], ``sq`` [2, d] (code minimum and
         range per dimension), and the cells in order as ``offsets`` [nlist + 1] into ``ids`` [N]
-        and ``codes`` [N, d] (uint8)."""
+        and ``codes`` [N, :func:`code_bytes`] (uint8)."""
         index, d = self.index, self.index.d
         invlists = index.invlists
         sizes = np.array([invlists.list_size(c) for c in range(self.nlist)], np.int64)
@@ -331,11 +346,12 @@ class IVFIndex:
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], n_rows: int, d: int, n_trained: int,
-                    name: str = "IVF index") -> "IVFIndex":
-        """The index :meth:`arrays` saved, over ``n_rows`` rows of dimension ``d``, validated:
-        finite centroids and code ranges of dimension ``d``, cell offsets from 0 to ``n_rows``,
-        ``ids`` a permutation of the rows, ``codes`` uint8 ``[n_rows, d]`` (any byte is a valid
-        code). IndexFormatError naming the array otherwise."""
+                    name: str = "IVF index", bits: int = 8) -> "IVFIndex":
+        """The index :meth:`arrays` saved, over ``n_rows`` rows of dimension ``d`` with ``bits``-bit
+        codes, validated: finite centroids and code ranges of dimension ``d``, cell offsets from 0
+        to ``n_rows``, ``ids`` a permutation of the rows, ``codes`` uint8 ``[n_rows,``
+        :func:`code_bytes` ``]`` (any byte is a valid code). IndexFormatError naming the array
+        otherwise."""
         centroids = check_finite(arrays["centroids"], f"{name} centroids", (None, d))
         nlist = len(centroids)
         if nlist == 0:
@@ -346,12 +362,13 @@ class IVFIndex:
         if n_rows and (np.bincount(ids, minlength=n_rows) != 1).any():
             raise IndexFormatError(f"{name} ids: not a permutation of the {n_rows} rows")
         codes = arrays["codes"]
-        if codes.dtype != np.uint8 or codes.shape != (n_rows, d):
+        width = code_bytes(d, bits)
+        if codes.dtype != np.uint8 or codes.shape != (n_rows, width):
             raise IndexFormatError(f"{name} codes: shape {list(codes.shape)} dtype {codes.dtype}, "
-                                   f"expected [{n_rows}, {d}] uint8")
+                                   f"expected [{n_rows}, {width}] uint8 ({bits}-bit codes)")
         if not 1 <= n_trained <= max(n_rows, 1):
             raise IndexFormatError(f"{name}: trained on {n_trained} rows, holds {n_rows}")
-        index = cls._empty(d, nlist)
+        index = cls._empty(d, nlist, bits)
         index.quantizer.add(np.ascontiguousarray(centroids, dtype=np.float32))
         faiss.copy_array_to_vector(np.ascontiguousarray(sq, dtype=np.float32).ravel(), index.sq.trained)
         index.is_trained = True
@@ -369,11 +386,15 @@ class IVFIndex:
 class DenseIndex:
     """Cosine top-k over X: exact (faiss flat index, or the blocked file scan at scale), or IVF
     candidates rescored exactly (module docstring); ``mode`` ``"auto"`` | ``"exact"`` | ``"ann"``
-    (None: :func:`dense_mode`). Each structure is built at most once, on first use."""
+    (None: :func:`dense_mode`); ``code_bits``: the width of the IVF codes a build makes (8, or 4
+    for half the memory: the candidates are rescored exactly either way). Each structure is
+    built at most once, on first use."""
 
     def __init__(self, X: np.ndarray, mode: str | None = None, nprobe: int = DEFAULT_NPROBE,
-                 ivf: IVFIndex | None = None) -> None:
-        self.X, self.mode, self.nprobe = X, dense_mode(mode), int(nprobe)
+                 ivf: IVFIndex | None = None, code_bits: int = 8) -> None:
+        if code_bits not in CODE_BITS:
+            raise InputError(f"code_bits must be one of {sorted(CODE_BITS)}, got {code_bits!r}")
+        self.X, self.mode, self.nprobe, self.code_bits = X, dense_mode(mode), int(nprobe), int(code_bits)
         self._index: "faiss.Index | BlockedInnerProductIndex | None" = None
         self._ivf = ivf
         #: seconds of each IVF build in this process (for reports and tests)
@@ -396,7 +417,7 @@ class DenseIndex:
         """The IVF candidate index, built on first use (and again after :meth:`add` dropped it)."""
         if self._ivf is None:
             t0 = time.perf_counter()
-            self._ivf = IVFIndex.build(self.X)
+            self._ivf = IVFIndex.build(self.X, bits=self.code_bits)
             self.ivf_builds.append(time.perf_counter() - t0)
         return self._ivf
 
@@ -432,7 +453,7 @@ class DenseIndex:
             return np.zeros((0, k), np.int64), np.zeros((0, k), np.float32)
         passing = len(self.X) if allowed is None else int(allowed.sum())
         nprobe = self.nprobe if allowed is None else math.ceil(self.nprobe * len(self.X) / max(passing, 1))
-        cand = self.ivf.candidates(Q, rescore_candidates(k), nprobe, allowed)
+        cand = self.ivf.candidates(Q, rescore_candidates(k, self.ivf.bits), nprobe, allowed)
         ids, scores = self._rescore(Q, cand, k)
         short = np.flatnonzero((ids >= 0).sum(axis=1) < min(k, passing))
         if len(short):
@@ -480,21 +501,24 @@ class DenseIndex:
         index answers the searches (:attr:`method` ``"ann"``)."""
         ivf = self.ivf
         save_arrays(directory, ivf.arrays())
-        return {"kind": "ivf-sq8", "rows": ivf.ntotal, "n_trained": ivf.n_trained, "nlist": ivf.nlist}
+        return {"kind": f"ivf-sq{ivf.bits}", "rows": ivf.ntotal, "n_trained": ivf.n_trained, "nlist": ivf.nlist}
 
     @classmethod
-    def load(cls, directory: Path, entry: dict[str, Any] | None, X: np.ndarray, mode: str | None = None
-             ) -> "DenseIndex":
+    def load(cls, directory: Path, entry: dict[str, Any] | None, X: np.ndarray, mode: str | None = None,
+             code_bits: int = 8) -> "DenseIndex":
         """A dense index over X with the IVF index :meth:`save_ivf` wrote (validated; not read when the
-        mode searches exactly — it would be dropped at the next save anyway)."""
-        dense = cls(X, mode)
+        mode searches exactly — it would be dropped at the next save anyway). The saved kind
+        (``ivf-sq8`` / ``ivf-sq4``) gives the codes' width; ``code_bits`` is that of later builds."""
+        dense = cls(X, mode, code_bits=code_bits)
         if entry is None or dense.method != "ann":
             return dense
-        if entry.get("kind") != "ivf-sq8" or int(entry["rows"]) != len(X):
+        kinds = {f"ivf-sq{b}": b for b in CODE_BITS}
+        if entry.get("kind") not in kinds or int(entry["rows"]) != len(X):
             raise IndexFormatError(f"dense index in {directory}: kind {entry.get('kind')!r} over {entry.get('rows')} "
-                                   f"rows, expected 'ivf-sq8' over {len(X)}")
+                                   f"rows, expected one of {sorted(kinds)} over {len(X)}")
         if not directory.is_dir():
             raise IndexFormatError(f"index component directory {directory} is missing")
         arrays = load_arrays(directory, IVFIndex.ARRAY_FILES)
-        dense._ivf = IVFIndex.from_arrays(arrays, len(X), X.shape[1], int(entry["n_trained"]), str(directory))
+        dense._ivf = IVFIndex.from_arrays(arrays, len(X), X.shape[1], int(entry["n_trained"]), str(directory),
+                                          kinds[entry["kind"]])
         return dense

@@ -229,12 +229,46 @@ def test_a_damaged_ivf_index_is_refused(data, low_threshold, tmp_path, damage):
         Components.load(tmp_path, entry, X, None, None, None)
 
 
-def test_ivf_arrays_round_trip(data, low_threshold):
+@pytest.mark.parametrize("bits", [8, 4])
+def test_ivf_arrays_round_trip(data, low_threshold, bits):
     X, Q = data
-    ivf = IVFIndex.build(X)
-    again = IVFIndex.from_arrays(ivf.arrays(), len(X), X.shape[1], ivf.n_trained)
+    ivf = IVFIndex.build(X, bits=bits)
+    assert ivf.bits == bits and ivf.arrays()["codes"].shape == (len(X), dm.code_bytes(X.shape[1], bits))
+    again = IVFIndex.from_arrays(ivf.arrays(), len(X), X.shape[1], ivf.n_trained, bits=bits)
+    assert again.bits == bits
     for nprobe in (1, 3):
         np.testing.assert_array_equal(again.candidates(Q, 30, nprobe), ivf.candidates(Q, 30, nprobe))
+
+
+def test_4bit_codes_keep_the_exact_rescored_top10(data, low_threshold):
+    """Half-width codes only change which rows are proposed: scores stay exact, and the top-10
+    overlaps the exact one as the 8-bit codes' does."""
+    X, Q = data
+    want, _ = exact(X, Q, 10)
+    got = {}
+    for bits in (8, 4):
+        dense = DenseIndex(X, code_bits=bits)
+        ids, scores = dense.topk(Q, 10)
+        check_valid(X, Q, ids, scores)
+        assert dense.ivf.bits == bits
+        got[bits] = overlap(ids, want)
+    assert got[4] >= MIN_OVERLAP and got[4] >= got[8] - 0.02
+    with pytest.raises(ValueError, match="code_bits"):
+        DenseIndex(X, code_bits=2)
+
+
+def test_a_4bit_ivf_is_saved_as_its_kind_and_refused_with_8bit_widths(data, low_threshold, tmp_path):
+    X, Q = data
+    dense = DenseIndex(X, code_bits=4)
+    entry = dense.save_ivf(tmp_path / "ivf")
+    assert entry["kind"] == "ivf-sq4"
+    loaded = DenseIndex.load(tmp_path / "ivf", entry, X, code_bits=4)
+    assert loaded._ivf.bits == 4
+    np.testing.assert_array_equal(loaded.topk(Q, 10)[0], dense.topk(Q, 10)[0])
+    with pytest.raises(IndexFormatError, match="4-bit"):   # 8-bit-wide codes under a 4-bit kind
+        IVFIndex.from_arrays(IVFIndex.build(X).arrays(), len(X), X.shape[1], len(X), bits=4)
+    with pytest.raises(IndexFormatError, match="kind"):
+        DenseIndex.load(tmp_path / "ivf", {**entry, "kind": "ivf-pq"}, X)
 
 
 def test_an_index_saved_with_the_ivf_loads_and_searches_the_same(tmp_path, demo_corpus, monkeypatch):

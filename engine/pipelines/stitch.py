@@ -132,6 +132,10 @@ FUSIONS = ("linear", "rrf")
 HYBRID_DEPTH = 100
 #: folder (and ``.json`` manifest entry) of the saved text IVF index in a STITCH pipeline directory
 TEXT_IVF = "text-ivf"
+#: bits a dimension of the text IVF's codes: 4 halves the largest structure STITCH holds at
+#: 10⁶ passages (3.9 M texts: 0.75 GB instead of 1.5 GB) and, its candidates being rescored
+#: exactly, kept the exact top-``match_k`` as well as 8 bits did (``bench/bench_dense_ann.py``)
+TEXT_CODE_BITS = 4
 #: description texts matched per question before the activation threshold (step 1, ``match_k``)
 MATCH_K = 128
 #: chunks whose prior is below this fraction of the row's largest are not in the activated
@@ -284,7 +288,7 @@ class STITCH(Pipeline):
                 entry = json.loads(entry_file.read_text())
             except (OSError, ValueError) as e:
                 raise IndexFormatError(f"{entry_file}: {e}") from None
-            self._text_index = DenseIndex.load(directory / TEXT_IVF, entry, self.H.text_emb)
+            self._text_index = DenseIndex.load(directory / TEXT_IVF, entry, self.H.text_emb, code_bits=TEXT_CODE_BITS)
 
     # ------------------------------------------------------------------ query
     def search(self, Q: np.ndarray, top_k: int = 5,
@@ -527,9 +531,10 @@ class STITCH(Pipeline):
     @property
     def text_index(self) -> DenseIndex:
         """Cosine top-k over ``H.text_emb`` (step 1): exact, or IVF with exact rescoring from the
-        dense index's ANN threshold up; loaded with the index when saved, else built on first use."""
+        dense index's ANN threshold up (:data:`TEXT_CODE_BITS`-bit codes); loaded with the index when
+        saved, else built on first use."""
         if self._text_index is None:
-            self._text_index = DenseIndex(self.H.text_emb)
+            self._text_index = DenseIndex(self.H.text_emb, code_bits=TEXT_CODE_BITS)
         return self._text_index
 
     def _device(self) -> str:
