@@ -271,6 +271,7 @@ def test_stitch_text_ivf_saved_and_loaded(demo_corpus, hashing_embedder, tmp_pat
     loaded = Index.load(tmp_path / "idx", embedder=hashing_embedder, progress=False)
     pipe = loaded.pipelines["stitch"]
     assert pipe._text_index is not None and pipe._text_index.method == "ann"
+    assert pipe._text_index._ivf.bits == 4     # TEXT_CODE_BITS: the text codes are half-width
     after = loaded.search_arrays(qs, pipeline="stitch", k=5)
     assert pipe.text_index.ivf_builds == []
     np.testing.assert_array_equal(after[0], before[0])
