@@ -11,8 +11,8 @@ a fresh process, on the memory-mapped ``X.npy`` as a loaded index holds it:
 - ``ivf-sq8`` (one row per ``--nprobe``): ``DenseIndex(X, "ann")`` — build = IVF training and
   adding every row; then the same search with a filter passing 25 % of the rows (overlap
   against the exact filtered top-10);
-- ``ivf-sq4``: the same with 4-bit codes (``code_bits=4``, STITCH's text index), twice the
-  candidates rescored; ``detail`` gives each IVF row's top-128 overlap (STITCH's ``match_k``);
+- ``ivf-sq4``: the same with 4-bit codes (``code_bits=4``, STITCH's text index), more
+  candidates rescored for a small k; ``detail`` gives each IVF row's top-128 overlap (STITCH's ``match_k``);
 - ``ivf-sq8 loaded``: ``DenseIndex.load`` of the IVF index the previous process saved (the
   cold start of a loaded index: validation and reading the codes into faiss) and a search;
 - with ``--alternatives``: faiss ``IndexHNSWFlat`` (M 32, efConstruction 40, efSearch 64 / 128)

@@ -27,7 +27,7 @@ copy of X (1.9 GB). 4√N cells and nprobe 64: on all-MiniLM-L6-v2 question → 
 (the 200 shared questions over 60,000 passages) they kept 0.99 of the exact top-10 (nprobe
 32: 0.98; √N cells and nprobe 64: 0.98, at 0.27x the speed at 10⁶), and with √N cells the
 overlap at a fixed nprobe did not fall from 7,500 to 60,000 rows. 4-bit codes (``code_bits=4``,
-twice the candidates rescored) kept the exact top-10 and top-128 (overlap 1.0 at 200,000 rows
+more candidates rescored for a small k: :func:`rescore_candidates`) kept the exact top-10 and top-128 (overlap 1.0 at 200,000 rows
 and on the 50,000-row sample) at 0.57–0.77x the 8-bit search's q/s, in half the code memory.
 
 The IVF index is built lazily on first search (like the flat copy), grows with :meth:`add`
@@ -56,7 +56,7 @@ import numpy as np
 
 from .errors import IndexFormatError, InputError
 from .ranking import PAD_ID, PAD_SCORE, topk_rows
-from .storage import RowReader, check_finite, check_ids, check_indptr, load_arrays, save_arrays
+from .storage import RowReader, check_finite, check_ids, check_indptr, load_arrays, read_rows, save_arrays
 
 #: from this many rows up a memory-mapped X is scanned from its file instead of copied into faiss
 SCAN_MIN_N = 200_000
@@ -194,22 +194,12 @@ def inner_product_index(X: np.ndarray) -> "faiss.Index | BlockedInnerProductInde
 def gather_rows(X: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``X[rows]`` (any shape of row ids; X's dtype). For a large memory-mapped X (:data:`SCAN_MIN_N`
     rows or more, any dtype: the passages' float32 X, STITCH's float16 text embeddings) the rows are
-    read from the file with ``os.pread``: faulting them in through the mapping would map whole large
-    page-cache folios (megabytes) around each row and leave them in the process's resident set
-    (issue 14: 2.2 GB of STITCH's text embeddings after one batch at 10⁶ passages)."""
+    read from the file (:func:`~hopgraph.engine.storage.read_rows`): faulting them in through the
+    mapping would map whole large page-cache folios (megabytes) around each row and leave them in
+    the process's resident set (issue 14: 2.2 GB of STITCH's text embeddings after one batch at 10⁶
+    passages)."""
     rows = np.asarray(rows, np.int64)
-    if not _large_mapping(X):
-        return np.asarray(X[rows])
-    flat = rows.ravel()
-    out = np.empty((len(flat), X.shape[1]), X.dtype)
-    row_bytes = X.shape[1] * X.dtype.itemsize
-    fd = os.open(X.filename, os.O_RDONLY)
-    try:
-        for i, r in enumerate(flat.tolist()):
-            out[i] = np.frombuffer(os.pread(fd, row_bytes, X.offset + r * row_bytes), X.dtype)
-    finally:
-        os.close(fd)
-    return out.reshape(*rows.shape, X.shape[1])
+    return read_rows(X, rows) if _large_mapping(X) else np.asarray(X[rows])
 
 
 def _selector(allowed: np.ndarray) -> tuple[faiss.IDSelectorBitmap, np.ndarray]:
@@ -239,9 +229,12 @@ def faiss_topk(index: faiss.Index, Q: np.ndarray, k: int, allowed: np.ndarray | 
 
 
 def rescore_candidates(k: int, bits: int = 8) -> int:
-    """Candidates the IVF index proposes per query for an exact top-``k``: twice as many from
-    4-bit codes, whose coarser scores put more of the exact top-``k`` below the cut."""
-    return max(RESCORE_FACTOR * k, k + RESCORE_MIN_EXTRA) * (8 // bits)
+    """Candidates the IVF index proposes per query for an exact top-``k``:
+    ``max(RESCORE_FACTOR · k, k + extra)``, the extra rows :data:`RESCORE_MIN_EXTRA` from 8-bit codes
+    and four times as many from 4-bit ones, whose coarser scores put more of a small exact top-k
+    below the cut (top-10 overlap 0.95 with 26 candidates, 1.0 with 74, on the unit tests' data;
+    a top-128 needs no more than 8-bit codes do)."""
+    return max(RESCORE_FACTOR * k, k + RESCORE_MIN_EXTRA * (8 // bits) ** 2)
 
 
 def ivf_nlist(n: int) -> int:

@@ -741,6 +741,31 @@ class RowReader:
         return out
 
 
+def read_rows(arr: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``arr[rows]`` (any shape of row ids) as a fresh array. A C-contiguous memory-mapped ``arr`` is
+    read row by row from its file with ``os.pread``: a scattered read through the mapping faults in
+    the readahead window (up to megabytes of page-cache folios) around every row, and those pages
+    stay in the process's resident set (issue 14: sampling 4,096 rows of a 1.5 GB X for the
+    load-time unit check made 1.4 GB of it resident). Anything else is indexed."""
+    rows = np.asarray(rows, np.int64)
+    if not (isinstance(arr, np.memmap) and arr.flags.c_contiguous and arr.filename):
+        return np.asarray(arr[rows])
+    flat = rows.ravel()
+    shape = tuple(arr.shape[1:])
+    out = np.empty((len(flat),) + shape, arr.dtype)
+    row_bytes = int(np.prod(shape, dtype=np.int64)) * arr.dtype.itemsize
+    fd = os.open(arr.filename, os.O_RDONLY)
+    try:
+        for i, r in enumerate(flat.tolist()):
+            chunk = os.pread(fd, row_bytes, int(arr.offset) + r * row_bytes)
+            if len(chunk) != row_bytes:
+                raise IndexFormatError(f"index file {arr.filename}: shorter than its header says")
+            out[i] = np.frombuffer(chunk, arr.dtype).reshape(shape)
+    finally:
+        os.close(fd)
+    return out.reshape(rows.shape + shape)
+
+
 def check_array(directory: Path, entry: dict[str, Any]) -> np.ndarray:
     """Load a file listed in the manifest and verify its recorded shape and dtype; returns it."""
     arr = load_array(directory, Path(entry["file"]).stem)
@@ -803,14 +828,14 @@ def check_unit_rows(X: np.ndarray, name: str, rows: int | None = None, dim: int 
         sample = np.asarray(X, np.float64)
     else:
         idx = np.unique(np.r_[0, len(X) - 1, np.random.default_rng(0).integers(0, len(X), UNIT_CHECK_SAMPLE)])
-        sample = np.asarray(X[idx], np.float64)
+        sample = np.asarray(read_rows(X, idx), np.float64)   # from the file: the mapping stays cold
     if not np.isfinite(sample).all():
         raise IndexFormatError(f"{name}: holds NaN or infinite values")
     norms = np.sqrt((sample * sample).sum(axis=1))
     bad = np.flatnonzero((np.abs(norms - 1.0) > UNIT_TOL) & ~(allow_zero & (norms == 0.0)))
     if len(bad):
         raise IndexFormatError(f"{name}: rows are not of unit norm (a sampled row has norm {norms[bad[0]]:.4f})")
-    release_pages(X)  # the sampled rows' pages (and those faulted in around them)
+    release_pages(X)  # the pages of a fully checked mapping
     return X
 
 
