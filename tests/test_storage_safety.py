@@ -224,6 +224,24 @@ def test_row_reader_reads_rows_from_the_file_of_a_mapped_array(tmp_path):
                 np.testing.assert_array_equal(got, a[lo:hi])
 
 
+def test_read_rows_reads_scattered_rows_from_the_file_of_a_mapped_array(tmp_path):
+    from hopgraph.engine.storage import read_rows, load_array, save_arrays
+
+    a = np.random.default_rng(1).standard_normal((50, 3, 4)).astype(np.float16)
+    save_arrays(tmp_path, {"a": a})
+    mapped = load_array(tmp_path, "a")
+    rows = np.array([[49, 0, 7], [7, 7, 20]])   # any shape, repeats, first and last
+    for arr in (mapped, a):
+        got = read_rows(arr, rows)
+        assert got.shape == (2, 3, 3, 4) and got.dtype == a.dtype and not isinstance(got, np.memmap)
+        np.testing.assert_array_equal(got, a[rows])
+    assert read_rows(mapped, np.zeros(0, np.int64)).shape == (0, 3, 4)
+    with open(mapped.filename, "r+b") as f:    # a file cut short is an index format error
+        f.truncate(mapped.offset + 10 * a[0].nbytes)
+    with pytest.raises(IndexFormatError, match="shorter"):
+        read_rows(mapped, np.array([3, 40]))
+
+
 def test_release_pages_keeps_a_mapped_array_readable(tmp_path):
     from hopgraph.engine.storage import load_array, release_pages, save_arrays
 
