@@ -27,8 +27,10 @@ copy of X (1.9 GB). 4√N cells and nprobe 64: on all-MiniLM-L6-v2 question → 
 (the 200 shared questions over 60,000 passages) they kept 0.99 of the exact top-10 (nprobe
 32: 0.98; √N cells and nprobe 64: 0.98, at 0.27x the speed at 10⁶), and with √N cells the
 overlap at a fixed nprobe did not fall from 7,500 to 60,000 rows. 4-bit codes (``code_bits=4``,
-more candidates rescored for a small k: :func:`rescore_candidates`) kept the exact top-10 and top-128 (overlap 1.0 at 200,000 rows
-and on the 50,000-row sample) at 0.57–0.77x the 8-bit search's q/s, in half the code memory.
+more candidates rescored for a small k: :func:`rescore_candidates`) kept the exact top-10 and
+top-128 (overlap 1.0 at 200,000 rows and on the 50,000-row sample) in half the code memory, at
+0.57–0.77x the 8-bit search's top-10 q/s (a busy machine); on STITCH's 10⁶-passage text index the
+whole STITCH search ran as fast with either width, with identical results (README, *Scale*).
 
 The IVF index is built lazily on first search (like the flat copy), grows with :meth:`add`
 (new rows go to their nearest existing cell) and is rebuilt — re-trained for the new size — on
