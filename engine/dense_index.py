@@ -84,8 +84,10 @@ RESCORE_MIN_EXTRA = 16
 RETRAIN_GROWTH = 2.0
 #: a filter passing at most this fraction of the rows is searched by scoring only those rows
 SUBSET_MAX_FRACTION = 0.05
-#: faiss's scalar quantiser per code width (bits a dimension): the IVF kinds ``ivf-sq8`` / ``ivf-sq4``
+#: faiss's scalar quantiser per code width (bits a dimension)
 CODE_BITS = {8: faiss.ScalarQuantizer.QT_8bit, 4: faiss.ScalarQuantizer.QT_4bit}
+#: the saved IVF index's manifest kind per code width, and back
+IVF_KINDS = {f"ivf-sq{bits}": bits for bits in CODE_BITS}
 #: rows per block of a blocked scan or of an IVF build pass
 BLOCK_ROWS = 65_536
 
@@ -260,11 +262,6 @@ def train_and_fill(index: faiss.IndexIVF, X: np.ndarray, seed: int = KMEANS_SEED
     return index
 
 
-def code_bytes(d: int, bits: int) -> int:
-    """Bytes of one row's scalar-quantised code: ``d`` at 8 bits a dimension, ``⌈d / 2⌉`` at 4."""
-    return d if bits == 8 else (d + 1) // 2
-
-
 class IVFIndex:
     """Candidate generator: a faiss ``IndexIVFScalarQuantizer`` (inner product, ``bits``-bit
     codes — :data:`CODE_BITS` — of the rows themselves, not of residuals) whose ids are the rows
@@ -325,7 +322,7 @@ class IVFIndex:
     def arrays(self) -> dict[str, np.ndarray]:
         """The whole index as arrays: ``centroids`` [nlist, d], ``sq`` [2, d] (code minimum and
         range per dimension), and the cells in order as ``offsets`` [nlist + 1] into ``ids`` [N]
-        and ``codes`` [N, :func:`code_bytes`] (uint8)."""
+        and ``codes`` [N, faiss's ``code_size``] (uint8: d bytes a row at 8 bits, ⌈d / 2⌉ at 4)."""
         index, d = self.index, self.index.d
         invlists = index.invlists
         sizes = np.array([invlists.list_size(c) for c in range(self.nlist)], np.int64)
@@ -346,9 +343,9 @@ class IVFIndex:
                     name: str = "IVF index", bits: int = 8) -> "IVFIndex":
         """The index :meth:`arrays` saved, over ``n_rows`` rows of dimension ``d`` with ``bits``-bit
         codes, validated: finite centroids and code ranges of dimension ``d``, cell offsets from 0
-        to ``n_rows``, ``ids`` a permutation of the rows, ``codes`` uint8 ``[n_rows,``
-        :func:`code_bytes` ``]`` (any byte is a valid code). IndexFormatError naming the array
-        otherwise."""
+        to ``n_rows``, ``ids`` a permutation of the rows, ``codes`` uint8 ``[n_rows, code_size]``
+        (faiss's bytes a code at that width; any byte is a valid code). IndexFormatError naming
+        the array otherwise."""
         centroids = check_finite(arrays["centroids"], f"{name} centroids", (None, d))
         nlist = len(centroids)
         if nlist == 0:
@@ -359,13 +356,13 @@ class IVFIndex:
         if n_rows and (np.bincount(ids, minlength=n_rows) != 1).any():
             raise IndexFormatError(f"{name} ids: not a permutation of the {n_rows} rows")
         codes = arrays["codes"]
-        width = code_bytes(d, bits)
+        index = cls._empty(d, nlist, bits)
+        width = int(index.code_size)
         if codes.dtype != np.uint8 or codes.shape != (n_rows, width):
             raise IndexFormatError(f"{name} codes: shape {list(codes.shape)} dtype {codes.dtype}, "
                                    f"expected [{n_rows}, {width}] uint8 ({bits}-bit codes)")
         if not 1 <= n_trained <= max(n_rows, 1):
             raise IndexFormatError(f"{name}: trained on {n_trained} rows, holds {n_rows}")
-        index = cls._empty(d, nlist, bits)
         index.quantizer.add(np.ascontiguousarray(centroids, dtype=np.float32))
         faiss.copy_array_to_vector(np.ascontiguousarray(sq, dtype=np.float32).ravel(), index.sq.trained)
         index.is_trained = True
@@ -498,7 +495,8 @@ class DenseIndex:
         index answers the searches (:attr:`method` ``"ann"``)."""
         ivf = self.ivf
         save_arrays(directory, ivf.arrays())
-        return {"kind": f"ivf-sq{ivf.bits}", "rows": ivf.ntotal, "n_trained": ivf.n_trained, "nlist": ivf.nlist}
+        kind = next(k for k, bits in IVF_KINDS.items() if bits == ivf.bits)
+        return {"kind": kind, "rows": ivf.ntotal, "n_trained": ivf.n_trained, "nlist": ivf.nlist}
 
     @classmethod
     def load(cls, directory: Path, entry: dict[str, Any] | None, X: np.ndarray, mode: str | None = None,
@@ -509,13 +507,12 @@ class DenseIndex:
         dense = cls(X, mode, code_bits=code_bits)
         if entry is None or dense.method != "ann":
             return dense
-        kinds = {f"ivf-sq{b}": b for b in CODE_BITS}
-        if entry.get("kind") not in kinds or int(entry["rows"]) != len(X):
+        if entry.get("kind") not in IVF_KINDS or int(entry["rows"]) != len(X):
             raise IndexFormatError(f"dense index in {directory}: kind {entry.get('kind')!r} over {entry.get('rows')} "
-                                   f"rows, expected one of {sorted(kinds)} over {len(X)}")
+                                   f"rows, expected one of {sorted(IVF_KINDS)} over {len(X)}")
         if not directory.is_dir():
             raise IndexFormatError(f"index component directory {directory} is missing")
         arrays = load_arrays(directory, IVFIndex.ARRAY_FILES)
         dense._ivf = IVFIndex.from_arrays(arrays, len(X), X.shape[1], int(entry["n_trained"]), str(directory),
-                                          kinds[entry["kind"]])
+                                          IVF_KINDS[entry["kind"]])
         return dense

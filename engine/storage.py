@@ -706,6 +706,16 @@ def release_pages(*arrays: object) -> None:
                 pass
 
 
+def _file_backed(arr: np.ndarray) -> bool:
+    """``arr`` is a C-contiguous memory mapping of a named file: its rows can be read with plain reads."""
+    return isinstance(arr, np.memmap) and arr.flags.c_contiguous and bool(arr.filename)
+
+
+def _row_bytes(arr: np.ndarray) -> int:
+    """Bytes of one row (everything past the first axis) of ``arr``."""
+    return int(np.prod(arr.shape[1:], dtype=np.int64)) * arr.dtype.itemsize
+
+
 class RowReader:
     """Rows ``[a, b)`` of a stored array as a fresh C-contiguous copy (``with RowReader(arr) as read:
     read(a, b)``). A memory-mapped array is read from its file with plain reads, so the mapping's
@@ -715,10 +725,10 @@ class RowReader:
     def __init__(self, arr: np.ndarray) -> None:
         self.arr = arr
         self.file = None
-        self.row_bytes = int(np.prod(arr.shape[1:], dtype=np.int64)) * arr.dtype.itemsize
+        self.row_bytes = _row_bytes(arr)
 
     def __enter__(self) -> "RowReader":
-        if isinstance(self.arr, np.memmap) and self.arr.flags.c_contiguous and self.arr.filename:
+        if _file_backed(self.arr):
             self.file = open(self.arr.filename, "rb", buffering=0)
         return self
 
@@ -748,12 +758,12 @@ def read_rows(arr: np.ndarray, rows: np.ndarray) -> np.ndarray:
     stay in the process's resident set (issue 14: sampling 4,096 rows of a 1.5 GB X for the
     load-time unit check made 1.4 GB of it resident). Anything else is indexed."""
     rows = np.asarray(rows, np.int64)
-    if not (isinstance(arr, np.memmap) and arr.flags.c_contiguous and arr.filename):
+    if not _file_backed(arr):
         return np.asarray(arr[rows])
     flat = rows.ravel()
     shape = tuple(arr.shape[1:])
     out = np.empty((len(flat),) + shape, arr.dtype)
-    row_bytes = int(np.prod(shape, dtype=np.int64)) * arr.dtype.itemsize
+    row_bytes = _row_bytes(arr)
     fd = os.open(arr.filename, os.O_RDONLY)
     try:
         for i, r in enumerate(flat.tolist()):

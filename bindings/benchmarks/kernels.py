@@ -133,15 +133,16 @@ def bench_ppr(family: str, n: int, m: int, B: int, igraph_priors: int, repeats: 
     pri32 = priors.astype(np.float32)
     import torch
 
-    hop = lambda: call("batched_ppr", P, pri32, d=d, tol=tol, max_iter=1000, device="cpu")  # noqa: E731
     threads = torch.get_num_threads()
-    hop_mt = lambda: call("batched_ppr", P, pri32, d=d, tol=tol, max_iter=1000, device="cpu",  # noqa: E731
-                          threads=threads)
+
+    def hop(n_threads: int | None = None):  # None: the op's default thread count
+        extra = {} if n_threads is None else {"threads": n_threads}
+        return call("batched_ppr", P, pri32, d=d, tol=tol, max_iter=1000, device="cpu", **extra)
     pi, iters = hop()
     iterations = int(np.asarray(iters).max())
     bare = bare_loop(P, priors, d)
     bare(1)
-    sec = median_interleaved({"hop": hop, "hop_mt": hop_mt, "bare": lambda: bare(iterations)}, repeats)
+    sec = median_interleaved({"hop": hop, "hop_mt": lambda: hop(threads), "bare": lambda: bare(iterations)}, repeats)
     qps_ig, l1 = None, None
     try:
         import igraph as ig
