@@ -26,6 +26,8 @@ from .engine.components import Components
 from .engine.corpus import Corpus
 from .engine.embedders import (Embedder, embedder_entry, embedder_from_entry, encode_queries, resolve_embedder,
                                 validate_embeddings)
+from .engine.extraction import Extraction, extract
+from .engine.late_pooling import LateTexts, embed_with_texts
 from .engine.errors import DuplicateIdError, IndexFormatError, InputError
 from .engine.filters import MetadataIndex, filter_mask
 from .engine.params import PipelineParams
@@ -152,6 +154,7 @@ class Index:
         if work_dir is not None:
             streaming.check_work_dir(work_dir)
         t0 = time.perf_counter()
+        adopted = None
         if embeddings is not None:
             if isinstance(embeddings, (str, Path)):
                 X = shards.open_embeddings(embeddings, corpus.ids, work_dir, progress=progress)
@@ -174,10 +177,12 @@ class Index:
         else:
             emb = resolve_embedder(embedder)
             chunking.warn_long_passages(corpus, emb)
-            X = emb.encode(corpus.embedding_texts(), batch_size=batch_size, progress=progress)
+            X, adopted = _embed_passages(corpus, emb, pipelines, validate_params(params or {}), batch_size, progress)
             name = emb.name
         index = cls(corpus, X, emb, name, device=device, params=params, progress=progress)
         index.embed_seconds = time.perf_counter() - t0
+        if adopted is not None:
+            index.components.adopt_extraction(*adopted)
         with distributed.ray_cluster(ray_address):
             for p in pipelines:
                 index.pipeline(p)
@@ -677,6 +682,23 @@ def _check_embedder_name(manifest: Path, name: str, dim: int) -> None:
             raise IndexFormatError(f"{manifest}: unknown embedder {name!r}") from None
     if expected is not None and expected != dim:
         raise IndexFormatError(f"{manifest}: embedder {name!r} has dimension {expected}, the manifest says {dim}")
+
+
+def _embed_passages(corpus: Corpus, emb: Embedder, pipelines: Sequence[str],
+                    params: Mapping[str, Mapping[str, Any]], batch_size: int, progress: bool
+                    ) -> tuple[np.ndarray, tuple[tuple[bool, bool], Extraction, LateTexts | None] | None]:
+    """The passages' embeddings, and — when one of ``pipelines`` late-chunks its topic/description
+    texts (``Pipeline.late_text_key``) — the extraction it uses with those texts pooled in the same
+    forward pass (:func:`~hopgraph.engine.late_pooling.embed_with_texts`: no passage runs through the
+    model twice; ``None`` texts when the embedder is not a model that can give them)."""
+    keys = [k for k in (pipeline_class(p).late_text_key(dict(params.get(p, {}))) for p in pipelines) if k]
+    if not keys:
+        return emb.encode(corpus.embedding_texts(), batch_size=batch_size, progress=progress), None
+    ex = extract(corpus, *keys[0], progress=progress)
+    both = embed_with_texts(ex, corpus.embedding_texts(), emb, progress=progress)
+    if both is None:
+        return emb.encode(corpus.embedding_texts(), batch_size=batch_size, progress=progress), (keys[0], ex, None)
+    return both[0], (keys[0], ex, both[1])
 
 
 def _scratch_dir() -> Path:

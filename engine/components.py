@@ -35,6 +35,7 @@ from .dense_index import DenseIndex, dense_method, dense_mode
 from .embedders import Embedder
 from .errors import IndexFormatError, InputError
 from .extraction import Extraction, extend_extraction, extract
+from .late_pooling import LateTexts
 from .storage import load_arrays, save_arrays
 
 #: component kinds a pipeline may declare
@@ -58,6 +59,9 @@ class Components:
         self._dense: DenseIndex | None = None
         self._bm25: dict[BM25Params, BM25Index] = {}
         self._extractions: dict[tuple[bool, bool], Extraction] = {}
+        #: late-chunked texts of an extraction made in the passages' own embedding pass
+        #: (``Index.build``), taken by the first fit that wants them (:meth:`take_late_texts`)
+        self._late_texts: dict[tuple[bool, bool], LateTexts] = {}
         #: tombstones: bool [N], True for a deleted row (None: nothing deleted)
         self.deleted: np.ndarray | None = None
         #: what was built in this process: kind → number of builds and seconds (for reports and tests)
@@ -96,6 +100,18 @@ class Components:
             self._extractions[key] = extract(corpus, *key, progress=self.progress)
             self.builds["extraction"].append(time.perf_counter() - t0)
         return self._extractions[key]
+
+    def adopt_extraction(self, key: tuple[bool, bool], ex: Extraction, late: LateTexts | None = None) -> None:
+        """Take the extraction ``ex`` with options ``key`` made by the caller (``Index.build`` makes
+        it before embedding when a pipeline wants late-chunked texts), with those texts if any."""
+        self._extractions[key] = ex
+        self.builds["extraction"].append(0.0)
+        if late is not None:
+            self._late_texts[key] = late
+
+    def take_late_texts(self, key: tuple[bool, bool]) -> LateTexts | None:
+        """The late-chunked texts :meth:`adopt_extraction` received for ``key`` (once), else None."""
+        return self._late_texts.pop(key, None)
 
     def batch(self, Q: np.ndarray, texts: Sequence[str] | None = None,
               allowed: np.ndarray | None = None) -> "QueryBatch":

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import scipy.sparse as sp
@@ -46,6 +47,7 @@ from .embedders import Embedder, validate_embeddings
 from .errors import IndexFormatError, InputError
 from .extraction import Extraction
 from .graph import CSR, check_csr, csr_from_keys
+from .late_pooling import LateTexts
 from .packed_bert import encode_bulk
 from .storage import (check_ids, check_indptr, check_packed, check_unit_rows, load_arrays, pack_strings, release_pages,
                       save_arrays, unpack_strings)
@@ -263,10 +265,13 @@ def text_similarity(Q: np.ndarray, text_emb: np.ndarray) -> np.ndarray:
 
 
 def embed_texts(texts: list[str], corpus: Corpus, X: np.ndarray, embedder: Embedder | None,
-                progress: bool = False, batch_size: int = 64) -> np.ndarray:
+                progress: bool = False, batch_size: int = 64, late: Callable[[], LateTexts | None] | None = None
+                ) -> np.ndarray:
     """Embeddings of ``texts`` (distinct: :class:`Extraction` stores each text once) as
-    :data:`TEXT_EMB_DTYPE` [U, d]; passage embedding texts reuse rows of X, the others are
-    embedded padding-free in length order (:func:`~hopgraph.engine.packed_bert.encode_bulk`)."""
+    :data:`TEXT_EMB_DTYPE` [U, d]; passage embedding texts reuse rows of X. ``late`` (a function
+    giving the texts' late-chunked embeddings, :mod:`hopgraph.engine.late_pooling`, or None when the
+    embedder cannot give them) supplies the others it can; what is left is embedded on its own,
+    padding-free in length order (:func:`~hopgraph.engine.packed_bert.encode_bulk`)."""
     row_of = {t: i for i, t in enumerate(corpus.embedding_texts())}
     rows = np.fromiter((row_of.get(t, -1) for t in texts), np.int64, len(texts))
     del row_of
@@ -274,10 +279,18 @@ def embed_texts(texts: list[str], corpus: Corpus, X: np.ndarray, embedder: Embed
     have = np.flatnonzero(rows >= 0)
     for a in range(0, len(have), TEXT_BLOCK_ROWS):
         out[have[a:a + TEXT_BLOCK_ROWS]] = X[rows[have[a:a + TEXT_BLOCK_ROWS]]]
-    todo = np.flatnonzero(rows < 0)
+    todo = rows < 0
+    if todo.any() and embedder is None:
+        raise InputError("STITCH needs an embedder to embed topic and entity descriptions")
+    pooled = late() if late is not None and todo.any() else None
+    if pooled is not None:
+        use = pooled.ok & todo[pooled.spans.text]
+        if pooled.emb.shape[1] != X.shape[1]:
+            raise InputError(f"late-chunked texts have dimension {pooled.emb.shape[1]}, the passages {X.shape[1]}")
+        out[pooled.spans.text[use]] = pooled.emb[use]
+        todo[pooled.spans.text[use]] = False
+    todo = np.flatnonzero(todo)
     if len(todo):
-        if embedder is None:
-            raise InputError("STITCH needs an embedder to embed topic and entity descriptions")
         emb = encode_bulk(embedder, [texts[i] for i in todo], batch_size, progress, "embed topics/descriptions")
         if emb.shape[1] != X.shape[1]:
             raise InputError(f"embedder {embedder.name} has dimension {emb.shape[1]}, the passages {X.shape[1]}")
@@ -286,12 +299,14 @@ def embed_texts(texts: list[str], corpus: Corpus, X: np.ndarray, embedder: Embed
 
 
 def extend_text_embeddings(old_emb: np.ndarray, texts: list[str], corpus: Corpus, X: np.ndarray,
-                           embedder: Embedder | None, progress: bool = False, batch_size: int = 64) -> np.ndarray:
+                           embedder: Embedder | None, progress: bool = False, batch_size: int = 64,
+                           late: Callable[[int], LateTexts | None] | None = None) -> np.ndarray:
     """Embeddings of ``texts`` (the texts of an extraction grown by
     :func:`~hopgraph.engine.extraction.extend_extraction`, whose first ``len(old_emb)`` are the
     texts ``old_emb`` embeds, by id): the old rows are kept and only the texts after them are
     embedded, by :func:`embed_texts`' rules (a text equal to a passage's embedding text, e.g. a new
-    title state's description, reuses that passage's row of X). A zero-width ``old_emb`` (a
+    title state's description, reuses that passage's row of X; ``late(first_text)`` gives the
+    late-chunked embeddings of the texts from ``first_text`` on). A zero-width ``old_emb`` (a
     pipeline that needs no text embeddings) gives zero-width rows."""
     U = len(old_emb)
     if len(texts) < U:
@@ -301,7 +316,9 @@ def extend_text_embeddings(old_emb: np.ndarray, texts: list[str], corpus: Corpus
     old = as_text_embeddings(old_emb)
     if len(texts) == U:
         return np.array(old) if isinstance(old, np.memmap) else old
-    return np.concatenate([old, embed_texts(texts[U:], corpus, X, embedder, progress, batch_size)])
+    new = embed_texts(texts[U:], corpus, X, embedder, progress, batch_size,
+                      None if late is None else (lambda: late(U)))
+    return np.concatenate([old, new])
 
 
 def build_hypergraph(ex: Extraction, text_emb: np.ndarray, max_group_chunks: int = 64) -> TopicHypergraph:

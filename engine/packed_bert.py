@@ -63,7 +63,74 @@ class PackedBertEncoder:
             X = self._forward(list(texts)).numpy()
         return validate_embeddings(np.asarray(X, dtype=np.float32), f"{self.name} output", self.dim)
 
+    def encode_spans(self, texts: Sequence[str], spans: Sequence[tuple[int, np.ndarray]]
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``texts``' embeddings (as :meth:`encode`) and, from the same forward pass, late chunking:
+        for each request ``(t, ranges)`` of ``spans`` (``ranges`` an int array
+        ``[r, 2]`` of character ranges ``[a, b)`` of ``texts[t]``), the L2-normalised mean of the
+        model's last hidden states over the tokens of ``texts[t]`` that lie inside the ranges (one
+        forward pass of the whole text: each token's state carries its context).
+
+        Returns ``(texts' embeddings [len(texts), dim], span embeddings [len(spans), dim] float32,
+        ok [len(spans)] bool)``; a request none of whose tokens survives the model's truncation (or
+        whose ranges hold no token) is not ok and its row is zero: embed it on its own."""
+        import torch
+
+        out = np.zeros((len(spans), self.dim), np.float32)
+        ok = np.zeros(len(spans), bool)
+        if not len(texts):
+            return np.zeros((0, self.dim), np.float32), out, ok
+        texts = list(texts)
+        offsets = self._st.tokenizer(texts, truncation=True, max_length=self._st.max_seq_length,
+                                     return_offsets_mapping=True)["offset_mapping"]
+        with torch.inference_mode():
+            h, lengths, order = self._hidden(texts)
+            X = validate_embeddings(self._pool(h, lengths, order).numpy(), f"{self.name} output", self.dim)
+        start = np.zeros(len(texts), np.int64)  # first token of each text in h (packed in length order)
+        length = np.zeros(len(texts), np.int64)
+        start[order.numpy()] = np.concatenate([[0], np.cumsum(lengths.numpy())[:-1]])
+        length[order.numpy()] = lengths.numpy()
+        rows, members = [], []
+        for r, (t, ranges) in enumerate(spans):
+            off = np.asarray(offsets[t], np.int64).reshape(-1, 2)
+            if len(off) != length[t]:
+                raise RuntimeError("tokenizer offsets do not match the model's tokenisation")
+            real = off[:, 1] > off[:, 0]  # special tokens have empty offsets
+            ranges = np.asarray(ranges, np.int64).reshape(-1, 2)
+            inside = ((off[:, None, 0] >= ranges[None, :, 0]) & (off[:, None, 1] <= ranges[None, :, 1])).any(1)
+            tok = np.flatnonzero(real & inside)
+            if len(tok):
+                ok[r] = True
+                rows.append(np.full(len(tok), r, np.int64))
+                members.append(start[t] + tok)
+        if rows:
+            row = torch.from_numpy(np.concatenate(rows))
+            tok = torch.from_numpy(np.concatenate(members))
+            with torch.inference_mode():
+                pooled = torch.zeros(len(spans), h.shape[1], dtype=h.dtype).index_add_(0, row, h[tok])
+                pooled = torch.nn.functional.normalize(pooled[torch.from_numpy(np.flatnonzero(ok))], dim=1)
+            out[ok] = pooled.numpy()
+        return X, out, ok
+
     def _forward(self, texts: list[str]) -> Any:
+        return self._pool(*self._hidden(texts))
+
+    @staticmethod
+    def _pool(h: Any, lengths: Any, order: Any) -> Any:
+        """Mean pooling of each text's tokens, L2-normalised, rows back in input order."""
+        import torch
+        import torch.nn.functional as F
+
+        seq = torch.repeat_interleave(torch.arange(len(lengths)), lengths)
+        pooled = torch.zeros(len(lengths), h.shape[1], dtype=h.dtype).index_add_(0, seq, h)
+        pooled = F.normalize(pooled / lengths.to(h.dtype)[:, None], dim=1)
+        out = torch.empty_like(pooled)
+        out[order] = pooled
+        return out
+
+    def _hidden(self, texts: list[str]) -> tuple[Any, Any, Any]:
+        """The last hidden states of ``texts``' tokens packed as ``[tokens, hidden]`` with the texts
+        in ``order`` (by token count) and their ``lengths`` in that order."""
         import torch
         import torch.nn.functional as F
 
@@ -91,12 +158,7 @@ class PackedBertEncoder:
             h = att.output.LayerNorm(att.output.dense(ctx) + h)
             h = layer.output.LayerNorm(layer.output.dense(layer.intermediate.intermediate_act_fn(
                 layer.intermediate.dense(h))) + h)
-        seq = torch.repeat_interleave(torch.arange(len(texts)), lengths)
-        pooled = torch.zeros(len(texts), h.shape[1], dtype=h.dtype).index_add_(0, seq, h)
-        pooled = F.normalize(pooled / lengths.to(h.dtype)[:, None], dim=1)
-        out = torch.empty_like(pooled)
-        out[order] = pooled
-        return out
+        return h, lengths, order
 
 
 def _length_groups(lengths: list[int]) -> list[tuple[int, int, int]]:

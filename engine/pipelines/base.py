@@ -111,6 +111,13 @@ class Pipeline(ABC):
         self._fit(progress=False)
 
     @classmethod
+    def late_text_key(cls, params: dict[str, Any]) -> tuple[bool, bool] | None:
+        """The extraction options (``title_entities``, ``numbers``) whose topic/description texts a
+        fit with ``params`` embeds by late chunking (:mod:`hopgraph.engine.late_pooling`), so that
+        ``Index.build`` pools them in the passages' own embedding pass; None (the default): none."""
+        return None
+
+    @classmethod
     def load(cls, directory: Path, params: PipelineParams | dict[str, Any], components: Components) -> "Pipeline":
         """Rebuild a fitted pipeline from ``save``'s output over ``components`` (no refit)."""
         self = cls(params)

@@ -100,7 +100,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -119,7 +119,9 @@ from ..ranking import topk_entries
 from ..sparse_scores import allowed_at
 from ..storage import release_pages
 from ..stitch_local import csr_rows, local_hypergraph, local_transition, neighbour_entries
-from ..extraction import load_extractions, query_names
+from ..corpus import Corpus
+from ..extraction import Extraction, load_extractions, query_names
+from ..late_pooling import LateTexts, late_texts
 from ..hypergraph import TopicHypergraph, build_hypergraph, embed_texts, extend_text_embeddings
 from ..params import PipelineParams, choice, flag, integer, path, real
 from ..ranking import PAD_SCORE, reciprocal_rank_fusion, topk_rows
@@ -129,6 +131,9 @@ from .hybrid import RRF_K, hybrid_ranking
 DELTA_MODES = ("relative", "absolute")
 RELEVANCES = ("dense", "hybrid")
 FUSIONS = ("linear", "rrf")
+#: how topic/description texts are embedded: "late" chunking of their passage's forward pass
+#: (:mod:`hopgraph.engine.late_pooling`), or "separate"ly, each text on its own
+TEXT_POOLINGS = ("late", "separate")
 HYBRID_DEPTH = 100
 #: folder (and ``.json`` manifest entry) of the saved text IVF index in a STITCH pipeline directory
 TEXT_IVF = "text-ivf"
@@ -186,6 +191,7 @@ class STITCHParams(PPRBinaryParams):
     spatial: bool = flag(True, query=True)
     temporal: bool = flag(True, query=True)
     match_k: int = integer(MATCH_K, low=1, query=True)
+    text_pooling: str = choice("late", TEXT_POOLINGS)
 
     def check(self) -> None:
         if self.delta_mode == "relative" and not 0.0 < self.delta <= 1.0:
@@ -216,7 +222,8 @@ class STITCH(Pipeline):
         "relevance=dense": {"relevance": "dense"},
         "localise=False": {"localise": False},
         "balance=0": {"balance": 0.0},
-        "no_graph": {"balance": 1.0},  # issue 15: the relevance alone (no influence prior, no PPR)
+        "no_graph": {"balance": 1.0},
+        "text_pooling=separate": {"text_pooling": "separate"},  # issue 15: the relevance alone (no influence prior, no PPR)
         "seed_k=8": {"seed_k": 8},
         "title_entities=False": {"title_entities": False},  # refits
         "numbers=False": {"numbers": False},  # refits
@@ -236,12 +243,36 @@ class STITCH(Pipeline):
         ex = load_extractions(self.extractions, corpus) if self.extractions else \
             comp.extraction(self.title_entities, self.numbers, who=self.name)
         if self.needs_embedder:
-            text_emb = embed_texts(ex.texts, corpus, self.X, comp.embedder, progress=progress)
+            text_emb = embed_texts(ex.texts, corpus, self.X, comp.embedder, progress=progress,
+                                   late=self._late(ex, corpus, progress))
         else:  # the binary prior never looks at topic/description embeddings
             text_emb = np.zeros((len(ex.texts), 0), np.float16)
         self.H = build_hypergraph(ex, text_emb, self.max_group_chunks)
         comp.bm25(who=self.name)
         self._cache, self._text_index = {}, None
+
+    @classmethod
+    def late_text_key(cls, params: dict[str, Any]) -> tuple[bool, bool] | None:
+        """The extraction options whose texts a fit with ``params`` late-chunks (None: it does
+        not), so that ``Index.build`` can pool them in the passages' own embedding pass."""
+        if not cls.needs_embedder:  # ppr_binary: no text embeddings
+            return None
+        p = cls.Params.create(params)
+        return None if p.text_pooling != "late" or p.extractions else (bool(p.title_entities), bool(p.numbers))
+
+    def _late(self, ex: Extraction, corpus: Corpus, progress: bool) -> Callable[[int], LateTexts | None] | None:
+        """The late-chunked embeddings of ``ex.texts[first:]`` as a function of ``first``
+        (``text_pooling="late"``; those ``Index.build`` pooled with the passages when it did),
+        else None (texts embedded on their own)."""
+        if getattr(self.params, "text_pooling", None) != "late":
+            return None
+        key = None if self.extractions else (bool(self.title_entities), bool(self.numbers))
+
+        def provide(first: int = 0) -> LateTexts | None:
+            made = self.components.take_late_texts(key) if key is not None and first == 0 else None
+            return made if made is not None else \
+                late_texts(ex, corpus.embedding_texts(), self.components.embedder, first, progress)
+        return provide
 
     def _add(self, start: int, progress: bool) -> None:
         """Passages ``[start, N)`` were appended (issue 13; the SPEC §2 "Index" steps on the grown
@@ -263,7 +294,8 @@ class STITCH(Pipeline):
         if ex.n_chunks != len(self.X) or len(ex.texts) < len(self.H.text_emb):
             raise InputError(f"{self.name}: the extraction covers {ex.n_chunks} passages and {len(ex.texts)} texts, "
                              f"the index {len(self.X)} passages and {len(self.H.text_emb)} embedded texts")
-        text_emb = extend_text_embeddings(self.H.text_emb, ex.texts, corpus, self.X, comp.embedder, progress)
+        text_emb = extend_text_embeddings(self.H.text_emb, ex.texts, corpus, self.X, comp.embedder, progress,
+                                          late=self._late(ex, corpus, progress))
         self.H = build_hypergraph(ex, text_emb, self.max_group_chunks)
         comp.bm25(who=self.name)
         self._cache, self._text_index = {}, None
