@@ -6,7 +6,8 @@ entities, then builds, each stage in a fresh subprocess (so peak RSS is per stag
 - ``g3rag``   the G3RAG index from the precomputed embeddings (``Index.build`` with
               ``embeddings=X.npy`` and a work directory, then ``save``): density
               (sampled above ``SAMPLED_DENSITY_MIN_N``), IVF-candidate gain-kNN graph;
-- ``stitch``  the STITCH topic hypergraph (zero-token extraction + hypergraph arrays);
+- ``stitch``  the STITCH topic hypergraph (zero-token extraction + hypergraph arrays; the text
+              embeddings memory-mapped in a work directory, as ``Index.build(work_dir=)`` does);
 - ``dmar``    the DMAR knowledge graph (extraction + co-occurrence graph);
 - ``query``   ``Index.load`` of the saved index (memory-mapped) and one batch of 256
               G3RAG questions, searched twice (the second search is the figure; the first,
@@ -138,7 +139,7 @@ def stage_stitch(data: Path) -> dict:
     t1 = time.perf_counter()
     ex = extract(corpus)
     t2 = time.perf_counter()
-    text_emb = stand_in_text_embeddings(data / "X.npy", text_chunks(ex))
+    text_emb = stand_in_text_embeddings(data / "X.npy", text_chunks(ex), data / "stitch.work")
     t3 = time.perf_counter()
     H = build_hypergraph(ex, text_emb)
     t4 = time.perf_counter()
@@ -158,22 +159,27 @@ def text_chunks(ex) -> np.ndarray:
     return chunk
 
 
-def stand_in_text_embeddings(x_path: Path, chunk: np.ndarray, block: int = 1 << 16) -> np.ndarray:
+def stand_in_text_embeddings(x_path: Path, chunk: np.ndarray, work_dir: Path, block: int = 1 << 16) -> np.ndarray:
     """Text i gets row ``chunk[i]`` of X, in the stored text-embedding type, built block by block
     from plain file reads: the rows an embedder would produce, without mapping X (the dense
     index's array, counted by the ``g3rag`` stage) into this stage's RSS. Texts are numbered by
-    first passage, so a block of texts reads a short contiguous range of X."""
-    from hopgraph.engine.hypergraph import TEXT_EMB_DTYPE
+    first passage, so a block of texts reads a short contiguous range of X. The rows go where a
+    build with a work directory puts them (``hypergraph.text_embedding_rows``: a memory-mapped file
+    in ``work_dir`` whose filled pages leave the resident set block by block, as ``embed_texts``
+    does)."""
+    from hopgraph.engine.hypergraph import text_embedding_rows
+    from hopgraph.engine.storage import release_pages
 
     X = np.load(x_path, mmap_mode="r")
     offset, d = X.offset, X.shape[1]
     del X
-    out = np.empty((len(chunk), d), TEXT_EMB_DTYPE)
+    out = text_embedding_rows(len(chunk), d, work_dir)
     for a in range(0, len(chunk), block):
         rows = chunk[a:a + block]
         lo, hi = int(rows.min()), int(rows.max()) + 1
         part = np.fromfile(x_path, np.float32, (hi - lo) * d, offset=offset + lo * d * 4).reshape(hi - lo, d)
         out[a:a + block] = part[rows - lo]
+        release_pages(out)
     return out
 
 

@@ -12,9 +12,15 @@ fresh interpreter, model loading excluded, the embedder created before the clock
   a passage's row for its title state's description, so a STITCH-only index pays it too) + the
   ``stitch`` fit: the zero-token extraction, the embedding of the distinct topic/description texts
   (``embed_texts``), the hypergraph arrays (``build_hypergraph``) and the BM25 index (hybrid
-  relevance; "other" below). The ratio ``stitch / dense`` is the issue's "STITCH build vs dense
-  build"; ``(stitch - passages) / dense`` is STITCH's own extra cost, what an index that holds
-  both pipelines pays on top of dense.
+  relevance; "other" below). With the default ``text_pooling="late"`` the extraction runs before
+  the passages are embedded and the texts are pooled in the passages' own forward pass
+  (``engine/late_pooling.py``), so "passages s" holds the text embedding and "texts" in the steps
+  column is only the texts embedded on their own (past the model's window).
+- **stitch-separate**: the same with ``text_pooling="separate"`` (every text embedded on its own,
+  the behaviour before late chunking), built in the same run for the side-by-side.
+
+The ratio ``stitch / dense`` is the issue's "STITCH build vs dense build";
+``(stitch - passages) / dense`` is STITCH's own extra cost after the passage pass.
 
 ``--order-sample M`` adds a side-by-side of the packed text embedding
 (``packed_bert.encode_bulk``) of M of the corpus's topic/description texts in chunks taken in input
@@ -59,7 +65,10 @@ def child(side: str, data: Path) -> dict:
 
         setattr(module, name, wrapper)
 
+    import hopgraph.index as index_module
+
     timed(components, "extract", "extraction")
+    timed(index_module, "extract", "extraction")
     timed(stitch, "embed_texts", "text embedding")
     timed(stitch, "build_hypergraph", "hypergraph")
     corpus = Corpus.from_jsonl(data / "corpus.jsonl")
@@ -67,15 +76,18 @@ def child(side: str, data: Path) -> dict:
     emb.encode(["warm up"], progress=False)
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
-    index = hopgraph.Index.build(corpus, embedder=emb, pipelines=[side], progress=False)
+    pipeline = side.split("-")[0]
+    params = {"stitch": {"text_pooling": "separate"}} if side == "stitch-separate" else None
+    index = hopgraph.Index.build(corpus, embedder=emb, pipelines=[pipeline], params=params, progress=False)
     total = time.perf_counter() - t0
-    fit = index.fit_seconds.get(side, 0.0)
+    fit = index.fit_seconds.get(pipeline, 0.0)
     out = {"total": total, "passages": index.embed_seconds, "fit": fit, "load": [load0, os.getloadavg()[0]],
            "passages_n": len(corpus)}
-    if side == "stitch":
+    if pipeline == "stitch":
         H = index.pipelines["stitch"].H
-        out.update(steps)
-        out["other"] = fit - sum(steps.values())
+        out.update({k: steps.get(k, 0.0) for k in ("extraction", "text embedding", "hypergraph")})
+        in_passage_pass = steps.get("extraction", 0.0) if side == "stitch" else 0.0  # late: before embedding
+        out["other"] = fit - sum(steps.values()) + in_passage_pass
         out["texts"] = len(H.text_emb)
     return out
 
@@ -140,15 +152,17 @@ def main() -> int:
     for folder in args.data:
         data = Path(folder)
         for run in range(1, args.runs + 1):
-            d, s = run_child("dense", data), run_child("stitch", data)
-            steps = " / ".join(f"{s[k]:.1f}" for k in ("extraction", "text embedding", "hypergraph", "other"))
-            rows.append([f"{data.name} #{run}", d["passages_n"], s["texts"], f"{d['total']:.1f}",
-                         f"{s['total']:.1f}", f"{s['passages']:.1f}", steps, f"{s['total'] / d['total']:.2f}x",
-                         f"{(s['total'] - s['passages']) / d['total']:.2f}x",
-                         f"{d['load'][0]:.2f}->{d['load'][1]:.2f}, {s['load'][0]:.2f}->{s['load'][1]:.2f}"])
-            print(f"# {rows[-1]}", flush=True)
-    print(f"bench_stitch_build: MiniLM, fresh process per build, {os.cpu_count()} CPUs")
-    print(table(["corpus / run", "passages", "texts", "dense s", "stitch s", "stitch: passages s",
+            d = run_child("dense", data)
+            for side in ("stitch", "stitch-separate"):
+                s = run_child(side, data)
+                steps = " / ".join(f"{s[k]:.1f}" for k in ("extraction", "text embedding", "hypergraph", "other"))
+                rows.append([f"{data.name} #{run}", side, d["passages_n"], s["texts"], f"{d['total']:.1f}",
+                             f"{s['total']:.1f}", f"{s['passages']:.1f}", steps, f"{s['total'] / d['total']:.2f}x",
+                             f"{(s['total'] - s['passages']) / d['total']:.2f}x",
+                             f"{d['load'][0]:.2f}->{d['load'][1]:.2f}, {s['load'][0]:.2f}->{s['load'][1]:.2f}"])
+                print(f"# {rows[-1]}", flush=True)
+    print(f"bench_stitch_build: MiniLM, fresh process per build, {os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}")
+    print(table(["corpus / run", "stitch side", "passages", "texts", "dense s", "stitch s", "stitch: passages s",
                  "extract / texts / hypergraph / other s", "stitch / dense", "(stitch - passages) / dense",
                  "1-min load (dense, stitch)"], rows))
     return 0

@@ -183,6 +183,8 @@ class Index:
         index.embed_seconds = time.perf_counter() - t0
         if adopted is not None:
             index.components.adopt_extraction(*adopted)
+        if work_dir is not None:
+            index.components.work_dir = Path(work_dir)
         with distributed.ray_cluster(ray_address):
             for p in pipelines:
                 index.pipeline(p)

@@ -62,6 +62,9 @@ class Components:
         #: late-chunked texts of an extraction made in the passages' own embedding pass
         #: (``Index.build``), taken by the first fit that wants them (:meth:`take_late_texts`)
         self._late_texts: dict[tuple[bool, bool], LateTexts] = {}
+        #: the build's work directory (``Index.build(work_dir=)``): large build-time arrays are
+        #: memory-mapped there instead of held in memory (None: in memory)
+        self.work_dir: Path | None = None
         #: tombstones: bool [N], True for a deleted row (None: nothing deleted)
         self.deleted: np.ndarray | None = None
         #: what was built in this process: kind → number of builds and seconds (for reports and tests)

@@ -41,6 +41,7 @@ from typing import Callable
 
 import numpy as np
 import scipy.sparse as sp
+from tqdm.auto import tqdm
 
 from .corpus import Corpus
 from .embedders import Embedder, validate_embeddings
@@ -49,6 +50,7 @@ from .extraction import Extraction
 from .graph import CSR, check_csr, csr_from_keys
 from .late_pooling import LateTexts
 from .packed_bert import encode_bulk
+from .streaming import TEXT_EMB_FILE
 from .storage import (check_ids, check_indptr, check_packed, check_unit_rows, load_arrays, pack_strings, release_pages,
                       save_arrays, unpack_strings)
 
@@ -234,8 +236,9 @@ class TopicHypergraph:
 
 #: storage type of the topic/description embeddings (module docstring, issue 14)
 TEXT_EMB_DTYPE = np.float16
-#: rows per block when converting or multiplying text embeddings (bounds float32 temporaries)
+#: rows per block when converting, multiplying or embedding text embeddings (bounds float32 temporaries)
 TEXT_BLOCK_ROWS = 1 << 16
+
 
 
 def as_text_embeddings(E: np.ndarray) -> np.ndarray:
@@ -264,21 +267,36 @@ def text_similarity(Q: np.ndarray, text_emb: np.ndarray) -> np.ndarray:
     return out
 
 
+def text_embedding_rows(n: int, d: int, work_dir: Path | None = None) -> np.ndarray:
+    """A ``[n, d]`` :data:`TEXT_EMB_DTYPE` array to fill with text embeddings: in memory, or with a
+    ``work_dir`` (a build's work directory, :mod:`hopgraph.engine.streaming`) a memory-mapped
+    :data:`TEXT_EMB_FILE` there, whose filled pages :func:`embed_texts` releases from the resident
+    set block by block (issue 14: 3.9 M texts at 10⁶ passages are 3 GB)."""
+    if work_dir is None:
+        return np.empty((n, d), TEXT_EMB_DTYPE)
+    path = Path(work_dir) / TEXT_EMB_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)  # a new file: an earlier build's array may still map the old one
+    return np.lib.format.open_memmap(path, mode="w+", dtype=TEXT_EMB_DTYPE, shape=(n, d))
+
+
 def embed_texts(texts: list[str], corpus: Corpus, X: np.ndarray, embedder: Embedder | None,
-                progress: bool = False, batch_size: int = 64, late: Callable[[], LateTexts | None] | None = None
-                ) -> np.ndarray:
+                progress: bool = False, batch_size: int = 64, late: Callable[[], LateTexts | None] | None = None,
+                work_dir: Path | None = None) -> np.ndarray:
     """Embeddings of ``texts`` (distinct: :class:`Extraction` stores each text once) as
-    :data:`TEXT_EMB_DTYPE` [U, d]; passage embedding texts reuse rows of X. ``late`` (a function
-    giving the texts' late-chunked embeddings, :mod:`hopgraph.engine.late_pooling`, or None when the
-    embedder cannot give them) supplies the others it can; what is left is embedded on its own,
-    padding-free in length order (:func:`~hopgraph.engine.packed_bert.encode_bulk`)."""
+    :data:`TEXT_EMB_DTYPE` [U, d] (in :func:`text_embedding_rows`: in ``work_dir`` when given);
+    passage embedding texts reuse rows of X. ``late`` (a function giving the texts' late-chunked
+    embeddings, :mod:`hopgraph.engine.late_pooling`, or None when the embedder cannot give them)
+    supplies the others it can; what is left is embedded on its own, :data:`TEXT_BLOCK_ROWS` texts at
+    a time, padding-free in length order (:func:`~hopgraph.engine.packed_bert.encode_bulk`)."""
     row_of = {t: i for i, t in enumerate(corpus.embedding_texts())}
     rows = np.fromiter((row_of.get(t, -1) for t in texts), np.int64, len(texts))
     del row_of
-    out = np.empty((len(texts), X.shape[1]), TEXT_EMB_DTYPE)
+    out = text_embedding_rows(len(texts), X.shape[1], work_dir)
     have = np.flatnonzero(rows >= 0)
     for a in range(0, len(have), TEXT_BLOCK_ROWS):
         out[have[a:a + TEXT_BLOCK_ROWS]] = X[rows[have[a:a + TEXT_BLOCK_ROWS]]]
+        release_pages(out)
     todo = rows < 0
     if todo.any() and embedder is None:
         raise InputError("STITCH needs an embedder to embed topic and entity descriptions")
@@ -289,12 +307,17 @@ def embed_texts(texts: list[str], corpus: Corpus, X: np.ndarray, embedder: Embed
             raise InputError(f"late-chunked texts have dimension {pooled.emb.shape[1]}, the passages {X.shape[1]}")
         out[pooled.spans.text[use]] = pooled.emb[use]
         todo[pooled.spans.text[use]] = False
+        release_pages(out)
     todo = np.flatnonzero(todo)
-    if len(todo):
-        emb = encode_bulk(embedder, [texts[i] for i in todo], batch_size, progress, "embed topics/descriptions")
+    blocks = range(0, len(todo), TEXT_BLOCK_ROWS)
+    for a in tqdm(blocks, desc="embed topics/descriptions", unit="block", disable=not progress or len(blocks) < 2):
+        part = todo[a:a + TEXT_BLOCK_ROWS]
+        emb = encode_bulk(embedder, [texts[i] for i in part], batch_size, progress and len(blocks) < 2,
+                          "embed topics/descriptions")
         if emb.shape[1] != X.shape[1]:
             raise InputError(f"embedder {embedder.name} has dimension {emb.shape[1]}, the passages {X.shape[1]}")
-        out[todo] = validate_embeddings(emb, "topic/description embeddings")
+        out[part] = validate_embeddings(emb, "topic/description embeddings")
+        release_pages(out)
     return out
 
 

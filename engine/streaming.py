@@ -38,8 +38,11 @@ EMBEDDINGS_FILE = "embeddings.npy"
 STATE_VERSION = 1
 #: default chunk (checkpoint unit) = CHUNK_BATCHES embedder batches
 CHUNK_BATCHES = 16
+#: STITCH's topic/description embeddings during a build with a work directory
+#: (:func:`hopgraph.engine.hypergraph.text_embedding_rows`)
+TEXT_EMB_FILE = "stitch-text_emb.npy"
 #: the only files a work directory holds (anything else: not ours, never deleted)
-WORK_FILES = (STATE_FILE, STATE_FILE + ".tmp", EMBEDDINGS_FILE)
+WORK_FILES = (STATE_FILE, STATE_FILE + ".tmp", EMBEDDINGS_FILE, TEXT_EMB_FILE)
 
 
 def work_dir_for(out: str | Path) -> Path:

@@ -244,7 +244,7 @@ class STITCH(Pipeline):
             comp.extraction(self.title_entities, self.numbers, who=self.name)
         if self.needs_embedder:
             text_emb = embed_texts(ex.texts, corpus, self.X, comp.embedder, progress=progress,
-                                   late=self._late(ex, corpus, progress))
+                                   late=self._late(ex, corpus, progress), work_dir=comp.work_dir)
         else:  # the binary prior never looks at topic/description embeddings
             text_emb = np.zeros((len(ex.texts), 0), np.float16)
         self.H = build_hypergraph(ex, text_emb, self.max_group_chunks)
