@@ -265,3 +265,20 @@ def test_gather_rows_reads_any_dtype_from_the_file(tmp_path, monkeypatch):
         got = dense_index.gather_rows(load_array(tmp_path, "a"), rows)
         assert got.dtype == dtype
         np.testing.assert_array_equal(got, a[rows])
+
+
+@pytest.mark.parametrize("shape,dtype", [((1000, 7), np.float16), ((33,), np.int64), ((5, 3, 2), np.float32)])
+def test_save_array_of_a_mapping_is_np_save_byte_for_byte(tmp_path, monkeypatch, shape, dtype):
+    """save_array copies a memory-mapped array in blocks of plain reads (issue 14: STITCH's text
+    embeddings from a work directory), writing exactly np.save's file."""
+    import hopgraph.engine.storage as storage
+
+    monkeypatch.setattr(storage, "SAVE_BLOCK_BYTES", 100)  # many blocks
+    rng = np.random.default_rng(0)
+    a = (rng.standard_normal(shape) * 100).astype(dtype)
+    np.save(tmp_path / "src.npy", a)
+    mapped = np.load(tmp_path / "src.npy", mmap_mode="r")
+    (tmp_path / "out").mkdir()
+    entry = storage.save_array(tmp_path / "out", "x", mapped)
+    assert entry == {"file": "x.npy", "shape": list(shape), "dtype": str(np.dtype(dtype))}
+    assert (tmp_path / "out" / "x.npy").read_bytes() == (tmp_path / "src.npy").read_bytes()
