@@ -36,6 +36,7 @@ from .embedders import Embedder
 from .errors import IndexFormatError, InputError
 from .extraction import Extraction, extend_extraction, extract
 from .storage import load_arrays, save_arrays
+from .title_bridge import TitleMentions
 
 #: component kinds a pipeline may declare
 KINDS = ("corpus", "dense", "bm25", "extraction")
@@ -58,6 +59,8 @@ class Components:
         self._dense: DenseIndex | None = None
         self._bm25: dict[BM25Params, BM25Index] = {}
         self._extractions: dict[tuple[bool, bool], Extraction] = {}
+        #: the title mention graph and the corpus it was built from (:meth:`title_mentions`)
+        self._title_mentions: tuple[Corpus, TitleMentions] | None = None
         #: tombstones: bool [N], True for a deleted row (None: nothing deleted)
         self.deleted: np.ndarray | None = None
         #: what was built in this process: kind → number of builds and seconds (for reports and tests)
@@ -96,6 +99,15 @@ class Components:
             self._extractions[key] = extract(corpus, *key, progress=self.progress)
             self.builds["extraction"].append(time.perf_counter() - t0)
         return self._extractions[key]
+
+    def title_mentions(self, who: str = "title_bridge") -> TitleMentions:
+        """The title mention graph of the corpus (:mod:`hopgraph.engine.title_bridge`), built on first
+        use (and again after the corpus grew); not saved."""
+        corpus = self.require_corpus(who)
+        if self._title_mentions is None or self._title_mentions[0] is not corpus \
+                or self._title_mentions[1].n_chunks != len(corpus):
+            self._title_mentions = (corpus, TitleMentions.build(corpus.titles, corpus.texts))
+        return self._title_mentions[1]
 
     def batch(self, Q: np.ndarray, texts: Sequence[str] | None = None,
               allowed: np.ndarray | None = None) -> "QueryBatch":

@@ -78,6 +78,7 @@ from ..reformulation import anchor_snippets, generate_texts, resolve_generator, 
 from ..storage import check_unit_rows, load_arrays, save_arrays
 from ..structural import structural_scores
 from ..timing import StageTimer
+from .. import title_bridge
 from .base import Pipeline
 from .hybrid import hybrid_ranking
 
@@ -146,11 +147,15 @@ class DMARParams(PipelineParams):
     generator: Any = anything(None, _is_generator, "a seq2seq model folder or a callable (question, "
                               "snippets) -> text", query=True)
     device: str = choice("auto", DEVICES, query=True)
+    bridge: float = title_bridge.weight_field()
+    bridge_seeds: int = title_bridge.seeds_field()
+    bridge_depth: int = title_bridge.depth_field()
 
     @classmethod
     def published_values(cls) -> dict[str, Any]:
-        """SPEC §3 as published: BM25 recall, the stage-2 pool only, no lexical term, top-m anchors."""
-        return {"recall": "bm25", "union": 0, "lexical": 0.0, "mmr": 0.0}
+        """SPEC §3 as published: BM25 recall, the stage-2 pool only, no lexical term, top-m anchors,
+        no title bridge."""
+        return {"recall": "bm25", "union": 0, "lexical": 0.0, "mmr": 0.0, "bridge": 0.0}
 
 
 class DMAR(Pipeline):
@@ -164,7 +169,8 @@ class DMAR(Pipeline):
     ablations = {
         "published": DMARParams.published_values(),
         "structural=False": {"structural": False},
-        "no_graph": {"structural": False},  # issue 15: without the knowledge-graph path (= structural=False)
+        "no_graph": {"structural": False, "bridge": 0.0},  # issue 15: no knowledge-graph path, no title bridge
+        "no_bridge": {"bridge": 0.0},
         "reformulate=False": {"reformulate": False},
         "gate=False": {"gate": False},
         "anchors=1": {"anchors": 1},
@@ -307,9 +313,9 @@ class DMAR(Pipeline):
                 final = ids2
                 fused, _ = self._dual_path(batch, final, linked, timer)
             fused = np.where(final >= 0, fused, -np.inf)
-            cols, scores = topk_rows(fused, top_k)
+            cols, scores = topk_rows(fused, self._list_k(top_k))
             ids = np.where(cols >= 0, np.take_along_axis(final, np.maximum(cols, 0), 1), PAD_ID)
-        return ids, np.where(ids >= 0, scores, PAD_SCORE).astype(np.float32)
+        return self._bridge(ids, np.where(ids >= 0, scores, PAD_SCORE).astype(np.float32), top_k, allowed, timer)
 
     def gate_training_data(self, Q: np.ndarray, query_texts: Sequence[str], gold_rows: Sequence[Sequence[int]]
                            ) -> dict[str, np.ndarray]:
