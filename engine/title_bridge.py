@@ -122,6 +122,8 @@ def bridge_rerank(mentions: TitleMentions, ids: np.ndarray, scores: np.ndarray, 
         lst, sc = ids[b][ok], np.asarray(scores[b][ok], np.float64)
         if not len(lst):
             continue
+        finite = np.isfinite(sc)
+        sc = np.where(finite, sc, sc[finite].min() if finite.any() else 0.0)  # a -inf score ranks last
         low, high = sc.min(), sc.max()
         norm = (sc - low) / (high - low) if high > low else np.ones_like(sc)
         targets = np.unique(np.concatenate([mentions.row(int(s)) for s in lst[:seeds]]))

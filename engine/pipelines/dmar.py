@@ -41,6 +41,12 @@ Query (``search``), for a batch; each stage is timed in ``DMAR.timings`` (:data:
    stage-2 candidates (SPEC, ``union=0``) or those plus the ``union`` best fused stage-1
    candidates (default ``union=20``, issue #6); top k.
 
+Title bridge (issue 15, after the ranking; not in the SPEC, a query-time addition in the spirit of
+SPEC §3's second hop): the top ``bridge_depth`` (20) of the ranking are re-ranked by
+:func:`hopgraph.engine.title_bridge.bridge_rerank` — + ``bridge`` (0.4) for the passages whose title
+the ``bridge_seeds`` (1) best passage mentions; ``bridge=0`` (the ``no_bridge`` ablation; also in
+``no_graph`` and the published parameters) switches it off.
+
 Query linking (``query_linking``): ``"capitalised"`` (default) or ``"ngram"``, see
 :mod:`hopgraph.engine.knowledge_graph`.
 

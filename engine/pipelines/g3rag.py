@@ -56,6 +56,12 @@ Query (``search``), two scorings (query-time parameter ``scoring``):
   (s names what j is about, the bridge hop); ablation ``no_title_links``.
   Extra passages reached with ``expand`` get the gain-graph support only.
 
+Title bridge (issue 15, after the ranking; not in the SPEC, a query-time addition in the spirit of
+SPEC §1's second hop): the top ``bridge_depth`` (20) of the ranking are re-ranked by
+:func:`hopgraph.engine.title_bridge.bridge_rerank` — + ``bridge`` (0.4) for the passages whose title
+the ``bridge_seeds`` (1) best passage mentions; ``bridge=0`` (the ``no_bridge`` ablation; also in
+``no_graph`` and the published parameters) switches it off.
+
 Published algorithm: ``G3RAGParams.published()`` = ``scoring="mask"``, ``seeds="dense"``,
 ``seed_k=3`` (SPEC §1 query steps 1-4: dense seeds, one diffusion step, seeds masked); it
 changes only query-time parameters, so it reuses a fitted graph. ``G3RAG(published=True)``

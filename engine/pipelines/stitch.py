@@ -49,6 +49,12 @@ kernels dispatched through :func:`hopgraph.kernels.call`:
    score (cosine clipped at 0, or the hybrid RRF score); ``fusion="rrf"`` fuses the two
    rankings by reciprocal rank instead.
 
+Title bridge (issue 15, after the ranking; not in the SPEC, a query-time addition in the spirit of
+SPEC §2's second hop): the top ``bridge_depth`` (20) of the ranking are re-ranked by
+:func:`hopgraph.engine.title_bridge.bridge_rerank` — + ``bridge`` (0.4) for the passages whose title
+the ``bridge_seeds`` (1) best passage mentions; ``bridge=0`` (the ``no_bridge`` ablation; also in
+``no_graph`` and the published parameters) switches it off.
+
 Sparse query (issue 14): nothing of size ``[B, N]`` or ``[B, n_states]`` is made. Per-question
 vectors are :class:`~hopgraph.engine.local_rows.LocalRows` on the chunks where they can be
 non-zero. Step 1 searches the text embeddings for the ``match_k`` (128) description texts
