@@ -91,8 +91,8 @@ from .hybrid import hybrid_ranking
 RECALLS = ("bm25", "hybrid")
 #: per-stage seconds of the last ``search`` (``DMAR.timings``): recall (BM25 / hybrid), query
 #: entity linking, subgraph/candidate node sets, GNN structsim cosines, Shapley kernel, semantic/
-#: lexical/gate fusion, anchors + reformulation + faiss second stage, final rerank
-STAGES = ("recall", "link", "subgraphs", "gnn", "shapley", "fusion", "second_stage", "rerank")
+#: lexical/gate fusion, anchors + reformulation + faiss second stage, final rerank, title bridge (issue 15)
+STAGES = ("recall", "link", "subgraphs", "gnn", "shapley", "fusion", "second_stage", "rerank", "title_bridge")
 
 
 def zscore(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
