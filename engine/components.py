@@ -37,6 +37,7 @@ from .errors import IndexFormatError, InputError
 from .extraction import Extraction, extend_extraction, extract
 from .late_pooling import LateTexts
 from .storage import load_arrays, save_arrays
+from .title_bridge import TitleMentions
 
 #: component kinds a pipeline may declare
 KINDS = ("corpus", "dense", "bm25", "extraction")
@@ -65,6 +66,8 @@ class Components:
         #: the build's work directory (``Index.build(work_dir=)``): large build-time arrays are
         #: memory-mapped there instead of held in memory (None: in memory)
         self.work_dir: Path | None = None
+        #: the title mention graph and the corpus it was built from (:meth:`title_mentions`)
+        self._title_mentions: tuple[Corpus, TitleMentions] | None = None
         #: tombstones: bool [N], True for a deleted row (None: nothing deleted)
         self.deleted: np.ndarray | None = None
         #: what was built in this process: kind → number of builds and seconds (for reports and tests)
@@ -115,6 +118,14 @@ class Components:
     def take_late_texts(self, key: tuple[bool, bool]) -> LateTexts | None:
         """The late-chunked texts :meth:`adopt_extraction` received for ``key`` (once), else None."""
         return self._late_texts.pop(key, None)
+    def title_mentions(self, who: str = "title_bridge") -> TitleMentions:
+        """The title mention graph of the corpus (:mod:`hopgraph.engine.title_bridge`), built on first
+        use (and again after the corpus grew); not saved."""
+        corpus = self.require_corpus(who)
+        if self._title_mentions is None or self._title_mentions[0] is not corpus \
+                or self._title_mentions[1].n_chunks != len(corpus):
+            self._title_mentions = (corpus, TitleMentions.build(corpus.titles, corpus.texts))
+        return self._title_mentions[1]
 
     def batch(self, Q: np.ndarray, texts: Sequence[str] | None = None,
               allowed: np.ndarray | None = None) -> "QueryBatch":

@@ -32,7 +32,7 @@ def test_search_shapes_and_ablations(fitted, demo_corpus):
         v_ids, _ = pipe.variant(**overrides).search(Q, top_k=5, query_texts=QUESTIONS)
         assert v_ids.shape == (2, 5), name
     # k larger than the final pool pads
-    ids, scores = pipe.variant(union=0, p=3).search(Q, top_k=6, query_texts=QUESTIONS)
+    ids, scores = pipe.variant(union=0, p=3, bridge=0.0).search(Q, top_k=6, query_texts=QUESTIONS)
     assert (ids[:, 3:] == -1).all() and np.isneginf(scores[:, 3:]).all()
 
 

@@ -114,9 +114,9 @@ def test_fused_scoring_uses_bm25_only_with_corpus_and_texts(demo_corpus, hashing
     np.testing.assert_array_equal(without[0], pipe.variant(lexical=0.0).search(Q, 5, query_texts=texts)[0])
     expand = pipe.variant(expand=True).search(Q, 5, query_texts=texts)
     assert expand[0].shape == (2, 5)
-    # without the corpus there is neither BM25 nor the name links (issue 15), which need no texts
+    # without the corpus there is neither BM25 nor the name links nor the title bridge (issue 15), which need no texts
     alone = G3RAG(k=8, device="cpu").fit(X).search(Q, 5)[0]
-    np.testing.assert_array_equal(alone, pipe.variant(name_links=0.0).search(Q, 5)[0])
+    np.testing.assert_array_equal(alone, pipe.variant(name_links=0.0, bridge=0.0).search(Q, 5)[0])
 
 
 def test_hybrid_seeds_need_corpus_and_texts(demo_corpus, hashing_embedder):

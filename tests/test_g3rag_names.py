@@ -88,7 +88,7 @@ def demo_index(demo_corpus, hashing_embedder):
 
 def test_fused_score_adds_the_normalised_name_link_support(demo_index):
     """The default search = the scores without name links + ``name_links · y / max y`` over the candidates."""
-    pipe = demo_index.pipeline("g3rag")
+    pipe = demo_index.pipeline("g3rag").variant(bridge=0.0)  # the title bridge: tests/test_title_bridge.py
     assert pipe.scoring == "fused" and pipe.name_links > 0
     Q = demo_index.embed_queries(QUESTIONS)
     m = pipe.n_candidates

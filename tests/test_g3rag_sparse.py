@@ -231,7 +231,8 @@ def test_sparse_search_equals_dense_reference_on_random_graphs(seed, overrides):
 def test_sparse_search_equals_dense_reference_on_the_demo_index(overrides, tmp_path):
     """An index built by ``Index.build`` (hashing-64): lexical relevance and hybrid seeds from the
     query texts, a metadata-free filter mask and a deleted passage. The reference predates the
-    name links (issue 15), so they are off here; tests/test_g3rag_names.py checks them."""
+    name links and the title bridge (issue 15), so they are off here; tests/test_g3rag_names.py and
+    tests/test_title_bridge.py check them."""
     import hopgraph
     from hopgraph.demo import demo_corpus
 
@@ -239,7 +240,7 @@ def test_sparse_search_equals_dense_reference_on_the_demo_index(overrides, tmp_p
     texts = ["Who discovered the comet?", "Which university operates the observatory?",
              "Where was the bridge built?", "Who founded the prize?", "river city", "zzz unknown words"]
     Q = index.embed_queries(texts)
-    overrides = {**overrides, "name_links": 0.0}
+    overrides = {**overrides, "name_links": 0.0, "bridge": 0.0}
     pipe = _variant(index.pipeline("g3rag"), overrides)
     n = len(index.X)
     for allowed in filter_masks(n, 3):

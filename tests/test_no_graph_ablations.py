@@ -1,6 +1,7 @@
 """Every graph pipeline's ``no_graph`` ablation (issue 15) is the pipeline without its graph:
 G3RAG without the gain graph and the name links (tests/test_g3rag_names.py), STITCH ranked by its
-relevance alone (no influence prior, no PPR), DMAR without the knowledge-graph path."""
+relevance alone (no influence prior, no PPR), DMAR without the knowledge-graph path; each also
+without the title bridge (tests/test_title_bridge.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,9 +15,9 @@ QUESTIONS = list(DEMO_QUESTIONS[:4])  # they name entities of the demo corpus (D
 
 
 def test_every_graph_pipeline_has_a_no_graph_ablation():
-    assert G3RAG.ablations["no_graph"] == {"gamma": 0.0, "name_links": 0.0}
-    assert STITCH.ablations["no_graph"] == {"balance": 1.0}
-    assert DMAR.ablations["no_graph"] == {"structural": False}
+    assert G3RAG.ablations["no_graph"] == {"gamma": 0.0, "name_links": 0.0, "bridge": 0.0}
+    assert STITCH.ablations["no_graph"] == {"balance": 1.0, "bridge": 0.0}
+    assert DMAR.ablations["no_graph"] == {"structural": False, "bridge": 0.0}
 
 
 def test_stitch_no_graph_ranks_by_relevance_alone(demo_corpus, hashing_embedder):
@@ -35,7 +36,7 @@ def test_dmar_no_graph_drops_the_structural_path(demo_corpus, hashing_embedder):
     Q = hashing_embedder.encode(QUESTIONS)
     pipe = DMAR(gnn_steps=5).fit(X, demo_corpus, hashing_embedder)
     got = pipe.variant(**DMAR.ablations["no_graph"]).search(Q, 5, query_texts=QUESTIONS)
-    want = pipe.variant(structural=False).search(Q, 5, query_texts=QUESTIONS)
+    want = pipe.variant(structural=False, bridge=0.0).search(Q, 5, query_texts=QUESTIONS)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_allclose(got[1], want[1])
     default = pipe.search(Q, 5, query_texts=QUESTIONS)

@@ -162,7 +162,8 @@ def test_stitch_equals_dense_reference(demo_index, overrides):
     comp = demo_index.components
     qs = _questions()
     Q = demo_index.embed_queries(qs)
-    pipe = demo_index.pipeline("stitch").variant(match_k=10**6, **overrides)
+    # the reference is the ranking before the title bridge (tests/test_title_bridge.py checks that step)
+    pipe = demo_index.pipeline("stitch").variant(match_k=10**6, bridge=0.0, **overrides)
     n = len(comp.X)
     for allowed in (None, np.arange(n) % 4 != 1):
         batch = comp.batch(Q, qs, allowed)

@@ -28,6 +28,7 @@ from ..embedders import Embedder, validate_embeddings
 from ..errors import InputError
 from ..params import PipelineParams
 from ..timing import StageTimer
+from ..title_bridge import bridge_rerank
 
 
 class RefitNeeded(InputError):
@@ -80,6 +81,8 @@ class Pipeline(ABC):
             raise InputError(f"pipeline {self.name!r} needs the embedder: fit(X, corpus, embedder)")
         self.components, self.X = components, components.X
         self._fit(progress)
+        if self._bridge_on():
+            components.title_mentions(self.name)  # built now, not on the first query
         return self
 
     @abstractmethod
@@ -168,6 +171,27 @@ class Pipeline(ABC):
         if query_texts is not None and len(query_texts) != len(Q):
             raise InputError(f"{len(query_texts)} query texts for {len(Q)} query embeddings")
         return Q
+
+    # ------------------------------------------------------------------ title bridge (issue 15)
+    def _bridge_on(self) -> bool:
+        """Whether the title bridge re-ranks this pipeline's results: its parameters have a
+        positive ``bridge`` and the corpus (titles and texts) is known."""
+        return getattr(self.params, "bridge", 0.0) > 0 and self.components.corpus is not None
+
+    def _list_k(self, top_k: int) -> int:
+        """How many results the pipeline's own ranking produces: ``max(top_k, bridge_depth)`` when
+        the title bridge re-ranks them, else ``top_k``."""
+        return max(top_k, self.params.bridge_depth) if self._bridge_on() else top_k
+
+    def _bridge(self, ids: np.ndarray, scores: np.ndarray, top_k: int, allowed: np.ndarray | None,
+                timer: StageTimer) -> tuple[np.ndarray, np.ndarray]:
+        """The pipeline's ranked lists re-ranked by the title bridge and cut to ``top_k``
+        (:func:`~hopgraph.engine.title_bridge.bridge_rerank`; unchanged when it is off)."""
+        if not self._bridge_on():
+            return ids, scores
+        with timer("title_bridge"):
+            return bridge_rerank(self.components.title_mentions(self.name), ids, scores, top_k, self.params.bridge,
+                                 self.params.bridge_seeds, self.components.allowed(allowed))
 
     def _timer(self) -> StageTimer:
         """A fresh stage timer whose totals become ``self.timings`` when the search ends."""

@@ -41,6 +41,12 @@ Query (``search``), for a batch; each stage is timed in ``DMAR.timings`` (:data:
    stage-2 candidates (SPEC, ``union=0``) or those plus the ``union`` best fused stage-1
    candidates (default ``union=20``, issue #6); top k.
 
+Title bridge (issue 15, after the ranking; not in the SPEC, a query-time addition in the spirit of
+SPEC §3's second hop): the top ``bridge_depth`` (20) of the ranking are re-ranked by
+:func:`hopgraph.engine.title_bridge.bridge_rerank` — + ``bridge`` (0.4) for the passages whose title
+the ``bridge_seeds`` (1) best passage mentions; ``bridge=0`` (the ``no_bridge`` ablation; also in
+``no_graph`` and the published parameters) switches it off.
+
 Query linking (``query_linking``): ``"capitalised"`` (default) or ``"ngram"``, see
 :mod:`hopgraph.engine.knowledge_graph`.
 
@@ -78,14 +84,15 @@ from ..reformulation import anchor_snippets, generate_texts, resolve_generator, 
 from ..storage import check_unit_rows, load_arrays, save_arrays
 from ..structural import structural_scores
 from ..timing import StageTimer
+from .. import title_bridge
 from .base import Pipeline
 from .hybrid import hybrid_ranking
 
 RECALLS = ("bm25", "hybrid")
 #: per-stage seconds of the last ``search`` (``DMAR.timings``): recall (BM25 / hybrid), query
 #: entity linking, subgraph/candidate node sets, GNN structsim cosines, Shapley kernel, semantic/
-#: lexical/gate fusion, anchors + reformulation + faiss second stage, final rerank
-STAGES = ("recall", "link", "subgraphs", "gnn", "shapley", "fusion", "second_stage", "rerank")
+#: lexical/gate fusion, anchors + reformulation + faiss second stage, final rerank, title bridge (issue 15)
+STAGES = ("recall", "link", "subgraphs", "gnn", "shapley", "fusion", "second_stage", "rerank", "title_bridge")
 
 
 def zscore(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -146,11 +153,15 @@ class DMARParams(PipelineParams):
     generator: Any = anything(None, _is_generator, "a seq2seq model folder or a callable (question, "
                               "snippets) -> text", query=True)
     device: str = choice("auto", DEVICES, query=True)
+    bridge: float = title_bridge.weight_field()
+    bridge_seeds: int = title_bridge.seeds_field()
+    bridge_depth: int = title_bridge.depth_field()
 
     @classmethod
     def published_values(cls) -> dict[str, Any]:
-        """SPEC §3 as published: BM25 recall, the stage-2 pool only, no lexical term, top-m anchors."""
-        return {"recall": "bm25", "union": 0, "lexical": 0.0, "mmr": 0.0}
+        """SPEC §3 as published: BM25 recall, the stage-2 pool only, no lexical term, top-m anchors,
+        no title bridge."""
+        return {"recall": "bm25", "union": 0, "lexical": 0.0, "mmr": 0.0, "bridge": 0.0}
 
 
 class DMAR(Pipeline):
@@ -164,7 +175,8 @@ class DMAR(Pipeline):
     ablations = {
         "published": DMARParams.published_values(),
         "structural=False": {"structural": False},
-        "no_graph": {"structural": False},  # issue 15: without the knowledge-graph path (= structural=False)
+        "no_graph": {"structural": False, "bridge": 0.0},  # issue 15: no knowledge-graph path, no title bridge
+        "no_bridge": {"bridge": 0.0},
         "reformulate=False": {"reformulate": False},
         "gate=False": {"gate": False},
         "anchors=1": {"anchors": 1},
@@ -307,9 +319,9 @@ class DMAR(Pipeline):
                 final = ids2
                 fused, _ = self._dual_path(batch, final, linked, timer)
             fused = np.where(final >= 0, fused, -np.inf)
-            cols, scores = topk_rows(fused, top_k)
+            cols, scores = topk_rows(fused, self._list_k(top_k))
             ids = np.where(cols >= 0, np.take_along_axis(final, np.maximum(cols, 0), 1), PAD_ID)
-        return ids, np.where(ids >= 0, scores, PAD_SCORE).astype(np.float32)
+        return self._bridge(ids, np.where(ids >= 0, scores, PAD_SCORE).astype(np.float32), top_k, allowed, timer)
 
     def gate_training_data(self, Q: np.ndarray, query_texts: Sequence[str], gold_rows: Sequence[Sequence[int]]
                            ) -> dict[str, np.ndarray]:

@@ -56,6 +56,12 @@ Query (``search``), two scorings (query-time parameter ``scoring``):
   (s names what j is about, the bridge hop); ablation ``no_title_links``.
   Extra passages reached with ``expand`` get the gain-graph support only.
 
+Title bridge (issue 15, after the ranking; not in the SPEC, a query-time addition in the spirit of
+SPEC §1's second hop): the top ``bridge_depth`` (20) of the ranking are re-ranked by
+:func:`hopgraph.engine.title_bridge.bridge_rerank` — + ``bridge`` (0.4) for the passages whose title
+the ``bridge_seeds`` (1) best passage mentions; ``bridge=0`` (the ``no_bridge`` ablation; also in
+``no_graph`` and the published parameters) switches it off.
+
 Published algorithm: ``G3RAGParams.published()`` = ``scoring="mask"``, ``seeds="dense"``,
 ``seed_k=3`` (SPEC §1 query steps 1-4: dense seeds, one diffusion step, seeds masked); it
 changes only query-time parameters, so it reuses a fitted graph. ``G3RAG(published=True)``
@@ -107,6 +113,7 @@ from ..sparse_scores import (Entries, allowed_at, diffusion_at, diffusion_entrie
                              pair_keys, topk_entries)
 from ..storage import check_finite, load_array, load_arrays, save_arrays
 from ..timing import StageTimer
+from .. import title_bridge
 from .base import Pipeline
 from .hybrid import hybrid_ranking
 
@@ -144,6 +151,9 @@ class G3RAGParams(PipelineParams):
     title_links: float = real(2.0, low=0.0, query=True)
     expand: bool = flag(False, query=True)
     hybrid_depth: int = integer(100, low=1, query=True)
+    bridge: float = title_bridge.weight_field()
+    bridge_seeds: int = title_bridge.seeds_field()
+    bridge_depth: int = title_bridge.depth_field()
 
     def check(self) -> None:
         if self.sim_min > self.sim_max:
@@ -152,7 +162,7 @@ class G3RAGParams(PipelineParams):
     @classmethod
     def published_values(cls) -> dict[str, Any]:
         """SPEC §1 query: dense seeds, one diffusion step, seeds masked (``scoring="mask"``)."""
-        return {"scoring": "mask", "seeds": "dense", "seed_k": 3}
+        return {"scoring": "mask", "seeds": "dense", "seed_k": 3, "bridge": 0.0}
 
 
 @dataclass(frozen=True)
@@ -188,7 +198,8 @@ class G3RAG(Pipeline):
         "published": G3RAGParams.published_values(),
         "published_exact": {**G3RAGParams.published_values(), "mode": "exact"},
         "published_hybrid_seeds": {**G3RAGParams.published_values(), "seeds": "hybrid"},
-        "no_graph": {"gamma": 0.0, "name_links": 0.0},
+        "no_graph": {"gamma": 0.0, "name_links": 0.0, "bridge": 0.0},
+        "no_bridge": {"bridge": 0.0},
         "no_name_links": {"name_links": 0.0},
         "no_gain_graph": {"gamma": 0.0},
         "no_title_links": {"title_links": 0.0},
@@ -312,15 +323,16 @@ class G3RAG(Pipeline):
                 raise InputError("G3RAG: hybrid seeds need query_texts, one per query")
         # lexical relevance (fused scoring) is used when both the corpus and the texts are known
         needs_text = has_bm25 and query_texts is not None
-        ids = np.full((len(Q), top_k), PAD_ID, np.int64)
-        scores = np.full((len(Q), top_k), PAD_SCORE, np.float32)
+        list_k = self._list_k(top_k)
+        ids = np.full((len(Q), list_k), PAD_ID, np.int64)
+        scores = np.full((len(Q), list_k), PAD_SCORE, np.float32)
         run = self._search_masked if self.scoring == "mask" else self._search_fused
         timer = self._timer()
         for c0 in range(0, len(Q), QUERY_CHUNK):
             texts = list(query_texts[c0:c0 + QUERY_CHUNK]) if needs_text else None
             batch = self.components.batch(Q[c0:c0 + QUERY_CHUNK], texts, allowed)
-            ids[c0:c0 + QUERY_CHUNK], scores[c0:c0 + QUERY_CHUNK] = run(batch, top_k, timer)
-        return ids, scores
+            ids[c0:c0 + QUERY_CHUNK], scores[c0:c0 + QUERY_CHUNK] = run(batch, list_k, timer)
+        return self._bridge(ids, scores, top_k, allowed, timer)
 
     def _relevance_ranking(self, batch: QueryBatch, depth: int) -> tuple[np.ndarray, np.ndarray]:
         """Seed ranking of the masked scoring: dense cosine, or dense+BM25 RRF (``seeds="hybrid"``)."""

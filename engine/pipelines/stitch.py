@@ -56,6 +56,12 @@ kernels dispatched through :func:`hopgraph.kernels.call`:
    score (cosine clipped at 0, or the hybrid RRF score); ``fusion="rrf"`` fuses the two
    rankings by reciprocal rank instead.
 
+Title bridge (issue 15, after the ranking; not in the SPEC, a query-time addition in the spirit of
+SPEC §2's second hop): the top ``bridge_depth`` (20) of the ranking are re-ranked by
+:func:`hopgraph.engine.title_bridge.bridge_rerank` — + ``bridge`` (0.4) for the passages whose title
+the ``bridge_seeds`` (1) best passage mentions; ``bridge=0`` (the ``no_bridge`` ablation; also in
+``no_graph`` and the published parameters) switches it off.
+
 Sparse query (issue 14): nothing of size ``[B, N]`` or ``[B, n_states]`` is made. Per-question
 vectors are :class:`~hopgraph.engine.local_rows.LocalRows` on the chunks where they can be
 non-zero. Step 1 searches the text embeddings for the ``match_k`` (128) description texts
@@ -125,6 +131,7 @@ from ..local_rows import LocalRows
 from ..ranking import topk_entries
 from ..sparse_scores import allowed_at
 from ..storage import release_pages
+from .. import title_bridge
 from ..stitch_local import csr_rows, local_hypergraph, local_transition, neighbour_entries
 from ..corpus import Corpus
 from ..extraction import Extraction, load_extractions, query_names
@@ -181,6 +188,9 @@ class PPRBinaryParams(PipelineParams):
     fusion: str = choice("linear", FUSIONS, query=True)
     threads: int | None = integer(1, low=1, nullable=True, query=True)
     device: str = choice("auto", DEVICES, query=True)
+    bridge: float = title_bridge.weight_field(0.0)
+    bridge_seeds: int = title_bridge.seeds_field()
+    bridge_depth: int = title_bridge.depth_field()
 
 
 @dataclass(frozen=True)
@@ -199,6 +209,7 @@ class STITCHParams(PPRBinaryParams):
     temporal: bool = flag(True, query=True)
     match_k: int = integer(MATCH_K, low=1, query=True)
     text_pooling: str = choice("late", TEXT_POOLINGS)
+    bridge: float = title_bridge.weight_field()
 
     def check(self) -> None:
         if self.delta_mode == "relative" and not 0.0 < self.delta <= 1.0:
@@ -207,7 +218,8 @@ class STITCHParams(PPRBinaryParams):
     @classmethod
     def published_values(cls) -> dict[str, Any]:
         """SPEC §2 as published: absolute δ = 0.5, k = 8, the pure influence prior, dense relevance."""
-        return {"delta_mode": "absolute", "delta": 0.5, "prior_mix": 0.0, "relevance": "dense", "seed_k": 8}
+        return {"delta_mode": "absolute", "delta": 0.5, "prior_mix": 0.0, "relevance": "dense", "seed_k": 8,
+                "bridge": 0.0}
 
 
 class STITCH(Pipeline):
@@ -229,8 +241,9 @@ class STITCH(Pipeline):
         "relevance=dense": {"relevance": "dense"},
         "localise=False": {"localise": False},
         "balance=0": {"balance": 0.0},
-        "no_graph": {"balance": 1.0},
-        "text_pooling=separate": {"text_pooling": "separate"},  # issue 15: the relevance alone (no influence prior, no PPR)
+        "no_graph": {"balance": 1.0, "bridge": 0.0},  # issue 15: the relevance alone (no prior, PPR, bridge)
+        "no_bridge": {"bridge": 0.0},
+        "text_pooling=separate": {"text_pooling": "separate"},  # refits (issue 14: texts embedded on their own)
         "seed_k=8": {"seed_k": 8},
         "title_entities=False": {"title_entities": False},  # refits
         "numbers=False": {"numbers": False},  # refits
@@ -335,17 +348,18 @@ class STITCH(Pipeline):
                query_texts: Sequence[str] | None = None, allowed: np.ndarray | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
         Q = self._check_queries(Q, top_k, query_texts)
-        ids = np.full((len(Q), top_k), -1, np.int64)
-        scores = np.full((len(Q), top_k), PAD_SCORE, np.float32)
+        list_k = self._list_k(top_k)
+        ids = np.full((len(Q), list_k), -1, np.int64)
+        scores = np.full((len(Q), list_k), PAD_SCORE, np.float32)
         timer = self._timer()
         with torch_threads(self.threads if self._device() == "cpu" else None):
             for s in range(0, len(Q), self.batch_size):
                 sl = slice(s, s + self.batch_size)
                 batch = self.components.batch(Q[sl], list(query_texts[sl]), allowed)
-                final = self.batch_scores(batch, timer, top_k)
+                final = self.batch_scores(batch, timer, list_k)
                 with timer("ranking"):
-                    ids[sl], scores[sl] = rank_local(final, top_k, batch.allowed)
-        return ids, scores
+                    ids[sl], scores[sl] = rank_local(final, list_k, batch.allowed)
+        return self._bridge(ids, scores, top_k, allowed, timer)
 
     def scores(self, Q: np.ndarray, texts: list[str], timer=None) -> np.ndarray:
         """Final chunk scores [B, N] (step 7) of a batch of normalised queries, as a dense array
