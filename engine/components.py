@@ -36,9 +36,11 @@ from .embedders import Embedder
 from .errors import IndexFormatError, InputError
 from .extraction import Extraction, extend_extraction, extract
 from .late_pooling import LateTexts
-from .storage import load_arrays, save_arrays
+from .storage import check_ids, check_indptr, load_arrays, save_arrays
 from .title_bridge import TitleMentions
 
+#: folder of the saved title mention graph (:meth:`Components.title_mentions`)
+TITLE_MENTIONS_DIR = "title-mentions"
 #: component kinds a pipeline may declare
 KINDS = ("corpus", "dense", "bm25", "extraction")
 #: a cached ``Q @ X.T`` of a batch is kept only up to this many entries (larger: not cached)
@@ -118,9 +120,12 @@ class Components:
     def take_late_texts(self, key: tuple[bool, bool]) -> LateTexts | None:
         """The late-chunked texts :meth:`adopt_extraction` received for ``key`` (once), else None."""
         return self._late_texts.pop(key, None)
+
     def title_mentions(self, who: str = "title_bridge") -> TitleMentions:
         """The title mention graph of the corpus (:mod:`hopgraph.engine.title_bridge`), built on first
-        use (and again after the corpus grew); not saved."""
+        use (a fit of a pipeline that re-ranks by the bridge; again after the corpus grew), saved
+        with the components and memory-mapped on load (validated: ids in range, row pointers), so a
+        loaded index's first query does not rebuild it."""
         corpus = self.require_corpus(who)
         if self._title_mentions is None or self._title_mentions[0] is not corpus \
                 or self._title_mentions[1].n_chunks != len(corpus):
@@ -183,6 +188,10 @@ class Components:
             name = f"extraction-{i}"
             save_arrays(directory / name, ex.arrays())
             entry["extraction"].append({"dir": name, "title_entities": key[0], "numbers": key[1]})
+        if self._title_mentions is not None and self._title_mentions[0] is self.corpus:
+            M = self._title_mentions[1]
+            save_arrays(directory / TITLE_MENTIONS_DIR, {"indptr": M.indptr, "indices": M.indices})
+            entry["title_mentions"] = {"dir": TITLE_MENTIONS_DIR}
         return entry
 
     @classmethod
@@ -210,6 +219,12 @@ class Components:
                 arrays = load_arrays(sub, Extraction.ARRAY_FILES)
                 ex = Extraction.from_arrays(arrays, len(X), str(sub))
                 self._extractions[(bool(item["title_entities"]), bool(item["numbers"]))] = ex
+            if entry.get("title_mentions") is not None:
+                sub = directory / entry["title_mentions"]["dir"]
+                arrays = load_arrays(sub, ("indptr", "indices"))
+                indices = check_ids(arrays["indices"], len(X), str(sub / "indices.npy"))
+                indptr = check_indptr(arrays["indptr"], len(X), len(indices), str(sub / "indptr.npy"))
+                self._title_mentions = (corpus, TitleMentions(indptr, indices))
         except IndexFormatError:
             raise
         except (KeyError, TypeError, OSError, ValueError, IndexError, RuntimeError) as e:  # InputError is a ValueError

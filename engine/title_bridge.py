@@ -23,8 +23,8 @@ passages its best passage mentions are 1.1 a question. Defaults (one set for eve
 pipeline): ``weight`` 0.4, ``seeds`` 1, ``depth`` 20.
 
 Cost: building M reads every passage once (pure Python n-gram lookups, linear in the text length:
-0.24 s for 1,000 passages); it is built on first use by :meth:`Components.title_mentions` and not
-saved. A query reads ``seeds`` rows of M (O(B · (depth + mentions)).
+0.24 s for 1,000 passages); it is built at fit by :meth:`Components.title_mentions` and saved with
+the index's components (an index saved before it was is built on its first query). A query reads ``seeds`` rows of M (O(B · (depth + mentions)).
 """
 from __future__ import annotations
 

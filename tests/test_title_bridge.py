@@ -92,3 +92,36 @@ def test_bridge_parameters_are_checked_and_off_for_ppr_binary():
     for cls, bad in ((G3RAG, {"bridge": -0.1}), (STITCH, {"bridge_seeds": 0}), (DMAR, {"bridge_depth": 0})):
         with pytest.raises(InvalidParameter, match=next(iter(bad))):
             cls(**bad)
+
+
+def test_mention_graph_is_saved_and_not_rebuilt_on_load(tmp_path, demo_corpus, monkeypatch):
+    """The graph is built at fit, saved with the components and memory-mapped on load: a loaded
+    index's first bridged search does not rebuild it (issue 14: no first-query tax at 10⁶)."""
+    from hopgraph.engine import title_bridge
+    from hopgraph.engine.errors import IndexFormatError
+    from hopgraph.index import Index
+
+    idx = Index.build(demo_corpus, embedder="hashing-32", pipelines=["g3rag"], progress=False)
+    built = idx.components.title_mentions()
+    idx.save(tmp_path / "i")
+    texts = list(DEMO_QUESTIONS)[:4]
+    want, _ = idx.search_arrays(texts, pipeline="g3rag", k=5)
+
+    def refuse(*a, **kw):
+        raise AssertionError("title mention graph rebuilt after load")
+
+    monkeypatch.setattr(title_bridge.TitleMentions, "build", classmethod(refuse))
+    back = Index.load(tmp_path / "i", embedder="hashing-32")
+    got, _ = back.search_arrays(texts, pipeline="g3rag", k=5)
+    np.testing.assert_array_equal(got, want)
+    M = back.components.title_mentions()
+    np.testing.assert_array_equal(M.indptr, built.indptr)
+    np.testing.assert_array_equal(M.indices, built.indices)
+    # an out-of-range id is refused on load (structural validation, even without checksums)
+    f = next((tmp_path / "i").rglob("title-mentions/indices.npy"))
+    arr = np.load(f)
+    if len(arr):
+        arr[0] = len(demo_corpus) + 5
+        np.save(f, arr)
+        with pytest.raises(IndexFormatError, match="indices"):
+            Index.load(tmp_path / "i", embedder="hashing-32", verify="fast")
