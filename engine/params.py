@@ -145,6 +145,9 @@ class PipelineParams:
 
     #: the pipeline these parameters belong to (for error messages)
     pipeline: ClassVar[str] = "pipeline"
+    #: fit-time fields added after indexes were saved without them: the value such an index was
+    #: fitted with (:meth:`from_saved`), so that it is refitted, not mislabelled, under a new default
+    saved_defaults: ClassVar[Mapping[str, Any]] = {}
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -173,6 +176,12 @@ class PipelineParams:
         values = {**dict(base or {}), **overrides}
         cls.check_names(values)
         return cls(**values)
+
+    @classmethod
+    def from_saved(cls: type[P], values: Mapping[str, Any]) -> P:
+        """Parameters of a saved pipeline (a manifest entry): fields it lacks take their
+        :attr:`saved_defaults` value (what it was fitted with), the others their default."""
+        return cls.create({**{k: v for k, v in cls.saved_defaults.items() if k not in values}, **values})
 
     @classmethod
     def published(cls: type[P], **overrides: Any) -> P:

@@ -171,3 +171,20 @@ def test_texts_embedded_in_blocks_equal_one_block(monkeypatch, demo_corpus):
     monkeypatch.setattr(hg, "TEXT_BLOCK_ROWS", 7)
     blocks = Index.build(demo_corpus, embedder="hashing-32", pipelines=["stitch"], progress=False)
     np.testing.assert_array_equal(one.pipelines["stitch"].H.text_emb, blocks.pipelines["stitch"].H.text_emb)
+
+
+def test_an_index_saved_before_text_pooling_is_refitted_not_mislabelled(tmp_path, demo_corpus):
+    """A saved STITCH whose parameters lack ``text_pooling`` embedded its texts on their own: it
+    loads as ``separate``, and syncing to the current defaults refits it (late chunking)."""
+    from conftest import rewrite_manifest
+
+    idx = Index.build(demo_corpus, embedder="hashing-32", pipelines=["stitch"], progress=False)
+    idx.save(tmp_path / "i")
+
+    def drop(manifest: dict) -> None:
+        del manifest["pipelines"]["stitch"]["params"]["text_pooling"]
+
+    rewrite_manifest(tmp_path / "i", drop)
+    back = Index.load(tmp_path / "i", embedder="hashing-32", verify="fast")
+    assert back.pipelines["stitch"].text_pooling == "separate"
+    assert back.sync_params("stitch") == "dropped"

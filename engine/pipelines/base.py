@@ -123,7 +123,7 @@ class Pipeline(ABC):
     @classmethod
     def load(cls, directory: Path, params: PipelineParams | dict[str, Any], components: Components) -> "Pipeline":
         """Rebuild a fitted pipeline from ``save``'s output over ``components`` (no refit)."""
-        self = cls(params)
+        self = cls(params if isinstance(params, PipelineParams) else cls.Params.from_saved(params))
         self.components, self.X = components, components.X
         self._load(directory)
         return self

@@ -200,6 +200,8 @@ class STITCHParams(PPRBinaryParams):
     (``seed_k`` 2, hybrid relevance, ``prior_mix`` 0.5)."""
 
     pipeline = "stitch"
+    #: indexes saved before late chunking embedded their texts on their own
+    saved_defaults = {"text_pooling": "separate"}
     seed_k: int = integer(2, low=1, query=True)
     relevance: str = choice("hybrid", RELEVANCES, query=True)
     prior_mix: float = real(0.5, low=0.0, high=1.0, query=True)
