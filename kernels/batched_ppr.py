@@ -41,6 +41,27 @@ degree node orders (no gain on the random graph families: no locality to recover
 row-blocked product with the convergence test fused per block (MKL's per-call cost made
 it slower).
 
+Fewer iterations, tried and not kept (issue 14 item 5): **conjugate gradients** where P̃ (P with
+the dangling self-loops) is ``W·diag(w)⁻¹`` for a symmetric W, solving ``(I − dP̃) x = (1 − d) p``
+on ``y = x / √w`` (``I − d·diag(√w)⁻¹ P̃ diag(√w)`` is symmetric positive definite, eigenvalues in
+[1 − d, 1 + d]) with α and β per column and one product per iteration. w was found from P alone
+(symmetric pattern; log w summed from one root per component along a breadth-first forest,
+ratios ``P[i, j] / P[j, i] = w_i / w_j``; every entry checked): 0.17-0.19 s at 10⁵ chunks / 10⁶
+entries. A column stopped as the power iteration does (a power step z from the CG iterate with
+its negative entries set to 0, changing it by ≤ tol; z returned, so ``‖z − π‖₁ ≤ d·tol/(1 − d)``
+as now). On the symmetric family (tol 1e-7, 64 priors) it took 18 products per prior in float64,
+20-21 in float32 (the recurrence's residual drifts ~2e-7 below the true one: one or two power
+steps more) against the power iteration's 28-29; BiCGSTAB on ring+random (float64 count) 19 against
+18. But a CG iteration streams ~9 more passes over [N, B] blocks than a power step (the dot
+product of α, the updates of y and r with Σr² and the residual estimate, the new direction):
+~25-30 ms at 10⁵ × 64 float32 on one thread of the project machine (memory-bound, 2-3 ms a pass)
+on top of the 74 ms product, against the power step's 6 ms convergence test. Whole op, 1 thread,
+load 1.7-2.4: 3.09 s against the power iteration's 2.26 s; on a slowly mixing symmetric graph (a
+ring lattice, 10 neighbours per chunk, 10⁵ chunks, a cache-friendly 27 ms product) 26-27
+iterations against 69-70 and still 2.05-2.22 s against 1.86-1.93 s; at 2 threads on the loaded
+machine its many small operations stalled (44 s). Fewer products do not pay here while the
+block updates of an iteration cost a third of a product.
+
 Localised walks, measured with ``bench/bench_ppr_local.py --sweep`` (2 cores, two runs at
 load averages 2-3 and 1): on STITCH's batches of 64 questions at 10⁵ passages (U ≈ 12,000
 chunks, Σ_b |R_b| ≈ 13,500 = U·B/56, 860k entries in the union's matrix, 55 iterations at
