@@ -694,13 +694,14 @@ def _embed_passages(corpus: Corpus, emb: Embedder, pipelines: Sequence[str],
     forward pass (:func:`~hopgraph.engine.late_pooling.embed_with_texts`: no passage runs through the
     model twice; ``None`` texts when the embedder is not a model that can give them)."""
     keys = [k for k in (pipeline_class(p).late_text_key(dict(params.get(p, {}))) for p in pipelines) if k]
-    if not keys:
-        return emb.encode(corpus.embedding_texts(), batch_size=batch_size, progress=progress), None
-    ex = extract(corpus, *keys[0], progress=progress)
-    both = embed_with_texts(ex, corpus.embedding_texts(), emb, progress=progress)
-    if both is None:
-        return emb.encode(corpus.embedding_texts(), batch_size=batch_size, progress=progress), (keys[0], ex, None)
-    return both[0], (keys[0], ex, both[1])
+    adopted = None
+    if keys:
+        ex = extract(corpus, *keys[0], progress=progress)
+        both = embed_with_texts(ex, corpus.embedding_texts(), emb, progress=progress)
+        if both is not None:
+            return both[0], (keys[0], ex, both[1])
+        adopted = (keys[0], ex, None)
+    return emb.encode(corpus.embedding_texts(), batch_size=batch_size, progress=progress), adopted
 
 
 def _scratch_dir() -> Path:

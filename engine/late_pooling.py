@@ -113,12 +113,8 @@ def late_texts(ex: Extraction, passage_texts: Sequence[str], embedder, first_tex
                progress: bool = False) -> LateTexts | None:
     """The late-chunked embeddings of ``ex.texts[first_text:]`` (one pass over the passages that
     first use them), or None when ``embedder`` is not a model the packed encoder runs."""
-    encoder = PackedBertEncoder.for_embedder(embedder) if embedder is not None else None
-    if encoder is None:
-        return None
-    spans = text_spans(ex, passage_texts, first_text)
-    _, emb, ok = pool_spans(encoder, passage_texts, spans, progress=progress)
-    return LateTexts(spans, emb, ok)
+    both = _pooled(ex, passage_texts, embedder, first_text, False, progress)
+    return None if both is None else both[1]
 
 
 def embed_with_texts(ex: Extraction, passage_texts: Sequence[str], embedder, progress: bool = False
@@ -128,12 +124,18 @@ def embed_with_texts(ex: Extraction, passage_texts: Sequence[str], embedder, pro
     late-chunked embeddings of all of ``ex.texts``; None when ``embedder`` is not a model the packed
     encoder runs. ``Index.build`` uses it when a pipeline it fits wants late-chunked texts, so that
     no passage runs through the model twice."""
+    return _pooled(ex, passage_texts, embedder, 0, True, progress, "embed passages and topic/description texts")
+
+
+def _pooled(ex: Extraction, passage_texts: Sequence[str], embedder, first_text: int, every_passage: bool,
+            progress: bool, desc: str = "embed passages (late-chunked texts)") -> tuple[np.ndarray, LateTexts] | None:
+    """:func:`pool_spans` of the spans of ``ex.texts[first_text:]`` as ``(passage embeddings,
+    LateTexts)``, or None when ``embedder`` is not a model the packed encoder runs."""
     encoder = PackedBertEncoder.for_embedder(embedder) if embedder is not None else None
     if encoder is None:
         return None
-    spans = text_spans(ex, passage_texts)
-    X, emb, ok = pool_spans(encoder, passage_texts, spans, every_passage=True, progress=progress,
-                            desc="embed passages and topic/description texts")
+    spans = text_spans(ex, passage_texts, first_text)
+    X, emb, ok = pool_spans(encoder, passage_texts, spans, every_passage=every_passage, progress=progress, desc=desc)
     return X, LateTexts(spans, emb, ok)
 
 
