@@ -112,8 +112,8 @@ OP = "batched_ppr"
 STOCHASTIC_TOL = 1e-3
 #: rows per partial sum of the convergence test (see :func:`column_l1`)
 L1_BLOCK = 1024
-#: rows per chunk of the CPU convergence test (see :func:`column_change`; 1 MiB at 64 float32 columns)
-CHANGE_ROWS = 4 * L1_BLOCK
+#: bytes per chunk of the CPU convergence test (see :func:`column_change`): 4,096 rows at 64 float32 columns
+CHANGE_BYTES = 1 << 20
 #: while the columns of P under the iterate's non-zero rows hold at most this share of P's
 #: entries, the product uses those columns only (see :class:`CpuStep`)
 SPARSE_SHARE = 0.25
@@ -127,6 +127,12 @@ SEGMENT_SHARE = 1 / 8
 SEGMENT_COMPACT_SHARE = 0.5
 #: region-matrix entries expanded at once while building the block-diagonal matrix (see :func:`block_diagonal`)
 EXPAND_ENTRIES = 1 << 16
+#: columns of one group of the CPU block path (see :func:`column_groups`): 8 float32 values are one
+#: 32-byte row of the group's iterate block
+GROUP_COLUMNS = 8
+#: the CPU block path iterates column groups when a group's iterate block is at most this size and the
+#: whole block is larger (half the 32 MiB last-level cache of the project machine; see :func:`column_groups`)
+GROUP_CACHE_BYTES = 16 << 20
 #: the transparent huge page size (x86-64, aarch64 with 4 KiB base pages)
 HUGE_PAGE = 2 << 20
 #: iterate blocks from this size on are allocated on huge pages (see :func:`iterate_block`)
@@ -249,8 +255,8 @@ def column_l1(t: torch.Tensor) -> torch.Tensor:
 def column_change(y: torch.Tensor, x: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
     """float64 [B]: ``‖y[:, b] − x[:, b]‖₁`` for each column (the convergence test).
 
-    On the CPU in chunks of :data:`CHANGE_ROWS` rows through ``scratch`` (at least
-    [CHANGE_ROWS, B]) on one thread, so the difference and its absolute value stay in the
+    On the CPU in chunks of :func:`change_rows` rows (:data:`CHANGE_BYTES`) through ``scratch``
+    (from :func:`change_scratch`) on one thread, so the difference and its absolute value stay in the
     cache and the blocks are read once: a third of the memory traffic of whole-block
     temporaries (measured: 7 ms instead of 10.5 per iteration at 10⁵ × 64; on two threads
     and a loaded machine 158 ms). On a GPU in one go (``scratch`` the size of the block).
@@ -260,15 +266,24 @@ def column_change(y: torch.Tensor, x: torch.Tensor, scratch: torch.Tensor) -> to
         return column_l1(torch.sub(y, x, out=scratch[:n]).abs_())
     total = torch.zeros(y.shape[1], dtype=torch.float64)
     with torch_threads(1):  # ~1 MiB operations: with more threads a busy machine stalls each one on a barrier
-        for s in range(0, n, CHANGE_ROWS):
-            e = min(n, s + CHANGE_ROWS)
+        step = max(1, scratch.shape[0])
+        for s in range(0, n, step):
+            e = min(n, s + step)
             total += column_l1(torch.sub(y[s:e], x[s:e], out=scratch[:e - s]).abs_())
     return total
 
 
+def change_rows(like: torch.Tensor) -> int:
+    """Rows per chunk of the CPU convergence test for blocks shaped like ``like``: :data:`CHANGE_BYTES`
+    of them, a multiple of :data:`L1_BLOCK` (a narrow column group's block in a few chunks: the test's
+    cost is its operations' count there, measured 24% of the op with 4,096-row chunks of 8 columns)."""
+    row_bytes = max(1, like.shape[1]) * like.element_size()
+    return max(1, CHANGE_BYTES // (row_bytes * L1_BLOCK)) * L1_BLOCK
+
+
 def change_scratch(like: torch.Tensor) -> torch.Tensor:
     """The scratch block of :func:`column_change` for blocks shaped like ``like``."""
-    rows = like.shape[0] if like.device.type != "cpu" else min(like.shape[0], CHANGE_ROWS)
+    rows = like.shape[0] if like.device.type != "cpu" else min(like.shape[0], change_rows(like))
     return torch.empty((rows, like.shape[1]), dtype=like.dtype, device=like.device)
 
 
@@ -428,6 +443,18 @@ class CpuStep:
             torch.addmm(c, self.At, x, out=y)
         if mask is not None:
             y.mul_(mask)
+
+
+def column_groups(rows: int, B: int, itemsize: int) -> list[slice]:
+    """The column groups the CPU block path iterates one after the other (SPEC §2 step 6): groups of
+    :data:`GROUP_COLUMNS` when the whole iterate block ``[rows, B]`` exceeds :data:`GROUP_CACHE_BYTES`
+    and a group's block fits in it, else the whole block. The product gathers a row of the iterate
+    per entry of P at random rows: a group's block stays in the cache across the product, the whole
+    block does not (see the module docstring). Each column's arithmetic is the same either way."""
+    group_bytes = rows * GROUP_COLUMNS * itemsize
+    if B <= GROUP_COLUMNS or rows * B * itemsize <= GROUP_CACHE_BYTES or group_bytes > GROUP_CACHE_BYTES:
+        return [slice(0, B)]
+    return [slice(s, min(B, s + GROUP_COLUMNS)) for s in range(0, B, GROUP_COLUMNS)]
 
 
 def segments_fit(entries: int, union: int, B: int) -> bool:
@@ -606,16 +633,21 @@ def _batched_ppr_cpu(P, priors, d: float, tol: float, max_iter: int, region) -> 
         if rows is not None:
             pt, mt = pt[rows], mt[rows]
         mt = mt.to(pt.dtype).contiguous()  # y *= mask: a multiply by a float mask is 2.5x faster than by a bool one
-    x0 = iterate_block(tuple(pt.shape), pt).copy_(pt)  # the start, in the iterate's memory
-    if mt is not None:
-        x0.mul_(mt)
-    step = CpuStep(iteration_matrix(indptr, indices, data, n, dang, d, np_dtype, rows), x0)
-    out, iters = power_iterate(step, x0, (1.0 - d) * x0, mt, tol, max_iter, own_x0=True, alloc=iterate_block)
-    if rows is not None:
-        full = torch.zeros((n, B), dtype=out.dtype)
-        full[torch.from_numpy(rows)] = out
-        out = full
-    return out.T.contiguous(), iters
+    A = iteration_matrix(indptr, indices, data, n, dang, d, np_dtype, rows)
+    pi = torch.zeros((B, n), dtype=pt.dtype) if rows is not None else torch.empty((B, n), dtype=pt.dtype)
+    iters = torch.empty(B, dtype=torch.int64)
+    for g in column_groups(pt.shape[0], B, pt.element_size()):
+        x0 = iterate_block((pt.shape[0], g.stop - g.start), pt).copy_(pt[:, g])  # the start, in the iterate's memory
+        mg = mt[:, g].contiguous() if mt is not None else None
+        if mg is not None:
+            x0.mul_(mg)
+        out, iters[g] = power_iterate(CpuStep(A, x0), x0, (1.0 - d) * x0, mg, tol, max_iter, own_x0=True,
+                                      alloc=iterate_block)
+        if rows is not None:
+            pi[g, torch.from_numpy(rows)] = out.T
+        else:
+            pi[g] = out.T
+    return pi, iters
 
 
 register("batched_ppr", batched_ppr, triton="hopgraph.kernels.batched_ppr_triton:batched_ppr_triton",

@@ -190,19 +190,20 @@ def test_sparse_start_matches_dense_product(rng, monkeypatch):
         assert torch.equal(dense, sparse) and torch.equal(it_d, it_s)
 
 
-@pytest.mark.parametrize("n", [0, 5, 1024, 3 * 4096 + 77])
-def test_convergence_test_sums(n):
-    """column_change (chunked on the CPU) and column_l1 (float32 blocks, float64 across) give the
-    float64 column L1 norms of y − x to float32 accuracy, tails and empty blocks included."""
+@pytest.mark.parametrize("n,B", [(0, 5), (5, 5), (1024, 5), (3 * 4096 + 77, 5), (3 * 4096 + 77, 64), (70_000, 8)])
+def test_convergence_test_sums(n, B):
+    """column_change (chunked on the CPU: several chunks for the last two shapes) and column_l1
+    (float32 blocks, float64 across) give the float64 column L1 norms of y − x to float32
+    accuracy, tails and empty blocks included."""
     import importlib
 
     bp = importlib.import_module("hopgraph.kernels.batched_ppr")
     g = torch.Generator().manual_seed(n)
-    y, x = torch.rand(n, 5, generator=g), torch.rand(n, 5, generator=g)
+    y, x = torch.rand(n, B, generator=g), torch.rand(n, B, generator=g)
     y[n // 2:] *= 1e-3  # uneven magnitudes along the column
     exact = (y.double() - x.double()).abs().sum(0)
     got = bp.column_change(y, x, bp.change_scratch(y))
-    assert got.dtype == torch.float64 and got.shape == (5,)
+    assert got.dtype == torch.float64 and got.shape == (B,)
     np.testing.assert_allclose(got.numpy(), exact.numpy(), rtol=1e-6, atol=0)
     np.testing.assert_allclose(bp.column_l1((y - x).abs()).numpy(), exact.numpy(), rtol=1e-6, atol=0)
 
@@ -390,3 +391,45 @@ def test_segment_sums_empty_segments():
     got = bp.segment_sums(v, np.array([0, 2, 0, 3, 1, 0]))
     assert got.dtype == np.float64 and got.tolist() == [0.0, 3.0, 0.0, 12.0, 6.0, 0.0]
     assert bp.segment_sums(np.zeros(0), np.array([0, 0])).tolist() == [0.0, 0.0]
+
+
+# --- column groups of the CPU block path ---
+
+def test_column_groups_rule():
+    """Groups of GROUP_COLUMNS only where the whole block exceeds the cache budget and a group fits."""
+    bp = bpr()
+    cache = bp.GROUP_CACHE_BYTES
+    small = cache // (64 * 4)  # rows whose [rows, 64] float32 block just fits: one group
+    assert bp.column_groups(small, 64, 4) == [slice(0, 64)]
+    rows = cache // (bp.GROUP_COLUMNS * 4)  # a group's block just fits, the whole one does not
+    groups = bp.column_groups(rows, 20, 4)
+    assert [(g.start, g.stop) for g in groups] == [(0, 8), (8, 16), (16, 20)]
+    assert bp.column_groups(rows + 1, 20, 4) == [slice(0, 20)]  # not even a group fits
+    assert bp.column_groups(rows, bp.GROUP_COLUMNS, 4) == [slice(0, bp.GROUP_COLUMNS)]
+
+
+@pytest.mark.parametrize("localised", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_column_groups_change_no_column(monkeypatch, rng, localised, dtype):
+    """The block path in column groups (forced by a tiny cache budget) returns, for every column,
+    the whole block's π and iteration count bit for bit: sparse and dense priors, columns stopping
+    apart, an empty region, a zero prior, a dangling chunk (SPEC §2 step 6)."""
+    bp = bpr()
+    n, B = 60, 19
+    P = random_graph(n, 0.08, 11, dangling=(3, 40))
+    pri = priors_for(B, n, rng).astype(dtype)
+    pri[::3] = np.where(rng.random((len(pri[::3]), n)) < 0.05, 1.0, 0.0)  # sparse rows: the sparse start
+    pri[::3] /= np.maximum(pri[::3].sum(1, keepdims=True), 1e-30)
+    region = rng.random((B, n)) < 0.7
+    adversarial_rows(pri, region, (3, 40))
+    kw = dict(d=0.85, tol=1e-9, max_iter=300, region=region if localised else None, device="cpu")
+    run = lambda: call("batched_ppr", P, pri, **kw)  # noqa: E731
+    whole = with_strategy(monkeypatch, False, run) if localised else run()
+    monkeypatch.setattr(bp, "GROUP_CACHE_BYTES", n * bp.GROUP_COLUMNS * np.dtype(dtype).itemsize)
+    assert len(bp.column_groups(n, B, np.dtype(dtype).itemsize)) == 3
+    grouped = with_strategy(monkeypatch, False, run) if localised else run()
+    assert len(set(whole[1].tolist())) > 2
+    assert torch.equal(grouped[1], whole[1])
+    assert torch.equal(grouped[0], whole[0])
+    np.testing.assert_allclose(grouped[0].numpy(), exact_ppr(P, pri, 0.85, region if localised else None),
+                               rtol=0, atol=1e-6)
