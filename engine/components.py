@@ -224,7 +224,8 @@ class Components:
                 arrays = load_arrays(sub, ("indptr", "indices"))
                 indices = check_ids(arrays["indices"], len(X), str(sub / "indices.npy"))
                 indptr = check_indptr(arrays["indptr"], len(X), len(indices), str(sub / "indptr.npy"))
-                self._title_mentions = (corpus, TitleMentions(indptr, indices))
+                # the mapping itself: the bridge reads its rows with plain reads (TitleMentions.rows)
+                self._title_mentions = (corpus, TitleMentions(indptr, arrays["indices"]))
         except IndexFormatError:
             raise
         except (KeyError, TypeError, OSError, ValueError, IndexError, RuntimeError) as e:  # InputError is a ValueError

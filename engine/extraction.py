@@ -71,7 +71,7 @@ import numpy as np
 
 from .corpus import Corpus, PackedStrings, iter_jsonl
 from .errors import InputError
-from .storage import check_packed, check_utf8, pack_strings
+from .storage import check_packed, check_utf8, pack_strings, release_pages
 
 #: lower-case words allowed inside a capitalised span (between capitalised words)
 CONNECTORS = frozenset("of the de del della da di la le von van der den du y for".split())
@@ -273,10 +273,12 @@ class Extraction:
         stay packed (:class:`~hopgraph.engine.corpus.PackedStrings` over the memory-mapped bytes,
         a string decoded when read): a query never reads the texts, and at 10⁶ passages decoding
         the 4·10⁶ of them cost 4 s and half a gigabyte at every load (issue 14)."""
-        return cls(n_chunks=n_chunks, **{a: np.asarray(arrays[a]) for a in cls.ARRAYS},
-                   names=packed(arrays["names_blob"], arrays["names_offsets"], f"{where}/names_*.npy"),
-                   texts=packed(arrays["texts_blob"], arrays["texts_offsets"], f"{where}/texts_*.npy")
-                   ).validate()
+        ex = cls(n_chunks=n_chunks, **{a: np.asarray(arrays[a]) for a in cls.ARRAYS},
+                 names=packed(arrays["names_blob"], arrays["names_offsets"], f"{where}/names_*.npy"),
+                 texts=packed(arrays["texts_blob"], arrays["texts_offsets"], f"{where}/texts_*.npy")
+                 ).validate()
+        release_pages(*(arrays[a] for a in cls.ARRAYS))  # the checks read every page; a query reads few
+        return ex
 
     def validate(self) -> "Extraction":
         """Check array shapes and index ranges; InputError names the bad field."""

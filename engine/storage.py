@@ -804,25 +804,29 @@ def check_array(directory: Path, entry: dict[str, Any]) -> np.ndarray:
 
 def check_ids(arr: np.ndarray, bound: int, name: str, length: int | None = None) -> np.ndarray:
     """A stored 1-D integer id array whose values all lie in ``[0, bound)`` (and of ``length``
-    entries when given); IndexFormatError naming ``name`` otherwise. Returns it."""
-    arr = np.asarray(arr)
+    entries when given); IndexFormatError naming ``name`` otherwise. Returns it. A memory-mapped
+    array's pages, all read by the check, leave the resident set (:func:`release_pages`)."""
+    stored, arr = arr, np.asarray(arr)
     if arr.ndim != 1 or arr.dtype.kind not in "iu":
         raise IndexFormatError(f"{name}: expected a 1-D integer array, got shape {arr.shape} dtype {arr.dtype}")
     if length is not None and len(arr) != length:
         raise IndexFormatError(f"{name}: {len(arr)} entries, expected {length}")
     if len(arr) and (int(arr.min()) < 0 or int(arr.max()) >= bound):
         raise IndexFormatError(f"{name}: values must lie in [0, {bound}), found [{int(arr.min())}, {int(arr.max())}]")
+    release_pages(stored)
     return arr
 
 
 def check_indptr(indptr: np.ndarray, n_rows: int, n_entries: int, name: str) -> np.ndarray:
-    """A stored CSR row pointer: 1-D integer ``[n_rows + 1]``, from 0 to ``n_entries``, never decreasing."""
-    indptr = np.asarray(indptr)
+    """A stored CSR row pointer: 1-D integer ``[n_rows + 1]``, from 0 to ``n_entries``, never decreasing
+    (a memory-mapped one's pages released after the check, as :func:`check_ids` does)."""
+    stored, indptr = indptr, np.asarray(indptr)
     if indptr.ndim != 1 or indptr.dtype.kind not in "iu" or len(indptr) != n_rows + 1:
         raise IndexFormatError(f"{name}: expected {n_rows + 1} integer row offsets, got shape {indptr.shape} "
                                f"dtype {indptr.dtype}")
     if int(indptr[0]) != 0 or int(indptr[-1]) != n_entries or (len(indptr) > 1 and np.diff(indptr).min() < 0):
         raise IndexFormatError(f"{name}: row offsets must run from 0 to {n_entries} without decreasing")
+    release_pages(stored)
     return indptr
 
 

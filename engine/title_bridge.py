@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from .extraction import canonical_name
 from .params import integer, real
 from .ranking import PAD_ID, PAD_SCORE
+from .storage import RowReader
 
 #: the longest title (in canonical words) that is looked for in a passage text
 MAX_TITLE_WORDS = 8
@@ -84,6 +85,15 @@ class TitleMentions:
     def row(self, s: int) -> np.ndarray:
         return self.indices[self.indptr[s]:self.indptr[s + 1]]
 
+    def rows(self, seeds: Iterable[int]) -> np.ndarray:
+        """The sorted distinct passages the titles of ``seeds`` mention (the union of their rows). A
+        memory-mapped M (a loaded index) is read with plain reads (:class:`~.storage.RowReader`):
+        through the mapping, the rows read stayed in the resident set (issue 14: 0.3 GB at 10⁶
+        generated passages, whose rows hold thousands of entries)."""
+        with RowReader(self.indices) as read:
+            parts = [read(int(self.indptr[s]), int(self.indptr[s + 1])) for s in seeds]
+        return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+
     @classmethod
     def build(cls, titles: Sequence[str], texts: Sequence[str]) -> "TitleMentions":
         """M of a corpus (module docstring): every word n-gram of φ(text) looked up in the table of
@@ -126,7 +136,7 @@ def bridge_rerank(mentions: TitleMentions, ids: np.ndarray, scores: np.ndarray, 
         sc = np.where(finite, sc, sc[finite].min() if finite.any() else 0.0)  # a -inf score ranks last
         low, high = sc.min(), sc.max()
         norm = (sc - low) / (high - low) if high > low else np.ones_like(sc)
-        targets = np.unique(np.concatenate([mentions.row(int(s)) for s in lst[:seeds]]))
+        targets = mentions.rows(int(s) for s in lst[:seeds])
         if allowed is not None:
             targets = targets[allowed[targets]]
         new = np.setdiff1d(targets, lst)

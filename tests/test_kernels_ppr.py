@@ -411,8 +411,9 @@ def test_column_groups_rule():
 @pytest.mark.parametrize("localised", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_column_groups_change_no_column(monkeypatch, rng, localised, dtype):
-    """The block path in column groups (forced by a tiny cache budget) returns, for every column,
-    the whole block's π and iteration count bit for bit: sparse and dense priors, columns stopping
+    """The block path in column groups (forced by a tiny cache budget; walked one after the other and
+    on three threads side by side) returns, for every column, the whole block's π and iteration
+    count bit for bit: sparse and dense priors, columns stopping
     apart, an empty region, a zero prior, a dangling chunk (SPEC §2 step 6)."""
     bp = bpr()
     n, B = 60, 19
@@ -428,8 +429,11 @@ def test_column_groups_change_no_column(monkeypatch, rng, localised, dtype):
     monkeypatch.setattr(bp, "GROUP_CACHE_BYTES", n * bp.GROUP_COLUMNS * np.dtype(dtype).itemsize)
     assert len(bp.column_groups(n, B, np.dtype(dtype).itemsize)) == 3
     grouped = with_strategy(monkeypatch, False, run) if localised else run()
+    kw["threads"] = 3  # three groups walked side by side
+    side = with_strategy(monkeypatch, False, run) if localised else run()
     assert len(set(whole[1].tolist())) > 2
-    assert torch.equal(grouped[1], whole[1])
-    assert torch.equal(grouped[0], whole[0])
+    for got in (grouped, side):
+        assert torch.equal(got[1], whole[1])
+        assert torch.equal(got[0], whole[0])
     np.testing.assert_allclose(grouped[0].numpy(), exact_ppr(P, pri, 0.85, region if localised else None),
                                rtol=0, atol=1e-6)

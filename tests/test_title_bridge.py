@@ -117,6 +117,11 @@ def test_mention_graph_is_saved_and_not_rebuilt_on_load(tmp_path, demo_corpus, m
     M = back.components.title_mentions()
     np.testing.assert_array_equal(M.indptr, built.indptr)
     np.testing.assert_array_equal(M.indices, built.indices)
+    assert isinstance(M.indices, np.memmap)  # read with plain reads by rows(), never through the mapping
+    for seeds in ([0], [1, 3, 1], [len(demo_corpus) - 1, 0], []):
+        union = np.unique(np.concatenate([built.row(s) for s in seeds] or [np.zeros(0, np.int64)]))
+        np.testing.assert_array_equal(M.rows(seeds), union)
+        np.testing.assert_array_equal(built.rows(seeds), union)
     # an out-of-range id is refused on load (structural validation, even without checksums)
     f = next((tmp_path / "i").rglob("title-mentions/indices.npy"))
     arr = np.load(f)
