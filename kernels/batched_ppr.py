@@ -12,7 +12,9 @@ iteration ``x ← (1 − d) p + d (P x + D x)`` started from ``x = p``:
   CSR × dense-block product — on a GPU the Triton kernel of ``batched_ppr_triton``; on
   the CPU torch's sparse CSR product (MKL, ``threads`` threads) with ``c`` added in the
   same call and ``d`` and the dangling self-loops folded into the matrix, the iterate
-  blocks on transparent huge pages (:func:`iterate_block`), and, while the iterate is
+  blocks on transparent huge pages (:func:`iterate_block`), the columns in groups of 8 whose
+  blocks stay in the cache (:func:`column_groups`; with several threads, groups walked side
+  by side, :func:`run_groups`), and, while the iterate is
   still sparse (sparse priors), only the columns of P under its non-zero rows
   (:class:`CpuStep`);
 * **per-column convergence**: a column stops when ``‖x_{k+1} − x_k‖₁ ≤ tol`` and its
@@ -40,6 +42,18 @@ iterate to float16 every iteration moved π by 1.7e-3 in L1); reverse Cuthill–
 degree node orders (no gain on the random graph families: no locality to recover); a
 row-blocked product with the convergence test fused per block (MKL's per-call cost made
 it slower).
+
+Column groups (issue 14 item 5): the product gathers a row of the iterate (B values) per entry of
+P, at random rows; the [10⁵, 64] float32 block (25.6 MB, x and y 51 MB) does not stay in the 32 MiB
+last-level cache of the project machine, a [10⁵, 8] group's (3.2 MB) does. Bare MKL products, one
+thread, 10⁵ chunks / 10⁶ entries / 64 columns per iteration: 51-53 ms as one block, 48-55 in groups of
+32, 34-39 of 16, 29-34 of 8, 36-39 of 4, 70 of 2; at 3·10⁵ chunks / 3·10⁶ entries 214 ms → 123 (groups
+of 8, 9.6 MB); at 10⁵ float64 94 → 72; at 10⁶ chunks (a group's block 32 MB) 776 → 994: no gain once a
+group does not fit, hence :data:`GROUP_CACHE_BYTES`; at 10⁴ chunks (the whole block fits) 1.9 → 1.8.
+π bit for bit the whole block's in every case. The convergence test of a narrow group in 4,096-row
+chunks cost 24% of the op in operation count; it is chunked by bytes now (:data:`CHANGE_BYTES`).
+Whole op, ``bench/bench_ppr.py`` (load 0.7-1.0): ring+random 0.550 s (1 thread) / 0.341 s (2 threads)
+against the one block's 1.2-2.2 s / 1.3 s of earlier runs; symmetric random 0.805 / 0.485 s.
 
 Fewer iterations, tried and not kept (issue 14 item 5): **conjugate gradients** where P̃ (P with
 the dangling self-loops) is ``W·diag(w)⁻¹`` for a symmetric W, solving ``(I − dP̃) x = (1 − d) p``
