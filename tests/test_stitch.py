@@ -167,3 +167,21 @@ def test_index_option_variant_refits(demo_corpus, hashing_embedder):
     assert no_titles is not base and no_titles.H.n_nodes < base.H.n_nodes
     ids, _ = index.search_arrays(QUESTIONS, pipeline="stitch", k=3, title_entities=False)
     assert ids.shape == (2, 3)
+
+
+@pytest.mark.parametrize("B,n,m", [(3, 10, 0), (4, 50, 30), (5, 40, 600), (2, 7, 200)])
+def test_union_entries_sorted_and_bitmap_agree(monkeypatch, B, n, m):
+    """The region's distinct (row, column) pairs, ordered by row then column, are the same from
+    sorted keys and from the bitmap (dense regions), duplicates within and across the lists included."""
+    import importlib
+
+    stitch = importlib.import_module("hopgraph.engine.pipelines.stitch")
+    rng = np.random.default_rng(B * n + m)
+    qs = tuple(rng.integers(0, B, m // 2 + k) for k in range(2))
+    cs = tuple(rng.integers(0, n, m // 2 + k) for k in range(2))
+    want = sorted({(int(q), int(c)) for Q, C in zip(qs, cs) for q, c in zip(Q, C)})
+    for share in (float("inf"), 0.0):  # never / always the bitmap
+        monkeypatch.setattr(stitch, "DENSE_ENTRIES_SHARE", share)
+        rows, cols = stitch.union_entries(qs, cs, B, n)
+        assert rows.dtype == cols.dtype == np.int64
+        assert list(zip(rows.tolist(), cols.tolist())) == want

@@ -163,6 +163,29 @@ MATCH_K = 128
 SUPPORT_RTOL = 1e-6
 
 
+#: :func:`union_entries` marks a [B, n] bitmap instead of sorting keys once the entries are this share of its cells
+DENSE_ENTRIES_SHARE = 1 / 8
+
+
+def union_entries(qs: tuple[np.ndarray, ...], cs: tuple[np.ndarray, ...], B: int, n: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (row, column) pairs of the given entry lists, ordered by row then column (int64):
+    the activated regions of SPEC §2 step 6 grown by a hop.
+    Sorted keys ``row·n + column`` (``np.unique``) while the entries are few; a bool [B, n] bitmap
+    once they are at least :data:`DENSE_ENTRIES_SHARE` of its cells (dense regions: on a generated
+    20,000-passage corpus whose priors cover every chunk, 27·10⁶ one-hop entries for 64 questions
+    took ``np.unique`` 1.8 s). Both give the same pairs in the same order."""
+    total = sum(len(q) for q in qs)
+    if total >= DENSE_ENTRIES_SHARE * B * n:
+        mask = np.zeros((B, n), bool)
+        for q, c in zip(qs, cs):
+            mask[q, c] = True
+        rows, cols = np.nonzero(mask)
+        return rows.astype(np.int64), cols.astype(np.int64)
+    key = np.unique(np.concatenate([np.asarray(q, np.int64) * np.int64(n) + c for q, c in zip(qs, cs)]))
+    return key // max(n, 1), key % max(n, 1)
+
+
 @dataclass(frozen=True)
 class PPRBinaryParams(PipelineParams):
     """Parameters of the PPR walk on the STITCH chunk graph (SPEC §2 steps 6–7), shared by
@@ -523,8 +546,7 @@ class STITCH(Pipeline):
             adj = self._adjacency()
             for _ in range(self.region_hops):
                 nq, nc = neighbour_entries(adj.indptr, adj.indices, q, cols)
-                key = np.unique(np.concatenate([q * np.int64(p.n) + cols, nq * np.int64(p.n) + nc]))
-                q, cols = key // max(p.n, 1), key % max(p.n, 1)
+                q, cols = union_entries((q, nq), (cols, nc), len(v), p.n)
         return LocalRows.from_entries(q, cols, True, len(v), p.n, bool)
 
     def walk(self, p: LocalRows) -> LocalRows:
