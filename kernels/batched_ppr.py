@@ -102,6 +102,7 @@ from __future__ import annotations
 
 import math
 import mmap
+import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, NamedTuple
@@ -393,14 +394,17 @@ def power_iterate(step: Step, x0: torch.Tensor, c: torch.Tensor, mask: torch.Ten
 def iteration_matrix(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n: int, dangling: np.ndarray,
                      d: float, dtype: np.dtype, rows: np.ndarray | None = None) -> sp.csr_matrix:
     """``d·(P + D)`` as a scipy CSR in ``dtype`` (D: the self-loops of the dangling chunks), restricted
-    to ``rows`` × ``rows`` when given (a localised walk: mass leaving them is dropped)."""
+    to ``rows`` × ``rows`` when given (a localised walk: mass leaving them is dropped), its indices
+    sorted within each row."""
     A = sp.csr_matrix((np.asarray(data, dtype), indices, indptr), shape=(n, n))
     if dangling.any():
         A = A + sp.diags(dangling.astype(dtype), format="csr")
     A = A * dtype.type(d)
     if rows is not None:
         A = A[rows][:, rows]
-    return sp.csr_matrix(A, dtype=dtype)
+    A = sp.csr_matrix(A, dtype=dtype)
+    A.sort_indices()  # each row's entries by column: the sparse start's slices keep their order (ColumnSlices)
+    return A
 
 
 def torch_csr(A: sp.csr_matrix) -> torch.Tensor:
@@ -425,6 +429,36 @@ def batched_ppr(P, priors, d: float = 0.85, tol: float = 1e-6, max_iter: int = 1
         return _batched_ppr_cpu(P, priors, d, tol, max_iter, region)
 
 
+class ColumnSlices:
+    """The iteration matrix A of the CPU block path, shared by its column groups: A as a torch CSR,
+    its entries per column, and ``A[:, cols]`` for :class:`CpuStep`'s sparse start, sliced from A's
+    CSC (built once, on first use) at the cost of the slice's entries, where scipy's CSR column
+    indexing scans all of A (4 ms at 10⁶ entries, a group's whole product: with groups of 8 columns
+    the sparse start cost more than it saved). A's rows must have sorted column indices (see
+    :func:`iteration_matrix`): the slice then holds each row's entries in A's order, so the sparse
+    product sums them as the whole one does."""
+
+    def __init__(self, A: sp.csr_matrix):
+        self.A, self.At = A, torch_csr(A)
+        self._lock = threading.Lock()
+        self._csc: sp.csc_matrix | None = None
+        self._counts: np.ndarray | None = None
+
+    def counts(self) -> np.ndarray:
+        """Entries per column of A."""
+        with self._lock:
+            if self._counts is None:
+                self._counts = np.bincount(self.A.indices, minlength=self.A.shape[1])
+            return self._counts
+
+    def columns(self, cols: np.ndarray) -> sp.csr_matrix:
+        """``A[:, cols]`` (``cols`` ascending) as a CSR."""
+        with self._lock:
+            if self._csc is None:
+                self._csc = self.A.tocsc()
+        return sp.csr_matrix(self._csc[:, cols])
+
+
 class CpuStep:
     """One iteration of the CPU path: ``y = mask ⊙ (c + A x)`` with ``A = d·(P + D)`` (SPEC §2 step 6).
 
@@ -433,29 +467,28 @@ class CpuStep:
     factor of about the mean degree per iteration. While the columns of A under them hold
     at most :data:`SPARSE_SHARE` of its entries, ``y = c + A[:, S] x[S]`` (the same sum
     without its zero terms, at a fraction of the bytes; ``S`` = rows possibly non-zero,
-    grown by the rows those columns reach); then the whole product, for good."""
+    grown by the rows those columns reach); then the whole product, for good. ``A``: the
+    matrix (a scipy CSR with sorted indices) or the :class:`ColumnSlices` shared by a call's groups."""
 
-    def __init__(self, A: sp.csr_matrix, x0: torch.Tensor):
-        self.A, self.At = A, torch_csr(A)
+    def __init__(self, A: "sp.csr_matrix | ColumnSlices", x0: torch.Tensor):
+        self.M = A if isinstance(A, ColumnSlices) else ColumnSlices(A)
         self.support: np.ndarray | None = None  # rows of the iterate that may be non-zero, while few
-        self.counts: np.ndarray | None = None  # entries per column of A
-        if A.nnz:
+        if self.M.A.nnz:
             rows = (x0 != 0).any(dim=1).numpy()
             if rows.sum() <= SPARSE_SHARE * len(rows):
-                self.counts = np.bincount(A.indices, minlength=A.shape[1])
                 self.support = rows
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor, mask: torch.Tensor | None) -> None:
-        if self.support is not None and self.counts is not None:
+        if self.support is not None:
             cols = np.flatnonzero(self.support)
-            if self.counts[cols].sum() <= SPARSE_SHARE * self.A.nnz:
-                part = self.A[:, cols]
+            if self.M.counts()[cols].sum() <= SPARSE_SHARE * self.M.A.nnz:
+                part = self.M.columns(cols)
                 torch.addmm(c, torch_csr(part), x.index_select(0, torch.from_numpy(cols)), out=y)
                 self.support = self.support | (np.diff(part.indptr) > 0)
             else:
                 self.support = None
         if self.support is None:
-            torch.addmm(c, self.At, x, out=y)
+            torch.addmm(c, self.M.At, x, out=y)
         if mask is not None:
             y.mul_(mask)
 
@@ -648,7 +681,7 @@ def _batched_ppr_cpu(P, priors, d: float, tol: float, max_iter: int, region) -> 
         if rows is not None:
             pt, mt = pt[rows], mt[rows]
         mt = mt.to(pt.dtype).contiguous()  # y *= mask: a multiply by a float mask is 2.5x faster than by a bool one
-    A = iteration_matrix(indptr, indices, data, n, dang, d, np_dtype, rows)
+    M = ColumnSlices(iteration_matrix(indptr, indices, data, n, dang, d, np_dtype, rows))
     pi = torch.zeros((B, n), dtype=pt.dtype) if rows is not None else torch.empty((B, n), dtype=pt.dtype)
     iters = torch.empty(B, dtype=torch.int64)
 
@@ -657,7 +690,7 @@ def _batched_ppr_cpu(P, priors, d: float, tol: float, max_iter: int, region) -> 
         mg = mt[:, g].contiguous() if mt is not None else None
         if mg is not None:
             x0.mul_(mg)
-        out, iters[g] = power_iterate(CpuStep(A, x0), x0, (1.0 - d) * x0, mg, tol, max_iter, own_x0=True,
+        out, iters[g] = power_iterate(CpuStep(M, x0), x0, (1.0 - d) * x0, mg, tol, max_iter, own_x0=True,
                                       alloc=iterate_block)
         if rows is not None:
             pi[g, torch.from_numpy(rows)] = out.T
