@@ -53,7 +53,9 @@ group does not fit, hence :data:`GROUP_CACHE_BYTES`; at 10⁴ chunks (the whole 
 π bit for bit the whole block's in every case. The convergence test of a narrow group in 4,096-row
 chunks cost 24% of the op in operation count; it is chunked by bytes now (:data:`CHANGE_BYTES`).
 Whole op, ``bench/bench_ppr.py`` (load 0.7-1.0): ring+random 0.550 s (1 thread) / 0.341 s (2 threads)
-against the one block's 1.2-2.2 s / 1.3 s of earlier runs; symmetric random 0.805 / 0.485 s.
+against the one block's 1.2-2.2 s / 1.3 s of earlier runs; symmetric random 0.805 / 0.485 s; with the
+sparse start's slices from a shared CSC (:class:`ColumnSlices`; load 0.9-1.2) 0.473 / 0.293 s and
+0.732 / 0.445 s.
 
 Fewer iterations, tried and not kept (issue 14 item 5): **conjugate gradients** where P̃ (P with
 the dangling self-loops) is ``W·diag(w)⁻¹`` for a symmetric W, solving ``(I − dP̃) x = (1 − d) p``
