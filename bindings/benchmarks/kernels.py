@@ -119,16 +119,23 @@ def bare_loop(P: sp.csr_matrix, priors: np.ndarray, d: float) -> Callable[[int],
 
 
 def bench_ppr(family: str, n: int, m: int, B: int, igraph_priors: int, repeats: int = 3, d: float = 0.85,
-              tol: float = 1e-7) -> Table:
-    """batched_ppr vs the bare torch CSR loop (same iterations) and igraph, on one family."""
+              tol: float | None = None) -> Table:
+    """batched_ppr vs the bare torch CSR loop (same iterations) and igraph, on one family; ``tol``
+    None: the op's default tolerance (what a deployment runs), printed in the title with the L1
+    difference to igraph."""
+    import inspect
+
     from ..engine.hypergraph import column_stochastic
-    from ..kernels import call
+    from ..kernels import batched_ppr, call
+
+    if tol is None:
+        tol = inspect.signature(batched_ppr).parameters["tol"].default
 
     src, dst = family_graph(family, n, m)
     priors = random_priors(B, n, 10, 1)
     P = column_stochastic(sp.csr_matrix((np.ones(len(src)), (dst, src)), shape=(n, n)))
     t = Table(f"ppr_{family}", f"batched_ppr vs bare torch CSR loop and igraph ({FAMILIES[family]}: "
-              f"{n:,} chunks, {P.nnz:,} edges, {B} priors, float32)",
+              f"{n:,} chunks, {P.nnz:,} edges, {B} priors, float32, tol {tol:g})",
               ["method", "seconds", "queries/s", "x igraph", "time / bare loop"])
     pri32 = priors.astype(np.float32)
     import torch
