@@ -83,7 +83,9 @@ class TitleMentions:
         return len(self.indptr) - 1
 
     def row(self, s: int) -> np.ndarray:
-        return self.indices[self.indptr[s]:self.indptr[s + 1]]
+        """Row ``s`` of M (read as :meth:`rows` reads)."""
+        with RowReader(self.indices) as read:
+            return self._row(read, s)
 
     def rows(self, seeds: Iterable[int]) -> np.ndarray:
         """The sorted distinct passages the titles of ``seeds`` mention (the union of their rows). A
@@ -91,8 +93,11 @@ class TitleMentions:
         through the mapping, the rows read stayed in the resident set (issue 14: 0.3 GB at 10⁶
         generated passages, whose rows hold thousands of entries)."""
         with RowReader(self.indices) as read:
-            parts = [read(int(self.indptr[s]), int(self.indptr[s + 1])) for s in seeds]
+            parts = [self._row(read, s) for s in seeds]
         return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+
+    def _row(self, read: RowReader, s: int) -> np.ndarray:
+        return read(int(self.indptr[s]), int(self.indptr[s + 1]))
 
     @classmethod
     def build(cls, titles: Sequence[str], texts: Sequence[str]) -> "TitleMentions":
