@@ -1,8 +1,8 @@
 """Timing and table printing shared by the bench/ scripts (run as ``python bench/NAME.py``,
-so this folder is on ``sys.path``): re-exported from the installed :mod:`hopgraph.benchmarks.common`,
+so this folder is on ``sys.path``): re-exported from the installed :mod:`suite.common`,
 which ``hopgraph bench`` uses too."""
 from __future__ import annotations
 
-from hopgraph.benchmarks.common import best_of, median_interleaved, peak_rss_gb, table
+from suite.common import best_of, median_interleaved, peak_rss_gb, table
 
 __all__ = ["best_of", "median_interleaved", "peak_rss_gb", "table"]

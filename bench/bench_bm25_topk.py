@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hopgraph.engine.bm25_index import BM25Index, BM25Params
-from hopgraph.engine.corpus import Corpus
+from hopgraph.engine.components.bm25 import BM25Index, BM25Params
+from hopgraph.engine.components.corpus import Corpus
 
 from _common import median_interleaved, table
 

@@ -8,7 +8,7 @@ timed part is the build itself: ``Index.build(corpus, embeddings=X, pipelines=al
 (every pipeline fitted, embedding of the passages excluded; the STITCH topic/description
 embeddings are included) and ``Index.save``. Search throughput is over the loaded index, question embedding excluded:
 the first search (caches built) and the best of ``--repeats`` warm ones. Extraction runs are counted by wrapping
-``hopgraph.engine.extraction.extract`` in every hopgraph module that imported it by name
+``hopgraph.engine.components.extraction.extract`` in every hopgraph module that imported it by name
 (pipeline modules imported later see the wrapper too). The saved
 index is walked for BM25 stores (``params.index.json`` of bm25s) and faiss files.
 """
@@ -37,7 +37,7 @@ def main() -> None:
     args = ap.parse_args()
     load_before = os.getloadavg()[0]
 
-    import hopgraph.engine.extraction as extraction
+    import hopgraph.engine.components.extraction as extraction
 
     calls = {"extract": 0}
     original = extraction.extract
@@ -51,14 +51,14 @@ def main() -> None:
     for module in list(sys.modules.values()):  # every module that imported extract by name
         if getattr(module, "__name__", "").startswith("hopgraph") and getattr(module, "extract", None) is original:
             module.extract = counted
-    from hopgraph.engine.corpus import Corpus
+    from hopgraph.engine.components.corpus import Corpus
     from hopgraph.engine.evaluation import load_questions, recall_at_k
 
     data = Path(args.data)
     corpus = Corpus.from_jsonl(data / "corpus.jsonl")
     cache = Path(args.embeddings) if args.embeddings else \
         Path(tempfile.gettempdir()) / f"hopgraph-bench-{corpus.checksum[:12]}-minilm.npy"
-    from hopgraph.engine.embedders import resolve_embedder
+    from hopgraph.engine.embedders.core import resolve_embedder
 
     emb = resolve_embedder("minilm")
     if not cache.is_file():

@@ -7,7 +7,7 @@ folder): the first call (what a user's first build pays) and a second call in th
 (warm), the sides interleaved over ``--rounds``, medians and ratios to faiss. The
 ``HOPGRAPH_COMPILE=1`` side forces torch.compile of the tile arithmetic (the default, ``auto``,
 compiles only above ``COMPILE_MIN_ENTRIES`` weighed entries); ``--no-compiled`` drops it. The
-measurement itself is :func:`hopgraph.benchmarks.cold_start.bench_cold_start`, which
+measurement itself is :func:`suite.cold_start.bench_cold_start`, which
 ``hopgraph bench`` runs too. Load average with the table.
 
     .venv/bin/python bench/bench_cold_start.py [--n 20000] [--k 32] [--rounds 2] [--no-compiled]
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import argparse
 
-from hopgraph.benchmarks.cold_start import bench_cold_start
-from hopgraph.benchmarks.common import stamp
+from suite.cold_start import bench_cold_start
+from suite.common import stamp
 
 
 def main() -> None:

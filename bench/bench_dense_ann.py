@@ -64,7 +64,7 @@ def filter_mask(n: int) -> np.ndarray:
 
 # ---------------------------------------------------------------------- children (fresh processes)
 def child_exact(data: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
-    from hopgraph.engine.dense_index import DenseIndex
+    from hopgraph.engine.components.dense import DenseIndex
 
     X, Q = np.load(data / "X.npy", mmap_mode="r"), np.load(data / "Q.npy")
     dense = DenseIndex(X, "exact")
@@ -85,7 +85,7 @@ def child_exact(data: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
 def child_ivf(data: Path, args: argparse.Namespace, bits: int = 8) -> list[dict[str, Any]]:
     """``DenseIndex(X, "ann")`` with ``bits``-bit codes: build, search per nprobe (top-10 overlap,
     and in ``detail`` the top-``K_WIDE`` overlap, STITCH's ``match_k``), a filtered search, save."""
-    from hopgraph.engine.dense_index import DenseIndex
+    from hopgraph.engine.components.dense import DenseIndex
 
     X, Q = np.load(data / "X.npy", mmap_mode="r"), np.load(data / "Q.npy")
     ref, f_ref = np.load(data / "exact_top10.npy"), np.load(data / "exact_top10_filter.npy")
@@ -120,7 +120,7 @@ def child_ivf_sq4(data: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def child_ivf_loaded(data: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
-    from hopgraph.engine.dense_index import DenseIndex
+    from hopgraph.engine.components.dense import DenseIndex
 
     X, Q = np.load(data / "X.npy", mmap_mode="r"), np.load(data / "Q.npy")
     entry = json.loads((data / "ivf" / "entry.json").read_text())
@@ -137,7 +137,7 @@ def child_hnsw(data: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     """faiss HNSW over the float32 rows (the graph alternative)."""
     import faiss
 
-    from hopgraph.engine.dense_index import row_blocks
+    from hopgraph.engine.components.dense import row_blocks
 
     X, Q = np.load(data / "X.npy", mmap_mode="r"), np.load(data / "Q.npy")
     ref = np.load(data / "exact_top10.npy")
@@ -161,7 +161,7 @@ def child_ivf_flat(data: Path, args: argparse.Namespace) -> list[dict[str, Any]]
     """The float IVF: the cells of ``IVFIndex`` (same training), float32 rows instead of 8-bit codes."""
     import faiss
 
-    from hopgraph.engine.dense_index import ivf_nlist, train_and_fill
+    from hopgraph.engine.components.dense import ivf_nlist, train_and_fill
 
     X, Q = np.load(data / "X.npy", mmap_mode="r"), np.load(data / "Q.npy")
     flat = faiss.IndexIVFFlat(faiss.IndexFlatIP(X.shape[1]), X.shape[1], ivf_nlist(len(X)), faiss.METRIC_INNER_PRODUCT)
@@ -220,9 +220,9 @@ def shared_recall(shared: Path, workdir: Path, distractors: Path | None, nprobe:
     """Dense Recall@5 of the shared sets' questions (all-MiniLM-L6-v2, embeddings cached under
     ``workdir``), exact vs IVF candidates rescored exactly (``mode="ann"``), over each set's
     corpus followed by the ``distractors`` rows (a ``.npy`` of the same embedder), if any."""
-    from hopgraph.engine.corpus import Corpus
-    from hopgraph.engine.dense_index import DenseIndex
-    from hopgraph.engine.embedders import resolve_embedder
+    from hopgraph.engine.components.corpus import Corpus
+    from hopgraph.engine.components.dense import DenseIndex
+    from hopgraph.engine.embedders.core import resolve_embedder
     from hopgraph.engine.evaluation import load_questions, recall_at_k
 
     embedder = None
@@ -269,13 +269,13 @@ def main() -> int:
     p.add_argument("--data", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.nprobe is None:
-        from hopgraph.engine.dense_index import DEFAULT_NPROBE
+        from hopgraph.engine.components.dense import DEFAULT_NPROBE
         args.nprobe = [DEFAULT_NPROBE]
     else:
         args.nprobe = [int(x) for x in str(args.nprobe).split(",")]
     if args.child:
         if args.nlist_per_sqrt_n is not None:
-            from hopgraph.engine import dense_index
+            from hopgraph.engine.components import dense as dense_index
             dense_index.NLIST_PER_SQRT_N = args.nlist_per_sqrt_n
         print(json.dumps(CHILDREN[args.child](Path(args.data), args)))
         return 0

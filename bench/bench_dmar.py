@@ -27,8 +27,8 @@ import torch
 
 from hopgraph.evaluate import cached_index
 from hopgraph.engine.evaluation import load_questions
-from hopgraph.engine.pipelines.dmar import STAGES
-from hopgraph.engine.structural import structural_scores
+from hopgraph.engine.pipelines.dmar.pipeline import STAGES
+from hopgraph.engine.pipelines.dmar.structural import structural_scores
 from hopgraph.engine.timing import StageTimer
 from hopgraph.kernels import call
 

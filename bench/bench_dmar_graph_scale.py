@@ -18,9 +18,9 @@ import time
 
 import numpy as np
 
-from hopgraph.engine import gnn
-from hopgraph.engine.extraction import Extraction
-from hopgraph.engine.knowledge_graph import build_knowledge_graph
+from hopgraph.engine.pipelines.dmar import gnn
+from hopgraph.engine.components.extraction import Extraction
+from hopgraph.engine.pipelines.dmar.knowledge_graph import build_knowledge_graph
 
 from _common import peak_rss_gb, table
 

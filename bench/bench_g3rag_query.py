@@ -48,7 +48,7 @@ from _common import best_of, peak_rss_gb, table
 from bench_scale import generate
 
 from hopgraph import G3RAG
-from hopgraph.engine.components import Components
+from hopgraph.engine.components.shared import Components
 
 ROOT = Path(__file__).resolve().parents[1]
 

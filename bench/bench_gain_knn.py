@@ -26,7 +26,7 @@ import faiss
 import numpy as np
 import torch
 
-from hopgraph.benchmarks.common import clustered, faiss_knn
+from suite.common import clustered, faiss_knn
 from hopgraph.engine.graph import hub_penalty
 from hopgraph.kernels import call
 

@@ -46,10 +46,10 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from hopgraph.benchmarks.common import median_interleaved
-from hopgraph.benchmarks.kernels import bare_loop, random_priors, symmetric_graph
-from hopgraph.benchmarks.kernels import ring_graph as generated_graph
-from hopgraph.engine.hypergraph import column_stochastic
+from suite.common import median_interleaved
+from suite.kernels import bare_loop, random_priors, symmetric_graph
+from suite.kernels import ring_graph as generated_graph
+from hopgraph.engine.pipelines.stitch.hypergraph import column_stochastic
 from hopgraph.kernels import call
 
 from _common import table

@@ -40,9 +40,9 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from hopgraph.benchmarks.common import stamp
-from hopgraph.benchmarks.kernels import local_regions, ring_graph
-from hopgraph.engine.hypergraph import column_stochastic
+from suite.common import stamp
+from suite.kernels import local_regions, ring_graph
+from hopgraph.engine.pipelines.stitch.hypergraph import column_stochastic
 from hopgraph.kernels import call
 
 from _common import median_interleaved, table

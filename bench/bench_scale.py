@@ -130,9 +130,9 @@ def stage_g3rag(data: Path) -> dict:
 
 
 def stage_stitch(data: Path) -> dict:
-    from hopgraph.engine.corpus import Corpus
-    from hopgraph.engine.extraction import extract
-    from hopgraph.engine.hypergraph import build_hypergraph
+    from hopgraph.engine.components.corpus import Corpus
+    from hopgraph.engine.components.extraction import extract
+    from hopgraph.engine.pipelines.stitch.hypergraph import build_hypergraph
 
     t0 = time.perf_counter()
     corpus = Corpus.from_jsonl(data / "corpus.jsonl")
@@ -167,7 +167,7 @@ def stand_in_text_embeddings(x_path: Path, chunk: np.ndarray, work_dir: Path, bl
     build with a work directory puts them (``hypergraph.text_embedding_rows``: a memory-mapped file
     in ``work_dir`` whose filled pages leave the resident set block by block, as ``embed_texts``
     does)."""
-    from hopgraph.engine.hypergraph import text_embedding_rows
+    from hopgraph.engine.pipelines.stitch.hypergraph import text_embedding_rows
     from hopgraph.engine.storage import release_pages
 
     X = np.load(x_path, mmap_mode="r")
@@ -184,9 +184,9 @@ def stand_in_text_embeddings(x_path: Path, chunk: np.ndarray, work_dir: Path, bl
 
 
 def stage_dmar(data: Path) -> dict:
-    from hopgraph.engine.corpus import Corpus
-    from hopgraph.engine.extraction import extract
-    from hopgraph.engine.knowledge_graph import build_knowledge_graph
+    from hopgraph.engine.components.corpus import Corpus
+    from hopgraph.engine.components.extraction import extract
+    from hopgraph.engine.pipelines.dmar.knowledge_graph import build_knowledge_graph
 
     t0 = time.perf_counter()
     corpus = Corpus.from_jsonl(data / "corpus.jsonl")
@@ -255,9 +255,9 @@ def stage_dmar_query(data: Path) -> dict:
 
 
 def stage_recall(data: Path) -> dict:
-    from hopgraph.engine.ann_graph import ann_gain_knn, density_mode, graph_recall
+    from hopgraph.engine.pipelines.g3rag.ann_graph import ann_gain_knn, density_mode, graph_recall
     from hopgraph.engine.graph import hub_penalty
-    from hopgraph.engine.pipelines.g3rag import G3RAG
+    from hopgraph.engine.pipelines.g3rag.pipeline import G3RAG
     from hopgraph.kernels import call
 
     X = np.load(data / "X.npy", mmap_mode="r")

@@ -46,10 +46,10 @@ from _common import table
 def child(side: str, data: Path) -> dict:
     """One build in this (fresh) process; returns its times in seconds."""
     import hopgraph
-    import hopgraph.engine.components as components
-    import hopgraph.engine.pipelines.stitch as stitch
-    from hopgraph.engine.corpus import Corpus
-    from hopgraph.engine.embedders import resolve_embedder
+    import hopgraph.engine.components.shared as components
+    import hopgraph.engine.pipelines.stitch.pipeline as stitch
+    from hopgraph.engine.components.corpus import Corpus
+    from hopgraph.engine.embedders.core import resolve_embedder
 
     steps: dict[str, float] = {}
 
@@ -96,10 +96,10 @@ def order_check(data: Path, sample: int) -> list[list]:
     """encode_bulk in input order vs length order on ``sample`` texts of the corpus's extraction."""
     import numpy as np
 
-    import hopgraph.engine.packed_bert as pb
-    from hopgraph.engine.corpus import Corpus
-    from hopgraph.engine.embedders import resolve_embedder
-    from hopgraph.engine.extraction import extract
+    import hopgraph.engine.embedders.packed_bert as pb
+    from hopgraph.engine.components.corpus import Corpus
+    from hopgraph.engine.embedders.core import resolve_embedder
+    from hopgraph.engine.components.extraction import extract
 
     corpus = Corpus.from_jsonl(data / "corpus.jsonl")
     passages = set(corpus.embedding_texts())

@@ -282,7 +282,7 @@ def column_stochastic_graph(n: int, m: int, seed: int, dangling: int = 0):
     import numpy as np
     import scipy.sparse as sp
 
-    from hopgraph.engine.hypergraph import column_stochastic
+    from hopgraph.engine.pipelines.stitch.hypergraph import column_stochastic
 
     g = np.random.default_rng(seed)
     src = np.r_[np.arange(n), g.integers(0, n, max(m - n, 0))]
@@ -601,7 +601,7 @@ INTERPRET_OVERRIDES: dict[str, dict[str, Any]] = {"dmar": {"T": 2, "n_recall": 1
 def corpora(run: Run, tmp: Path) -> list[tuple[str, Any, list[str]]]:
     """(name, corpus, questions): the demo corpus and a generated one."""
     from hopgraph.demo import DEMO_QUESTIONS, demo_corpus
-    from hopgraph.engine.corpus import Corpus
+    from hopgraph.engine.components.corpus import Corpus
 
     sys.path.insert(0, str(ROOT / "bench"))
     from bench_scale import generate  # the generator of the scale benchmark (entities, years, clusters)

@@ -5,15 +5,15 @@ The public API: :class:`Index` (build/save/load/search), the pipelines
 ``Hybrid`` baselines, each made from its parameters — ``hopgraph.G3RAG(G3RAGParams.published())``
 or keyword overrides — with ``fit(X)`` and ``search(Q, top_k)``), the HTTP :class:`Client` and :class:`AsyncClient`,
 the corpus and embedder helpers and the error types. The parameter classes live in the
-pipeline modules (``hopgraph.engine.pipelines.g3rag.G3RAGParams`` ...).
+pipeline modules (``hopgraph.engine.pipelines.g3rag.pipeline.G3RAGParams`` ...).
 """
 from __future__ import annotations
 
-from .engine.corpus import Corpus
-from .engine.embedders import (CallableEmbedder, HashingEmbedder, MiniLMEmbedder, OpenAIEmbedder,
+from .engine.components.corpus import Corpus
+from .engine.embedders.core import (CallableEmbedder, HashingEmbedder, MiniLMEmbedder, OpenAIEmbedder,
                                 SentenceTransformerEmbedder)
 from .engine.errors import HopgraphError, IndexFormatError, InputError
-from .engine.corpus import read_corpus
+from .engine.components.corpus import read_corpus
 from .engine.params import InvalidParameter
 from .engine.pipelines import pipeline_class, pipeline_names
 from .client import AsyncClient, Client

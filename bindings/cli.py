@@ -9,7 +9,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from . import __version__
 from .engine.errors import HopgraphError, InputError
@@ -51,7 +51,7 @@ def _check_before_work(pipelines: Sequence[str], params: Mapping[str, Mapping[st
 def _warnings_to_stderr(command: str) -> Iterator[None]:
     """Print each :class:`PassageLengthWarning` raised inside as one line ``hopgraph COMMAND:
     warning: ...`` on stderr (other warnings are shown as usual)."""
-    from .engine.chunking import PassageLengthWarning
+    from .engine.ingest.chunking import PassageLengthWarning
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PassageLengthWarning)
@@ -68,7 +68,8 @@ def _warnings_to_stderr(command: str) -> Iterator[None]:
 def cmd_index(args: argparse.Namespace) -> int:
     from .index import Index
 
-    from .engine import storage, streaming
+    from .engine import storage
+    from .engine.ingest import streaming
 
     _check_before_work(args.pipelines, _params(args))
     t0 = time.perf_counter()
@@ -113,7 +114,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _read_corpus_args(args: argparse.Namespace):
-    from .engine.corpus import read_corpus
+    from .engine.components.corpus import read_corpus
 
     return read_corpus(args.corpus, id_field=args.id_field, title_field=args.title_field,
                        text_field=args.text_field, metadata_fields=args.metadata_fields)
@@ -281,9 +282,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(embedder=args.embedder, device=args.device, progress=not args.quiet)
 
 
+def _bench_suite() -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """``parse_groups`` and ``run`` of the benchmark suite, which lives in the source checkout's
+    ``bench/`` folder (benchmarks are not installed with the package)."""
+    bench_dir = Path(__file__).resolve().parents[1] / "bench"
+    if not (bench_dir / "suite" / "__init__.py").is_file():
+        raise InputError(f"hopgraph bench runs from a source checkout: {bench_dir / 'suite'} not found "
+                         "(clone the repository and install it with `pip install -e .`)")
+    if str(bench_dir) not in sys.path:
+        sys.path.insert(0, str(bench_dir))
+    import suite
+
+    return suite.parse_groups, suite.run
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
-    """``hopgraph bench``: side-by-side benchmark tables (:mod:`hopgraph.benchmarks`, issue 14)."""
-    from .benchmarks import parse_groups, run
+    """``hopgraph bench``: side-by-side benchmark tables (``bench/suite`` of a source checkout)."""
+    parse_groups, run = _bench_suite()
 
     groups = parse_groups(args.only)
     if args.json is not None and not Path(args.json).resolve().parent.is_dir():

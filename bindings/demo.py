@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from importlib import resources
 
-from .engine.corpus import Corpus
+from .engine.components.corpus import Corpus
 from .engine.pipelines import pipeline_names
 from .index import Index
 

@@ -1,6 +1,6 @@
 """The public façade: build, save, load and search a hopgraph index.
 
-An :class:`Index` holds the corpus, X, the shared components (:mod:`hopgraph.engine.components`)
+An :class:`Index` holds the corpus, X, the shared components (:mod:`hopgraph.engine.components.shared`)
 and the fitted pipelines (SPEC §1-§3 and the baselines) with their parameters.
 ``Index.pipeline(name, **overrides)`` gives a validated variant: query-time overrides reuse the
 fitted pipeline, fit-time ones fit a new instance over the same shared components. Storage:
@@ -22,12 +22,12 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from .engine import storage
-from .engine.components import Components
-from .engine.corpus import Corpus
-from .engine.embedders import (Embedder, embedder_entry, embedder_from_entry, encode_queries, resolve_embedder,
+from .engine.components.shared import Components
+from .engine.components.corpus import Corpus
+from .engine.embedders.core import (Embedder, embedder_entry, embedder_from_entry, encode_queries, resolve_embedder,
                                 validate_embeddings)
-from .engine.extraction import Extraction, extract
-from .engine.late_pooling import LateTexts, embed_with_texts
+from .engine.components.extraction import Extraction, extract
+from .engine.pipelines.stitch.late_pooling import LateTexts, embed_with_texts
 from .engine.errors import DuplicateIdError, IndexFormatError, InputError
 from .engine.filters import MetadataIndex, filter_mask
 from .engine.params import PipelineParams
@@ -82,7 +82,7 @@ class Index:
 
     Build with :meth:`build`, persist with :meth:`save` / :meth:`load`, query with
     :meth:`search`. Pipelines not fitted at build time are fitted on first use. Every
-    pipeline uses the index's one set of components (:mod:`hopgraph.engine.components`):
+    pipeline uses the index's one set of components (:mod:`hopgraph.engine.components.shared`):
     one corpus store, one dense index, one BM25 index (with ``params["bm25"]``), one
     extraction.
     """
@@ -123,18 +123,19 @@ class Index:
 
         ``params`` maps a pipeline name to its constructor parameters. ``embeddings``
         may be an array, a ``.npy`` file or a folder of ``.npy`` shards (ids alongside,
-        see :mod:`hopgraph.engine.shards`). With ``work_dir``, embeddings are written
+        see :mod:`hopgraph.engine.ingest.precomputed`). With ``work_dir``, embeddings are written
         batch by batch to a memory-mapped file there and ``resume=True`` continues an
-        interrupted build (:mod:`hopgraph.engine.streaming`). ``ray_address`` runs
+        interrupted build (:mod:`hopgraph.engine.ingest.streaming`). ``ray_address`` runs
         embedding and the gain-kNN row blocks on a Ray cluster
         (:mod:`hopgraph.engine.distributed`); the index is the same. ``chunk_tokens`` splits each
         document into passages of that many words, ``chunk_overlap`` shared
-        (:func:`hopgraph.engine.chunking.chunk_corpus`: ids ``DOCID#k``, metadata ``{"document",
+        (:func:`hopgraph.engine.ingest.chunking.chunk_corpus`: ids ``DOCID#k``, metadata ``{"document",
         "chunk"}``). Passages longer than the embedder's maximum input give a
-        :class:`~hopgraph.engine.chunking.PassageLengthWarning`.
+        :class:`~hopgraph.engine.ingest.chunking.PassageLengthWarning`.
         """
-        from .engine import chunking
-        from .engine import distributed, shards, streaming
+        from .engine import distributed
+        from .engine.ingest import chunking, streaming
+        from .engine.ingest import precomputed as shards
         from .kernels.dispatch import DEVICES
 
         if isinstance(pipelines, str) or not all(isinstance(p, str) for p in pipelines):
@@ -285,7 +286,7 @@ class Index:
         pipe = self.pipeline(pipeline, **overrides)
         texts, Q = self._queries(questions, query_embeddings, embed)
         if group_by_document:
-            from .engine.chunking import group_by_document as group
+            from .engine.ingest.chunking import group_by_document as group
 
             return group(lambda depth: pipe.search(Q, top_k=depth, query_texts=texts, allowed=allowed),
                          self.corpus, k)
@@ -369,7 +370,7 @@ class Index:
         deletes the old passage and appends the new one. Everything is checked before anything
         changes. In memory only until :meth:`save`.
         """
-        from .engine import chunking
+        from .engine.ingest import chunking
 
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
@@ -672,7 +673,7 @@ class Index:
 def _check_embedder_name(manifest: Path, name: str, dim: int) -> None:
     """A built-in embedder named in a manifest must have the recorded dimension (checked without
     loading the model); other names (precomputed, callables) are taken as they are."""
-    from .engine.embedders import DEFAULT_EMBEDDER, MiniLMEmbedder
+    from .engine.embedders.core import DEFAULT_EMBEDDER, MiniLMEmbedder
 
     expected = None
     if name.lower() in ("minilm", DEFAULT_EMBEDDER.lower()):
@@ -691,7 +692,7 @@ def _embed_passages(corpus: Corpus, emb: Embedder, pipelines: Sequence[str],
                     ) -> tuple[np.ndarray, tuple[tuple[bool, bool], Extraction, LateTexts | None] | None]:
     """The passages' embeddings, and — when one of ``pipelines`` late-chunks its topic/description
     texts (``Pipeline.late_text_key``) — the extraction it uses with those texts pooled in the same
-    forward pass (:func:`~hopgraph.engine.late_pooling.embed_with_texts`: no passage runs through the
+    forward pass (:func:`~hopgraph.engine.pipelines.stitch.late_pooling.embed_with_texts`: no passage runs through the
     model twice; ``None`` texts when the embedder is not a model that can give them)."""
     keys = [k for k in (pipeline_class(p).late_text_key(dict(params.get(p, {}))) for p in pipelines) if k]
     adopted = None

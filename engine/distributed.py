@@ -6,10 +6,10 @@ workers and assembles exactly the single-process result:
 
 - **embedding**: each chunk of passages (the same chunk boundaries as the
   single-process loop) is embedded by a remote task (:func:`ray_ordered_map`, called by
-  :mod:`hopgraph.engine.streaming`, which this module does not import); blocks are
+  :mod:`hopgraph.engine.ingest.streaming`, which this module does not import); blocks are
   written in row order into the memory-mapped matrix, with the same resume state;
 - **gain-kNN row blocks**: while :func:`ray_cluster` is active, the G3RAG graph
-  build (:func:`hopgraph.engine.ann_graph.ann_gain_knn`) sends its row blocks
+  build (:func:`hopgraph.engine.pipelines.g3rag.ann_graph.ann_gain_knn`) sends its row blocks
   (IVF cells) to remote tasks; X, the partition and the penalty are put in the
   object store once. Every block is computed independently and deterministically,
   so the assembled graph is identical.
@@ -110,7 +110,7 @@ def ray_ordered_map(fn: Callable[..., Any], shared: Any, task_args: Iterable[tup
     (``task_args`` is consumed lazily, so a generator of large arguments stays windowed).
 
     ``shared`` (e.g. the embedder) is put in the object store once and passed by reference.
-    The embedding stage of :mod:`hopgraph.engine.streaming` runs its chunks through this.
+    The embedding stage of :mod:`hopgraph.engine.ingest.streaming` runs its chunks through this.
     """
     ray = connect(address)
     remote = ray.remote(fn)

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .corpus import Corpus, iter_jsonl
+from .components.corpus import Corpus, iter_jsonl
 from .errors import InputError
 
 

@@ -2,7 +2,7 @@
 
 * ``allowed_ids`` — passage ids (every one must be in the index);
 * ``where`` — ``{field: value}`` or ``{field: [value, ...]}`` on the passages' metadata
-  (:meth:`hopgraph.engine.corpus.Corpus.meta`): a passage passes when, for every field, its
+  (:meth:`hopgraph.engine.components.corpus.Corpus.meta`): a passage passes when, for every field, its
   value equals the value (or one of the list). A metadata value that is itself a list passes
   when any of its elements does. Numbers compare by value (``1 == 1.0``), booleans only equal
   booleans, strings compare exactly; ``None`` matches a missing field or JSON ``null``.
@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .corpus import Corpus
+from .components.corpus import Corpus
 from .errors import InputError
 
 #: how many offending ids / values an error message quotes

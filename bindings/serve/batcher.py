@@ -6,7 +6,7 @@ all-text?, group_by_document, params, filters)`` and runs each group as ONE embe
 pipeline search in a single worker thread, so the event loop keeps accepting requests meanwhile. A lone
 client never waits: the gathering window opens only after a batch that held more
 than one request. Question texts are embedded without padding when the embedder is a
-BERT-type sentence-transformers model (:mod:`hopgraph.engine.packed_bert`): a batch of
+BERT-type sentence-transformers model (:mod:`hopgraph.engine.embedders.packed_bert`): a batch of
 questions of different lengths then costs the compute of its real tokens only.
 
 A failing batch is re-run request by request, so one bad request cannot change the
@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..engine.packed_bert import PackedBertEncoder
+from ..engine.embedders.packed_bert import PackedBertEncoder
 from ..index import Hit, Index
 from .limits import ServeLimits
 

@@ -2,7 +2,7 @@
 
 A pipeline is made from its parameters (one frozen dataclass per pipeline,
 :mod:`hopgraph.engine.params`), fitted on the passage embeddings X (row i = passage i of
-the corpus) through the index's shared :class:`~hopgraph.engine.components.Components`
+the corpus) through the index's shared :class:`~hopgraph.engine.components.shared.Components`
 (corpus store, dense index, BM25, extraction: built once, shared by every pipeline that
 declares it in ``components``), and answers batches of queries:
 ``search(Q, top_k, query_texts) -> (ids int64 [B, top_k], scores float32 [B, top_k])``
@@ -22,13 +22,13 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from ..components import Components
-from ..corpus import Corpus
-from ..embedders import Embedder, validate_embeddings
+from ..components.shared import Components
+from ..components.corpus import Corpus
+from ..embedders.core import Embedder, validate_embeddings
 from ..errors import InputError
 from ..params import PipelineParams
 from ..timing import StageTimer
-from ..title_bridge import bridge_rerank
+from ..components.title_mentions import bridge_rerank
 
 
 class RefitNeeded(InputError):
@@ -42,7 +42,7 @@ class Pipeline(ABC):
 
     name: ClassVar[str]
     Params: ClassVar[type[PipelineParams]] = PipelineParams
-    #: the shared components the pipeline uses (:data:`hopgraph.engine.components.KINDS`)
+    #: the shared components the pipeline uses (:data:`hopgraph.engine.components.shared.KINDS`)
     components_used: ClassVar[tuple[str, ...]] = ()
     needs_corpus: ClassVar[bool] = False
     needs_query_texts: ClassVar[bool] = False
@@ -116,7 +116,7 @@ class Pipeline(ABC):
     @classmethod
     def late_text_key(cls, params: dict[str, Any]) -> tuple[bool, bool] | None:
         """The extraction options (``title_entities``, ``numbers``) whose topic/description texts a
-        fit with ``params`` embeds by late chunking (:mod:`hopgraph.engine.late_pooling`), so that
+        fit with ``params`` embeds by late chunking (:mod:`hopgraph.engine.pipelines.stitch.late_pooling`), so that
         ``Index.build`` pools them in the passages' own embedding pass; None (the default): none."""
         return None
 
@@ -186,7 +186,7 @@ class Pipeline(ABC):
     def _bridge(self, ids: np.ndarray, scores: np.ndarray, top_k: int, allowed: np.ndarray | None,
                 timer: StageTimer) -> tuple[np.ndarray, np.ndarray]:
         """The pipeline's ranked lists re-ranked by the title bridge and cut to ``top_k``
-        (:func:`~hopgraph.engine.title_bridge.bridge_rerank`; unchanged when it is off)."""
+        (:func:`~hopgraph.engine.components.title_mentions.bridge_rerank`; unchanged when it is off)."""
         if not self._bridge_on():
             return ids, scores
         with timer("title_bridge"):

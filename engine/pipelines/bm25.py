@@ -1,5 +1,5 @@
 """BM25 baseline: the shared BM25 component (bm25s, Lucene variant, English stop words by
-default; :mod:`hopgraph.engine.bm25_index`). Its parameters are the index's ``"bm25"``
+default; :mod:`hopgraph.engine.components.bm25`). Its parameters are the index's ``"bm25"``
 parameters, which every pipeline that uses BM25 shares."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..bm25_index import BM25Params
+from ..components.bm25 import BM25Params
 from .base import Pipeline
 
 

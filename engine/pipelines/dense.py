@@ -1,5 +1,5 @@
 """Dense baseline: cosine top-k over the passage embeddings (the shared dense component,
-:mod:`hopgraph.engine.dense_index`: faiss exact inner product, or a blocked file scan at scale)."""
+:mod:`hopgraph.engine.components.dense`: faiss exact inner product, or a blocked file scan at scale)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..components import QueryBatch
+from ..components.shared import QueryBatch
 from ..params import PipelineParams, integer
 from ..ranking import rrf_topk
 from ..timing import StageTimer

@@ -1,0 +1,518 @@
+"""The dense component: cosine (inner-product) top-k over the passage embeddings X, one per
+index, shared by every pipeline that searches X (dense, hybrid, g3rag, stitch, ppr_binary,
+dmar): G3RAG's seeds (SPEC §1 query step 1), STITCH's relevance (§2 step 7), DMAR's second
+stage (§3 step 5).
+
+**Exact** (below :data:`ANN_MIN_N` rows, or ``mode="exact"``): X is copied once into a faiss
+``IndexFlatIP``; a memory-mapped X of at least :data:`SCAN_MIN_N` rows is not copied but
+scanned from its ``.npy`` file in row blocks with ordinary reads
+(:class:`BlockedInnerProductIndex`: the OS page cache holds the file, the process one block).
+
+**Approximate candidates, exact scores** (from :data:`ANN_MIN_N` rows up with
+``mode="auto"``, the default, or always with ``mode="ann"``; issue 14): :class:`IVFIndex`, a
+faiss inverted file of about 4√N cells whose rows are stored as 8-bit scalar-quantised codes
+(``IndexIVFScalarQuantizer``, d bytes a row; 4-bit, d / 2 bytes, with ``code_bits=4``, as
+STITCH's text index uses), proposes :func:`rescore_candidates` ``(k)``
+candidates per query from its :data:`DEFAULT_NPROBE` nearest cells; each candidate is then
+rescored exactly (``Q · X[cand]``, rows read from X) and the top ``k`` returned in exact order,
+ties toward the lower row (as :func:`~hopgraph.engine.ranking.topk_rows`). The approximation
+only decides which rows are looked at; a score is never approximate.
+
+Why IVF + SQ8, measured by ``bench/bench_dense_ann.py`` (2 shared cores, one run, 256
+generated queries, k = 10): at 10⁶ rows it built in 51 s (0.3 s to load once saved), answered
+1,057 q/s (nprobe 64; 13x the exact file scan) with the exact top-10 (overlap 1.0) in 0.71 GB
+RSS; HNSW (M 32) took 154 s and 2.0 GB and kept 0.81 / 0.87 of the exact top-10 at efSearch
+64 / 128; the float IVF (``IndexIVFFlat``) gave the same candidates from a second float32
+copy of X (1.9 GB). 4√N cells and nprobe 64: on all-MiniLM-L6-v2 question → passage search
+(the 200 shared questions over 60,000 passages) they kept 0.99 of the exact top-10 (nprobe
+32: 0.98; √N cells and nprobe 64: 0.98, at 0.27x the speed at 10⁶), and with √N cells the
+overlap at a fixed nprobe did not fall from 7,500 to 60,000 rows. 4-bit codes (``code_bits=4``,
+more candidates rescored for a small k: :func:`rescore_candidates`) kept the exact top-10 and
+top-128 (overlap 1.0 at 200,000 rows and on the 50,000-row sample) in half the code memory, at
+0.57–0.77x the 8-bit search's top-10 q/s (a busy machine); on STITCH's 10⁶-passage text index the
+whole STITCH search ran as fast with either width, with identical results (README, *Scale*).
+
+The IVF index is built lazily on first search (like the flat copy), grows with :meth:`add`
+(new rows go to their nearest existing cell) and is rebuilt — re-trained for the new size — on
+the first search after the index has grown to more than :data:`RETRAIN_GROWTH` times the rows
+it was trained on. ``Components.save`` stores it in the index directory (checksummed like
+every file; validated on load by :meth:`IVFIndex.from_arrays`), so a loaded index does not
+train again. Filters (``allowed``): a filter passing at most :data:`SUBSET_MAX_FRACTION` of
+the rows scores exactly only those rows (both modes); a wider one searches the IVF with a
+faiss ID selector and ``nprobe / fraction`` cells, and a query left with fewer than ``k``
+passing candidates (when ``k`` pass) is answered by the exact blocked scan instead.
+
+The mode: ``DenseIndex(X, mode=...)`` / ``Components(..., dense=...)``, else the environment
+variable :data:`DENSE_MODE_ENV` (``HOPGRAPH_DENSE=exact|ann|auto``), else ``"auto"``.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import faiss
+import numpy as np
+
+from ..errors import IndexFormatError, InputError
+from ..ranking import PAD_ID, PAD_SCORE, topk_rows
+from ..storage import RowReader, check_finite, check_ids, check_indptr, load_arrays, read_rows, save_arrays
+
+#: from this many rows up a memory-mapped X is scanned from its file instead of copied into faiss
+SCAN_MIN_N = 200_000
+#: ``mode="auto"`` searches the IVF index (exact rescoring of its candidates) from this many rows up
+ANN_MIN_N = 200_000
+#: the dense search modes; the environment variable below chooses one when none is passed
+DENSE_MODES = ("auto", "exact", "ann")
+DENSE_MODE_ENV = "HOPGRAPH_DENSE"
+#: IVF cells probed per query (an unfiltered search; a filter passing a fraction f probes nprobe / f)
+DEFAULT_NPROBE = 64
+#: cells of the IVF index: about ``NLIST_PER_SQRT_N · √N`` (a k-means sample of
+#: ``TRAIN_POINTS_PER_LIST`` rows a cell, ``KMEANS_NITER`` iterations, seed ``KMEANS_SEED``)
+NLIST_PER_SQRT_N = 4.0
+TRAIN_POINTS_PER_LIST = 64
+KMEANS_NITER = 5
+KMEANS_SEED = 1234
+#: faiss wants this many training rows a cell (fewer rows: fewer cells)
+MIN_POINTS_PER_LIST = 39
+#: candidates rescored per query for a top-``k``: ``max(RESCORE_FACTOR · k, k + RESCORE_MIN_EXTRA)``
+RESCORE_FACTOR = 2
+RESCORE_MIN_EXTRA = 16
+#: the IVF index is re-trained once the rows exceed this multiple of the rows it was trained on
+RETRAIN_GROWTH = 2.0
+#: a filter passing at most this fraction of the rows is searched by scoring only those rows
+SUBSET_MAX_FRACTION = 0.05
+#: faiss's scalar quantiser per code width (bits a dimension)
+CODE_BITS = {8: faiss.ScalarQuantizer.QT_8bit, 4: faiss.ScalarQuantizer.QT_4bit}
+#: the saved IVF index's manifest kind per code width, and back
+IVF_KINDS = {f"ivf-sq{bits}": bits for bits in CODE_BITS}
+#: rows per block of a blocked scan or of an IVF build pass
+BLOCK_ROWS = 65_536
+
+
+def dense_mode(mode: str | None = None) -> str:
+    """``mode``, else the environment variable :data:`DENSE_MODE_ENV`, else ``"auto"``
+    (InputError for anything outside :data:`DENSE_MODES`)."""
+    chosen = mode if mode is not None else (os.environ.get(DENSE_MODE_ENV) or "auto")
+    if chosen not in DENSE_MODES:
+        source = "dense mode" if mode is not None else f"environment variable {DENSE_MODE_ENV}"
+        raise InputError(f"{source} must be one of {', '.join(DENSE_MODES)}, got {chosen!r}")
+    return chosen
+
+
+def dense_method(mode: str, n: int) -> str:
+    """How a dense index of ``n`` rows in ``mode`` searches: ``"ann"`` (IVF candidates rescored
+    exactly) for ``"ann"``, and for ``"auto"`` from :data:`ANN_MIN_N` rows up; else ``"exact"``."""
+    if mode == "exact" or n == 0 or (mode == "auto" and n < ANN_MIN_N):
+        return "exact"
+    return "ann"
+
+
+def exact_inner_product_index(X: np.ndarray) -> faiss.IndexFlatIP:
+    """A faiss exact inner-product index over the rows of X (cosine for normalised X)."""
+    index = faiss.IndexFlatIP(X.shape[1])
+    index.add(np.ascontiguousarray(X, dtype=np.float32))
+    return index
+
+
+def _large_mapping(X: np.ndarray) -> bool:
+    """X is a C-contiguous memory-mapped matrix of :data:`SCAN_MIN_N` rows or more: its rows are read
+    from its file, not faulted in through the mapping (which would leave them resident)."""
+    return isinstance(X, np.memmap) and X.ndim == 2 and len(X) >= SCAN_MIN_N and X.flags.c_contiguous
+
+
+def _scanned(X: np.ndarray) -> bool:
+    """The dense search scans X from its file (:class:`BlockedInnerProductIndex`): a large float32 mapping."""
+    return _large_mapping(X) and X.dtype == np.float32
+
+
+def _file_blocks(X: np.memmap, start: int, block_rows: int) -> Iterator[tuple[int, np.ndarray]]:
+    """``(first row, rows [r, d])`` blocks of the rows ``[start, N)`` of a memory-mapped X, read from its
+    file with plain reads (:class:`~hopgraph.engine.storage.RowReader`) into one reused buffer (each
+    block is valid until the next one)."""
+    buf = np.empty((block_rows, X.shape[1]), X.dtype)
+    with RowReader(X) as read:
+        for s in range(start, len(X), block_rows):
+            e = min(len(X), s + block_rows)
+            yield s, read(s, e, out=buf[:e - s])
+
+
+def row_blocks(X: np.ndarray, start: int = 0, block_rows: int = BLOCK_ROWS) -> Iterator[tuple[int, np.ndarray]]:
+    """``(first row, float32 block)`` over the rows ``[start, N)`` of X: a large memory-mapped X
+    (:data:`SCAN_MIN_N`+ rows) is read from its file (not faulted into the process), any other X
+    is sliced. A block may be a reused buffer: valid until the next one."""
+    if _scanned(X):
+        yield from _file_blocks(X, start, block_rows)
+        return
+    for s in range(start, len(X), block_rows):
+        yield s, np.ascontiguousarray(X[s:s + block_rows], dtype=np.float32)
+
+
+def blocked_topk(Q: np.ndarray, k: int, blocks: Iterator[tuple[int, np.ndarray]],
+                 allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-``k`` of ``Q`` over row blocks ``(start, block)``, merged block by block:
+    ``(scores [B, k], ids [B, k])`` best first, ties toward the lower row, ``-inf`` / -1 padding;
+    ``allowed`` (bool [N]) restricts the rows that may be returned."""
+    Q = np.ascontiguousarray(Q, dtype=np.float32)
+    best_ids = np.full((len(Q), k), -1, np.int64)
+    best = np.full((len(Q), k), -np.inf, np.float32)
+    for start, block in blocks:
+        sims = Q @ block.T
+        if allowed is not None:
+            sims[:, ~allowed[start:start + len(block)]] = -np.inf
+        ids, scores = topk_rows(sims, k)
+        cand_ids = np.concatenate([best_ids, np.where(ids >= 0, ids + start, -1)], axis=1)
+        cand = np.concatenate([best, scores], axis=1)
+        top, best = topk_rows(cand, k)
+        best_ids = np.take_along_axis(cand_ids, np.maximum(top, 0), axis=1)
+        best_ids[top < 0] = -1
+    return best, best_ids
+
+
+class BlockedInnerProductIndex:
+    """Exact inner-product top-k over a memory-mapped float32 ``.npy`` matrix, read from the file
+    in blocks of ``block_rows`` rows into one reused buffer; ``search`` is faiss-compatible
+    (``(scores [B, k], ids [B, k])``, best first, ties toward the lower row, -1 padding)."""
+
+    def __init__(self, X: np.memmap, block_rows: int = BLOCK_ROWS) -> None:
+        if not isinstance(X, np.memmap) or X.dtype != np.float32 or not X.flags.c_contiguous:
+            raise TypeError("BlockedInnerProductIndex needs a C-contiguous float32 np.memmap")
+        self.X = X
+        self.ntotal, self.d = X.shape
+        self.block_rows = int(block_rows)
+
+    def search(self, Q: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` per query; ``allowed`` (bool [ntotal]) restricts the rows that may be returned."""
+        return blocked_topk(Q, k, _file_blocks(self.X, 0, self.block_rows), allowed)
+
+
+def inner_product_index(X: np.ndarray) -> "faiss.Index | BlockedInnerProductIndex":
+    """faiss exact index, or the blocked file scan for a memory-mapped X of ``SCAN_MIN_N``+ rows."""
+    if _scanned(X):
+        return BlockedInnerProductIndex(X)
+    return exact_inner_product_index(X)
+
+
+def gather_rows(X: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``X[rows]`` (any shape of row ids; X's dtype). For a large memory-mapped X (:data:`SCAN_MIN_N`
+    rows or more, any dtype: the passages' float32 X, STITCH's float16 text embeddings) the rows are
+    read from the file (:func:`~hopgraph.engine.storage.read_rows`): faulting them in through the
+    mapping would map whole large page-cache folios (megabytes) around each row and leave them in
+    the process's resident set (issue 14: 2.2 GB of STITCH's text embeddings after one batch at 10⁶
+    passages)."""
+    rows = np.asarray(rows, np.int64)
+    return read_rows(X, rows) if _large_mapping(X) else np.asarray(X[rows])
+
+
+def _selector(allowed: np.ndarray) -> tuple[faiss.IDSelectorBitmap, np.ndarray]:
+    """A faiss ID selector for the True rows of ``allowed``, with the bit array it points into
+    (keep it alive while the selector is used)."""
+    bits = np.packbits(allowed, bitorder="little")
+    return faiss.IDSelectorBitmap(len(allowed), faiss.swig_ptr(bits)), bits
+
+
+def faiss_topk(index: faiss.Index, Q: np.ndarray, k: int, allowed: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """faiss search with hopgraph's padding convention (-1 / -inf); ``allowed`` (bool [ntotal])
+    restricts the result to those rows (a faiss ``IDSelectorBitmap``)."""
+    if len(Q) == 0:
+        return np.zeros((0, k), np.int64), np.zeros((0, k), np.float32)
+    Q = np.ascontiguousarray(Q, dtype=np.float32)
+    if allowed is None:
+        scores, ids = index.search(Q, k)
+    elif isinstance(index, BlockedInnerProductIndex):
+        scores, ids = index.search(Q, k, allowed)
+    else:
+        selector, _bits = _selector(allowed)
+        scores, ids = index.search(Q, k, params=faiss.SearchParameters(sel=selector))
+    ids = ids.astype(np.int64)
+    scores = np.where(ids >= 0, scores, PAD_SCORE).astype(np.float32)
+    return ids, scores
+
+
+def rescore_candidates(k: int, bits: int = 8) -> int:
+    """Candidates the IVF index proposes per query for an exact top-``k``:
+    ``max(RESCORE_FACTOR · k, k + extra)``, the extra rows :data:`RESCORE_MIN_EXTRA` from 8-bit codes
+    and four times as many from 4-bit ones, whose coarser scores put more of a small exact top-k
+    below the cut (top-10 overlap 0.95 with 26 candidates, 1.0 with 74, on the unit tests' data;
+    a top-128 needs no more than 8-bit codes do)."""
+    return max(RESCORE_FACTOR * k, k + RESCORE_MIN_EXTRA * (8 // bits) ** 2)
+
+
+def ivf_nlist(n: int) -> int:
+    """IVF cells for ``n`` rows: about ``NLIST_PER_SQRT_N · √n``, at most one per
+    :data:`MIN_POINTS_PER_LIST` rows, at least 1."""
+    return max(1, min(round(NLIST_PER_SQRT_N * math.sqrt(n)), n // MIN_POINTS_PER_LIST))
+
+
+def train_and_fill(index: faiss.IndexIVF, X: np.ndarray, seed: int = KMEANS_SEED) -> faiss.IndexIVF:
+    """Train a faiss IVF index on a seeded sample of X (``TRAIN_POINTS_PER_LIST`` rows a cell,
+    ``KMEANS_NITER`` k-means iterations; its codes too) and add every row, read in blocks
+    (:func:`row_blocks`: a large memory-mapped X is not faulted in). Returns ``index``."""
+    n = len(X)
+    sample = np.sort(np.random.default_rng(seed).choice(n, min(n, TRAIN_POINTS_PER_LIST * index.nlist), replace=False))
+    index.cp.niter, index.cp.seed = KMEANS_NITER, seed
+    index.cp.max_points_per_centroid = TRAIN_POINTS_PER_LIST
+    index.cp.min_points_per_centroid = 1      # only a warning below 39 (a one-cell index of a tiny X)
+    index.train(np.ascontiguousarray(gather_rows(X, sample), dtype=np.float32))
+    for _, block in row_blocks(X):
+        index.add(block)
+    return index
+
+
+class IVFIndex:
+    """Candidate generator: a faiss ``IndexIVFScalarQuantizer`` (inner product, ``bits``-bit
+    codes — :data:`CODE_BITS` — of the rows themselves, not of residuals) whose ids are the rows
+    of X. ``n_trained``: the rows its cells and quantiser were trained on
+    (:data:`RETRAIN_GROWTH`)."""
+
+    #: the arrays :meth:`arrays` returns and :meth:`from_arrays` reads
+    ARRAY_FILES = ("centroids", "sq", "offsets", "ids", "codes")
+
+    def __init__(self, index: faiss.IndexIVFScalarQuantizer, n_trained: int) -> None:
+        self.index, self.n_trained = index, int(n_trained)
+
+    @staticmethod
+    def _empty(d: int, nlist: int, bits: int = 8) -> faiss.IndexIVFScalarQuantizer:
+        index = faiss.IndexIVFScalarQuantizer(faiss.IndexFlatIP(d), d, nlist, CODE_BITS[bits],
+                                              faiss.METRIC_INNER_PRODUCT)
+        index.by_residual = False
+        return index
+
+    @classmethod
+    def build(cls, X: np.ndarray, seed: int = KMEANS_SEED, bits: int = 8) -> "IVFIndex":
+        """Train on a seeded sample of X (k-means cells, code ranges) and add every row, read in
+        blocks (:func:`row_blocks`: a large memory-mapped X is not faulted in)."""
+        return cls(train_and_fill(cls._empty(X.shape[1], ivf_nlist(len(X)), bits), X, seed), len(X))
+
+    @property
+    def bits(self) -> int:
+        """Bits a dimension of the stored codes (8 or 4)."""
+        return 4 if self.index.sq.qtype == CODE_BITS[4] else 8
+
+    @property
+    def ntotal(self) -> int:
+        return int(self.index.ntotal)
+
+    @property
+    def nlist(self) -> int:
+        return int(self.index.nlist)
+
+    def add(self, X: np.ndarray, start: int) -> None:
+        """Add the rows ``[start, N)`` of X (each to its nearest cell; nothing is re-trained)."""
+        if start != self.ntotal:
+            raise ValueError(f"IVF index holds {self.ntotal} rows; cannot add rows from {start}")
+        for _, block in row_blocks(X, start):
+            self.index.add(block)
+
+    def candidates(self, Q: np.ndarray, n: int, nprobe: int, allowed: np.ndarray | None = None) -> np.ndarray:
+        """Up to ``n`` candidate rows per query (int64 [B, n], -1 padding) from its ``nprobe``
+        nearest cells, only ``allowed`` rows (bool [ntotal]) when given."""
+        params = faiss.SearchParametersIVF()
+        params.nprobe = int(min(max(nprobe, 1), self.nlist))
+        _bits = None
+        if allowed is not None:
+            params.sel, _bits = _selector(allowed)
+        _, ids = self.index.search(np.ascontiguousarray(Q, dtype=np.float32), n, params=params)
+        return ids.astype(np.int64)
+
+    # ------------------------------------------------------------------ persistence
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The whole index as arrays: ``centroids`` [nlist, d], ``sq`` [2, d] (code minimum and
+        range per dimension), and the cells in order as ``offsets`` [nlist + 1] into ``ids`` [N]
+        and ``codes`` [N, faiss's ``code_size``] (uint8: d bytes a row at 8 bits, ⌈d / 2⌉ at 4)."""
+        index, d = self.index, self.index.d
+        invlists = index.invlists
+        sizes = np.array([invlists.list_size(c) for c in range(self.nlist)], np.int64)
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        ids = np.empty(self.ntotal, np.int64)
+        codes = np.empty((self.ntotal, index.code_size), np.uint8)
+        for c in range(self.nlist):
+            a, b = int(offsets[c]), int(offsets[c + 1])
+            if b > a:
+                ids[a:b] = faiss.rev_swig_ptr(invlists.get_ids(c), b - a)
+                codes[a:b] = faiss.rev_swig_ptr(invlists.get_codes(c), (b - a) * index.code_size).reshape(b - a, -1)
+        centroids = index.quantizer.reconstruct_n(0, self.nlist)
+        return {"centroids": centroids, "sq": faiss.vector_to_array(index.sq.trained).reshape(2, d),
+                "offsets": offsets, "ids": ids, "codes": codes}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], n_rows: int, d: int, n_trained: int,
+                    name: str = "IVF index", bits: int = 8) -> "IVFIndex":
+        """The index :meth:`arrays` saved, over ``n_rows`` rows of dimension ``d`` with ``bits``-bit
+        codes, validated: finite centroids and code ranges of dimension ``d``, cell offsets from 0
+        to ``n_rows``, ``ids`` a permutation of the rows, ``codes`` uint8 ``[n_rows, code_size]``
+        (faiss's bytes a code at that width; any byte is a valid code). IndexFormatError naming
+        the array otherwise."""
+        centroids = check_finite(arrays["centroids"], f"{name} centroids", (None, d))
+        nlist = len(centroids)
+        if nlist == 0:
+            raise IndexFormatError(f"{name} centroids: no cells")
+        sq = check_finite(arrays["sq"], f"{name} sq", (2, d))
+        offsets = check_indptr(arrays["offsets"], nlist, n_rows, f"{name} offsets")
+        ids = np.ascontiguousarray(check_ids(arrays["ids"], max(n_rows, 1), f"{name} ids", n_rows), dtype=np.int64)
+        if n_rows and (np.bincount(ids, minlength=n_rows) != 1).any():
+            raise IndexFormatError(f"{name} ids: not a permutation of the {n_rows} rows")
+        codes = arrays["codes"]
+        index = cls._empty(d, nlist, bits)
+        width = int(index.code_size)
+        if codes.dtype != np.uint8 or codes.shape != (n_rows, width):
+            raise IndexFormatError(f"{name} codes: shape {list(codes.shape)} dtype {codes.dtype}, "
+                                   f"expected [{n_rows}, {width}] uint8 ({bits}-bit codes)")
+        if not 1 <= n_trained <= max(n_rows, 1):
+            raise IndexFormatError(f"{name}: trained on {n_trained} rows, holds {n_rows}")
+        index.quantizer.add(np.ascontiguousarray(centroids, dtype=np.float32))
+        faiss.copy_array_to_vector(np.ascontiguousarray(sq, dtype=np.float32).ravel(), index.sq.trained)
+        index.is_trained = True
+        invlists = index.invlists
+        with RowReader(codes) as read:  # from the file: the mapped codes never become resident
+            for c in range(nlist):
+                a, b = int(offsets[c]), int(offsets[c + 1])
+                if b > a:
+                    cell_codes = read(a, b)  # held in a name: swig_ptr does not keep it alive
+                    invlists.add_entries(c, b - a, faiss.swig_ptr(ids[a:b]), faiss.swig_ptr(cell_codes))
+        index.ntotal = n_rows
+        return cls(index, n_trained)
+
+
+class DenseIndex:
+    """Cosine top-k over X: exact (faiss flat index, or the blocked file scan at scale), or IVF
+    candidates rescored exactly (module docstring); ``mode`` ``"auto"`` | ``"exact"`` | ``"ann"``
+    (None: :func:`dense_mode`); ``code_bits``: the width of the IVF codes a build makes (8, or 4
+    for half the memory: the candidates are rescored exactly either way). Each structure is
+    built at most once, on first use."""
+
+    def __init__(self, X: np.ndarray, mode: str | None = None, nprobe: int = DEFAULT_NPROBE,
+                 ivf: IVFIndex | None = None, code_bits: int = 8) -> None:
+        if code_bits not in CODE_BITS:
+            raise InputError(f"code_bits must be one of {sorted(CODE_BITS)}, got {code_bits!r}")
+        self.X, self.mode, self.nprobe, self.code_bits = X, dense_mode(mode), int(nprobe), int(code_bits)
+        self._index: "faiss.Index | BlockedInnerProductIndex | None" = None
+        self._ivf = ivf
+        #: seconds of each IVF build in this process (for reports and tests)
+        self.ivf_builds: list[float] = []
+
+    @property
+    def method(self) -> str:
+        """``"ann"`` when the IVF index answers the searches, else ``"exact"`` (:func:`dense_method`)."""
+        return dense_method(self.mode, len(self.X))
+
+    @property
+    def index(self) -> "faiss.Index | BlockedInnerProductIndex":
+        """The exact index (faiss flat copy of X, or the blocked file scan)."""
+        if self._index is None:
+            self._index = inner_product_index(self.X)
+        return self._index
+
+    @property
+    def ivf(self) -> IVFIndex:
+        """The IVF candidate index, built on first use (and again after :meth:`add` dropped it)."""
+        if self._ivf is None:
+            t0 = time.perf_counter()
+            self._ivf = IVFIndex.build(self.X, bits=self.code_bits)
+            self.ivf_builds.append(time.perf_counter() - t0)
+        return self._ivf
+
+    def topk(self, Q: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` rows per query (ids int64, scores float32; -1 / -inf padding), exact or from
+        the IVF candidates rescored exactly (:attr:`method`).
+
+        ``allowed`` (bool [N], None = every row) restricts the result to those rows, and ``k``
+        of them come back whenever ``k`` pass: a filter passing at most
+        :data:`SUBSET_MAX_FRACTION` of the rows scores only them (exact, ``Q @ X[rows]ᵀ``),
+        a wider one searches the whole index with a faiss ID selector."""
+        if allowed is not None:
+            rows = np.flatnonzero(allowed)
+            if len(rows) <= SUBSET_MAX_FRACTION * len(self.X):
+                return self._subset_topk(Q, k, rows)
+        if self.method == "exact":
+            return faiss_topk(self.index, Q, k, allowed)
+        return self._ann_topk(Q, k, allowed)
+
+    def _subset_topk(self, Q: np.ndarray, k: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top-``k`` among ``rows`` only (sorted row ids)."""
+        Q = np.asarray(Q, np.float32)
+        if len(rows) == 0 or len(Q) == 0:
+            return np.full((len(Q), k), PAD_ID, np.int64), np.full((len(Q), k), PAD_SCORE, np.float32)
+        cols, scores = topk_rows(Q @ self.rows(rows).T, k)
+        return np.where(cols >= 0, rows[np.maximum(cols, 0)], PAD_ID), scores
+
+    def _ann_topk(self, Q: np.ndarray, k: int, allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """IVF candidates (``nprobe / fraction passing`` cells under a filter), rescored exactly;
+        a query with fewer than ``min(k, rows passing)`` results gets the exact blocked scan."""
+        Q = np.ascontiguousarray(Q, dtype=np.float32)
+        if len(Q) == 0:
+            return np.zeros((0, k), np.int64), np.zeros((0, k), np.float32)
+        passing = len(self.X) if allowed is None else int(allowed.sum())
+        nprobe = self.nprobe if allowed is None else math.ceil(self.nprobe * len(self.X) / max(passing, 1))
+        cand = self.ivf.candidates(Q, rescore_candidates(k, self.ivf.bits), nprobe, allowed)
+        ids, scores = self._rescore(Q, cand, k)
+        short = np.flatnonzero((ids >= 0).sum(axis=1) < min(k, passing))
+        if len(short):
+            s_scores, s_ids = blocked_topk(Q[short], k, row_blocks(self.X), allowed)
+            ids[short], scores[short] = s_ids, s_scores
+        return ids, scores
+
+    def _rescore(self, Q: np.ndarray, cand: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top-``k`` of each query among its candidate rows ``cand`` [B, C] (-1 = none):
+        ``Q · X[cand]``, best first, ties toward the lower row."""
+        order = np.argsort(np.where(cand >= 0, cand, np.iinfo(np.int64).max), axis=1, kind="stable")
+        cand = np.take_along_axis(cand, order, axis=1)       # ascending rows: ties go to the lower one
+        sims = np.einsum("bd,bcd->bc", Q, self.rows(np.maximum(cand, 0)))
+        sims[cand < 0] = -np.inf
+        cols, scores = topk_rows(sims, k)
+        ids = np.take_along_axis(cand, np.maximum(cols, 0), axis=1)
+        return np.where(cols >= 0, ids, PAD_ID), scores
+
+    def add(self, X: np.ndarray, start: int) -> None:
+        """The index over ``X``, whose rows ``[start, N)`` are new (the others unchanged): a faiss
+        flat index already built gets the new rows added, a file scan is reopened on first use; a
+        built IVF index gets them added (re-trained on the next search once X has grown past
+        :data:`RETRAIN_GROWTH` times its training rows). A structure the new size no longer
+        uses (the flat copy once the IVF index takes over) is dropped."""
+        self.X = X
+        if self._index is not None and self.method == "exact" and not isinstance(
+                self._index, BlockedInnerProductIndex) and not _scanned(X):
+            self._index.add(np.ascontiguousarray(X[start:], dtype=np.float32))
+        else:
+            self._index = None
+        if self._ivf is not None:
+            if self.method == "ann" and self._ivf.ntotal == start and len(X) <= RETRAIN_GROWTH * self._ivf.n_trained:
+                self._ivf.add(X, start)
+            else:
+                self._ivf = None
+
+    def rows(self, rows: np.ndarray) -> np.ndarray:
+        """``X[rows]`` (any shape of row ids), read without faulting a large mapping in."""
+        return gather_rows(self.X, rows)
+
+    # ------------------------------------------------------------------ persistence
+    def save_ivf(self, directory: Path) -> dict[str, Any]:
+        """Write the IVF index under ``directory`` (built now if it was not yet, so a loaded index
+        never trains); returns its manifest entry. ``Components.save`` calls it when the IVF
+        index answers the searches (:attr:`method` ``"ann"``)."""
+        ivf = self.ivf
+        save_arrays(directory, ivf.arrays())
+        kind = next(k for k, bits in IVF_KINDS.items() if bits == ivf.bits)
+        return {"kind": kind, "rows": ivf.ntotal, "n_trained": ivf.n_trained, "nlist": ivf.nlist}
+
+    @classmethod
+    def load(cls, directory: Path, entry: dict[str, Any] | None, X: np.ndarray, mode: str | None = None,
+             code_bits: int = 8) -> "DenseIndex":
+        """A dense index over X with the IVF index :meth:`save_ivf` wrote (validated; not read when the
+        mode searches exactly — it would be dropped at the next save anyway). The saved kind
+        (``ivf-sq8`` / ``ivf-sq4``) gives the codes' width; ``code_bits`` is that of later builds."""
+        dense = cls(X, mode, code_bits=code_bits)
+        if entry is None or dense.method != "ann":
+            return dense
+        if entry.get("kind") not in IVF_KINDS or int(entry["rows"]) != len(X):
+            raise IndexFormatError(f"dense index in {directory}: kind {entry.get('kind')!r} over {entry.get('rows')} "
+                                   f"rows, expected one of {sorted(IVF_KINDS)} over {len(X)}")
+        if not directory.is_dir():
+            raise IndexFormatError(f"index component directory {directory} is missing")
+        arrays = load_arrays(directory, IVFIndex.ARRAY_FILES)
+        dense._ivf = IVFIndex.from_arrays(arrays, len(X), X.shape[1], int(entry["n_trained"]), str(directory),
+                                          IVF_KINDS[entry["kind"]])
+        return dense

@@ -1,0 +1,621 @@
+"""Topic / entity extraction for the STITCH topic hypergraph (SPEC §2, "Index").
+
+Two sources produce the same :class:`Extraction` (arrays, not Python objects):
+
+* :func:`extract` — hopgraph's default **zero-token** extractor (no language model).
+  Deterministic rules, applied to every passage (chunk) in corpus order:
+
+  1. **Topics** (hyperedges) are the sentences of the passage text. Sentences end at
+     ``. ! ?`` (optionally followed by closing quotes/brackets) followed by white
+     space and a non-lower-case character, except after a single letter
+     (``J. R. R. Tolkien``), a dotted acronym (``U.S.``) or a common abbreviation (``Mr``, ``St``, ``Inc``, ``Jan`` ...). A passage
+     with no sentence end is one topic.
+  2. **Entities** of a sentence:
+     * the **passage title** (when non-empty and ``title_entities=True``) is an
+       entity of every sentence of its passage — the passage is about it;
+     * **capitalised spans**: maximal runs of capitalised words separated only by
+       spaces or hyphens (or the dot of an initial, ``George T. Solomon``), which
+       may contain the lower-case connectors ``of the de del della da di la le von
+       van der den du y for`` (a connector must be followed by a capitalised word;
+       ``and`` never joins). Leading function words (``The``, ``In``, ``He`` ...)
+       are dropped; a possessive ``'s`` ends a span; a span left with only a
+       month/weekday name or a function word is dropped, and so is a one-word span
+       opening the sentence whose lower-case form occurs as a word elsewhere in
+       the corpus (``Originally``, ``Traditional``);
+     * **numbers** (``numbers=True``): digit tokens of 3+ digits (years, counts;
+       ``1,000`` is one token). Smaller numbers form huge, meaningless groups.
+  3. **Entity states** (nodes): one per (passage, canonical name) — the same name
+     mentioned in several sentences of a passage is one state that belongs to all
+     those hyperedges. Its **description** ψ(v) is the sentence (sentences joined
+     by a space, in order) that mention it; the title state's description is the
+     passage's embedding text ``"title: text"`` (shared with the chunk embedding).
+  4. **Canonical name** φ = :func:`canonical_name`: Unicode NFKC, casefold, a
+     trailing possessive removed, punctuation turned into spaces, white space
+     collapsed, leading articles (``the``, ``a``, ``an``) removed.
+
+  Cost: linear in the text length (pure Python regular expressions; the arrays are
+  assembled with numpy). The index builds it once and shares it (one per
+  ``(title_entities, numbers)`` pair, :mod:`hopgraph.engine.components.shared`) between
+  ``stitch``, ``ppr_binary`` and ``dmar``.
+
+* :func:`load_extractions` — extractions made elsewhere (e.g. by a language model)
+  as JSON lines, one chunk a line (SPEC §2)::
+
+      {"chunk_id": "...", "topics": [{"text": "...", "entities": [{"name": "...", "description": "..."}]}]}
+
+  Every problem is reported as an :class:`~hopgraph.engine.errors.InputError`
+  naming the file and line. Chunks without a line have no topics. An entity met
+  in several topics of a chunk is one state whose description joins the distinct
+  descriptions given.
+
+Texts (topic sentences and descriptions) are stored once in ``Extraction.texts``
+and referred to by index, so identical texts are embedded once. Their ids are
+prefix-stable: ordered by the first passage that creates or uses them, so the texts of
+the extraction of a corpus's first passages are the first texts of the whole corpus's.
+
+* :func:`extend_extraction` — live indexes (issue 13): the extraction of a corpus grown by
+  appended passages, from the old extraction and the new passages only (old ids kept; one
+  documented approximation for old passages until ``Index.compact()`` re-extracts).
+"""
+from __future__ import annotations
+
+import bisect
+import re
+from array import array
+import unicodedata
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .corpus import Corpus, PackedStrings, iter_jsonl
+from ..errors import InputError
+from ..storage import check_packed, check_utf8, pack_strings, release_pages
+
+#: lower-case words allowed inside a capitalised span (between capitalised words)
+CONNECTORS = frozenset("of the de del della da di la le von van der den du y for".split())
+#: capitalised words that are not entities on their own and are dropped at a span's start
+FUNCTION_WORDS = frozenset("""
+a an the in on at of for to from by with as and or but nor so yet if when while after before during
+since until unlike despite although though because however thus also then there here this that these
+those it its he she his her hers they them their we our you your i my me him us who whom whose which
+what where why how all some many most several each every both either neither no not one another other
+such first last later early late born is was are were be been has had have do does did can could will
+would may might must shall should according following located based known called named
+""".split())
+MONTHS_DAYS = frozenset("""
+january february march april may june july august september october november december
+monday tuesday wednesday thursday friday saturday sunday
+""".split())
+ABBREVIATIONS = frozenset("""
+mr mrs ms dr prof st jr sr inc co ltd corp no vs etc mt ft gen col lt sgt rev hon gov sen rep
+jan feb mar apr jun jul aug sep sept oct nov dec est approx fig vol pp ca
+""".split())
+ARTICLES = ("the ", "a ", "an ")
+
+_SENT_END = re.compile(r"[.!?][\"'”’)\]]*\s+")
+_WORD = re.compile(r"[^\W_](?:[\w&]|['’\-.](?=\w)|,(?=\d{3}))*")
+_NON_WORD = re.compile(r"[\W_]+")
+_LOWER_WORD = re.compile(r"(?<![\w'’\-])[a-z]+(?![\w'’\-])")
+_POSSESSIVE = re.compile(r"['’]s$", re.IGNORECASE)
+
+
+def canonical_name(name: str) -> str:
+    """φ: NFKC, casefold, possessive and punctuation removed, leading article dropped.
+
+    >>> canonical_name("The  Beatles'")
+    'beatles'
+    >>> canonical_name("Hello Love's")
+    'hello love'
+    """
+    s = unicodedata.normalize("NFKC", name).casefold().strip()
+    s = _POSSESSIVE.sub("", s)
+    s = _NON_WORD.sub(" ", s).strip()
+    for art in ARTICLES:
+        if s.startswith(art) and len(s) > len(art):
+            s = s[len(art):]
+            break
+    return s
+
+
+def split_sentences(text: str) -> list[str]:
+    """Topics of a passage: its sentences (rules in the module docstring), stripped, non-empty."""
+    out, start = [], 0
+    for m in _SENT_END.finditer(text):
+        before = text[start:m.start()].rsplit(None, 1)
+        last = before[-1].rstrip(".") if before else ""
+        word = _NON_WORD.sub("", last).lower()
+        if (len(word) <= 1 and not word.isdigit()) or word in ABBREVIATIONS or "." in last:
+            continue  # initial, abbreviation or dotted acronym (U.S.)
+        nxt = text[m.end():m.end() + 1]
+        if nxt and nxt.islower():
+            continue
+        out.append(text[start:m.end()].strip())
+        start = m.end()
+    tail = text[start:].strip()
+    if tail:
+        out.append(tail)
+    return [s for s in out if s]
+
+
+def _is_capitalised(word: str) -> bool:
+    return word[0].isupper() or (word[0].isdigit() and any(c.isupper() for c in word))
+
+
+def sentence_entities(sentence: str, numbers: bool = True, common_words: frozenset[str] | set[str] = frozenset()
+                      ) -> list[str]:
+    """Surface forms of the entities of one sentence (capitalised spans, numbers), in order.
+
+    ``common_words``: lower-case words of the corpus; a one-word span at the start of
+    the sentence that is such a word (``Originally``, ``Traditional``) is dropped.
+    """
+    words = list(_WORD.finditer(sentence))
+    found: list[str] = []
+    i, n = 0, len(words)
+    while i < n:
+        w = words[i].group()
+        if not _is_capitalised(w):
+            if numbers and w.replace(",", "").isdigit() and len(w.replace(",", "")) >= 3:
+                found.append(w)
+            i += 1
+            continue
+        span = [i]
+        j = i
+        while not _POSSESSIVE.search(words[j].group()) and j + 1 < n:
+            gap = sentence[words[j].end():words[j + 1].start()]
+            if len(words[j].group()) == 1 and gap.startswith("."):
+                gap = gap[1:]  # an initial: George T. Solomon
+            if gap.strip(" -"):
+                break
+            nw = words[j + 1].group()
+            if _is_capitalised(nw):
+                j += 1
+                span.append(j)
+                continue
+            if nw in CONNECTORS and j + 2 < n and _is_capitalised(words[j + 2].group()) \
+                    and not sentence[words[j + 1].end():words[j + 2].start()].strip(" -"):
+                span += [j + 1, j + 2]
+                j += 2
+                continue
+            break
+        tokens = [words[k].group() for k in span]
+        while tokens and tokens[0].lower() in FUNCTION_WORDS:
+            tokens.pop(0)
+        single = _POSSESSIVE.sub("", tokens[0].lower()) if len(tokens) == 1 else ""
+        if single and (single in MONTHS_DAYS or single in FUNCTION_WORDS or (span[0] == 0 and single in common_words)):
+            tokens = []
+        if tokens:
+            found.append(" ".join(tokens))
+        i = j + 1
+    return found
+
+
+@dataclass
+class Extraction:
+    """A topic hypergraph's raw extraction as arrays (SPEC §2).
+
+    Topics (hyperedges) ``e``: ``topic_chunk[e]`` and text ``texts[topic_text[e]]``.
+    Entity states (nodes) ``v``: chunk ``node_chunk[v]``, canonical name
+    ``names[node_name[v]]`` and description ``texts[node_text[v]]``.
+    Mentions (incidences, sorted by topic then node): state ``mention_node[m]``
+    occurs in topic ``mention_topic[m]`` — two states co-occur within a sentence
+    when they share a topic. ``names`` is the sorted canonical-name vocabulary;
+    ``texts`` holds every distinct topic/description text once.
+    """
+
+    n_chunks: int
+    topic_chunk: np.ndarray  # int32 [T]
+    topic_text: np.ndarray  # int32 [T]
+    node_chunk: np.ndarray  # int32 [V]
+    node_name: np.ndarray  # int32 [V]
+    node_text: np.ndarray  # int32 [V]
+    mention_node: np.ndarray  # int32 [M]
+    mention_topic: np.ndarray  # int32 [M]
+    names: Sequence[str]  # a list, or PackedStrings once loaded
+    texts: Sequence[str]
+    #: transient (not saved): the lower-case words of the corpus texts the extraction was made from
+    #: (:func:`extract`'s ``common`` set), kept so :func:`extend_extraction` need not rescan them
+    common_words: set[str] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def n_topics(self) -> int:
+        return len(self.topic_chunk)
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.node_chunk)
+
+    def name_ids(self) -> dict[str, int]:
+        """Canonical name → its id in ``names``."""
+        return {n: i for i, n in enumerate(self.names)}
+
+    def cooccurring_names(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Distinct unordered pairs of name ids co-occurring within a topic (sentence),
+        with the number of topics they share: ``(a int32, b int32, count int32)``, ``a < b``."""
+        t, nm = self.mention_topic.astype(np.int64), self.node_name[self.mention_node].astype(np.int64)
+        order = np.lexsort((nm, t))
+        t, nm = t[order], nm[order]
+        starts = np.flatnonzero(np.r_[True, t[1:] != t[:-1]])
+        sizes = np.diff(np.r_[starts, len(t)])
+        # every later mention of the same topic pairs with each mention (vectorised repeat)
+        pos = np.arange(len(t)) - np.repeat(starts, sizes)
+        later = np.repeat(sizes, sizes) - 1 - pos
+        total = int(later.sum())
+        if total == 0:
+            z = np.zeros(0, np.int32)
+            return z, z, z
+        src = np.repeat(np.arange(len(t)), later)
+        dst = src + 1 + np.arange(total) - np.repeat(np.cumsum(later) - later, later)
+        a, b = nm[src], nm[dst]
+        lo, hi = np.minimum(a, b), np.maximum(a, b)
+        keep = lo != hi
+        key = lo[keep] * len(self.names) + hi[keep]
+        uniq, counts = np.unique(key, return_counts=True)
+        return ((uniq // len(self.names)).astype(np.int32), (uniq % len(self.names)).astype(np.int32),
+                counts.astype(np.int32))
+
+    ARRAYS = ("topic_chunk", "topic_text", "node_chunk", "node_name", "node_text", "mention_node", "mention_topic")
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The extraction as named arrays (strings packed), for :func:`~hopgraph.engine.storage.save_arrays`."""
+        names_blob, names_offsets = pack_strings(self.names)
+        texts_blob, texts_offsets = pack_strings(self.texts)
+        return {**{a: getattr(self, a) for a in self.ARRAYS}, "names_blob": names_blob,
+                "names_offsets": names_offsets, "texts_blob": texts_blob, "texts_offsets": texts_offsets}
+
+    #: the files :meth:`arrays` gives (one ``.npy`` each when saved)
+    ARRAY_FILES = ARRAYS + ("names_blob", "names_offsets", "texts_blob", "texts_offsets")
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], n_chunks: int, where: str = "extraction") -> "Extraction":
+        """The inverse of :meth:`arrays` (validated; errors name ``where``). ``names`` and ``texts``
+        stay packed (:class:`~hopgraph.engine.components.corpus.PackedStrings` over the memory-mapped bytes,
+        a string decoded when read): a query never reads the texts, and at 10⁶ passages decoding
+        the 4·10⁶ of them cost 4 s and half a gigabyte at every load (issue 14)."""
+        ex = cls(n_chunks=n_chunks, **{a: np.asarray(arrays[a]) for a in cls.ARRAYS},
+                 names=packed(arrays["names_blob"], arrays["names_offsets"], f"{where}/names_*.npy"),
+                 texts=packed(arrays["texts_blob"], arrays["texts_offsets"], f"{where}/texts_*.npy")
+                 ).validate()
+        release_pages(*(arrays[a] for a in cls.ARRAYS))  # the checks read every page; a query reads few
+        return ex
+
+    def validate(self) -> "Extraction":
+        """Check array shapes and index ranges; InputError names the bad field."""
+        T, V = self.n_topics, self.n_nodes
+        checks = [("topic_chunk", self.topic_chunk, self.n_chunks), ("topic_text", self.topic_text, len(self.texts)),
+                  ("node_chunk", self.node_chunk, self.n_chunks), ("node_name", self.node_name, len(self.names)),
+                  ("node_text", self.node_text, len(self.texts)), ("mention_node", self.mention_node, V),
+                  ("mention_topic", self.mention_topic, T)]
+        for field, arr, bound in checks:
+            if arr.ndim != 1:
+                raise InputError(f"extraction field {field} must be 1-D")
+            if len(arr) and (arr.min() < 0 or arr.max() >= bound):
+                raise InputError(f"extraction field {field} has ids outside [0, {bound})")
+        if len(self.topic_text) != T or len(self.node_name) != V or len(self.node_text) != V \
+                or len(self.mention_topic) != len(self.mention_node):
+            raise InputError("extraction arrays have inconsistent lengths")
+        return self
+
+
+def packed(data: np.ndarray, offsets: np.ndarray, name: str) -> PackedStrings:
+    """Saved packed strings, structure and UTF-8 checked (IndexFormatError naming ``name``), kept packed."""
+    check_packed(data, offsets, name)
+    check_utf8(data, offsets, name)
+    return PackedStrings(data, offsets)
+
+
+class _Builder:
+    """Accumulates (chunk, topic, surface name, description) mentions and assembles arrays.
+
+    Text ids are **prefix-stable**: :meth:`build` orders the texts by the first chunk that
+    creates or uses them (within a chunk: the texts created while reading it, in creation order,
+    then the joined descriptions of its states, in state order), so the texts of an extraction
+    of passages ``[0, s)`` are the first texts of the extraction of any longer corpus with the
+    same mentions in those passages. ``base_texts`` seeds the builder with the texts of an
+    earlier extraction (:func:`extend_extraction`): they keep their ids, new texts follow.
+    """
+
+    def __init__(self, n_chunks: int, base_texts: Sequence[str] = ()) -> None:
+        self.n_chunks = n_chunks
+        self.texts: list[str] = list(base_texts)
+        self.text_ids: dict[str, int] = dict(zip(self.texts, range(len(self.texts))))
+        self.n_base = len(self.texts)
+        # sort key (chunk, phase, sequence) of each text created here (id - n_base): phase 0 =
+        # created while reading the chunk (sequence = id), phase 1 = a joined description (= node).
+        # Per-text and per-mention columns are typed arrays (8 bytes an entry, not a Python int
+        # object each) and a mention's name is the id of its distinct name (issue 14: memory at 10⁶)
+        self.key_chunk = array("q")
+        self.key_phase = array("q")
+        self.key_seq = array("q")
+        self.topic_chunk = array("q")
+        self.topic_text = array("q")
+        self.m_topic = array("q")
+        self.m_name = array("q")
+        self.m_desc = array("q")
+        self.name_ids: dict[str, int] = {}
+
+    def text(self, s: str, chunk: int, phase: int = 0, seq: int | None = None) -> int:
+        """Id of text ``s``, created if new, with sort key (``chunk``, ``phase``, ``seq``; default
+        its id). Chunks are read in increasing order, so only a joined description (``phase`` 1,
+        made after every chunk was read) can give an existing text a smaller key."""
+        i = self.text_ids.get(s)
+        if i is None:
+            i = self.text_ids[s] = len(self.texts)
+            self.texts.append(s)
+            self.key_chunk.append(chunk)
+            self.key_phase.append(phase)
+            self.key_seq.append(i if seq is None else seq)
+        elif phase and i >= self.n_base:
+            j = i - self.n_base
+            key = (chunk, phase, i if seq is None else seq)
+            if key < (self.key_chunk[j], self.key_phase[j], self.key_seq[j]):
+                self.key_chunk[j], self.key_phase[j], self.key_seq[j] = key
+        return i
+
+    def topic(self, chunk: int, text: str) -> int:
+        self.topic_chunk.append(chunk)
+        self.topic_text.append(self.text(text, chunk))
+        return len(self.topic_chunk) - 1
+
+    def mention(self, topic: int, phi: str, description: int) -> None:
+        self.m_topic.append(topic)
+        i = self.name_ids.get(phi)
+        if i is None:
+            i = self.name_ids[phi] = len(self.name_ids)
+        self.m_name.append(i)
+        self.m_desc.append(description)
+
+    def _sorted_names(self) -> tuple[list[str], np.ndarray]:
+        """The distinct mention names in sorted order and each mention's index in it."""
+        names = list(self.name_ids)
+        order = sorted(range(len(names)), key=names.__getitem__)
+        rank = np.empty(len(names), np.int64)
+        rank[order] = np.arange(len(names))
+        return [names[i] for i in order], rank[np.frombuffer(self.m_name, np.int64)]
+
+    def _order_texts(self) -> np.ndarray:
+        """Sort the texts created here by their key (class docstring); returns old id → new id."""
+        n_new = len(self.texts) - self.n_base
+        remap = np.arange(len(self.texts), dtype=np.int64)
+        order = np.lexsort((np.asarray(self.key_seq, np.int64), np.asarray(self.key_phase, np.int64),
+                            np.asarray(self.key_chunk, np.int64))) if n_new else np.zeros(0, np.int64)
+        if (order != np.arange(n_new)).any():
+            remap[self.n_base + order] = np.arange(self.n_base, len(self.texts))
+            moved = [self.texts[self.n_base + o] for o in order.tolist()]
+            self.texts[self.n_base:] = moved
+            for k, t in enumerate(moved):
+                self.text_ids[t] = self.n_base + k
+        return remap
+
+    def build(self) -> Extraction:
+        topic_chunk = np.asarray(self.topic_chunk, np.int32)
+        m_topic = np.frombuffer(self.m_topic, np.int64)
+        names, m_name = self._sorted_names()
+        m_chunk = topic_chunk[m_topic].astype(np.int64) if len(m_topic) else np.zeros(0, np.int64)
+        n_names = max(len(names), 1)
+        state_key = m_chunk * n_names + m_name
+        keys, m_node = np.unique(state_key, return_inverse=True)
+        m_node = m_node.astype(np.int64)
+        # description of a state: its distinct mention descriptions, joined in mention order
+        node_text = np.zeros(len(keys), np.int64)
+        order = np.lexsort((np.arange(len(m_node)), m_node))
+        if len(order):
+            starts = np.flatnonzero(np.r_[True, m_node[order][1:] != m_node[order][:-1]])
+            sizes = np.diff(np.r_[starts, len(order)])
+            m_desc = np.frombuffer(self.m_desc, np.int64)
+            node_text[:] = m_desc[order[starts]]
+            m_desc = m_desc[order]
+            differ = np.maximum.reduceat(m_desc, starts) != np.minimum.reduceat(m_desc, starts)
+            for v in np.flatnonzero(differ):  # only states with several distinct descriptions are joined
+                ids = list(dict.fromkeys(m_desc[starts[v]:starts[v] + sizes[v]].tolist()))
+                if len(ids) > 1:
+                    node_text[v] = self.text(" ".join(self.texts[i] for i in ids), int(keys[v] // n_names),
+                                             phase=1, seq=int(v))
+        remap = self._order_texts()
+        # incidences: distinct (topic, node), sorted by topic then node
+        inc = np.unique(m_topic * max(len(keys), 1) + m_node)
+        mention_topic = inc // max(len(keys), 1)
+        mention_node = inc % max(len(keys), 1)
+        return Extraction(
+            n_chunks=self.n_chunks,
+            topic_chunk=topic_chunk,
+            topic_text=remap[np.asarray(self.topic_text, np.int64)].astype(np.int32),
+            node_chunk=(keys // n_names).astype(np.int32),
+            node_name=(keys % n_names).astype(np.int32),
+            node_text=remap[node_text].astype(np.int32),
+            mention_node=mention_node.astype(np.int32),
+            mention_topic=mention_topic.astype(np.int32),
+            names=names,
+            texts=self.texts,
+        ).validate()
+
+
+def lower_words(texts: Iterable[str]) -> set[str]:
+    """The lower-case words occurring in ``texts`` (the ``common`` words of :func:`extract`)."""
+    out: set[str] = set()
+    for text in texts:
+        out.update(_LOWER_WORD.findall(text))
+    return out
+
+
+def _read_passages(b: _Builder, corpus: Corpus, start: int, title_entities: bool, numbers: bool,
+                   common: set[str], progress: bool) -> None:
+    """Feed passages ``[start, N)`` of ``corpus`` to ``b`` by the zero-token rules (module
+    docstring, SPEC §2 "Index" steps 1–3), ``common`` being the corpus's lower-case words."""
+    from tqdm.auto import tqdm
+
+    emb_texts = corpus.embedding_texts(start)
+    for c in tqdm(range(start, len(corpus)), desc="extract topics/entities", disable=not progress, unit="passage"):
+        title = corpus.titles[c]
+        phi_title = canonical_name(title) if title_entities and title else ""
+        title_desc = b.text(emb_texts[c - start], c) if phi_title else -1
+        for sentence in split_sentences(corpus.texts[c]):
+            e = b.topic(c, sentence)
+            desc = b.text_ids[sentence]
+            if phi_title:
+                b.mention(e, phi_title, title_desc)
+            for surface in sentence_entities(sentence, numbers, common):
+                phi = canonical_name(surface)
+                if phi and phi != phi_title:
+                    b.mention(e, phi, desc)
+
+
+def extract(corpus: Corpus, title_entities: bool = True, numbers: bool = True,
+            progress: bool = False) -> Extraction:
+    """The zero-token extractor (rules in the module docstring); deterministic."""
+    common = lower_words(corpus.texts)
+    b = _Builder(len(corpus))
+    _read_passages(b, corpus, 0, title_entities, numbers, common, progress)
+    ex = b.build()
+    ex.common_words = common
+    return ex
+
+
+def load_extractions(path: str | Path, corpus: Corpus) -> Extraction:
+    """Read SPEC §2 JSON lines for ``corpus``; InputError names the file and line of each problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"extraction file {path} does not exist")
+    b = _Builder(len(corpus))
+    seen: dict[int, int] = {}
+    records: list[tuple[int, int, list]] = []
+    for lineno, rec in iter_jsonl(path):
+        where = f"{path} line {lineno}"
+        if "chunk_id" not in rec:
+            raise InputError(f"{where}: missing field 'chunk_id'")
+        cid = rec["chunk_id"]
+        if not isinstance(cid, (str, int)) or isinstance(cid, bool):
+            raise InputError(f"{where}: 'chunk_id' must be a string or integer")
+        try:
+            c = corpus.position(str(cid))
+        except KeyError:
+            raise InputError(f"{where}: chunk_id {cid!r} is not a passage of the corpus") from None
+        if c in seen:
+            raise InputError(f"{where}: chunk_id {cid!r} repeated (first on line {seen[c]})")
+        seen[c] = lineno
+        topics = rec.get("topics")
+        if not isinstance(topics, list):
+            raise InputError(f"{where}: 'topics' must be a list")
+        records.append((c, lineno, topics))
+    records.sort(key=lambda r: r[0])  # chunk order t(c), whatever the file order
+    for c, lineno, topics in records:
+        where = f"{path} line {lineno}"
+        for ti, topic in enumerate(topics):
+            if not isinstance(topic, dict):
+                raise InputError(f"{where}: topic {ti} must be an object")
+            text = topic.get("text")
+            if not isinstance(text, str) or not text.strip():
+                raise InputError(f"{where}: topic {ti} needs a non-empty string 'text'")
+            entities = topic.get("entities", [])
+            if not isinstance(entities, list):
+                raise InputError(f"{where}: topic {ti} 'entities' must be a list")
+            e = b.topic(c, text.strip())
+            for ei, ent in enumerate(entities):
+                if not isinstance(ent, dict):
+                    raise InputError(f"{where}: topic {ti} entity {ei} must be an object")
+                name, desc = ent.get("name"), ent.get("description", text)
+                if not isinstance(name, str) or not canonical_name(name):
+                    raise InputError(f"{where}: topic {ti} entity {ei} needs a non-empty string 'name'")
+                if not isinstance(desc, str) or not desc.strip():
+                    raise InputError(f"{where}: topic {ti} entity {ei} 'description' must be a non-empty string")
+                b.mention(e, canonical_name(name), b.text(desc.strip(), c))
+    return b.build()
+
+
+def query_names(texts: Sequence[str], name_ids: dict[str, int], max_words: int = 6,
+                stop: Iterable[str] = ()) -> list[np.ndarray]:
+    """Name ids mentioned by each query: every word n-gram (n ≤ ``max_words``) of the
+    canonical query text that is a canonical name of the vocabulary (minus ``stop``).
+
+    Used for query-side entity matching (binary PPR seeds, SPEC §2 baseline).
+    """
+    stop = set(stop)
+    out = []
+    for text in texts:
+        words = canonical_name(text).split()
+        ids = set()
+        for n in range(1, max_words + 1):
+            for s in range(len(words) - n + 1):
+                phrase = " ".join(words[s:s + n])
+                i = name_ids.get(phrase)
+                if i is not None and phrase not in stop:
+                    ids.add(i)
+        out.append(np.asarray(sorted(ids), np.int32))
+    return out
+
+
+def extend_extraction(old: Extraction, corpus: Corpus, start: int, title_entities: bool = True,
+                      numbers: bool = True, progress: bool = False) -> Extraction:
+    """The extraction of ``corpus`` after passages ``[start, N)`` were appended to the corpus
+    ``old`` was extracted from (issue 13, SPEC §2 "Index" steps 1–4 on the new passages only).
+
+    Only the new passages are read (the rules of :func:`extract`); the result is merged with
+    ``old``, which is not changed: the old chunks keep their topics, states, mentions and
+    descriptions; ``old.texts`` keep their ids and the new distinct texts follow them (so
+    embeddings computed for the old texts stay valid by index; a new passage repeating an old
+    text shares its id); ``names`` stays the sorted vocabulary (``node_name`` remapped) and nodes
+    stay sorted by (chunk, name). Cost: the new passages' extraction, plus array merges linear in
+    the extraction and a dict over ``old.texts``; the corpus's lower-case words are rescanned only
+    when ``old`` does not carry them (``common_words`` is not saved: the first add after
+    ``Index.load`` reads the old texts once).
+
+    **Approximation (until** ``Index.compact()`` **):** :func:`extract` drops a one-word span
+    opening a sentence whose lower-case form occurs as a word anywhere in the corpus
+    (``common`` words). The new passages use the words of the whole grown corpus, but the old
+    passages are not re-read: a word first written in lower case by a new passage does not
+    remove the entity that a one-word sentence-initial span of an old passage (``Traditional``)
+    made. Whenever the new passages bring no such word, the result equals ``extract(corpus)``
+    (arrays, names and texts, given an ``old`` made by :func:`extract`). ``start == N`` returns
+    ``old`` itself.
+    """
+    if not 0 <= start <= len(corpus) or old.n_chunks != start:
+        raise InputError(f"extend_extraction: the old extraction covers {old.n_chunks} passages, "
+                         f"start is {start} of {len(corpus)}")
+    if start == len(corpus):
+        return old
+    common = set(old.common_words) if old.common_words is not None else lower_words(corpus.texts[:start])
+    common |= lower_words(corpus.texts[start:])
+    b = _Builder(len(corpus), old.texts)
+    _read_passages(b, corpus, start, title_entities, numbers, common, progress)
+    new = b.build()  # nodes / topics / names local to the new passages; texts already merged
+    names, old_map, new_map = merge_names(old.names, new.names)
+    ex = Extraction(
+        n_chunks=len(corpus),
+        topic_chunk=np.concatenate([old.topic_chunk, new.topic_chunk]).astype(np.int32),
+        topic_text=np.concatenate([old.topic_text, new.topic_text]).astype(np.int32),
+        node_chunk=np.concatenate([old.node_chunk, new.node_chunk]).astype(np.int32),
+        node_name=np.concatenate([old_map[np.asarray(old.node_name, np.int64)],
+                                  new_map[new.node_name.astype(np.int64)]]).astype(np.int32),
+        node_text=np.concatenate([old.node_text, new.node_text]).astype(np.int32),
+        mention_node=np.concatenate([old.mention_node, new.mention_node + old.n_nodes]).astype(np.int32),
+        mention_topic=np.concatenate([old.mention_topic, new.mention_topic + old.n_topics]).astype(np.int32),
+        names=names,
+        texts=new.texts,
+    ).validate()
+    ex.common_words = common
+    return ex
+
+
+def merge_names(old: list[str], new: list[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Merge two sorted vocabularies (code-point order, as ``np.unique`` sorts them): returns the
+    sorted union and the int64 maps old id → union id, new id → union id. Cost: a binary search per
+    new name and a list copy of the old ones."""
+    pos = np.fromiter((bisect.bisect_left(old, n) for n in new), np.int64, len(new))
+    present = np.fromiter((p < len(old) and old[p] == n for p, n in zip(pos.tolist(), new)), bool, len(new))
+    ins = np.flatnonzero(~present)
+    ins_pos = pos[ins]  # non-decreasing: ``new`` is sorted
+    old_map = np.arange(len(old), dtype=np.int64) + np.searchsorted(ins_pos, np.arange(len(old)), side="right")
+    new_map = np.empty(len(new), np.int64)
+    new_map[present] = old_map[pos[present]]
+    new_map[ins] = ins_pos + np.arange(len(ins))
+    if not len(ins):
+        return list(old), old_map, new_map
+    merged: list[str] = []
+    prev = 0
+    for p, k in zip(ins_pos.tolist(), ins.tolist()):
+        merged.extend(old[prev:p])
+        merged.append(new[k])
+        prev = p
+    merged.extend(old[prev:])
+    return merged, old_map, new_map

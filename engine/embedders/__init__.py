@@ -1,0 +1,1 @@
+"""Embedders: text to L2-normalised float32 rows."""

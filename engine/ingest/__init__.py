@@ -1,0 +1,2 @@
+"""Getting passages and embeddings in: file readers, chunking, precomputed embedding files,
+streamed embedding to disk."""

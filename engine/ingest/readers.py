@@ -1,0 +1,390 @@
+"""Corpus readers: the formats people already have, read as a corpus's columns.
+
+:func:`read_columns` (behind :func:`hopgraph.engine.components.corpus.read_corpus` / ``hopgraph.read_corpus``
+and :meth:`Corpus.coerce <hopgraph.engine.components.corpus.Corpus.coerce>`; this module imports nothing of
+:mod:`~hopgraph.engine.components.corpus`, which imports it) detects the format from the path (and, for an unknown extension, the content):
+
+* ``.jsonl`` / ``.ndjson`` — JSON lines: hopgraph's ``{"id", "title", "text"}`` (read by
+  :meth:`Corpus.from_jsonl`), BEIR's ``{"_id", "title", "text"}``, Pyserini's ``{"id", "contents"}``;
+* ``.json`` — a JSON array of such records (a ``.json`` file that starts with ``{`` is read as JSON lines);
+* ``.csv`` / ``.tsv`` — a header row, then one passage per row (the :mod:`csv` module; quoted
+  fields may span lines);
+* ``.parquet`` — needs ``pyarrow`` (``pip install hopgraph[parquet]``);
+* a folder — every ``.txt`` and ``.md`` file below it (hidden files and folders skipped), sorted by
+  path: id = the path relative to the folder with forward slashes, title = the first ATX Markdown
+  heading (``# Title``) of a ``.md`` file, else the file name without its extension, text = the content.
+
+Fields are detected from the first record: id ``id``, ``_id``, ``docid`` or ``doc_id``; text
+``text``, ``contents``, ``content`` or ``body``; title ``title`` (optional). ``id_field``,
+``title_field`` and ``text_field`` override the detection. ``metadata_fields`` chooses which other
+fields become the passage's metadata (default: all other fields; a ``"metadata"`` field holding an
+object contributes its keys). Every error is an :class:`InputError` naming the file and the line
+(JSON, CSV) or row (Parquet): malformed JSON, a missing or empty id or text, a duplicate id (with
+the line of the first one), a CSV row with the wrong number of fields, text that is not UTF-8.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
+
+from ..errors import InputError
+
+ID_FIELDS = ("id", "_id", "docid", "doc_id")
+TEXT_FIELDS = ("text", "contents", "content", "body")
+TITLE_FIELDS = ("title",)
+FOLDER_SUFFIXES = (".txt", ".md")
+FORMATS = ("jsonl", "json", "csv", "tsv", "parquet", "folder")
+_SUFFIX_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv",
+                   ".parquet": "parquet"}
+
+
+class Columns(NamedTuple):
+    """A corpus read from a file, as the arguments of ``Corpus(ids, titles, texts, source, metadata)``
+    (ids unique and texts non-empty: checked while reading, errors naming the line)."""
+
+    ids: tuple[str, ...]
+    titles: tuple[str, ...]
+    texts: tuple[str, ...]
+    source: str
+    metadata: tuple[str, ...]
+
+
+def read_columns(path: str | Path, id_field: str | None = None, title_field: str | None = None,
+                 text_field: str | None = None, metadata_fields: Sequence[str] | None = None) -> Columns | None:
+    """Read the corpus at ``path`` (a file or a folder of ``.txt``/``.md`` files; format detected,
+    see the module docstring). ``id_field``/``title_field``/``text_field`` name the fields to use;
+    ``metadata_fields`` the fields kept as metadata (default all others; ``[]`` for none).
+    Returns None for hopgraph's own JSON lines read with default fields (for
+    :meth:`Corpus.from_jsonl`, which reads them the one canonical way). Raises
+    :class:`InputError` naming the file and the line or row of the first problem."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"corpus {path} does not exist")
+    if metadata_fields is not None:
+        if isinstance(metadata_fields, str) or not all(isinstance(f, str) for f in metadata_fields):
+            raise InputError(f"metadata_fields must be a list of field names, got {metadata_fields!r}")
+        metadata_fields = list(metadata_fields)
+    for name, value in (("id_field", id_field), ("title_field", title_field), ("text_field", text_field)):
+        if value is not None and (not isinstance(value, str) or not value):
+            raise InputError(f"{name} must be a non-empty field name, got {value!r}")
+    fmt = detect_format(path)
+    if fmt == "folder":
+        if any(v is not None for v in (id_field, title_field, text_field, metadata_fields)):
+            raise InputError(f"corpus {path} is a folder of text files: id, title and text come from each "
+                             "file (field options apply to JSON, CSV and Parquet corpora)")
+        return read_folder(path)
+    fields = FieldMap(id_field, title_field, text_field, metadata_fields)
+    if fmt == "jsonl":
+        if fields.default and _is_hopgraph_jsonl(path):
+            return None
+        return _build(path, _iter_jsonl(path), fields)
+    if fmt == "json":
+        return _build(path, _iter_json_array(path), fields)
+    if fmt in ("csv", "tsv"):
+        return _build(path, _iter_csv(path, "\t" if fmt == "tsv" else ","), fields)
+    return _build(path, _iter_parquet(path), fields)
+
+
+def detect_format(path: Path) -> str:
+    """One of :data:`FORMATS` for ``path``: a folder, the extension, else the first non-blank
+    character (``[`` a JSON array, ``{`` JSON lines); InputError for anything else."""
+    if path.is_dir():
+        return "folder"
+    if not path.is_file():
+        raise InputError(f"corpus {path} is not a file or a folder")
+    fmt = _SUFFIX_FORMATS.get(path.suffix.lower())
+    if fmt not in (None, "json"):
+        return fmt
+    with open(path, "rb") as f:
+        head = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    if head.startswith(b"["):
+        return "json"
+    if head.startswith(b"{"):
+        return "jsonl"
+    raise InputError(f"corpus {path}: unknown format (expected .jsonl, .json, .csv, .tsv or .parquet, or a "
+                     "folder of .txt/.md files)" if fmt is None else
+                     f"{path}: expected a JSON array of records or JSON lines")
+
+
+class FieldMap:
+    """The field names chosen for a corpus file: given ones, the rest detected from the first record."""
+
+    def __init__(self, id_field: str | None, title_field: str | None, text_field: str | None,
+                 metadata_fields: list[str] | None) -> None:
+        self.id, self.title, self.text, self.metadata = id_field, title_field, text_field, metadata_fields
+        self.default = all(v is None for v in (id_field, title_field, text_field, metadata_fields))
+        self.seen_metadata: set[str] = set()
+
+    def resolve(self, keys: Iterable[str], where: str) -> None:
+        """Detect the fields not given from the first record's ``keys`` (InputError if none fits)."""
+        keys = list(keys)
+        if self.id is None:
+            self.id = next((k for k in ID_FIELDS if k in keys), None)
+            if self.id is None:
+                raise InputError(f"{where}: no id field (looked for {', '.join(ID_FIELDS)}; found "
+                                 f"{', '.join(map(str, keys)) or 'none'}); name it with id_field / --id-field")
+        if self.text is None:
+            self.text = next((k for k in TEXT_FIELDS if k in keys), None)
+            if self.text is None:
+                raise InputError(f"{where}: no text field (looked for {', '.join(TEXT_FIELDS)}; found "
+                                 f"{', '.join(map(str, keys)) or 'none'}); name it with text_field / "
+                                 "--text-field")
+        if self.title is None:
+            self.title = next((k for k in TITLE_FIELDS if k in keys and k not in (self.id, self.text)), "")
+        if self.id == self.text:
+            raise InputError(f"{where}: the id field and the text field are both {self.id!r}")
+
+    def metadata_of(self, rec: Mapping[str, Any]) -> str:
+        """The record's metadata as a JSON object string (``""`` for none)."""
+        core = (self.id, self.title, self.text)
+        names = self.metadata if self.metadata is not None else [k for k in rec if k not in core]
+        meta: dict[str, Any] = {}
+        for k in names:
+            if k not in rec or k in core:
+                continue
+            self.seen_metadata.add(k)
+            v = rec[k]
+            if k == "metadata" and isinstance(v, Mapping):
+                meta.update(v)
+            elif v is not None:
+                meta[k] = v
+        return json.dumps(meta, ensure_ascii=False, sort_keys=True, default=str) if meta else ""
+
+
+def _build(path: Path, records: Iterator[tuple[str, Mapping[str, Any]]], fields: FieldMap) -> Columns:
+    """A corpus from ``(location, record)`` pairs, each record checked and named by its location."""
+    ids, titles, texts, meta = [], [], [], []
+    first: dict[str, str] = {}
+    for where, rec in records:
+        where = f"{path} {where}"
+        if fields.text is None or fields.id is None:
+            fields.resolve(rec.keys(), where)
+        pid, title, text = _fields(rec, fields, where)
+        if pid in first:
+            raise InputError(f"{where}: duplicate id {pid!r} (first seen on {first[pid]})")
+        first[pid] = where[len(str(path)) + 1:]
+        ids.append(pid), titles.append(title), texts.append(text), meta.append(fields.metadata_of(rec))
+    if not ids:
+        raise InputError(f"corpus file {path} holds no passages")
+    if fields.metadata is not None:
+        missing = [f for f in fields.metadata if f not in fields.seen_metadata and
+                   f not in (fields.id, fields.title, fields.text)]
+        if missing:
+            raise InputError(f"{path}: metadata field(s) {', '.join(map(repr, missing))} appear in no record")
+    return Columns(tuple(ids), tuple(titles), tuple(texts), str(path), tuple(meta))
+
+
+def _fields(rec: Mapping[str, Any], fields: FieldMap, where: str) -> tuple[str, str, str]:
+    """(id, title, text) of one record, checked (InputError naming ``where`` and the field)."""
+    if fields.id not in rec or rec[fields.id] is None or rec[fields.id] == "":
+        raise InputError(f"{where}: missing id (field {fields.id!r})")
+    if fields.text not in rec or rec[fields.text] is None:
+        raise InputError(f"{where}: missing text (field {fields.text!r})")
+    pid, text = rec[fields.id], rec[fields.text]
+    title = rec.get(fields.title) if fields.title else None
+    if isinstance(pid, bool) or not isinstance(pid, (str, int)):
+        raise InputError(f"{where}: id (field {fields.id!r}) must be a string or an integer, got {pid!r}")
+    if not isinstance(text, str):
+        raise InputError(f"{where}: text (field {fields.text!r}) must be a string, got {type(text).__name__}")
+    if not text.strip():
+        raise InputError(f"{where}: empty text for id {pid!r}")
+    if title is None:
+        title = ""
+    elif not isinstance(title, str):
+        raise InputError(f"{where}: title (field {fields.title!r}) must be a string, got {type(title).__name__}")
+    for name, value in (("id", pid), ("title", title), ("text", text)):
+        if isinstance(value, str):
+            _check_unicode(value, f"{where}: {name}")
+    return str(pid), title, text
+
+
+def _is_hopgraph_jsonl(path: Path) -> bool:
+    """True when the first record of a JSON-lines file has ``id`` and ``text`` (hopgraph's own
+    format, read by :meth:`Corpus.from_jsonl`); also True for an empty or malformed first line, so
+    that ``from_jsonl`` reports it."""
+    try:
+        for _, rec in _iter_jsonl(path):
+            return "id" in rec and "text" in rec
+    except InputError:
+        return True
+    return True
+
+
+def _decode_lines(path: Path) -> Iterator[str]:
+    """The lines of a text file decoded as UTF-8 one at a time (byte-order mark skipped);
+    InputError naming the file and line for bytes that are not UTF-8."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                yield raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError(f"{path} line {lineno}: not valid UTF-8 text (byte 0x{raw[e.start]:02x} at "
+                                 f"byte {e.start + 1} of the line); save the file as UTF-8") from None
+
+
+def _iter_jsonl(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """``("line N", object)`` for each non-blank line of a JSON-lines file; InputError naming the
+    file and line for invalid UTF-8, invalid JSON or a line that is not an object."""
+    for lineno, line in enumerate(_decode_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{path} line {lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(obj, dict):
+            raise InputError(f"{path} line {lineno}: expected a JSON object, got {type(obj).__name__}")
+        yield f"line {lineno}", obj
+
+
+def _check_unicode(value: str, where: str) -> None:
+    """``value`` must be encodable as UTF-8 (a JSON escape such as ``"\\ud800"`` gives a lone surrogate)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InputError(f"{where}: not valid Unicode text (lone surrogate U+{ord(value[e.start]):04X} at "
+                         f"character {e.start})") from None
+
+
+def _read_text(path: Path) -> str:
+    """A whole UTF-8 text file; InputError naming the file and line of the first bad byte."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise InputError(f"{path} line {line}: not valid UTF-8 text (byte 0x{raw[e.start]:02x}); "
+                         "save the file as UTF-8") from None
+
+
+def _iter_json_array(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """``("line N", record)`` for each element of a JSON array (N: the line the element starts on)."""
+    text = _read_text(path)
+    decoder = json.JSONDecoder()
+    ws = re.compile(r"\s*")
+
+    def line_of(pos: int) -> int:
+        return text.count("\n", 0, pos) + 1
+
+    def fail(pos: int, what: str) -> InputError:
+        return InputError(f"{path} line {line_of(pos)}: invalid JSON ({what})")
+
+    pos = ws.match(text, 0).end()
+    if not text.startswith("[", pos):
+        raise fail(pos, "expected a JSON array of records")
+    pos = ws.match(text, pos + 1).end()
+    if text.startswith("]", pos):
+        return
+    line, line_pos = 1, 0
+    while True:
+        try:
+            obj, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{path} line {e.lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+        line += text.count("\n", line_pos, pos)
+        line_pos = pos
+        if not isinstance(obj, dict):
+            raise InputError(f"{path} line {line}: expected a JSON object, got {type(obj).__name__}")
+        yield f"line {line}", obj
+        pos = ws.match(text, end).end()
+        if text.startswith(",", pos):
+            pos = ws.match(text, pos + 1).end()
+        elif text.startswith("]", pos):
+            if ws.match(text, pos + 1).end() != len(text):
+                raise fail(ws.match(text, pos + 1).end(), "extra data after the array")
+            return
+        else:
+            raise fail(pos, "expected ',' or ']' after a record")
+
+
+def _iter_csv(path: Path, delimiter: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """``("line N", {column: value})`` for each data row of a CSV/TSV file with a header row
+    (N: the line the row starts on; blank lines skipped). Rows with another number of fields
+    than the header raise InputError."""
+    old_limit = csv.field_size_limit()
+    csv.field_size_limit(2**31 - 1)  # long documents (to be chunked) exceed the default 128 KiB per field
+    try:
+        reader = csv.reader(_decode_lines(path), delimiter=delimiter)
+        start = 1
+        try:
+            header = next(reader, None)
+            if header is None:
+                raise InputError(f"corpus file {path} is empty (expected a header row)")
+            if len(set(header)) != len(header) or any(not h.strip() for h in header):
+                raise InputError(f"{path} line 1: the header row must name every column once, got {header}")
+            start = reader.line_num + 1
+            for row in reader:
+                where = f"line {start}"
+                start = reader.line_num + 1
+                if not row:
+                    continue
+                if len(row) != len(header):
+                    raise InputError(f"{path} {where}: {len(row)} field(s), the header has {len(header)}")
+                yield where, dict(zip(header, row))
+        except csv.Error as e:
+            raise InputError(f"{path} line {start}: malformed {'TSV' if delimiter == chr(9) else 'CSV'} "
+                             f"row ({e})") from None
+    finally:
+        csv.field_size_limit(old_limit)
+
+
+def _iter_parquet(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """``("row N", record)`` for each row of a Parquet file (N from 1), read in batches."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise InputError(f"corpus {path}: reading Parquet needs pyarrow (pip install 'hopgraph[parquet]')") from None
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as e:  # pyarrow raises its own ArrowInvalid / OSError types
+        raise InputError(f"{path}: not a readable Parquet file ({e})") from None
+    row = 0
+    for batch in pf.iter_batches(batch_size=8192):
+        for rec in batch.to_pylist():
+            row += 1
+            yield f"row {row}", rec
+
+
+_HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$")
+_FENCE = re.compile(r"^ {0,3}(```|~~~)")
+
+
+def markdown_title(text: str) -> str | None:
+    """The first ATX heading (``# Title``) of Markdown ``text`` outside fenced code, or None."""
+    fenced = False
+    for line in text.splitlines():
+        if _FENCE.match(line):
+            fenced = not fenced
+            continue
+        if not fenced:
+            m = _HEADING.match(line)
+            if m:
+                return m.group(1).strip()
+    return None
+
+
+def read_folder(folder: str | Path) -> Columns:
+    """Every ``.txt``/``.md`` file below ``folder`` (hidden files and folders skipped), sorted by
+    relative path: id = that path with forward slashes, title = a ``.md`` file's first heading or
+    the file name without extension, text = the content (InputError naming the file if empty or
+    not UTF-8)."""
+    folder = Path(folder)
+    files = sorted(
+        (p.relative_to(folder).as_posix(), p) for p in folder.rglob("*")
+        if p.suffix.lower() in FOLDER_SUFFIXES and p.is_file()
+        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    )
+    if not files:
+        raise InputError(f"corpus folder {folder} holds no .txt or .md files")
+    ids, titles, texts = [], [], []
+    for rel, p in files:
+        text = _read_text(p)
+        if not text.strip():
+            raise InputError(f"{p}: empty text")
+        _check_unicode(text, str(p))
+        title = markdown_title(text) if p.suffix.lower() == ".md" else None
+        ids.append(rel), titles.append(title or p.stem), texts.append(text)
+    return Columns(tuple(ids), tuple(titles), tuple(texts), str(folder), ("",) * len(ids))

@@ -1,0 +1,195 @@
+"""Streaming, resumable embedding of large corpora into a memory-mapped matrix.
+
+``hopgraph index CORPUS --out DIR`` embeds passages in chunks of ``chunk_size``
+(default 16 × ``batch_size``; the embedder sees ``batch_size``) and writes each chunk straight into ``DIR.work/embeddings.npy`` (a ``.npy``
+opened with :func:`numpy.lib.format.open_memmap`), so the embedding matrix
+(X in SPEC notation, 1.5 GB at 10⁶ × 384) never has to fit in memory next to
+the model. After every finished chunk the rows are flushed and
+``DIR.work/state.json`` records how many rows are done, together with what
+defines the result (corpus checksum, embedder name and dimension, N, chunk
+and batch size). ``--resume`` reopens that work directory and continues from the
+last finished chunk; since chunks keep the same boundaries and every chunk is
+embedded independently, the resumed matrix equals an uninterrupted run's
+(tested in ``tests/test_resume_index.py``). A state written for a different
+corpus or embedder is refused. A work directory holds only its own files (:data:`WORK_FILES`);
+one holding anything else is refused and never deleted (:func:`check_work_dir`), and
+``hopgraph index`` holds the output's write lock (:mod:`hopgraph.engine.storage`) for the whole
+build, so two builds never share a work directory.
+
+Chunks can also be computed by Ray workers (``ray_address``, see
+:mod:`hopgraph.engine.distributed`); they are written in order, so the state
+file and the result are the same.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from ..components.corpus import Corpus
+from ..embedders.core import Embedder, validate_embeddings
+from ..errors import InputError
+
+STATE_FILE = "state.json"
+EMBEDDINGS_FILE = "embeddings.npy"
+STATE_VERSION = 1
+#: default chunk (checkpoint unit) = CHUNK_BATCHES embedder batches
+CHUNK_BATCHES = 16
+#: STITCH's topic/description embeddings during a build with a work directory
+#: (:func:`hopgraph.engine.pipelines.stitch.hypergraph.text_embedding_rows`)
+TEXT_EMB_FILE = "stitch-text_emb.npy"
+#: the only files a work directory holds (anything else: not ours, never deleted)
+WORK_FILES = (STATE_FILE, STATE_FILE + ".tmp", EMBEDDINGS_FILE, TEXT_EMB_FILE)
+
+
+def work_dir_for(out: str | Path) -> Path:
+    """The work directory beside an index directory: ``OUT.work``."""
+    out = Path(out)
+    return out.with_name(out.name + ".work")
+
+
+def read_state(work_dir: Path) -> dict[str, Any] | None:
+    path = Path(work_dir) / STATE_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise InputError(f"resume state {path} is corrupt; delete {work_dir} and start again") from None
+
+
+def write_state(work_dir: Path, state: dict[str, Any]) -> None:
+    """Atomically replace the state file (write, fsync, rename)."""
+    tmp = Path(work_dir) / (STATE_FILE + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(state, f, indent=2, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, Path(work_dir) / STATE_FILE)
+
+
+def job_key(corpus: Corpus, embedder: Embedder) -> dict[str, Any]:
+    """What determines the embedding matrix (the batch size is kept separately)."""
+    return {"corpus_checksum": corpus.checksum, "n_passages": len(corpus),
+            "embedder": embedder.name, "dim": int(embedder.dim)}
+
+
+def embed_corpus(corpus: Corpus, embedder: Embedder, work_dir: str | Path, batch_size: int = 64,
+                 resume: bool = False, progress: bool = True, ray_address: str | None = None,
+                 chunk_size: int | None = None) -> np.ndarray:
+    """Embed ``corpus`` into ``work_dir/embeddings.npy`` chunk by chunk; returns it memory-mapped.
+
+    With ``resume=True`` and a matching state in ``work_dir``, rows already done are
+    kept and embedding continues from the next chunk, with the chunk and batch sizes
+    of the interrupted run. Without ``resume`` any previous work directory is discarded.
+    """
+    for label, value in (("batch_size", batch_size), ("chunk_size", chunk_size)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise InputError(f"{label} must be a positive integer, got {value!r}")
+    chunk_size = chunk_size or CHUNK_BATCHES * batch_size
+    work_dir = Path(work_dir)
+    key = job_key(corpus, embedder)
+    n, dim = len(corpus), int(embedder.dim)
+    state = read_state(work_dir) if resume else None
+    path = work_dir / EMBEDDINGS_FILE
+    if state is not None and path.is_file():
+        if state.get("version") != STATE_VERSION or state.get("key") != key:
+            raise InputError(
+                f"cannot resume: {work_dir} holds embeddings of another build ({state.get('key')}); "
+                f"this build is {key}. Run without --resume to start over")
+        batch_size, chunk_size = int(state["batch_size"]), int(state["chunk_size"])
+        done = int(state["done"])
+        out = np.load(path, mmap_mode="r+")
+        if out.shape != (n, dim) or out.dtype != np.float32:
+            raise InputError(f"cannot resume: {path} has shape {out.shape} {out.dtype}, expected ({n}, {dim})")
+    else:
+        remove_work_dir(work_dir)
+        work_dir.mkdir(parents=True)
+        out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, dim))
+        done = 0
+        state = {"version": STATE_VERSION, "key": key, "batch_size": batch_size, "chunk_size": chunk_size,
+                 "done": 0}
+        write_state(work_dir, state)
+    bar = _bar(progress, n, done)
+    try:
+        for start, block in iter_embedded_chunks(corpus, embedder, done, chunk_size, batch_size, ray_address):
+            out[start:start + len(block)] = block
+            out.flush()
+            state["done"] = start + len(block)
+            write_state(work_dir, state)
+            if bar is not None:
+                bar.update(len(block))
+    finally:
+        if bar is not None:
+            bar.close()
+    del out
+    return np.load(path, mmap_mode="r")
+
+
+def iter_embedded_chunks(corpus: Corpus, embedder: Embedder, start: int, chunk_size: int, batch_size: int,
+                         ray_address: str | None = None) -> Iterator[tuple[int, np.ndarray]]:
+    """``(first row, validated float32 block)`` for the chunks from row ``start``, in order."""
+    starts = range(start, len(corpus), chunk_size)
+    if ray_address is not None:  # one Ray task per chunk, the same chunk boundaries, results in order
+        from ..distributed import ray_ordered_map
+
+        tasks = ((corpus.embedding_texts(a, min(a + chunk_size, len(corpus))), a, batch_size) for a in starts)
+        yield from zip(starts, ray_ordered_map(encode_batch, embedder, tasks, ray_address))
+        return
+    for a in starts:
+        yield a, embed_chunk(corpus, embedder, a, min(a + chunk_size, len(corpus)), batch_size)
+
+
+def embed_chunk(corpus: Corpus, embedder: Embedder, start: int, stop: int, batch_size: int) -> np.ndarray:
+    """Embed passages ``start:stop`` (one chunk) and validate the rows."""
+    return encode_batch(embedder, corpus.embedding_texts(start, stop), start, batch_size)
+
+
+def encode_batch(embedder: Embedder, texts: list[str], first: int, batch_size: int) -> np.ndarray:
+    """``embedder.encode`` one chunk (passages from row ``first``); checks row count and values."""
+    X = embedder.encode(texts, batch_size=batch_size, progress=False)
+    if len(X) != len(texts):
+        raise InputError(f"embedder {embedder.name!r} returned {len(X)} rows for {len(texts)} passages")
+    return validate_embeddings(np.asarray(X), f"embedder {embedder.name!r} output (passages {first}.."
+                               f"{first + len(texts) - 1})", embedder.dim)
+
+
+def check_work_dir(work_dir: str | Path) -> Path:
+    """``work_dir`` if it is absent or a hopgraph work directory (only :data:`WORK_FILES` in it);
+    otherwise an InputError: a work directory's files are replaced and removed, never a user's."""
+    work_dir = Path(work_dir)
+    if work_dir.exists() or work_dir.is_symlink():
+        if not work_dir.is_dir() or work_dir.is_symlink() or any(n not in WORK_FILES for n in os.listdir(work_dir)):
+            raise InputError(f"{work_dir} exists and is not a hopgraph work directory (it holds other files); "
+                             f"refusing to use or delete it: move it away or choose another --out")
+    return work_dir
+
+
+def remove_work_dir(work_dir: str | Path) -> None:
+    """Remove a work directory, file by file (only its own files; :func:`check_work_dir` first)."""
+    work_dir = check_work_dir(work_dir)
+    if not work_dir.exists():
+        return
+    for name in os.listdir(work_dir):
+        (work_dir / name).unlink()
+    work_dir.rmdir()
+
+
+def finish(work_dir: str | Path) -> None:
+    """Remove the work directory after the index was saved (only if it is one; else left alone)."""
+    try:
+        remove_work_dir(work_dir)
+    except (InputError, OSError):
+        pass
+
+
+def _bar(progress: bool, total: int, initial: int):
+    if not progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc="embed", unit="passage", unit_scale=True, dynamic_ncols=True,
+                smoothing=0.1)

@@ -1,0 +1,1 @@
+"""DMAR (SPEC §3): the pipeline and what only it uses."""

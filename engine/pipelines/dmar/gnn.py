@@ -1,0 +1,299 @@
+"""Siamese GraphSAGE subgraph encoder for DMAR's structsim (SPEC §3 step 2).
+
+- Encoder: 3 GraphSAGE layers in plain torch (mean aggregator,
+  ``h' = ReLU(W_self h + W_neigh mean_{u ∈ N(v)} h_u)``, row L2-normalised), mean-pooled
+  over the subgraph's nodes into a unit vector. The two Siamese branches share these weights;
+  structsim(g, g') = cosine of the two embeddings.
+- Subgraphs are the capped radius-1 ego networks of the knowledge graph
+  (:mod:`hopgraph.engine.pipelines.dmar.knowledge_graph`) with the KG edges induced among their nodes.
+- Node features (choice documented here; SPEC leaves them open): the mean of the
+  embeddings of the passages that mention the entity, L2-normalised (zero for
+  entities known only from an external edge list), so no extra encoder pass is needed.
+- Pre-training: triplet loss ``max(0, D(a,p) − D(a,n) + m)`` with cosine distance
+  ``D = 1 − cos``. Positive = the anchor with light node/edge drop (``light_drop``);
+  negative = half of the batch a random other ego subgraph sharing no node with the
+  anchor, half a heavy perturbation of the anchor (``heavy_drop`` of its nodes and
+  edges dropped and the survivors' features replaced by random entities' features).
+  Seeded (torch and numpy generators); Adam. Defaults (:func:`pretrain`): batch 64,
+  margin m = 0.3, lr 1e-3, ``light_drop`` 0.1, ``heavy_drop`` 0.7; 60 steps when DMAR's
+  ``fit`` trains it (``gnn_steps``), 600 with ``hopgraph train-gnn``. Hidden and output
+  width 64.
+
+Every ego subgraph is encoded once at index time (:func:`encode_all`); a query then
+costs only cosines between stored embeddings. When the knowledge graph grows (issue 13),
+:func:`changed_subgraphs` finds the subgraphs whose encoder input changed and
+:func:`encode_subgraphs` encodes only those.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from torch import nn
+
+from ....kernels.threads import torch_threads
+from ...errors import InputError
+
+
+class SAGELayer(nn.Module):
+    """One GraphSAGE layer with the mean aggregator."""
+
+    def __init__(self, d_in: int, d_out: int) -> None:
+        super().__init__()
+        self.self_lin = nn.Linear(d_in, d_out)
+        self.neigh_lin = nn.Linear(d_in, d_out, bias=False)
+
+    def forward(self, h: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+        # W · mean(h_u) = mean(W h_u): project first, then aggregate at the (smaller) output width
+        msg = self.neigh_lin(h)
+        agg = torch.zeros_like(msg).index_add_(0, dst, msg[src])
+        deg = torch.bincount(dst, minlength=len(h)).to(h.dtype)
+        agg = agg / deg.clamp_min(1.0)[:, None]
+        return torch.relu(self.self_lin(h) + agg)
+
+
+class SubgraphEncoder(nn.Module):
+    """3-layer GraphSAGE + mean pooling → unit subgraph embeddings (shared Siamese weights)."""
+
+    def __init__(self, d_in: int, hidden: int = 64, d_out: int = 64, layers: int = 3) -> None:
+        super().__init__()
+        dims = [d_in] + [hidden] * (layers - 1) + [d_out]
+        self.layers = nn.ModuleList(SAGELayer(a, b) for a, b in zip(dims[:-1], dims[1:]))
+
+    def forward(self, batch: "SubgraphBatch") -> torch.Tensor:
+        h, src, dst = batch.x, batch.src, batch.dst
+        for layer in self.layers:
+            h = nn.functional.normalize(layer(h, src, dst), dim=1)
+        pooled = torch.zeros((batch.n_graphs, h.shape[1]), dtype=h.dtype).index_add_(0, batch.graph, h)
+        return nn.functional.normalize(pooled, dim=1)
+
+
+@dataclass
+class SubgraphBatch:
+    """A disjoint union of subgraphs: node features, directed edges (both ways), graph of each node."""
+
+    x: torch.Tensor  # [n, d]
+    src: torch.Tensor  # int64 [m]
+    dst: torch.Tensor  # int64 [m]
+    graph: torch.Tensor  # int64 [n]
+    n_graphs: int
+
+
+def entity_features(passage_entities: sp.csr_matrix, X: np.ndarray) -> np.ndarray:
+    """Mean embedding of the passages mentioning each entity, L2-normalised (float32 [E, d])."""
+    F = np.asarray(passage_entities.T.tocsr() @ np.asarray(X, np.float32), np.float32)
+    norms = np.linalg.norm(F, axis=1, keepdims=True)
+    return np.divide(F, norms, out=np.zeros_like(F), where=norms > 0)
+
+
+def ego_batch(ego: sp.csr_matrix, adj: sp.csr_matrix, features: np.ndarray, centres: np.ndarray,
+              node_drop: float = 0.0, edge_drop: float = 0.0, feature_swap: float = 0.0,
+              rng: np.random.Generator | None = None) -> SubgraphBatch:
+    """The ego subgraphs of ``centres`` as one disjoint-union batch (vectorised).
+
+    Optional perturbations: drop non-centre nodes / edges with the given probabilities,
+    replace surviving features by random entities' features with prob. ``feature_swap``.
+    """
+    centres = np.asarray(centres, np.int64)
+    sub = ego[centres]
+    sizes = np.diff(sub.indptr)
+    nodes = sub.indices.astype(np.int64)
+    graph = np.repeat(np.arange(len(centres)), sizes)
+    if node_drop > 0:
+        keep = (rng.random(len(nodes)) >= node_drop) | (nodes == centres[graph])
+        nodes, graph = nodes[keep], graph[keep]
+        sizes = np.bincount(graph, minlength=len(centres))
+    starts = np.zeros(len(centres) + 1, np.int64)
+    starts[1:] = np.cumsum(sizes)
+    # all ordered pairs within each subgraph, kept where the KG has the edge
+    pair_counts = sizes * sizes
+    g_of_pair = np.repeat(np.arange(len(centres)), pair_counts)
+    k = np.arange(int(pair_counts.sum())) - np.repeat(np.cumsum(pair_counts) - pair_counts, pair_counts)
+    s_loc = starts[g_of_pair] + k // sizes[g_of_pair]
+    d_loc = starts[g_of_pair] + k % sizes[g_of_pair]
+    E = adj.shape[0]
+    adj_keys = np.repeat(np.arange(E, dtype=np.int64), np.diff(adj.indptr)) * E + adj.indices
+    pair_keys = nodes[s_loc] * E + nodes[d_loc]
+    pos = np.minimum(np.searchsorted(adj_keys, pair_keys), max(len(adj_keys) - 1, 0))
+    has = (adj_keys[pos] == pair_keys) if len(adj_keys) else np.zeros(len(pair_keys), bool)
+    s_loc, d_loc = s_loc[has], d_loc[has]
+    if edge_drop > 0:
+        keep = rng.random(len(s_loc)) >= edge_drop
+        s_loc, d_loc = s_loc[keep], d_loc[keep]
+    x = features[nodes]
+    if feature_swap > 0:
+        swap = rng.random(len(nodes)) < feature_swap
+        x = x.copy()
+        x[swap] = features[rng.integers(0, len(features), int(swap.sum()))]
+    return SubgraphBatch(torch.from_numpy(np.ascontiguousarray(x, np.float32)), torch.from_numpy(s_loc),
+                         torch.from_numpy(d_loc), torch.from_numpy(graph), len(centres))
+
+
+#: torch intra-op threads of GNN training and encoding: the GNN works on many small tensors;
+#: on a loaded 2-core machine the thread pool's synchronisation costs ~6x more than it saves
+GNN_THREADS = 1
+
+
+def triplet_loss(a: torch.Tensor, p: torch.Tensor, n: torch.Tensor, margin: float) -> torch.Tensor:
+    """SPEC §3: mean of ``max(0, D(a,p) − D(a,n) + m)`` with cosine distance on unit vectors."""
+    d_ap = 1 - (a * p).sum(1)
+    d_an = 1 - (a * n).sum(1)
+    return torch.relu(d_ap - d_an + margin).mean()
+
+
+def disjoint_negatives(ego: sp.csr_matrix, anchors: np.ndarray, rng: np.random.Generator, tries: int = 4
+                       ) -> np.ndarray:
+    """Random entities whose ego subgraph shares no node with the anchor's (best effort in ``tries``)."""
+    E = ego.shape[0]
+    neg = rng.integers(0, E, len(anchors))
+    for _ in range(tries):
+        overlap = np.asarray(ego[anchors].multiply(ego[neg]).sum(1)).ravel() > 0
+        if not overlap.any():
+            break
+        neg[overlap] = rng.integers(0, E, int(overlap.sum()))
+    return neg
+
+
+def pretrain(encoder: SubgraphEncoder, ego: sp.csr_matrix, adj: sp.csr_matrix, features: np.ndarray,
+             steps: int = 60, batch_size: int = 64, margin: float = 0.3, lr: float = 1e-3,
+             light_drop: float = 0.1, heavy_drop: float = 0.7, seed: int = 0,
+             progress: bool = False, log: Callable[[str], None] | None = None) -> list[float]:
+    """Triplet pre-training (module docstring); returns the loss per step."""
+    if steps < 0 or batch_size < 1:
+        raise InputError(f"steps must be >= 0 and batch_size >= 1, got {steps}, {batch_size}")
+    E = ego.shape[0]
+    losses: list[float] = []
+    if E < 2 or steps == 0:
+        return losses
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    opt = torch.optim.Adam(encoder.parameters(), lr=lr)
+    encoder.train()
+    with torch_threads(GNN_THREADS):
+        _pretrain_loop(encoder, ego, adj, features, opt, rng, losses, steps, batch_size, margin, light_drop,
+                       heavy_drop, progress, log)
+    encoder.eval()
+    return losses
+
+
+def _pretrain_loop(encoder, ego, adj, features, opt, rng, losses, steps, batch_size, margin, light_drop,
+                   heavy_drop, progress, log) -> None:
+    from tqdm.auto import tqdm
+
+    E = ego.shape[0]
+    for step in tqdm(range(steps), desc="pre-train GNN (triplet)", disable=not progress, unit="step"):
+        anchors = rng.integers(0, E, batch_size)
+        half = batch_size // 2
+        a = encoder(ego_batch(ego, adj, features, anchors))
+        p = encoder(ego_batch(ego, adj, features, anchors, light_drop, light_drop, rng=rng))
+        n_rand = encoder(ego_batch(ego, adj, features, disjoint_negatives(ego, anchors[:half], rng)))
+        n_heavy = encoder(ego_batch(ego, adj, features, anchors[half:], heavy_drop, heavy_drop, 1.0, rng=rng))
+        loss = triplet_loss(a, p, torch.cat([n_rand, n_heavy]), margin)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+        if log is not None and (step + 1) % max(steps // 10, 1) == 0:
+            log(f"step {step + 1}/{steps}: triplet loss {np.mean(losses[-max(steps // 10, 1):]):.4f}")
+
+
+def encode_all(encoder: SubgraphEncoder, ego: sp.csr_matrix, adj: sp.csr_matrix, features: np.ndarray,
+               chunk: int = 4096, progress: bool = False) -> np.ndarray:
+    """Embeddings (float32 [E, d_out], unit rows) of every entity's ego subgraph, in chunks."""
+    return encode_subgraphs(encoder, ego, adj, features, np.arange(ego.shape[0]), chunk, progress)
+
+
+@torch.no_grad()
+def encode_subgraphs(encoder: SubgraphEncoder, ego: sp.csr_matrix, adj: sp.csr_matrix, features: np.ndarray,
+                     ids: np.ndarray, chunk: int = 4096, progress: bool = False) -> np.ndarray:
+    """Embeddings (float32 [len(ids), d_out], unit rows) of the ego subgraphs of entities ``ids``,
+    ``chunk`` subgraphs a batch."""
+    from tqdm.auto import tqdm
+
+    ids = np.asarray(ids, np.int64)
+    encoder.eval()
+    d_out = encoder.layers[-1].self_lin.out_features
+    out = np.zeros((len(ids), d_out), np.float32)
+    with torch_threads(GNN_THREADS):
+        for s in tqdm(range(0, len(ids), chunk), desc="encode ego subgraphs", disable=not progress, unit="chunk"):
+            out[s:s + chunk] = encoder(ego_batch(ego, adj, features, ids[s:s + chunk])).numpy()
+    return out
+
+
+def changed_subgraphs(old_ego: sp.csr_matrix, old_adj: sp.csr_matrix, old_passages: sp.csr_matrix,
+                      new_ego: sp.csr_matrix, new_adj: sp.csr_matrix, new_passages: sp.csr_matrix,
+                      old_ids: np.ndarray) -> np.ndarray:
+    """Entities of a grown knowledge graph whose ego subgraph input to the encoder differs from
+    the old graph's (bool [E_new]); ``old_ids[e]`` is new entity e's id in the old graph, -1 if new.
+    ``*_passages`` are the passage → entity links ``[N, E]`` the features are made of
+    (:func:`entity_features`); the new corpus is the old one with passages appended.
+
+    What the encoder reads of a subgraph is its node set (in id order; ``old_ids`` must be
+    increasing where defined, as for a vocabulary that grows in sorted order), the features of
+    those nodes and the KG edges among them (:func:`ego_batch`). A node's features are the mean
+    of the embeddings of the passages linking it, and the old passages' embeddings do not change,
+    so they change only when that set of passages does. An entity is marked when it is new, when
+    its capped ego node set changed, when one of its nodes is new or linked by other passages, or
+    when an edge appeared or vanished between two of its nodes. Vectorised: sorted key sets and
+    sparse products, linear up to the sorts in the entries of the graphs."""
+    E = new_ego.shape[0]
+    old_ids = np.asarray(old_ids, np.int64)
+    known = np.flatnonzero(old_ids >= 0)
+    if len(known) != old_ego.shape[0] or (np.diff(old_ids[known]) <= 0).any():
+        raise InputError("changed_subgraphs: every old entity needs one new id, in the same order")
+    new_of_old = known  # old id i -> new id known[i]
+
+    def keys(m: sp.csr_matrix, rows_of: np.ndarray | None = None, cols_of: np.ndarray | None = None) -> np.ndarray:
+        rows = np.repeat(np.arange(m.shape[0], dtype=np.int64), np.diff(m.indptr))
+        cols = np.asarray(m.indices, np.int64)
+        if rows_of is not None:
+            rows = rows_of[rows]
+        if cols_of is not None:
+            cols = cols_of[cols]
+        return np.sort(rows * E + cols)  # sorted already for a canonical CSR and increasing ids
+
+    def diff(new: sp.csr_matrix, old: sp.csr_matrix, map_rows: bool) -> np.ndarray:
+        return np.setxor1d(keys(new), keys(old, new_of_old if map_rows else None, new_of_old), assume_unique=True)
+
+    changed = np.zeros(E, bool)
+    changed[diff(new_ego, old_ego, True) // E] = True
+    dirty = old_ids < 0  # a new entity is a new node of its own subgraph (and of the others holding it)
+    dirty[diff(new_passages, old_passages, False) % E] = True
+    changed |= np.asarray(new_ego @ dirty.astype(np.float32)).ravel() > 0
+    edges = diff(new_adj, old_adj, True)
+    if len(edges):
+        holders = new_ego.T.tocsr()  # node -> entities whose subgraph holds it
+        both = holders[edges // E].multiply(holders[edges % E])
+        changed[both.indices] = True
+    return changed
+
+
+def encoder_arrays(encoder: SubgraphEncoder) -> dict[str, np.ndarray]:
+    """The encoder weights as named float32 arrays (for :func:`hopgraph.engine.storage.save_arrays`)."""
+    return {f"gnn.{k}": v.detach().numpy().astype(np.float32) for k, v in encoder.state_dict().items()}
+
+
+def encoder_from_arrays(arrays: dict[str, np.ndarray]) -> SubgraphEncoder:
+    """Rebuild an encoder from :func:`encoder_arrays`' output (shapes inferred)."""
+    state = {k[4:]: torch.from_numpy(finite_weights(k, v)) for k, v in arrays.items() if k.startswith("gnn.")}
+    n_layers = len({k.split(".")[1] for k in state})
+    if n_layers == 0:
+        raise InputError("no GNN weights found")
+    d_in = state["layers.0.self_lin.weight"].shape[1]
+    hidden = state["layers.0.self_lin.weight"].shape[0]
+    d_out = state[f"layers.{n_layers - 1}.self_lin.weight"].shape[0]
+    enc = SubgraphEncoder(d_in, hidden, d_out, n_layers)
+    enc.load_state_dict(state)
+    enc.eval()
+    return enc
+
+
+def finite_weights(name: str, array: np.ndarray) -> np.ndarray:
+    """A stored float weight array as a writable copy; InputError naming it if not finite floats."""
+    a = np.array(array)
+    if a.dtype.kind != "f" or not np.isfinite(a).all():
+        raise InputError(f"stored weights {name} must be finite floats")
+    return a

@@ -1,0 +1,1 @@
+"""G3RAG (SPEC §1): the pipeline and what only it uses."""

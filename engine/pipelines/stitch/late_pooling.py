@@ -1,0 +1,167 @@
+"""Late-chunked topic and description embeddings for STITCH (SPEC §2 "Index"; issue 14, item 3).
+
+The zero-token extraction (:mod:`hopgraph.engine.components.extraction`) makes every topic a sentence of its
+passage and every description the sentences of its passage that mention the entity, so each of
+these texts is a set of character ranges of the passage's embedding text (``"title: text"``).
+Embedded one by one they cost 1.7× the passages' own tokens (the shared sets), 2.6× the dense
+build in all. **Late chunking** runs each passage through the model once and embeds a text as the
+L2-normalised mean of the last hidden states of its tokens in that pass (each state has seen the
+whole passage): no token is run twice. A text used by several passages (texts are stored once) is
+pooled in the first passage that uses it — the passage that created its id, so the ids' prefix
+stability (:func:`~hopgraph.engine.components.extraction.extend_extraction`) keeps live updates equal to a
+fresh fit.
+
+Measured on the shared sets (``hopgraph eval --ablations``, the ``text_pooling=separate`` row):
+STITCH's Recall@5 with late-chunked texts is within noise of separately embedded ones (README,
+*Defaults*). Texts with no token inside the model's input window (truncated passages) and texts
+not found in their passage (extractions given as a file) are embedded on their own; so is
+everything when the embedder is not a model :class:`~hopgraph.engine.embedders.packed_bert.PackedBertEncoder`
+runs (hashing, API and callable embedders).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ...components.extraction import Extraction
+from ...graph import csr_from_keys
+from ...embedders.packed_bert import PackedBertEncoder
+
+
+@dataclass(frozen=True)
+class TextSpans:
+    """Where texts lie in the passages: request ``r`` is text ``text[r]`` (an index into the texts
+    embedded), found in passage ``chunk[r]`` at the character ranges
+    ``ranges[indptr[r]:indptr[r + 1]]`` (``[a, b)`` of the passage's embedding text)."""
+
+    text: np.ndarray  # int64 [R]
+    chunk: np.ndarray  # int64 [R], ascending
+    indptr: np.ndarray  # int64 [R + 1]
+    ranges: np.ndarray  # int64 [K, 2]
+
+    def __len__(self) -> int:
+        return len(self.text)
+
+
+def text_spans(ex: Extraction, passage_texts: Sequence[str], first_text: int = 0) -> TextSpans:
+    """The spans of texts ``ex.texts[first_text:]`` (request ``text`` numbers count from
+    ``first_text``) in the first passage that uses each, among ``passage_texts`` (the corpus's
+    embedding texts). A topic is found by ``str.find`` of its sentence, searching on from the
+    previous topic of its passage; a description's ranges are those of the topics (sentences)
+    that mention its state. Texts not found are left out (embedded on their own), and so is a text
+    equal to its passage's embedding text (a title state's description: the passage's own row)."""
+    U = len(ex.texts)
+    never = np.iinfo(np.int64).max
+    first = np.full(U, never, np.int64)
+    np.minimum.at(first, ex.topic_text.astype(np.int64), ex.topic_chunk.astype(np.int64))
+    np.minimum.at(first, ex.node_text.astype(np.int64), ex.node_chunk.astype(np.int64))
+    wanted = np.flatnonzero(first[first_text:] != never) + first_text
+    topic_order = np.argsort(ex.topic_chunk, kind="stable")
+    topic_start = np.searchsorted(ex.topic_chunk[topic_order], np.arange(ex.n_chunks + 1))
+    node_start = np.searchsorted(ex.node_chunk, np.arange(ex.n_chunks + 1))
+    node_indptr, node_mentions = csr_from_keys(ex.mention_node.astype(np.int64), ex.n_nodes)
+    texts, chunks, counts, ranges = [], [], [], []
+    by_chunk = wanted[np.argsort(first[wanted], kind="stable")]
+    bounds = np.searchsorted(first[by_chunk], np.arange(ex.n_chunks + 1))
+    for c in np.unique(first[by_chunk]).tolist():
+        passage = passage_texts[c]
+        span: dict[int, tuple[int, int]] = {}  # topic → its range in the passage
+        cursor = 0
+        for e in topic_order[topic_start[c]:topic_start[c + 1]].tolist():
+            sentence = ex.texts[int(ex.topic_text[e])]
+            a = passage.find(sentence, cursor)
+            a = passage.find(sentence) if a < 0 else a
+            if a >= 0:
+                span[e] = (a, a + len(sentence))
+                cursor = a + len(sentence)
+        of_text: dict[int, list[tuple[int, int]]] = {}
+        for e, r in span.items():
+            of_text.setdefault(int(ex.topic_text[e]), [r])
+        for v in range(int(node_start[c]), int(node_start[c + 1])):
+            t = int(ex.node_text[v])
+            if t in of_text:
+                continue
+            topics = ex.mention_topic[node_mentions[node_indptr[v]:node_indptr[v + 1]]].tolist()
+            found = sorted(span[e] for e in set(topics) if e in span)
+            if found and len(found) == len(set(topics)):
+                of_text[t] = found
+        for t in by_chunk[bounds[c]:bounds[c + 1]].tolist():
+            if t in of_text and ex.texts[t] != passage:  # a title state's description is the passage: X's row
+                texts.append(t - first_text)
+                chunks.append(c)
+                counts.append(len(of_text[t]))
+                ranges.extend(of_text[t])
+    indptr = np.zeros(len(texts) + 1, np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    return TextSpans(np.asarray(texts, np.int64), np.asarray(chunks, np.int64), indptr,
+                     np.asarray(ranges, np.int64).reshape(-1, 2))
+
+
+@dataclass(frozen=True)
+class LateTexts:
+    """Late-chunked embeddings of the requests of ``spans``: ``emb[r]`` (float32, unit) where
+    ``ok[r]``; a request that is not ok had no token in the model's window (zero row)."""
+
+    spans: TextSpans
+    emb: np.ndarray
+    ok: np.ndarray
+
+
+def late_texts(ex: Extraction, passage_texts: Sequence[str], embedder, first_text: int = 0,
+               progress: bool = False) -> LateTexts | None:
+    """The late-chunked embeddings of ``ex.texts[first_text:]`` (one pass over the passages that
+    first use them), or None when ``embedder`` is not a model the packed encoder runs."""
+    both = _pooled(ex, passage_texts, embedder, first_text, False, progress)
+    return None if both is None else both[1]
+
+
+def embed_with_texts(ex: Extraction, passage_texts: Sequence[str], embedder, progress: bool = False
+                     ) -> tuple[np.ndarray, LateTexts] | None:
+    """One pass over every passage giving both the passages' embeddings (the model's own, as
+    ``embedder.encode`` up to float rounding: the packed encoder is checked against it) and the
+    late-chunked embeddings of all of ``ex.texts``; None when ``embedder`` is not a model the packed
+    encoder runs. ``Index.build`` uses it when a pipeline it fits wants late-chunked texts, so that
+    no passage runs through the model twice."""
+    return _pooled(ex, passage_texts, embedder, 0, True, progress, "embed passages and topic/description texts")
+
+
+def _pooled(ex: Extraction, passage_texts: Sequence[str], embedder, first_text: int, every_passage: bool,
+            progress: bool, desc: str = "embed passages (late-chunked texts)") -> tuple[np.ndarray, LateTexts] | None:
+    """:func:`pool_spans` of the spans of ``ex.texts[first_text:]`` as ``(passage embeddings,
+    LateTexts)``, or None when ``embedder`` is not a model the packed encoder runs."""
+    encoder = PackedBertEncoder.for_embedder(embedder) if embedder is not None else None
+    if encoder is None:
+        return None
+    spans = text_spans(ex, passage_texts, first_text)
+    X, emb, ok = pool_spans(encoder, passage_texts, spans, every_passage=every_passage, progress=progress, desc=desc)
+    return X, LateTexts(spans, emb, ok)
+
+
+def pool_spans(encoder: PackedBertEncoder, passage_texts: Sequence[str], spans: TextSpans,
+               every_passage: bool = False, chunk_passages: int = 64, progress: bool = False,
+               desc: str = "embed passages (late-chunked texts)") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Late-chunked embeddings of ``spans``' requests with ``encoder``: ``(passage embeddings,
+    request embeddings [R, d] float32, ok [R] bool)``. The passages run are those holding a request
+    (their embeddings come back in ``np.unique(spans.chunk)`` order), or with ``every_passage`` all of
+    ``passage_texts`` (in order); ``chunk_passages`` at a time, in order of length (few distinct
+    token lengths a pass, as :func:`~hopgraph.engine.embedders.packed_bert.encode_bulk`)."""
+    from tqdm.auto import tqdm
+
+    out = np.zeros((len(spans), encoder.dim), np.float32)
+    ok = np.zeros(len(spans), bool)
+    passages = np.arange(len(passage_texts)) if every_passage else np.unique(spans.chunk)
+    X = np.zeros((len(passages), encoder.dim), np.float32)
+    first = np.searchsorted(spans.chunk, passages)
+    last = np.searchsorted(spans.chunk, passages, side="right")
+    order = np.argsort([len(passage_texts[c]) for c in passages.tolist()], kind="stable")
+    for lo in tqdm(range(0, len(order), chunk_passages), desc=desc, disable=not progress, unit="chunk"):
+        part = order[lo:lo + chunk_passages]
+        requests = np.concatenate([np.arange(first[i], last[i]) for i in part])
+        local = {int(passages[i]): j for j, i in enumerate(part.tolist())}
+        X[part], emb, good = encoder.encode_spans(
+            [passage_texts[int(passages[i])] for i in part],
+            [(local[int(spans.chunk[r])], spans.ranges[spans.indptr[r]:spans.indptr[r + 1]]) for r in requests])
+        out[requests], ok[requests] = emb, good
+    return X, out, ok

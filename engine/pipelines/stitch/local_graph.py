@@ -1,0 +1,150 @@
+"""The local structures of STITCH's sparse query (SPEC §2 query steps 1–3 and 6; issue 14).
+
+A question activates a few description texts; everything its prior and its walk touch lies near
+them. These helpers cut, per batch, the parts of the index that the batch's activated states
+and prior support reach, so the kernels run on ``[B, local]`` arrays instead of ``[B, N]`` or
+``[B, n_nodes]``:
+
+* :func:`incident_edges` / :func:`edge_members` / :func:`group_members`: the hypergraph's CSR
+  arrays read at a few rows (never a scan of all nodes or edges);
+* :func:`local_hypergraph`: the sub-hypergraph the spatial and temporal channels need (the edges
+  incident to the activated states or to the members of their name groups, all their members,
+  the groups of the activated states), with the kernels' index arrays renumbered;
+* :func:`local_transition`: the chunk graph P restricted to a set of chunks, plus one **sink**
+  row that receives the mass each column sends outside the set — a column-stochastic matrix
+  whose walk, with the sink outside every region, is the localised walk of SPEC §2 step 6 on
+  the full P (mass leaving the region is dropped; dangling chunks keep their self-loop);
+* :func:`neighbour_entries`: the ``region_hops`` expansion of a sparse support.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+
+from .hypergraph import TopicHypergraph
+from ...sparse import row_edge_positions
+
+
+def csr_rows(indptr: np.ndarray, members: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(segment, member)`` of CSR rows ``rows``: ``member[e]`` is an entry of row
+    ``rows[segment[e]]``, rows concatenated in the given order, entries in CSR order."""
+    rows = np.asarray(rows, np.int64)
+    seg, pos = row_edge_positions(indptr, rows)
+    return seg, np.asarray(members[pos], np.int64)
+
+
+def incident_edges(H: TopicHypergraph, inc_edge: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(segment, edge)``: every hyperedge of each of ``nodes`` (``inc_edge``: the edge of each
+    incidence position, see :meth:`TopicHypergraph`'s ``edge_nodes``)."""
+    seg, inc = csr_rows(H.node_indptr, H.node_incidence, nodes)
+    return seg, inc_edge[inc]
+
+
+def edge_members(H: TopicHypergraph, edges: np.ndarray) -> np.ndarray:
+    """Every node of the hyperedges ``edges`` (with repeats)."""
+    return csr_rows(H.edge_indptr, H.edge_nodes, edges)[1]
+
+
+def group_members(H: TopicHypergraph, groups: np.ndarray) -> np.ndarray:
+    """Every node of the name groups ``groups`` (with repeats)."""
+    return csr_rows(H.group_indptr, H.group_nodes, groups)[1]
+
+
+class LocalHypergraph(NamedTuple):
+    """The kernels' inputs for a sub-hypergraph: ``nodes`` / ``edges`` (global ids, sorted) and
+    the renumbered arrays of ``hyperedge_max_propagate`` and ``group_decay_propagate``.
+    Groups: the name groups of the activated states, whole (``groups``), then one singleton
+    group per other local node (no pairs: a_time = 0 there, as in the full index)."""
+
+    nodes: np.ndarray
+    edges: np.ndarray
+    groups: np.ndarray
+    edge_indptr: np.ndarray
+    edge_nodes: np.ndarray
+    node_indptr: np.ndarray
+    node_incidence: np.ndarray
+    inc_node: np.ndarray
+    inc_edge: np.ndarray
+    node_group: np.ndarray
+    group_indptr: np.ndarray
+    group_nodes: np.ndarray
+    alpha: np.ndarray
+
+
+def _renumber(sorted_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    return np.searchsorted(sorted_ids, ids).astype(np.int64)
+
+
+def local_hypergraph(H: TopicHypergraph, inc_edge: np.ndarray, alpha: np.ndarray,
+                     active_nodes: np.ndarray) -> LocalHypergraph:
+    """The sub-hypergraph of the activated states ``active_nodes`` (module docstring): its edges
+    are those incident to an activated state or to a member of an activated name group (the
+    latter give the members' best hyperedge score, SPEC §2 step 3), its nodes all their members
+    and the groups' members. On it, both channels equal the full index's at every local node,
+    and every node where a channel is non-zero is local."""
+    active = np.unique(np.asarray(active_nodes, np.int64))
+    groups = np.unique(np.asarray(H.node_group)[active]).astype(np.int64)
+    members = np.unique(group_members(H, groups))
+    edges = np.unique(incident_edges(H, inc_edge, np.union1d(active, members))[1])
+    nodes = np.unique(np.concatenate([active, members, edge_members(H, edges)]))
+    # edge → nodes CSR over the local edges (members in the index's order)
+    e_seg, e_nodes = csr_rows(H.edge_indptr, H.edge_nodes, edges)
+    edge_indptr = np.zeros(len(edges) + 1, np.int64)
+    np.cumsum(np.bincount(e_seg, minlength=len(edges)), out=edge_indptr[1:])
+    edge_nodes = _renumber(nodes, e_nodes)
+    # node → incidence positions CSR (node-sorted; positions in the local edge_nodes)
+    order = np.argsort(edge_nodes, kind="stable")
+    node_indptr = np.zeros(len(nodes) + 1, np.int64)
+    np.cumsum(np.bincount(edge_nodes, minlength=len(nodes)), out=node_indptr[1:])
+    # groups: the activated ones whole, then a singleton per other node
+    g_seg, g_nodes = csr_rows(H.group_indptr, H.group_nodes, groups)
+    in_group = np.zeros(len(nodes), bool)
+    node_group = np.empty(len(nodes), np.int64)
+    local_g = _renumber(nodes, g_nodes)
+    in_group[local_g] = True
+    node_group[local_g] = g_seg
+    others = np.flatnonzero(~in_group)
+    node_group[others] = len(groups) + np.arange(len(others))
+    sizes = np.concatenate([np.diff(np.asarray(H.group_indptr))[groups], np.ones(len(others), np.int64)])
+    group_indptr = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(sizes, out=group_indptr[1:])
+    group_nodes = np.concatenate([local_g, others])
+    return LocalHypergraph(
+        nodes=nodes, edges=edges, groups=groups, edge_indptr=edge_indptr, edge_nodes=edge_nodes,
+        node_indptr=node_indptr, node_incidence=order.astype(np.int64), inc_node=edge_nodes,
+        inc_edge=e_seg, node_group=node_group, group_indptr=group_indptr, group_nodes=group_nodes,
+        alpha=np.concatenate([alpha[groups], np.zeros(len(others), np.float32)]).astype(np.float32))
+
+
+def local_transition(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, col_sums: np.ndarray,
+                     chunks: np.ndarray) -> sp.csr_matrix:
+    """P (column-stochastic, rows = targets; CSR arrays) restricted to ``chunks`` (sorted), as an
+    ``(M + 1) × (M + 1)`` CSR whose last row/column is the sink: column j's entries inside the set,
+    and ``col_sums[j] −`` their sum (≥ 0) in the sink row. Dangling chunks (``col_sums`` 0) stay
+    dangling; the sink column is empty (dangling too). A walk whose regions exclude the sink drops
+    exactly the mass the localised walk on the full P drops. Work: the rows of ``chunks`` only."""
+    chunks = np.asarray(chunks, np.int64)
+    M = len(chunks)
+    seg, pos = row_edge_positions(indptr, chunks)
+    cols = np.asarray(indices[pos], np.int64)
+    where = np.minimum(np.searchsorted(chunks, cols), max(M - 1, 0))
+    inside = (chunks[where] == cols) if M else np.zeros(0, bool)
+    seg, where, vals = seg[inside], where[inside], np.asarray(data[pos], np.float32)[inside]
+    kept = np.bincount(where, weights=vals, minlength=M)
+    sink = np.maximum(np.asarray(col_sums, np.float64)[chunks] - kept, 0.0)
+    has_sink = sink > 0
+    rows = np.concatenate([seg, np.full(int(has_sink.sum()), M, np.int64)])
+    cols = np.concatenate([where, np.flatnonzero(has_sink)])
+    vals = np.concatenate([vals, sink[has_sink].astype(np.float32)])
+    # entries come row by row (chunks ascending, the sink last), columns ascending within a row
+    return sp.csr_matrix((vals, (rows, cols)), shape=(M + 1, M + 1), dtype=np.float32)
+
+
+def neighbour_entries(adj_indptr: np.ndarray, adj_indices: np.ndarray, query: np.ndarray, node: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """``(query, neighbour)`` of every (query, node) entry's neighbours in the adjacency CSR
+    (with repeats)."""
+    seg, nb = csr_rows(adj_indptr, adj_indices, node)
+    return np.asarray(query, np.int64)[seg], nb

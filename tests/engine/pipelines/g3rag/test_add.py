@@ -1,0 +1,266 @@
+"""G3RAG incremental add (issue 13; SPEC §1 index steps 1-5): with the penalty vector held
+fixed, extending a graph equals building it (``extend_gain_graph`` against ``gain_knn``), the
+new passages' density / penalty, the pipeline's ``add`` and ``Index.add`` then ``compact``.
+
+Exact equality of the CSR data needs the similarity of a pair to be the same float in the
+build's tiles and in the update's row blocks. The adversarial cases use dyadic embeddings
+(every product and sum exact in float32), so they hold under any BLAS; the random-float cases
+rely on the GEMM returning the same dot product whatever the tile shape, which MKL's sgemm
+does for tiles of at least 16 rows at these widths (hence ``start`` = 1 or >= 32 there: a
+build of 2-15 rows is itself a small-tile product).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import clustered_embeddings
+
+from hopgraph import G3RAG, Index
+from hopgraph.engine.errors import InputError
+from hopgraph.engine.graph import CSR, hub_penalty
+from hopgraph.engine.pipelines.g3rag.graph_update import added_density, added_penalty, extend_gain_graph
+from hopgraph.kernels import call
+from hopgraph.kernels.density import sample_columns
+
+
+def gain_knn(X, k, band, pen) -> CSR:
+    return call("gain_knn", X, k=k, sim_min=band[0], sim_max=band[1], penalty=pen, device="cpu")
+
+
+def assert_same_graph(got: CSR, want: CSR) -> None:
+    assert got.indptr.dtype == np.int64 and got.indices.dtype == np.int32 and got.data.dtype == np.float32
+    assert got.n_cols == want.n_cols
+    np.testing.assert_array_equal(got.indptr, want.indptr)
+    np.testing.assert_array_equal(got.indices, want.indices)
+    np.testing.assert_array_equal(got.data, want.data)
+
+
+def check_extension(X, pen, k, band, start, block_entries=1 << 24) -> CSR:
+    """extend(gain_knn(X[:start])) == gain_knn(X); ``k=None``: mode "exact" (k = N − 1, k_old = start − 1)."""
+    n = len(X)
+    k_full = max(n - 1, 1) if k is None else k
+    k_old = max(start - 1, 1) if k is None else k
+    want = gain_knn(X, k_full, band, pen)
+    old = gain_knn(X[:start], k_old, band, pen[:start])
+    got = extend_gain_graph(old, X, start, pen, k_full, *band, block_entries=block_entries)
+    assert_same_graph(got, want)
+    return got
+
+
+# ---------------------------------------------------------------------- extension == build
+@pytest.mark.parametrize("d,k,band", [(24, 8, (0.3, 0.9)), (64, 16, (0.2, 0.95)), (24, None, (0.0, 1.0))])
+@pytest.mark.parametrize("frac", [0.0, 0.5, 0.8, 0.99, 1.0])
+@pytest.mark.parametrize("block_entries", [1 << 24, 2000])
+def test_extension_equals_build_on_random_data(d, k, band, frac, block_entries):
+    n = 240
+    X = clustered_embeddings(n, d, 6, seed=d)
+    pen = np.random.default_rng(d).uniform(0.2, 1.0, n).astype(np.float32)
+    start = {0.0: 1, 0.99: n - 1, 1.0: n}.get(frac, int(frac * n))
+    got = check_extension(X, pen, k, band, start, block_entries)
+    assert got.nnz > 0
+
+
+def dyadic_data(seed: int = 0) -> np.ndarray:
+    """Rows with entries in {−1, −3/4, …, 1}/2 (d = 8): every similarity exact in float32. Holds
+    duplicate rows (equal weights: ties), a zero row and a negated row (no eligible neighbour),
+    and pairs with s = 0 and s = 1 exactly (zero gain)."""
+    g = np.random.default_rng(seed)
+    base = g.integers(-3, 4, (30, 8)).astype(np.float32) / 8.0
+    base[3] = 0.0                                    # no neighbour in any band
+    base[7] = -base[8]                               # similarity −|x|² with its twin
+    e = np.eye(8, dtype=np.float32)
+    special = np.stack([e[0], e[0], e[1], e[0] + 0 * e[1], 0.5 * e[0] + 0.5 * e[1]])  # s = 1, s = 0, ties
+    X = np.concatenate([base, base[[0, 0, 1, 2, 2, 2, 5]], special, base[[9, 10]]])
+    return X[g.permutation(len(X))]
+
+
+def dense_weights(X: np.ndarray, pen: np.ndarray, band) -> np.ndarray:
+    """The weight matrix of SPEC §1 steps 3-5 in float64 (0 where not eligible)."""
+    S = X.astype(np.float64) @ X.T.astype(np.float64)
+    x = np.clip(S, 0, 1)
+    W = np.where((S >= band[0]) & (S <= band[1]), x * np.sqrt(1 - x * x), 0.0) * pen[None, :]
+    np.fill_diagonal(W, 0.0)
+    return W
+
+
+@pytest.mark.parametrize("k,band", [(3, (0.3, 0.9)), (5, (0.0, 1.0)), (100, (0.1, 1.0)), (None, (0.0, 1.0))])
+def test_extension_equals_build_on_adversarial_data(k, band):
+    X = dyadic_data()
+    n = len(X)
+    pen = np.random.default_rng(1).choice(np.array([0.0, 0.25, 0.5, 1.0], np.float32), n)
+    W = dense_weights(X, pen, band)
+    S = X @ X.T
+    np.fill_diagonal(S, np.nan)
+    # the data really is adversarial: no-neighbour rows, zero-weight eligible edges, ties
+    assert (W.max(1) == 0).any()
+    assert ((S >= band[0]) & (S <= band[1]) & (W == 0)).any()
+    if k is not None and k < n:
+        kth = -np.sort(-W, axis=1)
+        assert ((kth[:, k - 1] == kth[:, k]) & (kth[:, k] > 0)).any()  # a tie at the k-th place
+    for start in (1, 2, 3, n // 3, n - 2, n - 1, n):
+        check_extension(X, pen, k, band, start)
+        check_extension(X, pen, k, band, start, block_entries=1)
+
+
+def test_extension_keeps_unchanged_rows_and_adds_reverse_edges():
+    X = clustered_embeddings(200, 24, 5, seed=3)
+    pen = np.ones(200, np.float32)
+    old = gain_knn(X[:150], 6, (0.3, 0.9), pen[:150])
+    new = extend_gain_graph(old, X, 150, pen, 6, 0.3, 0.9)
+    changed = [i for i in range(150) if not np.array_equal(new.indices[new.indptr[i]:new.indptr[i + 1]],
+                                                            old.indices[old.indptr[i]:old.indptr[i + 1]])]
+    assert changed  # some existing rows take edges into the new passages
+    for i in changed:
+        assert (new.indices[new.indptr[i]:new.indptr[i + 1]] >= 150).any()
+    assert len(changed) < 150  # and the others are kept as they were
+
+
+def test_extension_refuses_bad_input():
+    X = clustered_embeddings(40, 8, 2, seed=4)
+    pen = np.ones(40, np.float32)
+    old = gain_knn(X[:30], 4, (0.3, 0.9), pen[:30])
+    with pytest.raises(InputError, match="start = 31 rows"):
+        extend_gain_graph(old, X, 31, pen, 4, 0.3, 0.9)
+    with pytest.raises(InputError, match="start must be an integer"):
+        extend_gain_graph(old, X, 41, pen, 4, 0.3, 0.9)
+    with pytest.raises(InputError, match="more than k = 2"):
+        extend_gain_graph(old, X, 30, pen, 2, 0.3, 0.9)
+    with pytest.raises(InputError, match="penalty must have shape"):
+        extend_gain_graph(old, X, 30, pen[:30], 4, 0.3, 0.9)
+
+
+# ---------------------------------------------------------------------- density and penalty
+def test_added_density_exact_and_sampled():
+    X = clustered_embeddings(300, 16, 4, seed=5)
+    np.testing.assert_allclose(added_density(X, 200), call("density", X, device="cpu")[200:], rtol=1e-5)
+    np.testing.assert_allclose(added_density(X, 200, block_entries=1), call("density", X, device="cpu")[200:],
+                               rtol=1e-5)
+    cols = sample_columns(150, 64, 0)  # the sample a 150-passage build drew
+    want = np.maximum(X[200:] @ X[cols].T, 0).mean(1)
+    np.testing.assert_allclose(added_density(X, 200, "sampled", n_build=150, n_samples=64), want, rtol=1e-5)
+    with pytest.raises(InputError, match="needs n_build"):
+        added_density(X, 200, "sampled")
+    with pytest.raises(InputError, match="exceeds start"):
+        added_density(X, 200, "sampled", n_build=250)
+
+
+def test_added_penalty_uses_the_build_normalisation():
+    dens = np.array([0.1, 0.25, 0.4, 0.3], np.float32)
+    built = hub_penalty(dens, 1.5)
+    low, high = float(dens.min()), float(dens.max())  # as the build records them (float32 values)
+    got = added_penalty(np.array([0.25, 0.4, 0.1, 0.05, 0.9], np.float32), low, high, 1.5)
+    np.testing.assert_array_equal(got[:3], built[[1, 2, 0]])  # same density, same penalty
+    assert got[3] == np.float32(1.0) and got[4] == built[2]  # clipped to the build's range
+    with pytest.raises(InputError, match="low <= high"):
+        added_penalty(dens, 0.5, 0.1)
+
+
+# ---------------------------------------------------------------------- the pipeline
+def grown(pipe: G3RAG, X: np.ndarray, start: int) -> G3RAG:
+    pipe.components.extend(X, None, start)
+    pipe.add(start)
+    return pipe
+
+
+@pytest.mark.parametrize("mode", ["knn", "exact"])
+@pytest.mark.parametrize("density", ["exact", "sampled"])
+def test_pipeline_add_equals_a_build_with_the_kept_penalties(mode, density):
+    X = clustered_embeddings(260, 24, 6, seed=6)
+    start = 208
+    before = G3RAG(mode=mode, density=density, density_samples=50, device="cpu").fit(X[:start])
+    old_pen = before.penalty.copy()
+    pipe = grown(before, X, start)
+    assert len(pipe.penalty) == 260 and pipe.graph.n_rows == 260
+    np.testing.assert_array_equal(pipe.penalty[:start], old_pen)  # existing rows keep theirs
+    mode_dens = "exact" if density == "exact" else "sampled"
+    want_dens = added_density(X, start, mode_dens, n_build=start, n_samples=50)
+    np.testing.assert_array_equal(pipe.penalty[start:], added_penalty(want_dens, pipe.density_build.low,
+                                                                      pipe.density_build.high))
+    k, band = (259, (0.0, 1.0)) if mode == "exact" else (32, (0.3, 0.9))
+    assert_same_graph(pipe.graph, gain_knn(X, k, band, pipe.penalty))
+    # a second add builds on the first (same build range, penalties kept)
+    Y = np.concatenate([X, clustered_embeddings(20, 24, 6, seed=7)])
+    pipe = grown(pipe, Y, 260)
+    assert pipe.density_build.n == start
+    k = 279 if mode == "exact" else 32
+    assert_same_graph(pipe.graph, gain_knn(Y, k, band, pipe.penalty))
+    ids, _ = pipe.search(Y[-3:], top_k=5)
+    assert ids.shape == (3, 5) and (ids >= 0).all() and (ids < 280).all()
+
+
+def test_ann_mode_adds_exact_new_rows_and_keeps_old_edges():
+    X = clustered_embeddings(600, 16, 8, seed=8)
+    pipe = G3RAG(mode="ann", k=6, device="cpu").fit(X[:500])
+    old = pipe.graph
+    pipe = grown(pipe, X, 500)
+    exact = gain_knn(X, 6, (0.3, 0.9), pipe.penalty)
+    g = pipe.graph
+    np.testing.assert_array_equal(g.indices[g.indptr[500]:], exact.indices[exact.indptr[500]:])
+    np.testing.assert_array_equal(g.data[g.indptr[500]:], exact.data[exact.indptr[500]:])
+    for i in range(500):  # an existing row: its old edges that survive, in order, then none lost above them
+        row, was = g.indices[g.indptr[i]:g.indptr[i + 1]], old.indices[old.indptr[i]:old.indptr[i + 1]]
+        kept = row[row < 500]
+        np.testing.assert_array_equal(kept, was[:len(kept)])
+
+
+def test_add_after_save_and_load(tmp_path):
+    X = clustered_embeddings(150, 16, 4, seed=9)
+    pipe = G3RAG(mode="knn", k=8, device="cpu").fit(X[:120])
+    pipe.save(tmp_path / "g")
+    loaded = G3RAG.load(tmp_path / "g", pipe.params, pipe.components)
+    assert loaded.density_build == pipe.density_build
+    np.testing.assert_array_equal(loaded.penalty, pipe.penalty)
+    a, b = grown(pipe, X, 120), grown(loaded, X, 120)
+    assert_same_graph(b.graph, a.graph)
+    # an index saved before the penalty was kept: the add refits
+    pipe = G3RAG(mode="knn", k=8, device="cpu").fit(X[:120])
+    pipe.save(tmp_path / "old")
+    (tmp_path / "old" / "penalty.npy").unlink()
+    (tmp_path / "old" / "density_build.npy").unlink()
+    legacy = G3RAG.load(tmp_path / "old", pipe.params, pipe.components)
+    assert legacy.penalty is None
+    legacy = grown(legacy, X, 120)
+    assert_same_graph(legacy.graph, G3RAG(mode="knn", k=8, device="cpu").fit(X).graph)
+
+
+# ---------------------------------------------------------------------- Index.add / compact
+def test_index_add_then_compact_equals_a_full_build(demo_corpus, hashing_embedder):
+    from hopgraph.demo import DEMO_QUESTIONS
+
+    n = len(demo_corpus)
+    cut = int(0.8 * n)
+    questions = list(DEMO_QUESTIONS) + list(demo_corpus.titles)
+    full = Index.build(demo_corpus, embedder=hashing_embedder, pipelines=["g3rag"], progress=False)
+    idx = Index.build(demo_corpus.take(np.arange(cut)), embedder=hashing_embedder, pipelines=["g3rag"],
+                      progress=False)
+    idx.add(demo_corpus.take(np.arange(cut, n)))
+    assert idx.pipelines["g3rag"].graph.n_rows == n
+    before = idx.search(questions, pipeline="g3rag", k=5)
+    want = full.search(questions, pipeline="g3rag", k=5)
+    for hits in before:  # valid before compaction: k distinct passages of the grown corpus
+        assert len(hits) == 5 and len({h.id for h in hits}) == 5
+        assert all(h.id in set(demo_corpus.ids) for h in hits)
+    for scoring in ("fused", "mask"):  # the default and the published query
+        got = idx.search(questions, pipeline="g3rag", k=5, scoring=scoring)
+        ref = full.search(questions, pipeline="g3rag", k=5, scoring=scoring)
+        differ = sum(len({h.id for h in a} - {h.id for h in b}) for a, b in zip(got, ref))
+        print(f"\n{scoring}: top-5 ids differing from the full build before compact: {differ} of {5 * len(ref)}")
+    idx.compact()
+    assert idx.search(questions, pipeline="g3rag", k=5) == want
+    np.testing.assert_array_equal(idx.pipelines["g3rag"].penalty, full.pipelines["g3rag"].penalty)
+
+
+@pytest.mark.parametrize("k", [2, 8])
+def test_extension_equals_build_when_pending_reverse_edges_are_reduced(monkeypatch, k):
+    """The per-row reduction of held reverse-edge candidates (and the raised thresholds) between
+    row blocks, which a large add triggers, forced here after every block."""
+    from hopgraph.engine.pipelines.g3rag import graph_update
+
+    monkeypatch.setattr(graph_update, "MAX_PENDING", 0)
+    X = clustered_embeddings(240, 24, 3, seed=11)
+    pen = np.random.default_rng(2).uniform(0.2, 1.0, 240).astype(np.float32)
+    for start in (40, 120):
+        check_extension(X, pen, k, (0.2, 0.95), start, block_entries=1)
+    Xd = dyadic_data(seed=3)
+    pend = np.random.default_rng(3).choice(np.array([0.0, 0.5, 1.0], np.float32), len(Xd))
+    check_extension(Xd, pend, k, (0.0, 1.0), 10, block_entries=1)

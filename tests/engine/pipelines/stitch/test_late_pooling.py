@@ -1,0 +1,190 @@
+"""Late-chunked STITCH texts (engine/late_pooling.py, issue 14 item 3): spans that reproduce the
+texts, span pooling equal to a reference over the model's own token embeddings, Index.build's one
+shared pass equal to a separate pass, and live adds equal to a fresh fit."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hopgraph.engine.components.corpus import Corpus
+from hopgraph.engine.embedders.core import HashingEmbedder
+from hopgraph.engine.components.extraction import extract
+from hopgraph.engine.pipelines.stitch.late_pooling import embed_with_texts, late_texts, text_spans
+from hopgraph.engine.embedders.packed_bert import PackedBertEncoder
+from hopgraph.index import Index
+
+pytestmark = pytest.mark.filterwarnings("ignore::hopgraph.engine.ingest.chunking.PassageLengthWarning")
+
+RECORDS = [
+    {"id": "a", "title": "Abbey Road", "text": "Abbey Road is an album by the Beatles. It was recorded at EMI "
+                                               "Studios in London. The Beatles released it in 1969."},
+    {"id": "b", "title": "The Beatles", "text": "The Beatles were an English band from Liverpool. John Lennon "
+                                                "and Paul McCartney wrote most of their songs."},
+    {"id": "c", "title": "Liverpool", "text": "Liverpool is a city in England. The Beatles came from Liverpool."},
+    {"id": "d", "title": "", "text": "No title here. Just two sentences about Paul McCartney."},
+    {"id": "e", "title": "Long", "text": "Filler words go on. " * 80 + "Late Sentence names EMI Studios."},
+]
+
+
+def corpus(records=RECORDS) -> Corpus:
+    return Corpus.coerce(records)
+
+
+def test_spans_reproduce_every_text_they_name():
+    c = corpus()
+    ex = extract(c)
+    passages = c.embedding_texts()
+    spans = text_spans(ex, passages)
+    assert len(spans) and (np.diff(spans.chunk) >= 0).all()
+    for r in range(len(spans)):
+        text = ex.texts[int(spans.text[r])]
+        passage = passages[int(spans.chunk[r])]
+        parts = [passage[a:b] for a, b in spans.ranges[spans.indptr[r]:spans.indptr[r + 1]].tolist()]
+        assert " ".join(parts) == text  # a topic is one range; a description its sentences joined
+    # each text is requested once, in the first passage that uses it
+    assert len(np.unique(spans.text)) == len(spans)
+    first = {}
+    for e in range(ex.n_topics):
+        first.setdefault(int(ex.topic_text[e]), int(ex.topic_chunk[e]))
+    for t, ch in zip(spans.text.tolist(), spans.chunk.tolist()):
+        if t in first:
+            assert ch <= first[t]
+    # texts from first_text on, numbered from it
+    later = text_spans(ex, passages, first_text=5)
+    assert set((later.text + 5).tolist()) == {t for t in spans.text.tolist() if t >= 5}
+
+
+def test_spans_leave_out_texts_not_in_their_passage():
+    c = corpus()
+    ex = extract(c)
+    passages = list(c.embedding_texts())
+    passages[0] = "something else entirely"
+    spans = text_spans(ex, passages)
+    assert not (spans.chunk == 0).any()
+
+
+def test_no_late_texts_without_a_packed_model():
+    c = corpus()
+    assert late_texts(extract(c), c.embedding_texts(), HashingEmbedder(32)) is None
+    assert embed_with_texts(extract(c), c.embedding_texts(), HashingEmbedder(32)) is None
+
+
+def reference_pool(minilm, text: str, ranges) -> np.ndarray | None:
+    """Mean of the model's own token embeddings (sentence-transformers) inside ``ranges``."""
+    st = minilm.model
+    tokens = st.encode([text], output_value="token_embeddings")[0].numpy()
+    off = np.asarray(st.tokenizer(text, truncation=True, max_length=st.max_seq_length,
+                                  return_offsets_mapping=True)["offset_mapping"])
+    keep = np.zeros(len(off), bool)
+    for a, b in ranges:
+        keep |= (off[:, 0] >= a) & (off[:, 1] <= b) & (off[:, 1] > off[:, 0])
+    if not keep.any():
+        return None
+    v = tokens[keep].mean(0)
+    return v / np.linalg.norm(v)
+
+
+def test_encode_spans_equals_the_models_token_embeddings(minilm):
+    enc = PackedBertEncoder.for_embedder(minilm)
+    texts = ["Abbey Road: Abbey Road is an album. It was recorded in London.", "short",
+             "word " * 400 + "tail end"]
+    spans = [(0, np.array([[12, 35]])), (0, np.array([[0, 10], [36, 63]])), (1, np.array([[0, 5]])),
+             (2, np.array([[0, 20]])), (2, np.array([[2000, 2008]]))]  # the last lies past truncation
+    X, emb, ok = enc.encode_spans(texts, spans)
+    np.testing.assert_allclose(X, minilm.encode(texts), atol=1e-5)
+    assert ok.tolist() == [True, True, True, True, False]
+    assert not emb[4].any()
+    for r, (t, ranges) in enumerate(spans[:4]):
+        np.testing.assert_allclose(emb[r], reference_pool(minilm, texts[t], ranges.tolist()), atol=1e-5)
+    X0, e0, ok0 = enc.encode_spans([], [])
+    assert X0.shape == (0, minilm.dim) and len(e0) == len(ok0) == 0
+
+
+def test_build_pools_texts_in_the_passage_pass_equal_to_a_later_fit(minilm):
+    c = corpus()
+    built = Index.build(c, embedder=minilm, pipelines=["stitch"], progress=False)
+    np.testing.assert_allclose(built.X, minilm.encode(c.embedding_texts()), atol=1e-5)
+    assert len(built.components.builds["extraction"]) == 1
+    H = built.pipelines["stitch"].H
+    # the same texts from a fit after the embedding (its own late pass over the passages)
+    later = Index.build(c, embedder=minilm, pipelines=[], progress=False)
+    H2 = later.pipeline("stitch").H
+    np.testing.assert_allclose(np.asarray(H.text_emb, np.float32), np.asarray(H2.text_emb, np.float32), atol=2e-3)
+    # separately embedded texts differ from late-chunked ones (the option is real), titles' rows are X's
+    sep = later.pipeline("stitch", text_pooling="separate").H
+    ex = later.components.extraction()
+    spans = text_spans(ex, c.embedding_texts())
+    topics = np.unique(ex.topic_text)
+    diff = np.abs(np.asarray(sep.text_emb, np.float32)[topics] - np.asarray(H.text_emb, np.float32)[topics]).max(1)
+    assert (diff > 0.01).mean() > 0.9
+    long_tail = [i for i, t in enumerate(ex.texts) if t == "Late Sentence names EMI Studios."]
+    assert long_tail and long_tail[0] in spans.text.tolist()  # requested, but past the model's window:
+    np.testing.assert_allclose(np.asarray(H.text_emb[long_tail[0]], np.float32),  # embedded on its own
+                               np.asarray(sep.text_emb[long_tail[0]], np.float32), atol=2e-3)
+
+
+def test_add_late_texts_equal_a_fresh_fit(minilm):
+    c = corpus()
+    grown = Index.build(corpus(RECORDS[:3]), embedder=minilm, pipelines=["stitch"], progress=False)
+    grown.add(RECORDS[3:])
+    fresh = Index.build(c, embedder=minilm, pipelines=["stitch"], progress=False)
+    a, b = grown.pipelines["stitch"].H.text_emb, fresh.pipelines["stitch"].H.text_emb
+    assert a.shape == b.shape
+    np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), atol=2e-3)
+
+
+@pytest.mark.parametrize("pooling", ["late", "separate"])
+def test_pooling_is_a_fit_time_parameter_kept_on_load(minilm, tmp_path, pooling):
+    idx = Index.build(corpus(), embedder=minilm, pipelines=["stitch"], params={"stitch": {"text_pooling": pooling}},
+                      progress=False)
+    idx.save(tmp_path / "i")
+    back = Index.load(tmp_path / "i", embedder=minilm)
+    assert back.pipelines["stitch"].text_pooling == pooling
+    np.testing.assert_array_equal(np.asarray(back.pipelines["stitch"].H.text_emb),
+                                  np.asarray(idx.pipelines["stitch"].H.text_emb))
+
+
+def test_work_dir_build_maps_text_embeddings_from_the_work_dir(tmp_path, demo_corpus):
+    """Index.build(work_dir=) writes STITCH's text embeddings to a memory-mapped file there (issue 14:
+    3 GB at 10⁶ passages), equal to an in-memory build; the work directory stays a hopgraph one."""
+    from hopgraph.engine.ingest.streaming import TEXT_EMB_FILE, check_work_dir
+
+    work = tmp_path / "i.work"
+    mapped = Index.build(demo_corpus, embedder="hashing-32", pipelines=["stitch"], work_dir=work, progress=False)
+    plain = Index.build(demo_corpus, embedder="hashing-32", pipelines=["stitch"], progress=False)
+    E = mapped.pipelines["stitch"].H.text_emb
+    assert isinstance(E, np.memmap) and Path(E.filename) == work / TEXT_EMB_FILE
+    np.testing.assert_array_equal(np.asarray(E), plain.pipelines["stitch"].H.text_emb)
+    assert check_work_dir(work) == work
+    # a second build into the same work directory leaves the first index's array intact
+    first = np.array(E)
+    Index.build(demo_corpus, embedder="hashing-16", pipelines=["stitch"], work_dir=work, progress=False)
+    np.testing.assert_array_equal(np.asarray(E), first)
+
+
+def test_texts_embedded_in_blocks_equal_one_block(monkeypatch, demo_corpus):
+    import hopgraph.engine.pipelines.stitch.hypergraph as hg
+
+    one = Index.build(demo_corpus, embedder="hashing-32", pipelines=["stitch"], progress=False)
+    monkeypatch.setattr(hg, "TEXT_BLOCK_ROWS", 7)
+    blocks = Index.build(demo_corpus, embedder="hashing-32", pipelines=["stitch"], progress=False)
+    np.testing.assert_array_equal(one.pipelines["stitch"].H.text_emb, blocks.pipelines["stitch"].H.text_emb)
+
+
+def test_an_index_saved_before_text_pooling_is_refitted_not_mislabelled(tmp_path, demo_corpus):
+    """A saved STITCH whose parameters lack ``text_pooling`` embedded its texts on their own: it
+    loads as ``separate``, and syncing to the current defaults refits it (late chunking)."""
+    from conftest import rewrite_manifest
+
+    idx = Index.build(demo_corpus, embedder="hashing-32", pipelines=["stitch"], progress=False)
+    idx.save(tmp_path / "i")
+
+    def drop(manifest: dict) -> None:
+        del manifest["pipelines"]["stitch"]["params"]["text_pooling"]
+
+    rewrite_manifest(tmp_path / "i", drop)
+    back = Index.load(tmp_path / "i", embedder="hashing-32", verify="fast")
+    assert back.pipelines["stitch"].text_pooling == "separate"
+    assert back.sync_params("stitch") == "dropped"
