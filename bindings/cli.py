@@ -47,6 +47,19 @@ def _check_before_work(pipelines: Sequence[str], params: Mapping[str, Mapping[st
     validate_params(params)
 
 
+def _refuse_search_params(params: Mapping[str, Mapping[str, Any]]) -> None:
+    """Refuse search parameters where only fit parameters can be stored (``hopgraph index``)."""
+    from .engine.pipelines import pipeline_class
+
+    for name, values in params.items():
+        cls = pipeline_class(name)
+        search = sorted(k for k in values if not cls.FitParams.accepts(k))
+        if search:
+            raise InputError(f"--param {name}.{search[0]}: a search parameter, not stored with an index; give it to "
+                             "`hopgraph search --param` (fit parameters of "
+                             f"{name}: {', '.join(cls.FitParams.names()) or 'none'})")
+
+
 @contextlib.contextmanager
 def _warnings_to_stderr(command: str) -> Iterator[None]:
     """Print each :class:`PassageLengthWarning` raised inside as one line ``hopgraph COMMAND:
@@ -72,6 +85,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     from .engine.ingest import streaming
 
     _check_before_work(args.pipelines, _params(args))
+    _refuse_search_params(_params(args))
     t0 = time.perf_counter()
     out = Path(args.out)
     work_dir = streaming.work_dir_for(out)
@@ -391,7 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue an interrupted build from its last finished batch (work dir OUT.work)")
     p.add_argument("--ray", metavar="ADDRESS", help="build on a Ray cluster ('auto', 'ray://host:port', 'local'); "
                    "needs hopgraph[distributed]")
-    param_option(p, "stored in the index (fit-time and query-time)")
+    param_option(p, "stored in the index (fit parameters)")
     common(p)
     p.set_defaults(func=cmd_index)
 
@@ -433,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only passages whose metadata FIELD equals VALUE (JSON or text); repeatable, a field "
                    "given twice takes either value")
     p.add_argument("--allowed-ids", metavar="FILE", help="only these passages: a file of ids, one per line")
-    param_option(p, "for this search (PIPELINE defaults to --pipeline; fit-time ones refit in memory)")
+    param_option(p, "for this search (PIPELINE defaults to --pipeline; fit parameters refit in memory)")
     common(p, embedder_default=None)
     p.set_defaults(func=cmd_search)
 

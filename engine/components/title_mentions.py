@@ -1,67 +1,29 @@
-"""Title bridge: the second hop through a passage title that a top passage mentions (issue 15).
+"""The title mention graph M of a corpus: an edge s → j when the text of passage s mentions the title
+of passage j ≠ s.
 
-A multi-hop question's second passage is usually the one about the *bridge entity*, and the first
-passage names that entity: in Wikipedia-derived corpora (HotpotQA, MuSiQue, 2Wiki) the first
-passage mentions the second's title. The **title mention graph** M holds an edge s → j when the
-text of passage s mentions the title of passage j ≠ s: a word n-gram (n ≤ ``MAX_TITLE_WORDS``) of
-φ(text(s)) equals φ(title(j)) or φ of the title without a trailing parenthesis
-(``"Bethel University (Minnesota)"`` → ``"bethel university"``), φ being the extraction's canonical
-name (:func:`hopgraph.engine.components.extraction.canonical_name`). It is a sparse, zero-token graph (on the
-shared HotpotQA set 0.7 edges a passage, on MuSiQue 1.2).
-
-Re-ranking (:func:`bridge_rerank`, the last step of the G3RAG, STITCH and DMAR queries): a
-pipeline's top-``depth`` list (ids and scores), its scores min-max normalised over the list (the
-list's best 1, its last 0); every passage that one of the ``seeds`` best passages of the list
-mentions (M's row) gains ``weight`` (once, however many seeds mention it), and one outside the list
-enters it with 0 + ``weight``; the list is sorted again (ties toward the lower id) and cut to
-top_k. Filtered passages (``allowed``) never enter. Each row uses its own list only, so a
-question's results do not depend on the other questions of its batch.
-
-Measured (README, "Defaults and the measurements behind them"): the missed gold passage of DMAR's
-top 5 on the shared HotpotQA set is mentioned by DMAR's best passage in 15 of 26 cases, while the
-passages its best passage mentions are 1.1 a question. Defaults (one set for every corpus and
-pipeline): ``weight`` 0.4, ``seeds`` 1, ``depth`` 20.
-
-Cost: building M reads every passage once (pure Python n-gram lookups, linear in the text length:
-0.24 s for 1,000 passages); it is built at fit by :meth:`Components.title_mentions` and saved with
-the index's components (an index saved before it was is built on its first query). A query reads ``seeds`` rows of M (O(B · (depth + mentions)).
+A mention is a word n-gram (n ≤ :data:`MAX_TITLE_WORDS`) of φ(text(s)) equal to φ(title(j)) or to φ
+of the title without a trailing parenthesis (``"Bethel University (Minnesota)"`` →
+``"bethel university"``), φ being the extraction's canonical name
+(:func:`hopgraph.engine.components.extraction.canonical_name`). Zero-token and sparse; built once per
+index (:meth:`hopgraph.engine.components.shared.Components.title_mentions`, linear in the corpus
+text), saved with the components and memory-mapped on load. Its reader is the title bridge
+(:mod:`hopgraph.engine.pipelines.title_bridge`).
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
 from .extraction import canonical_name
-from ..params import integer, real
-from ..ranking import PAD_ID, PAD_SCORE
 from ..storage import RowReader
 
 #: the longest title (in canonical words) that is looked for in a passage text
 MAX_TITLE_WORDS = 8
 #: a trailing parenthesis of a title (a Wikipedia disambiguation), dropped for the second form
 _PAREN = re.compile(r"\s*\([^()]*\)\s*$")
-#: the defaults, one set for every corpus and every pipeline that re-ranks by the bridge
-DEFAULT_WEIGHT = 0.4
-DEFAULT_SEEDS = 1
-DEFAULT_DEPTH = 20
-
-
-def weight_field(default: float = DEFAULT_WEIGHT) -> Any:
-    """The ``bridge`` parameter of a pipeline (query-time; 0 = off)."""
-    return real(default, low=0.0, query=True)
-
-
-def seeds_field() -> Any:
-    """The ``bridge_seeds`` parameter: how many of the list's best passages lend their mentions."""
-    return integer(DEFAULT_SEEDS, low=1, query=True)
-
-
-def depth_field() -> Any:
-    """The ``bridge_depth`` parameter: the length of the list that is re-ranked."""
-    return integer(DEFAULT_DEPTH, low=1, query=True)
 
 
 def title_forms(title: str) -> set[str]:
@@ -123,30 +85,3 @@ class TitleMentions:
             indptr[s + 1] = indptr[s] + len(hit)
         indices = np.concatenate(rows) if rows else np.zeros(0, np.int64)
         return cls(indptr, indices)
-
-
-def bridge_rerank(mentions: TitleMentions, ids: np.ndarray, scores: np.ndarray, top_k: int, weight: float,
-                  seeds: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Re-rank each row's list ``ids``/``scores`` ([B, depth], best first, padding -1) by the title
-    bridge (module docstring); returns ``(ids int64 [B, top_k], scores float32 [B, top_k])``."""
-    B = len(ids)
-    out_ids = np.full((B, top_k), PAD_ID, np.int64)
-    out_scores = np.full((B, top_k), PAD_SCORE, np.float32)
-    for b in range(B):
-        ok = ids[b] >= 0
-        lst, sc = ids[b][ok], np.asarray(scores[b][ok], np.float64)
-        if not len(lst):
-            continue
-        finite = np.isfinite(sc)
-        sc = np.where(finite, sc, sc[finite].min() if finite.any() else 0.0)  # a -inf score ranks last
-        low, high = sc.min(), sc.max()
-        norm = (sc - low) / (high - low) if high > low else np.ones_like(sc)
-        targets = mentions.rows(int(s) for s in lst[:seeds])
-        if allowed is not None:
-            targets = targets[allowed[targets]]
-        new = np.setdiff1d(targets, lst)
-        cand = np.concatenate([lst, new])
-        value = np.concatenate([norm, np.zeros(len(new))]) + weight * np.isin(np.concatenate([lst, new]), targets)
-        order = np.lexsort((cand, -value))[:top_k]
-        out_ids[b, :len(order)], out_scores[b, :len(order)] = cand[order], value[order]
-    return out_ids, out_scores

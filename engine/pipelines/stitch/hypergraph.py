@@ -48,7 +48,7 @@ from ...embedders.core import Embedder, validate_embeddings
 from ...errors import IndexFormatError, InputError
 from ...components.extraction import Extraction
 from ...graph import CSR, check_csr, csr_from_keys
-from .late_pooling import LateTexts
+from ...components.late_pooling import LateTexts
 from ...embedders.packed_bert import encode_bulk
 from ...ingest.streaming import TEXT_EMB_FILE
 from ...storage import (check_ids, check_indptr, check_packed, check_unit_rows, load_arrays, pack_strings, release_pages,
@@ -286,7 +286,7 @@ def embed_texts(texts: list[str], corpus: Corpus, X: np.ndarray, embedder: Embed
     """Embeddings of ``texts`` (distinct: :class:`Extraction` stores each text once) as
     :data:`TEXT_EMB_DTYPE` [U, d] (in :func:`text_embedding_rows`: in ``work_dir`` when given);
     passage embedding texts reuse rows of X. ``late`` (a function giving the texts' late-chunked
-    embeddings, :mod:`hopgraph.engine.pipelines.stitch.late_pooling`, or None when the embedder cannot give them)
+    embeddings, :mod:`hopgraph.engine.components.late_pooling`, or None when the embedder cannot give them)
     supplies the others it can; what is left is embedded on its own, :data:`TEXT_BLOCK_ROWS` texts at
     a time, padding-free in length order (:func:`~hopgraph.engine.embedders.packed_bert.encode_bulk`)."""
     row_of = {t: i for i, t in enumerate(corpus.embedding_texts())}
