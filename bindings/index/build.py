@@ -21,7 +21,7 @@ DEFAULT_PIPELINES = ("dense", "bm25", "g3rag")
 
 
 class IndexBuild:
-    """:meth:`build` of :class:`~hopgraph.index.Index`."""
+    """:meth:`~hopgraph.index.Index.build` of :class:`~hopgraph.index.Index`."""
 
     @classmethod
     def build(cls, corpus: Corpus | str | Path | Sequence, embedder: Embedder | Callable | str | None = None,

@@ -31,7 +31,7 @@ class IndexIO:
         ``path`` must not exist, be empty, or be a hopgraph index directory; an existing index is
         replaced only with ``overwrite=True`` (readers of the old one keep it until they close).
         Without ``path`` the index commits a new generation of itself to the path it was loaded
-        from or last saved to, e.g. after :meth:`add` / :meth:`delete`.
+        from or last saved to, e.g. after :meth:`~hopgraph.index.Index.add` / :meth:`~hopgraph.index.Index.delete`.
         Another process writing to ``path`` gives an :class:`IndexLockedError`."""
         if path is None:
             if self.path is None:
@@ -94,7 +94,7 @@ class IndexIO:
     @classmethod
     def _open(cls, path: Path, gen: Path, manifest: dict[str, Any], embedder: Embedder | Callable | str | None,
               device: str, progress: bool, verify: str) -> "Index":
-        """:meth:`load` of the generation directory ``gen`` with its checked ``manifest``."""
+        """:meth:`~hopgraph.index.Index.load` of the generation directory ``gen`` with its checked ``manifest``."""
         problems = storage.verify_files(gen, manifest, verify)
         if problems:
             more = f" (and {len(problems) - 1} more: hopgraph verify {path})" if len(problems) > 1 else ""
@@ -153,8 +153,8 @@ class IndexIO:
     @classmethod
     @contextlib.contextmanager
     def updating(cls, path: str | Path, **load_kwargs: Any) -> Iterator["Index"]:
-        """Load the index at ``path`` under its write lock, yield it for :meth:`add` / :meth:`delete`
-        / :meth:`compact`, and commit it as a new generation when the block ends without an
+        """Load the index at ``path`` under its write lock, yield it for :meth:`~hopgraph.index.Index.add` / :meth:`~hopgraph.index.Index.delete`
+        / :meth:`~hopgraph.index.Index.compact`, and commit it as a new generation when the block ends without an
         exception (with one, nothing is written: the index stays as it was). A second writer
         meanwhile gets :class:`IndexLockedError` instead of losing one of the two updates.
         ``path`` must be a hopgraph index (nothing is created)."""

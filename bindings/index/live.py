@@ -29,16 +29,16 @@ class IndexLive:
     def add(self, records: Corpus | str | Path | Sequence, *, upsert: bool = False,
             embeddings: np.ndarray | None = None, batch_size: int = 64, chunk_tokens: int | None = None,
             chunk_overlap: int = 0) -> AddReport:
-        """Append passages (what :meth:`build` accepts: records ``{"id", "title", "text",
+        """Append passages (what :meth:`~hopgraph.index.Index.build` accepts: records ``{"id", "title", "text",
         "metadata"}``, strings, a Corpus or a corpus path) without rebuilding the index.
 
         Only the new passages are embedded (with the index's embedder, or ``embeddings`` given
         for them). Every built component and fitted pipeline is updated: dense and BM25 exactly
         as a build from scratch of the grown corpus would be; the graph pipelines incrementally
-        (each pipeline's ``add`` says what stays approximate until :meth:`compact`). An id the
+        (each pipeline's ``add`` says what stays approximate until :meth:`~hopgraph.index.Index.compact`). An id the
         index already holds raises :class:`InputError` naming it, unless ``upsert=True``, which
         deletes the old passage and appends the new one. Everything is checked before anything
-        changes. In memory only until :meth:`save`.
+        changes. In memory only until :meth:`~hopgraph.index.Index.save`.
         """
         from ..engine.ingest import chunking
 
@@ -85,7 +85,7 @@ class IndexLive:
 
     def delete(self, ids: Sequence[str] | str) -> DeleteReport:
         """Delete passages: from now on no search returns them (tombstones; the structures drop
-        them at :meth:`compact`). Ids the index does not hold are reported, not raised."""
+        them at :meth:`~hopgraph.index.Index.compact`). Ids the index does not hold are reported, not raised."""
         if isinstance(ids, str):
             ids = [ids]
         deleted, unknown, rows = [], [], []
@@ -116,7 +116,7 @@ class IndexLive:
     def compact(self) -> "Index":
         """Drop the deleted passages and rebuild every component and fitted pipeline exactly from
         the live ones (their embeddings are kept, nothing is re-embedded): the result equals a build
-        from scratch of the live corpus. In memory only until :meth:`save`; returns self."""
+        from scratch of the live corpus. In memory only until :meth:`~hopgraph.index.Index.save`; returns self."""
         deleted = self.components.deleted
         if deleted is not None and deleted.all():
             raise InputError("compact: every passage is deleted; an index needs at least one")

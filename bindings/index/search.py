@@ -25,8 +25,8 @@ class IndexSearch:
                       embed: Callable[[list[str]], np.ndarray] | None = None, group_by_document: bool = False,
                       allowed_ids: Sequence[str] | None = None, where: Mapping[str, Any] | None = None,
                       **overrides: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Like :meth:`search` but returns the raw ``(rows int64 [B,k], scores float32 [B,k])``.
-        ``overrides``: search parameters of this call; fit parameters select a variant (:meth:`pipeline`).
+        """Like :meth:`~hopgraph.index.Index.search` but returns the raw ``(rows int64 [B,k], scores float32 [B,k])``.
+        ``overrides``: search parameters of this call; fit parameters select a variant (:meth:`~hopgraph.index.Index.pipeline`).
 
         ``questions`` may also mix question strings and 1-D embedding rows (the pipeline then
         gets no texts); ``embed`` (default :meth:`embed_queries`) embeds the strings, in one call.
@@ -62,12 +62,12 @@ class IndexSearch:
         (``{metadata field: value or list of values}``) restrict the passages returned, and ``k``
         of them come back whenever ``k`` pass: every pipeline draws its candidates and seeds
         under the filter and masks its final ranking (a graph walk may pass through filtered
-        passages). Deleted passages (:meth:`delete`) are never returned.
+        passages). Deleted passages (:meth:`~hopgraph.index.Index.delete`) are never returned.
 
         ``overrides`` are this call's search parameters (fit parameters select a variant, see
-        :meth:`pipeline`). With
+        :meth:`~hopgraph.index.Index.pipeline`). With
         ``group_by_document=True`` each document (a chunked corpus's ``"document"`` metadata, see
-        :meth:`build`'s ``chunk_tokens``) appears once, as its best passage, and ``k`` documents come
+        :meth:`~hopgraph.index.Index.build`'s ``chunk_tokens``) appears once, as its best passage, and ``k`` documents come
         back when the corpus has them (the pipeline is searched deeper as needed).
         Returns one list of :class:`Hit` per question, best first, with each passage's text
         (``with_text=False``: ``Hit.text`` is None, the texts are not read) and metadata.

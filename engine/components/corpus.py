@@ -121,7 +121,7 @@ class Corpus:
 
     @classmethod
     def coerce(cls, corpus: "Corpus | str | Path | Sequence[str] | Sequence[Mapping]") -> "Corpus":
-        """Accept a Corpus, a corpus path (any format :func:`hopgraph.engine.ingest.readers.read_corpus`
+        """Accept a Corpus, a corpus path (any format :func:`read_corpus`
         reads: JSON lines, JSON, CSV/TSV, Parquet, a folder of text files), a list of strings or a
         list of records."""
         if isinstance(corpus, Corpus):

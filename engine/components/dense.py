@@ -32,7 +32,7 @@ top-128 (overlap 1.0 at 200,000 rows and on the 50,000-row sample) in half the c
 0.57–0.77x the 8-bit search's top-10 q/s (a busy machine); on STITCH's 10⁶-passage text index the
 whole STITCH search ran as fast with either width, with identical results (README, *Scale*).
 
-The IVF index is built lazily on first search (like the flat copy), grows with :meth:`add`
+The IVF index is built lazily on first search (like the flat copy), grows with :meth:`IVFIndex.add`
 (new rows go to their nearest existing cell) and is rebuilt — re-trained for the new size — on
 the first search after the index has grown to more than :data:`RETRAIN_GROWTH` times the rows
 it was trained on. ``Components.save`` stores it in the index directory (checksummed like
@@ -141,7 +141,7 @@ def _file_blocks(X: np.memmap, start: int, block_rows: int) -> Iterator[tuple[in
 
 def row_blocks(X: np.ndarray, start: int = 0, block_rows: int = BLOCK_ROWS) -> Iterator[tuple[int, np.ndarray]]:
     """``(first row, float32 block)`` over the rows ``[start, N)`` of X: a large memory-mapped X
-    (:data:`SCAN_MIN_N`+ rows) is read from its file (not faulted into the process), any other X
+    (:data:`SCAN_MIN_N` rows or more) is read from its file (not faulted into the process), any other X
     is sliced. A block may be a reused buffer: valid until the next one."""
     if _scanned(X):
         yield from _file_blocks(X, start, block_rows)
@@ -189,7 +189,7 @@ class BlockedInnerProductIndex:
 
 
 def inner_product_index(X: np.ndarray) -> "faiss.Index | BlockedInnerProductIndex":
-    """faiss exact index, or the blocked file scan for a memory-mapped X of ``SCAN_MIN_N``+ rows."""
+    """faiss exact index, or the blocked file scan for a memory-mapped X of :data:`SCAN_MIN_N` rows or more."""
     if _scanned(X):
         return BlockedInnerProductIndex(X)
     return exact_inner_product_index(X)

@@ -11,6 +11,7 @@ Two sources produce the same :class:`Extraction` (arrays, not Python objects):
      (``J. R. R. Tolkien``), a dotted acronym (``U.S.``) or a common abbreviation (``Mr``, ``St``, ``Inc``, ``Jan`` ...). A passage
      with no sentence end is one topic.
   2. **Entities** of a sentence:
+
      * the **passage title** (when non-empty and ``title_entities=True``) is an
        entity of every sentence of its passage — the passage is about it;
      * **capitalised spans**: maximal runs of capitalised words separated only by
@@ -24,6 +25,7 @@ Two sources produce the same :class:`Extraction` (arrays, not Python objects):
        the corpus (``Originally``, ``Traditional``);
      * **numbers** (``numbers=True``): digit tokens of 3+ digits (years, counts;
        ``1,000`` is one token). Smaller numbers form huge, meaningless groups.
+
   3. **Entity states** (nodes): one per (passage, canonical name) — the same name
      mentioned in several sentences of a passage is one state that belongs to all
      those hyperedges. Its **description** ψ(v) is the sentence (sentences joined

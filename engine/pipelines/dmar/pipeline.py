@@ -43,7 +43,7 @@ Query (``search``), for a batch; each stage is timed in ``DMAR.timings`` (:data:
 
 Title bridge (issue 15, after the ranking; not in the SPEC, a query-time addition in the spirit of
 SPEC §3's second hop): the top ``bridge_depth`` (20) of the ranking are re-ranked by
-:func:`hopgraph.engine.components.title_mentions.bridge_rerank` — + ``bridge`` (0.4) for the passages whose title
+:func:`hopgraph.engine.pipelines.title_bridge.bridge_rerank` — + ``bridge`` (0.4) for the passages whose title
 the ``bridge_seeds`` (1) best passage mentions; ``bridge=0`` (the ``no_bridge`` ablation; also in
 ``no_graph`` and the published parameters) switches it off.
 

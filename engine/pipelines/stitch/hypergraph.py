@@ -66,7 +66,7 @@ def chunk_links(indptr: np.ndarray, member_chunks: np.ndarray, n_chunks: int, ma
     ``indptr`` / ``member_chunks`` list each group's states by chunk (a chunk holds at most one
     state of a name, so a group's chunks are distinct). Computed as the sparse product
     ``Bᵀ D B`` of the kept groups' chunk incidence B [G', N] with D = diag(1 / (|g| − 1)), minus
-    its diagonal: the product's memory is its output (the links), not the Σ |g|² (chunk, chunk)
+    its diagonal: the product's memory is its output (the links), not the ``Σ |g|²`` (chunk, chunk)
     pairs that listing every pair of every group holds before summing duplicates (issue 14:
     4 GB of temporaries at 10⁶ passages)."""
     sizes = np.diff(indptr)

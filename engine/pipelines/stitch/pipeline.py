@@ -18,7 +18,7 @@ Search, per batch (the heavy steps are kernels, dispatched by :func:`hopgraph.ke
 4. ``a(v)`` = mean of A and the enabled channels.
 5. Chunk prior ``I(c) = Σ_{v∈c} a(v) ln(1 + N_v)``, ``p = I / ΣI`` (uniform if ΣI = 0), mixed with the
    relevance on the ``n_seeds`` most relevant chunks: ``p ← (1 − prior_mix) p + prior_mix · r``.
-6–7. The walk and the ranking (:mod:`.walk`), then the title bridge.
+6. The walk and 7. the ranking (:mod:`.walk`), then the title bridge.
 
 The activation, propagation and prior run on the sub-hypergraph the activated states reach
 (:func:`~hopgraph.engine.pipelines.stitch.local_graph.local_hypergraph`): nothing of size [B, n_states].
