@@ -244,7 +244,8 @@ def test_index_add_then_compact_equals_a_full_build(demo_corpus, hashing_embedde
         got = idx.search(questions, pipeline="g3rag", k=5, scoring=scoring)
         ref = full.search(questions, pipeline="g3rag", k=5, scoring=scoring)
         differ = sum(len({h.id for h in a} - {h.id for h in b}) for a, b in zip(got, ref))
-        print(f"\n{scoring}: top-5 ids differing from the full build before compact: {differ} of {5 * len(ref)}")
+        # before compact only the stale density rule separates the two: at most 1 id in 50 differs
+        assert differ <= 5 * len(ref) // 50, f"{scoring}: {differ} of {5 * len(ref)} top-5 ids differ"
     idx.compact()
     assert idx.search(questions, pipeline="g3rag", k=5) == want
     np.testing.assert_array_equal(idx.pipelines["g3rag"].penalty_, full.pipelines["g3rag"].penalty_)
