@@ -79,7 +79,7 @@ Recall is in the README ("Defaults and the measurements behind them").
 
 Query cost (issue 14): search runs in chunks of ``QUERY_CHUNK`` queries and allocates nothing
 of size N — no ``[chunk, N]`` score, diffusion or cosine array
-(:mod:`hopgraph.engine.sparse`). Query step 1's seeds and the fused candidates come
+(:mod:`hopgraph.engine.pipelines.g3rag.diffusion`). Query step 1's seeds and the fused candidates come
 from the shared dense index (and BM25) top lists; step 2's ``y = pᵀT`` reads only the CSR rows
 of the seeds / candidates (≤ ``seed_k · k`` or ``n_candidates · k`` edges per query):
 ``"mask"`` keeps y on the passages those rows reach (steps 3-4 rank them), ``"fused"`` joins
@@ -104,13 +104,14 @@ from ....kernels.dispatch import DEVICES
 from .ann_graph import CELL_SIZE, DEFAULT_NPROBE, ann_gain_knn, density_mode, graph_mode
 from ...components.shared import QueryBatch
 from ...errors import IndexFormatError, InputError
-from ...graph import CSR, check_csr, hub_penalty
+from ....kernels.csr import CSR, check_csr
 from .graph_update import added_density, added_penalty, extend_gain_graph
 from .name_links import ARRAY_FIELDS as NAMES_FIELDS, ARRAY_PREFIX as NAMES_PREFIX, ChunkNames, name_link_diffusion
 from ...params import PipelineParams, choice, flag, integer, real
-from ...ranking import PAD_ID, PAD_SCORE
-from ...sparse import (Entries, allowed_at, diffusion_at, diffusion_entries, join, lookup, pair_cosines,
-                             pair_keys, topk_entries)
+from ...ranking import PAD_ID, PAD_SCORE, topk_entries
+from ...sparse import allowed_at, join
+from .diffusion import Entries, diffusion_at, diffusion_entries, lookup, pair_cosines, pair_keys
+from .penalty import hub_penalty
 from ...storage import check_finite, load_array, load_arrays, save_arrays
 from ...timing import StageTimer
 from ...components import title_mentions as title_bridge
@@ -231,7 +232,8 @@ class G3RAG(Pipeline):
         self.density_build = DensityBuild(n, float(node_density.min()), float(node_density.max())) if n else None
         mode = graph_mode(self.mode, n, self.device)
         if mode == "ann":
-            self.graph = ann_gain_knn(self.X, self.k, self.sim_min, self.sim_max, pen, progress=progress)
+            self.graph = ann_gain_knn(self.X, self.k, self.sim_min, self.sim_max, pen, progress=progress,
+                                      ivf=self.components.dense.ivf)
         elif mode == "exact":
             self.graph = call("gain_knn", self.X, k=max(n - 1, 1), sim_min=0.0, sim_max=1.0, penalty=pen,
                               progress=progress, device=self.device)

@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from ...components.extraction import Extraction
-from ...graph import csr_from_keys
+from ...sparse import csr_from_keys
 from ...embedders.packed_bert import PackedBertEncoder
 
 

@@ -126,13 +126,14 @@ from ....kernels.threads import torch_threads
 from ...components.shared import QueryBatch
 from ...errors import IndexFormatError, InputError
 from ...components.dense import DenseIndex, gather_rows
-from ...graph import CSR, csr_from_keys
+from ....kernels.csr import CSR
+from ...sparse import csr_from_keys, row_entries
 from .local_rows import LocalRows
 from ...ranking import topk_entries
 from ...sparse import allowed_at
 from ...storage import release_pages
 from ...components import title_mentions as title_bridge
-from .local_graph import csr_rows, local_hypergraph, local_transition, neighbour_entries
+from .local_graph import local_hypergraph, local_transition, neighbour_entries
 from ...components.corpus import Corpus
 from ...components.extraction import Extraction, load_extractions, query_names
 from .late_pooling import LateTexts, late_texts
@@ -498,7 +499,7 @@ class STITCH(Pipeline):
             thr = np.float32(self.delta)
         hit = (ids >= 0) & (sims >= thr) & (sims > 0)
         qb, text_seg = np.nonzero(hit)
-        seg, nodes = csr_rows(t["text_indptr"], t["text_nodes"], ids[qb, text_seg])
+        seg, nodes = row_entries(t["text_indptr"], t["text_nodes"], ids[qb, text_seg])
         act_q, act_v, act_val = qb[seg], nodes, sims[qb, text_seg][seg]
         if not len(act_v):
             return LocalRows.empty(B, n)
@@ -562,7 +563,7 @@ class STITCH(Pipeline):
         if not len(reg.cols):
             return LocalRows.empty(len(p), p.n)
         P = self.transition
-        sub = local_transition(P.indptr, P.indices, P.data, self._column_sums(), reg.cols)
+        sub = local_transition(P, self._column_sums(), reg.cols)
         pr = np.zeros((len(p), len(reg.cols) + 1), np.float64)
         pr[:, :-1] = p.on(reg.cols).values
         region = np.zeros(pr.shape, bool)

@@ -85,7 +85,7 @@ def test_fused_scoring_is_relevance_plus_normalised_graph_support():
     pipe = G3RAG(k=8, gamma=0.05, tau=0.05, n_candidates=15, device="cpu").fit(X)
     assert pipe.scoring == "fused"
     ids, scores = pipe.search(Q, 6)
-    from hopgraph.engine.graph import row_normalised
+    from hopgraph.engine.sparse import row_normalised
 
     T = row_normalised(pipe.graph).to_dense().astype(np.float64)
     for b, q in enumerate(Q.astype(np.float64)):
