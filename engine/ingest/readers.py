@@ -111,17 +111,14 @@ class FieldMap(RecordFields):
         if self.id is not None and self.text is not None and self.title is not None:
             return
         keys = list(record)
-        if self.id is None:
-            self.id = next((k for k in ID_FIELDS if k in keys), None)
-            if self.id is None:
-                raise InputError(f"{where}: no id field (looked for {', '.join(ID_FIELDS)}; found "
-                                 f"{', '.join(map(str, keys)) or 'none'}); name it with id_field / --id-field")
-        if self.text is None:
-            self.text = next((k for k in TEXT_FIELDS if k in keys), None)
-            if self.text is None:
-                raise InputError(f"{where}: no text field (looked for {', '.join(TEXT_FIELDS)}; found "
-                                 f"{', '.join(map(str, keys)) or 'none'}); name it with text_field / "
-                                 "--text-field")
+        for role, names in (("id", ID_FIELDS), ("text", TEXT_FIELDS)):
+            if getattr(self, role) is None:
+                found = next((k for k in names if k in keys), None)
+                if found is None:
+                    raise InputError(f"{where}: no {role} field (looked for {', '.join(names)}; found "
+                                     f"{', '.join(map(str, keys)) or 'none'}); name it with {role}_field / "
+                                     f"--{role}-field")
+                setattr(self, role, found)
         if self.title is None:  # a record without it has no title
             self.title = next((k for k in TITLE_FIELDS if k not in (self.id, self.text)), "")
         if self.id == self.text:
