@@ -2,7 +2,9 @@
 component's IVF index, side by side with the graph builder's own k-means over X.
 
 Data: ``bench_scale.generate`` (clustered embeddings, d = 384, 256 queries near passages), cached
-under ``--workdir`` (the layout of ``bench/bench_scale.py`` and ``bench/bench_dense_ann.py``).
+under ``--workdir`` (the layout of ``bench/bench_scale.py`` and ``bench/bench_dense_ann.py``):
+``--size`` rows, or with ``--rows R`` a random sample of R of them (seed 1, as ``bench_scale.py``'s
+``recall`` stage draws its 50,000-row sample of the 10⁶ set).
 G3RAG's default graph parameters (k 32, band [0.3, 0.9], sampled density, β 1). Rows:
 
 - ``own k-means``: the graph builder's own partition, trained on X (``ceil(N / 512)`` cells,
@@ -20,6 +22,7 @@ all N) that the graph holds on those rows. The dense row gives the shared IVF's 
 The load average is printed at the start and the end (the machine is shared: compare rows of one run).
 
     .venv/bin/python bench/bench_shared_ivf.py --size 200000 --workdir /tmp/hopgraph-bench-scale
+    .venv/bin/python bench/bench_shared_ivf.py --size 1000000 --rows 50000 --workdir /tmp/hopgraph-bench-scale
 """
 from __future__ import annotations
 
@@ -87,6 +90,7 @@ def candidates_per_row(cells) -> float:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=200_000, help="generated rows")
+    p.add_argument("--rows", type=int, default=None, help="a random sample of this many of them (default: all)")
     p.add_argument("--workdir", default="/tmp/hopgraph-bench-scale", help="data cache (bench_scale's layout)")
     p.add_argument("--sample", type=int, default=2000, help="rows whose exact edges give the recall")
     p.add_argument("--direct-nprobe", default="16,37", help="nprobe values of the IVF cells as they are ('' for none)")
@@ -105,7 +109,10 @@ def main() -> int:
     load_start = os.getloadavg()
     data = Path(args.workdir) / str(args.size)
     generate(args.size, data)
-    X = np.ascontiguousarray(np.load(data / "X.npy", mmap_mode="r"))
+    X = np.load(data / "X.npy", mmap_mode="r")
+    if args.rows is not None and args.rows < len(X):
+        X = X[np.sort(np.random.default_rng(1).choice(len(X), args.rows, replace=False))]
+    X = np.ascontiguousarray(X)
     Q = np.load(data / "Q.npy")
     n, g = len(X), G3RAGParams()
     pen = hub_penalty(call("density", X, mode="sampled", n_samples=g.density_samples, device="cpu"), g.beta)
@@ -148,7 +155,8 @@ def main() -> int:
     overlap = np.mean([len(set(a) & set(b)) / len(b) for a, b in zip(ids.tolist(), ref.tolist())])
     load_end = os.getloadavg()
     print()
-    print(f"bench_shared_ivf: N={n:,}, d={X.shape[1]}, G3RAG k={g.k}, band [{g.sim_min}, {g.sim_max}], recall on "
+    of = f" (a random sample of {args.size:,})" if n < args.size else ""
+    print(f"bench_shared_ivf: N={n:,}{of}, d={X.shape[1]}, G3RAG k={g.k}, band [{g.sim_min}, {g.sim_max}], recall on "
           f"{len(sample)} sampled rows, {os.cpu_count()} CPU cores; load average at start "
           f"{load_start[0]:.2f} / {load_start[1]:.2f} / {load_start[2]:.2f}, at end "
           f"{load_end[0]:.2f} / {load_end[1]:.2f} / {load_end[2]:.2f}")

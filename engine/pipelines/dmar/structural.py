@@ -67,15 +67,17 @@ def candidate_subgraphs(kg: KnowledgeGraph, cand: np.ndarray, local_nodes: np.nd
     U = local_nodes.shape[1]
     valid = cand >= 0
     pe = take_rows(kg.passage_entities, np.where(valid, cand, 0).ravel())
-    # nodes(G_D): the nodes of the ego subgraphs of D's entities, as sorted keys (row · E + node)
+    # nodes(G_D): every node of the ego subgraphs of D's entities, looked up among its query's local
+    # nodes by the key query · E + node (O(entries · log(B · U)), nothing of size E)
     E = np.int64(max(kg.n_entities, 1))
     ego_of = take_rows(kg.ego, pe.indices)
-    nodes_d = np.unique(row_of_entries(pe.indptr)[row_of_entries(ego_of.indptr)] * E + ego_of.indices)
-    rows = np.repeat(np.arange(B * C), U)
-    cols = np.repeat(local_nodes, C, axis=0).ravel()
-    ok = cols >= 0
-    member = np.zeros(B * C * U, np.float32)
-    member[ok] = join(nodes_d, rows[ok] * E + cols[ok])[1]
+    row = row_of_entries(pe.indptr)[row_of_entries(ego_of.indptr)]  # the candidate (b · C + c) of each node
+    qb, qu = np.nonzero(local_nodes >= 0)
+    local_keys = qb * E + local_nodes[qb, qu]
+    order = np.argsort(local_keys, kind="stable")
+    pos, found = join(local_keys[order], row // C * E + ego_of.indices)
+    member = np.zeros((B * C, U), np.float32)
+    member[row[found], qu[order[pos[found]]]] = 1.0
     cand_nodes = member.reshape(B, C, U) * valid[..., None]
     n_ent = np.diff(pe.indptr)
     linked = (n_ent.reshape(B, C) > 0) & valid

@@ -143,7 +143,7 @@ class TopicHypergraph:
 
     def transition(self) -> CSR:
         """The column-stochastic chunk-graph matrix P (row = target chunk, SPEC §2 step 6) as the
-        engine's one sparse-graph type, validated (``.to_scipy()`` for a scipy view, no copy)."""
+        engine's one sparse-graph type, validated."""
         return check_csr(self.graph_indptr, self.graph_indices, self.graph_data, self.n_chunks,
                          "STITCH chunk graph")
 
