@@ -15,7 +15,8 @@ G3RAG's default graph parameters (k 32, band [0.3, 0.9], sampled density, β 1).
 
 Columns: ``over X s`` (training and assigning over X: the own k-means, or the dense IVF build, which
 an index of ``ANN_MIN_N``+ passages does for its dense search anyway), ``cells s`` (the graph cells
-from it), ``graph s`` (gain rescoring of every row), candidates rescored per row, and graph recall:
+from it), ``graph s`` (gain rescoring of every row: the median of ``--repeats`` builds, the options
+interleaved), candidates rescored per row, and graph recall:
 the share of the exact graph's edges (``gain_knn``'s, computed for ``--sample`` random rows against
 all N) that the graph holds on those rows. The dense row gives the shared IVF's dense search
 (top-10 overlap with the exact search and q/s, nprobe 64), which the grouping does not change.
@@ -36,7 +37,7 @@ import numpy as np
 
 os.environ.setdefault("HOPGRAPH_COMPILE", "0")  # the reference rows would compile the tile loop otherwise
 
-from _common import table  # noqa: E402
+from _common import median_interleaved, table  # noqa: E402
 
 
 def own_kmeans_cells(X: np.ndarray, nprobe: int = 8, seed: int = 0):
@@ -94,6 +95,7 @@ def main() -> int:
     p.add_argument("--workdir", default="/tmp/hopgraph-bench-scale", help="data cache (bench_scale's layout)")
     p.add_argument("--sample", type=int, default=2000, help="rows whose exact edges give the recall")
     p.add_argument("--direct-nprobe", default="16,37", help="nprobe values of the IVF cells as they are ('' for none)")
+    p.add_argument("--repeats", type=int, default=2, help="graph builds per option, interleaved (median reported)")
     args = p.parse_args()
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_scale import generate
@@ -123,29 +125,35 @@ def main() -> int:
     exact = csr_from_topk(np.where(nbr >= 0, 1.0, -np.inf).astype(np.float32), nbr, n)
     print(f"reference: exact edges of {len(sample)} rows in {time.perf_counter() - t0:.1f} s", flush=True)
 
-    rows = []
+    options = {}  # method -> (seconds over X, seconds for the graph cells, cells)
 
-    def measure(method: str, over_x: float | None, make_cells) -> None:
+    def timed(fn):
         t0 = time.perf_counter()
-        cells = make_cells()
-        t1 = time.perf_counter()
-        graph = build_graph(X, cells, pen, g.k, g.sim_min, g.sim_max)
-        t2 = time.perf_counter()
-        recall = graph_recall(take_rows(graph, sample), exact)
-        rows.append([method, "" if over_x is None else f"{over_x:.1f}", f"{t1 - t0:.1f}", f"{t2 - t1:.1f}",
+        out = fn()
+        return time.perf_counter() - t0, out
+
+    own_s, own = timed(lambda: own_kmeans_cells(X))
+    options[f"own k-means over X ({own.nlist} cells), nprobe 8"] = (own_s, 0.0, own)
+    ivf_s, ivf = timed(lambda: IVFIndex.build(X))
+    cells_s, grouped = timed(lambda: graph_cells(ivf))
+    options[f"IVF cells grouped ({ivf.nlist} -> {grouped.nlist}), nprobe 8"] = (ivf_s, cells_s, grouped)
+    for nprobe in [int(x) for x in args.direct_nprobe.split(",") if x]:
+        cells_s, cells = timed(lambda: ivf_cells_as_they_are(ivf, nprobe))
+        options[f"IVF cells as they are ({ivf.nlist}), nprobe {nprobe}"] = (None, cells_s, cells)
+    graphs = {}
+
+    def builder(method: str):
+        def build() -> None:
+            graphs[method] = build_graph(X, options[method][2], pen, g.k, g.sim_min, g.sim_max)
+        return build
+
+    seconds = median_interleaved({m: builder(m) for m in options}, args.repeats)
+    rows = []
+    for method, (over_x, cells_s, cells) in options.items():
+        recall = graph_recall(take_rows(graphs[method], sample), exact)
+        rows.append([method, "" if over_x is None else f"{over_x:.1f}", f"{cells_s:.1f}", f"{seconds[method]:.1f}",
                      f"{candidates_per_row(cells):,.0f}", f"{recall:.4f}"])
         print(rows[-1], flush=True)
-
-    t0 = time.perf_counter()
-    own = own_kmeans_cells(X)
-    own_s = time.perf_counter() - t0
-    measure(f"own k-means over X ({own.nlist} cells), nprobe 8", own_s, lambda: own)
-    t0 = time.perf_counter()
-    ivf = IVFIndex.build(X)
-    ivf_s = time.perf_counter() - t0
-    measure(f"IVF cells grouped ({ivf.nlist} -> {graph_cells(ivf).nlist}), nprobe 8", ivf_s, lambda: graph_cells(ivf))
-    for nprobe in [int(x) for x in args.direct_nprobe.split(",") if x]:
-        measure(f"IVF cells as they are ({ivf.nlist}), nprobe {nprobe}", None, lambda: ivf_cells_as_they_are(ivf, nprobe))
 
     ref, _ = DenseIndex(X, "exact").topk(Q, 10)
     dense = DenseIndex(X, "ann", ivf=ivf)

@@ -127,10 +127,9 @@ from ...components.shared import QueryBatch
 from ...errors import IndexFormatError, InputError
 from ...components.dense import DenseIndex, gather_rows
 from ....kernels.csr import CSR
-from ...sparse import csr_from_keys, row_entries
+from ...sparse import allowed_at, csr_from_keys, row_entries
 from .local_rows import LocalRows
 from ...ranking import topk_entries
-from ...sparse import allowed_at
 from ...storage import release_pages
 from ...components import title_mentions as title_bridge
 from .local_graph import local_hypergraph, local_transition, neighbour_entries
