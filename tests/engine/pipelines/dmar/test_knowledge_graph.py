@@ -105,3 +105,24 @@ def test_capitalised_linking_ignores_common_words(kg_and_extraction):
     assert "galway" in names("capitalised") and "bristol" not in names("capitalised")
     with pytest.raises(InputError, match="linking mode"):
         kg.link_queries([text], "fuzzy")
+
+
+def test_damaged_graph_arrays_are_refused(kg_and_extraction, demo_corpus):
+    kg, _ = kg_and_extraction
+    n = len(demo_corpus)
+
+    def load(**changes):
+        arrays = {**kg.arrays(), **changes}
+        return KnowledgeGraph.from_arrays(arrays, n, "kg")
+
+    data = kg.adj.data.copy()
+    data[0] += 1.0  # one direction of an edge heavier than the other
+    with pytest.raises(InputError, match="kg_adj_\\*: the co-occurrence graph must be symmetric"):
+        load(kg_adj_data=data)
+    ego_indices = kg.ego.indices.copy()
+    row0 = slice(kg.ego.indptr[0], kg.ego.indptr[1])
+    ego_indices[row0] = np.where(ego_indices[row0] == 0, (0 + 1) % kg.n_entities, ego_indices[row0])
+    with pytest.raises(InputError, match="every ego subgraph must hold its own entity"):
+        load(kg_ego_indices=ego_indices)
+    with pytest.raises(InputError, match="kg_pe_\\*: indices must hold column ids"):
+        load(kg_pe_indices=np.full_like(kg.passage_entities.indices, kg.n_entities))
