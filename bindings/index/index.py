@@ -61,7 +61,11 @@ class Index(IndexBuild, IndexSearch, IndexLive, IndexIO):
         self.embed_seconds = 0.0
         self.path: Path | None = None
         self._manifest: dict[str, Any] | None = None
-        self._lease: storage.Lease | None = None
+        self._lease: storage.OpenedIndex | None = None
+        #: the commit this index was loaded from or last saved to (:mod:`.io`)
+        self._committed = None
+        #: the adds and deletes since that commit, to apply again on a newer one (None: not possible)
+        self._ops: list[tuple] | None = []
         self._metadata: MetadataIndex | None = None
 
     @property
@@ -126,6 +130,7 @@ class Index(IndexBuild, IndexSearch, IndexLive, IndexIO):
         self.params = validate_params(params)
         self.components.bm25_params = self.components.bm25_params.create(self.params.get("bm25"))
         self._variants.clear()
+        self._ops = None
 
     def sync_params(self, name: str) -> str:
         """Bring fitted pipeline ``name`` to the parameters a fresh fit would use now.

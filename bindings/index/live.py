@@ -10,6 +10,7 @@ import numpy as np
 from ..engine.components.corpus import Corpus
 from ..engine.components.shared import Components
 from ..engine.embedders.core import validate_embeddings
+from ..engine.storage import stack_rows
 from ..engine.errors import DuplicateIdError, InputError
 from .reports import AddReport, DeleteReport
 
@@ -72,7 +73,7 @@ class IndexLive:
         embed_seconds = time.perf_counter() - t0
         t0 = time.perf_counter()
         start = len(self.X)
-        X = np.ascontiguousarray(np.concatenate([np.asarray(self.X, np.float32), X_new]))
+        X = stack_rows([self.X, np.ascontiguousarray(X_new, np.float32)])
         corpus = self.corpus.concat(new)
         self.components.extend(X, corpus, start)
         self.X, self.corpus, self._metadata = X, corpus, None
@@ -81,6 +82,8 @@ class IndexLive:
         for pipe in self.pipelines.values():
             pipe.add(start, progress=self.progress)
         self._variants.clear()
+        if self._ops is not None:
+            self._ops.append(("add", new, X_new, upsert))
         return AddReport(list(new.ids), [p for p, _ in existing], embed_seconds, time.perf_counter() - t0)
 
     def delete(self, ids: Sequence[str] | str) -> DeleteReport:
@@ -104,6 +107,8 @@ class IndexLive:
             deleted.append(pid)
             rows.append(row)
         self._tombstone(rows)
+        if self._ops is not None and deleted:
+            self._ops.append(("delete", list(deleted)))
         return DeleteReport(deleted, unknown)
 
     def _tombstone(self, rows: Sequence[int]) -> None:
@@ -120,6 +125,9 @@ class IndexLive:
         deleted = self.components.deleted
         if deleted is not None and deleted.all():
             raise InputError("compact: every passage is deleted; an index needs at least one")
+        self._ops = None
+        if self._committed is not None:
+            self._committed.whole = True
         if deleted is not None and deleted.any():
             live = np.flatnonzero(~deleted)
             self.corpus = self.corpus.take(live)

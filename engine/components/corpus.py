@@ -11,12 +11,18 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from ..errors import InputError
 from .records import RecordFields, check_passages, check_unicode, collect, iter_jsonl
+
+if TYPE_CHECKING:
+    from ..storage import HashTable
+
+#: file-name prefix of the passage ids' hash table in a saved corpus
+ID_TABLE = "id_"
 
 
 class PackedStrings(Sequence[str]):
@@ -49,6 +55,56 @@ class PackedStrings(Sequence[str]):
                 yield raw[o[j]:o[j + 1]].decode("utf-8")
 
 
+class ChainedStrings(Sequence[str]):
+    """Read-only strings made of consecutive parts (packed strings of saved segments, in-memory tuples
+    of added passages), read as one list without copying them into one."""
+
+    def __init__(self, parts: Sequence[Sequence[str]]) -> None:
+        self.parts: list[Sequence[str]] = []
+        for p in parts:
+            self.parts.extend(p.parts if isinstance(p, ChainedStrings) else [p])
+        self.offsets = np.zeros(len(self.parts) + 1, np.int64)
+        np.cumsum([len(p) for p in self.parts], out=self.offsets[1:])
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def _locate(self, i: int) -> tuple[int, int]:
+        p = int(np.searchsorted(self.offsets, i, side="right") - 1)
+        return p, i - int(self.offsets[p])
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self))
+            if step != 1:
+                return [self[j] for j in range(start, stop, step)]
+            out: list[str] = []
+            for p, part in enumerate(self.parts):
+                lo, hi = int(self.offsets[p]), int(self.offsets[p + 1])
+                a, b = max(start, lo), min(stop, hi)
+                if a < b:
+                    out.extend(part[a - lo:b - lo])
+            return out
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"string {i} out of range [0, {len(self)})")
+        p, j = self._locate(i)
+        return self.parts[p][j]
+
+    def __iter__(self) -> Iterator[str]:
+        for part in self.parts:
+            yield from part
+
+
+def chain(a: Sequence[str], b: Sequence[str]) -> Sequence[str]:
+    """``a`` followed by ``b`` as one sequence: a tuple when both are small in-memory sequences, else
+    :class:`ChainedStrings` (nothing of ``a`` is copied or decoded)."""
+    if not isinstance(a, (PackedStrings, ChainedStrings)) and not isinstance(b, (PackedStrings, ChainedStrings)):
+        return tuple(a) + tuple(b)
+    return ChainedStrings([a, b])
+
+
 class Corpus:
     """An ordered, validated list of passages: ids, titles, texts and per-passage metadata
     (a JSON object string, ``""`` for none). In memory after loading a file; memory-mapped
@@ -60,6 +116,9 @@ class Corpus:
         self.metadata = metadata if metadata is not None else ("",) * len(ids)
         self._positions: dict[str, int] | None = None
         self._checksum: str | None = None
+        #: per part ``(first row, stored hash table or None, ids)`` for :meth:`position` (None: one part)
+        self._id_parts: list[tuple[int, HashTable | None, Sequence[str]]] | None = None
+        self._dicts: dict[int, dict[str, int]] = {}
         if not (len(self.ids) == len(self.titles) == len(self.texts) == len(self.metadata)):
             raise InputError(f"{self.source}: ids, titles, texts and metadata have different lengths")
         if _validate:
@@ -115,10 +174,17 @@ class Corpus:
         return cls.from_strings(items)
 
     def concat(self, other: "Corpus") -> "Corpus":
-        """This corpus followed by ``other`` (in memory). An id of ``other`` may repeat one of this
-        corpus (a replaced or re-added passage whose old row is deleted): :meth:`position` gives
-        the later row."""
-        fields = [tuple(getattr(self, f)) + tuple(getattr(other, f)) for f in self.FIELDS]
+        """This corpus followed by ``other``; a saved (memory-mapped) corpus is not copied or
+        decoded (:func:`chain`). An id of ``other`` may repeat one of this corpus (a replaced or
+        re-added passage whose old row is deleted): :meth:`position` gives the later row."""
+        fields = [chain(getattr(self, f), getattr(other, f)) for f in self.FIELDS]
+        out = Corpus(*fields[:3], self.source, fields[3], _validate=False)
+        out._id_parts = self._id_parts_or_self() + other._id_parts_or_self(len(self))
+        return out
+
+    def rows(self, start: int, stop: int) -> "Corpus":
+        """The passages ``[start, stop)`` as an in-memory corpus (only they are read)."""
+        fields = [tuple(getattr(self, f)[start:stop]) for f in self.FIELDS]
         return Corpus(*fields[:3], self.source, fields[3], _validate=False)
 
     def take(self, rows: np.ndarray) -> "Corpus":
@@ -132,14 +198,29 @@ class Corpus:
         return len(self.ids)
 
     def position(self, pid: str) -> int:
-        """Row of passage ``pid`` (the last row holding it); KeyError naming the id if absent (the id
-        table is built on first use)."""
-        if self._positions is None:
-            self._positions = {p: i for i, p in enumerate(self.ids)}
-        try:
-            return self._positions[pid]
-        except KeyError:
-            raise KeyError(f"passage id {pid!r} is not in corpus {self.source}") from None
+        """Row of passage ``pid`` (the last row holding it); KeyError naming the id if absent. A saved
+        corpus looks the id up in the hash tables stored with its segments (a few entries read);
+        in-memory passages in an id table built on first use."""
+        for offset, table, ids in reversed(self._id_parts_or_self()):
+            if table is not None:
+                row = int(table.find([pid], ids.__getitem__)[0])
+                if row >= 0:
+                    return offset + row
+                continue
+            positions = self._dicts.get(id(ids))
+            if positions is None:
+                positions = self._dicts[id(ids)] = {p: i for i, p in enumerate(ids)}
+            if pid in positions:
+                return offset + positions[pid]
+        raise KeyError(f"passage id {pid!r} is not in corpus {self.source}")
+
+    def _id_parts_or_self(self, offset: int = 0) -> list[tuple[int, "HashTable | None", Sequence[str]]]:
+        """``(first row, stored id hash table or None, ids)`` of each part of this corpus, rows shifted
+        by ``offset``."""
+        parts = self._id_parts if self._id_parts is not None else [(0, None, self.ids)]
+        if self._id_parts is None and self._positions is not None:
+            self._dicts[id(self.ids)] = self._positions
+        return [(o + offset, t, ids) for o, t, ids in parts]
 
     def embedding_texts(self, start: int = 0, stop: int | None = None) -> list[str]:
         """Texts as embedded: ``"title: text"`` when a title exists, else the text
@@ -169,15 +250,18 @@ class Corpus:
     # ------------------------------------------------------------------ persistence
     FIELDS = ("ids", "titles", "texts", "metadata")
 
-    def save(self, directory: Path) -> dict[str, int]:
-        """Write the four fields as packed strings (``FIELD_data.npy``, ``FIELD_offsets.npy``)."""
-        from ..storage import pack_strings, save_arrays
+    def save(self, directory: Path) -> dict[str, Any]:
+        """Write the four fields as packed strings (``FIELD_data.npy``, ``FIELD_offsets.npy``) and the
+        ids' hash table (``id_hashes.npy``, ``id_positions.npy``); returns the manifest entry (passage
+        count and checksum)."""
+        from ..storage import HashTable, pack_strings, save_arrays
 
         arrays = {}
         for name in self.FIELDS:
             arrays[f"{name}_data"], arrays[f"{name}_offsets"] = pack_strings(list(getattr(self, name)))
+        arrays.update(HashTable.build(list(self.ids)).arrays(ID_TABLE))
         save_arrays(directory, arrays)
-        return {"n_passages": len(self)}
+        return {"n_passages": len(self), "checksum": self.checksum}
 
     @classmethod
     def load(cls, directory: Path, n_passages: int, source: str, checksum: str | None = None) -> "Corpus":
@@ -193,6 +277,12 @@ class Corpus:
             fields[name] = PackedStrings(data, offsets)
         corpus = cls(fields["ids"], fields["titles"], fields["texts"], source, fields["metadata"], _validate=False)
         corpus._checksum = checksum
+        if (directory / f"{ID_TABLE}hashes.npy").is_file():  # older indexes: an id dict built on first use
+            from ..storage import HashTable, load_arrays
+
+            table = HashTable.from_arrays(load_arrays(directory, [f"{ID_TABLE}hashes", f"{ID_TABLE}positions"]),
+                                          ID_TABLE, n_passages, f"index corpus {directory}")
+            corpus._id_parts = [(0, table, corpus.ids)]
         return corpus
 
     def write_jsonl(self, path: str | Path) -> None:

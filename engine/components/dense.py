@@ -59,7 +59,8 @@ import numpy as np
 
 from ..errors import IndexFormatError, InputError
 from ..ranking import PAD_ID, PAD_SCORE, topk_rows
-from ..storage import RowReader, check_finite, check_ids, check_indptr, load_arrays, read_rows, save_arrays
+from ..storage import (RowReader, StackedRows, check_finite, check_ids, check_indptr, load_arrays, read_rows,
+                       save_arrays)
 
 #: from this many rows up a memory-mapped X is scanned from its file instead of copied into faiss
 SCAN_MIN_N = 200_000
@@ -119,13 +120,16 @@ def exact_inner_product_index(X: np.ndarray) -> faiss.IndexFlatIP:
 
 
 def _large_mapping(X: np.ndarray) -> bool:
-    """X is a C-contiguous memory-mapped matrix of :data:`SCAN_MIN_N` rows or more: its rows are read
-    from its file, not faulted in through the mapping (which would leave them resident)."""
+    """X is a C-contiguous memory-mapped matrix of :data:`SCAN_MIN_N` rows or more (or rows of
+    several segments, :class:`~hopgraph.engine.storage.StackedRows`, as many): its rows are read
+    from its files, not faulted in through the mapping (which would leave them resident)."""
+    if isinstance(X, StackedRows):
+        return X.ndim == 2 and len(X) >= SCAN_MIN_N
     return isinstance(X, np.memmap) and X.ndim == 2 and len(X) >= SCAN_MIN_N and X.flags.c_contiguous
 
 
 def _scanned(X: np.ndarray) -> bool:
-    """The dense search scans X from its file (:class:`BlockedInnerProductIndex`): a large float32 mapping."""
+    """The dense search scans X from its files (:class:`BlockedInnerProductIndex`): a large float32 mapping."""
     return _large_mapping(X) and X.dtype == np.float32
 
 
@@ -144,6 +148,9 @@ def row_blocks(X: np.ndarray, start: int = 0, block_rows: int = BLOCK_ROWS) -> I
     """``(first row, float32 block)`` over the rows ``[start, N)`` of X: a large memory-mapped X
     (:data:`SCAN_MIN_N` rows or more) is read from its file (not faulted into the process), any other X
     is sliced. A block may be a reused buffer: valid until the next one."""
+    if isinstance(X, StackedRows):
+        yield from X.blocks(start, block_rows)
+        return
     if _scanned(X):
         yield from _file_blocks(X, start, block_rows)
         return
@@ -173,20 +180,24 @@ def blocked_topk(Q: np.ndarray, k: int, blocks: Iterator[tuple[int, np.ndarray]]
 
 
 class BlockedInnerProductIndex:
-    """Exact inner-product top-k over a memory-mapped float32 ``.npy`` matrix, read from the file
-    in blocks of ``block_rows`` rows into one reused buffer; ``search`` is faiss-compatible
-    (``(scores [B, k], ids [B, k])``, best first, ties toward the lower row, -1 padding)."""
+    """Exact inner-product top-k over a memory-mapped float32 ``.npy`` matrix (or the rows of several
+    segments, :class:`~hopgraph.engine.storage.StackedRows`), read from the files in blocks of
+    ``block_rows`` rows into one reused buffer; ``search`` is faiss-compatible (``(scores [B, k],
+    ids [B, k])``, best first, ties toward the lower row, -1 padding)."""
 
-    def __init__(self, X: np.memmap, block_rows: int = BLOCK_ROWS) -> None:
-        if not isinstance(X, np.memmap) or X.dtype != np.float32 or not X.flags.c_contiguous:
-            raise TypeError("BlockedInnerProductIndex needs a C-contiguous float32 np.memmap")
+    def __init__(self, X: "np.memmap | StackedRows", block_rows: int = BLOCK_ROWS) -> None:
+        stacked = isinstance(X, StackedRows)
+        if X.dtype != np.float32 or not (stacked or (isinstance(X, np.memmap) and X.flags.c_contiguous)):
+            raise TypeError("BlockedInnerProductIndex needs a C-contiguous float32 np.memmap or StackedRows")
         self.X = X
         self.ntotal, self.d = X.shape
         self.block_rows = int(block_rows)
 
     def search(self, Q: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` per query; ``allowed`` (bool [ntotal]) restricts the rows that may be returned."""
-        return blocked_topk(Q, k, _file_blocks(self.X, 0, self.block_rows), allowed)
+        blocks = self.X.blocks(0, self.block_rows) if isinstance(self.X, StackedRows) else \
+            _file_blocks(self.X, 0, self.block_rows)
+        return blocked_topk(Q, k, blocks, allowed)
 
 
 def inner_product_index(X: np.ndarray) -> "faiss.Index | BlockedInnerProductIndex":
@@ -204,6 +215,8 @@ def gather_rows(X: np.ndarray, rows: np.ndarray) -> np.ndarray:
     the process's resident set (issue 14: 2.2 GB of STITCH's text embeddings after one batch at 10⁶
     passages)."""
     rows = np.asarray(rows, np.int64)
+    if isinstance(X, StackedRows):
+        return X.take(rows)
     return read_rows(X, rows) if _large_mapping(X) else np.asarray(X[rows])
 
 
@@ -337,6 +350,57 @@ class IVFIndex:
         return ids.astype(np.int64)
 
     # ------------------------------------------------------------------ persistence
+    #: the arrays :meth:`tail_arrays` returns (the rows of one segment)
+    TAIL_FILES = ("rows", "lists", "codes")
+
+    def tail_arrays(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        """The entries of rows ``[start, stop)``: ``rows`` (int64, ascending), the cell of each
+        (``lists`` int64) and its code (``codes`` uint8 [n, code_size]), as faiss holds them."""
+        invlists, width = self.index.invlists, int(self.index.code_size)
+        rows, lists, codes = [], [], []
+        for c in range(self.nlist):
+            size = invlists.list_size(c)
+            if not size:
+                continue
+            ids = faiss.rev_swig_ptr(invlists.get_ids(c), size)
+            sel = np.flatnonzero((ids >= start) & (ids < stop))
+            if len(sel):
+                cell = faiss.rev_swig_ptr(invlists.get_codes(c), size * width).reshape(size, width)
+                rows.append(np.array(ids[sel], np.int64))
+                lists.append(np.full(len(sel), c, np.int64))
+                codes.append(np.array(cell[sel]))
+        if not rows:
+            return {"rows": np.zeros(0, np.int64), "lists": np.zeros(0, np.int64),
+                    "codes": np.zeros((0, width), np.uint8)}
+        rows, lists, codes = np.concatenate(rows), np.concatenate(lists), np.concatenate(codes)
+        order = np.argsort(rows, kind="stable")
+        return {"rows": rows[order], "lists": lists[order], "codes": codes[order]}
+
+    def add_tail(self, arrays: dict[str, np.ndarray], start: int, stop: int, name: str = "IVF index") -> None:
+        """Add the entries :meth:`tail_arrays` gave for rows ``[start, stop)`` (validated: every row once,
+        cells in range, codes of this width; IndexFormatError naming ``name``)."""
+        n = stop - start
+        rows = np.asarray(check_ids(np.asarray(arrays["rows"]) - start, max(n, 1), f"{name} rows", n), np.int64)
+        if n and (np.bincount(rows, minlength=n) != 1).any():
+            raise IndexFormatError(f"{name} rows: not each of the rows [{start}, {stop}) once")
+        lists = np.asarray(check_ids(arrays["lists"], self.nlist, f"{name} lists", n), np.int64)
+        codes = np.asarray(arrays["codes"])
+        width = int(self.index.code_size)
+        if codes.dtype != np.uint8 or codes.shape != (n, width):
+            raise IndexFormatError(f"{name} codes: shape {list(codes.shape)} dtype {codes.dtype}, expected "
+                                   f"[{n}, {width}] uint8")
+        if start != self.ntotal:
+            raise IndexFormatError(f"{name}: rows from {start}, the IVF index holds {self.ntotal}")
+        order = np.lexsort((rows, lists))
+        rows, lists, codes = rows[order] + start, lists[order], np.ascontiguousarray(codes[order])
+        bounds = np.flatnonzero(np.diff(lists)) + 1
+        for a, b in zip(np.r_[0, bounds], np.r_[bounds, n]):
+            if b > a:
+                ids = np.ascontiguousarray(rows[a:b])
+                part = np.ascontiguousarray(codes[a:b])
+                self.index.invlists.add_entries(int(lists[a]), int(b - a), faiss.swig_ptr(ids), faiss.swig_ptr(part))
+        self.index.ntotal = self.ntotal + n
+
     def arrays(self) -> dict[str, np.ndarray]:
         """The whole index as arrays: ``centroids`` [nlist, d], ``sq`` [2, d] (code minimum and
         range per dimension), and the cells in order as ``offsets`` [nlist + 1] into ``ids`` [N]
@@ -513,21 +577,44 @@ class DenseIndex:
         kind = next(k for k, bits in IVF_KINDS.items() if bits == ivf.bits)
         return {"kind": kind, "rows": ivf.ntotal, "n_trained": ivf.n_trained, "nlist": ivf.nlist}
 
+    def ivf_state(self) -> tuple[int, int] | None:
+        """``(rows, rows trained on)`` of the IVF index when one is built, else None (what a commit
+        compares to tell appended rows from a re-trained index)."""
+        return None if self._ivf is None else (self._ivf.ntotal, self._ivf.n_trained)
+
+    def save_ivf_tail(self, directory: Path, start: int, stop: int) -> dict[str, Any]:
+        """Write the IVF entries of rows ``[start, stop)`` (a segment's: :meth:`IVFIndex.tail_arrays`)
+        under ``directory``; returns its manifest entry."""
+        save_arrays(directory, self._ivf.tail_arrays(start, stop))
+        kind = next(k for k, bits in IVF_KINDS.items() if bits == self._ivf.bits)
+        return {"kind": kind, "first_row": int(start), "rows": int(stop - start), "state": "tail"}
+
     @classmethod
     def load(cls, directory: Path, entry: dict[str, Any] | None, X: np.ndarray, mode: str | None = None,
-             code_bits: int = 8) -> "DenseIndex":
-        """A dense index over X with the IVF index :meth:`save_ivf` wrote (validated; not read when the
-        mode searches exactly — it would be dropped at the next save anyway). The saved kind
-        (``ivf-sq8`` / ``ivf-sq4``) gives the codes' width; ``code_bits`` is that of later builds."""
+             code_bits: int = 8, tails: list[tuple[Path, dict[str, Any]]] = ()) -> "DenseIndex":
+        """A dense index over X with the IVF index :meth:`save_ivf` wrote, and the rows of later
+        segments :meth:`save_ivf_tail` wrote (``tails``: ``(directory, entry)`` in row order), all
+        validated; not read when the mode searches exactly — it would be dropped at the next save
+        anyway. The saved kind (``ivf-sq8`` / ``ivf-sq4``) gives the codes' width; ``code_bits`` is that
+        of later builds."""
         dense = cls(X, mode, code_bits=code_bits)
         if entry is None or dense.method != "ann":
             return dense
-        if entry.get("kind") not in IVF_KINDS or int(entry["rows"]) != len(X):
+        n = int(entry.get("rows", -1))
+        if entry.get("kind") not in IVF_KINDS or n + sum(int(t.get("rows", 0)) for _, t in tails) != len(X):
             raise IndexFormatError(f"dense index in {directory}: kind {entry.get('kind')!r} over {entry.get('rows')} "
-                                   f"rows, expected one of {sorted(IVF_KINDS)} over {len(X)}")
+                                   f"rows and {len(tails)} later segments, expected one of {sorted(IVF_KINDS)} "
+                                   f"over {len(X)}")
         if not directory.is_dir():
             raise IndexFormatError(f"index component directory {directory} is missing")
         arrays = load_arrays(directory, IVFIndex.ARRAY_FILES)
-        dense._ivf = IVFIndex.from_arrays(arrays, len(X), X.shape[1], int(entry["n_trained"]), str(directory),
-                                          IVF_KINDS[entry["kind"]])
+        ivf = IVFIndex.from_arrays(arrays, n, X.shape[1], int(entry["n_trained"]), str(directory),
+                                   IVF_KINDS[entry["kind"]])
+        for tdir, tentry in tails:
+            if tentry.get("kind") != entry.get("kind") or int(tentry.get("first_row", -1)) != ivf.ntotal:
+                raise IndexFormatError(f"dense index tail in {tdir}: kind {tentry.get('kind')!r} from row "
+                                       f"{tentry.get('first_row')}, expected {entry.get('kind')!r} from {ivf.ntotal}")
+            ivf.add_tail(load_arrays(tdir, IVFIndex.TAIL_FILES), ivf.ntotal, ivf.ntotal + int(tentry["rows"]),
+                         str(tdir))
+        dense._ivf = ivf
         return dense

@@ -71,7 +71,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .corpus import Corpus, PackedStrings
+from .corpus import Corpus, PackedStrings, chain
 from .records import iter_jsonl
 from ...kernels.checks import check_ids
 from ..errors import InputError
@@ -218,9 +218,13 @@ class Extraction:
     mention_topic: np.ndarray  # int32 [M]
     names: Sequence[str]  # a list, or PackedStrings once loaded
     texts: Sequence[str]
-    #: transient (not saved): the lower-case words of the corpus texts the extraction was made from
-    #: (:func:`extract`'s ``common`` set), kept so :func:`extend_extraction` need not rescan them
-    common_words: set[str] | None = field(default=None, repr=False, compare=False)
+    #: the lower-case words of the corpus texts the extraction was made from (:func:`extract`'s
+    #: ``common`` set), kept (and saved) so :func:`extend_extraction` need not rescan the texts
+    common_words: "set[str] | Sequence[str] | None" = field(default=None, repr=False, compare=False)
+    #: the stored id of each name (int64 [len(names)]; None = its position): names keep the id they
+    #: were first stored with while ``names`` stays sorted, so a segment stores only its new names
+    #: and the stable ids of its nodes' names (:func:`extraction_delta`)
+    name_stable: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
     def n_topics(self) -> int:
@@ -233,6 +237,16 @@ class Extraction:
     def name_ids(self) -> dict[str, int]:
         """Canonical name → its id in ``names``."""
         return {n: i for i, n in enumerate(self.names)}
+
+    def stable_ids(self) -> np.ndarray:
+        """The stored id of every name (:attr:`name_stable`; int64)."""
+        return np.arange(len(self.names), dtype=np.int64) if self.name_stable is None else self.name_stable
+
+    def common_set(self) -> set[str]:
+        """:attr:`common_words` as a set (a saved list is read once)."""
+        if self.common_words is not None and not isinstance(self.common_words, set):
+            self.common_words = set(self.common_words)
+        return self.common_words if self.common_words is not None else set()
 
     def cooccurring_names(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Distinct unordered pairs of name ids co-occurring within a topic (sentence),
@@ -262,11 +276,15 @@ class Extraction:
     ARRAYS = ("topic_chunk", "topic_text", "node_chunk", "node_name", "node_text", "mention_node", "mention_topic")
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """The extraction as named arrays (strings packed), for :func:`~hopgraph.engine.storage.save_arrays`."""
-        names_blob, names_offsets = pack_strings(self.names)
-        texts_blob, texts_offsets = pack_strings(self.texts)
-        return {**{a: getattr(self, a) for a in self.ARRAYS}, "names_blob": names_blob,
-                "names_offsets": names_offsets, "texts_blob": texts_blob, "texts_offsets": texts_offsets}
+        """The extraction as named arrays (strings packed), for :func:`~hopgraph.engine.storage.save_arrays`;
+        the corpus's lower-case words too when known (``common_*``)."""
+        names_blob, names_offsets = pack_strings(list(self.names))
+        texts_blob, texts_offsets = pack_strings(list(self.texts))
+        out = {**{a: getattr(self, a) for a in self.ARRAYS}, "names_blob": names_blob,
+               "names_offsets": names_offsets, "texts_blob": texts_blob, "texts_offsets": texts_offsets}
+        if self.common_words is not None:
+            out["common_blob"], out["common_offsets"] = pack_strings(sorted(self.common_words))
+        return out
 
     #: the files :meth:`arrays` gives (one ``.npy`` each when saved)
     ARRAY_FILES = ARRAYS + ("names_blob", "names_offsets", "texts_blob", "texts_offsets")
@@ -281,6 +299,8 @@ class Extraction:
                  names=packed(arrays["names_blob"], arrays["names_offsets"], f"{where}/names_*.npy"),
                  texts=packed(arrays["texts_blob"], arrays["texts_offsets"], f"{where}/texts_*.npy")
                  ).validate()
+        if "common_blob" in arrays:
+            ex.common_words = packed(arrays["common_blob"], arrays["common_offsets"], f"{where}/common_*.npy")
         release_pages(*(arrays[a] for a in cls.ARRAYS))  # the checks read every page; a query reads few
         return ex
 
@@ -577,12 +597,16 @@ def extend_extraction(old: Extraction, corpus: Corpus, start: int, title_entitie
                          f"start is {start} of {len(corpus)}")
     if start == len(corpus):
         return old
-    common = set(old.common_words) if old.common_words is not None else lower_words(corpus.texts[:start])
+    common = old.common_set() if old.common_words is not None else lower_words(corpus.texts[:start])
     common |= lower_words(corpus.texts[start:])
     b = _Builder(len(corpus), old.texts)
     _read_passages(b, corpus, start, title_entities, numbers, common, progress)
     new = b.build()  # nodes / topics / names local to the new passages; texts already merged
     names, old_map, new_map = merge_names(old.names, new.names)
+    stable = np.empty(len(names), np.int64)
+    stable[old_map] = old.stable_ids()
+    inserted = np.setdiff1d(np.arange(len(names)), old_map)
+    stable[inserted] = len(old.names) + np.arange(len(inserted))
     ex = Extraction(
         n_chunks=len(corpus),
         topic_chunk=np.concatenate([old.topic_chunk, new.topic_chunk]).astype(np.int32),
@@ -597,6 +621,7 @@ def extend_extraction(old: Extraction, corpus: Corpus, start: int, title_entitie
         texts=new.texts,
     ).validate()
     ex.common_words = common
+    ex.name_stable = stable
     return ex
 
 
@@ -622,3 +647,81 @@ def merge_names(old: list[str], new: list[str]) -> tuple[list[str], np.ndarray, 
         prev = p
     merged.extend(old[prev:])
     return merged, old_map, new_map
+
+
+# ---------------------------------------------------------------------- segments
+#: the arrays :func:`extraction_delta` gives (a segment's part of an extraction)
+DELTA_FILES = ("topic_chunk", "topic_text", "node_chunk", "node_text", "node_name_stable", "mention_node",
+               "mention_topic", "names_blob", "names_offsets", "texts_blob", "texts_offsets", "common_blob",
+               "common_offsets")
+
+
+def extraction_delta(old: Extraction, new: Extraction, common: Sequence[str] = ()) -> dict[str, np.ndarray]:
+    """What ``new`` — ``old`` extended by :func:`extend_extraction`, once or several times — adds to it,
+    as arrays for a segment: the appended topics, nodes and mentions (their ids as in ``new``, the
+    nodes' names as stable ids, :attr:`Extraction.name_stable`), the names new to ``new`` in stable
+    order, the texts new to it, and ``common`` (the segment's passages' lower-case words).
+    :func:`apply_extraction_deltas` restores ``new`` from ``old`` and this."""
+    T, V, M, U, W = old.n_topics, old.n_nodes, len(old.mention_node), len(old.texts), len(old.names)
+    stable = new.stable_ids()
+    added = np.flatnonzero(stable >= W)
+    added = added[np.argsort(stable[added], kind="stable")]
+    names_blob, names_offsets = pack_strings([new.names[i] for i in added.tolist()])
+    texts_blob, texts_offsets = pack_strings(list(new.texts[U:]))
+    common_blob, common_offsets = pack_strings(sorted(set(common)))
+    return {"topic_chunk": new.topic_chunk[T:], "topic_text": new.topic_text[T:], "node_chunk": new.node_chunk[V:],
+            "node_text": new.node_text[V:], "node_name_stable": stable[np.asarray(new.node_name[V:], np.int64)],
+            "mention_node": new.mention_node[M:], "mention_topic": new.mention_topic[M:],
+            "names_blob": names_blob, "names_offsets": names_offsets, "texts_blob": texts_blob,
+            "texts_offsets": texts_offsets, "common_blob": common_blob, "common_offsets": common_offsets}
+
+
+def apply_extraction_deltas(base: Extraction, deltas: Sequence[dict[str, np.ndarray]], n_chunks: int,
+                            where: str = "extraction") -> Extraction:
+    """``base`` extended by the segments' :func:`extraction_delta` arrays, in order, over ``n_chunks``
+    passages (validated: every id in range; IndexFormatError naming ``where``). The names stay
+    sorted: the new ones are merged in (:func:`merge_names`) and every node's name id follows."""
+    from ..errors import IndexFormatError
+    from ..storage import unpack_strings
+
+    if not deltas:
+        return base
+    new_names: list[str] = []
+    for i, d in enumerate(deltas):
+        new_names += unpack_strings(d["names_blob"], d["names_offsets"], f"{where} delta {i} names")
+    stable_old = base.stable_ids()
+    order = sorted(range(len(new_names)), key=new_names.__getitem__)
+    sorted_new = [new_names[i] for i in order]
+    if len(set(sorted_new)) != len(sorted_new):
+        raise IndexFormatError(f"{where}: a name is stored twice by the segments")
+    names, old_map, new_map = merge_names(list(base.names), sorted_new)
+    if len(names) != len(base.names) + len(sorted_new):
+        raise IndexFormatError(f"{where}: a segment stores a name the extraction already holds")
+    W = len(base.names)
+    sorted_of_stable = np.empty(W + len(new_names), np.int64)
+    sorted_of_stable[stable_old] = old_map
+    sorted_of_stable[W + np.asarray(order, np.int64)] = new_map
+    parts: dict[str, list[np.ndarray]] = {a: [np.asarray(getattr(base, a))] for a in Extraction.ARRAYS}
+    parts["node_name"] = [old_map[np.asarray(base.node_name, np.int64)]]
+    texts: Sequence[str] = base.texts
+    common = base.common_set() if base.common_words is not None else None
+    for i, d in enumerate(deltas):
+        for a in ("topic_chunk", "topic_text", "node_chunk", "node_text", "mention_node", "mention_topic"):
+            parts[a].append(np.asarray(d[a]))
+        stable = np.asarray(d["node_name_stable"], np.int64)
+        check_ids(stable, "node_name_stable", len(sorted_of_stable), where, error=IndexFormatError)
+        parts["node_name"].append(sorted_of_stable[stable])
+        added = packed(d["texts_blob"], d["texts_offsets"], f"{where} delta {i} texts")
+        texts = chain(texts, added)
+        if common is not None:
+            common |= set(unpack_strings(d["common_blob"], d["common_offsets"], f"{where} delta {i} common words"))
+    try:
+        ex = Extraction(n_chunks=n_chunks, names=names, texts=texts,
+                        **{a: np.concatenate(v).astype(np.int32) for a, v in parts.items()}).validate()
+    except InputError as e:
+        raise IndexFormatError(f"{where}: {e}") from None
+    if ex.n_nodes and (np.diff(ex.node_chunk) < 0).any():
+        raise IndexFormatError(f"{where}: nodes are not sorted by chunk")
+    ex.common_words = common
+    ex.name_stable = np.argsort(sorted_of_stable).astype(np.int64)
+    return ex

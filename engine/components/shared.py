@@ -1,21 +1,30 @@
 """The shared components of one index: corpus store, dense index, BM25 index, zero-token
-extraction. Each is built at most once per index (on first use), persisted once, and shared
-by every pipeline that declares it needs it (``Pipeline.components``).
+extraction, title mention graph. Each is built at most once per index (on first use), persisted
+once, and shared by every pipeline that declares it needs it (``Pipeline.components``).
 
 * corpus — :class:`~hopgraph.engine.components.corpus.Corpus` (memory-mapped packed strings once saved);
 * ``dense`` — :class:`~hopgraph.engine.components.dense.DenseIndex` over X (X itself is the index's
   ``embeddings.npy``); ``dense="auto" | "exact" | "ann"`` (None: the environment variable
   ``HOPGRAPH_DENSE``, else ``"auto"``) chooses exact search or IVF candidates rescored exactly,
   the IVF index (``auto``: from ``dense_index.ANN_MIN_N`` rows up) saved as ``dense-ivf/``;
-* ``bm25`` — :class:`~hopgraph.engine.components.bm25.BM25Index` with the index's ``"bm25"``
-  parameters (a pipeline variant asking for other BM25 parameters gets its own, not saved
-  over the shared one);
+* ``bm25`` — :class:`~hopgraph.engine.components.bm25.BM25Index`: term-frequency postings per stop-word
+  setting, scored with the index's ``"bm25"`` parameters (a pipeline variant asking for other ``k1``
+  / ``b`` reads the same postings);
 * ``extraction`` — :func:`~hopgraph.engine.components.extraction.extract` (SPEC §2 zero-token rules),
-  keyed by its two options (``title_entities``, ``numbers``).
+  keyed by its two options (``title_entities``, ``numbers``);
+* title mentions — :class:`~hopgraph.engine.components.title_mentions.TitleMentions`.
 
-Live updates (issue 13): :meth:`Components.extend` takes the grown X and corpus (new rows at the
-end) and updates every built component; ``deleted`` (bool [N] or None) marks tombstoned rows,
-which no search returns (:meth:`Components.allowed`).
+Live updates: :meth:`Components.extend` takes the grown X and corpus (new rows at the end) and
+updates every built component from the new rows (dense: added rows; BM25: the new passages'
+postings; extraction and title mentions: extended); ``deleted`` (bool [N] or None) marks tombstoned
+rows, which no search returns (:meth:`Components.allowed`).
+
+Segments: :meth:`Components.save` writes every component whole (a base segment);
+:meth:`Components.save_segment` writes what rows ``[start, stop)`` add to the state of a
+:meth:`Components.snapshot` (the dense IVF entries, the BM25 postings of those passages, the
+extraction's and title mentions' appended parts), or a component whole when it was built after the
+snapshot; :meth:`Components.load_segments` reads a list of segments back (each component from the
+last segment holding it whole, then the later segments' parts).
 
 :class:`QueryBatch` holds what one batch of questions needs from them — the BM25 tokens,
 the dense and BM25 top lists, the cosine of every passage — each computed once per batch and
@@ -24,17 +33,19 @@ shared by the stages of a pipeline's search.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from .bm25 import BM25Index, BM25Params
+from .bm25 import BM25Index, BM25Params, Postings
 from .corpus import Corpus
 from .dense import DenseIndex, dense_method, dense_mode
 from ..embedders.core import Embedder
 from ..errors import IndexFormatError, InputError
-from .extraction import Extraction, extend_extraction, extract
+from .extraction import (DELTA_FILES as EXTRACTION_DELTA_FILES, Extraction, apply_extraction_deltas,
+                         extend_extraction, extract, extraction_delta, lower_words)
 from .late_pooling import LateTexts
 from ..storage import load_arrays, save_arrays
 from .query_batch import QueryBatch
@@ -44,6 +55,20 @@ from .title_mentions import TitleMentions
 TITLE_MENTIONS_DIR = "title-mentions"
 #: component kinds a pipeline may declare
 KINDS = ("corpus", "dense", "bm25", "extraction")
+#: stored BM25 postings of segments after the last whole one are joined in memory up to this many passages
+JOIN_POSTINGS_BELOW = 1_000_000
+
+
+@dataclass
+class ComponentsSnapshot:
+    """What :meth:`Components.save_segment` compares with: the components as of a commit (the
+    objects themselves; they are replaced, never changed in place, by updates)."""
+
+    n_rows: int
+    ivf: tuple[int, int] | None
+    bm25: frozenset = frozenset()
+    extractions: dict = field(default_factory=dict)
+    title_mentions: Any = None
 
 
 class Components:
@@ -59,6 +84,8 @@ class Components:
         self.dense_mode = dense_mode(dense)
         self.bm25_params = BM25Params.create(bm25)
         self._dense: DenseIndex | None = None
+        #: the BM25 postings per stop-word setting, and the views scored with each parameter set
+        self._postings: dict[str | None, BM25Index] = {}
         self._bm25: dict[BM25Params, BM25Index] = {}
         self._extractions: dict[tuple[bool, bool], Extraction] = {}
         #: late-chunked texts of an extraction made in the passages' own embedding pass
@@ -89,13 +116,18 @@ class Components:
         return self._dense
 
     def bm25(self, params: BM25Params | None = None, who: str = "bm25") -> BM25Index:
-        """The BM25 index with ``params`` (default: the index's), built on first use."""
+        """The BM25 index with ``params`` (default: the index's): the postings of its stop-word setting,
+        built on first use, scored with its ``k1`` / ``b``."""
         params = self.bm25_params if params is None else params
         if params not in self._bm25:
-            corpus = self.require_corpus(who)
-            t0 = time.perf_counter()
-            self._bm25[params] = BM25Index.build(corpus.embedding_texts(), params, self.progress)
-            self.builds["bm25"].append(time.perf_counter() - t0)
+            postings = self._postings.get(params.stopwords)
+            if postings is None:
+                corpus = self.require_corpus(who)
+                t0 = time.perf_counter()
+                postings = BM25Index.build(corpus.embedding_texts(), params, self.progress)
+                self._postings[params.stopwords] = postings
+                self.builds["bm25"].append(time.perf_counter() - t0)
+            self._bm25[params] = postings.with_params(params)
         return self._bm25[params]
 
     def extraction(self, title_entities: bool = True, numbers: bool = True, who: str = "extraction") -> Extraction:
@@ -126,9 +158,10 @@ class Components:
         with the components and memory-mapped on load (validated: ids in range, row pointers), so a
         loaded index's first query does not rebuild it."""
         corpus = self.require_corpus(who)
-        if self._title_mentions is None or self._title_mentions[0] is not corpus \
-                or self._title_mentions[1].n_chunks != len(corpus):
+        if self._title_mentions is None:
             self._title_mentions = (corpus, TitleMentions.build(corpus.titles, corpus.texts))
+        elif self._title_mentions[1].n_chunks != len(corpus):
+            self._title_mentions = (corpus, self._title_mentions[1].extended(corpus, self._title_mentions[1].n_chunks))
         return self._title_mentions[1]
 
     def batch(self, Q: np.ndarray, texts: Sequence[str] | None = None,
@@ -152,79 +185,213 @@ class Components:
     # ------------------------------------------------------------------ live updates
     def extend(self, X: np.ndarray, corpus: Corpus | None, start: int) -> None:
         """Grow to ``X`` / ``corpus``, whose rows ``[start, N)`` are new and the others unchanged:
-        the dense index gets the new rows, every built BM25 index is rebuilt over the whole corpus
-        (its IDF and length normalisation change with every passage, so the result equals a build
-        from scratch), every built extraction is extended (:func:`extend_extraction`)."""
+        the dense index gets the new rows, every BM25 index the new passages' postings (the scores
+        then equal those of a build from scratch: the statistics are summed at query time), every
+        built extraction is extended (:func:`extend_extraction`), the title mentions get the new rows
+        (:meth:`TitleMentions.extended`)."""
         if corpus is not None and len(corpus) != len(X):
             raise InputError(f"corpus has {len(corpus)} passages but X has {len(X)} rows")
         self.X, self.corpus = X, corpus
         if self._dense is not None:
             self._dense.add(X, start)
-        for params in list(self._bm25):
-            t0 = time.perf_counter()
-            self._bm25[params] = BM25Index.build(self.require_corpus("bm25").embedding_texts(), params, self.progress)
-            self.builds["bm25"].append(time.perf_counter() - t0)
+        if self._postings:
+            texts = self.require_corpus("bm25").embedding_texts(start)
+            for key, index in list(self._postings.items()):
+                t0 = time.perf_counter()
+                self._postings[key] = index.extended(texts)
+                self.builds["bm25"].append(time.perf_counter() - t0)
+            self._bm25 = {p: self._postings[p.stopwords].with_params(p) for p in self._bm25}
         for key, old in list(self._extractions.items()):
             t0 = time.perf_counter()
             self._extractions[key] = extend_extraction(old, self.require_corpus("extraction"), start, *key,
                                                        progress=self.progress)
             self.builds["extraction"].append(time.perf_counter() - t0)
+        if self._title_mentions is not None and corpus is not None:
+            self._title_mentions = (corpus, self._title_mentions[1].extended(corpus, start))
         if self.deleted is not None:
             self.deleted = np.concatenate([self.deleted, np.zeros(len(X) - len(self.deleted), bool)])
 
     # ------------------------------------------------------------------ persistence
     def save(self, directory: Path) -> dict[str, Any]:
-        """Write every built BM25 index and extraction under ``directory``, and the dense IVF index
-        when the dense search uses one (built now if not yet); returns the manifest entry."""
+        """Write every built component whole under ``directory`` (a base segment), and the dense IVF
+        index when the dense search uses one (built now if not yet); returns the manifest entry."""
+        return self.save_segment(directory, None, 0, len(self.X))
+
+    def snapshot(self) -> ComponentsSnapshot:
+        """The components as they are now (references), for a later :meth:`save_segment`."""
+        tm = self._title_mentions[1] if self._title_mentions is not None else None
+        return ComponentsSnapshot(len(self.X), None if self._dense is None else self._dense.ivf_state(),
+                                  frozenset(self._postings), dict(self._extractions), tm)
+
+    def save_segment(self, directory: Path, since: ComponentsSnapshot | None, start: int, stop: int
+                     ) -> dict[str, Any]:
+        """Write what the rows ``[start, stop)`` add to the state ``since`` (None: everything whole) under
+        ``directory``; returns the manifest entry (each item's ``state``: ``"full"`` for rows ``[0,
+        stop)``, else the rows' part; an item unchanged since ``since`` is left out). ``stop`` must be
+        the current row count unless ``since`` is None."""
         entry: dict[str, Any] = {"bm25": [], "extraction": []}
+        grew = since is None or stop > start
         if dense_method(self.dense_mode, len(self.X)) == "ann":
-            entry["dense"] = {"dir": "dense-ivf", **self.dense.save_ivf(directory / "dense-ivf")}
-        for i, (params, bm25) in enumerate(self._bm25.items()):
+            state = self.dense.ivf_state() if self._dense is not None else None
+            if since is not None and since.ivf is not None and state is not None and state[1] == since.ivf[1] \
+                    and since.ivf[0] == start:
+                if grew:
+                    entry["dense"] = {"dir": "dense-ivf", **self.dense.save_ivf_tail(directory / "dense-ivf",
+                                                                                     start, stop)}
+            else:
+                entry["dense"] = {"dir": "dense-ivf", **self.dense.save_ivf(directory / "dense-ivf"), "state": "full"}
+        texts = None
+        for i, (key, index) in enumerate(self._postings.items()):
             name = f"bm25-{i}"
-            bm25.save(directory / name)
-            entry["bm25"].append({"dir": name, "params": params.to_dict()})
+            if since is not None and key in since.bm25:
+                if not grew:
+                    continue
+                if texts is None:
+                    texts = self.require_corpus("bm25").embedding_texts(start, stop)
+                part, state = Postings.build(texts, key), "rows"
+            else:
+                part, state = Postings.merge(index.parts), "full"
+            entry["bm25"].append({"dir": name, "stopwords": key, "state": state, **part.save(directory / name)})
         for i, (key, ex) in enumerate(self._extractions.items()):
             name = f"extraction-{i}"
-            save_arrays(directory / name, ex.arrays())
-            entry["extraction"].append({"dir": name, "title_entities": key[0], "numbers": key[1]})
-        if self._title_mentions is not None and self._title_mentions[0] is self.corpus:
+            item = {"dir": name, "title_entities": key[0], "numbers": key[1]}
+            old = since.extractions.get(key) if since is not None else None
+            if old is ex:
+                continue
+            if old is not None:
+                common = lower_words(self.require_corpus("extraction").texts[start:stop])
+                save_arrays(directory / name, extraction_delta(old, ex, common))
+                item["state"] = "delta"
+            else:
+                save_arrays(directory / name, ex.arrays())
+                item["state"] = "full"
+            entry["extraction"].append(item)
+        if self._title_mentions is not None and self._title_mentions[1].n_chunks == len(self.X):
             M = self._title_mentions[1]
-            save_arrays(directory / TITLE_MENTIONS_DIR, M.arrays())
-            entry["title_mentions"] = {"dir": TITLE_MENTIONS_DIR}
+            if since is not None and since.title_mentions is not None:
+                if grew and since.title_mentions is not M:
+                    save_arrays(directory / TITLE_MENTIONS_DIR, M.tail_arrays(start, stop))
+                    entry["title_mentions"] = {"dir": TITLE_MENTIONS_DIR, "state": "tail"}
+            else:
+                arrays = M.arrays()
+                if M.horizon is not None:
+                    arrays["horizon"] = M.horizons()
+                save_arrays(directory / TITLE_MENTIONS_DIR, arrays)
+                entry["title_mentions"] = {"dir": TITLE_MENTIONS_DIR, "state": "full"}
         return entry
 
     @classmethod
     def load(cls, directory: Path, entry: dict[str, Any], X: np.ndarray, corpus: Corpus,
              embedder: Embedder | None, bm25: dict[str, Any] | None, progress: bool = False,
              dense: str | None = None) -> "Components":
-        """Open the saved components (BM25 memory-mapped, extraction arrays memory-mapped, the dense
-        IVF index validated and read into memory when this mode searches with it)."""
+        """Open the components saved whole in ``directory`` (:meth:`save`)."""
+        return cls.load_segments([(directory, entry, 0, len(X))], X, corpus, embedder, bm25, progress, dense)
+
+    @classmethod
+    def load_segments(cls, segments: Sequence[tuple[Path, dict[str, Any], int, int]], X: np.ndarray,
+                      corpus: Corpus, embedder: Embedder | None, bm25: dict[str, Any] | None,
+                      progress: bool = False, dense: str | None = None) -> "Components":
+        """Open the components of a list of segments ``(components directory, entry, first row, rows)``
+        in row order (module docstring): BM25 postings and extraction arrays memory-mapped (the
+        postings of small later segments joined in memory), the dense IVF index validated and read
+        into memory when this mode searches with it. An older index's bm25s files are not read: its
+        BM25 is built again from the corpus on first use."""
         self = cls(X, corpus, embedder, bm25, progress, dense)
+        where = segments[-1][0] if segments else Path(".")
         try:
-            if entry.get("dense") is not None:
-                t0 = time.perf_counter()
-                item = entry["dense"]
-                self._dense = DenseIndex.load(directory / item["dir"], item, X, self.dense_mode)
-                self.builds["dense"].append(time.perf_counter() - t0)
-            for item in entry.get("bm25", []):
-                params = BM25Params.create(item["params"])
-                if not (directory / item["dir"]).is_dir():
-                    raise IndexFormatError(f"index component directory {directory / item['dir']} is missing")
-                self._bm25[params] = BM25Index.load(directory / item["dir"], params, len(X))
-            for item in entry.get("extraction", []):
-                sub = directory / item["dir"]
-                if not sub.is_dir():
-                    raise IndexFormatError(f"index component directory {sub} is missing")
-                arrays = load_arrays(sub, Extraction.ARRAY_FILES)
-                ex = Extraction.from_arrays(arrays, len(X), str(sub))
-                self._extractions[(bool(item["title_entities"]), bool(item["numbers"]))] = ex
-            if entry.get("title_mentions") is not None:
-                sub = directory / entry["title_mentions"]["dir"]
-                arrays = load_arrays(sub, TitleMentions.ARRAY_FILES)
-                self._title_mentions = (corpus, TitleMentions.from_arrays(arrays, len(X), str(sub)))
+            self._load_dense(segments)
+            self._load_bm25(segments)
+            self._load_extractions(segments)
+            self._load_title_mentions(segments, corpus)
         except IndexFormatError:
             raise
         except (KeyError, TypeError, OSError, ValueError, IndexError, RuntimeError) as e:  # InputError is a ValueError
-            raise IndexFormatError(f"index components in {directory} are corrupt or unreadable: "
+            raise IndexFormatError(f"index components in {where} are corrupt or unreadable: "
                                    f"{type(e).__name__}: {e}") from None
         return self
+
+    @staticmethod
+    def _chain(segments: Sequence[tuple[Path, dict[str, Any], int, int]], pick: Any
+               ) -> tuple[tuple[Path, dict[str, Any], int, int] | None, list[tuple[Path, dict[str, Any], int, int]]]:
+        """The last segment holding an item whole (``pick(entry)`` gives the item's entry or None) and the
+        later segments holding a part of it: ``((dir, item, first, rows) | None, [(dir, item, first, rows)])``."""
+        found = [(d / item["dir"], item, first, n) for d, e, first, n in segments
+                 for item in [pick(e)] if item is not None]
+        for i in range(len(found) - 1, -1, -1):
+            if found[i][1].get("state", "full") == "full":
+                for sub, item, _, _ in found[i:]:
+                    if not sub.is_dir():
+                        raise IndexFormatError(f"index component directory {sub} is missing")
+                return found[i], found[i + 1:]
+        return None, []
+
+    def _load_dense(self, segments: Sequence[tuple[Path, dict[str, Any], int, int]]) -> None:
+        full, tails = self._chain(segments, lambda e: e.get("dense"))
+        if full is not None:
+            t0 = time.perf_counter()
+            self._dense = DenseIndex.load(full[0], full[1], self.X, self.dense_mode,
+                                          tails=[(d, item) for d, item, _, _ in tails])
+            self.builds["dense"].append(time.perf_counter() - t0)
+
+    def _load_bm25(self, segments: Sequence[tuple[Path, dict[str, Any], int, int]]) -> None:
+        keys = {item.get("stopwords") for _, e, _, _ in segments for item in e.get("bm25", []) if "state" in item}
+        for key in keys:
+            def pick(e: dict[str, Any], key=key) -> dict[str, Any] | None:
+                return next((it for it in e.get("bm25", []) if "state" in it and it.get("stopwords") == key), None)
+            full, rows = self._chain(segments, pick)
+            if full is None:
+                continue
+            end = full[2] + full[3]
+            parts = [Postings.load(full[0], end)]
+            later = []
+            for d, item, first, n in rows:
+                if first != end:
+                    raise IndexFormatError(f"BM25 postings {d}: rows from {first}, expected {end}")
+                later.append(Postings.load(d, n))
+                end += n
+            if end != len(self.X):
+                raise IndexFormatError(f"BM25 postings of {segments[-1][0]}: {end} passages, the index has "
+                                       f"{len(self.X)}")
+            if later and sum(p.n_docs for p in later) <= JOIN_POSTINGS_BELOW:
+                later = [Postings.merge(later)]
+            self._postings[key] = BM25Index(parts + later, BM25Params.create({**self.bm25_params.to_dict(),
+                                                                            "stopwords": key}))
+
+    def _load_extractions(self, segments: Sequence[tuple[Path, dict[str, Any], int, int]]) -> None:
+        keys = {(bool(it["title_entities"]), bool(it["numbers"])) for _, e, _, _ in segments
+                for it in e.get("extraction", [])}
+        for key in keys:
+            def pick(e: dict[str, Any], key=key) -> dict[str, Any] | None:
+                return next((it for it in e.get("extraction", [])
+                             if (bool(it["title_entities"]), bool(it["numbers"])) == key), None)
+            full, deltas = self._chain(segments, pick)
+            if full is None:
+                continue
+            sub = full[0]
+            files = list(Extraction.ARRAY_FILES) + [f for f in ("common_blob", "common_offsets")
+                                                    if (sub / f"{f}.npy").is_file()]
+            ex = Extraction.from_arrays(load_arrays(sub, files), full[2] + full[3], str(sub))
+            if deltas:
+                ex = apply_extraction_deltas(ex, [load_arrays(d, EXTRACTION_DELTA_FILES) for d, _, _, _ in deltas],
+                                             len(self.X), str(deltas[-1][0]))
+            if ex.n_chunks != len(self.X):
+                raise IndexFormatError(f"extraction {sub}: {ex.n_chunks} passages, the index has {len(self.X)}")
+            self._extractions[key] = ex
+
+    def _load_title_mentions(self, segments: Sequence[tuple[Path, dict[str, Any], int, int]], corpus: Corpus) -> None:
+        full, tails = self._chain(segments, lambda e: e.get("title_mentions"))
+        if full is None:
+            return
+        sub, n = full[0], full[2] + full[3]
+        M = TitleMentions.from_arrays(load_arrays(sub, TitleMentions.ARRAY_FILES), n, str(sub))
+        if (sub / "horizon.npy").is_file() or tails:
+            from ..storage import check_ids, load_array
+
+            horizon = None
+            if (sub / "horizon.npy").is_file():
+                horizon = np.asarray(check_ids(load_array(sub, "horizon"), n + 1, f"{sub}/horizon.npy", n), np.int64)
+            M = TitleMentions(M.graph, horizon, corpus)
+            M = M.with_tails([load_arrays(d, TitleMentions.TAIL_FILES) for d, _, _, _ in tails], corpus, str(sub))
+        if M.n_chunks != len(self.X):
+            raise IndexFormatError(f"title mentions {sub}: {M.n_chunks} passages, the index has {len(self.X)}")
+        self._title_mentions = (corpus, M)

@@ -3,9 +3,11 @@ more letters, stop words removed), in one place so that passages and questions a
 tokenized alike and each question batch is tokenized once."""
 from __future__ import annotations
 
+import itertools
 from typing import Sequence
 
 import bm25s
+import numpy as np
 
 #: stop-word lists bm25s ships (``None``: keep every word)
 STOPWORDS = ("en", "english", "en_plus", "de", "nl", "fr", "es", "pt", "it", "ru", "sv", "no", "zh", "tr", "ko",
@@ -35,3 +37,36 @@ def tokenize(texts: Sequence[str], stopwords: str | None = "en", progress: bool 
             out.extend(bm25s.tokenize(chunk, stopwords=stopwords or [], return_ids=False, show_progress=False))
             bar.update(len(chunk))
     return out
+
+
+def tokenize_ids(texts: Sequence[str], stopwords: str | None = "en", progress: bool = False
+                 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The tokens of ``texts`` (:func:`tokenize`'s) as ids into a vocabulary: ``(ids int64 [tokens],
+    tokens per text int64 [n], vocabulary)``, the ids of text i being ``ids[sum(lens[:i]):][:lens[i]]``.
+    Tokenized by bm25s in chunks (its own vocabulary each, joined here); with ``progress``, one bar."""
+    texts = list(texts)
+    vocab: dict[str, int] = {}
+    ids_parts, lens_parts = [], []
+    bar = None
+    if progress and texts:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(texts), desc="bm25: tokenize", unit="passage", unit_scale=True, dynamic_ncols=True)
+    for lo in range(0, len(texts), PROGRESS_CHUNK):
+        chunk = texts[lo:lo + PROGRESS_CHUNK]
+        tok = bm25s.tokenize(chunk, stopwords=stopwords or [], return_ids=True, show_progress=False)
+        local = tok.vocab
+        remap = np.empty(len(local), np.int64)
+        for word, i in local.items():
+            remap[i] = vocab.setdefault(word, len(vocab))
+        lens = np.fromiter((len(d) for d in tok.ids), np.int64, len(chunk))
+        flat = np.fromiter(itertools.chain.from_iterable(tok.ids), np.int64, int(lens.sum()))
+        ids_parts.append(remap[flat])
+        lens_parts.append(lens)
+        if bar is not None:
+            bar.update(len(chunk))
+    if bar is not None:
+        bar.close()
+    if not ids_parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), []
+    return np.concatenate(ids_parts), np.concatenate(lens_parts), list(vocab)

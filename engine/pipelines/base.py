@@ -29,7 +29,7 @@ from ..components.corpus import Corpus
 from ..components.query_batch import QueryBatch
 from ..components.shared import Components
 from ..embedders.core import Embedder, validate_embeddings
-from ..errors import InputError, NotFittedError
+from ..errors import IndexFormatError, InputError, NotFittedError
 from ..params import (DeprecatedParameterWarning, FitParams, InvalidParameter, RunSettings, SearchParams,
                       split_params)
 from ..ranking import PAD_ID, PAD_SCORE
@@ -114,6 +114,12 @@ class Pipeline(ABC, Generic[F, S]):
         #: seconds per stage of the last ``search``
         self.timings: dict[str, float] = {}
         self._fitted = False
+        #: a new object whenever the fitted state is replaced other than by :meth:`add` (a fit, a load,
+        #: a retrained part): a segment stores a change against a snapshot of the same state only
+        self._state_token: object = object()
+        #: the rows of the stored state being read by :meth:`_load` (the index's rows, unless later
+        #: segments add to it: :meth:`load_segments`)
+        self._stored_rows: int | None = None
 
     # ------------------------------------------------------------------ state
     @property
@@ -152,6 +158,7 @@ class Pipeline(ABC, Generic[F, S]):
             raise InputError(f"pipeline {self.name!r} needs the embedder: fit(X, corpus, embedder)")
         self.components = components
         self._fit(progress)
+        self._state_token = object()
         for step in self.rerank:
             if step.active(self.search_defaults, components):
                 step.prepare(components, self.name)
@@ -186,22 +193,84 @@ class Pipeline(ABC, Generic[F, S]):
         """Default: nothing (the pipeline only reads shared components)."""
 
     def _load(self, directory: Path) -> None:
-        """Read what :meth:`_save` wrote. Default: nothing to read (structures are the components')."""
+        """Read what :meth:`_save` wrote (a state of :attr:`_stored_rows` passages). Default: nothing
+        to read (structures are the components')."""
         self._fit(progress=False)
+
+    def changed(self) -> None:
+        """Mark the fitted state as replaced (e.g. a retrained part): the next segment stores it whole."""
+        self._state_token = object()
+
+    # ------------------------------------------------------------------ segments
+    def snapshot(self) -> tuple[object, Any]:
+        """The fitted state as it is now (references), for a later :meth:`save_segment`."""
+        return self._state_token, self._snapshot()
+
+    def _snapshot(self) -> Any:
+        """What :meth:`_save_delta` compares with. Default: nothing."""
+        return None
+
+    def save_segment(self, directory: Path, since: tuple[object, Any] | None, start: int, stop: int
+                     ) -> dict[str, Any] | None:
+        """Write into ``directory`` what changed since ``since`` (a :meth:`snapshot`; None: the state
+        whole), the rows ``[start, stop)`` having been appended since; returns the segment entry
+        (``{"state": "full" | "delta"}``) or None when nothing is to be stored. A state replaced since
+        the snapshot (:meth:`changed`) is stored whole."""
+        self._check_fitted()
+        if since is not None and since[0] is self._state_token:
+            if type(self)._save is Pipeline._save:
+                return None
+            directory.mkdir(parents=True, exist_ok=True)
+            state = self._save_delta(directory, since[1], start, stop)
+            if state is not None:
+                return {"state": state}
+        directory.mkdir(parents=True, exist_ok=True)
+        self._save(directory)
+        return {"state": "full"}
+
+    def _save_delta(self, directory: Path, since: Any, start: int, stop: int) -> str | None:
+        """Write the change since the snapshot ``since`` (:meth:`_snapshot`); returns ``"delta"``, or None
+        to store the state whole. Default: None."""
+        return None
+
+    def _load_deltas(self, parts: Sequence[tuple[Path, int]]) -> None:
+        """Apply the deltas :meth:`_save_delta` wrote (``(directory, rows after it)`` in order) to the
+        state :meth:`_load` read. Default: a pipeline without deltas never has any."""
+        if parts:
+            raise IndexFormatError(f"{parts[0][0]}: pipeline {self.name!r} stores no deltas")
 
     @classmethod
     def load(cls, directory: Path, fit_params: FitParams | Mapping[str, Any], components: Components,
-             settings: RunSettings | None = None) -> "Pipeline[F, S]":
-        """A fitted pipeline from :meth:`save`'s output over ``components`` (no refit).
-        ``fit_params``: an instance, or the mapping stored with an index (old names and search
-        parameters stored by earlier versions are accepted)."""
+             settings: RunSettings | None = None, n_rows: int | None = None) -> "Pipeline[F, S]":
+        """A fitted pipeline from :meth:`save`'s output over ``components`` (no refit), a state of
+        ``n_rows`` passages (default: all of ``components``). ``fit_params``: an instance, or the
+        mapping stored with an index (old names and search parameters stored by earlier versions are
+        accepted)."""
         if not isinstance(fit_params, FitParams):
             fit_params = cls.saved_fit_params(fit_params)
         self = cls(settings=settings)
         self.fit_params = fit_params
         self.components = components
+        self._stored_rows = len(components.X) if n_rows is None else int(n_rows)
         self._load(directory)
         self._fitted = True
+        return self
+
+    @classmethod
+    def load_segments(cls, parts: Sequence[tuple[Path, dict[str, Any], int]],
+                      fit_params: FitParams | Mapping[str, Any], components: Components,
+                      settings: RunSettings | None = None) -> "Pipeline[F, S]":
+        """The pipeline stored in segments: ``parts`` are ``(directory, entry, rows after the segment)``
+        of the segments holding its state, in order; read from the last one holding it whole, then
+        the later deltas. IndexFormatError when none holds it whole."""
+        full = max((i for i, (_, e, _) in enumerate(parts) if e.get("state", "full") == "full"), default=None)
+        if full is None:
+            raise IndexFormatError(f"pipeline {cls.name!r}: no segment holds its state")
+        d, _, n = parts[full]
+        self = cls.load(d, fit_params, components, settings, n_rows=n)
+        deltas = [(d, n) for d, e, n in parts[full + 1:] if e.get("state") == "delta"]
+        if deltas:
+            self._load_deltas(deltas)
         return self
 
     @classmethod

@@ -1,28 +1,40 @@
-"""Index storage, by concern: :mod:`.commit` (generations, the commit point), :mod:`.lock`,
-:mod:`.checksum`, :mod:`.durable`, :mod:`.arrays`, :mod:`.validate`, :mod:`.strings`."""
-from .checksum import HASH, VERIFY_LEVELS, file_digest, verify_files
+"""Index storage, by concern: :mod:`.commit` (segments behind commits, the commit point), :mod:`.lock`,
+:mod:`.checksum`, :mod:`.durable`, :mod:`.arrays`, :mod:`.rows`, :mod:`.validate`, :mod:`.strings`."""
+from .checksum import HASH, VERIFY_LEVELS, data_files, file_digest, verify_files
 from .durable import fsync_dir, fsync_tree, write_file_durably, write_json
 from .lock import Lease, WriteLock
-from .commit import IndexWriter, TargetGuard, check_target, cleanup, current_generation, has_index, is_index_dir, new_manifest, open_index, read_current, read_manifest, rebuild_command
-from .layout import CURRENT, FORMAT_NAME, FORMAT_VERSION, GEN_PREFIX, LEGACY_NAMES, LOCK_FILE, MANIFEST, READERS_FILE
+from .commit import (CommitWriter, NewSegment, OpenedIndex, SegmentRef, StaleIndexError, TargetGuard, check_target,
+                     cleanup, has_index, is_index_dir, open_index, read_current, read_manifest, rebuild_command,
+                     referenced_files, segment_dirs)
+from .layout import (CURRENT, FORMAT_NAME, FORMAT_VERSION, GEN_PREFIX, LEGACY_NAMES, LOCK_FILE, MANIFEST, READ_VERSIONS,
+                     READERS_FILE, SEGMENT_MANIFEST)
 from .arrays import RowReader, SAVE_BLOCK_BYTES, check_array, load_array, load_arrays, read_rows, release_pages, save_array, save_arrays
+from .rows import StackedRows, stack_rows
 from .validate import UNIT_CHECK_FULL, UNIT_CHECK_SAMPLE, UNIT_TOL, check_finite, check_ids, check_indptr, check_unit_rows
-from .strings import check_packed, check_utf8, pack_strings, unpack_strings
+from .strings import HashTable, check_packed, check_utf8, pack_strings, string_hashes, unpack_strings
 
 __all__ = [
     "CURRENT",
+    "CommitWriter",
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "GEN_PREFIX",
     "HASH",
-    "IndexWriter",
+    "HashTable",
     "LEGACY_NAMES",
     "LOCK_FILE",
     "Lease",
     "MANIFEST",
+    "NewSegment",
+    "OpenedIndex",
     "READERS_FILE",
+    "READ_VERSIONS",
     "RowReader",
     "SAVE_BLOCK_BYTES",
+    "SEGMENT_MANIFEST",
+    "SegmentRef",
+    "StackedRows",
+    "StaleIndexError",
     "TargetGuard",
     "UNIT_CHECK_FULL",
     "UNIT_CHECK_SAMPLE",
@@ -38,7 +50,7 @@ __all__ = [
     "check_unit_rows",
     "check_utf8",
     "cleanup",
-    "current_generation",
+    "data_files",
     "file_digest",
     "fsync_dir",
     "fsync_tree",
@@ -46,16 +58,19 @@ __all__ = [
     "is_index_dir",
     "load_array",
     "load_arrays",
-    "new_manifest",
     "open_index",
     "pack_strings",
     "read_current",
     "read_manifest",
     "read_rows",
     "rebuild_command",
+    "referenced_files",
     "release_pages",
     "save_array",
     "save_arrays",
+    "segment_dirs",
+    "stack_rows",
+    "string_hashes",
     "unpack_strings",
     "verify_files",
     "write_file_durably",

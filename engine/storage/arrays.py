@@ -19,6 +19,16 @@ def save_array(directory: Path, name: str, array: np.ndarray) -> dict[str, Any]:
     in blocks of :data:`SAVE_BLOCK_BYTES` read with plain reads (:class:`RowReader`), so its pages
     never enter the resident set; the file is byte for byte ``np.save``'s."""
     path = directory / f"{name}.npy"
+    from .rows import StackedRows
+
+    if isinstance(array, StackedRows):  # rows of several segments, block by block
+        with open(path, "wb") as f:
+            np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(array.dtype),
+                                                     "fortran_order": False, "shape": array.shape})
+            step = max(1, SAVE_BLOCK_BYTES // max(1, int(np.prod(array.shape[1:], dtype=np.int64)) * array.dtype.itemsize))
+            for _, block in array.blocks(0, step):
+                np.ascontiguousarray(block).tofile(f)
+        return {"file": f"{name}.npy", "shape": list(array.shape), "dtype": str(array.dtype)}
     if _file_backed(array) and array.ndim and len(array):
         step = max(1, SAVE_BLOCK_BYTES // max(1, _row_bytes(array)))
         with open(path, "wb") as f, RowReader(array) as read:

@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 
 from ..errors import IndexFormatError, InputError
-from .layout import MANIFEST, READERS_FILE
+from .layout import MANIFEST, READERS_FILE, SEGMENT_MANIFEST
 
 
 #: ``verify=`` levels of :func:`verify_files` / ``Index.load``
@@ -52,30 +52,32 @@ def file_digest(path: Path, algorithm: str = HASH, block: int = 8 << 20) -> str:
 
 
 def data_files(root: Path) -> list[Path]:
-    """Every data file under a generation directory (relative, sorted): all but the manifest and lease file."""
+    """Every data file under a segment (or format-3 generation) directory, relative and sorted: all but
+    its manifest and lease file."""
     return sorted(p.relative_to(root) for p in root.rglob("*")
-                  if p.is_file() and p.relative_to(root).as_posix() not in (MANIFEST, READERS_FILE))
+                  if p.is_file() and p.relative_to(root).as_posix() not in (MANIFEST, SEGMENT_MANIFEST, READERS_FILE))
 
 
 def verify_files(gen_dir: Path, manifest: dict[str, Any], level: str = "full") -> list[str]:
-    """Problems with the files of a generation, one line each (empty: all good).
+    """Problems with the files of a segment (or format-3 generation), one line each (empty: all good).
 
     ``"full"``: every file listed in the manifest exists with its size and checksum, and no
     unlisted data file is present. ``"fast"``: the same without reading the files (sizes only).
     """
     if level not in VERIFY_LEVELS:
         raise InputError(f"verify must be one of {VERIFY_LEVELS}, got {level!r}")
+    mfile = gen_dir / (SEGMENT_MANIFEST if (gen_dir / SEGMENT_MANIFEST).is_file() else MANIFEST)
     listed = manifest.get("checksums")
     algorithm = manifest.get("checksum_algorithm")
     if not isinstance(listed, dict) or not isinstance(algorithm, str):
-        return [f"{gen_dir / MANIFEST}: no file checksums (key 'checksums' / 'checksum_algorithm')"]
+        return [f"{mfile}: no file checksums (key 'checksums' / 'checksum_algorithm')"]
     problems = []
     for rel, entry in sorted(listed.items()):
         path = gen_dir / rel
         try:
             size, digest = int(entry["size"]), str(entry["digest"])
         except (KeyError, TypeError, ValueError):
-            problems.append(f"{gen_dir / MANIFEST}: bad checksum entry for {rel}")
+            problems.append(f"{mfile}: bad checksum entry for {rel}")
             continue
         if not path.is_file():
             problems.append(f"{path}: missing")

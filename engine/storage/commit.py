@@ -1,51 +1,58 @@
-"""Generations and the commit point: where an index directory names its live state, and how a writer
-replaces it atomically."""
+"""Commits and the commit point: where an index directory names its live state, how a writer adds a
+commit atomically, and how readers pin one.
+
+Format 4 (Lucene-like): an index is a list of immutable segments (``seg-NNNNNN/``, each with a
+``segment.json`` listing its files with sizes and checksums) plus small per-segment deletes files
+(``seg-NNNNNN.del-CCCCCC.npy``), named by a commit file (``commit-CCCCCC.json``: the segment list
+with the size and digest of every segment manifest and deletes file, and the index's metadata).
+``CURRENT`` names the live commit with its size and digest and is replaced atomically, so a kill at
+any moment leaves the old or the new commit. A commit names its parent and the last commit that
+changed the index's content; a writer whose index was loaded from another content than the live one
+is refused (or rebases: the caller's business). Readers lease the commit they opened (a shared flock
+on ``commit-CCCCCC.lock``); after a commit the writer removes every commit no reader leases and every
+file that no remaining commit references.
+
+Format 3 (one generation directory ``gen-NNNNNN/`` named by ``CURRENT``) is still opened, read as one
+base segment; the first format-4 commit replaces it.
+"""
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
 
 from ..errors import IndexFormatError, InputError
 from .checksum import HASH, data_files, file_digest
 from .durable import fsync_dir, fsync_tree, write_file_durably, write_json
-from .layout import CURRENT, FORMAT_NAME, FORMAT_VERSION, GEN_PREFIX, GEN_PATTERN, LEGACY_NAMES, MANIFEST, LOCK_FILE, READERS_FILE
-from .lock import Lease, WriteLock, remove_unless_leased
+from .layout import (CURRENT, DELETES_PATTERN, FORMAT_NAME, FORMAT_VERSION, LEASE_SUFFIX, LEGACY_NAMES,
+                     LOCK_FILE, MANIFEST, READ_VERSIONS, READERS_FILE, SEGMENT_FORMAT, SEGMENT_MANIFEST, commit_name,
+                     commit_number, deletes_name, generation_number, segment_name, segment_number)
+from .lock import Lease, WriteLock, remove_unless_leased, try_exclusive
 
 
+class StaleIndexError(IndexFormatError):
+    """A commit was refused because another writer committed to the index after this one loaded it
+    (the message names both commits); reload the index and apply the change again."""
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-def _generation_number(name: str) -> int | None:
-    m = GEN_PATTERN.fullmatch(name)
-    return int(m.group(1)) if m else None
+def _is_temporary(name: str) -> bool:
+    """A name left by an interrupted write (temporary or doomed files and directories)."""
+    return ".tmp-" in name or (name.startswith(".") and ".del-" in name)
 
 
 def _is_own_name(name: str) -> bool:
-    """A name that the version-3 layout writes directly under an index directory."""
-    return (name in (CURRENT, LOCK_FILE) or _generation_number(name) is not None
-            or name.startswith(f"{CURRENT}.tmp-") or (name.startswith(f".{GEN_PREFIX}") and ".tmp-" in name)
-            or (name.startswith(f".{GEN_PREFIX}") and ".del-" in name))
+    """A name that the index layout (format 3 or 4) writes directly under an index directory."""
+    if name in (CURRENT, LOCK_FILE) or _is_temporary(name):
+        return True
+    if commit_number(name) is not None or segment_number(name) is not None or DELETES_PATTERN.fullmatch(name):
+        return True
+    if name.endswith(LEASE_SUFFIX) and commit_number(name[:-len(LEASE_SUFFIX)] + ".json") is not None:
+        return True
+    return generation_number(name) is not None
 
 
 def _legacy_manifest(path: Path) -> dict[str, Any] | None:
@@ -97,36 +104,93 @@ def check_target(path: str | Path, overwrite: bool = False, flag: str = "overwri
         raise InputError(f"{path} already holds a hopgraph index; pass {flag} to replace it")
 
 
+# ---------------------------------------------------------------------- the commit point
 def read_current(path: Path) -> tuple[str, dict[str, Any]]:
-    """The live generation's name and the manifest entry (size, digest, algorithm) of ``CURRENT``."""
-    cur = path / CURRENT
+    """The name ``CURRENT`` points at (a commit file, or a format-3 generation) and its manifest entry
+    (size, digest, algorithm)."""
+    cur = Path(path) / CURRENT
     try:
         obj = json.loads(cur.read_text(encoding="utf-8"))
-        gen, entry = obj["generation"], obj["manifest"]
-        if obj.get("format") != FORMAT_NAME or _generation_number(gen) is None or not isinstance(entry, dict):
+        name = obj.get("commit", obj.get("generation"))
+        entry = obj["manifest"]
+        if obj.get("format") != FORMAT_NAME or not isinstance(name, str) or not isinstance(entry, dict) or \
+                (commit_number(name) is None and generation_number(name) is None):
             raise ValueError("not a commit point")
         int(entry["size"]), str(entry["digest"]), str(entry["algorithm"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise IndexFormatError(f"{cur} is corrupt ({e}); the index cannot be opened") from None
-    return gen, entry
+    return name, entry
 
 
-def current_generation(path: str | Path) -> Path:
-    """The directory of the live generation of the index at ``path``."""
-    path = Path(path)
-    return path / read_current(path)[0]
+@dataclass
+class SegmentRef:
+    """One segment of an opened commit: its directory, global rows ``[first_row, first_row +
+    n_rows)``, its checked manifest (``segment.json``; a format-3 generation's manifest) and its
+    deletes file (None: no row deleted)."""
+
+    name: str
+    dir: Path
+    first_row: int
+    n_rows: int
+    manifest: dict[str, Any]
+    deletes: Path | None = None
+    #: the commit's entry for the segment (``None`` for a format-3 generation)
+    entry: dict[str, Any] | None = None
 
 
-def open_index(path: str | Path) -> tuple[Path, dict[str, Any], Lease]:
-    """Resolve the commit point of ``path``: ``(generation directory, checked manifest, lease)``.
+@dataclass
+class OpenedIndex:
+    """A pinned commit of the index at ``path``: its manifest, segments and the reader's lease."""
 
-    The manifest's own size and digest (from ``CURRENT``), format name and version are checked; an
-    index of another format version is refused with the command that rebuilds it.
-    """
+    path: Path
+    name: str
+    manifest: dict[str, Any]
+    segments: list[SegmentRef]
+    lease: Lease | None
+    version: int = FORMAT_VERSION
+    extra_files: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
+
+    @property
+    def number(self) -> int:
+        """The commit number (0 for a format-3 generation)."""
+        return commit_number(self.name) or 0
+
+    def close(self) -> None:
+        if self.lease is not None:
+            self.lease.close()
+            self.lease = None
+
+
+def _check_digest(file: Path, entry: dict[str, Any], whose: str) -> None:
+    try:
+        size, digest, algorithm = int(entry["size"]), str(entry["digest"]), str(entry.get("algorithm", HASH))
+    except (KeyError, TypeError, ValueError):
+        raise IndexFormatError(f"{whose}: bad entry for {file.name}") from None
+    if not file.is_file():
+        raise IndexFormatError(f"{file} is missing")
+    if file.stat().st_size != size or file_digest(file, algorithm) != digest:
+        raise IndexFormatError(f"{file} is corrupt (size or checksum differs from {whose})")
+
+
+def _read_json(file: Path) -> dict[str, Any]:
+    try:
+        obj = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise IndexFormatError(f"{file} is corrupt: {e}") from None
+    if not isinstance(obj, dict):
+        raise IndexFormatError(f"{file} is not a JSON object")
+    return obj
+
+
+def open_index(path: str | Path) -> OpenedIndex:
+    """Resolve and pin the commit point of ``path`` (module docstring): the commit file's size and
+    digest are checked against ``CURRENT``, and each segment manifest's and deletes file's against the
+    commit; the format name and version are checked (an older format is refused with the command
+    that rebuilds it). The caller closes the returned lease (``OpenedIndex.close``)."""
     path = Path(path)
     if not path.is_dir():
         raise IndexFormatError(f"index directory {path} does not exist")
-    for _ in range(5):
+    for _ in range(20):
         if not (path / CURRENT).is_file():
             legacy = _legacy_manifest(path)
             if legacy is not None:
@@ -137,54 +201,128 @@ def open_index(path: str | Path) -> tuple[Path, dict[str, Any], Lease]:
                 raise IndexFormatError(f"{path} holds no complete index (its first build was interrupted); "
                                        f"build it again")
             raise IndexFormatError(f"{path} is not a hopgraph index (no {CURRENT})")
-        gen, entry = read_current(path)
-        gen_dir = path / gen
-        try:
-            lease = Lease(gen_dir)
-        except FileNotFoundError:  # replaced and removed between reading CURRENT and opening: read it again
-            continue
-        if not (gen_dir / MANIFEST).is_file():
-            lease.close()
-            if read_current(path)[0] != gen:
-                continue
-            raise IndexFormatError(f"{gen_dir / MANIFEST} is missing")
-        break
-    else:
-        raise IndexFormatError(f"{path}: the index kept changing while it was being opened; try again")
-    mpath = gen_dir / MANIFEST
-    if mpath.stat().st_size != int(entry["size"]) or file_digest(mpath, entry["algorithm"]) != entry["digest"]:
-        lease.close()
-        raise IndexFormatError(f"{mpath} is corrupt (size or checksum differs from {path / CURRENT})")
+        name, entry = read_current(path)
+        if generation_number(name) is not None:
+            opened = _open_generation(path, name, entry)
+        else:
+            opened = _open_commit(path, name, entry)
+        if opened is not None:
+            return opened
+    raise IndexFormatError(f"{path}: the index kept changing while it was being opened; try again")
+
+
+def _open_commit(path: Path, name: str, entry: dict[str, Any]) -> OpenedIndex | None:
+    """The commit ``name`` pinned, or None when it was replaced and removed meanwhile (read
+    ``CURRENT`` again)."""
+    cfile = path / name
     try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        lease.close()
-        raise IndexFormatError(f"{mpath} is corrupt: {e}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
-        lease.close()
-        raise IndexFormatError(f"{mpath} is not a hopgraph index manifest")
+        lease = Lease(_lease_file(cfile))
+    except FileNotFoundError:
+        return None
     try:
+        if not cfile.is_file():
+            if read_current(path)[0] != name:
+                lease.close()
+                return None
+            raise IndexFormatError(f"{cfile} is missing")
+        _check_digest(cfile, entry, str(path / CURRENT))
+        manifest = _read_json(cfile)
+        if manifest.get("format") != FORMAT_NAME:
+            raise IndexFormatError(f"{cfile} is not a hopgraph index commit")
         _check_version(path, manifest)
-    except IndexFormatError:
+        segments = []
+        for i, seg in enumerate(_list(manifest, "segments", cfile)):
+            segments.append(_open_segment(path, seg, cfile, i))
+        return OpenedIndex(path, name, manifest, segments, lease)
+    except BaseException:
         lease.close()
         raise
-    return gen_dir, manifest, lease
+
+
+def _list(manifest: dict[str, Any], key: str, where: Path) -> list:
+    value = manifest.get(key)
+    if not isinstance(value, list):
+        raise IndexFormatError(f"{where}: missing or invalid entry {key!r}")
+    return value
+
+
+def _open_segment(path: Path, seg: Any, cfile: Path, i: int) -> SegmentRef:
+    try:
+        name, first, n = str(seg["name"]), int(seg["first_row"]), int(seg["n_rows"])
+        if segment_number(name) is None:
+            raise ValueError(f"bad segment name {name!r}")
+        mentry = dict(seg["manifest"], algorithm=seg["manifest"].get("algorithm", HASH))
+        dentry = seg.get("deletes")
+    except (KeyError, TypeError, ValueError) as e:
+        raise IndexFormatError(f"{cfile}: segment {i}: missing or invalid entry {e}") from None
+    sdir = path / name
+    mfile = sdir / SEGMENT_MANIFEST
+    _check_digest(mfile, mentry, str(cfile))
+    smanifest = _read_json(mfile)
+    if smanifest.get("format") != SEGMENT_FORMAT or smanifest.get("name") != name or \
+            smanifest.get("first_row") != first or smanifest.get("n_rows") != n:
+        raise IndexFormatError(f"{mfile}: does not describe segment {name} of rows [{first}, {first + n}) "
+                               f"as {cfile} says")
+    deletes = None
+    if dentry is not None:
+        try:
+            deletes = path / str(dentry["file"])
+            if deletes.name != Path(str(dentry["file"])).name or not DELETES_PATTERN.fullmatch(deletes.name):
+                raise ValueError("bad deletes file name")
+        except (KeyError, TypeError, ValueError) as e:
+            raise IndexFormatError(f"{cfile}: segment {name}: bad deletes entry ({e})") from None
+        _check_digest(deletes, dict(dentry, algorithm=dentry.get("algorithm", HASH)), str(cfile))
+    return SegmentRef(name, sdir, first, n, smanifest, deletes, dict(seg))
+
+
+def _open_generation(path: Path, name: str, entry: dict[str, Any]) -> OpenedIndex | None:
+    """A format-3 generation pinned as one base segment, or None when replaced meanwhile."""
+    gen_dir = path / name
+    try:
+        lease = Lease(gen_dir / READERS_FILE)
+    except FileNotFoundError:
+        return None
+    try:
+        mpath = gen_dir / MANIFEST
+        if not mpath.is_file():
+            if read_current(path)[0] != name:
+                lease.close()
+                return None
+            raise IndexFormatError(f"{mpath} is missing")
+        _check_digest(mpath, entry, str(path / CURRENT))
+        manifest = _read_json(mpath)
+        if manifest.get("format") != FORMAT_NAME:
+            raise IndexFormatError(f"{mpath} is not a hopgraph index manifest")
+        _check_version(path, manifest)
+        n = int((manifest.get("corpus") or {}).get("n_passages", 0))
+        seg = SegmentRef(name, gen_dir, 0, n, manifest)
+        return OpenedIndex(path, name, manifest, [seg], lease, version=3)
+    except BaseException:
+        lease.close()
+        raise
 
 
 def _check_version(path: Path, manifest: dict[str, Any]) -> None:
     version = manifest.get("format_version")
-    if version != FORMAT_VERSION:
+    if version not in READ_VERSIONS:
         raise IndexFormatError(
-            f"{path} has index format version {version}; this hopgraph reads version {FORMAT_VERSION}. "
-            f"Rebuild it: {rebuild_command(path, manifest)}"
+            f"{path} has index format version {version}; this hopgraph reads versions "
+            f"{', '.join(map(str, READ_VERSIONS))}. Rebuild it: {rebuild_command(path, manifest)}"
         )
 
 
 def read_manifest(directory: str | Path) -> dict[str, Any]:
-    """The checked manifest of the live generation of the index at ``directory``."""
-    _, manifest, lease = open_index(directory)
-    lease.close()
-    return manifest
+    """The checked manifest of the live commit of the index at ``directory``."""
+    opened = open_index(directory)
+    opened.close()
+    return opened.manifest
+
+
+def segment_dirs(directory: str | Path) -> list[Path]:
+    """The directories of the live commit's segments, in row order."""
+    opened = open_index(directory)
+    opened.close()
+    return [s.dir for s in opened.segments]
 
 
 def rebuild_command(directory: Path, manifest: dict[str, Any]) -> str:
@@ -209,67 +347,118 @@ def rebuild_command(directory: Path, manifest: dict[str, Any]) -> str:
             f"--out {directory}-v{FORMAT_VERSION}")
 
 
-class IndexWriter:
-    """Write one new generation of the index at ``path`` and commit it (module docstring).
+# ---------------------------------------------------------------------- writing
+def _lease_file(commit_file: Path) -> Path:
+    return commit_file.with_name(commit_file.name[:-len(".json")] + LEASE_SUFFIX)
 
-    ``with IndexWriter(path, overwrite) as w:`` write files under ``w.dir``, set ``w.manifest``;
-    on a clean exit the generation is checksummed, made durable and committed; on an exception
-    it is removed and the index at ``path`` is untouched.
-    """
+
+class NewSegment:
+    """A segment being written: files go under :attr:`dir` (a temporary directory until
+    :meth:`CommitWriter.finish_segment`)."""
+
+    def __init__(self, name: str, directory: Path) -> None:
+        self.name, self.dir = name, directory
+
+
+class CommitWriter:
+    """Write new segments and deletes files into the index at ``path`` and commit them (module
+    docstring). ``with CommitWriter(path, overwrite) as w:`` — :attr:`live` is the live commit's
+    manifest (None for a new index or a format-3 one), :meth:`new_segment` / :meth:`finish_segment`
+    write a segment, :meth:`write_deletes` a deletes file, :meth:`commit` the commit file and
+    ``CURRENT``. Leaving the block with an exception leaves the index as it was (what was written is
+    removed by the cleanup of the next write)."""
 
     def __init__(self, path: str | Path, overwrite: bool = False, flag: str = "overwrite=True") -> None:
         self.path = Path(path)
-        self.overwrite, self.flag = overwrite, flag
-        self.manifest: dict[str, Any] | None = None
-        self.dir: Path = self.path
         self._guard = TargetGuard(self.path, overwrite, flag)
+        self.live: dict[str, Any] | None = None
+        self.live_name: str | None = None
+        self.committed: dict[str, Any] | None = None
+        self._temps: list[Path] = []
 
-    def __enter__(self) -> "IndexWriter":
+    def __enter__(self) -> "CommitWriter":
         self._guard.__enter__()
         try:
             cleanup(self.path)
-            gen = max((g for g in map(_generation_number, os.listdir(self.path)) if g is not None), default=0) + 1
-            self.gen = f"{GEN_PREFIX}{gen:06d}"
-            self.dir = self.path / f".{self.gen}.tmp-{os.getpid()}"
-            self.dir.mkdir()
-            (self.dir / READERS_FILE).touch()
+            if (self.path / CURRENT).is_file():
+                name, entry = read_current(self.path)
+                if commit_number(name) is not None:
+                    cfile = self.path / name
+                    _check_digest(cfile, entry, str(self.path / CURRENT))
+                    self.live, self.live_name = _read_json(cfile), name
         except BaseException:
             self._guard.__exit__(None, None, None)
             raise
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        try:
-            if exc_type is None:
-                if self.manifest is None:
-                    raise RuntimeError("IndexWriter: no manifest was set")
-                self._commit()
-        except BaseException:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            self._guard.__exit__(*sys.exc_info())
-            raise
-        if exc_type is not None:
-            shutil.rmtree(self.dir, ignore_errors=True)
+        for t in self._temps:
+            _remove(t)
         self._guard.__exit__(exc_type, exc, tb)
 
-    def _commit(self) -> None:
-        manifest = dict(self.manifest or {})
-        manifest["checksum_algorithm"] = HASH
-        manifest["checksums"] = {rel.as_posix(): {"size": (self.dir / rel).stat().st_size,
-                                                  "digest": file_digest(self.dir / rel)}
-                                 for rel in data_files(self.dir)}
-        write_json(self.dir / MANIFEST, manifest)
-        fsync_tree(self.dir)
-        final = self.path / self.gen
-        os.rename(self.dir, final)
-        self.dir = final
+    # -- numbering
+    def _next(self, number: Any) -> int:
+        found = [number(n) for n in os.listdir(self.path)]
+        return max([n for n in found if n is not None] + [0]) + 1
+
+    def next_commit_number(self) -> int:
+        return max(self._next(commit_number), (commit_number(self.live_name or "") or 0) + 1)
+
+    # -- segments
+    def new_segment(self) -> NewSegment:
+        """A new segment (name and temporary directory) to write files into."""
+        name = segment_name(self._next(segment_number))
+        tmp = self.path / f".{name}.tmp-{os.getpid()}"
+        tmp.mkdir()
+        self._temps.append(tmp)
+        return NewSegment(name, tmp)
+
+    def finish_segment(self, seg: NewSegment, first_row: int, n_rows: int, **fields: Any) -> dict[str, Any]:
+        """Checksum every file of ``seg`` into its ``segment.json`` (with ``fields``), make it durable
+        and give it its final name; returns the commit's entry for it (without deletes)."""
+        manifest = {"format": SEGMENT_FORMAT, "format_version": FORMAT_VERSION, "name": seg.name,
+                    "first_row": int(first_row), "n_rows": int(n_rows), "created": time.time(), **fields,
+                    "checksum_algorithm": HASH,
+                    "checksums": {rel.as_posix(): {"size": (seg.dir / rel).stat().st_size,
+                                                   "digest": file_digest(seg.dir / rel)}
+                                  for rel in data_files(seg.dir)}}
+        write_json(seg.dir / SEGMENT_MANIFEST, manifest)
+        fsync_tree(seg.dir)
+        final = self.path / seg.name
+        os.rename(seg.dir, final)
+        self._temps.remove(seg.dir)
+        seg.dir = final
         fsync_dir(self.path)
-        mpath = final / MANIFEST
-        current = {"format": FORMAT_NAME, "generation": self.gen,
-                   "manifest": {"size": mpath.stat().st_size, "digest": file_digest(mpath), "algorithm": HASH}}
+        mfile = final / SEGMENT_MANIFEST
+        return {"name": seg.name, "first_row": int(first_row), "n_rows": int(n_rows),
+                "manifest": {"size": mfile.stat().st_size, "digest": file_digest(mfile), "algorithm": HASH},
+                "deletes": None}
+
+    def write_deletes(self, segment: str, commit: int, rows_npy: bytes, count: int) -> dict[str, Any]:
+        """Write a segment's deletes file (the bytes of a ``.npy`` of its deleted local rows) durably;
+        returns its entry."""
+        file = self.path / deletes_name(segment, commit)
+        write_file_durably(file, rows_npy)
+        return {"file": file.name, "size": file.stat().st_size, "digest": file_digest(file), "algorithm": HASH,
+                "count": int(count)}
+
+    def commit(self, number: int, manifest: dict[str, Any]) -> str:
+        """Write ``commit-NUMBER.json`` (``manifest`` plus format fields) and switch ``CURRENT`` to it
+        atomically; then remove what no commit a reader holds references. Returns the commit name."""
+        name = commit_name(number)
+        cfile = self.path / name
+        manifest = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "commit": number,
+                    "created": time.time(), **manifest, "checksum_algorithm": HASH}
+        lease = _lease_file(cfile)
+        lease.touch()
+        write_file_durably(cfile, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+        current = {"format": FORMAT_NAME, "commit": name,
+                   "manifest": {"size": cfile.stat().st_size, "digest": file_digest(cfile), "algorithm": HASH}}
         write_file_durably(self.path / CURRENT, (json.dumps(current, indent=2, sort_keys=True) + "\n").encode())
         self._guard.committed = True
+        self.live, self.live_name, self.committed = manifest, name, manifest
         cleanup(self.path)
+        return name
 
 
 class TargetGuard:
@@ -277,7 +466,7 @@ class TargetGuard:
 
     Creates the directory when missing (its parent fsynced) and, if it was created here and no
     index was committed into it when the guard exits, removes it again (only its own lock file
-    is in it then). Used by :class:`IndexWriter` and by ``hopgraph index`` around the build."""
+    is in it then). Used by :class:`CommitWriter` and by ``hopgraph index`` around the build."""
 
     def __init__(self, path: str | Path, overwrite: bool = False, flag: str = "overwrite=True") -> None:
         self.path = Path(path)
@@ -314,22 +503,76 @@ class TargetGuard:
         self.lock.__exit__(*exc)
 
 
+def _referenced(path: Path, commit_file: Path) -> set[str] | None:
+    """The segment and deletes names a commit file references (None: unreadable)."""
+    try:
+        manifest = json.loads(commit_file.read_text(encoding="utf-8"))
+        names = set()
+        for seg in manifest["segments"]:
+            names.add(str(seg["name"]))
+            if seg.get("deletes"):
+                names.add(str(seg["deletes"]["file"]))
+        return names
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def cleanup(path: Path) -> list[str]:
-    """Remove what is not part of the live index at ``path`` — temporary directories and files of
-    interrupted writes, replaced generations that no reader holds, files of an older format once a
-    version-3 generation is committed — and return the names removed. Call with the write lock held."""
-    removed = []
+    """Remove what is not part of the live index at ``path`` or of a commit a reader leases —
+    temporary files of interrupted writes, replaced commits no reader holds, segments and deletes
+    files no remaining commit references, format-3 generations and older-format files once a newer
+    commit is live — and return the names removed. Call with the write lock held."""
+    removed: list[str] = []
     live = read_current(path)[0] if (path / CURRENT).is_file() else None
-    for name in sorted(os.listdir(path)):
+    names = sorted(os.listdir(path))
+    for name in names:
+        if _is_temporary(name):
+            _remove(path / name)
+            removed.append(name)
+    if live is None:
+        if removed:
+            fsync_dir(path)
+        return removed
+    kept_commits: list[Path] = []
+    for name in names:
+        number = commit_number(name)
+        if number is None or _is_temporary(name):
+            continue
+        cfile = path / name
+        if name == live:
+            kept_commits.append(cfile)
+            continue
+        doomed = path / f".{name}.del-{os.getpid()}"
+        if try_exclusive(_lease_file(cfile), lambda c=cfile, d=doomed: os.rename(c, d)):
+            _remove(doomed)
+            _remove(_lease_file(cfile))
+            removed.append(name)
+        else:
+            kept_commits.append(cfile)
+    referenced: set[str] = set()
+    complete = True
+    for cfile in kept_commits:
+        refs = _referenced(path, cfile)
+        if refs is None:
+            complete = False  # an unreadable commit: remove nothing it might reference
+        else:
+            referenced |= refs
+    for name in names:
         p = path / name
-        if name.startswith(f"{CURRENT}.tmp-") or (name.startswith(f".{GEN_PREFIX}") and
-                                                  (".tmp-" in name or ".del-" in name)):
+        if not p.exists() and not p.is_symlink():
+            continue
+        if name.endswith(LEASE_SUFFIX) and commit_number(name[:-len(LEASE_SUFFIX)] + ".json") is not None:
+            if not (path / (name[:-len(LEASE_SUFFIX)] + ".json")).exists():
+                _remove(p)
+                removed.append(name)
+        elif complete and (segment_number(name) is not None or DELETES_PATTERN.fullmatch(name)) \
+                and name not in referenced and commit_number(live) is not None:
             _remove(p)
             removed.append(name)
-        elif _generation_number(name) is not None and name != live and live is not None:
+        elif generation_number(name) is not None and name != live:
             if remove_unless_leased(p):
                 removed.append(name)
-        elif live is not None and name in LEGACY_NAMES:
+        elif name in LEGACY_NAMES:
             _remove(p)
             removed.append(name)
     if removed:
@@ -347,7 +590,18 @@ def _remove(p: Path) -> None:
             pass
 
 
+def referenced_files(opened: OpenedIndex) -> list[Path]:
+    """Every file the commit ``opened`` holds: the commit file, each segment's manifest and data
+    files, each deletes file."""
+    out = [opened.path / opened.name]
+    for seg in opened.segments:
+        out.append(seg.dir / (SEGMENT_MANIFEST if opened.version >= 4 else MANIFEST))
+        out += [seg.dir / rel for rel in data_files(seg.dir)]
+        if seg.deletes is not None:
+            out.append(seg.deletes)
+    return out
 
 
-def new_manifest(**fields: Any) -> dict[str, Any]:
-    return {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "created": time.time(), **fields}
+__all__ = ["CommitWriter", "NewSegment", "OpenedIndex", "SegmentRef", "StaleIndexError", "TargetGuard",
+           "check_target", "cleanup", "has_index", "is_index_dir", "open_index", "read_current", "read_manifest",
+           "rebuild_command", "referenced_files", "segment_dirs"]

@@ -1,10 +1,11 @@
-"""The write lock of an index directory and the readers' leases on a generation."""
+"""The write lock of an index directory and the readers' leases on a commit (or, in format 3, a
+generation)."""
 from __future__ import annotations
 
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 
 from ..errors import IndexLockedError
@@ -118,14 +119,16 @@ class WriteLock:
 
 
 class Lease:
-    """A reader's shared lock on one generation (``readers.lock``): a writer removes a replaced
-    generation only when it can take it exclusively. Released by :meth:`close` or garbage collection."""
+    """A reader's shared lock on one commit (its ``commit-NNNNNN.lock``; in format 3 a generation's
+    ``readers.lock``): a writer removes a replaced commit only when it can take that lock
+    exclusively. Released by :meth:`close` or garbage collection. FileNotFoundError when the lock
+    file is gone (the commit was removed meanwhile: read ``CURRENT`` again)."""
 
-    def __init__(self, gen_dir: Path) -> None:
+    def __init__(self, lock_file: Path) -> None:
         self.file = None
         if fcntl is None:  # pragma: no cover - Windows
             return
-        self.file = open(gen_dir / READERS_FILE, "rb")
+        self.file = open(lock_file, "rb")
         fcntl.flock(self.file.fileno(), fcntl.LOCK_SH)
 
     def close(self) -> None:
@@ -134,18 +137,25 @@ class Lease:
             self.file = None
 
 
+def try_exclusive(lock_file: Path, remove: Callable[[], None]) -> bool:
+    """Run ``remove`` while holding ``lock_file`` exclusively (no reader holds a lease on it); False
+    (nothing done) when a reader holds one. Without fcntl, ``remove`` simply runs."""
+    if fcntl is None or not lock_file.is_file():
+        remove()
+        return True
+    with open(lock_file, "rb") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        remove()  # under the exclusive lock: no reader can take a lease now
+    return True
+
+
 def remove_unless_leased(gen_dir: Path) -> bool:
-    """Remove a replaced generation unless a reader holds its lease (then a later write does)."""
-    if fcntl is not None and (gen_dir / READERS_FILE).is_file():
-        with open(gen_dir / READERS_FILE, "rb") as f:
-            try:
-                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
-            doomed = gen_dir.with_name(f".{gen_dir.name}.del-{os.getpid()}")
-            os.rename(gen_dir, doomed)  # under the exclusive lease: no reader can take it now
-    else:
-        doomed = gen_dir.with_name(f".{gen_dir.name}.del-{os.getpid()}")
-        os.rename(gen_dir, doomed)
+    """Remove a replaced format-3 generation unless a reader holds its lease (then a later write does)."""
+    doomed = gen_dir.with_name(f".{gen_dir.name}.del-{os.getpid()}")
+    if not try_exclusive(gen_dir / READERS_FILE, lambda: os.rename(gen_dir, doomed)):
+        return False
     shutil.rmtree(doomed, ignore_errors=True)
     return True

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import codecs
-from typing import Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -60,3 +60,70 @@ def unpack_strings(data: np.ndarray, offsets: np.ndarray, name: str = "packed st
         return [raw[o[i]:o[i + 1]].decode("utf-8") for i in range(len(o) - 1)]
     except UnicodeDecodeError as e:
         raise IndexFormatError(f"{name}: invalid UTF-8 ({e})") from None
+
+
+def _hasher():
+    try:
+        import xxhash
+
+        return lambda b: xxhash.xxh3_64_intdigest(b)
+    except ImportError:  # pragma: no cover - xxhash is a dependency
+        import hashlib
+
+        return lambda b: int.from_bytes(hashlib.blake2b(b, digest_size=8).digest(), "little")
+
+
+def string_hashes(strings: Iterable[str]) -> np.ndarray:
+    """64-bit hashes (XXH3-64 of the UTF-8 bytes) of ``strings``, uint64."""
+    h = _hasher()
+    return np.fromiter((h(s.encode("utf-8")) for s in strings), np.uint64)
+
+
+class HashTable:
+    """Where strings sit in a list, by hash: ``hashes`` (uint64, sorted) and ``positions`` (int64, the
+    list position of each hash). Built once per segment and stored with it, so a look-up reads a few
+    entries of memory-mapped arrays instead of building a dict of every string. Collisions are
+    resolved by comparing the strings themselves."""
+
+    def __init__(self, hashes: np.ndarray, positions: np.ndarray) -> None:
+        self.hashes, self.positions = hashes, positions
+
+    @classmethod
+    def build(cls, strings: Sequence[str]) -> "HashTable":
+        h = string_hashes(strings)
+        order = np.argsort(h, kind="stable")
+        return cls(h[order], order.astype(np.int64))
+
+    def arrays(self, prefix: str) -> dict[str, np.ndarray]:
+        return {f"{prefix}hashes": self.hashes, f"{prefix}positions": self.positions}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], prefix: str, n: int, name: str) -> "HashTable":
+        """The stored table of a list of ``n`` strings, checked (IndexFormatError naming ``name``)."""
+        from .validate import check_ids
+
+        hashes, positions = arrays[f"{prefix}hashes"], arrays[f"{prefix}positions"]
+        if hashes.dtype != np.uint64 or hashes.shape != (n,):
+            raise IndexFormatError(f"{name} {prefix}hashes: shape {list(hashes.shape)} dtype {hashes.dtype}, "
+                                   f"expected [{n}] uint64")
+        check_ids(positions, max(n, 1), f"{name} {prefix}positions", n)
+        h = np.asarray(hashes)
+        if n > 1 and not (h[1:] >= h[:-1]).all():
+            raise IndexFormatError(f"{name} {prefix}hashes: not sorted")
+        return cls(hashes, positions)
+
+    def find(self, strings: Sequence[str], get: "Callable[[int], str]") -> np.ndarray:
+        """For each string, the largest position holding it (``get(pos)`` reads the string at a
+        position), -1 where none does: int64 [len(strings)]."""
+        out = np.full(len(strings), -1, np.int64)
+        if not len(strings) or not len(self.hashes):
+            return out
+        h = string_hashes(strings)
+        lo = np.searchsorted(self.hashes, h, side="left")
+        hi = np.searchsorted(self.hashes, h, side="right")
+        for i in np.flatnonzero(hi > lo).tolist():
+            for pos in sorted(np.asarray(self.positions[lo[i]:hi[i]]).tolist(), reverse=True):
+                if get(pos) == strings[i]:
+                    out[i] = pos
+                    break
+        return out

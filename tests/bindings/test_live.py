@@ -227,11 +227,14 @@ def test_save_load_round_trip_after_add_and_delete(tmp_path, full):
     for p in ALL:
         np.testing.assert_array_equal(ids_of(loaded, p, 6), ids_of(index, p, 6), err_msg=p)
         np.testing.assert_array_equal(ids_of(loaded, p, 6, where={"part": 1}), ids_of(index, p, 6, where={"part": 1}))
-    assert sorted(x.name for x in (tmp_path / "idx").iterdir() if x.name.startswith("gen-")) == ["gen-000002"]
+    names = sorted(x.name for x in (tmp_path / "idx").iterdir())  # the base, the added segment, one deletes file
+    assert [n for n in names if n.startswith("seg-")] == ["seg-000001", "seg-000001.del-000002.npy",
+                                                          "seg-000002", "seg-000002.del-000002.npy"]
     loaded.compact()
     loaded.save()
     again = Index.load(tmp_path / "idx", progress=False)
-    assert len(again.X) == 28 and again.n_live == 28 and "deleted_rows" not in again.manifest["files"]
+    assert len(again.X) == 28 and again.n_live == 28 and again.manifest["n_deleted"] == 0
+    assert [s["deletes"] for s in again.manifest["segments"]] == [None]
 
 
 def test_updating_commits_only_on_success_and_refuses_non_indexes(tmp_path):

@@ -80,7 +80,7 @@ from .knowledge_graph import LINK_MODES, KnowledgeGraph, build_knowledge_graph
 from ...params import FitParams, anything, choice, flag, integer, path, real
 from ...ranking import PAD_ID, PAD_SCORE, topk_rows
 from .reformulation import anchor_snippets, generate_texts, resolve_generator, rule_vectors
-from ...storage import check_unit_rows, load_arrays, save_arrays
+from ...storage import check_unit_rows, load_arrays, pack_strings, save_arrays
 from .structural import structural_scores
 from ...timing import StageTimer
 from ..base import Needs, Pipeline
@@ -256,6 +256,7 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         self.encoder_ = SubgraphEncoder(features.shape[1])
         losses = pretrain(self.encoder_, kg.ego, kg.adj, features, steps=steps, seed=seed, progress=progress, log=log)
         self.subgraph_emb_ = encode_all(self.encoder_, kg.ego, kg.adj, features, progress=progress)
+        self.changed()
         return losses
 
     def train_gate(self, Q: np.ndarray, query_texts: Sequence[str], gold_rows: Sequence[Sequence[int]],
@@ -267,6 +268,7 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         gate = Gate(self.components.X.shape[1])
         losses = train_gate(gate, **data, epochs=epochs, seed=seed, log=log)
         self.gate_ = gate
+        self.changed()
         return losses
 
     def carry_state(self, old: "DMAR") -> None:
@@ -277,18 +279,79 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
     def reset_gate(self) -> None:
         """Back to the untrained gate (equal weights)."""
         self.gate_ = Gate(self.components.X.shape[1])
+        self.changed()
 
     def _save(self, directory: Path) -> None:
         arrays = {**self.knowledge_graph_.arrays(), **encoder_arrays(self.encoder_), **self.gate_.arrays(),
                   "subgraph_emb": self.subgraph_emb_}
         save_arrays(directory, arrays)
 
+    def _snapshot(self) -> tuple[KnowledgeGraph, np.ndarray, dict[str, np.ndarray]]:
+        return self.knowledge_graph_, self.subgraph_emb_, {**encoder_arrays(self.encoder_), **self.gate_.arrays()}
+
+    def _save_delta(self, directory: Path, since: tuple[KnowledgeGraph, np.ndarray, dict[str, np.ndarray]],
+                    start: int, stop: int) -> str | None:
+        """The subgraph embeddings of the entities that are new or were encoded again since ``since``,
+        by entity name (``emb_names_*``, ``emb_rows``), and the encoder and gate weights when they
+        changed; the knowledge graph is arithmetic on the extraction and rebuilt when the index is
+        opened. None (stored whole) with an ``edge_list``."""
+        if self.fit_params.edge_list is not None:
+            return None
+        old_kg, old_emb, old_weights = since
+        kg, emb = self.knowledge_graph_, np.asarray(self.subgraph_emb_)
+        ids = old_kg.name_ids
+        pos = np.fromiter((ids.get(n, -1) for n in kg.names), np.int64, kg.n_entities)
+        old_emb = np.asarray(old_emb)
+        same = pos >= 0
+        same[same] = (old_emb[pos[same]] == emb[same]).all(axis=1)
+        rows = np.flatnonzero(~same)
+        blob, offsets = pack_strings([kg.names[i] for i in rows.tolist()])
+        arrays = {"emb_names_blob": blob, "emb_names_offsets": offsets, "emb_rows": emb[rows]}
+        weights = {**encoder_arrays(self.encoder_), **self.gate_.arrays()}
+        if weights.keys() != old_weights.keys() or any(not np.array_equal(v, old_weights[k]) for k, v in weights.items()):
+            arrays.update(weights)
+        save_arrays(directory, arrays)
+        return "delta"
+
+    def _load_deltas(self, parts: list[tuple[Path, int]]) -> None:
+        """The knowledge graph built from the index's (extended) extraction; each entity's subgraph
+        embedding the last one stored under its name (segments in order, then the stored state); the
+        last encoder and gate weights stored."""
+        from ...storage import unpack_strings
+
+        by_name = dict(zip(self.knowledge_graph_.names, range(self.knowledge_graph_.n_entities)))
+        sources: list[np.ndarray] = [np.asarray(self.subgraph_emb_)]
+        where: dict[str, tuple[int, int]] = {n: (0, i) for n, i in by_name.items()}
+        d_out = sources[0].shape[1]
+        for d, _ in parts:
+            names = sorted(p.stem for p in d.glob("*.npy"))
+            weights = [n for n in names if n.startswith(("gnn.", "gate."))]
+            a = load_arrays(d, ["emb_names_blob", "emb_names_offsets", "emb_rows", *weights])
+            emb_names = unpack_strings(a["emb_names_blob"], a["emb_names_offsets"], f"{d} emb_names")
+            rows = check_unit_rows(a["emb_rows"], str(d / "emb_rows.npy"), rows=len(emb_names), dim=d_out,
+                                   allow_zero=True)
+            sources.append(np.asarray(rows))
+            for i, n in enumerate(emb_names):
+                where[n] = (len(sources) - 1, i)
+            if weights:
+                self.encoder_ = encoder_from_arrays(a)
+                self.gate_ = Gate.from_arrays(a)
+        kg = self._build_kg()
+        missing = [n for n in kg.names if n not in where]
+        if missing:
+            raise IndexFormatError(f"{parts[-1][0]}: no subgraph embedding stored for entity {missing[0]!r}")
+        emb = np.empty((kg.n_entities, d_out), np.float32)
+        for i, n in enumerate(kg.names):
+            k, j = where[n]
+            emb[i] = sources[k][j]
+        self.knowledge_graph_, self.subgraph_emb_ = kg, emb
+
     def _load(self, directory: Path) -> None:
         """Open the saved KG, GNN, gate and subgraph embeddings, checked against each other and X."""
         weights = sorted(p.stem for p in directory.glob("*.npy") if p.stem.startswith(("gnn.", "gate.")))
         arrays = load_arrays(directory, [*KnowledgeGraph.ARRAY_NAMES, "subgraph_emb", *weights])
         X = self.components.X
-        self.knowledge_graph_ = KnowledgeGraph.from_arrays(arrays, len(X), str(directory))
+        self.knowledge_graph_ = KnowledgeGraph.from_arrays(arrays, self._stored_rows, str(directory))
         self.encoder_ = encoder_from_arrays(arrays)
         self.gate_ = Gate.from_arrays(arrays)
         d = X.shape[1]

@@ -54,6 +54,7 @@ from ...params import FitParams, choice, flag, integer, real
 from ...ranking import PAD_ID, PAD_SCORE, topk_entries
 from ...sparse import allowed_at, join
 from ...storage import check_finite, load_array, load_arrays, save_arrays
+from ...storage.deltas import CSR_DELTA_FILES, apply_csr_deltas, csr_delta
 from ...timing import StageTimer
 from ..base import Pipeline
 from ..hybrid import hybrid_ranking
@@ -237,11 +238,46 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
             arrays.update(self._chunk_names.arrays())
         save_arrays(directory, arrays)
 
+    def _snapshot(self) -> tuple[CSR, np.ndarray | None]:
+        return self.graph_, self.penalty_
+
+    def _save_delta(self, directory: Path, since: tuple[CSR, np.ndarray | None], start: int, stop: int) -> str | None:
+        """W's rows rewritten by reverse edges and its new rows (:func:`~hopgraph.engine.storage.deltas.csr_delta`),
+        the new rows' penalties and the build range; None (stored whole) when the penalty was
+        not kept."""
+        graph, penalty = since
+        if penalty is None or self.penalty_ is None or len(penalty) != start or graph.n_rows != start:
+            return None
+        arrays = csr_delta(graph, self.graph_, start, stop)
+        arrays.update(penalty_tail=np.asarray(self.penalty_[start:stop], np.float32),
+                      density_build=self.density_build_.array())
+        save_arrays(directory, arrays)
+        return "delta"
+
+    def _load_deltas(self, parts: list[tuple[Path, int]]) -> None:
+        """The stored graph and penalty with the segments' deltas applied (in memory); the passages'
+        names are built again on the first query that uses them."""
+        base = (self.graph_.indptr, self.graph_.indices, self.graph_.data)
+        deltas, penalties = [], [np.asarray(self.penalty_, np.float32)]
+        for d, n in parts:
+            a = load_arrays(d, [*CSR_DELTA_FILES, "penalty_tail", "density_build"])
+            deltas.append(a)
+            penalties.append(check_finite(a["penalty_tail"], f"{d} penalty_tail", (None,)))
+            self.density_build_ = DensityBuild.from_array(np.asarray(a["density_build"]), f"{d} density_build", n)
+        n = parts[-1][1]
+        indptr, indices, data = apply_csr_deltas(base, deltas, n, str(parts[-1][0]))
+        self.graph_ = check_csr(indptr, indices, data, n, f"{parts[-1][0]} graph")
+        self.penalty_ = np.concatenate(penalties)
+        if self.graph_.n_rows != n or len(self.penalty_) != n or float(self.penalty_.min(initial=0.0)) < 0:
+            raise IndexFormatError(f"{parts[-1][0]}: G3RAG deltas give {self.graph_.n_rows} rows and "
+                                   f"{len(self.penalty_)} penalties, the index has {n}")
+        self._chunk_names = None
+
     def _load(self, directory: Path) -> None:
         """The saved graph, memory-mapped (no refit). The penalty and build range are read when
         present (an index saved without them refits on its first ``add``); the passages' names when
         saved (else built on the first query that uses them)."""
-        n = len(self.components.X)
+        n = self._stored_rows
         arrays = load_arrays(directory, ["indptr", "indices", "data"])
         self.graph_ = check_csr(arrays["indptr"], arrays["indices"], arrays["data"], n, f"{directory} graph")
         self._chunk_names = None

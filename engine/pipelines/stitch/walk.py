@@ -35,7 +35,8 @@ from ...timing import StageTimer
 from ..base import Needs, Pipeline
 from ..hybrid import RRF_K, hybrid_ranking
 from ..title_bridge import BridgeSearch, TitleBridge
-from .hypergraph import TopicHypergraph, build_hypergraph
+from ...storage import check_unit_rows, load_array, save_arrays
+from .hypergraph import TEXT_EMB_DTYPE, TopicHypergraph, build_hypergraph
 from .local_graph import local_transition, neighbour_entries
 from .local_rows import LocalRows
 
@@ -169,9 +170,41 @@ class ChunkGraphWalk(Pipeline[F, S]):
     def _save(self, directory: Path) -> None:
         self.hypergraph_.save(directory / "hypergraph")
 
+    def _snapshot(self) -> TopicHypergraph:
+        return self.hypergraph_
+
+    def _save_delta(self, directory: Path, since: TopicHypergraph, start: int, stop: int) -> str | None:
+        """The embeddings of the texts added since ``since`` (``text_emb_tail.npy``): the hypergraph
+        is arithmetic on the extraction and rebuilt when the index is opened. None (stored whole)
+        with an ``extractions`` file."""
+        if self.fit_params.extractions:
+            return None
+        save_arrays(directory, {"text_emb_tail": self.hypergraph_.text_emb[len(since.text_emb):]})
+        return "delta"
+
+    def _load_deltas(self, parts: list[tuple[Path, int]]) -> None:
+        """The stored text embeddings with the segments' new ones appended, and the hypergraph built
+        from the index's (extended) extraction over them."""
+        dim = self.hypergraph_.text_emb.shape[1]
+        tails = [self.hypergraph_.text_emb]
+        for d, _ in parts:
+            tail = load_array(d, "text_emb_tail")
+            if tail.ndim != 2 or tail.shape[1] != dim:
+                raise IndexFormatError(f"{d / 'text_emb_tail.npy'}: shape {list(tail.shape)}, expected [*, {dim}]")
+            if dim:
+                check_unit_rows(tail, str(d / "text_emb_tail.npy"))
+            tails.append(tail)
+        ex = self._extraction()
+        text_emb = np.concatenate([np.asarray(t, TEXT_EMB_DTYPE) if dim else np.asarray(t) for t in tails])
+        if len(text_emb) != len(ex.texts) or ex.n_chunks != parts[-1][1]:
+            raise IndexFormatError(f"{parts[-1][0]}: {len(text_emb)} text embeddings for {len(ex.texts)} "
+                                   f"extraction texts over {ex.n_chunks} passages")
+        self.hypergraph_ = build_hypergraph(ex, text_emb, self.fit_params.max_group_chunks)
+        self._reset_caches()
+
     def _load(self, directory: Path) -> None:
         X = self.components.X
-        self.hypergraph_ = TopicHypergraph.load(directory / "hypergraph", mmap=True, n_chunks=len(X))
+        self.hypergraph_ = TopicHypergraph.load(directory / "hypergraph", mmap=True, n_chunks=self._stored_rows)
         dim = self.hypergraph_.text_emb.shape[1]
         if dim != self._text_dim():
             raise IndexFormatError(f"{directory / 'hypergraph' / 'text_emb.npy'}: dimension {dim}, "
