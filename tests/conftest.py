@@ -72,35 +72,98 @@ def clustered_embeddings(n: int, d: int, n_clusters: int, seed: int = 0, noise: 
 
 
 def rewrite_manifest(index: Path, edit) -> dict:
-    """Apply ``edit(manifest)`` to the live manifest of a saved index and re-point ``CURRENT`` at it
+    """Apply ``edit(manifest)`` to the live commit of a saved index and re-point ``CURRENT`` at it
     (as a writer of another version would have written it: checksums consistent)."""
     from hopgraph.engine import storage
 
-    gen = storage.current_generation(index)
-    manifest = json.loads((gen / storage.MANIFEST).read_text())
+    cfile = index / storage.read_current(index)[0]
+    manifest = json.loads(cfile.read_text())
     edit(manifest)
-    storage.write_json(gen / storage.MANIFEST, manifest)
+    storage.write_json(cfile, manifest)
     current = json.loads((index / storage.CURRENT).read_text())
-    current["manifest"].update(size=(gen / storage.MANIFEST).stat().st_size,
-                               digest=storage.file_digest(gen / storage.MANIFEST, current["manifest"]["algorithm"]))
+    current["manifest"].update(size=cfile.stat().st_size,
+                               digest=storage.file_digest(cfile, current["manifest"]["algorithm"]))
     (index / storage.CURRENT).write_text(json.dumps(current))
     return manifest
 
 
 def make_legacy(index: Path, version: int) -> Path:
-    """Turn a saved index into the layout of format ``version`` (1 or 2): its files directly under it."""
+    """Turn a saved (one-segment) index into the layout of format ``version`` (1 or 2): its files
+    directly under it, with a manifest of that format."""
     import shutil
 
     from hopgraph.engine import storage
 
-    gen = storage.current_generation(index)
-    manifest = json.loads((gen / storage.MANIFEST).read_text())
+    commit = json.loads((index / storage.read_current(index)[0]).read_text())
+    seg = storage.segment_dirs(index)[-1]
+    manifest = {k: commit[k] for k in ("format", "embedder", "pipelines", "params", "corpus")}
     manifest["format_version"] = version
-    for p in gen.iterdir():
-        if p.name != storage.READERS_FILE:
+    manifest["files"] = {"embeddings": {"file": "embeddings.npy"}}
+    for p in seg.iterdir():
+        if p.name != storage.SEGMENT_MANIFEST:
             shutil.move(str(p), str(index / p.name))
     storage.write_json(index / storage.MANIFEST, manifest)
-    shutil.rmtree(gen)
-    (index / storage.CURRENT).unlink()
-    (index / storage.LOCK_FILE).unlink(missing_ok=True)
+    for p in list(index.iterdir()):
+        if p.name.startswith(("seg-", "commit-")) or p.name in (storage.CURRENT, storage.LOCK_FILE):
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+    return index
+
+
+def make_v3(index: Path) -> Path:
+    """Turn a saved (one-segment) index into format 3: one generation ``gen-000001`` whose manifest
+    lists its files, named by ``CURRENT`` (as hopgraph versions of format 3 wrote it)."""
+    import shutil
+
+    from hopgraph.engine import storage
+
+    commit = json.loads((index / storage.read_current(index)[0]).read_text())
+    seg = storage.segment_dirs(index)[-1]
+    smanifest = json.loads((seg / storage.SEGMENT_MANIFEST).read_text())
+    gen = index / "gen-000001"
+    shutil.copytree(seg, gen)
+    (gen / storage.SEGMENT_MANIFEST).unlink()
+    (gen / storage.READERS_FILE).touch()
+    components = dict(smanifest["components"])
+    checksums = dict(smanifest["checksums"])
+    old_bm25 = []
+    for item in components.get("bm25", []):  # format 3 stored bm25s's precomputed score matrix
+        shutil.rmtree(gen / "components" / item["dir"])
+        checksums = {k: v for k, v in checksums.items() if not k.startswith(f"components/{item['dir']}/")}
+        import bm25s
+        from hopgraph.engine.components.corpus import Corpus
+        from hopgraph.engine.components.tokenizer import tokenize
+
+        n = smanifest["n_rows"]
+        corpus = Corpus.load(seg / "corpus", n, "x")
+        retriever = bm25s.BM25(k1=1.5, b=0.75)
+        retriever.index(tokenize(corpus.embedding_texts(), item["stopwords"]), show_progress=False)
+        retriever.save(str(gen / "components" / item["dir"]))
+        for f in (gen / "components" / item["dir"]).iterdir():
+            checksums[f"components/{item['dir']}/{f.name}"] = {"size": f.stat().st_size, "digest": storage.file_digest(f)}
+        old_bm25.append({"dir": item["dir"], "params": {"k1": 1.5, "b": 0.75, "stopwords": item["stopwords"]}})
+    components["bm25"] = old_bm25
+    for f in list(gen.rglob("id_*.npy")):  # format 3 had no id hash tables
+        checksums.pop(f.relative_to(gen).as_posix())
+        f.unlink()
+    manifest = {"format": commit["format"], "format_version": 3, "created": commit["created"],
+                "corpus": {**commit["corpus"], "checksum": smanifest["corpus"]["checksum"]},
+                "embedder": commit["embedder"], "embed_seconds": commit["embed_seconds"],
+                "files": {"embeddings": smanifest["embeddings"]}, "components": components,
+                "pipelines": commit["pipelines"], "params": commit["params"],
+                "checksum_algorithm": smanifest["checksum_algorithm"], "checksums": checksums}
+    if commit["segments"][0].get("deletes"):
+        rows = np.load(index / commit["segments"][0]["deletes"]["file"])
+        np.save(gen / "deleted_rows.npy", rows)
+        manifest["files"]["deleted_rows"] = {"file": "deleted_rows.npy", "shape": list(rows.shape),
+                                             "dtype": str(rows.dtype)}
+        manifest["checksums"]["deleted_rows.npy"] = {"size": (gen / "deleted_rows.npy").stat().st_size,
+                                                     "digest": storage.file_digest(gen / "deleted_rows.npy")}
+    storage.write_json(gen / storage.MANIFEST, manifest)
+    for p in list(index.iterdir()):
+        if p.name.startswith(("seg-", "commit-")):
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+    current = {"format": commit["format"], "generation": gen.name,
+               "manifest": {"size": (gen / storage.MANIFEST).stat().st_size,
+                            "digest": storage.file_digest(gen / storage.MANIFEST), "algorithm": storage.HASH}}
+    (index / storage.CURRENT).write_text(json.dumps(current))
     return index

@@ -47,15 +47,13 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    """Full check of an index: every file's size and checksum, then every stored structure (a load)."""
+    """Full check of an index: every segment's files' sizes and checksums, then every stored structure (a load)."""
     from ..engine import storage
     from ..engine.errors import IndexFormatError
     from ..index import Index
 
     try:
-        gen, manifest, lease = storage.open_index(args.index)
-        lease.close()
-        problems = storage.verify_files(gen, manifest, "full")
+        problems = storage.verify_index(args.index, "full")
         if not problems:
             Index.load(args.index, verify="fast", progress=False)
     except IndexFormatError as e:

@@ -76,9 +76,10 @@ class IndexIO:
         :class:`~hopgraph.engine.storage.StaleIndexError`. An index of an older format is written
         whole.
 
-        With another ``path`` the whole index is written there as one base segment: ``path`` must
-        not exist, be empty, or be a hopgraph index directory; an existing index is replaced only
-        with ``overwrite=True`` (readers of the old one keep it until they close). Another process
+        With another ``path``, or ``overwrite=True``, the whole index is written there as one base
+        segment: ``path`` must not exist, be empty, or be a hopgraph index directory; an existing
+        index is replaced only with ``overwrite=True`` (readers of the old one keep it until they
+        close). Another process
         writing to ``path`` gives an :class:`IndexLockedError`."""
         if path is None:
             if self.path is None:
@@ -86,10 +87,10 @@ class IndexIO:
             path = self.path
         path = Path(path)
         same = self.path is not None and _same_path(path, self.path) and self._committed is not None
-        if same and self._committed.content is not None and not self._committed.whole:
+        if same and not overwrite and self._committed.content is not None and not self._committed.whole:
             self._commit_changes(path, rebase)
         else:
-            self._write_whole(path, overwrite or same, self._committed if same else None)
+            self._write_whole(path, overwrite or same, self._committed if same and not overwrite else None)
         return path
 
     def _write_whole(self, path: Path, overwrite: bool, base: Committed | None = None) -> None:
@@ -107,14 +108,22 @@ class IndexIO:
             fields = self._write_segment(seg.dir, None, 0, len(self.X))
             entry = w.finish_segment(seg, 0, len(self.X), kind="base", **fields)
             entry["deletes"] = self._deletes_file(w, number, entry["name"], 0, len(self.X))
-            w.commit(number, self._commit_fields([entry], w.live_name, number))
-            self._reopen(path)
+            name = w.commit(number, self._commit_fields([entry], w.live_name, number))
+            if self._lease is not None:  # it reads files of another commit: read the new ones instead
+                self._reopen(path)
+            else:
+                self.path, self._manifest = path, w.committed
+                self._snapshot(name, w.committed)
 
     def _commit_changes(self, path: Path, rebase: bool) -> None:
         """Commit the changes since :attr:`_committed` (module docstring)."""
         with storage.CommitWriter(path, overwrite=True) as w:
             live = w.live
-            if live is None or live.get("content") != self._committed.content:
+            if live is None:
+                raise InputError(f"{path} holds a hopgraph index other than the one this index was loaded from "
+                                 f"({'of an older format' if storage.has_index(path) else 'none'}); pass "
+                                 f"overwrite=True to replace it")
+            if live.get("content") != self._committed.content:
                 theirs = w.live_name or storage.read_current(path)[0]
                 why = self._not_replayable()
                 if not rebase or why:
@@ -210,18 +219,19 @@ class IndexIO:
         }
 
     def _after_commit(self, path: Path, name: str, manifest: dict[str, Any]) -> None:
-        """Hold a lease on the new commit (the files this index reads are all in it) and snapshot."""
-        opened = storage.open_index(path)
-        if opened.name != name:  # pragma: no cover - the write lock is held: nobody else committed
-            opened.close()
-            raise IndexFormatError(f"{path}: commit {name} is not live after it was written")
-        old, self._lease = self._lease, opened
-        if old is not None:
+        """Snapshot the new commit; an index that reads stored files moves its lease to the new commit
+        (which holds all of them)."""
+        if self._lease is not None:
+            opened = storage.open_index(path)
+            if opened.name != name:  # pragma: no cover - the write lock is held: nobody else committed
+                opened.close()
+                raise IndexFormatError(f"{path}: commit {name} is not live after it was written")
+            old, self._lease = self._lease, opened
             old.close()
             storage.cleanup(path)  # the commit this index held before, unless another reader holds it
         self.path = path
-        self._manifest = opened.manifest
-        self._snapshot(opened.name, opened.manifest)
+        self._manifest = manifest
+        self._snapshot(name, manifest)
 
     def _snapshot(self, name: str, manifest: dict[str, Any], legacy: bool = False) -> None:
         deleted = self.components.deleted
@@ -233,7 +243,7 @@ class IndexIO:
 
     def _reopen(self, path: Path) -> None:
         """Read the index back from the commit just written whole at ``path`` (so that it reads those
-        files, and the older ones may be removed), keeping this object's run-time state."""
+        files, and the ones it read before may be removed), keeping this object's run-time state."""
         fresh = type(self).load(path, embedder=self._embedder, device=self.device, progress=self.progress,
                                 verify="fast")
         variants, params = self._variants, self.params

@@ -5,7 +5,7 @@ from .durable import fsync_dir, fsync_tree, write_file_durably, write_json
 from .lock import Lease, WriteLock
 from .commit import (CommitWriter, NewSegment, OpenedIndex, SegmentRef, StaleIndexError, TargetGuard, check_target,
                      cleanup, has_index, is_index_dir, open_index, read_current, read_manifest, rebuild_command,
-                     referenced_files, segment_dirs)
+                     referenced_files, segment_dirs, verify_index)
 from .layout import (CURRENT, FORMAT_NAME, FORMAT_VERSION, GEN_PREFIX, LEGACY_NAMES, LOCK_FILE, MANIFEST, READ_VERSIONS,
                      READERS_FILE, SEGMENT_MANIFEST)
 from .arrays import RowReader, SAVE_BLOCK_BYTES, check_array, load_array, load_arrays, read_rows, release_pages, save_array, save_arrays
@@ -73,6 +73,7 @@ __all__ = [
     "string_hashes",
     "unpack_strings",
     "verify_files",
+    "verify_index",
     "write_file_durably",
     "write_json",
 ]

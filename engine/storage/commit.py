@@ -604,4 +604,20 @@ def referenced_files(opened: OpenedIndex) -> list[Path]:
 
 __all__ = ["CommitWriter", "NewSegment", "OpenedIndex", "SegmentRef", "StaleIndexError", "TargetGuard",
            "check_target", "cleanup", "has_index", "is_index_dir", "open_index", "read_current", "read_manifest",
-           "rebuild_command", "referenced_files", "segment_dirs"]
+           "rebuild_command", "referenced_files", "segment_dirs", "verify_index"]
+
+
+def verify_index(path: str | Path, level: str = "full") -> list[str]:
+    """Problems with the live commit of the index at ``path``, one line each (empty: all good): the
+    commit file, every segment manifest and deletes file against their recorded digests, and every
+    file of every segment (:func:`~hopgraph.engine.storage.verify_files` at ``level``)."""
+    from .checksum import verify_files
+
+    try:
+        opened = open_index(path)
+    except IndexFormatError as e:
+        return [str(e)]
+    try:
+        return [p for seg in opened.segments for p in verify_files(seg.dir, seg.manifest, level)]
+    finally:
+        opened.close()

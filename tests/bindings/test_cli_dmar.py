@@ -25,10 +25,10 @@ def test_train_gnn_and_gate_save_into_the_index(tmp_path, demo_corpus, capsys):
     idx = tmp_path / "idx"
     Index.build(demo_corpus, embedder="hashing-64", pipelines=["dmar"], progress=False,
                 params={"dmar": {"gnn_steps": 1}}).save(idx)
-    before = np.load(storage.current_generation(idx) / "pipelines" / "dmar" / "subgraph_emb.npy")
+    before = np.load(storage.segment_dirs(idx)[-1] / "pipelines" / "dmar" / "subgraph_emb.npy")
     assert main(["train-gnn", str(idx), "--steps", "12", "-q"]) == 0
     assert "triplet loss" in capsys.readouterr().out
-    after = np.load(storage.current_generation(idx) / "pipelines" / "dmar" / "subgraph_emb.npy")
+    after = np.load(storage.segment_dirs(idx)[-1] / "pipelines" / "dmar" / "subgraph_emb.npy")
     assert after.shape == before.shape and not np.allclose(after, before)
 
     qfile = tmp_path / "questions.jsonl"
@@ -37,7 +37,7 @@ def test_train_gnn_and_gate_save_into_the_index(tmp_path, demo_corpus, capsys):
     assert main(["train-gate", str(idx), str(qfile), "--holdout", "0.3", "--always-save", "-q"]) == 0
     out = capsys.readouterr().out
     assert "held-out split (2 questions) Recall@5" in out
-    assert np.load(storage.current_generation(idx) / "pipelines" / "dmar" / "gate.trained.npy")[0] == 1
+    assert np.load(storage.segment_dirs(idx)[-1] / "pipelines" / "dmar" / "gate.trained.npy")[0] == 1
     loaded = Index.load(idx, progress=False)
     assert loaded.pipeline("dmar").gate_.trained
     assert len(loaded.search(QUESTIONS[0][0], pipeline="dmar", k=2)[0]) == 2
@@ -45,5 +45,5 @@ def test_train_gnn_and_gate_save_into_the_index(tmp_path, demo_corpus, capsys):
     out = capsys.readouterr().out
     kept = "keeps the untrained" in out
     assert kept or "saved in" in out
-    assert np.load(storage.current_generation(idx) / "pipelines" / "dmar" / "gate.trained.npy")[0] == (0 if kept else 1)
+    assert np.load(storage.segment_dirs(idx)[-1] / "pipelines" / "dmar" / "gate.trained.npy")[0] == (0 if kept else 1)
     assert main(["train-gate", str(idx), str(tmp_path / "missing.jsonl"), "-q"]) == 2

@@ -54,17 +54,20 @@ def test_query_embeddings_only(built):
 
 def test_save_load_roundtrip(built, tmp_path):
     path = built.save(tmp_path / "idx")
-    m = json.loads((storage.current_generation(path) / "manifest.json").read_text())
-    assert m["format_version"] == storage.FORMAT_VERSION
+    m = json.loads((path / storage.read_current(path)[0]).read_text())
+    seg = json.loads((storage.segment_dirs(path)[-1] / storage.SEGMENT_MANIFEST).read_text())
+    assert m["format_version"] == storage.FORMAT_VERSION == seg["format_version"]
     assert m["embedder"] == {"name": "hashing-64", "dim": 64, "spec": "hashing-64"}
-    assert m["corpus"]["checksum"] == built.corpus.checksum and set(m["pipelines"]) == {"dense", "bm25", "hybrid"}
-    assert "embeddings.npy" in m["checksums"] and m["checksum_algorithm"] in ("xxh3_128", "crc32")
+    assert seg["corpus"]["checksum"] == built.corpus.checksum and set(m["pipelines"]) == {"dense", "bm25", "hybrid"}
+    assert "embeddings.npy" in seg["checksums"] and seg["checksum_algorithm"] in ("xxh3_128", "crc32")
+    assert m["parent"] is None and m["content"] == 1 and [s["name"] for s in m["segments"]] == ["seg-000001"]
     loaded = Index.load(path)
     assert isinstance(loaded.X, np.memmap) and loaded.manifest == m
     q = ["Which company acquired Tessellate Systems?"]
     for p in ("dense", "bm25", "hybrid"):
         assert built.search(q, pipeline=p, k=4) == loaded.search(q, pipeline=p, k=4)
-    assert sorted(p.name for p in path.iterdir()) == ["CURRENT", "gen-000001", "write.lock"]  # no temp dirs left
+    assert sorted(p.name for p in path.iterdir()) == ["CURRENT", "commit-000001.json", "commit-000001.lock",
+                                                      "seg-000001", "write.lock"]  # no temp dirs left
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
 
 
@@ -79,7 +82,8 @@ def test_interrupted_save_leaves_previous_index(built, tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="disk full"):
         built.save(path, overwrite=True)
     assert (path / "CURRENT").read_text() == before
-    assert sorted(p.name for p in path.iterdir()) == ["CURRENT", "gen-000001", "write.lock"]
+    assert sorted(p.name for p in path.iterdir()) == ["CURRENT", "commit-000001.json", "commit-000001.lock",
+                                                      "seg-000001", "write.lock"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
 
 
@@ -93,13 +97,13 @@ def test_load_refuses_corrupt_or_mismatched(built, tmp_path):
     with pytest.raises(IndexFormatError, match="format version 999"):
         Index.load(path)
     path = built.save(tmp_path / "idx2")
-    gen = storage.current_generation(path)
+    gen = storage.segment_dirs(path)[-1]
     (gen / "embeddings.npy").write_bytes((gen / "embeddings.npy").read_bytes()[:200])
     for verify in ("full", "fast"):
         with pytest.raises(IndexFormatError, match="embeddings.npy"):
             Index.load(path, verify=verify)
     path = built.save(tmp_path / "idx3")
-    gen = storage.current_generation(path)
+    gen = storage.segment_dirs(path)[-1]
     offsets = np.load(gen / "corpus" / "texts_offsets.npy")
     offsets[3] = 10 ** 9                      # one changed value, same file size
     np.save(gen / "corpus" / "texts_offsets.npy", offsets)
@@ -107,8 +111,8 @@ def test_load_refuses_corrupt_or_mismatched(built, tmp_path):
         Index.load(path)                      # checksum
     with pytest.raises(IndexFormatError, match="corpus.*texts_data.*must never decrease"):
         Index.load(path, verify="fast")       # structure
-    (gen / "manifest.json").write_text("{broken")
-    with pytest.raises(IndexFormatError, match="manifest.json is corrupt"):
+    (gen / "segment.json").write_text("{broken")
+    with pytest.raises(IndexFormatError, match="segment.json is corrupt"):
         Index.load(path, verify="fast")
 
 

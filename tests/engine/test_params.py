@@ -183,7 +183,7 @@ def test_cli_param_is_validated_and_applied(tmp_path, capsys):
     assert "a search parameter, not stored with an index" in capsys.readouterr().err
     assert main(["index", str(corpus), "--out", str(out), "--embedder", "hashing-16", "-q",
                  "--pipelines", "dense,bm25,g3rag", "--param", "g3rag.n_neighbors=4", "--param", "bm25.k1=1.2"]) == 0
-    manifest = json.loads((storage.current_generation(out) / "manifest.json").read_text())
+    manifest = storage.read_manifest(out)
     assert manifest["pipelines"]["g3rag"]["params"]["n_neighbors"] == 4 and manifest["params"]["bm25"] == {"k1": 1.2}
     assert "gamma" not in manifest["pipelines"]["g3rag"]["params"], "search parameters are never stored"
     capsys.readouterr()

@@ -120,9 +120,12 @@ def test_known_title_and_shared_texts_across_old_and_new():
 def test_loaded_extraction_without_cached_words(demo_corpus):
     start = 20
     old = extract(demo_corpus.take(np.arange(start)))
-    loaded = Extraction.from_arrays(old.arrays(), start)
+    loaded = Extraction.from_arrays({k: v for k, v in old.arrays().items() if not k.startswith("common_")}, start)
     assert loaded.common_words is None
     assert_same(extend_extraction(loaded, demo_corpus, start), extract(demo_corpus))
+    saved = Extraction.from_arrays(old.arrays(), start)  # saved with the corpus's words: none rescanned
+    assert set(saved.common_words) == old.common_words
+    assert_same(extend_extraction(saved, demo_corpus, start), extract(demo_corpus))
 
 
 def test_successive_adds_equal_one_add(demo_corpus):

@@ -31,10 +31,10 @@ def test_all_seven_share_one_of_each_component(seven, tmp_path, monkeypatch):
     assert len(builds["bm25"]) == 1 and len(builds["extraction"]) == 1 and len(builds["dense"]) <= 1
     assert all(p.components is seven.components for p in seven.pipelines.values())
     path = seven.save(tmp_path / "idx")
-    gen = storage.current_generation(path)
+    gen = storage.segment_dirs(path)[-1]
     files = [p.relative_to(gen).as_posix() for p in gen.rglob("*") if p.is_file()]
-    bm25_stores = [f for f in files if f.endswith("params.index.json")]
-    assert bm25_stores == ["components/bm25-0/params.index.json"]
+    bm25_stores = [f for f in files if f.endswith("/tf.npy")]
+    assert bm25_stores == ["components/bm25-0/tf.npy"]
     assert not [f for f in files if f.endswith(".faiss")]
     assert "corpus.jsonl" not in files and "embeddings.npy" in files
     # loading reads the saved components: nothing is extracted or tokenized again
@@ -57,10 +57,11 @@ def test_bm25_parameters_reach_every_pipeline_that_uses_bm25(demo_corpus, hashin
     idx = Index.build(demo_corpus, embedder=hashing_embedder, pipelines=["bm25", "hybrid", "g3rag"],
                       params={"bm25": {"k1": 0.9, "b": 0.4}}, progress=False)
     (params, bm25), = idx.components._bm25.items()
-    assert (params.k1, params.b) == (0.9, 0.4) and bm25.retriever.k1 == 0.9
-    # a bm25 variant with other BM25 parameters gets its own index; the shared one stays
+    assert (params.k1, params.b) == (0.9, 0.4) and bm25.params.k1 == 0.9
+    # a bm25 variant with other BM25 parameters scores the same postings with its own; the shared one stays
     v = idx.pipeline("bm25", k1=2.0)
     assert len(idx.components._bm25) == 2 and idx.components.bm25().params.k1 == 0.9
+    assert len(idx.components._postings) == 1 and all(b.parts[0] is bm25.parts[0] for b in idx.components._bm25.values())
     assert v.search(idx.embed_queries(["comet"]), 3, ["comet"])[0].shape == (1, 3)
 
 
@@ -72,7 +73,7 @@ def test_older_format_index_gets_a_rebuild_command(seven, tmp_path, version):
     with pytest.raises(IndexFormatError) as err:
         Index.load(path)
     msg = str(err.value)
-    assert f"format version {version}; this hopgraph reads version 3" in msg
+    assert f"format version {version}; this hopgraph reads versions 3, 4" in msg
     corpus = f"{path}/corpus.jsonl" if version == 1 else seven.corpus.source  # v2: the file it was built from
     assert f"hopgraph index {corpus} --embeddings {path}/embeddings.npy --embedder hashing-64" in msg
     assert "--pipelines bm25,dense,dmar,g3rag,hybrid,ppr_binary,stitch --param dmar.gnn_steps=2 --out" in msg
@@ -80,7 +81,8 @@ def test_older_format_index_gets_a_rebuild_command(seven, tmp_path, version):
     with pytest.raises(InputError, match="overwrite=True"):
         seven.save(path)
     seven.save(path, overwrite=True)
-    assert sorted(p.name for p in path.iterdir()) == ["CURRENT", "gen-000001", "write.lock"]
+    assert sorted(p.name for p in path.iterdir()) == ["CURRENT", "commit-000001.json", "commit-000001.lock",
+                                                      "seg-000001", "write.lock"]
     assert Index.load(path).pipelines.keys() == seven.pipelines.keys()
 
 

@@ -30,7 +30,7 @@ class FailingEmbedder(HashingEmbedder):
 
 
 def _arrays(path):
-    gen = storage.current_generation(path)
+    gen = storage.segment_dirs(path)[-1]
     return {p.relative_to(gen).as_posix(): np.load(p) for p in sorted(gen.rglob("*.npy"))}
 
 

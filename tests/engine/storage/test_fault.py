@@ -56,7 +56,7 @@ def test_sigkill_during_index_leaves_old_or_new_index(tmp_path):
 def test_every_corrupted_file_is_refused_or_harmless(tmp_path):
     index = Index.build(demo_corpus(), embedder="hashing-64", pipelines=ALL, params=PARAMS, progress=False)
     base = index.save(tmp_path / "base")
-    gen = storage.current_generation(base)
+    gen = storage.segment_dirs(base)[-1]
     files = fh.index_files(base)
     assert len(files) > 60 and Path("CURRENT") in files and (gen / "manifest.json").relative_to(base) in files
     cases = fh.corruption_cases(base, tmp_path, ["bit"], np.random.default_rng(5), files)

@@ -98,7 +98,10 @@ class Crash(BaseException):
     """A simulated kill at one step of the commit: what the writer wrote stays (rmtree is disabled)."""
 
 
-@pytest.mark.parametrize("step", ["write_json", "fsync_tree", "rename", "write_current", "replace", "cleanup"])
+STEPS = ["write_json", "fsync_tree", "rename", "commit_file", "replace", "write_current", "cleanup"]
+
+
+@pytest.mark.parametrize("step", STEPS)
 def test_crash_at_every_step_of_a_replace_leaves_one_complete_index(small, other, tmp_path, monkeypatch, step):
     out = small.save(tmp_path / "idx")
     old = _ids(Index.load(out))
@@ -106,54 +109,67 @@ def test_crash_at_every_step_of_a_replace_leaves_one_complete_index(small, other
     def crash(*a, **k):
         raise Crash(step)
 
-    target = {"rename": (storage.commit.os, "rename"), "replace": (storage.commit.os, "replace"),
-              "write_current": (storage.commit, "write_file_durably")}.get(step, (storage.commit, step))
+    durable = storage.commit.write_file_durably
+    calls = {"n": 0}
+
+    def write_durably(path, data, _step=step):  # the commit file, then CURRENT
+        calls["n"] += 1
+        if (_step == "commit_file" and calls["n"] == 1) or (_step == "write_current" and calls["n"] == 2):
+            crash()
+        return durable(path, data)
+
     with monkeypatch.context() as m:
         m.setattr(storage.commit.shutil, "rmtree", lambda *a, **k: None)   # a killed process cleans nothing up
         if step == "cleanup":
             m.setattr(storage.commit, "cleanup", lambda path, _n=[0]: (_n.__setitem__(0, _n[0] + 1),
                                                                 crash() if _n[0] == 2 else None))
+        elif step in ("commit_file", "write_current"):
+            m.setattr(storage.commit, "write_file_durably", write_durably)
+        elif step == "replace":
+            m.setattr(storage.durable.os, "replace", crash)
         else:
-            m.setattr(*target, crash)
+            m.setattr(*{"rename": (storage.commit.os, "rename")}.get(step, (storage.commit, step)), crash)
         with pytest.raises(Crash):
             other.save(out, overwrite=True)
     got = _ids(Index.load(out))
     assert got == (_ids(other) if step == "cleanup" else old)      # CURRENT switched: the new one
     other.save(out, overwrite=True)                                   # the next write works and cleans up
     assert _ids(Index.load(out)) == _ids(other)
-    assert sorted(p.name for p in out.iterdir()) == ["CURRENT", storage.read_current(out)[0], "write.lock"]
+    live = storage.read_current(out)[0]
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["CURRENT", live, live.replace(".json", ".lock"), *[d.name for d in storage.segment_dirs(out)], "write.lock"])
 
 
-def test_a_reader_keeps_its_generation_while_the_index_is_replaced(small, other, tmp_path):
+def test_a_reader_keeps_its_commit_while_the_index_is_replaced(small, other, tmp_path):
     out = small.save(tmp_path / "idx")
     reader = Index.load(out)
-    old_gen = storage.current_generation(out)
+    old_seg = storage.segment_dirs(out)[-1]
     other.save(out, overwrite=True)
-    assert old_gen.is_dir() and _ids(reader) == _ids(small)          # still served from its files
+    assert old_seg.is_dir() and _ids(reader) == _ids(small)          # still served from its files
     assert _ids(Index.load(out)) == _ids(other)
-    reader._lease.close()
+    reader.close()
     del reader
     other.save(out, overwrite=True)
-    assert not old_gen.exists()
-    assert len([p for p in out.iterdir() if p.name.startswith("gen-")]) == 1
+    assert not old_seg.exists()
+    assert len([p for p in out.iterdir() if p.name.startswith("seg-")]) == 1
 
 
 def test_load_errors_are_index_format_errors_naming_the_file(tmp_path, demo_corpus, capsys):
     index = Index.build(demo_corpus, embedder="hashing-32", pipelines=["bm25", "dmar"],
                         params={"dmar": {"gnn_steps": 2}}, progress=False)
-    for rel in ("components/bm25-0/vocab.index.json", "pipelines/dmar/gate.mlp.0.weight.npy",
+    for rel in ("components/bm25-0/vocab_data.npy", "pipelines/dmar/gate.mlp.0.weight.npy",
                 "pipelines/dmar/gnn.layers.0.self_lin.weight.npy", "pipelines/dmar/kg_df.npy"):
         out = index.save(tmp_path / rel.replace("/", "_"))
-        (storage.current_generation(out) / rel).unlink()
+        (storage.segment_dirs(out)[-1] / rel).unlink()
         for verify in ("full", "fast"):
             with pytest.raises(IndexFormatError, match=rel.split("/")[-1].replace(".", r"\.") + ": missing"):
                 Index.load(out, verify=verify)
         assert main(["search", str(out), "comet", "--pipeline", "bm25", "-q"]) == 2
         assert len(capsys.readouterr().err.strip().splitlines()) == 1
-    for key in ("embedder", "corpus", "pipelines", "files"):
+    for key in ("embedder", "corpus", "pipelines", "segments"):
         out = index.save(tmp_path / f"nokey-{key}")
         rewrite_manifest(out, lambda m: m.pop(key))
-        with pytest.raises(IndexFormatError, match=f"manifest.json: missing or invalid entry '{key}'"):
+        with pytest.raises(IndexFormatError, match=f"commit-000001.json: missing or invalid entry '{key}'"):
             Index.load(out)
     out = index.save(tmp_path / "emb")
     with pytest.raises(InputError, match="built with embedder 'hashing-32'"):
@@ -180,10 +196,10 @@ def test_structural_validation_refuses_out_of_range_ids_without_checksums(tmp_pa
              ("pipelines/dmar/kg_adj_data.npy", 7.0),
              ("pipelines/g3rag/indices.npy", -5),
              ("embeddings.npy", 3.0),
-             ("components/bm25-0/indices.csc.index.npy", 10 ** 6)]
+             ("components/bm25-0/docs.npy", 10 ** 6)]
     for i, (rel, value) in enumerate(cases):
         out = index.save(tmp_path / f"c{i}")
-        path = storage.current_generation(out) / rel
+        path = storage.segment_dirs(out)[-1] / rel
         a = np.load(path)
         a.flat[len(a.flat) // 2] = value
         np.save(path, a)
@@ -196,7 +212,7 @@ def test_structural_validation_refuses_out_of_range_ids_without_checksums(tmp_pa
 def test_verify_command(small, tmp_path, capsys):
     out = small.save(tmp_path / "idx")
     assert main(["verify", str(out)]) == 0 and capsys.readouterr().out.strip() == "ok"
-    gen = storage.current_generation(out)
+    gen = storage.segment_dirs(out)[-1]
     for rel in ("embeddings.npy", "corpus/ids_data.npy"):
         raw = bytearray((gen / rel).read_bytes())
         raw[-1] ^= 0xFF
