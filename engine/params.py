@@ -249,6 +249,14 @@ class Params:
         """Names of the fields whose values differ between ``self`` and ``other``."""
         return {f.name for f in fields(self) if getattr(self, f.name) != getattr(other, f.name)}
 
+    @classmethod
+    def none_for(cls: type[P], pipeline: str) -> type[P]:
+        """The empty parameter set of this kind for ``pipeline`` (a pipeline without such parameters)."""
+        name = f"{pipeline.title().replace('_', '')}{cls.__name__}"
+        doc = f"``{pipeline}`` has no {cls.kind} parameters."
+        return dataclass(frozen=True)(type(name, (cls,), {"pipeline": pipeline, "__doc__": doc,
+                                                           "__module__": cls.__module__}))
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable values (a callable, which cannot be stored, becomes None)."""
         out = {}
