@@ -11,7 +11,7 @@ from ..params import SearchParams
 from ..timing import StageTimer
 from .base import Needs, Pipeline
 
-BM25Search = SearchParams.none_for("bm25")
+BM25Search = SearchParams.none_for("bm25", "BM25Search", __name__)
 
 
 class BM25(Pipeline):

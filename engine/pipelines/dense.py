@@ -10,8 +10,8 @@ from ..params import FitParams, SearchParams
 from ..timing import StageTimer
 from .base import Pipeline
 
-DenseFit = FitParams.none_for("dense")
-DenseSearch = SearchParams.none_for("dense")
+DenseFit = FitParams.none_for("dense", "DenseFit", __name__)
+DenseSearch = SearchParams.none_for("dense", "DenseSearch", __name__)
 
 
 class Dense(Pipeline):

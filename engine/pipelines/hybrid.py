@@ -40,7 +40,7 @@ def hybrid_ranking(batch: QueryBatch, k: int, depth: int = 100, rrf_k: int = RRF
 
 
 #: no fit parameters: its BM25 is the index's
-HybridFit = FitParams.none_for("hybrid")
+HybridFit = FitParams.none_for("hybrid", "HybridFit", __name__)
 
 
 @dataclass(frozen=True)
