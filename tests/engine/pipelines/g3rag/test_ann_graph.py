@@ -137,10 +137,10 @@ def test_g3rag_graph_and_dense_search_share_the_components_ivf():
 
     X = clustered_embeddings(1500, 16, 6, seed=11)
     comps = Components(X, dense="ann")
-    pipe = G3RAG(mode="ann", k=6, device="cpu").fit(X, components=comps)
+    pipe = G3RAG(mode="ann", n_neighbors=6, settings={"device": "cpu"}).fit(X, components=comps)
     assert len(comps.dense.ivf_builds) == 1
     comps.dense.topk(X[:3], 5)
     assert len(comps.dense.ivf_builds) == 1
-    ref = ann_gain_knn(X, 6, 0.3, 0.9, pipe.penalty, ivf=comps.dense.ivf)
-    for a, b in zip(pipe.graph, ref):
+    ref = ann_gain_knn(X, 6, 0.3, 0.9, pipe.penalty_, ivf=comps.dense.ivf)
+    for a, b in zip(pipe.graph_, ref):
         np.testing.assert_array_equal(a, b)
