@@ -21,6 +21,7 @@ from ..engine.pipelines import Pipeline, pipeline_class
 from .build import IndexBuild
 from .io import IndexIO
 from .live import IndexLive
+from .merge import IndexMerge
 from .params import validate_params, variant_key
 from .search import IndexSearch
 
@@ -28,11 +29,12 @@ from .search import IndexSearch
 MAX_VARIANTS = 16
 
 
-class Index(IndexBuild, IndexSearch, IndexLive, IndexIO):
+class Index(IndexBuild, IndexSearch, IndexLive, IndexIO, IndexMerge):
     """A corpus, its embeddings, the shared components and the fitted pipelines over them.
 
     Build with :meth:`build`, persist with :meth:`save` / :meth:`load`, query with :meth:`search`,
-    update with :meth:`add` / :meth:`delete` / :meth:`compact`. Pipelines not fitted at build time
+    update with :meth:`add` / :meth:`delete` / :meth:`compact`, merge stored segments with
+    :meth:`merge`. Pipelines not fitted at build time
     are fitted on first use. Every pipeline uses the index's one set of components
     (:mod:`hopgraph.engine.components`): one corpus store, one dense index, one BM25 index (with
     ``params["bm25"]``), one extraction.

@@ -261,7 +261,7 @@ class IndexIO:
         other._lease = None
         if old is not None and old is not self._lease:
             old.close()
-            if self.path is not None and storage.WriteLock(self.path).key in storage.WriteLock._held:
+            if self.path is not None and storage.WriteLock(self.path).held():
                 storage.cleanup(self.path)  # under our write lock: what this index held before
 
     # ------------------------------------------------------------------ rebase
@@ -321,11 +321,14 @@ class IndexIO:
 
     @classmethod
     def _open(cls, opened: storage.OpenedIndex, embedder: Embedder | Callable | str | None,
-              device: str, progress: bool, verify: str) -> "Index":
-        """:meth:`~hopgraph.index.Index.load` of the pinned commit ``opened``."""
+              device: str, progress: bool, verify: str, upto: int | None = None) -> "Index":
+        """:meth:`~hopgraph.index.Index.load` of the pinned commit ``opened``; with ``upto``, of its first
+        ``upto`` segments only (the index as it was before the later ones: a merge's base state;
+        pipelines not stored in them are left out)."""
         path, manifest = opened.path, opened.manifest
         cfile = path / opened.name
-        for seg in opened.segments:
+        segments = opened.segments if upto is None else opened.segments[:upto]
+        for seg in segments:
             problems = storage.verify_files(seg.dir, seg.manifest, verify)
             if problems:
                 more = f" (and {len(problems) - 1} more: hopgraph verify {path})" if len(problems) > 1 else ""
@@ -338,12 +341,13 @@ class IndexIO:
             pipe_params = {name: dict(entry["params"]) for name, entry in entries.items()}
             fit_seconds = {name: float(entry.get("fit_seconds", 0.0)) for name, entry in entries.items()}
             params = validate_params(manifest.get("params") or {}, stored=True)
-            segs = [_segment_fields(seg, opened.version) for seg in opened.segments]
+            segs = [_segment_fields(seg, opened.version) for seg in segments]
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise IndexFormatError(f"{cfile}: missing or invalid entry {e}") from None
         if sum(seg.n_rows for seg in opened.segments) != n:
             raise IndexFormatError(f"{cfile}: segments hold {sum(s.n_rows for s in opened.segments)} passages, "
                                    f"the commit says {n}")
+        n = sum(seg.n_rows for seg in segments)
         for recorded in {emb_name, str(emb_meta.get("spec") or emb_name)}:
             _check_embedder_name(cfile, recorded, dim)
         emb = resolve_embedder(embedder) if embedder is not None else None
@@ -353,7 +357,7 @@ class IndexIO:
             raise InputError(f"index {path} was built with embedder {emb_name!r}; queries embedded with "
                              f"{emb.name!r} would not match its passages (give embedder={emb_name!r} or none)")
         corpus, parts, deleted = None, [], np.zeros(n, bool)
-        for seg, f in zip(opened.segments, segs):
+        for seg, f in zip(segments, segs):
             if not seg.n_rows:
                 continue
             part = Corpus.load(seg.dir / "corpus", seg.n_rows, str(path / "corpus"), f["corpus"].get("checksum"))
@@ -369,7 +373,7 @@ class IndexIO:
         X = storage.stack_rows(parts)
         components = Components.load_segments(
             [(seg.dir / "components", f["components"], seg.first_row, seg.n_rows)
-             for seg, f in zip(opened.segments, segs)], X, corpus, emb, params.get("bm25"), progress)
+             for seg, f in zip(segments, segs)], X, corpus, emb, params.get("bm25"), progress)
         if deleted.any():
             components.deleted = deleted
         index = cls(corpus, X, emb, emb_name, device=device, params=params, progress=progress,
@@ -378,7 +382,9 @@ class IndexIO:
         index.embedder_entry = dict(emb_meta)
         for name, params_ in pipe_params.items():
             parts_ = [(seg.dir / "pipelines" / name, f["pipelines"][name], seg.first_row + seg.n_rows)
-                      for seg, f in zip(opened.segments, segs) if name in f["pipelines"]]
+                      for seg, f in zip(segments, segs) if name in f["pipelines"]]
+            if upto is not None and not any(e.get("state", "full") == "full" for _, e, _ in parts_):
+                continue
             for d, _, _ in parts_:
                 if not d.is_dir():
                     raise IndexFormatError(f"index {path}: pipeline directory {d} is missing")

@@ -75,12 +75,23 @@ class Postings:
     @classmethod
     def build(cls, texts: Sequence[str], stopwords: str | None, progress: bool = False) -> "Postings":
         """Tokenize ``texts`` (:mod:`.tokenizer`) and count each token per passage, in chunks of
-        :data:`BUILD_CHUNK` passages (joined by :meth:`merge`). Cost: O(tokens) plus a sort per chunk."""
+        :data:`BUILD_CHUNK` passages (joined by :meth:`merge`); with ``progress``, one bar per stage
+        (``bm25: tokenize``, ``bm25: index``). Cost: O(tokens) plus a sort per chunk."""
+        bars = [None, None]
+        if progress and len(texts):
+            from tqdm.auto import tqdm
+
+            bars = [tqdm(total=len(texts), desc=f"bm25: {stage}", unit="passage", unit_scale=True, dynamic_ncols=True)
+                    for stage in ("tokenize", "index")]
         parts = []
         for lo in range(0, max(len(texts), 1), BUILD_CHUNK):
-            chunk = texts[lo:lo + BUILD_CHUNK]
-            ids, lens, vocab = tokenize_ids(chunk, stopwords, progress)
+            ids, lens, vocab = tokenize_ids(texts[lo:lo + BUILD_CHUNK], stopwords, bars[0])
             parts.append(cls._from_ids(ids, lens, vocab))
+            if bars[1] is not None:
+                bars[1].update(len(lens))
+        for bar in bars:
+            if bar is not None:
+                bar.close()
         return parts[0] if len(parts) == 1 else cls.merge(parts)
 
     @classmethod

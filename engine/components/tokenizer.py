@@ -4,7 +4,7 @@ tokenized alike and each question batch is tokenized once."""
 from __future__ import annotations
 
 import itertools
-from typing import Sequence
+from typing import Any, Sequence
 
 import bm25s
 import numpy as np
@@ -39,19 +39,15 @@ def tokenize(texts: Sequence[str], stopwords: str | None = "en", progress: bool 
     return out
 
 
-def tokenize_ids(texts: Sequence[str], stopwords: str | None = "en", progress: bool = False
+def tokenize_ids(texts: Sequence[str], stopwords: str | None = "en", bar: Any = None
                  ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """The tokens of ``texts`` (:func:`tokenize`'s) as ids into a vocabulary: ``(ids int64 [tokens],
     tokens per text int64 [n], vocabulary)``, the ids of text i being ``ids[sum(lens[:i]):][:lens[i]]``.
-    Tokenized by bm25s in chunks (its own vocabulary each, joined here); with ``progress``, one bar."""
+    Tokenized by bm25s in chunks (its own vocabulary each, joined here); ``bar`` (a tqdm bar or None)
+    counts the texts."""
     texts = list(texts)
     vocab: dict[str, int] = {}
     ids_parts, lens_parts = [], []
-    bar = None
-    if progress and texts:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(texts), desc="bm25: tokenize", unit="passage", unit_scale=True, dynamic_ncols=True)
     for lo in range(0, len(texts), PROGRESS_CHUNK):
         chunk = texts[lo:lo + PROGRESS_CHUNK]
         tok = bm25s.tokenize(chunk, stopwords=stopwords or [], return_ids=True, show_progress=False)
@@ -65,8 +61,6 @@ def tokenize_ids(texts: Sequence[str], stopwords: str | None = "en", progress: b
         lens_parts.append(lens)
         if bar is not None:
             bar.update(len(chunk))
-    if bar is not None:
-        bar.close()
     if not ids_parts:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), []
     return np.concatenate(ids_parts), np.concatenate(lens_parts), list(vocab)

@@ -19,9 +19,7 @@ def save_array(directory: Path, name: str, array: np.ndarray) -> dict[str, Any]:
     in blocks of :data:`SAVE_BLOCK_BYTES` read with plain reads (:class:`RowReader`), so its pages
     never enter the resident set; the file is byte for byte ``np.save``'s."""
     path = directory / f"{name}.npy"
-    from .rows import StackedRows
-
-    if isinstance(array, StackedRows):  # rows of several segments, block by block
+    if hasattr(array, "blocks") and not isinstance(array, np.ndarray):  # rows of several segments (StackedRows)
         with open(path, "wb") as f:
             np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(array.dtype),
                                                      "fortran_order": False, "shape": array.shape})

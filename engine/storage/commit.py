@@ -39,14 +39,34 @@ class StaleIndexError(IndexFormatError):
     (the message names both commits); reload the index and apply the change again."""
 
 
+#: segments being written by merges in this process (their temporary directories survive cleanups)
+ACTIVE_MERGES: set[str] = set()
+
+
 def _is_temporary(name: str) -> bool:
-    """A name left by an interrupted write (temporary or doomed files and directories)."""
+    """A name left by an interrupted write (temporary or doomed files and directories; a merge's
+    directory only when its process is gone, :data:`ACTIVE_MERGES`)."""
+    if name.startswith(".") and ".merge-" in name:
+        if name in ACTIVE_MERGES:
+            return False
+        pid = name.rsplit(".merge-", 1)[1]
+        return not (pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid)))
     return ".tmp-" in name or (name.startswith(".") and ".del-" in name)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def _is_own_name(name: str) -> bool:
     """A name that the index layout (format 3 or 4) writes directly under an index directory."""
-    if name in (CURRENT, LOCK_FILE) or _is_temporary(name):
+    if name in (CURRENT, LOCK_FILE) or _is_temporary(name) or (name.startswith(".") and ".merge-" in name):
         return True
     if commit_number(name) is not None or segment_number(name) is not None or DELETES_PATTERN.fullmatch(name):
         return True
@@ -398,7 +418,8 @@ class CommitWriter:
 
     # -- numbering
     def _next(self, number: Any) -> int:
-        found = [number(n) for n in os.listdir(self.path)]
+        """One more than every number used by a name, temporary ones (``.seg-000042.tmp-PID``) included."""
+        found = [number(n[1:].split(".")[0] if n.startswith(".") else n) for n in os.listdir(self.path)]
         return max([n for n in found if n is not None] + [0]) + 1
 
     def next_commit_number(self) -> int:
@@ -411,6 +432,16 @@ class CommitWriter:
         tmp = self.path / f".{name}.tmp-{os.getpid()}"
         tmp.mkdir()
         self._temps.append(tmp)
+        return NewSegment(name, tmp)
+
+    def reserve_segment(self) -> NewSegment:
+        """A new segment for a merge: its name is reserved and its directory survives this writer
+        (and other writers' cleanups while this process lives), so it can be written without the
+        lock and finished by a later writer (:meth:`finish_segment`)."""
+        name = segment_name(self._next(segment_number))
+        tmp = self.path / f".{name}.merge-{os.getpid()}"
+        tmp.mkdir()
+        ACTIVE_MERGES.add(tmp.name)
         return NewSegment(name, tmp)
 
     def finish_segment(self, seg: NewSegment, first_row: int, n_rows: int, **fields: Any) -> dict[str, Any]:
@@ -426,7 +457,9 @@ class CommitWriter:
         fsync_tree(seg.dir)
         final = self.path / seg.name
         os.rename(seg.dir, final)
-        self._temps.remove(seg.dir)
+        if seg.dir in self._temps:
+            self._temps.remove(seg.dir)
+        ACTIVE_MERGES.discard(seg.dir.name)
         seg.dir = final
         fsync_dir(self.path)
         mfile = final / SEGMENT_MANIFEST

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -37,21 +38,35 @@ def _read_pid(path: Path) -> str:
 
 class WriteLock:
     """The exclusive write lock of one index directory (module docstring: flock, or an
-    ``O_EXCL`` pid file without fcntl). Re-entrant within a process; use as a context manager."""
+    ``O_EXCL`` pid file without fcntl). Re-entrant within a thread; another thread of the same
+    process waits for it (a per-path ``threading.RLock``: a server's commits and its background
+    merges take turns); use as a context manager."""
 
     _held: dict[str, list] = {}  # resolved index path → [fd, depth]
+    _threads: dict[str, threading.RLock] = {}
+    _threads_guard = threading.Lock()
 
     def __init__(self, index_dir: Path) -> None:
         self.dir = Path(index_dir)
         self.path = self.dir / LOCK_FILE
         self.key = str(self.dir.resolve())
 
+    def _thread_lock(self) -> threading.RLock:
+        with WriteLock._threads_guard:
+            return WriteLock._threads.setdefault(self.key, threading.RLock())
+
     def __enter__(self) -> "WriteLock":
-        held = self._held.get(self.key)
-        if held is not None:
-            held[1] += 1
-            return self
-        self._held[self.key] = [self._acquire(), 1]
+        rlock = self._thread_lock()
+        rlock.acquire()
+        try:
+            held = self._held.get(self.key)
+            if held is not None:
+                held[1] += 1
+                return self
+            self._held[self.key] = [self._acquire(), 1]
+        except BaseException:
+            rlock.release()
+            raise
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -60,6 +75,17 @@ class WriteLock:
         if held[1] == 0:
             del self._held[self.key]
             self._release(held[0])
+        self._thread_lock().release()
+
+    def held(self) -> bool:
+        """Whether this thread holds the lock."""
+        rlock = self._thread_lock()
+        if not rlock.acquire(blocking=False):
+            return False
+        try:
+            return self.key in self._held
+        finally:
+            rlock.release()
 
     def release_and_remove(self) -> None:
         """Remove the lock file (while still holding it) and release it: for an index directory
