@@ -4,6 +4,11 @@
 * :func:`kill_trials`: SIGKILL a ``hopgraph index --overwrite`` at random moments of its build,
   save and replace; after each kill the path must hold the old complete index or the new one
   (it loads, and searches give exactly the old or the new results).
+* :func:`step_kill_trials`: SIGKILL a ``hopgraph add`` / ``delete`` / ``merge`` (any command) before
+  each of its filesystem operations in the index directory in turn — every file opened for
+  writing, every directory made, every rename, replace, removal — the first, the second, ... until
+  one run completes; after each kill the index must hold the old or the new commit, loadable and
+  searchable with exactly its results, and the next run of the command must complete.
 * :func:`corruption_cases` + :func:`load_outcomes`: copies of an index with one fault each (a
   flipped bit, an out-of-range or non-finite value, a truncated or deleted file), loaded and
   searched in a worker subprocess, so that a crash (a signal) is seen as one. The outcome of each
@@ -65,6 +70,126 @@ for line in sys.stdin:
 """
 
 
+WORKER_STEPS = r"""
+import builtins, io, json, os, shutil, signal, sys
+from hopgraph import cli, index  # imported once; each trial runs in a forked child
+print("ready", flush=True)
+for line in sys.stdin:
+    k, root, argv, every = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        count, seen = [0], set()
+        def step(path):
+            path = str(os.fspath(path))
+            if not path.startswith(root):
+                return
+            rel = path[len(root):].lstrip("/").split("/")
+            hidden = rel[0].startswith(".") and len(rel) > 1  # inside a temporary directory
+            if hidden and not every:
+                if rel[0] in seen:  # one step per temporary directory: its files are invisible
+                    return
+                seen.add(rel[0])
+            count[0] += 1
+            if count[0] == k:
+                os.kill(os.getpid(), signal.SIGKILL)
+        def wrap(fn, writes_only=False):
+            def inner(file, *a, **kw):
+                mode = (a[0] if a else kw.get("mode", "r")) if writes_only else "w"
+                if not isinstance(file, int) and any(c in str(mode) for c in "wax+"):
+                    step(file)
+                return fn(file, *a, **kw)
+            return inner
+        builtins.open = io.open = wrap(io.open, writes_only=True)
+        for name in ("rename", "replace", "unlink", "mkdir", "rmdir"):
+            setattr(os, name, wrap(getattr(os, name)))
+        shutil.rmtree = wrap(shutil.rmtree)
+        sys.stdout = open(os.devnull, "w")
+        rc = cli.main(argv)
+        os.write(1, f"done {rc} {count[0]}\n".encode())
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        print(f"killed {os.WTERMSIG(status)}", flush=True)
+"""
+
+
+class StepKiller:
+    """A process that runs hopgraph commands killed before their k-th filesystem operation in an
+    index directory (:func:`step_kill_trials`); imports hopgraph once and forks a child per run."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", WORKER_STEPS], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if self.proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"step-kill worker did not start: {self.proc.stderr.read()[-2000:]}")
+
+    def run(self, k: int, root: Path, argv: list[str], every: bool = True) -> tuple[str, int]:
+        """Run ``hopgraph ARGV`` killed before its ``k``-th operation under ``root`` (0: never):
+        ``("killed", k)`` or ``("done", operations)``. ``every=False`` counts the operations inside a
+        temporary directory (a segment being written, invisible until renamed) as one."""
+        self.proc.stdin.write(json.dumps([k, str(root), argv, every]) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline().split()
+        if not line:
+            raise RuntimeError(f"step-kill worker died: {self.proc.stderr.read()[-2000:]}")
+        if line[0] == "killed":
+            return "killed", k
+        if line[1] != "0":
+            raise RuntimeError(f"hopgraph {' '.join(argv)} failed (exit {line[1]})")
+        return "done", int(line[2])
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(30)
+
+
+def index_state(path: Path, questions: list[str], pipelines: Iterable[str]) -> tuple:
+    """What tells two commits apart: the segments the live commit lists and every pipeline's top-5
+    for ``questions`` (the index loaded with full verification)."""
+    from hopgraph.engine import storage
+
+    return tuple(s["name"] for s in storage.read_manifest(path)["segments"]), \
+        search_results(path, questions, pipelines)
+
+
+def step_kill_trials(killer: StepKiller, base: Path, argv: list[str], work: Path, questions: list[str],
+                     pipelines: Iterable[str], every: bool = True) -> list[str]:
+    """Kill ``hopgraph ARGV`` (``"INDEX"`` standing for the index path) before each of its filesystem
+    operations on a copy of the index ``base`` (module docstring; ``every``: see
+    :meth:`StepKiller.run`). Returns each step's outcome: ``old`` / ``new`` (the index holds that
+    commit — its segments, and searches give its results with full verification — and the command
+    then completes to the new one), or ``broken: ...``."""
+    pipelines = list(pipelines)
+    old = index_state(base, questions, pipelines)
+    ref = work / "reference"
+    shutil.copytree(base, ref)
+    kind, total = killer.run(0, ref, [str(ref) if a == "INDEX" else a for a in argv], every)
+    new = index_state(ref, questions, pipelines)
+    outcomes = []
+    for k in range(1, total + 1):
+        trial = work / f"step{k}"
+        shutil.copytree(base, trial)
+        args = [str(trial) if a == "INDEX" else a for a in argv]
+        kind, _ = killer.run(k, trial, args, every)
+        try:
+            got = index_state(trial, questions, pipelines)
+        except Exception as e:  # noqa: BLE001 - any failure to load is the outcome
+            outcomes.append(f"broken: step {k}: {type(e).__name__}: {e}")
+            continue
+        state = "old" if got == old else "new" if got[1] == new[1] and len(got[0]) == len(new[0]) else None
+        if state is None or kind != "killed":
+            outcomes.append(f"broken: step {k}: {'neither the old nor the new commit' if state is None else kind}")
+            continue
+        if state == "old":  # a state left by a kill never blocks the next writer
+            killer.run(0, trial, args, every)
+            if index_state(trial, questions, pipelines)[1] != new[1]:
+                outcomes.append(f"broken: step {k}: the command run again did not give the new results")
+                continue
+        outcomes.append(state)
+        shutil.rmtree(trial, ignore_errors=True)
+    return outcomes
+
+
 def synthetic_corpus(path: Path, n: int, seed: int) -> Path:
     """A JSON-lines corpus of ``n`` short passages naming entities (deterministic in ``seed``)."""
     rng = np.random.default_rng(seed)
@@ -99,10 +224,15 @@ def worker_seconds(p: subprocess.Popen) -> float:
 
 
 def search_results(path: Path, questions: list[str], pipelines: Iterable[str]) -> list:
+    """The top-5 ids of each pipeline for ``questions`` on the index at ``path`` (loaded with full
+    verification)."""
     from hopgraph import Index
 
     index = Index.load(path, progress=False)
-    return [index.search_arrays(questions, pipeline=p, k=5)[0].tolist() for p in pipelines]
+    try:
+        return [index.search_arrays(questions, pipeline=p, k=5)[0].tolist() for p in pipelines]
+    finally:
+        index.close()
 
 
 def kill_trials(corpora: list[Path], out: Path, trials: int, seed: int, questions: list[str],

@@ -112,6 +112,21 @@ def cmd_compact(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_merge(args: argparse.Namespace) -> int:
+    """Merge an index's segments by the tiered policy (``--max-segments 1``: compact)."""
+    from ..index import Index
+
+    t0 = time.perf_counter()
+    index = Index.load(args.index, progress=not args.quiet, verify="fast")
+    try:
+        r = index.merge(max_segments=args.max_segments)
+    finally:
+        index.close()
+    print(f"merged {args.index}: {r.segments_before} -> {r.segments_after} segments ({len(r.merges)} merges) "
+          f"in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction, known: str) -> None:
     """Add the index-building commands to ``sub`` (``known``: the pipeline names, for help texts)."""
     p = sub.add_parser("index", help="build an index directory from a JSON-lines corpus")
@@ -154,6 +169,13 @@ def register(sub: argparse._SubParsersAction, known: str) -> None:
     p.add_argument("index", help="index directory")
     common(p, embedder_default=None)
     p.set_defaults(func=cmd_compact)
+
+    p = sub.add_parser("merge", help="merge an index's segments (a tiered policy; a new commit)")
+    p.add_argument("index", help="index directory")
+    p.add_argument("--max-segments", type=int, default=None, metavar="N",
+                   help="merge further until at most N segments remain (1: compact)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_merge)
 
     p = sub.add_parser("verify", help="check an index: every file's checksum and every stored structure "
                        "(prints each problem or 'ok'; exit status 0 or 2)")

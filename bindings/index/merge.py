@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from ..engine import storage
-from ..engine.errors import InputError
+from ..engine.errors import IndexLockedError, InputError
 from .io import _npy_bytes
 
 if TYPE_CHECKING:
@@ -157,7 +157,11 @@ class IndexMerge:
                 break
             merges.append(done)
         if merges:
-            self._reopen(self.path)
+            try:
+                with storage.WriteLock(self.path):
+                    self._reopen(self.path)  # then what only the replaced segments held goes
+            except IndexLockedError:
+                self._reopen(self.path)
         return MergeReport(merges, before, len(storage.read_manifest(self.path)["segments"]))
 
     def _pending(self) -> bool:

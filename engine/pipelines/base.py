@@ -224,7 +224,7 @@ class Pipeline(ABC, Generic[F, S]):
         the snapshot (:meth:`changed`) is stored whole."""
         self._check_fitted()
         if since is not None and since[0] is self._state_token:
-            if type(self)._save is Pipeline._save:
+            if type(self)._save is Pipeline._save or start == stop:  # only an add changes a kept state
                 return None
             directory.mkdir(parents=True, exist_ok=True)
             state = self._save_delta(directory, since[1], start, stop)

@@ -116,3 +116,109 @@ def apply_csr_deltas(base: tuple[np.ndarray, np.ndarray, np.ndarray], deltas: Se
         out_ind[dest] = np.asarray(ind[src])
         out_dat[dest] = np.asarray(dat[src])
     return out_ptr, out_ind, out_dat
+
+
+#: the arrays of a top-k delta (:func:`topk_delta`): a rewritten row is kept as the first ``keep``
+#: entries of its previous version merged with its inserted entries
+TOPK_DELTA_FILES = ("ins_rows", "ins_keep", "ins_indptr", "ins_indices", "ins_data", *CSR_DELTA_FILES)
+
+
+def _merged_order(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> np.ndarray:
+    """The order of entries within each row: weight descending, ties toward the lower column."""
+    return np.lexsort((cols, -vals.astype(np.float64), rows))
+
+
+def topk_delta(old: tuple[np.ndarray, np.ndarray, np.ndarray], new: tuple[np.ndarray, np.ndarray, np.ndarray],
+               start: int, stop: int) -> dict[str, np.ndarray]:
+    """:func:`csr_delta` for a graph whose rows are top-k lists (weight descending, ties toward the
+    lower column) that an append only extends by entries of new columns (``>= start``), dropping
+    the weakest: a rewritten row is stored as how many of its previous entries it keeps and the
+    entries it gained (``ins_*``); a row that is not such an extension is stored whole (``over_*``)."""
+    changed = changed_rows(old, new, start)
+    o_ptr = np.asarray(old[0], np.int64)
+    c_ptr, c_ind, c_dat = _rows(new[0], new[1], new[2], changed)
+    c_ind, c_dat = np.asarray(c_ind), np.asarray(c_dat)
+    lens = np.diff(c_ptr)
+    owner = np.repeat(np.arange(len(changed)), lens)
+    gained = c_ind.astype(np.int64) >= start
+    n_gained = np.bincount(owner[gained], minlength=len(changed))
+    keep = lens - n_gained
+    ok = keep <= o_ptr[changed + 1] - o_ptr[changed]
+    keep_ok = np.where(ok, keep, 0)
+    # what the row would be: the previous row's first ``keep`` entries and the gained ones, in order
+    kept_owner = np.repeat(np.arange(len(changed)), keep_ok)
+    at = np.arange(int(keep_ok.sum())) - np.repeat(np.cumsum(keep_ok) - keep_ok, keep_ok)
+    src = o_ptr[changed][kept_owner] + at
+    r_owner = np.concatenate([kept_owner, owner[gained]])
+    r_cols = np.concatenate([np.asarray(old[1][src]), c_ind[gained]])
+    r_vals = np.concatenate([np.asarray(old[2][src]), c_dat[gained]]).astype(c_dat.dtype)
+    order = _merged_order(r_owner, r_cols, r_vals)
+    r_owner, r_cols, r_vals = r_owner[order], r_cols[order], r_vals[order]
+    good = ok.copy()
+    same_len = np.bincount(r_owner, minlength=len(changed)) == lens
+    good &= same_len
+    rows_ok = good[owner]
+    rec_rows_ok = good[r_owner]
+    differ = (r_cols[rec_rows_ok] != c_ind[rows_ok]) | (r_vals[rec_rows_ok].view(np.uint32) !=
+                                                        c_dat[rows_ok].view(np.uint32))
+    good[np.unique(owner[rows_ok][differ])] = False
+    ins = changed[good]
+    sel = good[owner] & gained
+    i_ptr = np.zeros(len(ins) + 1, np.int64)
+    np.cumsum(n_gained[good], out=i_ptr[1:])
+    over = changed[~good]
+    ov_ptr, ov_ind, ov_dat = _rows(new[0], new[1], new[2], over)
+    t_ptr, t_ind, t_dat = _rows(new[0], new[1], new[2], np.arange(start, stop, dtype=np.int64))
+    return {"ins_rows": ins, "ins_keep": keep[good].astype(np.int64), "ins_indptr": i_ptr,
+            "ins_indices": c_ind[sel], "ins_data": c_dat[sel],
+            "over_rows": over, "over_indptr": ov_ptr, "over_indices": ov_ind, "over_data": ov_dat,
+            "tail_indptr": t_ptr, "tail_indices": t_ind, "tail_data": t_dat}
+
+
+def apply_topk_deltas(base: tuple[np.ndarray, np.ndarray, np.ndarray], deltas: Sequence[dict[str, np.ndarray]],
+                      n_cols: int, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``base`` with each :func:`topk_delta` applied in order (checked as :func:`apply_csr_deltas`; an
+    inserted row's kept count must not exceed its previous length)."""
+    graph = tuple(np.asarray(a) for a in base[:3])
+    for k, d in enumerate(deltas, 1):
+        indptr, indices, data = graph
+        ptr = np.asarray(indptr, np.int64)
+        n = len(ptr) - 1
+        rows = np.asarray(check_ids(d["ins_rows"], max(n, 1), f"{where} delta {k} ins_rows.npy"), np.int64)
+        keep = np.asarray(d["ins_keep"], np.int64)
+        i_ind = np.asarray(d["ins_indices"])
+        i_ptr = np.asarray(check_indptr(d["ins_indptr"], len(rows), len(i_ind), f"{where} delta {k} ins_indptr.npy"),
+                           np.int64)
+        check_ids(i_ind, n_cols, f"{where} delta {k} ins_indices.npy")
+        i_dat = np.asarray(d["ins_data"])
+        if keep.shape != rows.shape or (len(keep) and (keep.min() < 0 or (keep > ptr[rows + 1] - ptr[rows]).any())) \
+                or i_dat.shape != i_ind.shape:
+            raise IndexFormatError(f"{where} delta {k} ins_keep.npy: kept counts out of range")
+        # rows rewritten as (kept prefix + inserted entries), sorted in the top-k order
+        kept_owner = np.repeat(np.arange(len(rows)), keep)
+        at = np.arange(int(keep.sum())) - np.repeat(np.cumsum(keep) - keep, keep)
+        src = ptr[rows][kept_owner] + at
+        owner = np.concatenate([kept_owner, np.repeat(np.arange(len(rows)), np.diff(i_ptr))])
+        cols = np.concatenate([np.asarray(indices[src]), i_ind]).astype(np.asarray(indices).dtype)
+        vals = np.concatenate([np.asarray(data[src]), i_dat]).astype(np.asarray(data).dtype)
+        order = _merged_order(owner, cols, vals)
+        o_ptr = np.zeros(len(rows) + 1, np.int64)
+        np.cumsum(np.bincount(owner, minlength=len(rows)), out=o_ptr[1:])
+        as_over = {"over_rows": rows, "over_indptr": o_ptr, "over_indices": cols[order], "over_data": vals[order]}
+        if len(d["over_rows"]):  # rows stored whole join the rewritten ones (the two sets are disjoint)
+            both = np.concatenate([rows, np.asarray(d["over_rows"], np.int64)])
+            if len(np.unique(both)) != len(both):
+                raise IndexFormatError(f"{where} delta {k}: a row is both inserted into and stored whole")
+            lens = np.concatenate([np.diff(o_ptr), np.diff(np.asarray(d["over_indptr"], np.int64))])
+            ind = np.concatenate([as_over["over_indices"], np.asarray(d["over_indices"])])
+            dat = np.concatenate([as_over["over_data"], np.asarray(d["over_data"])])
+            starts = np.concatenate([o_ptr[:-1], len(cols) + np.asarray(d["over_indptr"], np.int64)[:-1]])
+            order = np.argsort(both, kind="stable")
+            lens_o = lens[order]
+            ptr_o = np.zeros(len(both) + 1, np.int64)
+            np.cumsum(lens_o, out=ptr_o[1:])
+            pos = np.repeat(starts[order], lens_o) + (np.arange(int(ptr_o[-1])) - np.repeat(ptr_o[:-1], lens_o))
+            as_over = {"over_rows": both[order], "over_indptr": ptr_o, "over_indices": ind[pos], "over_data": dat[pos]}
+        merged = {**as_over, **{f: d[f] for f in ("tail_indptr", "tail_indices", "tail_data")}}
+        graph = apply_csr_deltas(graph, [merged], n_cols, f"{where} delta {k}")
+    return graph
