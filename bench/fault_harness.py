@@ -320,11 +320,12 @@ def corrupt(path: Path, fault: str, rng: np.random.Generator) -> str:
 
 
 def index_files(base: Path) -> list[Path]:
-    """Every file of a saved index, relative to it (lock files excluded)."""
+    """Every file of a saved index, relative to it (lock and lease files, which hold no data, excluded)."""
     from hopgraph.engine import storage
 
     return sorted(p.relative_to(base) for p in base.rglob("*")
-                  if p.is_file() and p.name not in (storage.LOCK_FILE, storage.READERS_FILE))
+                  if p.is_file() and p.name not in (storage.LOCK_FILE, storage.READERS_FILE)
+                  and not p.name.endswith(".lock"))
 
 
 def corruption_cases(base: Path, root: Path, faults: Iterable[str], rng: np.random.Generator,

@@ -460,10 +460,7 @@ def _segment_fields(seg: storage.SegmentRef, version: int) -> dict[str, Any]:
                 "pipelines": {name: {"state": "full"} for name in m["pipelines"]}, "deleted": deleted}
     deleted = None
     if seg.deletes is not None:
-        try:
-            rows = np.load(seg.deletes, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as e:
-            raise IndexFormatError(f"index file {seg.deletes} is corrupt: {e}") from None
+        rows = storage.load_array(seg.deletes.parent, seg.deletes.name[:-len(".npy")], mmap=False)
         deleted = np.asarray(storage.check_ids(rows, max(seg.n_rows, 1), str(seg.deletes)), np.int64)
     out = {"components": m.get("components") or {}, "pipelines": m.get("pipelines") or {}, "deleted": deleted}
     if seg.n_rows:

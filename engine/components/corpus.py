@@ -43,7 +43,7 @@ class PackedStrings(Sequence[str]):
         if not 0 <= i < len(self):
             raise IndexError(f"string {i} out of range [0, {len(self)})")
         lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
-        return bytes(self.data[lo:hi]).decode("utf-8")
+        return _decode(bytes(self.data[lo:hi]), i)
 
     def __iter__(self) -> Iterator[str]:
         for lo in range(0, len(self), 4096):  # decode in blocks: one read of the bytes per block
@@ -52,7 +52,19 @@ class PackedStrings(Sequence[str]):
             raw = bytes(self.data[o[0]:o[-1]])
             o = (o - o[0]).tolist()
             for j in range(hi - lo):
-                yield raw[o[j]:o[j + 1]].decode("utf-8")
+                yield _decode(raw[o[j]:o[j + 1]], lo + j)
+
+
+def _decode(raw: bytes, i: int) -> str:
+    """A stored string; IndexFormatError when its bytes are not UTF-8 (a damaged index read without
+    its checksums)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        from ..errors import IndexFormatError
+
+        raise IndexFormatError(f"stored string {i} is not valid UTF-8 ({e.reason}): the index is damaged "
+                               f"(hopgraph verify names the file)") from None
 
 
 class ChainedStrings(Sequence[str]):

@@ -55,8 +55,8 @@ def load_array(directory: Path, name: str, mmap: bool = True) -> np.ndarray:
         raise IndexFormatError(f"index file {path} is missing")
     try:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as e:
-        raise IndexFormatError(f"index file {path} is corrupt: {e}") from None
+    except Exception as e:  # a damaged header fails in numpy's parser in many ways (ValueError, SyntaxError, ...)
+        raise IndexFormatError(f"index file {path} is corrupt: {type(e).__name__}: {e}") from None
 
 
 def load_arrays(directory: Path, names: Sequence[str], mmap: bool = True) -> dict[str, np.ndarray]:

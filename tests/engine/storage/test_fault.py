@@ -1,5 +1,6 @@
-"""Fault test of index storage (issue 11): SIGKILL a ``hopgraph index`` at random moments of
-build/save/replace, and corrupt one byte of every file of a small index.
+"""Fault test of index storage: SIGKILL a ``hopgraph index`` at random moments of build/save/replace,
+and corrupt one byte of every file of a small index of several segments (a base, added segments,
+deletes files). Kills at every step of add / delete / merge: ``tests/bindings/test_segments.py``.
 
 * After every kill the output path holds the old complete index or the new one (it loads and
   searches give exactly the old or the new results), and a following build works.
@@ -31,7 +32,12 @@ PARAMS = {"dmar": {"gnn_steps": 2}}
 #: checksums off, a changed value there may change results (it is data, not structure)
 FREE_VALUES = ("embeddings.npy", "text_emb.npy", "subgraph_emb.npy", "/gnn.", "/gate.", "data.csc.index.npy",
                "g3rag/data.npy", "graph_data.npy", "kg_adj_data.npy", "kg_df.npy", "_data.npy", "names_blob",
-               "texts_blob", "names_data",
+               "texts_blob", "names_data", "text_emb_tail.npy", "emb_rows.npy", "penalty_tail.npy",
+               "g3rag/ins_data.npy", "g3rag/over_data.npy", "g3rag/tail_data.npy", "common_blob",
+               # which passages are deleted: any row id in range is a valid structure
+               ".del-",
+               # a segment's BM25 postings: a term frequency, a token's bytes, are data
+               "bm25-0/tf.npy", "bm25-0/vocab_data.npy", "bm25-0/vocab_hashes.npy",
                # which text a topic / entity state points to: any id in range is a valid structure
                "edge_text.npy", "node_text.npy")
 
@@ -48,17 +54,28 @@ def test_sigkill_during_index_leaves_old_or_new_index(tmp_path):
     want = [Index.build(other, embedder="hashing-32", pipelines=[q], progress=False)
             .search_arrays(questions, pipeline=q, k=5)[0].tolist() for q in ("dense", "bm25")]
     assert fh.search_results(out, questions, ("dense", "bm25")) == want
-    assert sorted(x.name for x in out.iterdir()) == ["CURRENT", storage.read_current(out)[0], "write.lock"]
+    live = storage.read_current(out)[0]
+    assert sorted(x.name for x in out.iterdir()) == sorted(
+        ["CURRENT", live, live.replace(".json", ".lock"), *[d.name for d in storage.segment_dirs(out)], "write.lock"])
     assert sorted(x.name for x in tmp_path.iterdir()) == ["c0.jsonl", "c1.jsonl", "idx"]  # no OUT.work left
     print("kill outcomes:", outcomes)
 
 
 def test_every_corrupted_file_is_refused_or_harmless(tmp_path):
-    index = Index.build(demo_corpus(), embedder="hashing-64", pipelines=ALL, params=PARAMS, progress=False)
+    c = demo_corpus()
+    recs = [{"id": c.ids[i], "title": c.titles[i], "text": c.texts[i]} for i in range(len(c))]
+    index = Index.build(recs[:24], embedder="hashing-64", pipelines=ALL, params=PARAMS, progress=False)
     base = index.save(tmp_path / "base")
-    gen = storage.segment_dirs(base)[-1]
+    index.add(recs[24:27])
+    index.save()
+    index.add(recs[27:])
+    index.delete(["demo-2", "demo-28"])
+    index.save()                                                # three segments, two deletes files
+    segs = storage.segment_dirs(base)
     files = fh.index_files(base)
-    assert len(files) > 60 and Path("CURRENT") in files and (gen / "manifest.json").relative_to(base) in files
+    assert len(segs) == 3 and len(files) > 150 and Path("CURRENT") in files
+    assert all((s / "segment.json").relative_to(base) in files for s in segs)
+    assert len([f for f in files if ".del-" in f.name]) == 2
     cases = fh.corruption_cases(base, tmp_path, ["bit"], np.random.default_rng(5), files)
     for case in cases:                                          # checksums: every change is refused
         with pytest.raises(IndexFormatError):
