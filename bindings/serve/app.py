@@ -4,7 +4,8 @@ Endpoints: ``POST /search`` (batched questions → hits with text and metadata, 
 ``where`` / ``allowed_ids`` filters), ``GET /passages/{id}`` (one passage's title, text and
 metadata), ``POST /passages`` (add passages) and ``DELETE /passages/{id}`` (delete one) — the
 writes: behind the API key when the server has one, refused with 403 in ``--read-only`` mode,
-run in the search worker between micro-batches and committed to the index directory — ``GET /health``,
+run in the search worker between micro-batches and group-committed to the index directory
+(:mod:`.commits`) — ``GET /health`` (with the segment count and the commit served),
 ``GET /info`` (index manifest, pipelines, embedder, device, limits) and the OpenAPI
 schema at ``/openapi.json`` (browsable at ``/docs``). Every bad request gets a 4xx
 answer whose ``detail`` names the input and the limit; it never reaches the shared
@@ -32,6 +33,7 @@ from ..index import Index
 from ..kernels.dispatch import cuda_available, resolve_device
 from .auth import ApiKeyMiddleware
 from .batcher import MicroBatcher, QueueFull
+from .commits import COMMIT_WINDOW_MS, LiveWrites
 from .limits import ServeLimits
 from .schema import (AddRequest, AddResponse, DeleteResponse, EmbeddingQuery, ErrorResponse, PassageOut,
                      SearchRequest, SearchResponse)
@@ -50,13 +52,16 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def create_app(index: Index, limits: ServeLimits | None = None, api_key: str | None = None,
-               pipelines: Sequence[str] | None = None, read_only: bool = False) -> FastAPI:
+               pipelines: Sequence[str] | None = None, read_only: bool = False,
+               commit_window_ms: float = COMMIT_WINDOW_MS, merge: bool = True) -> FastAPI:
     """The FastAPI app serving ``index``.
 
     ``pipelines`` (default: those fitted in the index) are fitted now if needed, so no
     request ever waits for a fit. ``api_key`` enables the 401 check (see :mod:`.auth`).
     ``read_only`` refuses the write endpoints (403). Writes to an index loaded from a directory
-    are committed there (a new generation) before they are answered.
+    are committed there before they are answered, the writes of one ``commit_window_ms`` sharing a
+    commit; ``merge``: merge small segments in the background; commits of other processes are
+    taken in before the next search or write (:mod:`.commits`).
     """
     limits = limits or ServeLimits()
     served = list(dict.fromkeys(pipelines or index.pipelines))
@@ -67,6 +72,8 @@ def create_app(index: Index, limits: ServeLimits | None = None, api_key: str | N
     needs_text = {name: pipeline_class(name).needs.query_texts for name in served}
     dim = int(index.X.shape[1])
     batcher = MicroBatcher(index, limits)
+    live = LiveWrites(index, batcher.run_exclusive, commit_window_ms, merge=merge and not read_only)
+    batcher.refresh = live.refresh
     started = time.time()
 
     @asynccontextmanager
@@ -75,6 +82,7 @@ def create_app(index: Index, limits: ServeLimits | None = None, api_key: str | N
         try:
             yield
         finally:
+            await live.stop()
             await batcher.stop()
 
     app = FastAPI(title="hopgraph", version=__version__, lifespan=lifespan, max_body_size=limits.max_body_bytes,
@@ -84,12 +92,14 @@ def create_app(index: Index, limits: ServeLimits | None = None, api_key: str | N
     if api_key is not None:
         app.add_middleware(ApiKeyMiddleware, api_key=api_key)
     app.state.batcher = batcher
+    app.state.live = live
     app.state.pipelines = served
 
-    @app.get("/health", summary="liveness: the index is loaded and the search worker runs")
+    @app.get("/health", summary="liveness: the index is loaded and the search worker runs; its segments and "
+                                "the commit served")
     async def health() -> dict[str, Any]:
         return {"status": "ok", "passages": index.n_live, "uptime_s": round(time.time() - started, 3),
-                "batches": batcher.batches}
+                "batches": batcher.batches, **live.health()}
 
     @app.get("/info", summary="index manifest, pipelines, embedder, device and limits")
     async def get_info() -> dict[str, Any]:
@@ -145,12 +155,6 @@ def create_app(index: Index, limits: ServeLimits | None = None, api_key: str | N
         if read_only:
             raise HTTPException(403, "this server is read-only (started with --read-only)")
 
-    def commit() -> bool:
-        if index.path is None:
-            return False
-        index.save()
-        return True
-
     @app.post("/passages", summary="add passages (embedded by the server); committed to the index",
               response_model=None, responses={200: {"model": AddResponse}, 403: {"model": ErrorResponse},
                                               409: {"model": ErrorResponse}, **_ERRORS})
@@ -164,10 +168,9 @@ def create_app(index: Index, limits: ServeLimits | None = None, api_key: str | N
 
         def run() -> dict[str, Any]:
             report = index.add(records, upsert=request.upsert)
-            return {"added": report.added, "replaced": report.replaced, "passages": index.n_live,
-                    "committed": commit()}
+            return {"added": report.added, "replaced": report.replaced, "passages": index.n_live}
 
-        return JSONResponse(await _write(batcher, run, "POST /passages"))
+        return JSONResponse(await _write(live, run, "POST /passages"))
 
     @app.delete("/passages/{pid:path}", summary="delete one passage (no search returns it); committed",
                 response_model=None, responses={200: {"model": DeleteResponse}, 403: {"model": ErrorResponse},
@@ -180,26 +183,28 @@ def create_app(index: Index, limits: ServeLimits | None = None, api_key: str | N
             report = index.delete([pid])
             if report.unknown:
                 raise KeyError(pid)
-            return {"deleted": pid, "passages": index.n_live, "committed": commit()}
+            return {"deleted": pid, "passages": index.n_live}
 
         try:
-            return JSONResponse(await _write(batcher, run, "DELETE /passages"))
+            return JSONResponse(await _write(live, run, "DELETE /passages"))
         except KeyError:
             raise HTTPException(404, f"no passage with id {pid!r} in this index") from None
 
     return app
 
 
-async def _write(batcher: MicroBatcher, run: Any, what: str) -> dict[str, Any]:
-    """Run an index update in the search worker; 409 when another process holds the index's write
-    lock or an id is already there, 422 for bad input, 500 (logged) for anything else."""
+async def _write(live: LiveWrites, run: Any, what: str) -> dict[str, Any]:
+    """Run an index update in the search worker and wait for its group commit (:mod:`.commits`); 409
+    when another process holds the index's write lock too long, an id is already there or another
+    writer's commit conflicts, 422 for bad input, 500 (logged) for anything else."""
     from ..engine.errors import DuplicateIdError, IndexLockedError
+    from ..engine.storage import StaleIndexError
 
     try:
-        return await batcher.run_exclusive(run)
+        return await live.write(run)
     except KeyError:
         raise
-    except (IndexLockedError, DuplicateIdError) as e:
+    except (IndexLockedError, DuplicateIdError, StaleIndexError) as e:
         raise HTTPException(409, str(e)) from None
     except Exception as e:
         if search_error_status(e) < 500:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -105,6 +106,8 @@ class MicroBatcher:
         self._packed: PackedBertEncoder | None = None
         self._packed_checked = False
         self.batches = 0
+        #: awaited before each micro-batch (the write path's check for other processes' commits)
+        self.refresh: Callable[[], Any] | None = None
 
     def embed_texts(self, texts: list[str]) -> np.ndarray:
         """Embed question texts: without padding (:class:`PackedBertEncoder`) when the index's
@@ -185,6 +188,11 @@ class MicroBatcher:
             for job in jobs:
                 if not job.future.done():  # a client that went away cancels its future
                     groups.setdefault(job.key, []).append(job)
+            if self.refresh is not None and groups:
+                try:
+                    await self.refresh()
+                except Exception:  # the index stays as it was; the batch is served from it
+                    logging.getLogger("hopgraph.serve").exception("taking in another commit failed")
             for (pipeline, k, *_), group in groups.items():
                 started = time.perf_counter()
                 try:

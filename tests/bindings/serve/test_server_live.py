@@ -103,3 +103,65 @@ def test_writes_need_the_api_key_and_read_only_refuses_them(index_dir):
         with pytest.raises(ServiceError, match="HTTP 403"):
             c.delete("demo-2")
         assert c.info()["read_only"] is True and c.health()["passages"] == 23
+
+
+# ---------------------------------------------------------------------- the write path (segments)
+def _cli(*argv: str) -> None:
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "hopgraph", *argv], check=True, capture_output=True, text=True)
+
+
+def test_server_and_cli_writes_are_all_kept(index_dir, tmp_path):
+    import json
+
+    extra = tmp_path / "extra.jsonl"
+    extra.write_text(json.dumps({"id": "cli-1", "title": "Okapi", "text": "The okapi lives in the Ituri forest."})
+                     + "\n")
+    with BackgroundServer(create_app(hopgraph.Index.load(index_dir, progress=False), pipelines=PIPES)) as srv, \
+            hopgraph.Client(srv.url) as c:
+        before = c.health()
+        assert before["segments"] == 1 and before["commit"]["name"].startswith("commit-")
+        _cli("add", str(index_dir), str(extra), "-q")                 # another process commits an add
+        hits = c.search(["okapi Ituri forest"], pipeline="bm25", k=1)[0]
+        assert hits[0].id == "cli-1"                                   # taken in before the next search
+        assert c.add([{"id": "srv-1", "text": "Servers write too: a narwhal."}])["committed"] is True
+        _cli("delete", str(index_dir), "demo-3")                       # another process deletes
+        assert all(h.id != "demo-3" for h in c.search(["anything about demo"], pipeline="dense", k=30)[0])
+        assert c.delete("srv-1")["committed"] is True                  # the server's write after it
+        health = c.health()
+        assert health["passages"] == 24 and health["segments"] >= 2
+    loaded = hopgraph.Index.load(index_dir, progress=False)
+    assert loaded.passage("cli-1")["title"] == "Okapi"                 # no write was lost
+    with pytest.raises(KeyError):
+        loaded.passage("demo-3")
+    with pytest.raises(KeyError):
+        loaded.passage("srv-1")
+    assert loaded.n_live == 24
+
+
+def test_writes_within_the_window_share_a_commit_and_small_segments_are_merged(index_dir):
+    import concurrent.futures
+
+    app = create_app(hopgraph.Index.load(index_dir, progress=False), pipelines=["dense", "bm25"],
+                     commit_window_ms=300)
+    with BackgroundServer(app) as srv:
+        def add(i: int) -> dict:
+            with hopgraph.Client(srv.url) as c:
+                return c.add([{"id": f"w{i}", "text": f"Window write number {i} about ibis {i}."}])
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(add, range(8)))
+        assert all(a["committed"] for a in answers)
+        assert app.state.live.commits < 8                              # several writes a commit
+        with hopgraph.Client(srv.url) as c:
+            for i in range(8, 30):                                     # one commit each: segments pile up
+                c.add([{"id": f"w{i}", "text": f"Later write {i} about ibis."}])
+            deadline = __import__("time").time() + 60
+            while app.state.live.merges == 0 and __import__("time").time() < deadline:
+                __import__("time").sleep(0.2)
+            assert app.state.live.merges >= 1                          # merged in the background
+            assert {h.id for h in c.search(["ibis"], pipeline="bm25", k=40)[0]} >= {f"w{i}" for i in range(30)}
+    loaded = hopgraph.Index.load(index_dir, progress=False)
+    assert loaded.n_live == 24 + 30 and len(loaded.manifest["segments"]) < 30
