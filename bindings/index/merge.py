@@ -68,11 +68,12 @@ def next_merge(sizes: Sequence[int], factor: int = MERGE_FACTOR, max_segments: i
     return None
 
 
-def merge_range(path: Path, first: int, last: int, progress: bool = False) -> tuple[list[str], str] | None:
-    """Merge the live commit's segments ``first .. last`` (module docstring); returns the names of the
-    segments replaced and of the merged one, or None when they are no longer live when it commits."""
-    from .index import Index
-
+def merge_range(path: Path, first: int, last: int, index_class: type, progress: bool = False
+                ) -> tuple[list[str], str] | None:
+    """Merge the live commit's segments ``first .. last`` (module docstring; ``index_class``: the
+    :class:`~hopgraph.index.Index` class that reads them); returns the names of the segments replaced
+    and of the merged one, or None when they are no longer live when it commits."""
+    Index = index_class
     with storage.CommitWriter(path, overwrite=True) as w:
         live = w.live
         if live is None:
@@ -128,7 +129,7 @@ class IndexMerge:
         (:func:`next_merge`: ``factor`` adjacent segments of one size tier at a time; then, while
         more than ``max_segments`` remain, the smallest adjacent pair), committing each merge (module
         docstring); ``max_segments=1`` compacts the index and commits it as one base segment. The
-        index's own changes must be committed first (:meth:`save`). Afterwards the index reads the
+        index's own changes must be committed first (:meth:`~hopgraph.index.Index.save`). Afterwards the index reads the
         merged files. Returns a :class:`MergeReport`."""
         if self.path is None or self._committed is None:
             raise InputError("merge: the index has not been saved; save it first")
@@ -152,7 +153,7 @@ class IndexMerge:
             step = next_merge(sizes, factor, max_segments)
             if step is None:
                 break
-            done = merge_range(self.path, *step, progress=self.progress)
+            done = merge_range(self.path, *step, type(self), progress=self.progress)
             if done is None:
                 break
             merges.append(done)

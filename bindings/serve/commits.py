@@ -176,7 +176,7 @@ class LiveWrites:
             while True:
                 sizes = [int(s["n_rows"]) for s in storage.read_manifest(path)["segments"]]
                 step = next_merge(sizes, self.merge_factor)
-                if step is None or merge_range(path, *step) is None:
+                if step is None or merge_range(path, *step, Index) is None:
                     break
                 self.merges += 1
             self._adopt = Index.load(path, embedder=self.index._embedder, device=self.index.device, progress=False,
