@@ -67,7 +67,7 @@ from array import array
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -75,7 +75,7 @@ from .corpus import Corpus, PackedStrings, chain
 from .records import iter_jsonl
 from ...kernels.checks import check_ids
 from ..errors import InputError
-from ..storage import check_packed, check_utf8, pack_strings, release_pages
+from ..storage import HashTable, check_packed, check_utf8, pack_strings, release_pages
 
 #: lower-case words allowed inside a capitalised span (between capitalised words)
 CONNECTORS = frozenset("of the de del della da di la le von van der den du y for".split())
@@ -221,6 +221,8 @@ class Extraction:
     #: the lower-case words of the corpus texts the extraction was made from (:func:`extract`'s
     #: ``common`` set), kept (and saved) so :func:`extend_extraction` need not rescan the texts
     common_words: "set[str] | Sequence[str] | None" = field(default=None, repr=False, compare=False)
+    #: where each text sits (:class:`TextIndex`; transient: made by a build or on first use)
+    text_index: "TextIndex | None" = field(default=None, repr=False, compare=False)
     #: the stored id of each name (int64 [len(names)]; None = its position): names keep the id they
     #: were first stored with while ``names`` stays sorted, so a segment stores only its new names
     #: and the stable ids of its nodes' names (:func:`extraction_delta`)
@@ -243,10 +245,14 @@ class Extraction:
         return np.arange(len(self.names), dtype=np.int64) if self.name_stable is None else self.name_stable
 
     def common_set(self) -> set[str]:
-        """:attr:`common_words` as a set (a saved list is read once)."""
-        if self.common_words is not None and not isinstance(self.common_words, set):
-            self.common_words = set(self.common_words)
-        return self.common_words if self.common_words is not None else set()
+        """:attr:`common_words` as a set."""
+        return set(self.common_words) if self.common_words is not None else set()
+
+    def text_lookup(self) -> TextIndex:
+        """:attr:`text_index`, made on first use (a dict over the texts: read once)."""
+        if self.text_index is None:
+            self.text_index = TextIndex(self.texts, extra=dict(zip(self.texts, range(len(self.texts)))))
+        return self.text_index
 
     def cooccurring_names(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Distinct unordered pairs of name ids co-occurring within a topic (sentence),
@@ -284,10 +290,15 @@ class Extraction:
                "names_offsets": names_offsets, "texts_blob": texts_blob, "texts_offsets": texts_offsets}
         if self.common_words is not None:
             out["common_blob"], out["common_offsets"] = pack_strings(sorted(self.common_words))
+        from ..storage import HashTable
+
+        out.update(HashTable.build(list(self.texts)).arrays("texts_"))
         return out
 
-    #: the files :meth:`arrays` gives (one ``.npy`` each when saved)
+    #: the files :meth:`arrays` gives (one ``.npy`` each when saved); optional ones: the corpus's
+    #: lower-case words and the texts' hash table
     ARRAY_FILES = ARRAYS + ("names_blob", "names_offsets", "texts_blob", "texts_offsets")
+    OPTIONAL_FILES = ("common_blob", "common_offsets", "texts_hashes", "texts_positions")
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], n_chunks: int, where: str = "extraction") -> "Extraction":
@@ -300,7 +311,11 @@ class Extraction:
                  texts=packed(arrays["texts_blob"], arrays["texts_offsets"], f"{where}/texts_*.npy")
                  ).validate()
         if "common_blob" in arrays:
-            ex.common_words = packed(arrays["common_blob"], arrays["common_offsets"], f"{where}/common_*.npy")
+            ex.common_words = WordSet(packed(arrays["common_blob"], arrays["common_offsets"], f"{where}/common_*.npy"))
+        if "texts_hashes" in arrays:
+            from ..storage import HashTable
+
+            ex.text_index = TextIndex(ex.texts, HashTable.from_arrays(arrays, "texts_", len(ex.texts), where))
         release_pages(*(arrays[a] for a in cls.ARRAYS))  # the checks read every page; a query reads few
         return ex
 
@@ -328,6 +343,51 @@ def packed(data: np.ndarray, offsets: np.ndarray, name: str) -> PackedStrings:
     return PackedStrings(data, offsets)
 
 
+class TextIndex:
+    """Where each text of an extraction sits: a stored hash table of its first ``n_stored`` texts
+    (:class:`~hopgraph.engine.storage.HashTable`, read a few entries at a time) and a dict of the
+    texts after them. Shared by the extractions that extend one another; a look-up answers only
+    ids below the asking extraction's text count."""
+
+    def __init__(self, texts: Sequence[str], table: HashTable | None = None, extra: dict[str, int] | None = None
+                 ) -> None:
+        self.texts, self.table = texts, table
+        self.n_stored = len(table.hashes) if table is not None else 0
+        self.extra = extra if extra is not None else {}
+
+    def find(self, text: str, below: int) -> int:
+        """The id of ``text`` among the first ``below`` texts, -1 if none."""
+        i = self.extra.get(text, -1)
+        if 0 <= i < below:
+            return i
+        if self.table is not None:
+            j = int(self.table.find([text], self.texts.__getitem__)[0])
+            if 0 <= j < min(below, self.n_stored):
+                return j
+        return -1
+
+
+class WordSet:
+    """A set of words held as a sorted stored list (looked up by bisection, nothing decoded ahead)
+    and a set of the words added since (:func:`extend_extraction`'s ``common`` words)."""
+
+    def __init__(self, stored: Sequence[str] = (), extra: Iterable[str] = ()) -> None:
+        self.stored, self.extra = stored, set(extra)
+
+    def __contains__(self, word: object) -> bool:
+        if word in self.extra:
+            return True
+        i = bisect.bisect_left(self.stored, word)
+        return i < len(self.stored) and self.stored[i] == word
+
+    def union(self, words: Iterable[str]) -> "WordSet":
+        return WordSet(self.stored, self.extra | set(words))
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.stored
+        yield from (w for w in self.extra if w not in self.stored)
+
+
 class _Builder:
     """Accumulates (chunk, topic, surface name, description) mentions and assembles arrays.
 
@@ -335,15 +395,19 @@ class _Builder:
     creates or uses them (within a chunk: the texts created while reading it, in creation order,
     then the joined descriptions of its states, in state order), so the texts of an extraction
     of passages ``[0, s)`` are the first texts of the extraction of any longer corpus with the
-    same mentions in those passages. ``base_texts`` seeds the builder with the texts of an
-    earlier extraction (:func:`extend_extraction`): they keep their ids, new texts follow.
+    same mentions in those passages. ``base`` (and its :class:`TextIndex` ``lookup``) are the texts
+    of an earlier extraction (:func:`extend_extraction`): they keep their ids, new texts follow
+    (held here; the earlier ones are read only when looked up or joined).
     """
 
-    def __init__(self, n_chunks: int, base_texts: Sequence[str] = ()) -> None:
+    def __init__(self, n_chunks: int, base: Sequence[str] = (), lookup: TextIndex | None = None) -> None:
         self.n_chunks = n_chunks
-        self.texts: list[str] = list(base_texts)
-        self.text_ids: dict[str, int] = dict(zip(self.texts, range(len(self.texts))))
-        self.n_base = len(self.texts)
+        self.base = base
+        self.n_base = len(base)
+        self.lookup = lookup if lookup is not None or not self.n_base else \
+            TextIndex(base, extra=dict(zip(base, range(self.n_base))))
+        self.texts: list[str] = []  # the new texts, ids n_base + position
+        self.text_ids: dict[str, int] = {}
         # sort key (chunk, phase, sequence) of each text created here (id - n_base): phase 0 =
         # created while reading the chunk (sequence = id), phase 1 = a joined description (= node).
         # Per-text and per-mention columns are typed arrays (8 bytes an entry, not a Python int
@@ -358,13 +422,20 @@ class _Builder:
         self.m_desc = array("q")
         self.name_ids: dict[str, int] = {}
 
+    def get(self, i: int) -> str:
+        return self.base[i] if i < self.n_base else self.texts[i - self.n_base]
+
     def text(self, s: str, chunk: int, phase: int = 0, seq: int | None = None) -> int:
         """Id of text ``s``, created if new, with sort key (``chunk``, ``phase``, ``seq``; default
         its id). Chunks are read in increasing order, so only a joined description (``phase`` 1,
         made after every chunk was read) can give an existing text a smaller key."""
         i = self.text_ids.get(s)
+        if i is None and self.lookup is not None:
+            i = self.lookup.find(s, self.n_base)
+            if i < 0:
+                i = None
         if i is None:
-            i = self.text_ids[s] = len(self.texts)
+            i = self.text_ids[s] = self.n_base + len(self.texts)
             self.texts.append(s)
             self.key_chunk.append(chunk)
             self.key_phase.append(phase)
@@ -376,10 +447,12 @@ class _Builder:
                 self.key_chunk[j], self.key_phase[j], self.key_seq[j] = key
         return i
 
-    def topic(self, chunk: int, text: str) -> int:
+    def topic(self, chunk: int, text: str) -> tuple[int, int]:
+        """A new topic of ``chunk`` with ``text``: ``(topic id, text id)``."""
+        t = self.text(text, chunk)
         self.topic_chunk.append(chunk)
-        self.topic_text.append(self.text(text, chunk))
-        return len(self.topic_chunk) - 1
+        self.topic_text.append(t)
+        return len(self.topic_chunk) - 1, t
 
     def mention(self, topic: int, phi: str, description: int) -> None:
         self.m_topic.append(topic)
@@ -399,14 +472,14 @@ class _Builder:
 
     def _order_texts(self) -> np.ndarray:
         """Sort the texts created here by their key (class docstring); returns old id → new id."""
-        n_new = len(self.texts) - self.n_base
-        remap = np.arange(len(self.texts), dtype=np.int64)
+        n_new = len(self.texts)
+        remap = np.arange(self.n_base + n_new, dtype=np.int64)
         order = np.lexsort((np.asarray(self.key_seq, np.int64), np.asarray(self.key_phase, np.int64),
                             np.asarray(self.key_chunk, np.int64))) if n_new else np.zeros(0, np.int64)
         if (order != np.arange(n_new)).any():
-            remap[self.n_base + order] = np.arange(self.n_base, len(self.texts))
-            moved = [self.texts[self.n_base + o] for o in order.tolist()]
-            self.texts[self.n_base:] = moved
+            remap[self.n_base + order] = np.arange(self.n_base, self.n_base + n_new)
+            moved = [self.texts[o] for o in order.tolist()]
+            self.texts[:] = moved
             for k, t in enumerate(moved):
                 self.text_ids[t] = self.n_base + k
         return remap
@@ -433,14 +506,14 @@ class _Builder:
             for v in np.flatnonzero(differ):  # only states with several distinct descriptions are joined
                 ids = list(dict.fromkeys(m_desc[starts[v]:starts[v] + sizes[v]].tolist()))
                 if len(ids) > 1:
-                    node_text[v] = self.text(" ".join(self.texts[i] for i in ids), int(keys[v] // n_names),
+                    node_text[v] = self.text(" ".join(self.get(i) for i in ids), int(keys[v] // n_names),
                                              phase=1, seq=int(v))
         remap = self._order_texts()
         # incidences: distinct (topic, node), sorted by topic then node
         inc = np.unique(m_topic * max(len(keys), 1) + m_node)
         mention_topic = inc // max(len(keys), 1)
         mention_node = inc % max(len(keys), 1)
-        return Extraction(
+        ex = Extraction(
             n_chunks=self.n_chunks,
             topic_chunk=topic_chunk,
             topic_text=remap[np.asarray(self.topic_text, np.int64)].astype(np.int32),
@@ -450,8 +523,13 @@ class _Builder:
             mention_node=mention_node.astype(np.int32),
             mention_topic=mention_topic.astype(np.int32),
             names=names,
-            texts=self.texts,
+            texts=(list(self.base) + self.texts if isinstance(self.base, (list, tuple)) else chain(self.base, self.texts))
+            if self.n_base else self.texts,
         ).validate()
+        lookup = self.lookup if self.lookup is not None else TextIndex(ex.texts)
+        lookup.extra.update(self.text_ids)
+        ex.text_index = lookup
+        return ex
 
 
 def lower_words(texts: Iterable[str]) -> set[str]:
@@ -474,8 +552,7 @@ def _read_passages(b: _Builder, corpus: Corpus, start: int, title_entities: bool
         phi_title = canonical_name(title) if title_entities and title else ""
         title_desc = b.text(emb_texts[c - start], c) if phi_title else -1
         for sentence in split_sentences(corpus.texts[c]):
-            e = b.topic(c, sentence)
-            desc = b.text_ids[sentence]
+            e, desc = b.topic(c, sentence)
             if phi_title:
                 b.mention(e, phi_title, title_desc)
             for surface in sentence_entities(sentence, numbers, common):
@@ -533,7 +610,7 @@ def load_extractions(path: str | Path, corpus: Corpus) -> Extraction:
             entities = topic.get("entities", [])
             if not isinstance(entities, list):
                 raise InputError(f"{where}: topic {ti} 'entities' must be a list")
-            e = b.topic(c, text.strip())
+            e, _ = b.topic(c, text.strip())
             for ei, ent in enumerate(entities):
                 if not isinstance(ent, dict):
                     raise InputError(f"{where}: topic {ti} entity {ei} must be an object")
@@ -597,9 +674,9 @@ def extend_extraction(old: Extraction, corpus: Corpus, start: int, title_entitie
                          f"start is {start} of {len(corpus)}")
     if start == len(corpus):
         return old
-    common = old.common_set() if old.common_words is not None else lower_words(corpus.texts[:start])
-    common |= lower_words(corpus.texts[start:])
-    b = _Builder(len(corpus), old.texts)
+    common = old.common_words if old.common_words is not None else WordSet(extra=lower_words(corpus.texts[:start]))
+    common = (common if isinstance(common, WordSet) else WordSet(extra=common)).union(lower_words(corpus.texts[start:]))
+    b = _Builder(len(corpus), old.texts, old.text_lookup())
     _read_passages(b, corpus, start, title_entities, numbers, common, progress)
     new = b.build()  # nodes / topics / names local to the new passages; texts already merged
     names, old_map, new_map = merge_names(old.names, new.names)
@@ -625,10 +702,11 @@ def extend_extraction(old: Extraction, corpus: Corpus, start: int, title_entitie
     return ex
 
 
-def merge_names(old: list[str], new: list[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
+def merge_names(old: Sequence[str], new: list[str]) -> tuple[Sequence[str], np.ndarray, np.ndarray]:
     """Merge two sorted vocabularies (code-point order, as ``np.unique`` sorts them): returns the
     sorted union and the int64 maps old id → union id, new id → union id. Cost: a binary search per
-    new name and a list copy of the old ones."""
+    new name; the union reads ``old`` lazily (:class:`MergedStrings`) when it is stored (packed), else
+    it is a list."""
     pos = np.fromiter((bisect.bisect_left(old, n) for n in new), np.int64, len(new))
     present = np.fromiter((p < len(old) and old[p] == n for p, n in zip(pos.tolist(), new)), bool, len(new))
     ins = np.flatnonzero(~present)
@@ -638,7 +716,9 @@ def merge_names(old: list[str], new: list[str]) -> tuple[list[str], np.ndarray, 
     new_map[present] = old_map[pos[present]]
     new_map[ins] = ins_pos + np.arange(len(ins))
     if not len(ins):
-        return list(old), old_map, new_map
+        return (old if isinstance(old, (PackedStrings, MergedStrings)) else list(old)), old_map, new_map
+    if isinstance(old, (PackedStrings, MergedStrings)):
+        return MergedStrings(old, [new[k] for k in ins.tolist()], new_map[ins]), old_map, new_map
     merged: list[str] = []
     prev = 0
     for p, k in zip(ins_pos.tolist(), ins.tolist()):
@@ -649,7 +729,50 @@ def merge_names(old: list[str], new: list[str]) -> tuple[list[str], np.ndarray, 
     return merged, old_map, new_map
 
 
+class MergedStrings(Sequence[str]):
+    """A stored sorted list of strings with others inserted (at the sorted positions ``at``), read
+    without copying or decoding the stored one."""
+
+    def __init__(self, base: Sequence[str], inserted: list[str], at: np.ndarray) -> None:
+        if isinstance(base, MergedStrings):  # flatten: one level of insertions over the stored list
+            merged_at = np.asarray(at, np.int64)
+            keep = np.ones(len(base) + len(inserted), bool)
+            keep[merged_at] = False
+            old_positions = np.flatnonzero(keep)  # where base's items went
+            items = [(int(p), s) for p, s in zip(merged_at.tolist(), inserted)] + \
+                [(int(old_positions[i]), base.inserted[j]) for j, i in enumerate(base.at.tolist())]
+            items.sort()
+            self.base, self.inserted = base.base, [s for _, s in items]
+            self.at = np.asarray([p for p, _ in items], np.int64)
+        else:
+            self.base, self.inserted, self.at = base, list(inserted), np.asarray(at, np.int64)
+
+    def __len__(self) -> int:
+        return len(self.base) + len(self.inserted)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        k = int(np.searchsorted(self.at, i))
+        if k < len(self.at) and self.at[k] == i:
+            return self.inserted[k]
+        return self.base[i - k]
+
+    def __iter__(self) -> Iterator[str]:
+        k = 0
+        for j, s in enumerate(self.base):
+            while k < len(self.at) and self.at[k] == j + k:
+                yield self.inserted[k]
+                k += 1
+            yield s
+        yield from self.inserted[k:]
+
+
 # ---------------------------------------------------------------------- segments
+#: below this many texts an extraction without a stored text table indexes its texts in a dict at load
+SMALL_TEXTS = 1 << 16
 #: the arrays :func:`extraction_delta` gives (a segment's part of an extraction)
 DELTA_FILES = ("topic_chunk", "topic_text", "node_chunk", "node_text", "node_name_stable", "mention_node",
                "mention_topic", "names_blob", "names_offsets", "texts_blob", "texts_offsets", "common_blob",
@@ -694,7 +817,7 @@ def apply_extraction_deltas(base: Extraction, deltas: Sequence[dict[str, np.ndar
     sorted_new = [new_names[i] for i in order]
     if len(set(sorted_new)) != len(sorted_new):
         raise IndexFormatError(f"{where}: a name is stored twice by the segments")
-    names, old_map, new_map = merge_names(list(base.names), sorted_new)
+    names, old_map, new_map = merge_names(base.names, sorted_new)
     if len(names) != len(base.names) + len(sorted_new):
         raise IndexFormatError(f"{where}: a segment stores a name the extraction already holds")
     W = len(base.names)
@@ -704,7 +827,11 @@ def apply_extraction_deltas(base: Extraction, deltas: Sequence[dict[str, np.ndar
     parts: dict[str, list[np.ndarray]] = {a: [np.asarray(getattr(base, a))] for a in Extraction.ARRAYS}
     parts["node_name"] = [old_map[np.asarray(base.node_name, np.int64)]]
     texts: Sequence[str] = base.texts
-    common = base.common_set() if base.common_words is not None else None
+    common = base.common_words if isinstance(base.common_words, WordSet) else \
+        (WordSet(extra=base.common_words) if base.common_words is not None else None)
+    lookup = base.text_lookup() if base.text_index is not None or len(base.texts) < SMALL_TEXTS else None
+    n_texts = len(base.texts)
+    extra: dict[str, int] = {}
     for i, d in enumerate(deltas):
         for a in ("topic_chunk", "topic_text", "node_chunk", "node_text", "mention_node", "mention_topic"):
             parts[a].append(np.asarray(d[a]))
@@ -713,8 +840,11 @@ def apply_extraction_deltas(base: Extraction, deltas: Sequence[dict[str, np.ndar
         parts["node_name"].append(sorted_of_stable[stable])
         added = packed(d["texts_blob"], d["texts_offsets"], f"{where} delta {i} texts")
         texts = chain(texts, added)
+        extra.update(zip(added, range(n_texts, n_texts + len(added))))
+        n_texts += len(added)
         if common is not None:
-            common |= set(unpack_strings(d["common_blob"], d["common_offsets"], f"{where} delta {i} common words"))
+            common = common.union(unpack_strings(d["common_blob"], d["common_offsets"],
+                                                 f"{where} delta {i} common words"))
     try:
         ex = Extraction(n_chunks=n_chunks, names=names, texts=texts,
                         **{a: np.concatenate(v).astype(np.int32) for a, v in parts.items()}).validate()
@@ -724,4 +854,6 @@ def apply_extraction_deltas(base: Extraction, deltas: Sequence[dict[str, np.ndar
         raise IndexFormatError(f"{where}: nodes are not sorted by chunk")
     ex.common_words = common
     ex.name_stable = np.argsort(sorted_of_stable).astype(np.int64)
+    if lookup is not None:
+        ex.text_index = TextIndex(ex.texts, lookup.table, {**lookup.extra, **extra})
     return ex

@@ -368,7 +368,7 @@ class Components:
             if full is None:
                 continue
             sub = full[0]
-            files = list(Extraction.ARRAY_FILES) + [f for f in ("common_blob", "common_offsets")
+            files = list(Extraction.ARRAY_FILES) + [f for f in Extraction.OPTIONAL_FILES
                                                     if (sub / f"{f}.npy").is_file()]
             ex = Extraction.from_arrays(load_arrays(sub, files), full[2] + full[3], str(sub))
             if deltas:

@@ -16,7 +16,7 @@ def assert_same(a: Extraction, b: Extraction) -> None:
     for f in Extraction.ARRAYS:
         assert np.array_equal(getattr(a, f), getattr(b, f)), f
     assert a.n_chunks == b.n_chunks
-    assert a.names == b.names
+    assert list(a.names) == list(b.names)
     assert list(a.texts) == list(b.texts)
 
 
@@ -155,3 +155,17 @@ def test_musique_extension_matches_the_documented_rule():
     assert_same(ext, b.build())
     full = extract(corpus)
     assert full.n_nodes <= ext.n_nodes <= full.n_nodes * 1.001
+
+
+def test_merged_names_read_a_stored_vocabulary_without_copying_it():
+    from hopgraph.engine.components.corpus import PackedStrings
+    from hopgraph.engine.components.extraction import MergedStrings
+    from hopgraph.engine.storage import pack_strings
+
+    stored = PackedStrings(*pack_strings(["b", "d", "f"]))
+    names, a, b = merge_names(stored, ["a", "d", "e", "g"])
+    assert isinstance(names, MergedStrings) and list(names) == ["a", "b", "d", "e", "f", "g"]
+    assert [names[i] for i in range(len(names))] == list(names) and names[-1] == "g"
+    again, a2, b2 = merge_names(names, ["c", "h"])           # a second insertion flattens
+    assert list(again) == ["a", "b", "c", "d", "e", "f", "g", "h"] and again.base is stored
+    assert a.tolist() == [1, 2, 4] and b2.tolist() == [2, 7]
