@@ -49,7 +49,7 @@ from .extraction import (DELTA_FILES as EXTRACTION_DELTA_FILES, Extraction, appl
 from .late_pooling import LateTexts
 from ..storage import load_arrays, save_arrays
 from .query_batch import QueryBatch
-from .title_mentions import TitleMentions
+from .title_mentions import TitleForms, TitleMentions
 
 #: folder of the saved title mention graph (:meth:`Components.title_mentions`)
 TITLE_MENTIONS_DIR = "title-mentions"
@@ -159,7 +159,7 @@ class Components:
         loaded index's first query does not rebuild it."""
         corpus = self.require_corpus(who)
         if self._title_mentions is None:
-            self._title_mentions = (corpus, TitleMentions.build(corpus.titles, corpus.texts))
+            self._title_mentions = (corpus, TitleMentions.build(corpus.titles, corpus.texts, corpus))
         elif self._title_mentions[1].n_chunks != len(corpus):
             self._title_mentions = (corpus, self._title_mentions[1].extended(corpus, self._title_mentions[1].n_chunks))
         return self._title_mentions[1]
@@ -273,10 +273,7 @@ class Components:
                     save_arrays(directory / TITLE_MENTIONS_DIR, M.tail_arrays(start, stop))
                     entry["title_mentions"] = {"dir": TITLE_MENTIONS_DIR, "state": "tail"}
             else:
-                arrays = M.arrays()
-                if M.horizon is not None:
-                    arrays["horizon"] = M.horizons()
-                save_arrays(directory / TITLE_MENTIONS_DIR, arrays)
+                save_arrays(directory / TITLE_MENTIONS_DIR, M.arrays())
                 entry["title_mentions"] = {"dir": TITLE_MENTIONS_DIR, "state": "full"}
         return entry
 
@@ -383,14 +380,10 @@ class Components:
         if full is None:
             return
         sub, n = full[0], full[2] + full[3]
-        M = TitleMentions.from_arrays(load_arrays(sub, TitleMentions.ARRAY_FILES), n, str(sub))
-        if (sub / "horizon.npy").is_file() or tails:
-            from ..storage import check_ids, load_array
-
-            horizon = None
-            if (sub / "horizon.npy").is_file():
-                horizon = np.asarray(check_ids(load_array(sub, "horizon"), n + 1, f"{sub}/horizon.npy", n), np.int64)
-            M = TitleMentions(M.graph, horizon, corpus)
+        names = list(TitleMentions.ARRAY_FILES) + [f for f in ("horizon", *TitleForms.ARRAY_FILES)
+                                                   if (sub / f"{f}.npy").is_file()]
+        M = TitleMentions.from_arrays(load_arrays(sub, names), n, str(sub), corpus)
+        if tails:
             M = M.with_tails([load_arrays(d, TitleMentions.TAIL_FILES) for d, _, _, _ in tails], corpus, str(sub))
         if M.n_chunks != len(self.X):
             raise IndexFormatError(f"title mentions {sub}: {M.n_chunks} passages, the index has {len(self.X)}")

@@ -10,24 +10,27 @@ text), saved with the components and memory-mapped on load. Its reader is the ti
 (:mod:`hopgraph.engine.pipelines.title_bridge`).
 
 Live indexes: appended passages get their rows (against every title, old and new:
-:meth:`TitleMentions.extended`); a stored row is not rewritten when a later passage's title appears
-in its text. Each row records its *horizon*, the number of passages whose titles it was computed
-against, and :meth:`TitleMentions.rows` adds the mentions of later titles when a row is read (the
-row's text against the forms of the titles from its horizon on), so every read equals the row of M
-built from scratch. A segment stores its passages' rows and horizons only.
+:meth:`TitleMentions.extended`; the stored titles looked up through a stored table of their forms,
+:class:`TitleForms`, nothing decoded ahead); a stored row is not rewritten when a later passage's
+title appears in its text. Each row records its *horizon*, the number of passages whose titles it
+was computed against, and :meth:`TitleMentions.rows` adds the mentions of later titles when a row
+is read (the row's text against the forms of the titles from its horizon on), so every read equals
+the row of M built from scratch. A segment stores its passages' rows and horizons only; in memory
+the rows after the stored ones are held apart (:attr:`TitleMentions.tail`), so an add copies
+nothing stored.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from ...kernels.csr import CSR
 from .extraction import canonical_name
 from ..sparse import unit_weights
-from ..storage import RowReader, check_ids, check_indptr
+from ..storage import RowReader, check_ids, check_indptr, string_hashes
 
 #: the longest title (in canonical words) that is looked for in a passage text
 MAX_TITLE_WORDS = 8
@@ -41,17 +44,124 @@ def title_forms(title: str) -> set[str]:
     return {f for f in (canonical_name(title), canonical_name(_PAREN.sub("", title))) if f}
 
 
+class TitleVocabulary(dict):
+    """Each title form (:func:`title_forms`) → the passages whose title has it; ``longest``: the
+    most words a form has (at most :data:`MAX_TITLE_WORDS`)."""
+
+    longest = 0
+
+    def find(self, grams: Sequence[str]) -> Iterable[int]:
+        for g in grams:
+            yield from self.get(g, ())
+
+
+def title_vocabulary(titles: Sequence[str], first: int = 0) -> TitleVocabulary:
+    """The :class:`TitleVocabulary` of ``titles`` (passage ``first + i`` has ``titles[i]``)."""
+    vocab = TitleVocabulary()
+    for j, t in enumerate(titles, first):
+        for form in title_forms(t):
+            vocab.setdefault(form, []).append(j)
+    vocab.longest = min(MAX_TITLE_WORDS, max((len(f.split()) for f in vocab), default=0))
+    return vocab
+
+
+@dataclass(frozen=True)
+class TitleForms:
+    """The title forms of passages ``[0, n)`` as a stored table: the forms' 64-bit hashes
+    (``hashes`` uint64, sorted; a form whose hash another form shares has its own entry) and, per
+    entry, the passages whose title has the form (CSR ``indptr``, ``rows``); ``longest`` as in
+    :class:`TitleVocabulary`. A look-up reads a few entries and checks a found form against one of
+    its titles (``titles``)."""
+
+    hashes: np.ndarray
+    indptr: np.ndarray
+    rows: np.ndarray
+    longest: int
+    titles: Any = field(default=None, compare=False, repr=False)
+
+    ARRAY_FILES = ("form_hashes", "form_indptr", "form_rows", "form_longest")
+
+    @classmethod
+    def build(cls, titles: Sequence[str]) -> "TitleForms":
+        vocab = title_vocabulary(titles)
+        forms = list(vocab)
+        h = string_hashes(forms)
+        order = np.argsort(h, kind="stable")
+        sizes = np.fromiter((len(vocab[forms[i]]) for i in order.tolist()), np.int64, len(forms))
+        indptr = np.zeros(len(forms) + 1, np.int64)
+        np.cumsum(sizes, out=indptr[1:])
+        rows = np.fromiter((j for i in order.tolist() for j in vocab[forms[i]]), np.int64, int(indptr[-1]))
+        return cls(h[order], indptr, rows, vocab.longest, titles)
+
+    def find(self, grams: Sequence[str]) -> Iterable[int]:
+        """The passages whose title has one of the forms ``grams``."""
+        if not len(grams) or not len(self.hashes):
+            return
+        h = string_hashes(grams)
+        lo = np.searchsorted(self.hashes, h, side="left")
+        hi = np.searchsorted(self.hashes, h, side="right")
+        for g, a, b in zip(grams, lo.tolist(), hi.tolist()):
+            for e in range(a, b):
+                rows = np.asarray(self.rows[int(self.indptr[e]):int(self.indptr[e + 1])])
+                if len(rows) and g in title_forms(self.titles[int(rows[0])]):
+                    yield from rows.tolist()
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {"form_hashes": self.hashes, "form_indptr": self.indptr, "form_rows": self.rows,
+                "form_longest": np.asarray([self.longest], np.int64)}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], n: int, titles: Sequence[str], where: str) -> "TitleForms":
+        """The stored table of ``n`` passages' titles, checked (IndexFormatError naming ``where``)."""
+        from ..errors import IndexFormatError
+
+        hashes = np.asarray(arrays["form_hashes"])
+        rows = check_ids(arrays["form_rows"], max(n, 1), f"{where}/form_rows.npy")
+        indptr = check_indptr(arrays["form_indptr"], len(hashes), len(rows), f"{where}/form_indptr.npy")
+        longest = check_ids(arrays["form_longest"], MAX_TITLE_WORDS + 1, f"{where}/form_longest.npy", 1)
+        if hashes.dtype != np.uint64 or (len(hashes) > 1 and not (hashes[1:] >= hashes[:-1]).all()):
+            raise IndexFormatError(f"{where}/form_hashes.npy: not sorted uint64 hashes")
+        return cls(hashes, indptr, arrays["form_rows"], int(longest[0]), titles)
+
+
+class _Lookup:
+    """Title forms of the stored passages (:class:`TitleForms`) and of the later ones (a
+    :class:`TitleVocabulary`) looked up as one."""
+
+    def __init__(self, stored: TitleForms | TitleVocabulary, later: TitleVocabulary) -> None:
+        self.stored, self.later = stored, later
+        self.longest = max(stored.longest, later.longest)
+
+    def find(self, grams: Sequence[str]) -> Iterable[int]:
+        yield from self.stored.find(grams)
+        yield from self.later.find(grams)
+
+
+def mentioned(text: str, vocab: "TitleVocabulary | _Lookup", own: int = -1) -> set[int]:
+    """The passages of ``vocab`` whose title form is a word n-gram of φ(``text``), but ``own``."""
+    words = canonical_name(text).split()
+    grams = [" ".join(words[a:a + n]) for n in range(1, vocab.longest + 1) for a in range(len(words) - n + 1)]
+    hit = set(vocab.find(grams))
+    hit.discard(own)
+    return hit
+
+
 @dataclass(frozen=True)
 class TitleMentions:
     """The title mention graph M as an unweighted :class:`CSR` ``[N, N]``: row s lists (sorted) the
-    passages whose title passage s mentions (int64 ``indices``, unit weights)."""
+    passages whose title passage s mentions (int64 ``indices``, unit weights). ``graph`` holds the
+    stored rows, ``tail`` (None: none) the rows appended after them (module docstring)."""
 
     graph: CSR
     #: per row, the passages whose titles it was computed against (int64 [N]; None: all N)
     horizon: np.ndarray | None = None
-    #: the corpus (titles and texts) read for rows whose horizon is below N
-    corpus: object = field(default=None, compare=False, repr=False)
-    _late: dict = field(default_factory=dict, compare=False, repr=False)
+    #: the corpus (titles and texts) read for appended rows and for rows whose horizon is below N
+    corpus: Any = field(default=None, compare=False, repr=False)
+    #: rows ``[graph.n_rows, N)``
+    tail: CSR | None = None
+    #: the title forms of the stored rows (None: made from their titles when first needed)
+    forms: TitleForms | None = field(default=None, compare=False, repr=False)
+    _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     #: the arrays :meth:`arrays` returns and :meth:`from_arrays` reads
     ARRAY_FILES = ("indptr", "indices")
@@ -59,8 +169,12 @@ class TitleMentions:
     TAIL_FILES = ("indptr", "indices", "horizon")
 
     @property
-    def n_chunks(self) -> int:
+    def n_stored(self) -> int:
         return self.graph.n_rows
+
+    @property
+    def n_chunks(self) -> int:
+        return self.graph.n_rows + (self.tail.n_rows if self.tail is not None else 0)
 
     def row(self, s: int) -> np.ndarray:
         """Row ``s`` of M (read as :meth:`rows` reads)."""
@@ -77,53 +191,106 @@ class TitleMentions:
         return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
 
     def _row(self, read: RowReader, s: int) -> np.ndarray:
-        stored = read(int(self.graph.indptr[s]), int(self.graph.indptr[s + 1]))
+        s = int(s)
+        if s < self.n_stored:
+            stored = read(int(self.graph.indptr[s]), int(self.graph.indptr[s + 1]))
+        else:
+            t = s - self.n_stored
+            stored = np.asarray(self.tail.indices[int(self.tail.indptr[t]):int(self.tail.indptr[t + 1])])
         if self.horizon is None or int(self.horizon[s]) >= self.n_chunks:
             return stored
-        return np.concatenate([stored, self._late_mentions(s, int(self.horizon[s]))])
+        horizon = int(self.horizon[s])
+        late = [j for j in mentioned(self.corpus.texts[s], self._lookup()) if j >= horizon and j != s]
+        return np.concatenate([stored, np.asarray(sorted(late), np.int64)])
 
-    def _late_mentions(self, s: int, horizon: int) -> np.ndarray:
-        """The passages ``j >= horizon``, ``j != s``, whose title passage ``s`` mentions."""
-        low = int(np.min(self.horizon))
-        if self._late.get("low") != low or self._late.get("n") != self.n_chunks:
-            titles = self.corpus.titles[low:self.n_chunks]
-            self._late.update(low=low, n=self.n_chunks, vocab=title_vocabulary(titles, low))
-        hit = [j for j in mentioned(self.corpus.texts[s], self._late["vocab"]) if j >= horizon and j != s]
-        return np.asarray(sorted(hit), np.int64)
+    def _stored_forms(self, corpus: Any = None) -> "TitleForms | TitleVocabulary":
+        """The title forms of the stored rows (:attr:`forms`, else made once from their titles)."""
+        if self.forms is not None:
+            return self.forms
+        if "stored" not in self._cache:
+            self._cache["stored"] = title_vocabulary((corpus if corpus is not None else self.corpus)
+                                                     .titles[:self.n_stored])
+        return self._cache["stored"]
 
-    def extended(self, corpus, start: int) -> "TitleMentions":
+    def _later_forms(self, corpus: Any = None, n: int | None = None) -> TitleVocabulary:
+        """The title forms of the rows ``[n_stored, n)`` (default: all), kept and grown from the last ones."""
+        corpus = corpus if corpus is not None else self.corpus
+        n = self.n_chunks if n is None else n
+        have = self._cache.get("later_n")
+        if have != n:
+            if have is not None and have < n:
+                later = TitleVocabulary({k: list(v) for k, v in self._cache["later"].items()})
+                for k, v in title_vocabulary(corpus.titles[have:n], have).items():
+                    later.setdefault(k, []).extend(v)
+                later.longest = max(self._cache["later"].longest,
+                                    min(MAX_TITLE_WORDS, max((len(f.split()) for f in later), default=0)))
+            else:
+                later = title_vocabulary(corpus.titles[self.n_stored:n], self.n_stored)
+            return later
+        return self._cache["later"]
+
+    def _lookup(self) -> _Lookup:
+        later = self._later_forms()
+        self._cache.update(later=later, later_n=self.n_chunks)
+        return _Lookup(self._stored_forms(), later)
+
+    def extended(self, corpus: Any, start: int) -> "TitleMentions":
         """M of ``corpus``, whose passages ``[start, N)`` were appended to the corpus of this M: their
-        rows (against every title), horizon N; the stored rows are kept (module docstring)."""
+        rows (against every title, old and new), horizon N; the stored rows are kept, nothing stored
+        is copied (module docstring)."""
         n = len(corpus)
-        vocab = title_vocabulary(corpus.titles)
-        rows = [mentioned(corpus.texts[s], vocab, s) for s in range(start, n)]
-        indptr = np.concatenate([np.asarray(self.graph.indptr, np.int64),
-                                 int(self.graph.indptr[-1]) + np.cumsum([len(r) for r in rows], dtype=np.int64)])
-        indices = np.concatenate([np.asarray(self.graph.indices, np.int64)] +
-                                 [np.asarray(sorted(r), np.int64) for r in rows])
+        if self._cache.get("later_n") != start:
+            self._cache.update(later=self._later_forms(corpus, start), later_n=start)
+        later = self._later_forms(corpus, n)
+        lookup = _Lookup(self._stored_forms(corpus), later)
+        rows = [np.asarray(sorted(mentioned(corpus.texts[s], lookup, s)), np.int64) for s in range(start, n)]
+        old_tail = self.tail if self.tail is not None else CSR(np.zeros(1, np.int64), np.zeros(0, np.int64),
+                                                              np.zeros(0, np.float32), n)
+        indptr = np.concatenate([np.asarray(old_tail.indptr, np.int64),
+                                 int(old_tail.indptr[-1]) + np.cumsum([len(r) for r in rows], dtype=np.int64)])
+        indices = np.concatenate([np.asarray(old_tail.indices, np.int64)] + rows)
         horizon = np.concatenate([self.horizons(), np.full(n - start, n, np.int64)])
-        return TitleMentions(CSR(indptr, indices, unit_weights(len(indices)), n), horizon, corpus)
+        cache = {"later": later, "later_n": n}
+        if isinstance(lookup.stored, TitleVocabulary):
+            cache["stored"] = lookup.stored
+        return TitleMentions(self.graph, horizon, corpus, CSR(indptr, indices, unit_weights(len(indices)), n),
+                             self.forms, cache)
 
     def horizons(self) -> np.ndarray:
         """The horizon of every row (int64 [N])."""
         return np.full(self.n_chunks, self.n_chunks, np.int64) if self.horizon is None \
             else np.asarray(self.horizon, np.int64)
 
+    def _indptr(self, s: int) -> int:
+        """Where row ``s`` starts in the rows of :meth:`merged_arrays`."""
+        if s <= self.n_stored:
+            return int(self.graph.indptr[s])
+        return int(self.graph.indptr[-1]) + int(self.tail.indptr[s - self.n_stored])
+
     def tail_arrays(self, start: int, stop: int) -> dict[str, np.ndarray]:
         """The rows ``[start, stop)`` for a segment: local ``indptr``, ``indices``, ``horizon``."""
-        a, b = int(self.graph.indptr[start]), int(self.graph.indptr[stop])
-        return {"indptr": np.asarray(self.graph.indptr[start:stop + 1], np.int64) - a,
-                "indices": np.asarray(self.graph.indices[a:b], np.int64), "horizon": self.horizons()[start:stop]}
+        starts = np.asarray([self._indptr(s) for s in range(start, stop + 1)], np.int64)
+        with RowReader(self.graph.indices) as read:
+            indices = [self._stored_row(read, s) for s in range(start, stop)]
+        return {"indptr": starts - starts[0],
+                "indices": np.concatenate(indices) if indices else np.zeros(0, np.int64),
+                "horizon": self.horizons()[start:stop]}
 
-    def with_tails(self, tails: Sequence[dict[str, np.ndarray]], corpus, where: str) -> "TitleMentions":
-        """This M (its rows are the first ones) with the segments' rows appended, checked (ids and
-        horizons in range, row offsets; IndexFormatError naming ``where``)."""
+    def _stored_row(self, read: RowReader, s: int) -> np.ndarray:
+        """Row ``s`` as stored (without the later titles' mentions)."""
+        if s < self.n_stored:
+            return read(int(self.graph.indptr[s]), int(self.graph.indptr[s + 1]))
+        t = s - self.n_stored
+        return np.asarray(self.tail.indices[int(self.tail.indptr[t]):int(self.tail.indptr[t + 1])], np.int64)
+
+    def with_tails(self, tails: Sequence[dict[str, np.ndarray]], corpus: Any, where: str) -> "TitleMentions":
+        """This M (its rows are the stored ones) with the segments' rows appended (held in memory,
+        :attr:`tail`), checked (ids and horizons in range, row offsets; IndexFormatError naming
+        ``where``)."""
         from ..errors import IndexFormatError
 
         n = self.n_chunks + sum(len(t["horizon"]) for t in tails)
-        indptr = [np.asarray(self.graph.indptr, np.int64)]
-        indices = [np.asarray(self.graph.indices, np.int64)]
-        horizon = [self.horizons()]
+        indptr, indices, horizon = [np.zeros(1, np.int64)], [np.zeros(0, np.int64)], [self.horizons()]
         first = self.n_chunks
         for i, t in enumerate(tails):
             m = len(t["horizon"])
@@ -132,13 +299,13 @@ class TitleMentions:
             hor = np.asarray(check_ids(t["horizon"], n + 1, f"{where} tail {i} horizon.npy", m), np.int64)
             if m and (hor <= np.arange(first, first + m)).any():
                 raise IndexFormatError(f"{where} tail {i} horizon.npy: a row's horizon does not cover the row")
-            indptr.append(ptr[1:] + indptr[-1][-1])
+            indptr.append(np.asarray(ptr[1:], np.int64) + indptr[-1][-1])
             indices.append(np.asarray(ind, np.int64))
             horizon.append(hor)
             first += m
         ind = np.concatenate(indices)
-        return TitleMentions(CSR(np.concatenate(indptr), ind, unit_weights(len(ind)), n), np.concatenate(horizon),
-                             corpus)
+        tail = CSR(np.concatenate(indptr), ind, unit_weights(len(ind)), n) if tails else self.tail
+        return TitleMentions(self.graph, np.concatenate(horizon), corpus, tail, self.forms)
 
     @classmethod
     def from_indices(cls, indptr: np.ndarray, indices: np.ndarray) -> "TitleMentions":
@@ -146,20 +313,40 @@ class TitleMentions:
         return cls(CSR(indptr, indices, unit_weights(len(indices)), len(indptr) - 1))
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """What an index stores of M: ``indptr`` int64 [N + 1] and ``indices`` int64 [nnz]."""
-        return {"indptr": self.graph.indptr, "indices": self.graph.indices}
+        """What an index stores of M whole: ``indptr`` int64 [N + 1], ``indices`` int64 [nnz], the
+        rows' ``horizon`` when some is below N, and the title forms (:class:`TitleForms`) when the
+        corpus is known."""
+        if self.tail is None:
+            out = {"indptr": self.graph.indptr, "indices": self.graph.indices}
+        else:
+            tail = self.tail_arrays(self.n_stored, self.n_chunks)
+            out = {"indptr": np.concatenate([np.asarray(self.graph.indptr, np.int64),
+                                             int(self.graph.indptr[-1]) + tail["indptr"][1:]]),
+                   "indices": np.concatenate([np.asarray(self.graph.indices, np.int64), tail["indices"]])}
+        if self.horizon is not None:
+            out["horizon"] = self.horizons()
+        if self.corpus is not None:
+            out.update(TitleForms.build(self.corpus.titles[:self.n_chunks]).arrays())
+        return out
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray], n_chunks: int, where: str) -> "TitleMentions":
+    def from_arrays(cls, arrays: dict[str, np.ndarray], n_chunks: int, where: str,
+                    corpus: Any = None) -> "TitleMentions":
         """The stored :meth:`arrays` of an index of ``n_chunks`` passages, checked (ids in range, row
         offsets from 0 to the entry count; IndexFormatError naming the file) and kept as they are (a
         memory-mapped ``indices`` stays mapped)."""
         indices = check_ids(arrays["indices"], n_chunks, f"{where}/indices.npy")
         indptr = check_indptr(arrays["indptr"], n_chunks, len(indices), f"{where}/indptr.npy")
-        return cls.from_indices(indptr, arrays["indices"])
+        forms = None
+        if corpus is not None and all(f in arrays for f in TitleForms.ARRAY_FILES):
+            forms = TitleForms.from_arrays(arrays, n_chunks, corpus.titles, where)
+        horizon = None
+        if "horizon" in arrays:
+            horizon = np.asarray(check_ids(arrays["horizon"], n_chunks + 1, f"{where}/horizon.npy", n_chunks), np.int64)
+        return cls(CSR(indptr, arrays["indices"], unit_weights(len(indices)), n_chunks), horizon, corpus, None, forms)
 
     @classmethod
-    def build(cls, titles: Sequence[str], texts: Sequence[str]) -> "TitleMentions":
+    def build(cls, titles: Sequence[str], texts: Sequence[str], corpus: Any = None) -> "TitleMentions":
         """M of a corpus (module docstring): every word n-gram of φ(text) looked up in the table of
         title forms."""
         vocab = title_vocabulary(titles)
@@ -170,34 +357,5 @@ class TitleMentions:
             rows.append(np.asarray(sorted(hit), np.int64))
             indptr[s + 1] = indptr[s] + len(hit)
         indices = np.concatenate(rows) if rows else np.zeros(0, np.int64)
-        return cls.from_indices(indptr, indices)
-
-
-class TitleVocabulary(dict):
-    """Each title form (:func:`title_forms`) → the passages whose title has it; ``longest``: the
-    most words a form has (at most :data:`MAX_TITLE_WORDS`)."""
-
-    longest = 0
-
-
-def title_vocabulary(titles: Sequence[str], first: int = 0) -> TitleVocabulary:
-    """The :class:`TitleVocabulary` of ``titles`` (passage ``first + i`` has ``titles[i]``)."""
-    vocab = TitleVocabulary()
-    for j, t in enumerate(titles, first):
-        for form in title_forms(t):
-            vocab.setdefault(form, []).append(j)
-    vocab.longest = min(MAX_TITLE_WORDS, max((len(f.split()) for f in vocab), default=0))
-    return vocab
-
-
-def mentioned(text: str, vocab: TitleVocabulary, own: int = -1) -> set[int]:
-    """The passages of ``vocab`` whose title form is a word n-gram of φ(``text``), but ``own``."""
-    words = canonical_name(text).split()
-    hit: set[int] = set()
-    for n in range(1, vocab.longest + 1):
-        for a in range(len(words) - n + 1):
-            found = vocab.get(" ".join(words[a:a + n]))
-            if found:
-                hit.update(found)
-    hit.discard(own)
-    return hit
+        m = cls.from_indices(indptr, indices)
+        return m if corpus is None else TitleMentions(m.graph, None, corpus, None, None, {"stored": vocab})
