@@ -223,6 +223,9 @@ class Extraction:
     common_words: "set[str] | Sequence[str] | None" = field(default=None, repr=False, compare=False)
     #: where each text sits (:class:`TextIndex`; transient: made by a build or on first use)
     text_index: "TextIndex | None" = field(default=None, repr=False, compare=False)
+    #: transient: ``(chunks, names, old id → id)`` of the extraction this one extends (its chunk and
+    #: name counts and where each of its names went), for structures keyed by name id to follow
+    previous_names: "tuple[int, int, np.ndarray] | None" = field(default=None, repr=False, compare=False)
     #: the stored id of each name (int64 [len(names)]; None = its position): names keep the id they
     #: were first stored with while ``names`` stays sorted, so a segment stores only its new names
     #: and the stable ids of its nodes' names (:func:`extraction_delta`)
@@ -699,6 +702,7 @@ def extend_extraction(old: Extraction, corpus: Corpus, start: int, title_entitie
     ).validate()
     ex.common_words = common
     ex.name_stable = stable
+    ex.previous_names = (old.n_chunks, len(old.names), old_map)
     return ex
 
 
@@ -854,6 +858,7 @@ def apply_extraction_deltas(base: Extraction, deltas: Sequence[dict[str, np.ndar
         raise IndexFormatError(f"{where}: nodes are not sorted by chunk")
     ex.common_words = common
     ex.name_stable = np.argsort(sorted_of_stable).astype(np.int64)
+    ex.previous_names = (base.n_chunks, len(base.names), old_map)
     if lookup is not None:
         ex.text_index = TextIndex(ex.texts, lookup.table, {**lookup.extra, **extra})
     return ex

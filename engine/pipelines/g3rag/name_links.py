@@ -84,6 +84,36 @@ class ChunkNames:
             title = np.full(n, -1, np.int64)
         return cls(indptr, names, idf, title)
 
+    def extended(self, ex: Extraction, titles: Sequence[str]) -> "ChunkNames | None":
+        """The names of ``ex``, which extends the extraction these names were made from
+        (:attr:`Extraction.previous_names`: this one's passages and names, where each name went), read
+        from this one and the new passages' states only: the stored rows' name ids follow the merged
+        vocabulary, the new passages' rows are appended, every idf is recomputed from the counts
+        (``ln(N / df)`` over the whole vocabulary, as :meth:`from_extraction`); ``titles``: the titles
+        of the new passages. Equals ``from_extraction(ex, all titles)``. None when ``ex`` does not
+        extend this one's extraction."""
+        prev = ex.previous_names
+        if prev is None or prev[0] != self.n_chunks or prev[1] != len(self.idf):
+            return None
+        start, name_map = prev[0], np.asarray(prev[2], np.int64)
+        n, v = ex.n_chunks, len(ex.names)
+        first = int(np.searchsorted(np.asarray(ex.node_chunk), start))
+        keys = np.unique(np.asarray(ex.node_chunk[first:], np.int64) * max(v, 1) +
+                         np.asarray(ex.node_name[first:], np.int64))
+        chunk, names = keys // max(v, 1), keys % max(v, 1)
+        counts = np.bincount(chunk - start, minlength=n - start)
+        indptr = np.concatenate([np.asarray(self.indptr, np.int64),
+                                 int(self.indptr[-1]) + np.cumsum(counts, dtype=np.int64)])
+        all_names = np.concatenate([name_map[np.asarray(self.names, np.int64)], names])
+        df = np.bincount(all_names, minlength=v)
+        idf = np.log(n / np.maximum(df, 1)) if n else np.zeros(v)
+        old_title = np.asarray(self.title, np.int64)
+        new_title = np.array([_name_id(ex.names, canonical_name(t)) if t else -1 for t in titles], np.int64)
+        if len(new_title) != n - start:
+            new_title = np.full(n - start, -1, np.int64)
+        title = np.concatenate([np.where(old_title >= 0, name_map[np.maximum(old_title, 0)], -1), new_title])
+        return ChunkNames(indptr, all_names, idf, title)
+
     def arrays(self) -> dict[str, np.ndarray]:
         """The arrays to save with the index (file names ``names_*``), read back by :meth:`from_arrays`."""
         return {f"{ARRAY_PREFIX}{k}": getattr(self, k) for k in ARRAY_FIELDS}
@@ -101,6 +131,14 @@ class ChunkNames:
         indptr = check_indptr(a["indptr"], n_chunks, len(names), f"{where} names_indptr")
         title = check_ids(np.asarray(a["title"]) + 1, len(idf) + 1, f"{where} names_title", n_chunks) - 1
         return cls(indptr, names, idf, title)
+
+
+def _name_id(names: Sequence[str], name: str) -> int:
+    """The id of ``name`` in the sorted vocabulary ``names`` (a binary search), -1 if absent."""
+    import bisect
+
+    i = bisect.bisect_left(names, name)
+    return i if i < len(names) and names[i] == name else -1
 
 
 #: the fields of a :class:`ChunkNames` saved as arrays, and their file-name prefix

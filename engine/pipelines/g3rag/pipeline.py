@@ -210,7 +210,7 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         new rows are exact (brute force over all passages) unless more than
         :data:`ANN_CANDIDATES_PER_ROW` passages come at once, which refits. A pipeline loaded from an
         index saved without the penalty is refitted."""
-        self._chunk_names = None  # the shared extraction was extended
+        self._follow_names(start)
         fp, X, build = self.fit_params, self.components.X, self.density_build_
         if build is None or self.penalty_ is None or len(self.penalty_) != start or self.graph_.n_rows != start:
             self._fit(progress)
@@ -272,7 +272,17 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         if self.graph_.n_rows != n or len(self.penalty_) != n or float(self.penalty_.min(initial=0.0)) < 0:
             raise IndexFormatError(f"{parts[-1][0]}: G3RAG deltas give {self.graph_.n_rows} rows and "
                                    f"{len(self.penalty_)} penalties, the index has {n}")
-        self._chunk_names = None
+        self._follow_names(self._stored_rows)
+
+    def _follow_names(self, start: int) -> None:
+        """The passages' names after the shared extraction grew from ``start`` passages: extended from
+        the ones held (:meth:`ChunkNames.extended`), else built again on the first query."""
+        names, comp = self._chunk_names, self.components
+        if names is None or comp.corpus is None or names.n_chunks != start:
+            self._chunk_names = None
+            return
+        ex = comp.extraction(who=self.name)
+        self._chunk_names = names.extended(ex, comp.corpus.titles[start:ex.n_chunks])
 
     def _load(self, directory: Path) -> None:
         """The saved graph, memory-mapped (no refit). The penalty and build range are read when

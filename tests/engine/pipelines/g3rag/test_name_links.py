@@ -168,3 +168,20 @@ def test_names_are_built_at_fit_and_saved_with_the_index(demo_corpus, hashing_em
         ChunkNames.from_arrays(arrays, built.n_chunks, "idx")
     with pytest.raises(IndexFormatError, match="names_indptr"):
         ChunkNames.from_arrays(built.arrays(), built.n_chunks + 1, "idx")
+
+
+def test_names_extended_after_an_add_equal_names_made_from_scratch(demo_corpus):
+    """An add extends the passages' names from the new passages' states only (the stored rows'
+    name ids follow the grown vocabulary; every idf from the new counts): the same arrays as
+    names made from the grown extraction."""
+    from hopgraph.engine.components.extraction import extend_extraction, extract
+
+    for start in (5, 17, 29):
+        old_ex = extract(demo_corpus.take(np.arange(start)))
+        old = ChunkNames.from_extraction(old_ex, demo_corpus.titles[:start])
+        ex = extend_extraction(old_ex, demo_corpus, start)
+        got = old.extended(ex, demo_corpus.titles[start:])
+        want = ChunkNames.from_extraction(ex, demo_corpus.titles)
+        for field in ("indptr", "names", "idf", "title"):
+            np.testing.assert_array_equal(getattr(got, field), getattr(want, field), err_msg=f"{start} {field}")
+        assert old.extended(extract(demo_corpus), demo_corpus.titles[start:]) is None  # not an extension of it
