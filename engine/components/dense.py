@@ -52,7 +52,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import faiss
 import numpy as np
@@ -285,8 +285,39 @@ class IVFIndex:
     #: the arrays :meth:`arrays` returns and :meth:`from_arrays` reads
     ARRAY_FILES = ("centroids", "sq", "offsets", "ids", "codes")
 
-    def __init__(self, index: faiss.IndexIVFScalarQuantizer, n_trained: int) -> None:
-        self.index, self.n_trained = index, int(n_trained)
+    def __init__(self, index: faiss.IndexIVFScalarQuantizer, n_trained: int,
+                 fill: Callable[[faiss.IndexIVFScalarQuantizer], None] | None = None, n_stored: int = 0) -> None:
+        self._index, self.n_trained = index, int(n_trained)
+        #: a stored index's inverted lists are read on first search (:attr:`index`); until then the
+        #: rows added are kept as entries (what a writer that never searches needs: their codes)
+        self._fill, self._n_stored = fill, int(n_stored)
+        self._pending: list[dict[str, np.ndarray]] = []
+
+    @property
+    def index(self) -> faiss.IndexIVFScalarQuantizer:
+        """The faiss index, its inverted lists read from the stored arrays on first use."""
+        if self._fill is not None:
+            fill, self._fill = self._fill, None
+            fill(self._index)
+            self._index.ntotal = self._n_stored
+            pending, self._pending = self._pending, []
+            for t in pending:
+                self._add_entries(t)
+        return self._index
+
+    def _add_entries(self, t: dict[str, np.ndarray]) -> None:
+        """Add entries (``rows`` ascending per cell, ``lists``, ``codes``) to the filled faiss index."""
+        rows, lists, codes = t["rows"], t["lists"], t["codes"]
+        order = np.lexsort((rows, lists))
+        rows, lists, codes = rows[order], lists[order], np.ascontiguousarray(codes[order])
+        n = len(rows)
+        bounds = np.flatnonzero(np.diff(lists)) + 1
+        for a, b in zip(np.r_[0, bounds], np.r_[bounds, n]):
+            if b > a:
+                ids = np.ascontiguousarray(rows[a:b])
+                part = np.ascontiguousarray(codes[a:b])
+                self._index.invlists.add_entries(int(lists[a]), int(b - a), faiss.swig_ptr(ids), faiss.swig_ptr(part))
+        self._index.ntotal = self._index.ntotal + n
 
     @staticmethod
     def _empty(d: int, nlist: int, bits: int = 8) -> faiss.IndexIVFScalarQuantizer:
@@ -306,26 +337,39 @@ class IVFIndex:
     @property
     def bits(self) -> int:
         """Bits a dimension of the stored codes (8 or 4)."""
-        return 4 if self.index.sq.qtype == CODE_BITS[4] else 8
+        return 4 if self._index.sq.qtype == CODE_BITS[4] else 8
 
     @property
     def ntotal(self) -> int:
-        return int(self.index.ntotal)
+        if self._fill is not None:
+            return self._n_stored + sum(len(t["rows"]) for t in self._pending)
+        return int(self._index.ntotal)
 
     @property
     def nlist(self) -> int:
-        return int(self.index.nlist)
+        return int(self._index.nlist)
 
     def add(self, X: np.ndarray, start: int) -> None:
-        """Add the rows ``[start, N)`` of X (each to its nearest cell; nothing is re-trained)."""
+        """Add the rows ``[start, N)`` of X (each to its nearest cell; nothing is re-trained). Before
+        the stored lists are read, only the new rows' codes are computed and kept."""
         if start != self.ntotal:
             raise ValueError(f"IVF index holds {self.ntotal} rows; cannot add rows from {start}")
-        for _, block in row_blocks(X, start):
-            self.index.add(block)
+        if self._fill is None:
+            for _, block in row_blocks(X, start):
+                self._index.add(block)
+            return
+        enc = self._empty(self._index.d, self.nlist, self.bits)
+        enc.quantizer.add(self.centroids())
+        faiss.copy_array_to_vector(faiss.vector_to_array(self._index.sq.trained), enc.sq.trained)
+        enc.is_trained = True
+        for s0, block in row_blocks(X, start):
+            enc.add_with_ids(np.ascontiguousarray(block, dtype=np.float32),
+                             np.arange(s0, s0 + len(block), dtype=np.int64))
+        self._pending.append(IVFIndex(enc, self.n_trained).tail_arrays(start, len(X)))
 
     def centroids(self) -> np.ndarray:
         """The cells' centroids (float32 [nlist, d])."""
-        return self.index.quantizer.reconstruct_n(0, self.nlist)
+        return self._index.quantizer.reconstruct_n(0, self.nlist)
 
     def cell_rows(self) -> tuple[np.ndarray, np.ndarray]:
         """The rows of every cell: ``(offsets int64 [nlist + 1], rows int64 [ntotal])``, cell ``c``
@@ -356,6 +400,16 @@ class IVFIndex:
     def tail_arrays(self, start: int, stop: int) -> dict[str, np.ndarray]:
         """The entries of rows ``[start, stop)``: ``rows`` (int64, ascending), the cell of each
         (``lists`` int64) and its code (``codes`` uint8 [n, code_size]), as faiss holds them."""
+        if self._fill is not None and start >= self._n_stored:  # the rows added since the load, as kept
+            parts = [t for t in self._pending if len(t["rows"])]
+            rows = np.concatenate([t["rows"] for t in parts]) if parts else np.zeros(0, np.int64)
+            sel = np.flatnonzero((rows >= start) & (rows < stop))
+            cat = (lambda key, empty: np.concatenate([t[key] for t in parts])[sel] if parts else empty)
+            width = int(self._index.code_size)
+            out = {"rows": rows[sel], "lists": cat("lists", np.zeros(0, np.int64)),
+                   "codes": cat("codes", np.zeros((0, width), np.uint8))}
+            order = np.argsort(out["rows"], kind="stable")
+            return {k: v[order] for k, v in out.items()}
         invlists, width = self.index.invlists, int(self.index.code_size)
         rows, lists, codes = [], [], []
         for c in range(self.nlist):
@@ -391,15 +445,11 @@ class IVFIndex:
                                    f"[{n}, {width}] uint8")
         if start != self.ntotal:
             raise IndexFormatError(f"{name}: rows from {start}, the IVF index holds {self.ntotal}")
-        order = np.lexsort((rows, lists))
-        rows, lists, codes = rows[order] + start, lists[order], np.ascontiguousarray(codes[order])
-        bounds = np.flatnonzero(np.diff(lists)) + 1
-        for a, b in zip(np.r_[0, bounds], np.r_[bounds, n]):
-            if b > a:
-                ids = np.ascontiguousarray(rows[a:b])
-                part = np.ascontiguousarray(codes[a:b])
-                self.index.invlists.add_entries(int(lists[a]), int(b - a), faiss.swig_ptr(ids), faiss.swig_ptr(part))
-        self.index.ntotal = self.ntotal + n
+        entries = {"rows": rows + start, "lists": lists, "codes": codes}
+        if self._fill is not None:
+            self._pending.append(entries)
+        else:
+            self._add_entries(entries)
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The whole index as arrays: ``centroids`` [nlist, d], ``sq`` [2, d] (code minimum and
@@ -443,15 +493,17 @@ class IVFIndex:
         index.quantizer.add(np.ascontiguousarray(centroids, dtype=np.float32))
         faiss.copy_array_to_vector(np.ascontiguousarray(sq, dtype=np.float32).ravel(), index.sq.trained)
         index.is_trained = True
-        invlists = index.invlists
-        with RowReader(codes) as read:  # from the file: the mapped codes never become resident
-            for c in range(nlist):
-                a, b = int(offsets[c]), int(offsets[c + 1])
-                if b > a:
-                    cell_codes = read(a, b)  # held in a name: swig_ptr does not keep it alive
-                    invlists.add_entries(c, b - a, faiss.swig_ptr(ids[a:b]), faiss.swig_ptr(cell_codes))
-        index.ntotal = n_rows
-        return cls(index, n_trained)
+
+        def fill(index: faiss.IndexIVFScalarQuantizer) -> None:
+            invlists = index.invlists
+            with RowReader(codes) as read:  # from the file: the mapped codes never become resident
+                for c in range(nlist):
+                    a, b = int(offsets[c]), int(offsets[c + 1])
+                    if b > a:
+                        cell_codes = read(a, b)  # held in a name: swig_ptr does not keep it alive
+                        invlists.add_entries(c, b - a, faiss.swig_ptr(ids[a:b]), faiss.swig_ptr(cell_codes))
+
+        return cls(index, n_trained, fill, n_rows)
 
 
 class DenseIndex:

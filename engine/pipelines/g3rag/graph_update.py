@@ -42,7 +42,7 @@ BLAS) whatever device built the graph.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 import torch
@@ -51,6 +51,7 @@ from ....kernels.checks import check_positive_int
 from ....kernels.density import sample_columns
 from ....kernels.gain_knn import (as_embedding_tensor, check_gain_knn_inputs, select_topk, tile_candidates,
                                 weights_function)
+from ...components.dense import gather_rows, row_blocks
 from ...errors import InputError
 from ....kernels.csr import CSR, check_csr
 from .penalty import hub_penalty
@@ -76,12 +77,33 @@ def _row_blocks(start: int, n: int, block_entries: int) -> list[tuple[int, int]]
     return [(b0, min(b0 + rows, n)) for b0 in range(start, n, rows)]
 
 
-def _similarities(X: torch.Tensor, b0: int, b1: int, cols: torch.Tensor | None = None) -> torch.Tensor:
-    """``X[b0:b1] @ X[cols]ᵀ`` (all columns when ``cols`` is None) as ``[b1 − b0, ·]``, computed as
-    a product of at least :data:`MIN_GEMM_ROWS` rows (the block padded with the rows before it)."""
+#: rows of X per column block of a similarity product (X is read from its files block by block)
+COLUMN_BLOCK = 65_536
+
+
+def _check_rows(X: np.ndarray, op: str) -> int:
+    """The row count of the 2-D embeddings X (any row array: ndarray, memory-mapped, several segments'
+    :class:`~hopgraph.engine.storage.StackedRows`)."""
+    if len(getattr(X, "shape", ())) != 2:
+        raise InputError(f"{op}: X must be a 2-D [N, d] array, got shape {getattr(X, 'shape', None)}")
+    return int(X.shape[0])
+
+
+def _column_blocks(X: np.ndarray) -> Iterable[tuple[int, torch.Tensor]]:
+    """``(first row, rows as a float32 tensor)`` over X in blocks of :data:`COLUMN_BLOCK` rows, read
+    without faulting a memory-mapped X into the process (:func:`~hopgraph.engine.components.dense.row_blocks`)."""
+    for c0, block in row_blocks(X, 0, COLUMN_BLOCK):
+        yield c0, torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32))
+
+
+def _similarities(X: np.ndarray, b0: int, b1: int, columns: Iterable[tuple[int, torch.Tensor]]
+                  ) -> Iterator[tuple[int, torch.Tensor]]:
+    """``(c0, X[b0:b1] @ Cᵀ)`` for each column block ``(c0, C)``, ``[b1 − b0, len(C)]``, each computed as a
+    product of at least :data:`MIN_GEMM_ROWS` rows (the block padded with the rows before it)."""
     p0 = max(0, b1 - MIN_GEMM_ROWS) if b1 - b0 < MIN_GEMM_ROWS else b0
-    Y = X if cols is None else X[cols]
-    return (X[p0:b1] @ Y.T)[b0 - p0:]
+    A = as_embedding_tensor(np.ascontiguousarray(X[p0:b1], dtype=np.float32), "X", "extend_gain_graph")
+    for c0, C in columns:
+        yield c0, (A @ C.T)[b0 - p0:]
 
 
 def _blocks(blocks: list[tuple[int, int]], progress: bool, desc: str) -> Iterable[tuple[int, int]]:
@@ -104,8 +126,7 @@ def added_density(X: np.ndarray, start: int, mode: str = "exact", n_build: int |
     = the number of passages at that build, required), i.e. the estimate the build's own rows
     got. Existing rows are not recomputed (see the module docstring).
     """
-    Xt = as_embedding_tensor(X, "X", "added_density")
-    n = Xt.shape[0]
+    n = _check_rows(X, "added_density")
     start = _check_start(start, n, "added_density")
     block_entries = check_positive_int(block_entries, "block_entries", "added_density")
     if mode not in ("exact", "sampled"):
@@ -117,17 +138,24 @@ def added_density(X: np.ndarray, start: int, mode: str = "exact", n_build: int |
         n_build = check_positive_int(n_build, "n_build", "added_density")
         if n_build > start:
             raise InputError(f"added_density: n_build = {n_build} exceeds start = {start}")
-        cols = torch.from_numpy(sample_columns(n_build, n_samples, seed))
+        cols = sample_columns(n_build, n_samples, seed)
+        C = as_embedding_tensor(gather_rows(X, cols), "X", "added_density")
         for b0, b1 in _blocks(_row_blocks(start, n, block_entries), progress, "density (added rows)"):
-            R = _similarities(Xt, b0, b1, cols).clamp_(min=0.0)
+            (_, R), = _similarities(X, b0, b1, [(0, C)])
+            R = R.clamp_(min=0.0)
             out[b0 - start:b1 - start] = (R.sum(1, dtype=torch.float64) / len(cols)).numpy()
         return out
     if n < 2:
         return out
     for b0, b1 in _blocks(_row_blocks(start, n, block_entries), progress, "density (added rows)"):
-        R = _similarities(Xt, b0, b1).clamp_(min=0.0)
-        R[torch.arange(b1 - b0), torch.arange(b0, b1)] = 0.0  # j ≠ i
-        out[b0 - start:b1 - start] = (R.sum(1, dtype=torch.float64) / (n - 1)).numpy()
+        total = torch.zeros(b1 - b0, dtype=torch.float64)
+        for c0, R in _similarities(X, b0, b1, _column_blocks(X)):
+            R = R.clamp_(min=0.0)
+            lo = max(b0, c0)
+            own = torch.arange(lo, max(lo, min(b1, c0 + R.shape[1])))
+            R[own - b0, own - c0] = 0.0  # j ≠ i
+            total += R.sum(1, dtype=torch.float64)
+        out[b0 - start:b1 - start] = (total / (n - 1)).numpy()
     return out
 
 
@@ -215,11 +243,14 @@ def extend_gain_graph(graph: CSR, X: np.ndarray, start: int, penalty: np.ndarray
     docstring). Work: row blocks of the new rows against all of X, at most ``block_entries``
     entries per similarity tile.
     """
-    Xt, pen, k, sim_min, sim_max = check_gain_knn_inputs(X, k, sim_min, sim_max, penalty)
-    n = Xt.shape[0]
+    n = _check_rows(X, "extend_gain_graph")
+    _, pen, k, sim_min, sim_max = check_gain_knn_inputs(np.zeros((n, 1), np.float32), k, sim_min, sim_max, penalty)
     start = _check_start(start, n, "extend_gain_graph")
     block_entries = check_positive_int(block_entries, "block_entries", "extend_gain_graph")
-    old = check_csr(graph.indptr, graph.indices, graph.data, graph.n_cols, "extend_gain_graph: graph")
+    old = CSR(np.asarray(graph.indptr, np.int64), graph.indices, graph.data, int(graph.n_cols))
+    if len(old.indptr) < 1 or int(old.indptr[0]) != 0 or int(old.indptr[-1]) != len(old.indices) \
+            or len(old.data) != len(old.indices):
+        raise InputError("extend_gain_graph: graph's indptr, indices and data do not fit together")
     if old.n_rows != start or old.n_cols != start:
         raise InputError(f"extend_gain_graph: graph must have start = {start} rows and columns, "
                          f"got {old.n_rows} × {old.n_cols}")
@@ -243,19 +274,26 @@ def extend_gain_graph(graph: CSR, X: np.ndarray, start: int, penalty: np.ndarray
     weights = weights_function((n - start) * (n + start))  # new rows × all, old rows × new
     if k > 0:
         for b0, b1 in _blocks(_row_blocks(start, n, block_entries), progress, "gain-kNN (added rows)"):
-            S = _similarities(Xt, b0, b1)
-            W = weights(S, pen, sim_min, sim_max)
-            W[torch.arange(b1 - b0), torch.arange(b0, b1)] = -math.inf
-            vals, cols = tile_candidates(W, 0, k)
-            vals, cols = select_topk(vals, cols, k)
+            cand_vals, cand_cols = [], []
+            for c0, S in _similarities(X, b0, b1, _column_blocks(X)):
+                c1 = c0 + S.shape[1]
+                W = weights(S, pen[c0:c1], sim_min, sim_max)
+                lo = max(b0, c0)
+                own = torch.arange(lo, max(lo, min(b1, c1)))
+                W[own - b0, own - c0] = -math.inf
+                vals, cols = tile_candidates(W, c0, k)
+                cand_vals.append(vals)
+                cand_cols.append(cols)
+                if c0 >= start:
+                    continue
+                old_cols = min(c1, start) - c0  # [old rows of this block, b]: old row → new column
+                R = weights(S[:, :old_cols].T, pen[b0:b1], sim_min, sim_max)
+                r, c = (R > thr_t[c0:c0 + old_cols, None]).nonzero(as_tuple=True)
+                if len(r):
+                    pending.append(((r + c0).numpy(), (c + b0).numpy(), R[r, c].numpy()))
+                    n_pending += len(r)
+            vals, cols = select_topk(torch.cat(cand_vals, 1), torch.cat(cand_cols, 1), k)
             new_vals[b0 - start:b1 - start], new_cols[b0 - start:b1 - start] = vals.numpy(), cols.numpy()
-            if start == 0:
-                continue
-            R = weights(S[:, :start].T, pen[b0:b1], sim_min, sim_max)  # [start, b]: old row → new column
-            r, c = (R > thr_t[:, None]).nonzero(as_tuple=True)
-            if len(r):
-                pending.append((r.numpy(), (c + b0).numpy(), R[r, c].numpy()))
-                n_pending += len(r)
             if n_pending > MAX_PENDING and k < n_new:  # hold at most k candidates per row, and raise the thresholds
                 rows, rank, cs, ws = _merge_rows(None, *(np.concatenate(a) for a in zip(*pending)), k, block_entries)
                 pending, n_pending = [(rows, cs, ws)], len(rows)

@@ -287,3 +287,24 @@ def test_an_index_saved_with_the_ivf_loads_and_searches_the_same(tmp_path, demo_
         np.testing.assert_array_equal(ids, want[p][0])
         np.testing.assert_allclose(scores, want[p][1], atol=1e-6)
     assert loaded.components.dense.ivf_builds == []
+
+
+def test_a_stored_ivf_is_read_on_first_search_and_adds_before_it_keep_their_codes(data, low_threshold, tmp_path):
+    """A loaded IVF index reads its lists on first search only; rows added before (a writer that never
+    searches) are encoded on their own and stored as a segment's entries; the index then searches
+    exactly as one that added them after reading its lists."""
+    X, Q = data
+    X = X[:2500]  # grown by less than RETRAIN_GROWTH: the cells are kept
+    built = DenseIndex(X[:1500], "ann")
+    entry = built.save_ivf(tmp_path / "ivf")
+    loaded = DenseIndex.load(tmp_path / "ivf", entry, X[:1500], "ann")
+    assert loaded._ivf._fill is not None
+    loaded.add(X, 1500)
+    assert loaded._ivf._fill is not None and loaded._ivf.ntotal == len(X)   # nothing read yet
+    eager = DenseIndex.load(tmp_path / "ivf", entry, X[:1500], "ann")
+    eager._ivf.index
+    eager.add(X, 1500)
+    for key, value in eager._ivf.tail_arrays(1500, len(X)).items():
+        np.testing.assert_array_equal(loaded._ivf.tail_arrays(1500, len(X))[key], value)
+    for a, b in zip(loaded.topk(Q, 10), eager.topk(Q, 10)):
+        np.testing.assert_array_equal(a, b)

@@ -266,3 +266,22 @@ def test_extension_equals_build_when_pending_reverse_edges_are_reduced(monkeypat
     Xd = dyadic_data(seed=3)
     pend = np.random.default_rng(3).choice(np.array([0.0, 0.5, 1.0], np.float32), len(Xd))
     check_extension(Xd, pend, k, (0.0, 1.0), 10, block_entries=1)
+
+
+@pytest.mark.parametrize("column_block", [32, 100])
+def test_extension_read_in_column_blocks_equals_one_block(monkeypatch, column_block):
+    """X is read in column blocks (a large or segmented X is never held whole): the graph and the
+    added densities are the same, bit for bit, for blocks of at least MIN_GEMM_ROWS rows (smaller
+    products take another BLAS kernel, which may round the last bit otherwise)."""
+    from hopgraph.engine.pipelines.g3rag import graph_update
+
+    X = clustered_embeddings(300, 16, 6, seed=21)
+    pen = np.random.default_rng(2).uniform(0.5, 1.0, 300).astype(np.float32)
+    old = gain_knn(X[:230], 6, (0.2, 0.95), pen[:230])
+    want = extend_gain_graph(old, X, 230, pen, 6, 0.2, 0.95)
+    want_d = added_density(X, 230, "exact")
+    monkeypatch.setattr(graph_update, "COLUMN_BLOCK", column_block)
+    got = extend_gain_graph(old, X, 230, pen, 6, 0.2, 0.95)
+    for a, b in zip(got[:3], want[:3]):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(added_density(X, 230, "exact"), want_d, rtol=1e-6)
