@@ -1,7 +1,8 @@
-"""Live-index benchmark (issue 13): the cost of ``Index.add`` against a rebuild, the search
-overhead of filters, and what an incremental add changes before ``Index.compact()``.
+"""Live-index benchmark: the cost of ``Index.add`` against a rebuild, the search overhead of
+filters, what an incremental add changes before ``Index.compact()``, and the writes of a segmented
+index at scale.
 
-Two parts, each printing a table with the load average:
+Three parts, each printing a table with the load average:
 
 * ``cost`` (generated data, ``bench_scale.generate``: N clustered d = 384 embeddings and
   passages naming entities): per pipeline, the rebuild — ``Index.build`` of the whole corpus
@@ -14,14 +15,25 @@ Two parts, each printing a table with the load average:
   1 % and 50 % of the corpus, and the top-10 overlap of add-without-compact with the rebuild.
 * ``recall`` (real data: ``$DATA/musique``, ``$DATA/hotpotqa``; the cached MiniLM index of
   ``hopgraph eval``): Recall@5 ± standard error of a full build, of a build of a random 80 %
-  plus ``add`` of the other 20 % (before ``compact()``), and after ``compact()``. Every text is
-  embedded by MiniLM at most once (:class:`MemoEmbedder`: what the cached index holds is looked
-  up), so the three builds see identical vectors.
+  saved, then the other 20 % added in ``--segments`` commits (one segment each) and the index
+  loaded back from its segments (before ``compact()``), and after ``compact()``; and whether the
+  segmented index's top-5 are the full build's (every question, ids). Every text is embedded by
+  MiniLM at most once (:class:`MemoEmbedder`: what the cached index holds is looked up), so the
+  builds see identical vectors.
+* ``segments`` (a saved index, e.g. ``bench_scale.py --sizes 1000000 --stages g3rag``'s, with its
+  generated data): each write in a fresh process (``Index.load`` not timed), as the issue's targets
+  name them — add 1 passage and commit (``Index.add`` + ``save``; then it is found), add 1,000,
+  delete 1; the bytes each writes (new files; and the process's ``write_bytes``) against the data
+  added; the writer's peak RSS; then 100 single adds committed one by one (the disk before and
+  after, no merge), the query throughput of every pipeline over those 101 segments against the
+  index with them merged into one segment (``merge(max_segments=2)``), and the disk after the
+  merge. The added passages are generated like the index's and come with their embeddings.
 
 Usage::
 
     .venv/bin/python bench/bench_live.py cost --n 100000 [--pipelines dense,bm25,...] [--json out.json]
-    .venv/bin/python bench/bench_live.py recall --data ${DATA:-../shared/data}
+    .venv/bin/python bench/bench_live.py recall --data ${DATA:-../shared/data} [--segments 20]
+    .venv/bin/python bench/bench_live.py segments --index DIR/index --data DIR [--copy]
 """
 from __future__ import annotations
 
@@ -174,7 +186,7 @@ def embedding_table(index) -> dict[str, np.ndarray]:
     return table
 
 
-def run_recall(data_dirs: list[Path], pipelines: list[str], share: float, seed: int) -> dict:
+def run_recall(data_dirs: list[Path], pipelines: list[str], share: float, seed: int, segments: int = 20) -> dict:
     from hopgraph import Index
     from hopgraph.evaluate import cached_index, default_cache_dir
     from hopgraph.engine.evaluation import load_questions, mean_and_stderr, recall_at_k
@@ -196,36 +208,233 @@ def run_recall(data_dirs: list[Path], pipelines: list[str], share: float, seed: 
         full = Index.build(recs, embedder=emb, embeddings=X, pipelines=pipelines, progress=False)
         grown = Index.build([recs[i] for i in early_rows], embedder=emb, embeddings=X[early_rows],
                             pipelines=pipelines, progress=False)
-        grown.add([recs[i] for i in late_rows], embeddings=X[late_rows])
+        path = Path(tempfile.mkdtemp(prefix="bench-live-recall-")) / "index"
+        grown.save(path)
+        for part in np.array_split(late_rows, segments):
+            grown.add([recs[i] for i in part], embeddings=X[part])
+            grown.save()
+        grown = Index.load(path, embedder=emb, progress=False)
+        n_segments = len(grown.manifest["segments"])
         res = {}
+        gold = [[corpus.position(g) for g in q.gold_ids] for q in questions]
         for p in pipelines:
-            gold = [[corpus.position(g) for g in q.gold_ids] for q in questions]
-            r_full = recall_at_k(full.search_arrays(texts, pipeline=p, k=5, query_embeddings=Q)[0], gold, 5)
+            want = full.search_arrays(texts, pipeline=p, k=5, query_embeddings=Q)[0]
+            r_full = recall_at_k(want, gold, 5)
             ids = grown.search_arrays(texts, pipeline=p, k=5, query_embeddings=Q)[0]
-            r_add = recall_at_k(np.where(ids >= 0, order[np.maximum(ids, 0)], -1), gold, 5)
+            ids = np.where(ids >= 0, order[np.maximum(ids, 0)], -1)
+            r_add = recall_at_k(ids, gold, 5)
             res[p] = {"full": mean_and_stderr(r_full), "add": mean_and_stderr(r_add),
-                      "paired_diff": mean_and_stderr(r_add - r_full)}
+                      "paired_diff": mean_and_stderr(r_add - r_full), "same_top5": float((ids == want).all(1).mean()),
+                      "segments": n_segments}
         grown.compact()
+        grown.save()
+        grown = Index.load(path, embedder=emb, progress=False)
         for p in pipelines:
+            want = full.search_arrays(texts, pipeline=p, k=5, query_embeddings=Q)[0]
             ids = grown.search_arrays(texts, pipeline=p, k=5, query_embeddings=Q)[0]
-            gold = [[corpus.position(g) for g in q.gold_ids] for q in questions]
-            r = recall_at_k(np.where(ids >= 0, order[np.maximum(ids, 0)], -1), gold, 5)
-            res[p]["compact"] = mean_and_stderr(r)
+            ids = np.where(ids >= 0, order[np.maximum(ids, 0)], -1)
+            res[p]["compact"] = mean_and_stderr(recall_at_k(ids, gold, 5))
         out[data.name] = res
     return out
 
 
 def print_recall(res: dict, share: float) -> None:
-    head = ["dataset", "pipeline", "full build", f"{1 - share:.0%} + add {share:.0%}", "add - full (paired)",
-            "after compact()"]
+    head = ["dataset", "pipeline", "full build", f"{1 - share:.0%} + {share:.0%} in segments", "segmented - full",
+            "same top-5", "after compact()"]
     rows = []
+    segments = 0
     for name, per in res.items():
         for p, r in per.items():
             f = lambda m: f"{m[0]:.3f} ± {m[1]:.3f}"  # noqa: E731
+            segments = r["segments"]
             rows.append([name, p, f(r["full"]), f(r["add"]), f"{r['paired_diff'][0]:+.3f} ± {r['paired_diff'][1]:.3f}",
-                         f(r["compact"])])
-    print(f"\nRecall@5 before and after compact() (MiniLM; {load_average()})")
+                         f"{r['same_top5']:.2f}", f(r["compact"])])
+    print(f"\nRecall@5 of a full build, of {1 - share:.0%} built + {share:.0%} added in {segments - 1} segments "
+          f"(loaded back), and after compact() (MiniLM; {load_average()})")
     print(table(head, rows))
+
+
+# ---------------------------------------------------------------------- segments at scale
+WRITER = r"""
+import json, os, resource, sys, time
+import numpy as np
+from hopgraph import Index
+
+op = json.loads(sys.argv[1])
+def io_written():
+    for line in open("/proc/self/io"):
+        if line.startswith("write_bytes:"):
+            return int(line.split()[1])
+    return 0
+
+def files(path):
+    return {p: p.stat().st_size for p in __import__("pathlib").Path(path).rglob("*") if p.is_file()}
+
+t0 = time.perf_counter()
+index = Index.load(op["index"], progress=False, verify="fast")
+load_s = time.perf_counter() - t0
+out = {"load_s": load_s, "times": []}
+recs = [json.loads(line) for line in open(op["records"])] if op.get("records") else []
+X = np.load(op["embeddings"]) if op.get("embeddings") else None
+before = files(op["index"])
+io0 = io_written()
+for step in range(op.get("repeat", 1)):
+    t0 = time.perf_counter()
+    if op["kind"] == "add":
+        a, b = step * op["n"], (step + 1) * op["n"]
+        index.add(recs[a:b], embeddings=X[a:b])
+    else:
+        index.delete(op["ids"])
+    index.save()
+    out["times"].append(time.perf_counter() - t0)
+out["io_write_bytes"] = io_written() - io0
+after = files(op["index"])
+commit = max(p for p in after if p.name.startswith("commit-") and p.suffix == ".json")
+out["new_bytes"] = sum(v for p, v in after.items() if p not in before)
+out["commit_bytes"] = after[commit]
+out["segments"] = len(index.manifest["segments"])
+if op["kind"] == "add":
+    t0 = time.perf_counter()
+    last = recs[op["repeat"] * op["n"] - 1]
+    ids, _ = index.search_arrays([last["text"]], pipeline="dense", k=1, query_embeddings=X[op["repeat"] * op["n"] - 1][None])
+    out["search_s"] = time.perf_counter() - t0
+    out["found"] = index.corpus.ids[int(ids[0, 0])] == last["id"]
+else:
+    out["found"] = all(index.components.deleted[index.corpus.position(i)] for i in op["ids"])
+out["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
+print(json.dumps(out))
+"""
+
+QPS = r"""
+import json, sys, time
+import numpy as np
+from hopgraph import Index
+op = json.loads(sys.argv[1])
+index = Index.load(op["index"], progress=False, verify="fast")
+Q = np.load(op["Q"])
+questions = json.loads(open(op["questions"]).read())
+out = {"segments": len(index.manifest["segments"])}
+for p in op["pipelines"]:
+    index.search_arrays(questions[:8], pipeline=p, k=10, query_embeddings=Q[:8])
+    best = 1e9
+    for _ in range(2):
+        t0 = time.perf_counter()
+        index.search_arrays(questions, pipeline=p, k=10, query_embeddings=Q)
+        best = min(best, time.perf_counter() - t0)
+    out[p] = len(questions) / best
+print(json.dumps(out))
+"""
+
+
+def _disk(path: Path) -> tuple[int, int]:
+    """(bytes of the files, bytes allocated on disk) under ``path``."""
+    files = [p.stat() for p in path.rglob("*") if p.is_file()]
+    return sum(st.st_size for st in files), sum(st.st_blocks * 512 for st in files)
+
+
+def _run(script: str, op: dict) -> dict:
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-c", script, json.dumps(op)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-3000:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _new_passages(data: Path, n: int, seed: int, work: Path) -> tuple[Path, Path, int]:
+    """``n`` passages generated like the index's (``bench_scale``), with their embeddings: the files
+    and the bytes of the data they are (JSON records + float32 rows)."""
+    import bench_scale
+
+    gen = work / f"new-{n}-{seed}"
+    bench_scale.generate(max(n, bench_scale.N_QUERIES + 1), gen, seed=seed)
+    recs = [json.loads(line) for line in open(gen / "corpus.jsonl", encoding="utf-8")][:n]
+    for r in recs:
+        r["id"] = f"new{seed}-{r['id']}"
+    X = np.load(gen / "X.npy")[:n]
+    rec_path, x_path = work / f"new-{n}-{seed}.jsonl", work / f"new-{n}-{seed}.npy"
+    rec_path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    np.save(x_path, X)
+    return rec_path, x_path, sum(len(json.dumps(r)) for r in recs) + X.nbytes
+
+
+def run_segments(index: Path, data: Path, work: Path, pipelines: list[str], singles: int = 100) -> dict:
+    res: dict = {"n": None, "ops": {}, "load_avg": []}
+    work.mkdir(parents=True, exist_ok=True)
+    from hopgraph.engine import storage
+
+    res["n"] = storage.read_manifest(index)["corpus"]["n_passages"]
+    qps_op = {"index": str(index), "Q": str(data / "Q.npy"), "questions": str(data / "questions.json"),
+              "pipelines": pipelines}
+    res["qps_built"] = _run(QPS, qps_op)
+    res["disk_built"] = _disk(index)
+    for name, n, kind in (("add 1 passage", 1, "add"), ("add 1,000 passages", 1000, "add"),
+                          ("delete 1 passage", 1, "delete")):
+        op = {"index": str(index), "kind": kind, "n": n, "repeat": 1}
+        data_bytes = 0
+        if kind == "add":
+            rec, x, data_bytes = _new_passages(data, n, seed=len(res["ops"]) + 1, work=work)
+            op.update(records=str(rec), embeddings=str(x))
+        else:
+            op["ids"] = ["p17"]
+        r = _run(WRITER, op)
+        r["data_bytes"] = data_bytes
+        res["ops"][name] = r
+        res["load_avg"].append(os.getloadavg())
+        print(f"[bench_live] {name}: {r['times'][0]:.3f} s, {r['new_bytes']} bytes new, peak RSS "
+              f"{r['peak_rss_gb']:.2f} GB, found {r['found']}", flush=True)
+    before = _disk(index)
+    rec, x, data_bytes = _new_passages(data, singles, seed=99, work=work)
+    r = _run(WRITER, {"index": str(index), "kind": "add", "n": 1, "repeat": singles, "records": str(rec),
+                      "embeddings": str(x)})
+    r["data_bytes"] = data_bytes
+    res["singles"] = {**r, "disk_before": before, "disk_after": _disk(index)}
+    res["qps_segments"] = _run(QPS, qps_op)
+    t0 = time.perf_counter()
+    from hopgraph import Index
+
+    merged = Index.load(index, progress=False, verify="fast")
+    report = merged.merge(max_segments=2)
+    merged.close()
+    res["merge"] = {"seconds": time.perf_counter() - t0, "segments": [report.segments_before, report.segments_after],
+                    "disk_after": _disk(index)}
+    res["qps_merged"] = _run(QPS, qps_op)
+    res["load_avg"].append(os.getloadavg())
+    return res
+
+
+def print_segments(res: dict) -> None:
+    n = res["n"]
+    ops = res["ops"]
+    rows = []
+    for name, target in (("add 1 passage", "≤ 1 s"), ("add 1,000 passages", "≤ 5 s"), ("delete 1 passage", "≤ 0.5 s")):
+        r = ops[name]
+        rows.append([f"{name}, committed (Index.{'add' if 'add' in name else 'delete'} + save)", target,
+                     f"{r['times'][0]:.3f} s" + (f" (then found by a search in {r['search_s'] * 1000:.0f} ms)"
+                                                 if "search_s" in r else "")])
+    for name in ("add 1 passage", "add 1,000 passages"):
+        r = ops[name]
+        rows.append([f"bytes written by an {name.split(' ', 1)[1]} add", "≤ 10 × added data + commit file",
+                     f"{r['new_bytes'] - r['commit_bytes']:,} B + commit {r['commit_bytes']:,} B "
+                     f"= {(r['new_bytes'] - r['commit_bytes']) / max(r['data_bytes'], 1):.1f} × the {r['data_bytes']:,} B "
+                     f"added (write_bytes {r['io_write_bytes']:,})"])
+    rows.append(["writer's peak RSS, 1-passage add (load + add + commit)", "≤ 1.5 GB",
+                 f"{ops['add 1 passage']['peak_rss_gb']:.2f} GB"])
+    s = res["singles"]
+    rows.append([f"disk after {len(s['times'])} single adds, before any merge", "≤ 1.1 × the index",
+                 f"{s['disk_after'][1] / s['disk_before'][1]:.4f} × ({s['disk_before'][1] / 1e9:.2f} → "
+                 f"{s['disk_after'][1] / 1e9:.2f} GB allocated); median add + commit {np.median(s['times']):.3f} s"])
+    qs, qm = res["qps_segments"], res["qps_merged"]
+    for p in [k for k in qs if k != "segments"]:
+        rows.append([f"q/s, {p}: {qs['segments']} segments vs merged ({qm['segments']})", "≥ 0.8 ×",
+                     f"{qs[p]:.0f} vs {qm[p]:.0f} = {qs[p] / qm[p]:.2f} × (as built: {res['qps_built'][p]:.0f})"])
+    m = res["merge"]
+    rows.append(["merge of the small segments (merge(max_segments=2))", "",
+                 f"{m['seconds']:.1f} s, {m['segments'][0]} → {m['segments'][1]} segments, disk "
+                 f"{m['disk_after'][1] / 1e9:.2f} GB"])
+    print(f"\nsegmented writes on the {n:,}-passage index (fresh process per write, load not timed; "
+          f"load averages {', '.join(' '.join(f'{x:.2f}' for x in la) for la in res['load_avg'])})")
+    print(table(["operation", "target", "measured"], rows))
 
 
 def main() -> int:
@@ -243,7 +452,16 @@ def main() -> int:
     r.add_argument("--pipelines", default=",".join(ALL))
     r.add_argument("--share", type=float, default=0.2, help="share of the corpus added after the build")
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--segments", type=int, default=20, help="commits the added share is split into")
     r.add_argument("--json")
+    g = sub.add_parser("segments")
+    g.add_argument("--index", required=True, help="a saved index (it is written to; see --copy)")
+    g.add_argument("--data", required=True, help="its bench_scale data folder (Q.npy, questions.json)")
+    g.add_argument("--copy", action="store_true", help="work on a copy of the index")
+    g.add_argument("--pipelines", default="dense,bm25,hybrid,g3rag")
+    g.add_argument("--singles", type=int, default=100)
+    g.add_argument("--work", default=None)
+    g.add_argument("--json")
     args = ap.parse_args()
     pipelines = [p for p in args.pipelines.split(",") if p]
     if args.part == "cost":
@@ -251,8 +469,19 @@ def main() -> int:
         work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="bench-live-"))
         res = run_cost(args.n, pipelines, fractions, work)
         print_cost(res, fractions)
+    elif args.part == "segments":
+        work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="bench-live-segments-"))
+        index = Path(args.index)
+        if args.copy:
+            import shutil
+
+            shutil.copytree(index, work / "index")
+            index = work / "index"
+        res = run_segments(index, Path(args.data), work, pipelines, args.singles)
+        print_segments(res)
     else:
-        res = run_recall([Path(args.data) / d for d in args.datasets.split(",")], pipelines, args.share, args.seed)
+        res = run_recall([Path(args.data) / d for d in args.datasets.split(",")], pipelines, args.share, args.seed,
+                         args.segments)
         print_recall(res, args.share)
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2, default=str))

@@ -29,7 +29,7 @@ from ..errors import IndexFormatError
 from ..params import FitParams, choice, real
 from ..ranking import PAD_ID, PAD_SCORE
 from ..storage import HashTable, check_ids, check_indptr, check_packed, load_arrays, pack_strings, save_arrays
-from .corpus import PackedStrings
+from .corpus import SMALL_PART, PackedStrings
 from .tokenizer import STOPWORDS, tokenize, tokenize_ids
 
 
@@ -54,7 +54,9 @@ class Postings:
     its vocabulary through a hash table (:class:`~hopgraph.engine.storage.HashTable`), an in-memory
     one through a dict."""
 
-    ARRAYS = ("indptr", "docs", "tf", "doc_len", "vocab_data", "vocab_offsets", "vocab_hashes", "vocab_positions")
+    ARRAYS = ("indptr", "docs", "tf", "doc_len", "vocab_data", "vocab_offsets")
+    #: the vocabulary's hash table, stored from :data:`~.corpus.SMALL_PART` tokens up
+    TABLE = ("vocab_hashes", "vocab_positions")
 
     def __init__(self, vocab: Sequence[str], indptr: np.ndarray, docs: np.ndarray, tf: np.ndarray,
                  doc_len: np.ndarray, table: HashTable | None = None) -> None:
@@ -151,10 +153,12 @@ class Postings:
     # ------------------------------------------------------------------ persistence
     def arrays(self) -> dict[str, np.ndarray]:
         vocab_data, vocab_offsets = pack_strings(list(self.vocab))
-        table = self.table if self.table is not None else HashTable.build(list(self.vocab))
-        return {"indptr": np.asarray(self.indptr, np.int64), "docs": self.docs, "tf": self.tf,
-                "doc_len": self.doc_len, "vocab_data": vocab_data, "vocab_offsets": vocab_offsets,
-                **table.arrays("vocab_")}
+        out = {"indptr": np.asarray(self.indptr, np.int64), "docs": self.docs, "tf": self.tf,
+               "doc_len": self.doc_len, "vocab_data": vocab_data, "vocab_offsets": vocab_offsets}
+        if len(self.vocab) >= SMALL_PART:
+            table = self.table if self.table is not None else HashTable.build(list(self.vocab))
+            out.update(table.arrays("vocab_"))
+        return out
 
     def save(self, directory: Path) -> dict[str, Any]:
         save_arrays(directory, self.arrays())
@@ -166,11 +170,11 @@ class Postings:
         table, offsets, passage ids in range and ascending per token, counts ≥ 1, lengths ≥ 0 and
         equal to the counts' sums (IndexFormatError naming the file)."""
         where = f"BM25 postings {directory}"
-        a = load_arrays(directory, cls.ARRAYS)
+        a = load_arrays(directory, cls.ARRAYS + (cls.TABLE if (directory / "vocab_hashes.npy").is_file() else ()))
         check_packed(a["vocab_data"], a["vocab_offsets"], f"{where} vocab")
         vocab = PackedStrings(a["vocab_data"], a["vocab_offsets"])
         V = len(vocab)
-        table = HashTable.from_arrays(a, "vocab_", V, where)
+        table = HashTable.from_arrays(a, "vocab_", V, where) if "vocab_hashes" in a else None
         docs = check_ids(a["docs"], max(n_docs, 1), f"{where} docs.npy")
         indptr = check_indptr(a["indptr"], V, len(docs), f"{where} indptr.npy")
         tf = np.asarray(a["tf"])

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 #: file-name prefix of the passage ids' hash table in a saved corpus
 ID_TABLE = "id_"
+#: a saved corpus (or other string list) of fewer strings than this has no hash table of them
+SMALL_PART = 4096
 
 
 class PackedStrings(Sequence[str]):
@@ -263,15 +265,17 @@ class Corpus:
     FIELDS = ("ids", "titles", "texts", "metadata")
 
     def save(self, directory: Path) -> dict[str, Any]:
-        """Write the four fields as packed strings (``FIELD_data.npy``, ``FIELD_offsets.npy``) and the
-        ids' hash table (``id_hashes.npy``, ``id_positions.npy``); returns the manifest entry (passage
+        """Write the four fields as packed strings (``FIELD_data.npy``, ``FIELD_offsets.npy``) and, from
+        :data:`SMALL_PART` passages up, the ids' hash table (``id_hashes.npy``, ``id_positions.npy``;
+        fewer are looked up in a dict made when first needed); returns the manifest entry (passage
         count and checksum)."""
         from ..storage import HashTable, pack_strings, save_arrays
 
         arrays = {}
         for name in self.FIELDS:
             arrays[f"{name}_data"], arrays[f"{name}_offsets"] = pack_strings(list(getattr(self, name)))
-        arrays.update(HashTable.build(list(self.ids)).arrays(ID_TABLE))
+        if len(self) >= SMALL_PART:
+            arrays.update(HashTable.build(list(self.ids)).arrays(ID_TABLE))
         save_arrays(directory, arrays)
         return {"n_passages": len(self), "checksum": self.checksum}
 

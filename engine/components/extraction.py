@@ -336,6 +336,10 @@ class Extraction:
         if len(self.topic_text) != T or len(self.node_name) != V or len(self.node_text) != V \
                 or len(self.mention_topic) != len(self.mention_node):
             raise InputError("extraction arrays have inconsistent lengths")
+        if V > 1:  # one state per (chunk, name), sorted by both
+            key = np.asarray(self.node_chunk, np.int64) * max(len(self.names), 1) + np.asarray(self.node_name, np.int64)
+            if (np.diff(key) <= 0).any():
+                raise InputError("extraction nodes must be distinct and sorted by chunk, then name")
         return self
 
 

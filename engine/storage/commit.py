@@ -453,7 +453,7 @@ class CommitWriter:
                     "checksums": {rel.as_posix(): {"size": (seg.dir / rel).stat().st_size,
                                                    "digest": file_digest(seg.dir / rel)}
                                   for rel in data_files(seg.dir)}}
-        write_json(seg.dir / SEGMENT_MANIFEST, manifest)
+        write_json(seg.dir / SEGMENT_MANIFEST, manifest, compact=True)
         fsync_tree(seg.dir)
         final = self.path / seg.name
         os.rename(seg.dir, final)
@@ -484,7 +484,7 @@ class CommitWriter:
                     "created": time.time(), **manifest, "checksum_algorithm": HASH}
         lease = _lease_file(cfile)
         lease.touch()
-        write_file_durably(cfile, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+        write_file_durably(cfile, (json.dumps(manifest, sort_keys=True, separators=(",", ":")) + "\n").encode())
         current = {"format": FORMAT_NAME, "commit": name,
                    "manifest": {"size": cfile.stat().st_size, "digest": file_digest(cfile), "algorithm": HASH}}
         write_file_durably(self.path / CURRENT, (json.dumps(current, indent=2, sort_keys=True) + "\n").encode())

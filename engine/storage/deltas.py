@@ -123,6 +123,14 @@ def apply_csr_deltas(base: tuple[np.ndarray, np.ndarray, np.ndarray], deltas: Se
 TOPK_DELTA_FILES = ("ins_rows", "ins_keep", "ins_indptr", "ins_indices", "ins_data", *CSR_DELTA_FILES)
 
 
+def empty_topk_delta() -> dict[str, np.ndarray]:
+    """A :func:`topk_delta` with no rewritten row (what a segment that stores none of them means)."""
+    z, one = np.zeros(0, np.int64), np.zeros(1, np.int64)
+    return {"ins_rows": z, "ins_keep": z, "ins_indptr": one, "ins_indices": np.zeros(0, np.int32),
+            "ins_data": np.zeros(0, np.float32), "over_rows": z, "over_indptr": one,
+            "over_indices": np.zeros(0, np.int32), "over_data": np.zeros(0, np.float32)}
+
+
 def _merged_order(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> np.ndarray:
     """The order of entries within each row: weight descending, ties toward the lower column."""
     return np.lexsort((cols, -vals.astype(np.float64), rows))

@@ -48,7 +48,11 @@ def write_file_durably(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
-def write_json(path: Path, obj: Any) -> None:
+def write_json(path: Path, obj: Any, compact: bool = False) -> None:
+    """Write ``obj`` as JSON (keys sorted; indented, or ``compact``: one line without spaces)."""
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
+        if compact:
+            json.dump(obj, f, sort_keys=True, separators=(",", ":"))
+        else:
+            json.dump(obj, f, indent=2, sort_keys=True)
         f.write("\n")

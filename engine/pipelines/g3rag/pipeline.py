@@ -54,7 +54,7 @@ from ...params import FitParams, choice, flag, integer, real
 from ...ranking import PAD_ID, PAD_SCORE, topk_entries
 from ...sparse import allowed_at, join
 from ...storage import check_finite, load_array, load_arrays, save_arrays
-from ...storage.deltas import TOPK_DELTA_FILES, apply_topk_deltas, topk_delta
+from ...storage.deltas import TOPK_DELTA_FILES, apply_topk_deltas, empty_topk_delta, topk_delta
 from ...timing import StageTimer
 from ..base import Pipeline
 from ..hybrid import hybrid_ranking
@@ -242,16 +242,17 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         return self.graph_, self.penalty_
 
     def _save_delta(self, directory: Path, since: tuple[CSR, np.ndarray | None], start: int, stop: int) -> str | None:
-        """W's rows rewritten by reverse edges (as the edges they gained, :func:`~hopgraph.engine.storage.deltas.topk_delta`)
-        and its new rows,
+        """W's rows rewritten by reverse edges (as the edges they gained, :func:`~hopgraph.engine.storage.deltas.topk_delta`;
+        the arrays of an empty part left out) and its new rows,
         the new rows' penalties and the build range; None (stored whole) when the penalty was
         not kept."""
         graph, penalty = since
         if penalty is None or self.penalty_ is None or len(penalty) != start or graph.n_rows != start:
             return None
         arrays = topk_delta(graph, self.graph_, start, stop)
-        arrays.update(penalty_tail=np.asarray(self.penalty_[start:stop], np.float32),
-                      density_build=self.density_build_.array())
+        empty = tuple(f"{part}_" for part in ("over", "ins") if not len(arrays[f"{part}_rows"]))
+        arrays = {k: v for k, v in arrays.items() if not (empty and k.startswith(empty))}
+        arrays.update(penalty_tail=np.asarray(self.penalty_[start:stop], np.float32))
         save_arrays(directory, arrays)
         return "delta"
 
@@ -261,10 +262,10 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         base = (self.graph_.indptr, self.graph_.indices, self.graph_.data)
         deltas, penalties = [], [np.asarray(self.penalty_, np.float32)]
         for d, n in parts:
-            a = load_arrays(d, [*TOPK_DELTA_FILES, "penalty_tail", "density_build"])
+            a = load_arrays(d, [f for f in (*TOPK_DELTA_FILES, "penalty_tail") if (d / f"{f}.npy").is_file()])
+            a = {**empty_topk_delta(), **a}
             deltas.append(a)
             penalties.append(check_finite(a["penalty_tail"], f"{d} penalty_tail", (None,)))
-            self.density_build_ = DensityBuild.from_array(np.asarray(a["density_build"]), f"{d} density_build", n)
         n = parts[-1][1]
         indptr, indices, data = apply_topk_deltas(base, deltas, n, str(parts[-1][0]))
         self.graph_ = check_csr(indptr, indices, data, n, f"{parts[-1][0]} graph")

@@ -39,7 +39,9 @@ FREE_VALUES = ("embeddings.npy", "text_emb.npy", "subgraph_emb.npy", "/gnn.", "/
                # a segment's BM25 postings: a term frequency, a token's bytes, are data
                "bm25-0/tf.npy", "bm25-0/vocab_data.npy", "bm25-0/vocab_hashes.npy",
                # which text a topic / entity state points to: any id in range is a valid structure
-               "edge_text.npy", "node_text.npy")
+               "edge_text.npy", "node_text.npy",
+               # which name a segment's state has: an id in range keeping the states' order is valid
+               "node_name_stable.npy")
 
 
 def test_sigkill_during_index_leaves_old_or_new_index(tmp_path):
