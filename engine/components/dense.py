@@ -292,6 +292,8 @@ class IVFIndex:
         #: rows added are kept as entries (what a writer that never searches needs: their codes)
         self._fill, self._n_stored = fill, int(n_stored)
         self._pending: list[dict[str, np.ndarray]] = []
+        #: the stored cell offsets and ids (read by :meth:`cell_members` before the lists are filled)
+        self._stored_lists: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def index(self) -> faiss.IndexIVFScalarQuantizer:
@@ -370,6 +372,25 @@ class IVFIndex:
     def centroids(self) -> np.ndarray:
         """The cells' centroids (float32 [nlist, d])."""
         return self._index.quantizer.reconstruct_n(0, self.nlist)
+
+    def cell_members(self, cells: np.ndarray) -> np.ndarray:
+        """The rows of the given cells (int64, sorted), read from the stored lists (a few of their
+        entries: nothing else of the index is read) and the rows added since."""
+        cells = np.unique(np.asarray(cells, np.int64))
+        if self._fill is None:
+            invlists = self._index.invlists
+            parts = [np.array(faiss.rev_swig_ptr(invlists.get_ids(int(c)), invlists.list_size(int(c))), np.int64)
+                     for c in cells.tolist() if invlists.list_size(int(c))]
+        else:
+            offsets, ids = self._stored_lists
+            parts = [np.asarray(ids[int(offsets[c]):int(offsets[c + 1])], np.int64) for c in cells.tolist()]
+            parts += [t["rows"][np.isin(t["lists"], cells)] for t in self._pending]
+        return np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+
+    def assign(self, X: np.ndarray) -> np.ndarray:
+        """The cell of each row of X (its nearest centroid, as an add files it; int64)."""
+        _, cells = self._index.quantizer.search(np.ascontiguousarray(X, dtype=np.float32), 1)
+        return cells[:, 0].astype(np.int64)
 
     def cell_rows(self) -> tuple[np.ndarray, np.ndarray]:
         """The rows of every cell: ``(offsets int64 [nlist + 1], rows int64 [ntotal])``, cell ``c``
@@ -503,7 +524,9 @@ class IVFIndex:
                         cell_codes = read(a, b)  # held in a name: swig_ptr does not keep it alive
                         invlists.add_entries(c, b - a, faiss.swig_ptr(ids[a:b]), faiss.swig_ptr(cell_codes))
 
-        return cls(index, n_trained, fill, n_rows)
+        out = cls(index, n_trained, fill, n_rows)
+        out._stored_lists = (np.asarray(offsets, np.int64), ids)
+        return out
 
 
 class DenseIndex:

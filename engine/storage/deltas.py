@@ -4,7 +4,7 @@ comparing the graph with the one of the previous commit; :func:`apply_csr_deltas
 from the previous one and the segments' deltas, in order."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -142,7 +142,9 @@ def topk_delta(old: tuple[np.ndarray, np.ndarray, np.ndarray], new: tuple[np.nda
     lower column) that an append only extends by entries of new columns (``>= start``), dropping
     the weakest: a rewritten row is stored as how many of its previous entries it keeps and the
     entries it gained (``ins_*``); a row that is not such an extension is stored whole (``over_*``)."""
-    changed = changed_rows(old, new, start)
+    changed = overlay_changed_rows(old, new, start)
+    if changed is None:
+        changed = changed_rows(old, new, start)
     o_ptr = np.asarray(old[0], np.int64)
     c_ptr, c_ind, c_dat = _rows(new[0], new[1], new[2], changed)
     c_ind, c_dat = np.asarray(c_ind), np.asarray(c_dat)
@@ -183,15 +185,14 @@ def topk_delta(old: tuple[np.ndarray, np.ndarray, np.ndarray], new: tuple[np.nda
             "tail_indptr": t_ptr, "tail_indices": t_ind, "tail_data": t_dat}
 
 
-def apply_topk_deltas(base: tuple[np.ndarray, np.ndarray, np.ndarray], deltas: Sequence[dict[str, np.ndarray]],
-                      n_cols: int, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``base`` with each :func:`topk_delta` applied in order (checked as :func:`apply_csr_deltas`; an
-    inserted row's kept count must not exceed its previous length)."""
-    graph = tuple(np.asarray(a) for a in base[:3])
+def apply_topk_deltas(base: Any, deltas: Sequence[dict[str, np.ndarray]], n_cols: int, where: str) -> "OverlayCSR":
+    """``base`` (a CSR, e.g. memory-mapped) with each :func:`topk_delta` applied in order, as an
+    :class:`OverlayCSR` over it (nothing of it copied). The deltas' arrays are checked (row ids and
+    columns in range, offsets, kept counts within the previous rows; IndexFormatError naming
+    ``where``)."""
+    g = base if isinstance(base, OverlayCSR) else OverlayCSR.over(base, n_cols)
     for k, d in enumerate(deltas, 1):
-        indptr, indices, data = graph
-        ptr = np.asarray(indptr, np.int64)
-        n = len(ptr) - 1
+        n = g.n_rows
         rows = np.asarray(check_ids(d["ins_rows"], max(n, 1), f"{where} delta {k} ins_rows.npy"), np.int64)
         keep = np.asarray(d["ins_keep"], np.int64)
         i_ind = np.asarray(d["ins_indices"])
@@ -199,34 +200,183 @@ def apply_topk_deltas(base: tuple[np.ndarray, np.ndarray, np.ndarray], deltas: S
                            np.int64)
         check_ids(i_ind, n_cols, f"{where} delta {k} ins_indices.npy")
         i_dat = np.asarray(d["ins_data"])
-        if keep.shape != rows.shape or (len(keep) and (keep.min() < 0 or (keep > ptr[rows + 1] - ptr[rows]).any())) \
+        if keep.shape != rows.shape or (len(keep) and (keep.min() < 0 or (keep > g.indptr[rows + 1] - g.indptr[rows]).any())) \
                 or i_dat.shape != i_ind.shape:
             raise IndexFormatError(f"{where} delta {k} ins_keep.npy: kept counts out of range")
-        # rows rewritten as (kept prefix + inserted entries), sorted in the top-k order
+        over = np.asarray(check_ids(d["over_rows"], max(n, 1), f"{where} delta {k} over_rows.npy"), np.int64)
+        o_ind = np.asarray(d["over_indices"])
+        o_ptr = np.asarray(check_indptr(d["over_indptr"], len(over), len(o_ind), f"{where} delta {k} over_indptr.npy"),
+                           np.int64)
+        t_ind = np.asarray(d["tail_indices"])
+        t_ptr = np.asarray(check_indptr(d["tail_indptr"], len(d["tail_indptr"]) - 1, len(t_ind),
+                                        f"{where} delta {k} tail_indptr.npy"), np.int64)
+        for name, ind, dat in (("over", o_ind, d["over_data"]), ("tail", t_ind, d["tail_data"])):
+            check_ids(ind, n_cols, f"{where} delta {k} {name}_indices.npy")
+            if np.shape(dat) != np.shape(ind):
+                raise IndexFormatError(f"{where} delta {k} {name}_data.npy: one value per column expected")
+        both = np.concatenate([rows, over])
+        if len(np.unique(both)) != len(both) or (len(over) > 1 and (np.diff(over) <= 0).any()):
+            raise IndexFormatError(f"{where} delta {k}: rewritten rows repeated or not increasing")
+        # an inserted row: the first ``keep`` entries of its current version and its gained ones, in order
+        cur_ptr, cur_ind, cur_dat = g.rows_csr(rows)
         kept_owner = np.repeat(np.arange(len(rows)), keep)
         at = np.arange(int(keep.sum())) - np.repeat(np.cumsum(keep) - keep, keep)
-        src = ptr[rows][kept_owner] + at
+        src = cur_ptr[:-1][kept_owner] + at
         owner = np.concatenate([kept_owner, np.repeat(np.arange(len(rows)), np.diff(i_ptr))])
-        cols = np.concatenate([np.asarray(indices[src]), i_ind]).astype(np.asarray(indices).dtype)
-        vals = np.concatenate([np.asarray(data[src]), i_dat]).astype(np.asarray(data).dtype)
+        cols = np.concatenate([np.asarray(cur_ind)[src], i_ind]).astype(np.int32)
+        vals = np.concatenate([np.asarray(cur_dat)[src], i_dat]).astype(np.float32)
         order = _merged_order(owner, cols, vals)
-        o_ptr = np.zeros(len(rows) + 1, np.int64)
-        np.cumsum(np.bincount(owner, minlength=len(rows)), out=o_ptr[1:])
-        as_over = {"over_rows": rows, "over_indptr": o_ptr, "over_indices": cols[order], "over_data": vals[order]}
-        if len(d["over_rows"]):  # rows stored whole join the rewritten ones (the two sets are disjoint)
-            both = np.concatenate([rows, np.asarray(d["over_rows"], np.int64)])
-            if len(np.unique(both)) != len(both):
-                raise IndexFormatError(f"{where} delta {k}: a row is both inserted into and stored whole")
-            lens = np.concatenate([np.diff(o_ptr), np.diff(np.asarray(d["over_indptr"], np.int64))])
-            ind = np.concatenate([as_over["over_indices"], np.asarray(d["over_indices"])])
-            dat = np.concatenate([as_over["over_data"], np.asarray(d["over_data"])])
-            starts = np.concatenate([o_ptr[:-1], len(cols) + np.asarray(d["over_indptr"], np.int64)[:-1]])
-            order = np.argsort(both, kind="stable")
-            lens_o = lens[order]
-            ptr_o = np.zeros(len(both) + 1, np.int64)
-            np.cumsum(lens_o, out=ptr_o[1:])
-            pos = np.repeat(starts[order], lens_o) + (np.arange(int(ptr_o[-1])) - np.repeat(ptr_o[:-1], lens_o))
-            as_over = {"over_rows": both[order], "over_indptr": ptr_o, "over_indices": ind[pos], "over_data": dat[pos]}
-        merged = {**as_over, **{f: d[f] for f in ("tail_indptr", "tail_indices", "tail_data")}}
-        graph = apply_csr_deltas(graph, [merged], n_cols, f"{where} delta {k}")
-    return graph
+        lens = np.concatenate([np.bincount(owner, minlength=len(rows)), np.diff(o_ptr), np.diff(t_ptr)])
+        all_rows = np.concatenate([rows, over, n + np.arange(len(t_ptr) - 1, dtype=np.int64)])
+        ind = np.concatenate([cols[order], o_ind.astype(np.int32), t_ind.astype(np.int32)])
+        dat = np.concatenate([vals[order], np.asarray(d["over_data"], np.float32), np.asarray(d["tail_data"], np.float32)])
+        starts = np.zeros(len(lens) + 1, np.int64)
+        np.cumsum(lens, out=starts[1:])
+        sort = np.argsort(all_rows, kind="stable")
+        s_lens = lens[sort]
+        ptr = np.zeros(len(sort) + 1, np.int64)
+        np.cumsum(s_lens, out=ptr[1:])
+        pos = np.repeat(starts[:-1][sort], s_lens) + (np.arange(int(ptr[-1])) - np.repeat(ptr[:-1], s_lens))
+        g = g.updated(all_rows[sort], ptr, ind[pos], dat[pos], n_cols)
+    return g
+
+
+class RowsArray:
+    """The ``indices`` or ``data`` of an :class:`OverlayCSR`: entries read by position, each position
+    mapped to its source (the stored array or the in-memory rows) through the overlay's runs."""
+
+    def __init__(self, overlay: "OverlayCSR", base: np.ndarray, extra: np.ndarray) -> None:
+        self.overlay, self.base, self.extra = overlay, base, extra
+        self.dtype = np.asarray(extra).dtype if len(extra) else np.asarray(base[:0]).dtype
+        self.shape = (int(overlay.indptr[-1]),)
+        self.ndim = 1
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            start, stop, step = key.indices(len(self))
+            return self[np.arange(start, stop, step, dtype=np.int64)]
+        pos = np.asarray(key, np.int64)
+        src, from_extra = self.overlay.sources(pos.ravel())
+        out = np.empty(len(src), self.dtype)
+        base = ~from_extra
+        if base.any():
+            out[base] = np.asarray(self.base[src[base]])
+        if from_extra.any():
+            out[from_extra] = self.extra[src[from_extra]]
+        return out.reshape(pos.shape)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        out = self[np.arange(len(self), dtype=np.int64)]
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+
+class OverlayCSR:
+    """A CSR graph kept as a stored one (``base``, memory-mapped, never copied) with some rows
+    replaced and rows appended, both held in memory: what a graph that grows by appends is between
+    two compactions. ``indptr`` is a real array over a virtual entry order (row after row);
+    ``indices`` / ``data`` read entries by position (:class:`RowsArray`), so code that reads rows
+    through ``indptr`` and position gathers reads it as a CSR. ``overridden``: the rows not read
+    from the base (sorted). Each update costs O(N) for ``indptr`` plus the rows it changes."""
+
+    def __init__(self, base: Any, over_rows: np.ndarray, over_indptr: np.ndarray, over_indices: np.ndarray,
+                 over_data: np.ndarray, n_cols: int) -> None:
+        """``over_rows`` (sorted, the replaced rows below ``base``'s and every appended row) with their
+        entries as a CSR ``over_*``."""
+        self.base, self.n_cols = base, int(n_cols)
+        self.overridden = np.asarray(over_rows, np.int64)
+        self._optr = np.asarray(over_indptr, np.int64)
+        base_ptr = np.asarray(base.indptr, np.int64)
+        n0 = len(base_ptr) - 1
+        n = max(n0, int(self.overridden[-1]) + 1 if len(self.overridden) else 0)
+        lens = np.zeros(n, np.int64)
+        lens[:n0] = np.diff(base_ptr)
+        lens[self.overridden] = np.diff(self._optr)
+        self.indptr = np.zeros(n + 1, np.int64)
+        np.cumsum(lens, out=self.indptr[1:])
+        # runs of rows read from one source: the base between replaced rows, each replaced row alone
+        cut = np.unique(np.concatenate([[0, n0], self.overridden, self.overridden + 1]))
+        cut = cut[(cut >= 0) & (cut <= n)]
+        starts = cut[:-1]
+        from_extra = np.isin(starts, self.overridden) | (starts >= n0)
+        self._run_vstart = self.indptr[starts]
+        self._run_extra = from_extra
+        over_at = np.searchsorted(self.overridden, starts)
+        self._run_sstart = np.where(from_extra, self._optr[np.minimum(over_at, len(self._optr) - 1)],
+                                    base_ptr[np.minimum(starts, n0)])
+        self.indices = RowsArray(self, base.indices, np.asarray(over_indices))
+        self.data = RowsArray(self, base.data, np.asarray(over_data))
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.indptr) - 1
+
+    @property
+    def nnz(self) -> int:
+        return int(self.indptr[-1])
+
+    def __iter__(self):  # as a CSR tuple: indptr, indices, data, n_cols
+        return iter((self.indptr, self.indices, self.data, self.n_cols))
+
+    def __getitem__(self, i: int) -> Any:
+        return (self.indptr, self.indices, self.data, self.n_cols)[i]
+
+    def __len__(self) -> int:
+        return 4
+
+    def sources(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For virtual positions, ``(position in the source, read from the in-memory rows?)``."""
+        run = np.searchsorted(self._run_vstart, pos, side="right") - 1
+        return self._run_sstart[run] + (pos - self._run_vstart[run]), self._run_extra[run]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The whole graph as plain arrays (for a save of it whole)."""
+        return {"indptr": self.indptr, "indices": np.asarray(self.indices), "data": np.asarray(self.data)}
+
+    def rows_csr(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The CSR of the given rows (local ``indptr``)."""
+        return _rows(self.indptr, self.indices, self.data, np.asarray(rows, np.int64))
+
+    def updated(self, rows: np.ndarray, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray,
+                n_cols: int | None = None) -> "OverlayCSR":
+        """This graph with ``rows`` (sorted; below or at the end of the graph, appended ones
+        consecutive) replaced or appended by the given CSR, with ``n_cols`` columns (None: as
+        now); the base is kept."""
+        rows = np.asarray(rows, np.int64)
+        keep = self.overridden[~np.isin(self.overridden, rows)]
+        k_ptr, k_ind, k_dat = self.rows_csr(keep) if len(keep) else \
+            (np.zeros(1, np.int64), np.zeros(0, np.asarray(indices).dtype), np.zeros(0, np.asarray(data).dtype))
+        all_rows = np.concatenate([keep, rows])
+        order = np.argsort(all_rows, kind="stable")
+        lens = np.concatenate([np.diff(k_ptr), np.diff(np.asarray(indptr, np.int64))])[order]
+        starts = np.concatenate([k_ptr[:-1], len(k_ind) + np.asarray(indptr, np.int64)[:-1]])[order]
+        ind = np.concatenate([k_ind, np.asarray(indices)])
+        dat = np.concatenate([k_dat, np.asarray(data)])
+        ptr = np.zeros(len(all_rows) + 1, np.int64)
+        np.cumsum(lens, out=ptr[1:])
+        pos = np.repeat(starts, lens) + (np.arange(int(ptr[-1])) - np.repeat(ptr[:-1], lens))
+        return OverlayCSR(self.base, all_rows[order], ptr, ind[pos], dat[pos],
+                          self.n_cols if n_cols is None else n_cols)
+
+    @classmethod
+    def over(cls, base: Any, n_cols: int) -> "OverlayCSR":
+        """``base`` with nothing replaced."""
+        z = np.zeros(0, np.int64)
+        return cls(base, z, np.zeros(1, np.int64), np.zeros(0, np.asarray(base.indices[:0]).dtype),
+                   np.zeros(0, np.asarray(base.data[:0]).dtype), n_cols)
+
+
+def overlay_changed_rows(old: Any, new: Any, n: int) -> np.ndarray | None:
+    """The rows ``r < n`` that differ between two :class:`OverlayCSR` over the same base (only the rows
+    either replaces can), or None when they are not such a pair."""
+    if not (isinstance(old, OverlayCSR) and isinstance(new, OverlayCSR) and old.base is new.base):
+        return None
+    cand = np.union1d(old.overridden[old.overridden < n], new.overridden[new.overridden < n])
+    if not len(cand):
+        return cand
+    o = old.rows_csr(cand)
+    w = new.rows_csr(cand)
+    diff = changed_rows(o, w, len(cand))
+    return cand[diff]

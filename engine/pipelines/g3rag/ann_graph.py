@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from ....kernels.csr import CSR, csr_from_topk
-from ...components.dense import IVFIndex
+from ...components.dense import IVFIndex, gather_rows
 from ...errors import InputError
 from ...sparse import csr_from_keys, row_of_entries
 
@@ -106,23 +106,73 @@ def graph_cells(ivf: IVFIndex, nlist: int | None = None, nprobe: int = DEFAULT_N
     offsets, rows = ivf.cell_rows()
     cell_of = np.empty(n, np.int64)
     cell_of[rows] = row_of_entries(offsets)
+    group_of_cell, probes = group_cells(ivf, nlist, nprobe, seed)
+    if len(probes) == 1:
+        return IVFCells(np.array([0, n], np.int64), np.arange(n, dtype=np.int64), probes)
+    indptr, members = csr_from_keys(group_of_cell[cell_of], len(probes))
+    return IVFCells(indptr, members, probes)
+
+
+def group_cells(ivf: IVFIndex, nlist: int, nprobe: int = DEFAULT_NPROBE, seed: int = 0
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The grouping of :func:`graph_cells`: ``(group of each IVF cell int64 [ivf.nlist], probes
+    int64 [groups, nprobe'])`` for ``min(nlist, ivf.nlist)`` groups."""
     centroids = np.ascontiguousarray(ivf.centroids(), dtype=np.float32)
-    nlist = min(nlist, len(centroids))
+    nlist = min(int(nlist), len(centroids))
     nprobe = max(1, min(int(nprobe), nlist))
     if nlist == 1:
-        return IVFCells(np.array([0, n], np.int64), np.arange(n, dtype=np.int64), np.zeros((1, 1), np.int64))
-    import faiss
-
+        return np.zeros(len(centroids), np.int64), np.zeros((1, 1), np.int64)
     if nlist == len(centroids):
-        group_centroids, group_of_cell = centroids, np.arange(nlist)
+        group_centroids, group_of_cell = centroids, np.arange(nlist, dtype=np.int64)
     else:
+        import faiss
+
         km = faiss.Kmeans(centroids.shape[1], nlist, niter=KMEANS_NITER, seed=seed, spherical=True, verbose=False,
                           min_points_per_centroid=1, max_points_per_centroid=len(centroids))
         km.train(centroids)
         group_centroids = km.centroids
         group_of_cell = _nearest(group_centroids, centroids, 1)[:, 0]
-    indptr, members = csr_from_keys(group_of_cell[cell_of], nlist)
-    return IVFCells(indptr, members, _own_cell_first(_nearest(group_centroids, group_centroids, nprobe)))
+    return group_of_cell, _own_cell_first(_nearest(group_centroids, group_centroids, nprobe))
+
+
+class AddedRowCandidates:
+    """The candidates of rows added to a graph built by :func:`ann_gain_knn` over ``n_build`` rows,
+    by the build's rules: the IVF cells are grouped as :func:`graph_cells` grouped them
+    (:func:`group_cells`, ``default_nlist(n_build)`` groups); an added row falls in the group of
+    its IVF cell, its candidates are the members of that group's probes (rows added since
+    included), and the existing rows that may take an edge to it are those of the groups that
+    probe its group. Members are read per IVF cell (:meth:`IVFIndex.cell_members`), so an add
+    reads O(candidates) rows of X, not N. ``ivf`` must already hold the added rows."""
+
+    def __init__(self, ivf: IVFIndex, n_build: int, nprobe: int = DEFAULT_NPROBE, seed: int = 0) -> None:
+        self.ivf = ivf
+        self.group_of_cell, self.probes = group_cells(ivf, default_nlist(n_build), nprobe, seed)
+        self.cells_of_group = csr_from_keys(self.group_of_cell, len(self.probes))
+        probing = np.unique(np.stack([np.repeat(np.arange(len(self.probes)), self.probes.shape[1]),
+                                      self.probes.ravel()], 1), axis=0)  # (prober, probed) pairs
+        p_ptr, order = csr_from_keys(probing[:, 1], len(self.probes))
+        self.probed_by = (p_ptr, probing[order, 0])
+
+    def members(self, groups: np.ndarray) -> np.ndarray:
+        """The rows of the given groups (sorted)."""
+        indptr, cells = self.cells_of_group
+        parts = [cells[indptr[g]:indptr[g + 1]] for g in np.unique(groups).tolist()]
+        return self.ivf.cell_members(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+
+    def __call__(self, X: Any, rows: np.ndarray, start: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """For the added ``rows`` of X (consecutive): ``(rows of one group, their candidate columns,
+        the rows below start that may take an edge to them)`` per group, all sorted."""
+        if not len(rows):
+            return []
+        groups = self.group_of_cell[self.ivf.assign(np.asarray(X[int(rows[0]):int(rows[-1]) + 1]))]
+        p_ptr, p_groups = self.probed_by
+        out = []
+        for g in np.unique(groups).tolist():
+            mine = rows[groups == g]
+            cols = np.union1d(self.members(self.probes[g]), mine)
+            rev = self.members(p_groups[p_ptr[g]:p_ptr[g + 1]])
+            out.append((mine, cols, rev[rev < start]))
+        return out
 
 
 def _nearest(centroids: np.ndarray, points: np.ndarray, k: int) -> np.ndarray:
@@ -161,14 +211,14 @@ def rescore_rows(X: np.ndarray, rows: np.ndarray, cols: np.ndarray, target_penal
 
     cols = np.asarray(cols, np.int64)
     weights = weights_function(len(X) * len(cols))  # every row weighs about len(cols) candidates
-    Xc = torch.from_numpy(np.ascontiguousarray(X[cols], dtype=np.float32))
+    Xc = torch.from_numpy(np.ascontiguousarray(gather_rows(X, cols), dtype=np.float32))
     pen = torch.from_numpy(np.ascontiguousarray(target_penalty[cols], dtype=np.float32))
     cols_t = torch.from_numpy(cols)
     nbr = np.full((len(rows), k), -1, np.int64)
     w = np.full((len(rows), k), -np.inf, np.float32)
     for a in range(0, len(rows), ROW_TILE):
         r = np.asarray(rows[a:a + ROW_TILE], np.int64)
-        S = torch.from_numpy(np.ascontiguousarray(X[r], dtype=np.float32)) @ Xc.T
+        S = torch.from_numpy(np.ascontiguousarray(gather_rows(X, r), dtype=np.float32)) @ Xc.T
         W = weights(S, pen, sim_min, sim_max)
         own = np.minimum(np.searchsorted(cols, r), len(cols) - 1)
         is_own = cols[own] == r

@@ -42,7 +42,7 @@ BLAS) whatever device built the graph.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -52,6 +52,8 @@ from ....kernels.density import sample_columns
 from ....kernels.gain_knn import (as_embedding_tensor, check_gain_knn_inputs, select_topk, tile_candidates,
                                 weights_function)
 from ...components.dense import gather_rows, row_blocks
+from ...storage.deltas import OverlayCSR
+from .ann_graph import rescore_rows
 from ...errors import InputError
 from ....kernels.csr import CSR, check_csr
 from .penalty import hub_penalty
@@ -228,7 +230,8 @@ def _check_start(start: int, n: int, op: str) -> int:
 
 def extend_gain_graph(graph: CSR, X: np.ndarray, start: int, penalty: np.ndarray, k: int,
                       sim_min: float, sim_max: float, block_entries: int = BLOCK_ENTRIES,
-                      progress: bool = False) -> CSR:
+                      progress: bool = False, as_overlay: bool = False,
+                      candidates: "Callable[[np.ndarray, np.ndarray, int], list] | None" = None) -> "CSR | OverlayCSR":
     """The gain-kNN graph of all N rows of X from the graph of rows ``[0, start)`` (SPEC §1 steps 3-5).
 
     ``graph``: ``gain_knn``'s graph of ``X[:start]`` (``start`` rows and columns; an
@@ -241,13 +244,20 @@ def extend_gain_graph(graph: CSR, X: np.ndarray, start: int, penalty: np.ndarray
     that reach its top ``k``. Equal to ``gain_knn(X, k, sim_min, sim_max, penalty)`` when
     ``graph`` is ``gain_knn(X[:start], k, sim_min, sim_max, penalty[:start])`` (module
     docstring). Work: row blocks of the new rows against all of X, at most ``block_entries``
-    entries per similarity tile.
+    entries per similarity tile. ``candidates`` (a graph built from IVF candidates, mode ``"ann"``):
+    ``candidates(X, new rows, start)`` gives, per group of new rows, the columns they are scored
+    against and the existing rows that may take an edge to them
+    (:class:`~hopgraph.engine.pipelines.g3rag.ann_graph.AddedRowCandidates`), instead of all N.
+    ``as_overlay``: return the result as an
+    :class:`~hopgraph.engine.storage.deltas.OverlayCSR` over ``graph`` (only the rewritten and new rows
+    are made; a stored graph is not copied).
     """
     n = _check_rows(X, "extend_gain_graph")
     _, pen, k, sim_min, sim_max = check_gain_knn_inputs(np.zeros((n, 1), np.float32), k, sim_min, sim_max, penalty)
     start = _check_start(start, n, "extend_gain_graph")
     block_entries = check_positive_int(block_entries, "block_entries", "extend_gain_graph")
-    old = CSR(np.asarray(graph.indptr, np.int64), graph.indices, graph.data, int(graph.n_cols))
+    old = graph if isinstance(graph, OverlayCSR) else \
+        CSR(np.asarray(graph.indptr, np.int64), graph.indices, graph.data, int(graph.n_cols))
     if len(old.indptr) < 1 or int(old.indptr[0]) != 0 or int(old.indptr[-1]) != len(old.indices) \
             or len(old.data) != len(old.indices):
         raise InputError("extend_gain_graph: graph's indptr, indices and data do not fit together")
@@ -258,7 +268,7 @@ def extend_gain_graph(graph: CSR, X: np.ndarray, start: int, penalty: np.ndarray
     if start and int(old_len.max()) > max(k, 0):
         raise InputError(f"extend_gain_graph: graph has a row of {int(old_len.max())} edges, more than k = {k}")
     if start == n:
-        return check_csr(old.indptr, old.indices, old.data, n, "extend_gain_graph")
+        return old if as_overlay else check_csr(old.indptr, old.indices, old.data, n, "extend_gain_graph")
     n_new = n - start
     new_cols = np.full((n_new, k), -1, np.int64)
     new_vals = np.full((n_new, k), -np.inf, np.float32)
@@ -272,7 +282,19 @@ def extend_gain_graph(graph: CSR, X: np.ndarray, start: int, penalty: np.ndarray
     pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     n_pending = 0
     weights = weights_function((n - start) * (n + start))  # new rows × all, old rows × new
-    if k > 0:
+    if k > 0 and candidates is not None:
+        for rows_g, cols_g, rev_g in _blocks(candidates(X, np.arange(start, n, dtype=np.int64), start), progress,
+                                             "gain-kNN (added rows, by cells)"):
+            new_cols[rows_g - start], new_vals[rows_g - start] = rescore_rows(X, rows_g, cols_g, pen.numpy(), k,
+                                                                              sim_min, sim_max)
+            if len(rev_g):  # [old rows, new rows]: an old row takes a new edge above its threshold
+                A = torch.from_numpy(np.ascontiguousarray(gather_rows(X, rows_g), dtype=np.float32))
+                R = weights(torch.from_numpy(np.ascontiguousarray(gather_rows(X, rev_g), dtype=np.float32)) @ A.T,
+                            pen[torch.from_numpy(rows_g)], sim_min, sim_max)
+                r, c = (R > thr_t[torch.from_numpy(rev_g), None]).nonzero(as_tuple=True)
+                if len(r):
+                    pending.append((rev_g[r.numpy()], rows_g[c.numpy()], R[r, c].numpy()))
+    elif k > 0:
         for b0, b1 in _blocks(_row_blocks(start, n, block_entries), progress, "gain-kNN (added rows)"):
             cand_vals, cand_cols = [], []
             for c0, S in _similarities(X, b0, b1, _column_blocks(X)):
@@ -299,7 +321,34 @@ def extend_gain_graph(graph: CSR, X: np.ndarray, start: int, penalty: np.ndarray
                 pending, n_pending = [(rows, cs, ws)], len(rows)
                 kth = rank == k - 1  # a row holding k candidates: a later one must beat its k-th
                 thr[rows[kth]] = np.maximum(thr[rows[kth]], ws[kth])
+    changes = _changes(old, start, n, k, pending, new_vals, new_cols, block_entries)
+    if as_overlay:
+        base = old if isinstance(old, OverlayCSR) else OverlayCSR.over(old, start)
+        return base.updated(*changes, n_cols=n)
     return _assemble(old, start, n, k, pending, new_vals, new_cols, block_entries)
+
+
+def _changes(old: CSR, start: int, n: int, k: int, pending: list, new_vals: np.ndarray, new_cols: np.ndarray,
+             block_entries: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The rows the extension rewrites or appends, sorted, as a CSR: ``(rows, indptr, indices int32,
+    data float32)``."""
+    rows, indptr, indices, data = [], [np.zeros(1, np.int64)], [], []
+    if pending:
+        mr, rank, mc, mw = _merge_rows(old, *(np.concatenate(a) for a in zip(*pending)), k, block_entries)
+        order = np.lexsort((rank, mr))
+        mr, mc, mw = mr[order], mc[order], mw[order]
+        touched, counts = np.unique(mr, return_counts=True)
+        rows.append(touched)
+        indptr.append(np.cumsum(counts))
+        indices.append(mc.astype(np.int32))
+        data.append(mw.astype(np.float32))
+    valid = new_cols >= 0
+    rows.append(np.arange(start, n, dtype=np.int64))
+    indptr.append(indptr[-1][-1] + np.cumsum(valid.sum(1)))
+    indices.append(new_cols[valid].astype(np.int32))
+    data.append(new_vals[valid].astype(np.float32))
+    return (np.concatenate(rows), np.concatenate(indptr).astype(np.int64), np.concatenate(indices),
+            np.concatenate(data))
 
 
 def _assemble(old: CSR, start: int, n: int, k: int, pending: list, new_vals: np.ndarray,

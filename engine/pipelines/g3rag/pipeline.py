@@ -54,12 +54,12 @@ from ...params import FitParams, choice, flag, integer, real
 from ...ranking import PAD_ID, PAD_SCORE, topk_entries
 from ...sparse import allowed_at, join
 from ...storage import check_finite, load_array, load_arrays, save_arrays
-from ...storage.deltas import TOPK_DELTA_FILES, apply_topk_deltas, empty_topk_delta, topk_delta
+from ...storage.deltas import TOPK_DELTA_FILES, OverlayCSR, apply_topk_deltas, empty_topk_delta, topk_delta
 from ...timing import StageTimer
 from ..base import Pipeline
 from ..hybrid import hybrid_ranking
 from ..title_bridge import BridgeSearch, TitleBridge
-from .ann_graph import CELL_SIZE, DEFAULT_NPROBE, ann_gain_knn, density_mode, graph_mode
+from .ann_graph import ANN_MIN_N, CELL_SIZE, DEFAULT_NPROBE, AddedRowCandidates, ann_gain_knn, density_mode, graph_mode
 from .diffusion import Entries, diffusion_at, diffusion_entries, lookup, pair_cosines, pair_keys
 from .graph_update import added_density, added_penalty, extend_gain_graph
 from .name_links import ARRAY_FIELDS as NAMES_FIELDS, ARRAY_PREFIX as NAMES_PREFIX, ChunkNames, name_link_diffusion
@@ -167,10 +167,13 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
 
     def __init__(self, params: dict[str, Any] | None = None, /, **kwargs: Any) -> None:
         super().__init__(params, **kwargs)
-        self.graph_: CSR | None = None
+        self.graph_: CSR | OverlayCSR | None = None
         self.penalty_: np.ndarray | None = None
         self.density_build_: DensityBuild | None = None
         self._chunk_names: ChunkNames | None = None
+        self._candidates: AddedRowCandidates | None = None
+        #: the graph's arrays are read from an index (an add keeps them as an overlay's base)
+        self._graph_stored = False
 
     # ------------------------------------------------------------------ fit
     def _fit(self, progress: bool) -> None:
@@ -185,6 +188,7 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         self.penalty_ = pen
         self.density_build_ = DensityBuild(n, float(node_density.min()), float(node_density.max())) if n else None
         mode = graph_mode(fp.mode, n, device)
+        self._graph_stored = False
         if mode == "ann":
             self.graph_ = ann_gain_knn(X, fp.n_neighbors, fp.sim_min, fp.sim_max, pen, progress=progress,
                                        ivf=self.components.dense.ivf)
@@ -206,17 +210,26 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         (step 2, normalised by the last build's density range), then W is extended (steps 3–5):
         their out-edges over all N passages and the reverse edges into existing rows
         (:func:`~hopgraph.engine.pipelines.g3rag.graph_update.extend_gain_graph`). Existing rows keep
-        the density and penalty of their last build until ``Index.compact()``. In mode ``"ann"`` the
-        new rows are exact (brute force over all passages) unless more than
-        :data:`ANN_CANDIDATES_PER_ROW` passages come at once, which refits. A pipeline loaded from an
-        index saved without the penalty is refitted."""
+        the density and penalty of their last build until ``Index.compact()``. In mode ``"ann"`` over
+        an IVF dense index of at least :data:`ANN_MIN_N` rows, the new rows' candidates and the
+        rows that may take a reverse edge come from the build's graph cells
+        (:class:`~hopgraph.engine.pipelines.g3rag.ann_graph.AddedRowCandidates`: the build's rule,
+        O(candidates) per row); otherwise the new rows are exact (brute force over all passages)
+        unless more than :data:`ANN_CANDIDATES_PER_ROW` passages come at once, which refits. A
+        graph read from an index stays stored: the result is an
+        :class:`~hopgraph.engine.storage.deltas.OverlayCSR` over it. A pipeline loaded from an index
+        saved without the penalty is refitted."""
         self._follow_names(start)
         fp, X, build = self.fit_params, self.components.X, self.density_build_
         if build is None or self.penalty_ is None or len(self.penalty_) != start or self.graph_.n_rows != start:
             self._fit(progress)
             return
         n = len(X)
-        if graph_mode(fp.mode, n, self.device) == "ann" and n - start > ANN_CANDIDATES_PER_ROW:
+        ann = graph_mode(fp.mode, n, self.device) == "ann"
+        candidates = None
+        if ann and start >= ANN_MIN_N and self.components.dense.method == "ann":
+            candidates = self._added_row_candidates(build.n)  # the build's cells: O(candidates) per row
+        elif ann and n - start > ANN_CANDIDATES_PER_ROW:
             self._fit(progress)  # brute force would cost (n - start) · N similarities
             return
         dens = added_density(X, start, density_mode(fp.density, build.n), n_build=build.n,
@@ -227,7 +240,8 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
             k, sim_min, sim_max = max(n - 1, 1), 0.0, 1.0
         else:
             k, sim_min, sim_max = fp.n_neighbors, fp.sim_min, fp.sim_max
-        self.graph_ = extend_gain_graph(self.graph_, X, start, pen, k, sim_min, sim_max, progress=progress)
+        self.graph_ = extend_gain_graph(self.graph_, X, start, pen, k, sim_min, sim_max, progress=progress,
+                                        as_overlay=self._graph_stored, candidates=candidates)
         self.penalty_ = pen
 
     def _save(self, directory: Path) -> None:
@@ -237,6 +251,14 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         if self._chunk_names is not None and self._chunk_names.n_chunks == len(self.components.X):
             arrays.update(self._chunk_names.arrays())
         save_arrays(directory, arrays)
+
+    def _added_row_candidates(self, n_build: int) -> AddedRowCandidates:
+        """The candidates of added rows by the build's IVF cells (kept while the IVF index is the same)."""
+        ivf = self.components.dense.ivf
+        held = self._candidates
+        if held is None or held.ivf is not ivf:
+            held = self._candidates = AddedRowCandidates(ivf, n_build)
+        return held
 
     def _snapshot(self) -> tuple[CSR, np.ndarray | None]:
         return self.graph_, self.penalty_
@@ -259,7 +281,6 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
     def _load_deltas(self, parts: list[tuple[Path, int]]) -> None:
         """The stored graph and penalty with the segments' deltas applied (in memory); the passages'
         names are built again on the first query that uses them."""
-        base = (self.graph_.indptr, self.graph_.indices, self.graph_.data)
         deltas, penalties = [], [np.asarray(self.penalty_, np.float32)]
         for d, n in parts:
             a = load_arrays(d, [f for f in (*TOPK_DELTA_FILES, "penalty_tail") if (d / f"{f}.npy").is_file()])
@@ -267,8 +288,7 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
             deltas.append(a)
             penalties.append(check_finite(a["penalty_tail"], f"{d} penalty_tail", (None,)))
         n = parts[-1][1]
-        indptr, indices, data = apply_topk_deltas(base, deltas, n, str(parts[-1][0]))
-        self.graph_ = check_csr(indptr, indices, data, n, f"{parts[-1][0]} graph")
+        self.graph_ = apply_topk_deltas(self.graph_, deltas, n, str(parts[-1][0]))
         self.penalty_ = np.concatenate(penalties)
         if self.graph_.n_rows != n or len(self.penalty_) != n or float(self.penalty_.min(initial=0.0)) < 0:
             raise IndexFormatError(f"{parts[-1][0]}: G3RAG deltas give {self.graph_.n_rows} rows and "
@@ -292,6 +312,7 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         n = self._stored_rows
         arrays = load_arrays(directory, ["indptr", "indices", "data"])
         self.graph_ = check_csr(arrays["indptr"], arrays["indices"], arrays["data"], n, f"{directory} graph")
+        self._graph_stored = True
         self._chunk_names = None
         names = [f"{NAMES_PREFIX}{k}" for k in NAMES_FIELDS]
         if all((directory / f"{name}.npy").is_file() for name in names):

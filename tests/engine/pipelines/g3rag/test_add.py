@@ -11,6 +11,8 @@ build of 2-15 rows is itself a small-tile product).
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 from conftest import clustered_embeddings
@@ -285,3 +287,71 @@ def test_extension_read_in_column_blocks_equals_one_block(monkeypatch, column_bl
     for a, b in zip(got[:3], want[:3]):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_allclose(added_density(X, 230, "exact"), want_d, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------- candidates from the build's cells
+def test_extension_with_every_row_a_candidate_equals_the_exact_one():
+    X = clustered_embeddings(240, 24, 6, seed=12)
+    pen = np.random.default_rng(12).uniform(0.2, 1.0, len(X)).astype(np.float32)
+    old = gain_knn(X[:200], 8, (0.3, 0.9), pen[:200])
+
+    def everything(X, rows, start):  # two groups of new rows, each scored against every row
+        half = len(rows) // 2
+        return [(part, np.arange(len(X), dtype=np.int64), np.arange(start, dtype=np.int64))
+                for part in (rows[:half], rows[half:])]
+
+    got = extend_gain_graph(old, X, 200, pen, 8, 0.3, 0.9, candidates=everything)
+    assert_same_graph(got, gain_knn(X, 8, (0.3, 0.9), pen))
+
+
+def test_added_rows_take_the_candidates_of_the_builds_cells():
+    """An add by the build's cells gives the new rows the edges an ANN build over the grown IVF
+    gives them (same groups, same probes, exact rescoring), and the old rows only edges that
+    the reverse scan found (each a true gain weight above the row's former k-th)."""
+    from hopgraph.engine.components.dense import IVFIndex
+    from hopgraph.engine.pipelines.g3rag.ann_graph import AddedRowCandidates, ann_gain_knn
+
+    X = clustered_embeddings(1530, 16, 8, seed=13)  # 3 groups before and after the add
+    pen = np.random.default_rng(13).uniform(0.3, 1.0, len(X)).astype(np.float32)
+    ivf = IVFIndex.build(X[:1500], nlist=24)
+    old = ann_gain_knn(X[:1500], 6, 0.3, 0.9, pen[:1500], ivf=ivf, nprobe=2)
+    ivf.add(X, 1500)
+    cand = AddedRowCandidates(ivf, 1500, nprobe=2)
+    assert len(cand.probes) == 3  # ceil(1500 / 512) groups of the 24 IVF cells
+    got = extend_gain_graph(old, X, 1500, pen, 6, 0.3, 0.9, candidates=cand)
+    want = ann_gain_knn(X, 6, 0.3, 0.9, pen, ivf=ivf, nprobe=2)
+    np.testing.assert_array_equal(got.indices[got.indptr[1500]:], want.indices[want.indptr[1500]:])
+    np.testing.assert_allclose(got.data[got.indptr[1500]:], want.data[want.indptr[1500]:], rtol=1e-6)  # GEMM tiles
+    S = X @ X.T
+    for i in range(1500):
+        row, w = got.indices[got.indptr[i]:got.indptr[i + 1]], got.data[got.indptr[i]:got.indptr[i + 1]]
+        was = old.indices[old.indptr[i]:old.indptr[i + 1]]
+        np.testing.assert_array_equal(row[row < 1500], was[:int((row < 1500).sum())])
+        for j, v in zip(row[row >= 1500], w[row >= 1500]):
+            s = float(np.clip(S[i, j], 0, 1))
+            assert 0.3 <= S[i, j] <= 0.9
+            np.testing.assert_allclose(v, s * np.sqrt(1 - s * s) * pen[j], rtol=1e-5)
+
+
+def test_pipeline_add_over_a_stored_ann_graph_uses_the_cells_and_stays_an_overlay(tmp_path, monkeypatch):
+    """G3RAG loaded from disk in mode "ann": an add reads candidates from the build's cells and
+    keeps the stored graph as the base of an overlay; its search equals the same graph whole."""
+    from hopgraph.engine.components.shared import Components
+    from hopgraph.engine.pipelines.g3rag import pipeline as g3
+
+    monkeypatch.setattr(g3, "ANN_MIN_N", 1000)
+    X = clustered_embeddings(1530, 16, 8, seed=14)
+    comps = Components(X[:1500], dense="ann")
+    pipe = G3RAG(mode="ann", n_neighbors=6, settings={"device": "cpu"}).fit(X[:1500], components=comps)
+    pipe.save(tmp_path / "g")
+    loaded = G3RAG.load(tmp_path / "g", pipe.fit_params, comps)
+    calls = []
+    real = g3.AddedRowCandidates.__call__
+    monkeypatch.setattr(g3.AddedRowCandidates, "__call__", lambda self, *a: calls.append(1) or real(self, *a))
+    loaded = grown(loaded, X, 1500)
+    assert calls and isinstance(loaded.graph_, g3.OverlayCSR)
+    assert loaded.graph_.n_rows == loaded.graph_.n_cols == 1530
+    whole = copy.copy(loaded)
+    whole.graph_ = CSR(*loaded.graph_.arrays().values(), 1530)
+    for a, b in zip(loaded.search(X[-5:], k=5), whole.search(X[-5:], k=5)):
+        np.testing.assert_array_equal(a, b)
