@@ -322,22 +322,28 @@ class Extraction:
         release_pages(*(arrays[a] for a in cls.ARRAYS))  # the checks read every page; a query reads few
         return ex
 
-    def validate(self) -> "Extraction":
-        """Check array shapes and index ranges; InputError names the bad field."""
+    def validate(self, since: tuple[int, int, int] = (0, 0, 0)) -> "Extraction":
+        """Check array shapes and index ranges; InputError names the bad field. ``since``: the
+        topics, nodes and mentions before these counts were checked already (an extraction
+        extended by :func:`extend_extraction`, whose old ids keep their order): only the entries
+        from there on are read, O(what was appended)."""
         T, V = self.n_topics, self.n_nodes
-        checks = [("topic_chunk", self.topic_chunk, self.n_chunks), ("topic_text", self.topic_text, len(self.texts)),
-                  ("node_chunk", self.node_chunk, self.n_chunks), ("node_name", self.node_name, len(self.names)),
-                  ("node_text", self.node_text, len(self.texts)), ("mention_node", self.mention_node, V),
-                  ("mention_topic", self.mention_topic, T)]
-        for field, arr, bound in checks:
+        t0, v0, m0 = since
+        checks = [("topic_chunk", self.topic_chunk, self.n_chunks, t0), ("topic_text", self.topic_text, len(self.texts), t0),
+                  ("node_chunk", self.node_chunk, self.n_chunks, v0), ("node_name", self.node_name, len(self.names), v0),
+                  ("node_text", self.node_text, len(self.texts), v0), ("mention_node", self.mention_node, V, m0),
+                  ("mention_topic", self.mention_topic, T, m0)]
+        for field, arr, bound, first in checks:
             if arr.ndim != 1:
                 raise InputError(f"extraction field {field} must be 1-D")
-            check_ids(arr, field, bound, "extraction")
+            check_ids(arr[first:], field, bound, "extraction")
         if len(self.topic_text) != T or len(self.node_name) != V or len(self.node_text) != V \
                 or len(self.mention_topic) != len(self.mention_node):
             raise InputError("extraction arrays have inconsistent lengths")
         if V > 1:  # one state per (chunk, name), sorted by both
-            key = np.asarray(self.node_chunk, np.int64) * max(len(self.names), 1) + np.asarray(self.node_name, np.int64)
+            first = max(v0 - 1, 0)
+            key = np.asarray(self.node_chunk[first:], np.int64) * max(len(self.names), 1) + \
+                np.asarray(self.node_name[first:], np.int64)
             if (np.diff(key) <= 0).any():
                 raise InputError("extraction nodes must be distinct and sorted by chunk, then name")
         return self
@@ -703,7 +709,7 @@ def extend_extraction(old: Extraction, corpus: Corpus, start: int, title_entitie
         mention_topic=np.concatenate([old.mention_topic, new.mention_topic + old.n_topics]).astype(np.int32),
         names=names,
         texts=new.texts,
-    ).validate()
+    ).validate(since=(old.n_topics, old.n_nodes, len(old.mention_node)))  # old ids: remapped in order
     ex.common_words = common
     ex.name_stable = stable
     ex.previous_names = (old.n_chunks, len(old.names), old_map)

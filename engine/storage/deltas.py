@@ -35,10 +35,11 @@ def changed_rows(old: tuple[np.ndarray, np.ndarray, np.ndarray], new: tuple[np.n
             owner = np.repeat(rows, lens)
             at = np.arange(len(owner)) - np.repeat(np.cumsum(lens) - lens, lens)
             oi, ni = o_ptr[owner] + at, n_ptr[owner] + at
-            differ = (np.asarray(old[1][oi]) != np.asarray(new[1][ni])) | \
-                (np.asarray(old[2][oi]).view(np.uint8).reshape(len(oi), -1) !=
-                 np.asarray(new[2][ni]).view(np.uint8).reshape(len(ni), -1)).any(axis=1)
-            bad[np.unique(owner[differ])] = True
+            if len(oi):  # rows of no entries are equal when their lengths are
+                differ = (np.asarray(old[1][oi]) != np.asarray(new[1][ni])) | \
+                    (np.asarray(old[2][oi]).view(np.uint8).reshape(len(oi), -1) !=
+                     np.asarray(new[2][ni]).view(np.uint8).reshape(len(ni), -1)).any(axis=1)
+                bad[np.unique(owner[differ])] = True
         r = stop
     return np.flatnonzero(bad).astype(np.int64)
 

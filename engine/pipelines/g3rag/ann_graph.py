@@ -144,14 +144,39 @@ class AddedRowCandidates:
     probe its group. Members are read per IVF cell (:meth:`IVFIndex.cell_members`), so an add
     reads O(candidates) rows of X, not N. ``ivf`` must already hold the added rows."""
 
-    def __init__(self, ivf: IVFIndex, n_build: int, nprobe: int = DEFAULT_NPROBE, seed: int = 0) -> None:
+    #: the arrays :meth:`arrays` gives and the constructor takes back (``grouping``)
+    ARRAY_FILES = ("cells_group", "cells_probes", "cells_ivf")
+
+    def __init__(self, ivf: IVFIndex, n_build: int, nprobe: int = DEFAULT_NPROBE, seed: int = 0,
+                 grouping: dict[str, np.ndarray] | None = None) -> None:
+        """``grouping``: the stored :meth:`arrays` of the same build (used when they were made over
+        an IVF index of as many cells trained on as many rows as ``ivf``, else computed again)."""
         self.ivf = ivf
-        self.group_of_cell, self.probes = group_cells(ivf, default_nlist(n_build), nprobe, seed)
+        if grouping is not None and self.fits(grouping, ivf):
+            self.group_of_cell = np.asarray(grouping["cells_group"], np.int64)
+            self.probes = np.asarray(grouping["cells_probes"], np.int64)
+        else:
+            self.group_of_cell, self.probes = group_cells(ivf, default_nlist(n_build), nprobe, seed)
         self.cells_of_group = csr_from_keys(self.group_of_cell, len(self.probes))
         probing = np.unique(np.stack([np.repeat(np.arange(len(self.probes)), self.probes.shape[1]),
                                       self.probes.ravel()], 1), axis=0)  # (prober, probed) pairs
         p_ptr, order = csr_from_keys(probing[:, 1], len(self.probes))
         self.probed_by = (p_ptr, probing[order, 0])
+
+    @staticmethod
+    def fits(grouping: dict[str, np.ndarray], ivf: IVFIndex) -> bool:
+        """Stored arrays made over an IVF index of ``ivf``'s cells and training rows, and
+        consistent (groups of every cell in range of the probes)."""
+        group, probes, made = (np.asarray(grouping[k]) for k in AddedRowCandidates.ARRAY_FILES)
+        return made.shape == (2,) and tuple(made.tolist()) == (ivf.nlist, ivf.n_trained) \
+            and group.shape == (ivf.nlist,) and probes.ndim == 2 and len(probes) >= 1 \
+            and int(group.min(initial=0)) >= 0 and int(group.max(initial=0)) < len(probes) \
+            and int(probes.min(initial=0)) >= 0 and int(probes.max(initial=0)) < len(probes)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The grouping (what an add in another process needs to skip its k-means)."""
+        return {"cells_group": self.group_of_cell, "cells_probes": self.probes,
+                "cells_ivf": np.array([self.ivf.nlist, self.ivf.n_trained], np.int64)}
 
     def members(self, groups: np.ndarray) -> np.ndarray:
         """The rows of the given groups (sorted)."""

@@ -172,6 +172,8 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         self.density_build_: DensityBuild | None = None
         self._chunk_names: ChunkNames | None = None
         self._candidates: AddedRowCandidates | None = None
+        #: the build's graph cells as read from an index (:meth:`AddedRowCandidates.arrays`)
+        self._cells_stored: dict[str, np.ndarray] | None = None
         #: the graph's arrays are read from an index (an add keeps them as an overlay's base)
         self._graph_stored = False
 
@@ -189,9 +191,12 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         self.density_build_ = DensityBuild(n, float(node_density.min()), float(node_density.max())) if n else None
         mode = graph_mode(fp.mode, n, device)
         self._graph_stored = False
+        self._candidates = self._cells_stored = None
         if mode == "ann":
             self.graph_ = ann_gain_knn(X, fp.n_neighbors, fp.sim_min, fp.sim_max, pen, progress=progress,
                                        ivf=self.components.dense.ivf)
+            if self.components.dense.method == "ann":  # the build's graph cells, kept for later adds
+                self._candidates = AddedRowCandidates(self.components.dense.ivf, n)
         elif mode == "exact":
             self.graph_ = call("gain_knn", X, k=max(n - 1, 1), sim_min=0.0, sim_max=1.0, penalty=pen,
                                progress=progress, device=device)
@@ -250,6 +255,9 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
             arrays.update(penalty=np.asarray(self.penalty_, np.float32), density_build=self.density_build_.array())
         if self._chunk_names is not None and self._chunk_names.n_chunks == len(self.components.X):
             arrays.update(self._chunk_names.arrays())
+        if self.density_build_ is not None:
+            held = self._candidates.arrays() if self._candidates is not None else self._cells_stored
+            arrays.update(held or {})
         save_arrays(directory, arrays)
 
     def _added_row_candidates(self, n_build: int) -> AddedRowCandidates:
@@ -257,7 +265,7 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         ivf = self.components.dense.ivf
         held = self._candidates
         if held is None or held.ivf is not ivf:
-            held = self._candidates = AddedRowCandidates(ivf, n_build)
+            held = self._candidates = AddedRowCandidates(ivf, n_build, grouping=self._cells_stored)
         return held
 
     def _snapshot(self) -> tuple[CSR, np.ndarray | None]:
@@ -313,6 +321,9 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         arrays = load_arrays(directory, ["indptr", "indices", "data"])
         self.graph_ = check_csr(arrays["indptr"], arrays["indices"], arrays["data"], n, f"{directory} graph")
         self._graph_stored = True
+        self._candidates = self._cells_stored = None
+        if all((directory / f"{name}.npy").is_file() for name in AddedRowCandidates.ARRAY_FILES):
+            self._cells_stored = load_arrays(directory, list(AddedRowCandidates.ARRAY_FILES), mmap=False)
         self._chunk_names = None
         names = [f"{NAMES_PREFIX}{k}" for k in NAMES_FIELDS]
         if all((directory / f"{name}.npy").is_file() for name in names):

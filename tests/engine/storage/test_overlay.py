@@ -109,3 +109,13 @@ def test_a_delta_with_a_row_both_inserted_and_stored_whole_is_refused(tmp_path):
     bad.update(over_rows=z, over_indptr=np.array([0]), ins_keep=np.array([99]))
     with pytest.raises(IndexFormatError, match="kept counts"):
         apply_topk_deltas(base, [bad], 12, "g3rag")
+
+
+def test_changed_rows_of_graphs_whose_compared_rows_are_empty():
+    from hopgraph.engine.storage.deltas import changed_rows
+
+    g = as_csr([[], [(1, 0.5)], [], []], 4)
+    h = as_csr([[], [(1, 0.25)], [], [(0, 1.0)]], 4)
+    np.testing.assert_array_equal(changed_rows(g, h, 4), [1, 3])
+    empty = as_csr([[], []], 2)
+    assert len(changed_rows(empty, empty, 2)) == 0

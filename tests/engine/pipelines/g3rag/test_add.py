@@ -355,3 +355,29 @@ def test_pipeline_add_over_a_stored_ann_graph_uses_the_cells_and_stays_an_overla
     whole.graph_ = CSR(*loaded.graph_.arrays().values(), 1530)
     for a, b in zip(loaded.search(X[-5:], k=5), whole.search(X[-5:], k=5)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_the_builds_cells_are_stored_and_used_by_a_later_add(tmp_path, monkeypatch):
+    from hopgraph.engine.components.shared import Components
+    from hopgraph.engine.pipelines.g3rag import ann_graph
+    from hopgraph.engine.pipelines.g3rag import pipeline as g3
+
+    monkeypatch.setattr(g3, "ANN_MIN_N", 1000)
+    X = clustered_embeddings(1520, 16, 8, seed=15)
+    comps = Components(X[:1500], dense="ann")
+    pipe = G3RAG(mode="ann", n_neighbors=6, settings={"device": "cpu"}).fit(X[:1500], components=comps)
+    pipe.save(tmp_path / "g")
+    assert all((tmp_path / "g" / f"{f}.npy").is_file() for f in ann_graph.AddedRowCandidates.ARRAY_FILES)
+    want = grown(copy.deepcopy(pipe), X, 1500).graph_
+
+    def no_kmeans(*a, **k):
+        raise AssertionError("the stored grouping was not used")
+
+    monkeypatch.setattr(ann_graph, "group_cells", no_kmeans)
+    loaded = grown(G3RAG.load(tmp_path / "g", pipe.fit_params, comps), X, 1500)  # the build's IVF index
+    np.testing.assert_array_equal(loaded.graph_.indptr, want.indptr)
+    np.testing.assert_array_equal(np.asarray(loaded.graph_.indices), want.indices)
+    # cells made over another IVF index are not used: the grouping is computed again
+    assert not ann_graph.AddedRowCandidates.fits({"cells_group": np.zeros(3, np.int64),
+                                                  "cells_probes": np.zeros((1, 1), np.int64),
+                                                  "cells_ivf": np.array([3, 7])}, comps.dense.ivf)
