@@ -476,6 +476,7 @@ def main() -> int:
             import shutil
 
             shutil.copytree(index, work / "index")
+            os.sync()  # the copy's writeback would otherwise compete with the first write's fsyncs
             index = work / "index"
         res = run_segments(index, Path(args.data), work, pipelines, args.singles)
         print_segments(res)
