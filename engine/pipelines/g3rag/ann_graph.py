@@ -26,7 +26,7 @@ cells are grouped into tasks, so a Ray build equals a single-process build bit f
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -184,20 +184,25 @@ class AddedRowCandidates:
         parts = [cells[indptr[g]:indptr[g + 1]] for g in np.unique(groups).tolist()]
         return self.ivf.cell_members(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
 
-    def __call__(self, X: Any, rows: np.ndarray, start: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """For the added ``rows`` of X (consecutive): ``(rows of one group, their candidate columns,
-        the rows below start that may take an edge to them)`` per group, all sorted."""
+    def __call__(self, X: Any, rows: np.ndarray, start: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The work of an add of the ``rows`` of X (consecutive, the last ones) by groups of graph
+        cells, each group's rows read once: per group ``h`` the added rows touch, ``(its rows, the
+        added rows that take them as candidates (h is a probe of their group), the added rows its
+        rows below start may take an edge to (their group is a probe of h))``, all sorted."""
         if not len(rows):
-            return []
+            return
         groups = self.group_of_cell[self.ivf.assign(np.asarray(X[int(rows[0]):int(rows[-1]) + 1]))]
+        nprobe = self.probes.shape[1]
+        fwd = np.unique(np.stack([self.probes[groups].ravel(), np.repeat(rows, nprobe)], 1), axis=0)
         p_ptr, p_groups = self.probed_by
-        out = []
-        for g in np.unique(groups).tolist():
-            mine = rows[groups == g]
-            cols = np.union1d(self.members(self.probes[g]), mine)
-            rev = self.members(p_groups[p_ptr[g]:p_ptr[g + 1]])
-            out.append((mine, cols, rev[rev < start]))
-        return out
+        lens = p_ptr[groups + 1] - p_ptr[groups]
+        at = np.repeat(p_ptr[groups], lens) + (np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens))
+        rev = np.stack([p_groups[at], np.repeat(rows, lens)], 1)  # (h, added row): h probes its group
+        f_ptr = np.searchsorted(fwd[:, 0], np.arange(len(self.probes) + 1))
+        rev = rev[np.lexsort((rev[:, 1], rev[:, 0]))]
+        r_ptr = np.searchsorted(rev[:, 0], np.arange(len(self.probes) + 1))
+        for h in np.union1d(fwd[:, 0], rev[:, 0]).tolist():
+            yield (self.members(np.array([h])), fwd[f_ptr[h]:f_ptr[h + 1], 1], rev[r_ptr[h]:r_ptr[h + 1], 1])
 
 
 def _nearest(centroids: np.ndarray, points: np.ndarray, k: int) -> np.ndarray:

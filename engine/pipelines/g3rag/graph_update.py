@@ -53,9 +53,9 @@ from ....kernels.gain_knn import (as_embedding_tensor, check_gain_knn_inputs, se
                                 weights_function)
 from ...components.dense import gather_rows, row_blocks
 from ...storage.deltas import OverlayCSR
-from .ann_graph import rescore_rows
 from ...errors import InputError
 from ....kernels.csr import CSR, check_csr
+from ....kernels.threads import torch_threads
 from .penalty import hub_penalty
 
 __all__ = ["BLOCK_ENTRIES", "MIN_GEMM_ROWS", "added_density", "added_penalty", "extend_gain_graph"]
@@ -245,9 +245,11 @@ def extend_gain_graph(graph: CSR, X: np.ndarray, start: int, penalty: np.ndarray
     ``graph`` is ``gain_knn(X[:start], k, sim_min, sim_max, penalty[:start])`` (module
     docstring). Work: row blocks of the new rows against all of X, at most ``block_entries``
     entries per similarity tile. ``candidates`` (a graph built from IVF candidates, mode ``"ann"``):
-    ``candidates(X, new rows, start)`` gives, per group of new rows, the columns they are scored
-    against and the existing rows that may take an edge to them
-    (:class:`~hopgraph.engine.pipelines.g3rag.ann_graph.AddedRowCandidates`), instead of all N.
+    ``candidates(X, new rows, start)`` yields groups of rows ``(rows, the new rows scored against
+    them, the new rows these rows may take an edge to)``
+    (:class:`~hopgraph.engine.pipelines.g3rag.ann_graph.AddedRowCandidates`: the build's graph
+    cells), each group read once, instead of all N; a new row's candidates are the union of the
+    groups that name it.
     ``as_overlay``: return the result as an
     :class:`~hopgraph.engine.storage.deltas.OverlayCSR` over ``graph`` (only the rewritten and new rows
     are made; a stored graph is not copied).
@@ -283,17 +285,30 @@ def extend_gain_graph(graph: CSR, X: np.ndarray, start: int, penalty: np.ndarray
     n_pending = 0
     weights = weights_function((n - start) * (n + start))  # new rows × all, old rows × new
     if k > 0 and candidates is not None:
-        for rows_g, cols_g, rev_g in _blocks(candidates(X, np.arange(start, n, dtype=np.int64), start), progress,
-                                             "gain-kNN (added rows, by cells)"):
-            new_cols[rows_g - start], new_vals[rows_g - start] = rescore_rows(X, rows_g, cols_g, pen.numpy(), k,
-                                                                              sim_min, sim_max)
-            if len(rev_g):  # [old rows, new rows]: an old row takes a new edge above its threshold
-                A = torch.from_numpy(np.ascontiguousarray(gather_rows(X, rows_g), dtype=np.float32))
-                R = weights(torch.from_numpy(np.ascontiguousarray(gather_rows(X, rev_g), dtype=np.float32)) @ A.T,
-                            pen[torch.from_numpy(rows_g)], sim_min, sim_max)
-                r, c = (R > thr_t[torch.from_numpy(rev_g), None]).nonzero(as_tuple=True)
+        A_new = torch.from_numpy(np.ascontiguousarray(gather_rows(X, np.arange(start, n)), dtype=np.float32))
+        top_vals, top_cols = torch.from_numpy(new_vals), torch.from_numpy(new_cols)  # running top-k, shared
+        groups = _blocks(candidates(X, np.arange(start, n, dtype=np.int64), start), progress,
+                         "gain-kNN (added rows, by cells)")
+        for members, M, fwd, rev in _one_thread(_read_groups(X, groups)):  # small tiles: one thread
+            m_t = torch.from_numpy(members)
+            if len(fwd):  # the added rows' candidates among these rows: a tile, merged into their top-k
+                W = weights(A_new[fwd - start] @ M.T, pen[m_t], sim_min, sim_max)
+                at = np.minimum(np.searchsorted(members, fwd), len(members) - 1)
+                own = np.flatnonzero(members[at] == fwd)
+                W[torch.from_numpy(own), torch.from_numpy(at[own])] = -math.inf
+                vals, pos = tile_candidates(W, 0, k)
+                cols = torch.where(pos >= 0, m_t[pos.clamp(min=0)], -1)
+                cur = torch.from_numpy(fwd - start)
+                v, c = select_topk(torch.cat([top_vals[cur], vals], 1), torch.cat([top_cols[cur], cols], 1), k)
+                top_vals[cur], top_cols[cur] = v, c
+            is_old = members < start
+            if len(rev) and is_old.any():  # [old rows, added rows]: above a row's threshold it takes the edge
+                rows_o = members[is_old]
+                R = weights(M[torch.from_numpy(np.flatnonzero(is_old))] @ A_new[rev - start].T, pen[torch.from_numpy(rev)],
+                            sim_min, sim_max)
+                r, c = (R > thr_t[torch.from_numpy(rows_o), None]).nonzero(as_tuple=True)
                 if len(r):
-                    pending.append((rev_g[r.numpy()], rows_g[c.numpy()], R[r, c].numpy()))
+                    pending.append((rows_o[r.numpy()], rev[c.numpy()], R[r, c].numpy()))
     elif k > 0:
         for b0, b1 in _blocks(_row_blocks(start, n, block_entries), progress, "gain-kNN (added rows)"):
             cand_vals, cand_cols = [], []
@@ -326,6 +341,37 @@ def extend_gain_graph(graph: CSR, X: np.ndarray, start: int, penalty: np.ndarray
         base = old if isinstance(old, OverlayCSR) else OverlayCSR.over(old, start)
         return base.updated(*changes, n_cols=n)
     return _assemble(old, start, n, k, pending, new_vals, new_cols, block_entries)
+
+
+#: rows of X read at once for the groups of an add by cells (:func:`_read_groups`)
+GROUP_READ_ROWS = 65_536
+
+
+def _read_groups(X: np.ndarray, groups: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]
+                 ) -> Iterator[tuple[np.ndarray, torch.Tensor, np.ndarray, np.ndarray]]:
+    """``(rows, X[rows] float32, a, b)`` for each group ``(rows, a, b)``, the rows of consecutive
+    groups read together, about :data:`GROUP_READ_ROWS` at a time (one gather: a large one reads
+    through the mapping, :func:`~hopgraph.engine.storage.read_rows`)."""
+    batch: list = []
+    size = 0
+    for g in [*groups, None]:
+        if g is not None:
+            batch.append(g)
+            size += len(g[0])
+        if batch and (g is None or size >= GROUP_READ_ROWS):
+            rows = np.concatenate([b[0] for b in batch])
+            block = torch.from_numpy(np.ascontiguousarray(gather_rows(X, rows), dtype=np.float32))
+            at = 0
+            for members, a, b in batch:
+                yield members, block[at:at + len(members)], a, b
+                at += len(members)
+            batch, size = [], 0
+
+
+def _one_thread(items: Iterable) -> Iterator:
+    """``items``, each handled with one torch thread."""
+    with torch_threads(1):
+        yield from items
 
 
 def _changes(old: CSR, start: int, n: int, k: int, pending: list, new_vals: np.ndarray, new_cols: np.ndarray,

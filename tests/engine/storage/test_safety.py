@@ -252,8 +252,18 @@ def test_read_rows_reads_scattered_rows_from_the_file_of_a_mapped_array(tmp_path
         assert got.shape == (2, 3, 3, 4) and got.dtype == a.dtype and not isinstance(got, np.memmap)
         np.testing.assert_array_equal(got, a[rows])
     assert read_rows(mapped, np.zeros(0, np.int64)).shape == (0, 3, 4)
-    with open(mapped.filename, "r+b") as f:    # a file cut short is an index format error
-        f.truncate(mapped.offset + 10 * a[0].nbytes)
+    import hopgraph.engine.storage.arrays as arrays
+
+    with pytest.MonkeyPatch.context() as mp:  # many rows: read through the mapping, in blocks
+        mp.setattr(arrays, "MAPPED_GATHER_MIN", 4)
+        mp.setattr(arrays, "MAPPED_GATHER_BLOCK", 4)
+        got = read_rows(mapped, rows)
+        assert got.shape == (2, 3, 3, 4) and not isinstance(got, np.memmap)
+        np.testing.assert_array_equal(got, a[rows])
+        with open(mapped.filename, "r+b") as f:    # a file cut short is an index format error
+            f.truncate(mapped.offset + 10 * a[0].nbytes)
+        with pytest.raises(IndexFormatError, match="shorter"):
+            read_rows(mapped, np.array([3, 40, 2, 1, 0]))
     with pytest.raises(IndexFormatError, match="shorter"):
         read_rows(mapped, np.array([3, 40]))
 

@@ -295,10 +295,9 @@ def test_extension_with_every_row_a_candidate_equals_the_exact_one():
     pen = np.random.default_rng(12).uniform(0.2, 1.0, len(X)).astype(np.float32)
     old = gain_knn(X[:200], 8, (0.3, 0.9), pen[:200])
 
-    def everything(X, rows, start):  # two groups of new rows, each scored against every row
-        half = len(rows) // 2
-        return [(part, np.arange(len(X), dtype=np.int64), np.arange(start, dtype=np.int64))
-                for part in (rows[:half], rows[half:])]
+    def everything(X, rows, start):  # three groups of rows, each a candidate of every added row
+        for part in np.array_split(np.arange(len(X), dtype=np.int64), 3):
+            yield part, rows, rows
 
     got = extend_gain_graph(old, X, 200, pen, 8, 0.3, 0.9, candidates=everything)
     assert_same_graph(got, gain_knn(X, 8, (0.3, 0.9), pen))
