@@ -39,6 +39,8 @@ class IndexSearch:
         if group_by_document:
             from ..engine.ingest.chunking import group_by_document as group
 
+            if not isinstance(k, bool) and isinstance(k, int) and k > 0:
+                k = max(1, min(k, self.n_live))  # never more documents than live passages
             return group(lambda depth: pipe.search(Q, depth, texts, allowed=allowed, **search), self.corpus, k)
         return pipe.search(Q, k, texts, allowed=allowed, **search)
 
@@ -62,7 +64,8 @@ class IndexSearch:
         (``{metadata field: value or list of values}``) restrict the passages returned, and ``k``
         of them come back whenever ``k`` pass: every pipeline draws its candidates and seeds
         under the filter and masks its final ranking (a graph walk may pass through filtered
-        passages). Deleted passages (:meth:`~hopgraph.index.Index.delete`) are never returned.
+        passages). Deleted passages (:meth:`~hopgraph.index.Index.delete`) are never returned. A
+        ``k`` beyond the live passages is clamped to their number (nothing of size ``k`` is allocated).
 
         ``overrides`` are this call's search parameters (fit parameters select a variant, see
         :meth:`~hopgraph.index.Index.pipeline`). With

@@ -36,7 +36,8 @@ Query (``search``), for a batch; each stage is timed in ``DMAR.timings`` (:data:
 4. Reformulation (step 4, :mod:`hopgraph.engine.pipelines.dmar.reformulation`): the default rule (no
    generator: the query vector moved toward the anchors, ``shift`` = 1), or a ``generator``
    whose text Q′ is embedded.
-5. Second stage (step 5): top p = ``p`` = 20 of the shared dense index with Q′.
+5. Second stage (step 5): top p = ``p`` = 20 of the shared dense index with Q′ (top k when k is
+   larger, so that k passages come back whenever k pass).
 6. Fidelity rerank (step 6): the dual-path score again against the ORIGINAL Q, over the
    stage-2 candidates (SPEC, ``union=0``) or those plus the ``union`` best fused stage-1
    candidates (default ``union=20``, issue #6); top k.
@@ -311,7 +312,7 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         with timer("second_stage"):
             anchors = self._anchors(cand, fused1, params)
             Q2 = self._reformulate(batch.Q, batch.texts, anchors, params)
-            ids2, _ = batch.dense_topk_of(Q2, params.second_stage_depth)
+            ids2, _ = batch.dense_topk_of(Q2, max(params.second_stage_depth, k))  # k hits whenever k pass
         with timer("rerank"):  # the dual-path stages nested here count in their own stages
             if params.union_depth > 0:
                 cols1, _ = topk_rows(np.where(cand >= 0, fused1, -np.inf), min(params.union_depth, cand.shape[1]))

@@ -31,9 +31,10 @@ def test_search_shapes_and_ablations(fitted, demo_corpus):
     for name, overrides in DMAR.ablations.items():
         v_ids, _ = pipe.with_search_defaults(**overrides).search(Q, k=5, query_texts=QUESTIONS)
         assert v_ids.shape == (2, 5), name
-    # k larger than the final pool pads
-    ids, scores = pipe.with_search_defaults(union_depth=0, second_stage_depth=3, bridge=0.0).search(Q, k=6, query_texts=QUESTIONS)
-    assert (ids[:, 3:] == -1).all() and np.isneginf(scores[:, 3:]).all()
+    # k larger than the final pool: the second stage is read k deep, so k hits come back
+    small = pipe.with_search_defaults(union_depth=0, second_stage_depth=3, bridge=0.0)
+    ids, scores = small.search(Q, k=6, query_texts=QUESTIONS)
+    assert (ids >= 0).all() and np.isfinite(scores).all() and all(len(set(r)) == 6 for r in ids)
 
 
 def test_structural_path_changes_scores_and_is_seeded(fitted):
