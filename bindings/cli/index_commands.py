@@ -5,6 +5,7 @@ import argparse
 import time
 from pathlib import Path
 
+from ..engine.errors import InputError
 from .options import (
     check_before_work,
     cli_params,
@@ -27,7 +28,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     check_before_work(args.pipelines, cli_params(args))
     refuse_search_params(cli_params(args))
     t0 = time.perf_counter()
-    out = Path(args.out)
+    out = output_dir(args.out)
     work_dir = streaming.work_dir_for(out)
     # the output's write lock is held from before the build to the commit: a second build to the same
     # --out (and its OUT.work) is refused at once, and an --out that may not be replaced before any work
@@ -44,6 +45,16 @@ def cmd_index(args: argparse.Namespace) -> int:
     print(f"indexed {len(index.corpus)} passages ({', '.join(index.pipelines)}) into {args.out} "
           f"in {time.perf_counter() - t0:.1f} s")
     return 0
+
+
+def output_dir(out: str) -> Path:
+    """``--out`` as a path that names a new index directory; InputError for ``.``, ``..``, ``/`` and
+    other paths without a name of their own (an index replaces its directory as a whole)."""
+    path = Path(out)
+    if path.name in ("", ".", ".."):
+        raise InputError(f"--out {out!r}: give the index directory a name of its own (e.g. --out my-index); "
+                         "the index is written as a new directory, not into an existing one")
+    return path
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -68,14 +79,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    """Append passages to an index (issue 13): only they are embedded; committed as a new generation."""
-    import numpy as np
-
+    """Append passages to an index: only they are embedded; committed as a new generation.
+    ``--embeddings`` is read as ``hopgraph index`` reads it (a ``.npy`` or a folder of shards, never
+    with pickled objects)."""
+    from ..engine.ingest.precomputed import open_embeddings
     from ..index import Index
 
     t0 = time.perf_counter()
     corpus = read_corpus_args(args)
-    embeddings = np.load(args.embeddings, allow_pickle=False) if args.embeddings else None
+    embeddings = open_embeddings(args.embeddings, progress=False) if args.embeddings else None
     with Index.updating(args.index, embedder=args.embedder, device=args.device, progress=not args.quiet) as index:
         with warnings_to_stderr("add"):
             r = index.add(corpus, upsert=args.upsert, embeddings=embeddings, batch_size=args.batch_size,

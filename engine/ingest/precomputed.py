@@ -27,6 +27,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from ..errors import InputError
+from ..storage.arrays import NPY_READ_ERRORS
 
 BLOCK_ROWS = 65_536
 NORM_ATOL = 1e-4
@@ -74,7 +75,7 @@ def read_ids(path: Path) -> list[str]:
         return path.read_text(encoding="utf-8").splitlines()
     try:
         arr = np.load(path, allow_pickle=False)
-    except ValueError as e:
+    except NPY_READ_ERRORS as e:
         raise InputError(f"ids file {path} is not a valid .npy array without objects: {e}") from None
     if arr.ndim != 1 or arr.dtype.kind not in "iuUS":
         raise InputError(f"ids file {path}: expected a 1-D array of strings or integers, got {arr.dtype} {arr.shape}")
@@ -85,7 +86,7 @@ def open_shard(path: Path, dim: int | None) -> Shard:
     """Memory-map one shard and check its shape, dtype and ids (not yet its values)."""
     try:
         X = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError, EOFError) as e:
+    except NPY_READ_ERRORS as e:
         raise InputError(f"embeddings shard {path} is not a valid .npy file: {e}") from None
     if X.ndim != 2:
         raise InputError(f"embeddings shard {path}: expected a 2-D matrix [n, dim], got shape {X.shape}")

@@ -20,7 +20,8 @@ Fields are detected from the first record: id ``id``, ``_id``, ``docid`` or ``do
 fields become the passage's metadata (default: all other fields; a ``"metadata"`` field holding an
 object contributes its keys). Every error is an :class:`InputError` naming the file and the line
 (JSON, CSV) or row (Parquet): malformed JSON, a missing or empty id or text, a duplicate id (with
-the line of the first one), a CSV row with the wrong number of fields, text that is not UTF-8.
+the line of the first one), a CSV row with the wrong number of fields or a quote that is not closed
+(the line the row starts on), text that is not UTF-8.
 """
 from __future__ import annotations
 
@@ -307,7 +308,9 @@ def _iter_csv(path: Path, delimiter: str) -> Iterator[tuple[str, Mapping[str, An
     old_limit = csv.field_size_limit()
     csv.field_size_limit(2**31 - 1)  # long documents (to be chunked) exceed the default 128 KiB per field
     try:
-        reader = csv.reader(_decode_lines(path), delimiter=delimiter)
+        # strict: a quote that opens a field must close it before the next delimiter or line end, so a
+        # stray quote is an error naming its line instead of a field that swallows the following rows
+        reader = csv.reader(_decode_lines(path), delimiter=delimiter, strict=True)
         start = 1
         try:
             header = next(reader, None)
@@ -326,7 +329,8 @@ def _iter_csv(path: Path, delimiter: str) -> Iterator[tuple[str, Mapping[str, An
                 yield where, dict(zip(header, row))
         except csv.Error as e:
             raise InputError(f"{path} line {start}: malformed {'TSV' if delimiter == chr(9) else 'CSV'} "
-                             f"row ({e})") from None
+                             f"row ({e}); a field that starts with a quote must end with one, and a quote "
+                             "inside it is doubled (\"\")") from None
     finally:
         csv.field_size_limit(old_limit)
 

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import mmap
 import os
+import tokenize
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from ..errors import IndexFormatError
+
+#: what ``np.load`` raises for a damaged or hostile ``.npy`` (a mangled header is parsed as a Python
+#: literal: its tokenizer's and parser's errors are among them)
+NPY_READ_ERRORS = (ValueError, OSError, EOFError, SyntaxError, tokenize.TokenError)
 
 
 
@@ -47,7 +52,7 @@ def load_array(directory: Path, name: str, mmap: bool = True) -> np.ndarray:
         raise IndexFormatError(f"index file {path} is missing")
     try:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as e:
+    except NPY_READ_ERRORS as e:
         raise IndexFormatError(f"index file {path} is corrupt: {e}") from None
 
 

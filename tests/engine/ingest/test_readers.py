@@ -59,6 +59,9 @@ def test_csv_and_tsv(tmp_path):
     ('id,title,text\n1,A,x\n\n2,B,y,extra\n', r"c.csv line 4: 4 field\(s\), the header has 3"),
     ('id,title,text\n1,A,"multi\nline"\n2,B\n', r"c.csv line 4: 2 field\(s\), the header has 3"),
     ('id,title,text\n1,A,x\n1,B,y\n', r"c.csv line 3: duplicate id '1' \(first seen on line 2\)"),
+    # a stray quote: the row is refused, never merged with the rows after it
+    ('id,title,text\n1,A,x\n2,B,"open\n3,C,z\n', r"c.csv line 3: malformed CSV row \(unexpected end of data\)"),
+    ('id,title,text\n1,A,"open\n2,B,"z"\n', r"c.csv line 2: malformed CSV row \(',' expected after '\"'\)"),
     ('id,title,text\n1,A,\n', r"c.csv line 2: empty text for id '1'"),
     ('id,title,text\n,A,x\n', r"c.csv line 2: missing id \(field 'id'\)"),
     ('name,body\nx,y\n', r"c.csv line 2: no id field"),
