@@ -1,18 +1,26 @@
-"""Padding-free ("packed") query embedding for BERT-type sentence-transformers models (issue 7).
+"""Padding-free ("packed") embedding for BERT-type sentence-transformers models.
 
-A micro-batch of questions of different lengths, run through the model the usual way, is
-padded to its longest question, so much of the batch's compute goes to padding. Here the
-questions' tokens are concatenated into ONE ``[tokens, hidden]`` matrix, so every linear
-layer (the bulk of the compute) is one large matrix product with no padding; only attention
-runs per group of equally long questions. The result is the model's own embedding (mean
-pooling, L2-normalised) up to float rounding; :meth:`PackedBertEncoder.for_embedder` checks
-this on a probe batch and declines (returns ``None``) for any model it does not reproduce,
-so callers fall back to the embedder's ``encode``.
+A batch of texts of different lengths, run through the model the usual way, is padded to its
+longest text, so much of the batch's compute goes to padding. Here the texts' tokens are
+concatenated into ONE ``[tokens, hidden]`` matrix, so every linear layer (the bulk of the compute)
+is one large matrix product with no padding; only attention runs per group of equally long texts.
+The result is the model's own embedding (mean pooling, L2-normalised) up to float rounding;
+:meth:`PackedBertEncoder.for_embedder` checks this on a probe batch and declines (returns ``None``)
+for any model it does not reproduce, so callers fall back to the embedder's ``encode``.
+
+A matrix product's rounding depends on its shape (the BLAS picks its kernels by the row count), so
+a text's packed embedding may move by ~1e-7 with the other texts of its batch. The
+**row-independent** mode (``row_independent=True``, :func:`query_encoder`: how questions are
+embedded) runs every linear layer per text instead, so each text's embedding is a function of that
+text alone, bit for bit, in any batch; attention, layer norms and activations are already per text
+or per row.
 """
 from __future__ import annotations
 
 import itertools
 import sys
+import threading
+import weakref
 from typing import Any, Sequence
 
 import numpy as np
@@ -29,9 +37,11 @@ class PackedBertEncoder:
     """Embed texts with a sentence-transformers ``[Transformer(BertModel), Pooling(mean), Normalize]``
     model without padding. Build it with :meth:`for_embedder`."""
 
-    def __init__(self, embedder: Embedder) -> None:
+    def __init__(self, embedder: Embedder, row_independent: bool = False) -> None:
         st = embedder.model  # type: ignore[attr-defined]
         self.name, self.dim = embedder.name, int(embedder.dim)
+        #: linear layers per text: each text's embedding does not depend on the rest of its batch
+        self.row_independent = row_independent
         self._st = st
         self._bert = st[0].auto_model
         cfg = self._bert.config
@@ -39,13 +49,13 @@ class PackedBertEncoder:
         self._head_dim = int(cfg.hidden_size) // self._heads
 
     @classmethod
-    def for_embedder(cls, embedder: Embedder) -> "PackedBertEncoder | None":
+    def for_embedder(cls, embedder: Embedder, row_independent: bool = False) -> "PackedBertEncoder | None":
         """A packed encoder equivalent to ``embedder.encode``, or ``None`` when the embedder is not a
         supported model or the packed output differs from its own on a probe batch."""
         if not _supported(embedder):
             return None
         try:
-            enc = cls(embedder)
+            enc = cls(embedder, row_independent)
             ref = embedder.encode(_PROBE_TEXTS, progress=False)
             if float(np.abs(enc.encode(_PROBE_TEXTS) - ref).max()) > PROBE_TOLERANCE:
                 return None
@@ -147,18 +157,36 @@ class PackedBertEncoder:
         h = emb.word_embeddings(ids) + emb.position_embeddings(positions) + emb.token_type_embeddings(types)
         h = emb.LayerNorm(h)
         groups = _length_groups(lengths.tolist())
+        linear = self._per_text(lengths.tolist()) if self.row_independent else (lambda layer, x: layer(x))
         for layer in self._bert.encoder.layer:
             att = layer.attention
-            q, k, v = att.self.query(h), att.self.key(h), att.self.value(h)
+            q, k, v = linear(att.self.query, h), linear(att.self.key, h), linear(att.self.value, h)
             ctx = torch.empty_like(h)
             for start, stop, n in groups:
                 b = (stop - start) // n
                 heads = [x[start:stop].view(b, n, self._heads, self._head_dim).transpose(1, 2) for x in (q, k, v)]
                 ctx[start:stop] = F.scaled_dot_product_attention(*heads).transpose(1, 2).reshape(stop - start, -1)
-            h = att.output.LayerNorm(att.output.dense(ctx) + h)
-            h = layer.output.LayerNorm(layer.output.dense(layer.intermediate.intermediate_act_fn(
-                layer.intermediate.dense(h))) + h)
+            h = att.output.LayerNorm(linear(att.output.dense, ctx) + h)
+            h = layer.output.LayerNorm(linear(layer.output.dense, layer.intermediate.intermediate_act_fn(
+                linear(layer.intermediate.dense, h))) + h)
         return h, lengths, order
+
+    @staticmethod
+    def _per_text(lengths: list[int]) -> Any:
+        """``linear(layer, h)``: the linear ``layer`` applied to each text's rows of ``h`` by its own
+        matrix product (same shape for a text alone or in any batch, hence the same rounding)."""
+        import torch
+        import torch.nn.functional as F
+
+        bounds = list(itertools.accumulate(lengths, initial=0))
+
+        def linear(layer: Any, h: Any) -> Any:
+            out = torch.empty((h.shape[0], layer.out_features), dtype=h.dtype)
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                out[a:b] = F.linear(h[a:b], layer.weight, layer.bias)
+            return out
+
+        return linear
 
 
 def _length_groups(lengths: list[int]) -> list[tuple[int, int, int]]:
@@ -199,6 +227,25 @@ def _supported(embedder: Embedder) -> bool:
             and pooling.get("include_prompt", True) and type(st[2]).__name__ == "Normalize")
 
 
+_QUERY_ENCODERS: "weakref.WeakKeyDictionary[Any, PackedBertEncoder | None]" = weakref.WeakKeyDictionary()
+_QUERY_ENCODERS_LOCK = threading.Lock()
+
+
+def query_encoder(embedder: Embedder) -> PackedBertEncoder | None:
+    """The row-independent packed encoder of ``embedder`` (built and probed once per embedder
+    object, then reused), or None when :meth:`PackedBertEncoder.for_embedder` declines it."""
+    try:
+        with _QUERY_ENCODERS_LOCK:
+            if embedder in _QUERY_ENCODERS:
+                return _QUERY_ENCODERS[embedder]
+    except TypeError:  # not weak-referenceable or not hashable: not cached
+        return PackedBertEncoder.for_embedder(embedder, row_independent=True)
+    enc = PackedBertEncoder.for_embedder(embedder, row_independent=True)
+    with _QUERY_ENCODERS_LOCK:
+        _QUERY_ENCODERS[embedder] = enc
+    return enc
+
+
 #: texts per packed forward pass in :func:`encode_bulk` (bounds the [tokens, hidden] activations)
 BULK_CHUNK = 256
 
@@ -210,7 +257,7 @@ def encode_bulk(embedder: Embedder, texts: Sequence[str], batch_size: int = 64, 
     order of text length (characters, a free proxy of word pieces; issue 14), so a chunk holds few
     distinct token lengths and its attention runs as a few large groups instead of one small
     group per length; each text's embedding does not depend on its chunk (up to float rounding).
-    The build-time effect on STITCH is in ``bench/bench_build.py`` (README, issues 10 and 14)."""
+    The build-time effect on STITCH is in ``bench/bench_build.py``."""
     packed = PackedBertEncoder.for_embedder(embedder)
     if packed is None or len(texts) == 0:
         return embedder.encode(list(texts), batch_size=batch_size, progress=progress)

@@ -1,4 +1,5 @@
-"""Padding-free MiniLM query embedding (engine/packed_bert.py, issue 7): equal to the model's own encode."""
+"""Padding-free MiniLM embedding (engine/embedders/packed_bert.py): equal to the model's own encode, and in the
+row-independent mode (how questions are embedded) bit for bit the same in any batch."""
 from __future__ import annotations
 
 import numpy as np
@@ -40,3 +41,34 @@ def test_encode_bulk_length_order_keeps_input_order(minilm, monkeypatch):
     got = pb.encode_bulk(minilm, texts)
     np.testing.assert_allclose(got, minilm.encode(texts), atol=1e-5)
     np.testing.assert_array_equal(pb.encode_bulk(HashingEmbedder(16), texts), HashingEmbedder(16).encode(texts))
+
+
+QUESTIONS = ["Paris", "x", "who is he", "Who directed the film that won the 1998 Palme d'Or?", "a b c d",
+             "Which band released Abbey Road in 1969, and who produced it?", "émigré café naïve 東京", "?"]
+
+
+def test_row_independent_mode_is_bit_exact_in_any_batch(minilm):
+    """Each text's embedding alone, in the whole batch, reversed, and in chunks: identical bits
+    (the fast mode rounds matrix products by the batch's shape, ~1e-7)."""
+    packed = PackedBertEncoder.for_embedder(minilm, row_independent=True)
+    assert packed is not None and packed.row_independent
+    alone = np.concatenate([packed.encode([q]) for q in QUESTIONS])
+    np.testing.assert_allclose(alone, minilm.encode(QUESTIONS), atol=1e-5)
+    np.testing.assert_array_equal(packed.encode(QUESTIONS), alone)
+    np.testing.assert_array_equal(packed.encode(QUESTIONS[::-1])[::-1], alone)
+    chunks = np.concatenate([packed.encode(QUESTIONS[i:i + 3]) for i in range(0, len(QUESTIONS), 3)])
+    np.testing.assert_array_equal(chunks, alone)
+
+
+def test_encode_queries_rows_depend_on_their_own_text_only(minilm):
+    from hopgraph.engine.embedders.core import SentenceTransformerEmbedder, encode_queries
+    from hopgraph.engine.embedders.packed_bert import query_encoder
+
+    assert query_encoder(minilm) is query_encoder(minilm)  # built and probed once per embedder
+    prompted = SentenceTransformerEmbedder(minilm.model, prompts={"query": "query: ", "passage": ""})
+    assert query_encoder(prompted) is None  # a prompt: one text per forward pass instead
+    for embedder in (minilm, prompted):
+        alone = np.concatenate([encode_queries(embedder, [q]) for q in QUESTIONS])
+        np.testing.assert_array_equal(encode_queries(embedder, QUESTIONS), alone)
+        np.testing.assert_array_equal(encode_queries(embedder, QUESTIONS[::-1])[::-1], alone)
+    assert encode_queries(minilm, []).shape == (0, minilm.dim)
