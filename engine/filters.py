@@ -1,4 +1,4 @@
-"""Query-time filters (issue 13): the passages a search may return, as a boolean row mask.
+"""Query-time filters: the passages a search may return, as a boolean row mask.
 
 * ``allowed_ids`` — passage ids (every one must be in the index);
 * ``where`` — ``{field: value}`` or ``{field: [value, ...]}`` on the passages' metadata
@@ -7,8 +7,10 @@
   when any of its elements does. Numbers compare by value (``1 == 1.0``), booleans only equal
   booleans, strings compare exactly; ``None`` matches a missing field or JSON ``null``.
 
-Both given: a passage must pass both. The metadata of the whole corpus is parsed once per
-field and kept (:class:`MetadataIndex`), so a filter costs one mask per search.
+Both given: a passage must pass both. The metadata of the whole corpus is parsed once and, per
+field, the rows of each value are kept for the :data:`MAX_FIELDS` most recently filtered fields
+(:class:`MetadataIndex`), so a filter costs one mask per search; a field no passage has costs
+nothing (it matches ``None`` only) and is never kept.
 """
 from __future__ import annotations
 
@@ -19,9 +21,12 @@ import numpy as np
 
 from .components.corpus import Corpus
 from .errors import InputError
+from .lru import LRUCache
 
 #: how many offending ids / values an error message quotes
 QUOTE = 5
+#: metadata fields whose value → rows index :class:`MetadataIndex` keeps (least recently used dropped)
+MAX_FIELDS = 64
 
 
 def value_key(value: Any, where: str) -> tuple:
@@ -39,33 +44,41 @@ def value_key(value: Any, where: str) -> tuple:
 
 
 class MetadataIndex:
-    """Per metadata field, the rows holding each value (built on first use of the field)."""
+    """Per metadata field, the rows holding each value (built on first use of the field; the
+    :data:`MAX_FIELDS` most recently used fields are kept)."""
 
-    def __init__(self, corpus: Corpus) -> None:
+    def __init__(self, corpus: Corpus, max_fields: int = MAX_FIELDS) -> None:
         self.corpus = corpus
         self._parsed: list[dict] | None = None
-        self._fields: dict[str, dict[tuple, np.ndarray]] = {}
+        self._names: frozenset[str] = frozenset()
+        self._fields: LRUCache[str, dict[tuple, np.ndarray]] = LRUCache(max_fields)
 
     def _records(self) -> list[dict]:
         if self._parsed is None:
             self._parsed = [json.loads(m) if m else {} for m in self.corpus.metadata]
+            self._names = frozenset(name for rec in self._parsed for name in rec)
         return self._parsed
 
-    def field(self, name: str) -> dict[tuple, np.ndarray]:
-        """value key → sorted rows whose metadata field ``name`` holds that value."""
-        if name not in self._fields:
-            rows: dict[tuple, list[int]] = {}
-            for i, rec in enumerate(self._records()):
-                value = rec.get(name)
-                values = value if isinstance(value, list) else [value]
-                for v in values:
-                    try:
-                        key = value_key(v, f"metadata field {name!r}")
-                    except InputError:
-                        continue  # objects inside metadata are never matched
-                    rows.setdefault(key, []).append(i)
-            self._fields[name] = {k: np.unique(np.asarray(v, np.int64)) for k, v in rows.items()}
-        return self._fields[name]
+    def field(self, name: str) -> dict[tuple, np.ndarray | slice]:
+        """value key → sorted rows whose metadata field ``name`` holds that value (a field no
+        passage has: every row, as ``slice(None)``, holds None)."""
+        self._records()
+        if name not in self._names:
+            return {("null",): slice(None)}
+        return self._fields.get_or_make(name, lambda: self._build(name))
+
+    def _build(self, name: str) -> dict[tuple, np.ndarray]:
+        rows: dict[tuple, list[int]] = {}
+        for i, rec in enumerate(self._records()):
+            value = rec.get(name)
+            values = value if isinstance(value, list) else [value]
+            for v in values:
+                try:
+                    key = value_key(v, f"metadata field {name!r}")
+                except InputError:
+                    continue  # objects inside metadata are never matched
+                rows.setdefault(key, []).append(i)
+        return {k: np.unique(np.asarray(v, np.int64)) for k, v in rows.items()}
 
     def mask(self, where: Mapping[str, Any]) -> np.ndarray:
         """Rows passing every ``field: value(s)`` condition (bool [N])."""

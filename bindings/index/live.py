@@ -127,7 +127,8 @@ class IndexLive:
         self._metadata = None
         self.components = Components(self.X, self.corpus, self._embedder, self.params.get("bm25"), self.progress)
         old = self.pipelines
-        self.pipelines, self._variants = {}, {}
+        self.pipelines = {}
+        self._variants.clear()
         for name, pipe in old.items():
             t0 = time.perf_counter()
             self.pipelines[name] = self._fit(pipe.clone())

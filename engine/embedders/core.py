@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime
 import numpy as np
 
 from ..errors import InputError
+from ..lru import LRUCache
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
 #: rows validated at a time by validate_embeddings
@@ -129,18 +130,20 @@ class HashingEmbedder:
     Texts with no word token get a fixed "empty" vector so that no output row is zero.
     """
 
+    #: bytes of token vectors kept (least recently used tokens dropped; a dropped one is recomputed)
+    CACHE_BYTES = 32 << 20
+
     def __init__(self, dim: int = 64) -> None:
         self.dim = int(dim)
         self.name = self.spec = f"hashing-{self.dim}"
-        self._cache: dict[str, np.ndarray] = {}
+        self._cache: LRUCache[str, np.ndarray] = LRUCache(max(1, self.CACHE_BYTES // (4 * max(self.dim, 1))))
 
     def _token_vector(self, token: str) -> np.ndarray:
-        v = self._cache.get(token)
-        if v is None:
-            seed = int.from_bytes(hashlib.sha1(token.encode("utf-8")).digest()[:8], "little")
-            v = np.random.default_rng(seed).choice(np.array([-1.0, 1.0], dtype=np.float32), self.dim)
-            self._cache[token] = v
-        return v
+        return self._cache.get_or_make(token, lambda: self._draw(token))
+
+    def _draw(self, token: str) -> np.ndarray:
+        seed = int.from_bytes(hashlib.sha1(token.encode("utf-8")).digest()[:8], "little")
+        return np.random.default_rng(seed).choice(np.array([-1.0, 1.0], dtype=np.float32), self.dim)
 
     def encode(self, texts: Sequence[str], batch_size: int = 64, progress: bool = False) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)

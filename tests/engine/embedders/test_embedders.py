@@ -337,3 +337,15 @@ def test_openai_spec_from_environment_and_index_reload(stub, demo_corpus, tmp_pa
     hits = loaded.search(["Who founded Orbis Computing?"], "dense", k=3)[0]
     assert hits[0].id == built.search(["Who founded Orbis Computing?"], "dense", k=3)[0][0].id
     assert len(stub.requests) == n + 2 and stub.requests[-1]["auth"] == "Bearer sk-env"  # no dimension probe
+
+
+def test_hashing_token_cache_is_bounded():
+    from hopgraph.engine.embedders.core import HashingEmbedder
+
+    e = HashingEmbedder(16)
+    reference = e.encode(["alpha beta"])
+    limit = e._cache.maxsize
+    assert limit == HashingEmbedder.CACHE_BYTES // (4 * 16)
+    e.encode([f"word{i}" for i in range(limit + 100)])
+    assert len(e._cache) == limit
+    np.testing.assert_array_equal(e.encode(["alpha beta"]), reference)  # evicted tokens are drawn again, same
