@@ -1,4 +1,4 @@
-"""hopgraph serve (issue 7): end-to-end against the real uvicorn server on loopback,
+"""hopgraph serve: end-to-end against the real uvicorn server on loopback,
 one test per request limit, API key, micro-batching, CLI, and a hypothesis fuzz."""
 from __future__ import annotations
 
@@ -344,9 +344,9 @@ def test_micro_batcher_batches_and_isolates_failures(demo_corpus):
     assert [r.hits[0] for r in results] == index.search(qs, pipeline="dense", k=3)
 
 
-def test_micro_batcher_embeds_only_in_its_worker_thread(demo_corpus):
-    """warm_up and searches embed in the one worker thread (a second thread running torch would slow
-    both, see MicroBatcher.warm_up); embedders without the packed path get limits.embed_batch_size."""
+def test_micro_batcher_embeds_only_in_its_worker_threads(demo_corpus):
+    """warm_up embeds in both worker threads (each thread's torch settings are its own), a light
+    search in the interactive one; embedders without the packed path get limits.embed_batch_size."""
     hashing = HashingEmbedder(DIM)
     calls: list[tuple[str, int]] = []
 
@@ -370,7 +370,8 @@ def test_micro_batcher_embeds_only_in_its_worker_thread(demo_corpus):
             await batcher.stop()
 
     result = asyncio.run(scenario())
-    assert len(calls) == 2 and all(name.startswith("hopgraph-search") and bs == 3 for name, bs in calls)
+    assert [name for name, _ in calls] == ["hopgraph-search_0", "hopgraph-search-bulk_0", "hopgraph-search_0"]
+    assert all(bs == 3 for _, bs in calls)
     assert result.hits == index.search(questions(2), pipeline="dense", k=3)
 
 
