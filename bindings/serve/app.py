@@ -162,7 +162,7 @@ def _search_routes(service: Service) -> APIRouter:
             result = await service.batcher.submit(
                 request.pipeline, request.k, checked.queries, request.params,
                 group_by_document=request.group_by_document, filters=checked.filters,
-                heavy=checked.cost.work > service.limits.heavy_cost, memory=checked.cost.memory_bytes,
+                heavy=checked.heavy, memory=checked.cost.memory_bytes,
                 deadline=deadline)
         except QueueFull as e:
             raise HTTPException(503, str(e), headers={"Retry-After": "1"}) from None

@@ -17,8 +17,8 @@ request cannot change the answers to the others.
 
 **Deadlines.** A group runs under a :class:`~hopgraph.engine.cancel.CancelToken` whose deadline is
 the latest of its jobs'; the search checks it before each stage and query batch (and the embedding
-between chunks), so a search past its deadline stops within one stage and its worker takes the next
-group. The endpoint answers 504 at the deadline itself (:meth:`MicroBatcher.submit`), whether or
+between chunks; the bulk worker searches ``bulk_batch_size`` queries at a time), so a search past its
+deadline stops within one stage and its worker takes the next group. The endpoint answers 504 at the deadline itself (:meth:`MicroBatcher.submit`), whether or
 not the worker has stopped yet; jobs still queued at their deadline are dropped unrun.
 
 **Writes** (``POST /passages``, ``DELETE /passages/{id}``) run in the interactive worker thread
@@ -192,8 +192,10 @@ class Lane:
     """One queue of :class:`SearchJob` served by one worker thread in micro-batches."""
 
     def __init__(self, batcher: "MicroBatcher", name: str, max_pending: int, thread_prefix: str,
-                 initializer: Callable[[], None] | None = None) -> None:
+                 initializer: Callable[[], None] | None = None, chunk: int | None = None) -> None:
         self.batcher, self.name, self.max_pending = batcher, name, max_pending
+        #: queries searched at a time (a cancellation checkpoint between); None: the whole group
+        self.chunk = chunk
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_prefix, initializer=initializer)
         self.queue: asyncio.Queue[SearchJob] | None = None
         self.task: asyncio.Task | None = None
@@ -247,7 +249,7 @@ class Lane:
             for group in self._groups(jobs):
                 started = time.perf_counter()
                 try:
-                    results = await loop.run_in_executor(self.executor, self.batcher.run_group, group)
+                    results = await loop.run_in_executor(self.executor, self.batcher.run_group, group, self.chunk)
                 except Exception as e:  # the worker itself failed: answer, keep dispatching
                     results = [e] * len(group)
                 self.batcher.batches += 1
@@ -284,8 +286,20 @@ class MicroBatcher:
         self.limits = limits
         self.lock = ReadWriteLock()
         self.interactive = Lane(self, "interactive", limits.max_pending, "hopgraph-search")
-        self.bulk = Lane(self, "bulk", limits.max_pending_bulk, "hopgraph-search-bulk", _bulk_thread_setup)
+        self.bulk = Lane(self, "bulk", limits.max_pending_bulk, "hopgraph-search-bulk", _bulk_thread_setup,
+                         chunk=limits.bulk_batch_size)
         self.batches = 0
+        self._start_threads()
+
+    def _start_threads(self) -> None:
+        """Start both worker threads, the interactive one with torch's thread count first: a thread
+        takes torch's last process-wide setting when it first runs torch, and the bulk worker sets 1,
+        so the setting is then put back for threads started later."""
+        import torch
+
+        n = self.interactive.executor.submit(torch.get_num_threads).result()
+        self.bulk.executor.submit(torch.get_num_threads).result()
+        self.interactive.executor.submit(torch.set_num_threads, n).result()
 
     def embed_texts(self, texts: list[str]) -> np.ndarray:
         """Embed question texts with the index's query embedder (each row independent of the others,
@@ -352,14 +366,14 @@ class MicroBatcher:
                 job.future.cancel()
 
     # ------------------------------------------------------------------ worker side
-    def run_group(self, group: list[SearchJob]) -> list[JobResult | BaseException]:
-        """Run a group as one batch under its :class:`GroupToken`; on failure, each request alone
-        (runs in a worker thread, holding the read side of the write lock)."""
+    def run_group(self, group: list[SearchJob], chunk: int | None = None) -> list[JobResult | BaseException]:
+        """Run a group as one batch (``chunk`` queries at a time) under its :class:`GroupToken`; on
+        failure, each request alone (runs in a worker thread, holding the read side of the write lock)."""
         token = GroupToken(group)
         with self.lock.reading():
             try:
                 with cancellable(token):
-                    return self._run_batch(group)
+                    return self._run_batch(group, chunk)
             except SearchCancelled as e:
                 return [e] * len(group)
             except Exception as e:
@@ -369,17 +383,24 @@ class MicroBatcher:
             for job in group:
                 try:
                     with cancellable(GroupToken([job])):
-                        out.extend(self._run_batch([job]))
+                        out.extend(self._run_batch([job], chunk))
                 except Exception as e:
                     out.append(e)
             return out
 
-    def _run_batch(self, group: list[SearchJob]) -> list[JobResult]:
+    def _run_batch(self, group: list[SearchJob], chunk: int | None = None) -> list[JobResult]:
         queries = [q for job in group for q in job.queries]
         first = group[0]
-        hits, embed_s, search_s = run_search(self.index, first.pipeline, first.k, queries, self.embed_texts,
-                                             group_by_document=first.group_by_document, filters=first.filters,
-                                             **dict(first.overrides))
+        step = chunk or max(len(queries), 1)
+        hits: list[list[Hit]] = []
+        embed_s = search_s = 0.0
+        for start in range(0, len(queries), step):  # results never depend on the batch: chunks change nothing
+            checkpoint()
+            h, e, s = run_search(self.index, first.pipeline, first.k, queries[start:start + step], self.embed_texts,
+                                 group_by_document=first.group_by_document, filters=first.filters,
+                                 **dict(first.overrides))
+            hits.extend(h)
+            embed_s, search_s = embed_s + e, search_s + s
         timing = {"embed_ms": embed_s * 1000, "search_ms": search_s * 1000,
                   "batch_queries": len(queries), "batch_requests": len(group)}
         out, start = [], 0

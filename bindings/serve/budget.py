@@ -154,14 +154,15 @@ REGION_FANOUT = 64
 
 
 def estimate(shape: IndexShape, pipeline: str, params: Any, n_queries: int, k: int,
-             group_by_document: bool = False) -> Estimate:
+             group_by_document: bool = False, at_once: int | None = None) -> Estimate:
     """Work and peak memory of searching ``n_queries`` questions with ``pipeline`` and validated
-    search ``params`` (module docstring); ``group_by_document`` may read the ranking down to N."""
+    search ``params`` (module docstring), ``at_once`` of them at a time (default: the whole request);
+    ``group_by_document`` may read the ranking down to N."""
     cls = pipeline_class(pipeline)
     default = cls.SearchParams.create()
     work1, _ = _model(shape, pipeline, default, 1, 5, False)
     work, _ = _model(shape, pipeline, params, n_queries, k, group_by_document)
-    at_once = min(n_queries, cls.default_batch_size or n_queries)
+    at_once = min(n_queries, at_once or n_queries, cls.default_batch_size or n_queries)
     _, memory = _model(shape, pipeline, params, at_once, k, group_by_document)
     return Estimate(work / max(work1, 1.0), int(memory))
 

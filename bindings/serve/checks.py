@@ -30,11 +30,13 @@ _FLOAT32_MAX = float(np.finfo(np.float32).max)
 @dataclass(frozen=True)
 class CheckedSearch:
     """A search request that passed every check: its queries (texts / normalised rows), its
-    filters and its cost estimate."""
+    filters, its cost estimate and the worker it goes to."""
 
     queries: list[str | np.ndarray]
     filters: dict[str, Any]
     cost: Estimate
+    #: the estimated work is above ``heavy_cost``: the bulk worker runs it
+    heavy: bool = False
 
 
 def query_params_info(name: str) -> dict[str, str]:
@@ -73,13 +75,17 @@ def check_search(request: SearchRequest, index: Index, served: list[str], limits
     filters = check_filters(request, limits)
     queries = check_queries(request.queries, pipeline_class(name).needs.query_texts, int(index.X.shape[1]),
                             limits, name)
-    cost = estimate(shape, name, params, max(len(queries), 1), request.k, request.group_by_document)
+    n = max(len(queries), 1)
+    cost = estimate(shape, name, params, n, request.k, request.group_by_document)
+    heavy = cost.work > limits.heavy_cost
+    if heavy:  # the bulk worker searches bulk_batch_size queries at a time
+        cost = estimate(shape, name, params, n, request.k, request.group_by_document, limits.bulk_batch_size)
     if cost.memory_bytes > limits.max_request_bytes:
         raise RequestRefused(f"this request would need about {cost.memory_bytes / (1 << 20):,.0f} MiB (estimated "
                              f"for {len(queries)} queries, k={request.k} and its params), above this server's "
-                             f"per-request budget of {limits.max_request_mb:g} MiB; send fewer queries per request "
-                             "or smaller params")
-    return CheckedSearch(queries, filters, cost)
+                             f"per-request budget of {limits.max_request_mb:g} MiB; ask for smaller params "
+                             "or fewer queries")
+    return CheckedSearch(queries, filters, cost, heavy)
 
 
 def check_pipeline(name: str, served: list[str]) -> None:

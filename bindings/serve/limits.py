@@ -38,6 +38,7 @@ class ServeLimits:
     #: the bulk worker (its own queue, lowest CPU priority) instead of the interactive one
     heavy_cost: float = 16.0
     max_pending_bulk: int = 1024    #: queries waiting for the bulk search worker (HTTP 503 above it)
+    bulk_batch_size: int = 8        #: queries the bulk worker searches at a time (a cancellation checkpoint between)
     max_where_fields: int = 16      #: metadata fields one ``where`` filter names
     max_where_values: int = 1024    #: values one ``where`` filter lists, over all its fields
     max_allowed_ids: int = 100_000  #: ids in one ``allowed_ids`` filter
@@ -73,6 +74,7 @@ _HELP = {
     "heavy_cost": "estimated work (in default one-question searches) above which a request runs in the "
                   "bulk worker, beside the interactive one",
     "max_pending_bulk": "most queries waiting for the bulk search worker before answering 503",
+    "bulk_batch_size": "queries the bulk search worker searches at a time",
     "max_where_fields": "most metadata fields one where filter names",
     "max_where_values": "most values one where filter lists",
     "max_allowed_ids": "most ids in one allowed_ids filter",

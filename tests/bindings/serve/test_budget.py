@@ -225,6 +225,22 @@ def test_heavy_requests_do_not_queue_in_front_of_light_ones(demo_corpus):
         heavy.join()
 
 
+def test_bulk_lane_answers_equal_index_search(index):
+    """The bulk worker searches bulk_batch_size queries at a time: the answers are the same."""
+    qs = [f"Who designed the bridge {i}?" for i in range(11)]
+    limits = ServeLimits(heavy_cost=4, bulk_batch_size=3)
+    with BackgroundServer(create_app(index, limits, pipelines=["hybrid", "dmar"])) as srv, \
+            httpx.Client(base_url=srv.url, trust_env=False, timeout=60) as h:
+        for pipeline in ("hybrid", "dmar"):
+            r = h.post("/search", json={"queries": qs, "pipeline": pipeline, "k": 4})
+            assert r.status_code == 200 and r.json()["timing"]["lane"] == "bulk"
+            want = index.search(qs, pipeline=pipeline, k=4)
+            got = r.json()["results"]
+            assert [[x["id"] for x in res["hits"]] for res in got] == [[w.id for w in row] for row in want]
+            np.testing.assert_allclose([x["score"] for res in got for x in res["hits"]],
+                                       [w.score for row in want for w in row], rtol=1e-6)
+
+
 def test_engine_cancellation_stops_a_search_at_a_checkpoint(index):
     from hopgraph.engine.cancel import CancelToken, SearchCancelled, cancellable
 

@@ -437,6 +437,20 @@ def test_cli_serve_errors(index_dir, tmp_path):
     assert main(["serve", str(index_dir), "--pipelines", "nope", "--port", "0"]) == 2
 
 
+def test_cli_serve_param_limit_errors_are_one_line(index_dir, tmp_path, capsys):
+    from hopgraph.cli import main
+
+    bad = tmp_path / "limits.json"
+    bad.write_text('{"dmar": {"shapley_samples": "many"}}')
+    for argv, message in ((["--param-limits", str(bad)], "the bound of dmar.shapley_samples must be an integer"),
+                          (["--param-limit", "hybrid.rrf=3"], "'hybrid' has no search parameter 'rrf'"),
+                          (["--param-limits", str(tmp_path / "missing.json")], "cannot read it as JSON"),
+                          (["--request-timeout", "0"], "request_timeout must be a positive number")):
+        assert main(["serve", str(index_dir), "--port", "0", *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and message in err and "Traceback" not in err, err
+
+
 # ---------------------------------------------------------------- fuzz
 _json = st.recursive(
     st.none() | st.booleans() | st.integers(-10**20, 10**20) | st.floats() | st.text(max_size=12),
