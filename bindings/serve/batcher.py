@@ -5,7 +5,9 @@ from :mod:`.budget`, an estimate of its work and memory. Jobs whose work is at m
 ``heavy_cost`` default searches go to the **interactive** lane, the others to the **bulk** lane;
 each lane has its own queue (``max_pending`` / ``max_pending_bulk`` queries, then
 :class:`QueueFull`) and its own worker thread, so heavy requests never queue in front of light ones.
-The bulk worker runs at the lowest CPU priority with one intra-op thread.
+The bulk worker has strict lower priority: at each of its checkpoints it waits while the interactive
+worker runs a group (so it holds neither the CPU nor the interpreter lock then), and it runs at the
+lowest CPU priority with one intra-op thread.
 
 A lane's dispatcher takes everything queued (under concurrent load it first waits
 ``batch_wait_ms`` for more), groups it by ``(pipeline, k, all-text?, group_by_document, params,
@@ -95,11 +97,16 @@ class GroupToken(CancelToken):
     """The token of a group of jobs run as one search: expired at the latest deadline of its jobs,
     or as soon as every job is answered (e.g. timed out) or abandoned by its client."""
 
-    def __init__(self, jobs: Sequence[SearchJob]) -> None:
+    def __init__(self, jobs: Sequence[SearchJob], yield_to: threading.Event | None = None) -> None:
         super().__init__(max(job.deadline for job in jobs), "search")
         self.jobs = list(jobs)
+        #: set while the interactive worker is idle: a bulk search waits for it at each checkpoint
+        self.yield_to = yield_to
 
     def check(self) -> None:
+        if self.yield_to is not None:
+            while not self.yield_to.wait(0.05) and not self.expired:
+                pass
         if all(job.future.done() for job in self.jobs):
             raise SearchCancelled("search stopped: every request of its batch was answered or abandoned")
         super().check()
@@ -196,6 +203,11 @@ class Lane:
         self.batcher, self.name, self.max_pending = batcher, name, max_pending
         #: queries searched at a time (a cancellation checkpoint between); None: the whole group
         self.chunk = chunk
+        #: set while this lane's worker runs no group
+        self.idle = threading.Event()
+        self.idle.set()
+        #: another lane whose idle event this lane's searches wait for at each checkpoint (strict priority)
+        self.yield_to: threading.Event | None = None
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_prefix, initializer=initializer)
         self.queue: asyncio.Queue[SearchJob] | None = None
         self.task: asyncio.Task | None = None
@@ -249,7 +261,7 @@ class Lane:
             for group in self._groups(jobs):
                 started = time.perf_counter()
                 try:
-                    results = await loop.run_in_executor(self.executor, self.batcher.run_group, group, self.chunk)
+                    results = await loop.run_in_executor(self.executor, self._run, group)
                 except Exception as e:  # the worker itself failed: answer, keep dispatching
                     results = [e] * len(group)
                 self.batcher.batches += 1
@@ -262,6 +274,13 @@ class Lane:
                         result.timing["queue_ms"] = (started - job.enqueued) * 1000
                         result.timing["lane"] = self.name
                         job.future.set_result(result)
+
+    def _run(self, group: list[SearchJob]) -> list[JobResult | BaseException]:
+        self.idle.clear()
+        try:
+            return self.batcher.run_group(group, self.chunk, self.yield_to)
+        finally:
+            self.idle.set()
 
     def _groups(self, jobs: list[SearchJob]) -> list[list[SearchJob]]:
         """Jobs of equal key together, split where their memory estimates would pass the budget;
@@ -288,6 +307,7 @@ class MicroBatcher:
         self.interactive = Lane(self, "interactive", limits.max_pending, "hopgraph-search")
         self.bulk = Lane(self, "bulk", limits.max_pending_bulk, "hopgraph-search-bulk", _bulk_thread_setup,
                          chunk=limits.bulk_batch_size)
+        self.bulk.yield_to = self.interactive.idle
         self.batches = 0
         self._start_threads()
 
@@ -366,10 +386,12 @@ class MicroBatcher:
                 job.future.cancel()
 
     # ------------------------------------------------------------------ worker side
-    def run_group(self, group: list[SearchJob], chunk: int | None = None) -> list[JobResult | BaseException]:
-        """Run a group as one batch (``chunk`` queries at a time) under its :class:`GroupToken`; on
-        failure, each request alone (runs in a worker thread, holding the read side of the write lock)."""
-        token = GroupToken(group)
+    def run_group(self, group: list[SearchJob], chunk: int | None = None,
+                  yield_to: threading.Event | None = None) -> list[JobResult | BaseException]:
+        """Run a group as one batch (``chunk`` queries at a time) under its :class:`GroupToken`
+        (waiting for ``yield_to`` at each checkpoint); on failure, each request alone (runs in a
+        worker thread, holding the read side of the write lock)."""
+        token = GroupToken(group, yield_to)
         with self.lock.reading():
             try:
                 with cancellable(token):
@@ -382,7 +404,7 @@ class MicroBatcher:
             out: list[JobResult | BaseException] = []
             for job in group:
                 try:
-                    with cancellable(GroupToken([job])):
+                    with cancellable(GroupToken([job], yield_to)):
                         out.extend(self._run_batch([job], chunk))
                 except Exception as e:
                     out.append(e)

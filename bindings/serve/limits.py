@@ -38,7 +38,7 @@ class ServeLimits:
     #: the bulk worker (its own queue, lowest CPU priority) instead of the interactive one
     heavy_cost: float = 16.0
     max_pending_bulk: int = 1024    #: queries waiting for the bulk search worker (HTTP 503 above it)
-    bulk_batch_size: int = 8        #: queries the bulk worker searches at a time (a cancellation checkpoint between)
+    bulk_batch_size: int = 1        #: queries the bulk worker searches at a time (a cancellation checkpoint between)
     max_where_fields: int = 16      #: metadata fields one ``where`` filter names
     max_where_values: int = 1024    #: values one ``where`` filter lists, over all its fields
     max_allowed_ids: int = 100_000  #: ids in one ``allowed_ids`` filter

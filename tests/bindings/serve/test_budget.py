@@ -193,7 +193,7 @@ class SlowEmbedder:
 def test_deadline_answers_504_and_frees_the_worker(demo_corpus):
     slow = SlowEmbedder(0.4)
     index = hopgraph.Index.build(demo_corpus, embedder=slow, pipelines=["dense"], progress=False)
-    limits = ServeLimits(request_timeout=1.0, heavy_cost=4)
+    limits = ServeLimits(request_timeout=1.0, heavy_cost=4, bulk_batch_size=8)
     with BackgroundServer(create_app(index, limits)) as srv, \
             httpx.Client(base_url=srv.url, trust_env=False, timeout=30) as h:
         slow.calls.clear()
@@ -239,6 +239,28 @@ def test_bulk_lane_answers_equal_index_search(index):
             assert [[x["id"] for x in res["hits"]] for res in got] == [[w.id for w in row] for row in want]
             np.testing.assert_allclose([x["score"] for res in got for x in res["hits"]],
                                        [w.score for row in want for w in row], rtol=1e-6)
+
+
+def test_bulk_checkpoints_wait_while_the_interactive_worker_runs():
+    import asyncio
+
+    from hopgraph.engine.cancel import SearchCancelled
+    from hopgraph.serve.batcher import GroupToken, SearchJob
+
+    loop = asyncio.new_event_loop()
+    try:
+        job = SearchJob("dense", 5, ["q"], loop.create_future(), time.monotonic() + 0.6)
+        busy = threading.Event()  # cleared: the interactive worker runs a group
+        threading.Timer(0.2, busy.set).start()
+        t0 = time.monotonic()
+        GroupToken([job], busy).check()  # waits until the interactive worker is idle, then passes
+        assert 0.15 < time.monotonic() - t0 < 0.5
+        busy.clear()
+        with pytest.raises(SearchCancelled, match="deadline"):  # never past the deadline, though
+            GroupToken([job], busy).check()
+        assert time.monotonic() - t0 < 1.0
+    finally:
+        loop.close()
 
 
 def test_engine_cancellation_stops_a_search_at_a_checkpoint(index):
