@@ -3,7 +3,7 @@ alone, then beside one abusive client.
 
     .venv/bin/python bench/bench_abuse.py [--data ../shared/data/hotpotqa] [--index DIR]
         [--passages 10000] [--embedder minilm] [--pipelines dense,hybrid,stitch,dmar]
-        [--clients 4] [--rate 1] [--seconds 60] [--rounds 3] [--request-timeout 2] [--max-request-mb 256] [--threads 1]
+        [--clients 4] [--rate 1] [--seconds 60] [--rounds 3] [--request-timeout 2] [--max-request-mb 64] [--threads 1]
 
 Starts the real server (``python -m hopgraph serve``, a subprocess on 127.0.0.1). Each honest
 client sends one question per request at ``--rate`` requests/s (open loop: a late answer does not
@@ -292,7 +292,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=60.0, help=f"per phase (at most {MAX_SECONDS:g})")
     parser.add_argument("--rounds", type=int, default=3, help="idle and abuse windows alternate this many times")
     parser.add_argument("--request-timeout", type=float, default=2.0, help="the server's --request-timeout")
-    parser.add_argument("--max-request-mb", type=float, default=256.0, help="the server's --max-request-mb")
+    parser.add_argument("--max-request-mb", type=float, default=64.0, help="the server's --max-request-mb")
     parser.add_argument("--threads", type=int, default=1, help="the server's --threads (1 suits a busy machine)")
     parser.add_argument("--skip", action="append", default=[], metavar="WORDS",
                         help="leave out the abusive requests whose name contains WORDS (repeatable)")
