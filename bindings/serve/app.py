@@ -8,10 +8,10 @@ run in the search worker between micro-batches and committed to the index direct
 ``GET /info`` (index manifest, pipelines, embedder, device, limits, parameter bounds) and the
 OpenAPI schema at ``/openapi.json`` (browsable at ``/docs``).
 
-Every request has a budget (:mod:`.budget`, :mod:`.checks`): a bad or oversized request gets a 4xx
+Every request has a budget (:mod:`hopgraph.serve.budget`, :mod:`hopgraph.serve.checks`): a bad or oversized request gets a 4xx
 whose ``detail`` names the input and the limit and never reaches a search worker; a search that
-runs past ``request_timeout`` is stopped and answered 504 (:mod:`.batcher`). Without an API key,
-only loopback ``Host`` names and same-origin browser writes are accepted (:mod:`.guard`).
+runs past ``request_timeout`` is stopped and answered 504 (:mod:`hopgraph.serve.batcher`). Without an API key,
+only loopback ``Host`` names and same-origin browser writes are accepted (:mod:`hopgraph.serve.guard`).
 """
 from __future__ import annotations
 
@@ -82,8 +82,8 @@ def create_app(index: Index, limits: ServeLimits | None = None, api_key: str | N
     """The FastAPI app serving ``index``.
 
     ``pipelines`` (default: those fitted in the index) are fitted now if needed, so no request
-    ever waits for a fit. ``api_key`` enables the 401 check (:mod:`.auth`); without one, the Host /
-    Origin checks apply (:mod:`.guard`; ``allowed_hosts``: names accepted besides loopback ones).
+    ever waits for a fit. ``api_key`` enables the 401 check (:mod:`hopgraph.serve.auth`); without one, the Host /
+    Origin checks apply (:mod:`hopgraph.serve.guard`; ``allowed_hosts``: names accepted besides loopback ones).
     ``read_only`` refuses the write endpoints (403). ``param_limits``: the serving bounds of search
     parameters (default :meth:`ParamLimits.default`). Writes to an index loaded from a directory are
     committed there (a new generation) before they are answered.

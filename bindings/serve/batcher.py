@@ -1,7 +1,7 @@
 """Micro-batching of concurrent search requests, in two lanes, with a deadline on every search.
 
 Each request becomes a :class:`SearchJob` with a deadline (its arrival + ``request_timeout``) and,
-from :mod:`.budget`, an estimate of its work and memory. Jobs whose work is at most
+from :mod:`hopgraph.serve.budget`, an estimate of its work and memory. Jobs whose work is at most
 ``heavy_cost`` default searches go to the **interactive** lane, the others to the **bulk** lane;
 each lane has its own queue (``max_pending`` / ``max_pending_bulk`` queries, then
 :class:`QueueFull`) and its own worker thread, so heavy requests never queue in front of light ones.
@@ -323,7 +323,7 @@ class MicroBatcher:
 
     def embed_texts(self, texts: list[str]) -> np.ndarray:
         """Embed question texts with the index's query embedder (each row independent of the others,
-        :func:`~hopgraph.engine.embedders.core.encode_queries`), in chunks of :data:`EMBED_CHUNK`
+        :func:`~hopgraph.engine.embedders.queries.encode_queries`), in chunks of :data:`EMBED_CHUNK`
         with a cancellation checkpoint between them. Runs in a worker thread."""
         parts = []
         for start in range(0, len(texts), EMBED_CHUNK):

@@ -1,5 +1,5 @@
 """The checks every ``POST /search`` passes before it reaches a search worker, and the status of
-each kind of failure. Each check raises :class:`~.budget.RequestRefused` (status and a ``detail``
+each kind of failure. Each check raises :class:`~hopgraph.serve.budget.RequestRefused` (status and a ``detail``
 naming the input and the limit); nothing here allocates more than the request itself."""
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Request limits of ``hopgraph serve`` and its command-line options.
 
 This module imports nothing heavy, so the CLI can declare ``serve``'s options without FastAPI
-installed. The serving bounds of the search parameters are in :mod:`.budget`.
+installed. The serving bounds of the search parameters are in :mod:`hopgraph.serve.budget`.
 """
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ any callable (precomputed files: :mod:`hopgraph.engine.ingest.precomputed`).
 Every embedder returns L2-normalised float32 rows (SPEC notation X and q) and is
 validated by :func:`validate_embeddings`: NaN/inf, zero vectors and a wrong
 dimension are rejected with an error that names the input. ``encode`` embeds passages; an
-embedder with a query side (prompts) also has ``encode_queries`` (:func:`encode_queries` picks
-it). Each built-in embedder has a ``spec`` — the string recorded in an index manifest and
+embedder with a query side (prompts) also has ``encode_queries``
+(:func:`hopgraph.engine.embedders.queries.encode_queries` picks it). Each built-in embedder has a ``spec`` — the string recorded in an index manifest and
 re-resolved by ``Index.load`` (:func:`embedder_from_entry`).
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ class Embedder(Protocol):
     """Anything with a ``name``, a ``dim`` and ``encode(texts) -> float32 [n, dim]`` (passages).
 
     Optional: ``encode_queries(texts, batch_size, progress)`` for queries (used by
-    :func:`encode_queries` when present) and ``spec`` (see :func:`embedder_spec`)."""
+    :func:`~hopgraph.engine.embedders.queries.encode_queries` when present) and ``spec`` (see :func:`embedder_spec`)."""
 
     name: str
     dim: int
@@ -528,34 +528,6 @@ def _is_sentence_transformer(obj: Any) -> bool:
     from sentence_transformers import SentenceTransformer
 
     return isinstance(obj, SentenceTransformer)
-
-
-def encode_queries(embedder: Embedder, texts: Sequence[str], batch_size: int = 64,
-                   progress: bool = False) -> np.ndarray:
-    """Query embeddings: ``embedder.encode_queries`` when the embedder has a query side
-    (query prompts), else ``embedder.encode``.
-
-    A question's row depends on its own text only, never on the other texts of the call: a
-    sentence-transformers model (whose padded batches round differently with the batch) runs in
-    the row-independent packed mode (:func:`~hopgraph.engine.embedders.packed_bert.query_encoder`)
-    when that reproduces it, else one text per forward pass. Other embedders are called as they
-    are (the hashing embedder is per text by construction; a remote one is its server's)."""
-    texts = list(texts)
-    fn = getattr(embedder, "encode_queries", None)
-    encode = fn if callable(fn) else embedder.encode
-    if not texts or not _is_sentence_transformer(getattr(embedder, "model", None)):
-        return encode(texts, batch_size=batch_size, progress=progress)
-    from .packed_bert import query_encoder
-
-    packed = query_encoder(embedder)
-    if packed is not None:
-        return packed.encode(texts)
-    from tqdm.auto import tqdm
-
-    return np.concatenate([encode([t], batch_size=1, progress=False)
-                           for t in tqdm(texts, desc="embed queries", disable=not progress, unit="query")])
-
-
 
 
 def embedder_spec(embedder: Embedder) -> str:

@@ -86,7 +86,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E40
 
 from hopgraph import Index  # noqa: E402
 from hopgraph.engine.embedders.core import (OpenAIEmbedder, SentenceTransformerEmbedder,  # noqa: E402
-                                       embedder_entry, encode_queries, minilm_model_dir)
+                                       embedder_entry, minilm_model_dir)
+from hopgraph.engine.embedders.queries import encode_queries  # noqa: E402
 
 TEXTS = ["A cat sits on the mat.", "A kitten is sitting on a rug.", "Quarterly tax filing deadline."]
 

@@ -61,7 +61,8 @@ def test_row_independent_mode_is_bit_exact_in_any_batch(minilm):
 
 
 def test_encode_queries_rows_depend_on_their_own_text_only(minilm):
-    from hopgraph.engine.embedders.core import SentenceTransformerEmbedder, encode_queries
+    from hopgraph.engine.embedders.core import SentenceTransformerEmbedder
+    from hopgraph.engine.embedders.queries import encode_queries
     from hopgraph.engine.embedders.packed_bert import query_encoder
 
     assert query_encoder(minilm) is query_encoder(minilm)  # built and probed once per embedder
