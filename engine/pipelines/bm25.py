@@ -7,18 +7,11 @@ import numpy as np
 
 from ..components.bm25 import BM25Params
 from ..components.query_batch import QueryBatch
-from dataclasses import dataclass
-
 from ..params import SearchParams
 from ..timing import StageTimer
 from .base import Needs, Pipeline
 
-
-@dataclass(frozen=True)
-class BM25Search(SearchParams):
-    """The BM25 baseline has no search parameters."""
-
-    pipeline = "bm25"
+BM25Search = SearchParams.none_for("bm25", "BM25Search", __name__)
 
 
 class BM25(Pipeline):
