@@ -58,7 +58,7 @@ def main() -> None:
     corpus = Corpus.from_jsonl(data / "corpus.jsonl")
     cache = Path(args.embeddings) if args.embeddings else \
         Path(tempfile.gettempdir()) / f"hopgraph-bench-{corpus.checksum[:12]}-minilm.npy"
-    from hopgraph.engine.embedders.core import resolve_embedder
+    from hopgraph.engine.embedders import resolve_embedder
 
     emb = resolve_embedder("minilm")
     if not cache.is_file():

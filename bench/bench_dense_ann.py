@@ -222,7 +222,7 @@ def shared_recall(shared: Path, workdir: Path, distractors: Path | None, nprobe:
     corpus followed by the ``distractors`` rows (a ``.npy`` of the same embedder), if any."""
     from hopgraph.engine.components.corpus import Corpus
     from hopgraph.engine.components.dense import DenseIndex
-    from hopgraph.engine.embedders.core import resolve_embedder
+    from hopgraph.engine.embedders import resolve_embedder
     from hopgraph.engine.evaluation import load_questions, recall_at_k
 
     embedder = None

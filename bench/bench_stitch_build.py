@@ -49,7 +49,7 @@ def child(side: str, data: Path) -> dict:
     import hopgraph.engine.components.shared as components
     import hopgraph.engine.pipelines.stitch.pipeline as stitch
     from hopgraph.engine.components.corpus import Corpus
-    from hopgraph.engine.embedders.core import resolve_embedder
+    from hopgraph.engine.embedders import resolve_embedder
 
     steps: dict[str, float] = {}
 
@@ -98,7 +98,7 @@ def order_check(data: Path, sample: int) -> list[list]:
 
     import hopgraph.engine.embedders.packed_bert as pb
     from hopgraph.engine.components.corpus import Corpus
-    from hopgraph.engine.embedders.core import resolve_embedder
+    from hopgraph.engine.embedders import resolve_embedder
     from hopgraph.engine.components.extraction import extract
 
     corpus = Corpus.from_jsonl(data / "corpus.jsonl")

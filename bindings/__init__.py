@@ -10,8 +10,8 @@ helpers and the error and warning types. Each pipeline's parameter classes live 
 from __future__ import annotations
 
 from .engine.components.corpus import Corpus
-from .engine.embedders.core import (CallableEmbedder, HashingEmbedder, MiniLMEmbedder, OpenAIEmbedder,
-                                SentenceTransformerEmbedder)
+from .engine.embedders import (CallableEmbedder, HashingEmbedder, MiniLMEmbedder, OpenAIEmbedder,
+                               SentenceTransformerEmbedder)
 from .engine.errors import HopgraphError, IndexFormatError, InputError, NotFittedError
 from .engine.components.corpus import read_corpus
 from .engine.params import DeprecatedParameterWarning, InvalidParameter, RunSettings

@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .engine.components.corpus import Corpus
-from .engine.embedders.core import resolve_embedder
+from .engine.embedders import resolve_embedder
 from .engine.errors import HopgraphError, InputError
 from .engine.evaluation import load_questions, mean_and_stderr, recall_at_k
 from .engine.pipelines import pipeline_class

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..engine.components.corpus import Corpus
 from ..engine.components.late_pooling import embed_corpus
-from ..engine.embedders.core import Embedder, resolve_embedder, validate_embeddings
+from ..engine.embedders import Embedder, resolve_embedder, validate_embeddings
 from ..engine.errors import InputError
 from ..engine.pipelines import pipeline_class
 from .params import validate_params

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..engine.components.corpus import Corpus
 from ..engine.components.shared import Components
-from ..engine.embedders.core import validate_embeddings
+from ..engine.embedders import validate_embeddings
 from ..engine.errors import DuplicateIdError, InputError
 from .reports import AddReport, DeleteReport
 

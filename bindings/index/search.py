@@ -5,7 +5,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..engine.embedders.core import encode_queries, validate_embeddings
+from ..engine.embedders import encode_queries, validate_embeddings
 from ..engine.errors import InputError
 from ..engine.filters import MetadataIndex, filter_mask
 from ..engine.params import split_params

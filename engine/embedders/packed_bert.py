@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .core import Embedder, validate_embeddings
+from .protocol import Embedder, validate_embeddings
 
 #: largest |difference| from the embedder's own output accepted by the probe check
 PROBE_TOLERANCE = 1e-4

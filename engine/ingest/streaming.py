@@ -30,7 +30,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..components.corpus import Corpus
-from ..embedders.core import Embedder, validate_embeddings
+from ..embedders import Embedder, validate_embeddings
 from ..errors import InputError
 
 STATE_FILE = "state.json"

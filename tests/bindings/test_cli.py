@@ -4,7 +4,7 @@ import pytest
 
 from conftest import shared_dataset
 from hopgraph.cli import main
-from hopgraph.engine.embedders.core import HashingEmbedder
+from hopgraph.engine.embedders import HashingEmbedder
 
 DEMO_QUESTIONS = [
     {"id": "q1", "question": "Who founded the company that acquired Tessellate Systems?",

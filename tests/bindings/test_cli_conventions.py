@@ -81,7 +81,7 @@ def test_help_lists_the_pipelines(capsys):
 def no_work(monkeypatch):
     """Embedding, loading or evaluating fails the test: a refusal must come before any of them."""
     from hopgraph import evaluate
-    from hopgraph.engine.embedders.core import HashingEmbedder
+    from hopgraph.engine.embedders import HashingEmbedder
     from hopgraph.index import Index
 
     def fail(*args, **kwargs):

@@ -71,7 +71,7 @@ import torch
 
 from ....kernels.shapley_mc import MODES as SHAPLEY_MODES
 from ...components.query_batch import QueryBatch
-from ...embedders.core import encode_queries
+from ...embedders import encode_queries
 from ...errors import IndexFormatError, InputError
 from .gate import Gate, train_gate
 from .gnn import (SubgraphEncoder, changed_subgraphs, encode_all, encode_subgraphs, encoder_arrays,

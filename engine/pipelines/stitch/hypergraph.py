@@ -44,7 +44,7 @@ import scipy.sparse as sp
 from tqdm.auto import tqdm
 
 from ...components.corpus import Corpus
-from ...embedders.core import Embedder, validate_embeddings
+from ...embedders import Embedder, validate_embeddings
 from ...errors import IndexFormatError, InputError
 from ...components.extraction import Extraction
 from ....kernels.csr import CSR, check_csr

@@ -25,7 +25,7 @@ from hypothesis import strategies as st  # noqa: E402
 import hopgraph  # noqa: E402
 from hopgraph.client import RequestRejected, ServiceError  # noqa: E402
 from hopgraph.demo import DEMO_QUESTIONS  # noqa: E402
-from hopgraph.engine.embedders.core import CallableEmbedder, HashingEmbedder  # noqa: E402
+from hopgraph.engine.embedders import CallableEmbedder, HashingEmbedder  # noqa: E402
 from hopgraph.engine.pipelines import pipeline_names  # noqa: E402
 from hopgraph.serve import BackgroundServer, ServeLimits, create_app  # noqa: E402
 from hopgraph.serve.batcher import MicroBatcher  # noqa: E402

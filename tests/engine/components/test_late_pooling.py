@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hopgraph.engine.components.corpus import Corpus
-from hopgraph.engine.embedders.core import HashingEmbedder
+from hopgraph.engine.embedders import HashingEmbedder
 from hopgraph.engine.components.extraction import extract
 from hopgraph.engine.components.late_pooling import embed_with_texts, late_texts, text_spans
 from hopgraph.engine.embedders.packed_bert import PackedBertEncoder

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from hopgraph import CallableEmbedder, HashingEmbedder, InputError
-from hopgraph.engine.embedders.core import resolve_embedder, validate_embeddings
+from hopgraph.engine.embedders import resolve_embedder, validate_embeddings
 from hopgraph.engine.ingest.precomputed import open_embeddings
 
 
@@ -70,7 +70,7 @@ def test_minilm_offline_real_embeddings(minilm, monkeypatch):
 
 
 def test_huge_finite_values_are_normalised_not_called_zero():
-    from hopgraph.engine.embedders.core import validate_embeddings
+    from hopgraph.engine.embedders import validate_embeddings
 
     X = np.array([[3e38, 3e38, 0.0], [1.0, 0.0, 0.0]], np.float32)
     out = validate_embeddings(X, "query embeddings")
@@ -85,7 +85,7 @@ import threading  # noqa: E402
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
 
 from hopgraph import Index  # noqa: E402
-from hopgraph.engine.embedders.core import (OpenAIEmbedder, SentenceTransformerEmbedder,  # noqa: E402
+from hopgraph.engine.embedders import (OpenAIEmbedder, SentenceTransformerEmbedder,  # noqa: E402
                                        embedder_entry, encode_queries, minilm_model_dir)
 
 TEXTS = ["A cat sits on the mat.", "A kitten is sitting on a rug.", "Quarterly tax filing deadline."]

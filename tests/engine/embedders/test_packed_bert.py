@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hopgraph.engine.embedders.core import HashingEmbedder
+from hopgraph.engine.embedders import HashingEmbedder
 from hopgraph.engine.embedders.packed_bert import PackedBertEncoder, _length_groups
 
 

@@ -13,7 +13,7 @@ import pytest
 from hopgraph import HashingEmbedder, Index, IndexFormatError, InputError
 from hopgraph.cli import main
 from hopgraph.engine import storage
-from hopgraph.engine.embedders.core import CallableEmbedder
+from hopgraph.engine.embedders import CallableEmbedder
 from hopgraph.engine.errors import IndexLockedError
 
 from conftest import rewrite_manifest
