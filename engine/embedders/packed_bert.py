@@ -1,4 +1,4 @@
-"""Padding-free ("packed") query embedding for BERT-type sentence-transformers models (issue 7).
+"""Padding-free ("packed") query embedding for BERT-type sentence-transformers models.
 
 A micro-batch of questions of different lengths, run through the model the usual way, is
 padded to its longest question, so much of the batch's compute goes to padding. Here the
@@ -7,7 +7,8 @@ layer (the bulk of the compute) is one large matrix product with no padding; onl
 runs per group of equally long questions. The result is the model's own embedding (mean
 pooling, L2-normalised) up to float rounding; :meth:`PackedBertEncoder.for_embedder` checks
 this on a probe batch and declines (returns ``None``) for any model it does not reproduce,
-so callers fall back to the embedder's ``encode``.
+so callers fall back to the embedder's ``encode``. Why questions are packed:
+``docs/decisions/packed-query-embedding.md``.
 """
 from __future__ import annotations
 
@@ -207,10 +208,11 @@ def encode_bulk(embedder: Embedder, texts: Sequence[str], batch_size: int = 64, 
                 desc: str = "embed texts") -> np.ndarray:
     """Embed many texts: padding-free in chunks of :data:`BULK_CHUNK` when the embedder is a
     model :class:`PackedBertEncoder` reproduces, else ``embedder.encode``. The chunks are taken in
-    order of text length (characters, a free proxy of word pieces; issue 14), so a chunk holds few
+    order of text length (characters, a free proxy of word pieces), so a chunk holds few
     distinct token lengths and its attention runs as a few large groups instead of one small
     group per length; each text's embedding does not depend on its chunk (up to float rounding).
-    The build-time effect on STITCH is in ``bench/bench_build.py`` (README, issues 10 and 14)."""
+    Returns float32 ``[len(texts), dim]`` in input order. The build-time effect on STITCH:
+    ``docs/decisions/shared-components-build.md`` (``bench/bench_build.py``)."""
     packed = PackedBertEncoder.for_embedder(embedder)
     if packed is None or len(texts) == 0:
         return embedder.encode(list(texts), batch_size=batch_size, progress=progress)

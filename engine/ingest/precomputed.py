@@ -1,6 +1,6 @@
 """Precomputed passage embeddings at scale: one ``.npy`` file or a folder of ``.npy`` shards.
 
-Accepted layouts (issue 5; SPEC notation X = the N×d matrix of normalised rows):
+Accepted layouts (SPEC notation X = the N×d matrix of normalised rows):
 
 - ``X.npy``: row i = passage i of the corpus; or, with ids alongside
   (``X.ids.txt`` one id per line, or ``X.ids.npy`` a string/integer array),

@@ -22,7 +22,7 @@ happen to be names somewhere (``country``, ``state``) do not link (``"ngram"``: 
 filter); of the rest the ``max_query_entities`` (8) rarest (fewest passages) are kept.
 
 Everything is built with vectorised array code (sort/unique/CSR), linear up to the
-sorts in passages + entity states + incidences (issue #5); no per-entity Python lists.
+sorts in passages + entity states + incidences; no per-entity Python lists.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Rows of a ``[B, N]`` score matrix held on a few columns only (issue 14).
+"""Rows of a ``[B, N]`` score matrix held on a few columns only.
 
 A graph pipeline's per-question vectors — STITCH's relevance, prior, PPR scores (SPEC §2 query
 steps 5–7) — are zero outside a small set of passages (the candidates, the activated chunks).

@@ -352,8 +352,8 @@ class ChunkGraphWalk(Pipeline[F, S]):
         """The chunk graph's symmetric adjacency (for ``region_hops``): P's own pattern. Two chunks
         are linked when they share a name group (SPEC §2 step 6), a symmetric relation, so the
         pattern of P (``Bᵀ D B`` column-normalised, :func:`~hopgraph.engine.pipelines.stitch.hypergraph.chunk_links`)
-        is that of ``P + Pᵀ`` (``tests/test_hypergraph.py`` checks it); forming the sum cost 3 s at
-        10⁶ passages on the first query."""
+        is that of ``P + Pᵀ`` (``tests/engine/pipelines/stitch/test_hypergraph.py`` checks it), and
+        the sum is never formed."""
         return self.transition
 
 
