@@ -70,6 +70,9 @@ def ids_path(shard: Path) -> Path | None:
 
 
 def read_ids(path: Path) -> list[str]:
+    """The passage ids of an ``*.ids.txt`` (one a line) or ``*.ids.npy`` (string or integer array)
+    file, as strings; :class:`InputError` naming the file for an ``.npy`` that is not a 1-D array of
+    strings or integers."""
     if path.name.endswith(".ids.txt"):
         return path.read_text(encoding="utf-8").splitlines()
     try:
@@ -114,6 +117,7 @@ def validate_block(block: np.ndarray, where: str, first_row: int) -> np.ndarray:
 
 
 def iter_blocks(X: np.ndarray, block_rows: int = BLOCK_ROWS) -> Iterator[tuple[int, np.ndarray]]:
+    """``(first row, rows)`` of ``X`` in blocks of ``block_rows`` read into memory one at a time."""
     for start in range(0, len(X), block_rows):
         yield start, np.asarray(X[start:start + block_rows])
 

@@ -53,6 +53,7 @@ def work_dir_for(out: str | Path) -> Path:
 
 
 def read_state(work_dir: Path) -> dict[str, Any] | None:
+    """The resume state a work directory holds (:data:`STATE_FILE`), or None when it has none."""
     path = Path(work_dir) / STATE_FILE
     if not path.is_file():
         return None

@@ -111,6 +111,7 @@ class KnowledgeGraph:
 
     @property
     def name_ids(self) -> dict[str, int]:
+        """``{canonical name: entity id}``, built on first use."""
         if self._name_ids is None:
             self._name_ids = {n: i for i, n in enumerate(self.names)}
         return self._name_ids
@@ -133,6 +134,7 @@ class KnowledgeGraph:
 
     # ------------------------------------------------------------------ persistence
     def arrays(self) -> dict[str, np.ndarray]:
+        """The graph as named arrays (``kg_*``) for the index's storage."""
         blob, offsets = pack_strings(self.names)
         return {"kg_names_blob": blob, "kg_names_offsets": offsets,
                 "kg_adj_indptr": self.adj.indptr, "kg_adj_indices": self.adj.indices, "kg_adj_data": self.adj.data,

@@ -65,9 +65,11 @@ class IVFCells:
         return len(self.indptr) - 1
 
     def rows(self, c: int) -> np.ndarray:
+        """The rows of cell ``c``, sorted."""
         return self.members[self.indptr[c]:self.indptr[c + 1]]
 
     def candidates(self, c: int) -> np.ndarray:
+        """The rows of the cells cell ``c`` probes (its own included), sorted: its rows' candidates."""
         return np.sort(np.concatenate([self.rows(p) for p in np.unique(self.probes[c])]))
 
 

@@ -175,6 +175,7 @@ class TopicHypergraph:
         return [f.name for f in fields(cls) if f.init]
 
     def save(self, directory: Path) -> None:
+        """Write the stored arrays (:meth:`stored`) into ``directory``, one ``.npy`` each."""
         arrays = {name: getattr(self, name) for name in self.stored() if name != "n_chunks"}
         arrays["n_chunks"] = np.asarray([self.n_chunks], np.int64)
         save_arrays(directory, arrays)

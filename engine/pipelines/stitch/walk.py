@@ -340,6 +340,7 @@ class ChunkGraphWalk(Pipeline[F, S]):
 
     @property
     def transition(self) -> CSR:
+        """The chunk graph's column-stochastic matrix P (SPEC §2 step 6), read once."""
         if "P" not in self._cache:
             self._cache["P"] = self.hypergraph_.transition()
         return self._cache["P"]
