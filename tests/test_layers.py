@@ -1,4 +1,4 @@
-"""Import structure of the package (issue 10, "One engine: clean layers").
+"""Import structure of the package: clean layers.
 
 The import graph is read from the source with :mod:`ast` (module-level AND function-level
 imports; imports under ``if TYPE_CHECKING:`` never run and are left out), with module names

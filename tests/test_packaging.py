@@ -1,4 +1,4 @@
-"""Issue 12: hopgraph installs wherever Python and torch do, and its CPU path never needs Triton.
+"""hopgraph installs wherever Python and torch do, and its CPU path never needs Triton.
 
 The metadata checks read the *installed* distribution (what pip resolves), not pyproject.toml;
 the import checks run in a fresh interpreter so that no other test's imports count.

@@ -1,4 +1,4 @@
-"""Issue 12: CLI conventions — ``--version``, help with choices and defaults, names and parameters
+"""CLI conventions: ``--version``, help with choices and defaults, names and parameters
 checked before any work, ``search --k`` / ``eval --ks``, ``eval --json`` standard errors, the
 platform cache directory, and hopgraph's own progress bars (bm25s's folded in)."""
 from __future__ import annotations

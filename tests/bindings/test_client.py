@@ -1,4 +1,4 @@
-"""hopgraph.Client (issue 7): request encoding and error mapping without a server;
+"""hopgraph.Client: request encoding and error mapping without a server;
 the end-to-end behaviour is tested against the real server in test_server.py."""
 from __future__ import annotations
 

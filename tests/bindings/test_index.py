@@ -144,7 +144,7 @@ def test_sync_params_updates_query_params_and_drops_fit_params(demo_corpus, hash
     assert idx.pipeline("bm25").fit_params.k1 == 1.2
 
 
-# ---------------------------------------------------------------- issue 11: Index.build input checks
+# ---------------------------------------------------------------- Index.build input checks
 @pytest.mark.parametrize("corpus, kwargs, message", [
     ([], {}, "holds no passages"),
     ([{"id": "a", "title": 0, "text": "x"}], {}, r"record 0: 'title' must be a string"),

@@ -1,4 +1,4 @@
-"""Framework retrievers (issue 12): hopgraph.integrations.langchain / .llamaindex against the real
+"""Framework retrievers: hopgraph.integrations.langchain / .llamaindex against the real
 langchain-core and llama-index-core, over a local Index and over a served index (Client)."""
 from __future__ import annotations
 

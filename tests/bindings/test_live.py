@@ -1,4 +1,4 @@
-"""Live indexes (issue 13): add, delete, compact and filters in every pipeline, persisted safely."""
+"""Live indexes: add, delete, compact and filters in every pipeline, persisted safely."""
 from __future__ import annotations
 
 import json

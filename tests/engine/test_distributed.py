@@ -1,4 +1,4 @@
-"""Distributed build on a local Ray cluster started by the test (issue 5): the same index
+"""Distributed build on a local Ray cluster started by the test: the same index
 as a single-process build."""
 from __future__ import annotations
 

@@ -223,7 +223,7 @@ def test_triton_sparse_diffusion_matches_cpu():
     np.testing.assert_allclose(uniform[4], T[2] / 3, rtol=1e-5, atol=1e-7)  # the empty row adds nothing
 
 
-# ---------------------------------------------------------------- gain_knn tile arithmetic (issue 14)
+# ---------------------------------------------------------------- gain_knn tile arithmetic
 def test_gain_weights_both_directions_equal_the_dense_formula_bit_for_bit():
     import torch
 

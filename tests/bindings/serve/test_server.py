@@ -1,4 +1,4 @@
-"""hopgraph serve (issue 7): end-to-end against the real uvicorn server on loopback,
+"""hopgraph serve: end-to-end against the real uvicorn server on loopback,
 one test per request limit, API key, micro-batching, CLI, and a hypothesis fuzz."""
 from __future__ import annotations
 
@@ -148,7 +148,7 @@ def test_health_info_openapi(http, client, index):
     assert "SearchRequest" in schema["components"]["schemas"]
 
 
-#: questions that link no entity in the demo knowledge graph (issue 11: DMAR answered 500 to them)
+#: questions that link no entity in the demo knowledge graph (DMAR once answered 500 to them)
 UNLINKED = ["who designed the bridge in the home city of peter harlow?",
             "Which of the two tornado outbreaks killed the most people?", "what is it?", "1999"]
 
@@ -508,7 +508,7 @@ def test_precomputed_index_answers_embeddings_refuses_texts(demo_corpus):
         assert c.health()["status"] == "ok"
 
 
-# ---------------------------------------------------------------- issue 11: one status per kind of fault
+# ---------------------------------------------------------------- one status per kind of fault
 @pytest.mark.parametrize("error, status, detail", [
     (hopgraph.IndexFormatError("pipeline dense: stored array X is damaged"), 422, "stored array X is damaged"),
     (hopgraph.InputError("batched_ppr: P must be column-stochastic"), 422, "P must be column-stochastic"),
@@ -541,7 +541,7 @@ def test_search_errors_map_to_one_status_per_kind(index_dir, monkeypatch, caplog
         assert post(http, {"queries": ["q"], "pipeline": "dense"}).status_code == 200  # still serving
 
 
-# ---------------------------------------------------------------- text and metadata (issue 12)
+# ---------------------------------------------------------------- text and metadata
 @pytest.fixture(scope="module")
 def meta_index(tmp_path_factory, demo_corpus) -> hopgraph.Index:
     from meta_corpus import write_meta_corpus
@@ -655,7 +655,7 @@ def test_client_default_pipeline_is_served_by_a_baseline_server(server, index):
         assert c.search("Orbis", k=2) == index.search("Orbis", pipeline=served[0], k=2)
 
 
-# ---------------------------------------------------------------- group_by_document (issue 12)
+# ---------------------------------------------------------------- group_by_document
 @pytest.fixture(scope="module")
 def chunked_index(demo_corpus) -> hopgraph.Index:
     """The demo corpus split into 8-word passages (2 shared): several passages per document."""

@@ -1,4 +1,4 @@
-"""hopgraph serve with a live index (issue 13): POST /passages, DELETE /passages/{id}, filters in
+"""hopgraph serve with a live index: POST /passages, DELETE /passages/{id}, filters in
 POST /search, writes behind the API key, read-only mode; the writes are committed to the index."""
 from __future__ import annotations
 

@@ -59,7 +59,7 @@ def test_from_strings_and_records_validate():
         Corpus.from_strings(["q"]).position("zz")
 
 
-# ---------------------------------------------------------------- issue 11: hostile corpora
+# ---------------------------------------------------------------- hostile corpora
 def test_non_utf8_file_names_file_and_line(tmp_path):
     p = tmp_path / "latin1.jsonl"
     p.write_bytes(b'{"id": "a", "text": "ok"}\n\n{"id": "b", "text": "caf\xe9"}\n')

@@ -1,4 +1,4 @@
-"""Incremental zero-token extraction for live indexes (issue 13; SPEC §2 "Index" steps 1–4)."""
+"""Incremental zero-token extraction for live indexes (SPEC §2 "Index" steps 1–4)."""
 from __future__ import annotations
 
 import numpy as np

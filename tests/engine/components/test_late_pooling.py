@@ -1,4 +1,4 @@
-"""Late-chunked STITCH texts (engine/late_pooling.py, issue 14 item 3): spans that reproduce the
+"""Late-chunked STITCH texts (engine/components/late_pooling.py): spans that reproduce the
 texts, span pooling equal to a reference over the model's own token embeddings, Index.build's one
 shared pass equal to a separate pass, and live adds equal to a fresh fit."""
 from __future__ import annotations
@@ -147,8 +147,8 @@ def test_pooling_is_a_fit_time_parameter_kept_on_load(minilm, tmp_path, pooling)
 
 
 def test_work_dir_build_maps_text_embeddings_from_the_work_dir(tmp_path, demo_corpus):
-    """Index.build(work_dir=) writes STITCH's text embeddings to a memory-mapped file there (issue 14:
-    3 GB at 10⁶ passages), equal to an in-memory build; the work directory stays a hopgraph one."""
+    """Index.build(work_dir=) writes STITCH's text embeddings to a memory-mapped file there
+    (docs/decisions/memory-at-a-million.md), equal to an in-memory build; the work directory stays a hopgraph one."""
     from hopgraph.engine.ingest.streaming import TEXT_EMB_FILE, check_work_dir
 
     work = tmp_path / "i.work"

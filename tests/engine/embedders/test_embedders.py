@@ -78,7 +78,7 @@ def test_huge_finite_values_are_normalised_not_called_zero():
     np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, rtol=1e-6)
 
 
-# ---------------------------------------------------------------------- any embedder (issue 12)
+# ---------------------------------------------------------------------- any embedder
 
 import json  # noqa: E402
 import threading  # noqa: E402

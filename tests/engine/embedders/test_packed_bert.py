@@ -1,4 +1,4 @@
-"""Padding-free MiniLM query embedding (engine/packed_bert.py, issue 7): equal to the model's own encode."""
+"""Padding-free MiniLM query embedding (engine/embedders/packed_bert.py): equal to the model's own encode."""
 from __future__ import annotations
 
 import numpy as np
@@ -31,7 +31,7 @@ def test_packed_equals_encode(minilm):
 
 
 def test_encode_bulk_length_order_keeps_input_order(minilm, monkeypatch):
-    """encode_bulk takes its chunks in length order (issue 14) and returns rows in input order."""
+    """encode_bulk takes its chunks in length order and returns rows in input order."""
     import hopgraph.engine.embedders.packed_bert as pb
 
     monkeypatch.setattr(pb, "BULK_CHUNK", 3)  # several chunks, each of similar lengths

@@ -1,4 +1,4 @@
-"""Streaming, resumable `hopgraph index` (issue 5): an interrupted build resumes from its
+"""Streaming, resumable `hopgraph index`: an interrupted build resumes from its
 last finished chunk and gives the same index as an uninterrupted one."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fault test of index storage (issue 11): SIGKILL a ``hopgraph index`` at random moments of
+"""Fault test of index storage: SIGKILL a ``hopgraph index`` at random moments of
 build/save/replace, and corrupt one byte of every file of a small index.
 
 * After every kill the output path holds the old complete index or the new one (it loads and

@@ -1,4 +1,4 @@
-"""Index storage safety (issue 11): --out safety, the write lock, the commit point at every step of a
+"""Index storage safety: --out safety, the write lock, the commit point at every step of a
 replace, reader leases, clear load errors, ``hopgraph verify``."""
 from __future__ import annotations
 
@@ -269,7 +269,7 @@ def test_gather_rows_reads_any_dtype_from_the_file(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("shape,dtype", [((1000, 7), np.float16), ((33,), np.int64), ((5, 3, 2), np.float32)])
 def test_save_array_of_a_mapping_is_np_save_byte_for_byte(tmp_path, monkeypatch, shape, dtype):
-    """save_array copies a memory-mapped array in blocks of plain reads (issue 14: STITCH's text
+    """save_array copies a memory-mapped array in blocks of plain reads (STITCH's text
     embeddings from a work directory), writing exactly np.save's file."""
     import hopgraph.engine.storage.arrays as storage
 

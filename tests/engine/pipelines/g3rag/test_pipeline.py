@@ -1,5 +1,5 @@
 """G3RAG (SPEC §1): exact mode against an independent dense numpy implementation of the
-published algorithm, the scalable kNN mode, the issue-6 options, persistence."""
+published algorithm, the scalable kNN mode, the fused scoring's options, persistence."""
 from __future__ import annotations
 
 import numpy as np
@@ -114,7 +114,7 @@ def test_fused_scoring_uses_bm25_only_with_corpus_and_texts(demo_corpus, hashing
     np.testing.assert_array_equal(without[0], pipe.with_search_defaults(bm25_weight=0.0).search(Q, 5, query_texts=texts)[0])
     expand = pipe.with_search_defaults(expand=True).search(Q, 5, query_texts=texts)
     assert expand[0].shape == (2, 5)
-    # without the corpus there is neither BM25 nor the name links nor the title bridge (issue 15), which need no texts
+    # without the corpus there is neither BM25 nor the name links nor the title bridge, which need no texts
     alone = G3RAG(n_neighbors=8, settings={"device": "cpu"}).fit(X).search(Q, 5)[0]
     np.testing.assert_array_equal(alone, pipe.with_search_defaults(name_links=0.0, bridge=0.0).search(Q, 5)[0])
 

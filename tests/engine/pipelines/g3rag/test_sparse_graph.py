@@ -1,6 +1,6 @@
-"""G3RAG's sparse query path (issue 14) against the dense one it replaced.
+"""G3RAG's sparse query path against the dense computation.
 
-``reference_search`` below is G3RAG's search as it was at commit d495543 (before issue 14):
+``reference_search`` below is G3RAG's search as it was at commit d495543:
 dense ``[chunk, N]`` diffusion output from the ``sparse_diffusion`` op, a dense ``[chunk, N]``
 score matrix, ``QueryBatch.cosine`` for ``expand`` and ``QueryBatch.mask_scores`` for the
 filter. The sparse search must return the same ids, and the same scores within 1e-6, on random
@@ -234,8 +234,8 @@ def test_sparse_search_equals_dense_reference_on_random_graphs(seed, overrides):
 def test_sparse_search_equals_dense_reference_on_the_demo_index(overrides, tmp_path):
     """An index built by ``Index.build`` (hashing-64): lexical relevance and hybrid seeds from the
     query texts, a metadata-free filter mask and a deleted passage. The reference predates the
-    name links and the title bridge (issue 15), so they are off here; tests/test_g3rag_names.py and
-    tests/test_title_bridge.py check them."""
+    name links and the title bridge, so they are off here; tests/engine/pipelines/g3rag/test_name_links.py
+    and tests/engine/pipelines/test_title_bridge.py check them."""
     import hopgraph
     from hopgraph.demo import demo_corpus
 

@@ -103,7 +103,7 @@ def test_region_contains_support_and_neighbours(fitted):
 
 
 def test_region_support_ignores_float_noise(fitted):
-    """Issue 11: a prior entry of float-noise size (1e-12 of the row's mass, which BLAS rounding
+    """A prior entry of float-noise size (1e-12 of the row's mass, which BLAS rounding
     creates or not depending on the batch) neither joins the region nor brings its neighbours."""
     from hopgraph.engine.pipelines.stitch.walk import SUPPORT_RTOL
 
