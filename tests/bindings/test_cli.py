@@ -1,3 +1,6 @@
+"""The ``hopgraph`` command line: index then search, eval (JSON schema, cache, ablations, plot, the
+shared HotpotQA set), user errors as one line with exit status 2, internal errors shown as such, and
+search results with text and metadata."""
 import json
 
 import pytest

@@ -1,3 +1,6 @@
+"""``hopgraph.Index``: search hits, hybrid fusion, query embeddings, save/load round trip and refusals,
+precomputed embeddings, parameter variants, input checks before embedding, and hits carrying text
+and metadata read from the store."""
 import json
 
 import numpy as np

@@ -1,3 +1,6 @@
+"""The kernels' one dispatch point: device resolution, backend choice and overrides (environment
+variable, context manager), the op functions equal to ``call``, NumPy inputs at the kernel boundary,
+and importing the kernels without Triton."""
 import pytest
 
 from hopgraph.kernels import dispatch

@@ -1,3 +1,6 @@
+"""Corpus reading and checks: JSON-lines round trip and checksum, errors naming the file and line,
+hostile inputs (non-UTF-8, byte-order mark, bad titles, lone surrogates, empty or wrongly typed
+fields) and the metadata rules."""
 import json
 
 import pytest

@@ -1,3 +1,6 @@
+"""Embedders: output validation, the hashing and callable embedders, name resolution, MiniLM offline,
+sentence-transformers models with prompts (folders, instances, the local cache), the query side,
+and the OpenAI-compatible embedder against a local stub (batches, retries, errors, index reload)."""
 import numpy as np
 import pytest
 
