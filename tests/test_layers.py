@@ -190,8 +190,9 @@ def test_every_module_imports(module):
     """Each module imports (an optional third-party dependency that is not installed skips;
     ``__main__`` modules run the command line when imported and are only parsed above)."""
     try:
-        importlib.import_module(module)
+        imported = importlib.import_module(module)
     except ModuleNotFoundError as e:
         if e.name and not e.name.startswith("hopgraph"):
             pytest.skip(f"{module} needs the optional dependency {e.name}")
         raise
+    assert imported.__name__ == module

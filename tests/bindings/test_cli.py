@@ -79,6 +79,7 @@ def test_eval_ablations_and_plot(demo_data, tmp_path, capsys):
     assert "± " in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_eval_on_shared_hotpotqa(tmp_path):
     data = shared_dataset("hotpotqa")
     js = tmp_path / "hp.json"

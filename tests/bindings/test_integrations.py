@@ -301,6 +301,7 @@ def _run(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_import_hopgraph_imports_no_framework():
     r = _run("import sys, hopgraph, hopgraph.integrations\n"
              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('langchain_core', 'llama_index')))")
@@ -308,6 +309,7 @@ def test_import_hopgraph_imports_no_framework():
     assert r.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module, blocked, extra", [("langchain", "langchain_core", "langchain"),
                                                     ("llamaindex", "llama_index", "llamaindex")])
 def test_missing_framework_names_the_extra(module, blocked, extra):

@@ -283,6 +283,7 @@ def test_cli_add_delete_compact_and_filtered_search(tmp_path, capsys):
     assert "FIELD=VALUE" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_sigkill_during_add_and_save_leaves_the_previous_index(tmp_path):
     a = fh.synthetic_corpus(tmp_path / "a.jsonl", 3000, seed=0)
     b = tmp_path / "b.jsonl"

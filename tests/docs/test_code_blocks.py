@@ -97,6 +97,7 @@ def test_every_python_block_is_marked():
         assert "import " in block.code, f"{block.source} line {block.line}: a tested block must import what it uses"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", MARKED, ids=[f"{b.source}:{b.line}" for b in MARKED])
 def test_python_block_runs(block, tmp_path):
     r = run_block(block, tmp_path)

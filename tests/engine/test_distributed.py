@@ -12,6 +12,8 @@ from hopgraph.engine import distributed  # noqa: E402
 from hopgraph.engine.pipelines.g3rag.ann_graph import ann_gain_knn  # noqa: E402
 from hopgraph.index import Index  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a local Ray cluster
+
 
 @pytest.fixture(scope="module")
 def local_cluster():

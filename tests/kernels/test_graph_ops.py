@@ -79,6 +79,7 @@ def test_density_sampled_is_the_mean_over_the_fixed_sample():
     np.testing.assert_allclose(full, call("density", X, device="cpu"), rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_density_sampled_is_unbiased_over_seeds():
     X = clustered_embeddings(60, 8, 3, seed=3)
     est = np.mean([call("density", X, mode="sampled", n_samples=10, seed=s, device="cpu") for s in range(300)], 0)

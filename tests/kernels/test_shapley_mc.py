@@ -106,7 +106,7 @@ def _take(problem, rows):
 
 
 @pytest.mark.parametrize("mode", ["independent", "shared"])
-@pytest.mark.parametrize("backend", ["cpu", "triton"])
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("triton", marks=pytest.mark.slow)])
 def test_query_estimates_do_not_depend_on_the_batch(mode, backend):
     """A query's Monte Carlo estimates are the same alone, at any position of any batch, and
     whatever the batch's padding G (draws depend on the seed and the query only)."""

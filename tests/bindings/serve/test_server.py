@@ -153,6 +153,7 @@ UNLINKED = ["who designed the bridge in the home city of peter harlow?",
             "Which of the two tornado outbreaks killed the most people?", "what is it?", "1999"]
 
 
+@pytest.mark.slow
 def test_dmar_questions_linking_no_entity_answer_200(demo_corpus):
     """A server with DMAR loaded answers 200, with the index's own results, to questions that
     link no entity: alone, all together, next to a linked question, and the empty batch."""
@@ -405,6 +406,7 @@ def test_api_key(index, tmp_path):
 
 
 # ---------------------------------------------------------------- CLI
+@pytest.mark.slow
 def test_cli_serve_subprocess(index_dir, index, tmp_path):
     """`hopgraph serve INDEX --port 0 --api-key-file F` in a real subprocess."""
     key_file = tmp_path / "key"

@@ -86,6 +86,7 @@ def reference_pool(minilm, text: str, ranges) -> np.ndarray | None:
     return v / np.linalg.norm(v)
 
 
+@pytest.mark.slow
 def test_encode_spans_equals_the_models_token_embeddings(minilm):
     enc = PackedBertEncoder.for_embedder(minilm)
     texts = ["Abbey Road: Abbey Road is an album. It was recorded in London.", "short",
@@ -102,6 +103,7 @@ def test_encode_spans_equals_the_models_token_embeddings(minilm):
     assert X0.shape == (0, minilm.dim) and len(e0) == len(ok0) == 0
 
 
+@pytest.mark.slow
 def test_build_pools_texts_in_the_passage_pass_equal_to_a_later_fit(minilm):
     c = corpus()
     built = Index.build(c, embedder=minilm, pipelines=["stitch"], progress=False)
@@ -125,6 +127,7 @@ def test_build_pools_texts_in_the_passage_pass_equal_to_a_later_fit(minilm):
                                np.asarray(sep.text_emb[long_tail[0]], np.float32), atol=2e-3)
 
 
+@pytest.mark.slow
 def test_add_late_texts_equal_a_fresh_fit(minilm):
     c = corpus()
     grown = Index.build(corpus(RECORDS[:3]), embedder=minilm, pipelines=["stitch"], progress=False)
@@ -135,6 +138,7 @@ def test_add_late_texts_equal_a_fresh_fit(minilm):
     np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), atol=2e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pooling", ["late", "separate"])
 def test_pooling_is_a_fit_time_parameter_kept_on_load(minilm, tmp_path, pooling):
     idx = Index.build(corpus(), embedder=minilm, pipelines=["stitch"], params={"stitch": {"text_pooling": pooling}},

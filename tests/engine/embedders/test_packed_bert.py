@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from hopgraph.engine.embedders import HashingEmbedder
 from hopgraph.engine.embedders.packed_bert import PackedBertEncoder, _length_groups
@@ -17,6 +18,7 @@ def test_unsupported_embedder_is_declined():
     assert PackedBertEncoder.for_embedder(HashingEmbedder(16)) is None
 
 
+@pytest.mark.slow
 def test_packed_equals_encode(minilm):
     packed = PackedBertEncoder.for_embedder(minilm)
     assert packed is not None
@@ -30,6 +32,7 @@ def test_packed_equals_encode(minilm):
     assert packed.encode([]).shape == (0, minilm.dim)
 
 
+@pytest.mark.slow
 def test_encode_bulk_length_order_keeps_input_order(minilm, monkeypatch):
     """encode_bulk takes its chunks in length order and returns rows in input order."""
     import hopgraph.engine.embedders.packed_bert as pb

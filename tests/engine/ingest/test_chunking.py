@@ -120,6 +120,7 @@ def test_passage_length_warning_uses_the_tokenizer():
     assert check_passage_lengths([words("w", 10), "a"], 12) == (1, 13)  # words x 1.3 without a tokenizer
 
 
+@pytest.mark.slow
 def test_minilm_limit_from_the_model():
     pytest.importorskip("sentence_transformers")
     from hopgraph.engine.ingest.chunking import embedder_limit

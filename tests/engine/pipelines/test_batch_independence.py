@@ -62,7 +62,7 @@ def _hotpotqa_pool(hashing_embedder) -> Pool:
     return Pool(index, list(dict.fromkeys(questions + EDGE_QUESTIONS)))
 
 
-@pytest.fixture(scope="module", params=["demo", "hotpotqa"])
+@pytest.fixture(scope="module", params=["demo", pytest.param("hotpotqa", marks=pytest.mark.slow)])
 def pool(request, demo_corpus, hashing_embedder) -> Pool:
     if request.param == "demo":
         return _demo_pool(demo_corpus, hashing_embedder)

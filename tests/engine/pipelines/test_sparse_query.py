@@ -235,6 +235,7 @@ def _generated_corpus(n: int):
     return Corpus.from_records(recs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["stitch", "ppr_binary"])
 def test_graph_search_allocates_nothing_of_size_batch_by_n(hashing_embedder, name):
     """The STITCH / PPRBinary search holds a few candidates and activated chunks per

@@ -76,6 +76,7 @@ def test_out_never_deletes_user_files(small, tmp_path, demo_corpus, capsys):
     assert (tmp_path / "work.work" / "keep.txt").read_text() == "x" and not (tmp_path / "work").exists()
 
 
+@pytest.mark.slow
 def test_second_writer_is_refused_naming_the_holder(small, tmp_path):
     out = small.save(tmp_path / "idx")
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
@@ -138,6 +139,7 @@ def test_a_reader_keeps_its_generation_while_the_index_is_replaced(small, other,
     assert len([p for p in out.iterdir() if p.name.startswith("gen-")]) == 1
 
 
+@pytest.mark.slow
 def test_load_errors_are_index_format_errors_naming_the_file(tmp_path, demo_corpus, capsys):
     index = Index.build(demo_corpus, embedder="hashing-32", pipelines=["bm25", "dmar"],
                         params={"dmar": {"gnn_steps": 2}}, progress=False)
@@ -166,6 +168,7 @@ def test_load_errors_are_index_format_errors_naming_the_file(tmp_path, demo_corp
         Index.load(out)
 
 
+@pytest.mark.slow
 def test_structural_validation_refuses_out_of_range_ids_without_checksums(tmp_path, demo_corpus):
     """The changes that crashed the process (segfault at the first query) are refused by the
     structural checks alone (``verify="fast"``), naming the file."""

@@ -127,6 +127,7 @@ def test_helpers():
     np.testing.assert_array_equal(dedupe_rows(np.array([[3, 1, 3, -1, 1, 2]])), [[3, 1, -1, -1, -1, 2]])
 
 
+@pytest.mark.slow
 def test_gate_untrained_equal_then_learns():
     g = np.random.default_rng(0)
     B, C, d = 40, 12, 6
