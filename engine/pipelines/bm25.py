@@ -3,8 +3,6 @@
 every pipeline that uses BM25 shares; a pipeline fitted with other values gets its own BM25 index."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ..components.bm25 import BM25Params

@@ -3,8 +3,6 @@
 rescored exactly at scale)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ..components.query_batch import QueryBatch
