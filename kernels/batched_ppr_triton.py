@@ -73,3 +73,20 @@ def batched_ppr_triton(P, priors, d: float = 0.85, tol: float = 1e-6, max_iter: 
     x0 = pt * mt if mt is not None else pt
     out, iters = power_iterate(step, x0, (1.0 - d) * x0, mt, tol, max_iter)
     return out.T.contiguous(), iters
+
+
+def launch_builds(shapes: dict) -> list[dict]:
+    """The builds :func:`batched_ppr_triton` launches (ahead-of-time compile check): float32 and
+    float64 priors, with and without a region."""
+    out = []
+    for dt in ("fp32", "fp64"):
+        for mask in (False, True):
+            sig = {"indptr_ptr": "*i64", "indices_ptr": "*i32", "data_ptr": f"*{dt}", "x_ptr": f"*{dt}",
+                   "c_ptr": f"*{dt}", "mask_ptr": "*i8" if mask else f"*{dt}", "dang_ptr": f"*{dt}",
+                   "y_ptr": f"*{dt}", "B": "i32", "HAS_MASK": "constexpr", "BLOCK_NNZ": "constexpr",
+                   "BLOCK_B": "constexpr"}
+            out.append({"kernel": "batched_ppr", "config": f"{dt}{'-region' if mask else ''}-nnz32b16",
+                        "fn": "batched_ppr_triton:_ppr_step_kernel", "signature": sig,
+                        "constexprs": {"HAS_MASK": mask, "BLOCK_NNZ": BLOCK_NNZ, "BLOCK_B": BLOCK_B},
+                        "aligned": tuple(sig)[:8]})
+    return out

@@ -52,3 +52,12 @@ def density_triton(X, mode: str = "exact", n_samples: int = 4096, seed: int = 0,
                                                BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d)
     s, c = out_sum.cpu().numpy(), out_cnt.cpu().numpy()
     return np.divide(s, c, out=np.zeros_like(s), where=c > 0).astype(np.float32)
+
+
+def launch_builds(shapes: dict) -> list[dict]:
+    """The build :func:`density_triton` launches (ahead-of-time compile check)."""
+    sig = {"X": "*fp32", "COLS": "*i64", "OUT_SUM": "*fp32", "OUT_CNT": "*fp32", "N": "i32", "M": "i32", "D": "i32",
+           "stride_x": "i32", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_D": "constexpr"}
+    return [{"kernel": "density", "config": "m16n32d32", "fn": "density_triton:_density_kernel", "signature": sig,
+             "constexprs": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_D": 32},
+             "aligned": ("X", "COLS", "OUT_SUM", "OUT_CNT", "D", "stride_x")}]

@@ -97,4 +97,19 @@ def gain_knn_triton(X, k: int = 32, sim_min: float = 0.3, sim_max: float = 0.9, 
     return finalise_csr(out_v.cpu(), out_c.cpu().to(torch.int64), n)
 
 
+def launch_builds(shapes: dict) -> list[dict]:
+    """The builds :func:`gain_knn_triton` launches at the pipelines' shapes (for the ahead-of-time
+    compile check): the default tiles at G3RAG's k and at the exact mode's k = n − 1."""
+    sig = {"X": "*fp32", "PEN": "*fp32", "OUT_V": "*fp32", "OUT_C": "*i32", "N": "i32", "D": "i32",
+           "stride_x": "i32", "sim_min": "fp32", "sim_max": "fp32", "K": "constexpr", "KP": "constexpr",
+           "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_D": "constexpr"}
+    out = []
+    for name, k in (("k%d" % shapes["k"], shapes["k"]), ("exact-k%d" % (shapes["exact_n"] - 1), shapes["exact_n"] - 1)):
+        out.append({"kernel": "gain_knn", "config": f"{name}-m16n32d32", "fn": "gain_knn_triton:_gain_knn_kernel",
+                    "signature": sig, "constexprs": {"K": k, "KP": max(triton.next_power_of_2(k), 2), "BLOCK_M": 16,
+                                                     "BLOCK_N": 32, "BLOCK_D": 32},
+                    "aligned": ("X", "PEN", "OUT_V", "OUT_C", "D", "stride_x")})
+    return out
+
+
 __all__ = ["gain_knn_triton"]

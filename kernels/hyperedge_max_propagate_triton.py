@@ -92,3 +92,18 @@ def hyperedge_max_propagate_triton(A: torch.Tensor, S: torch.Tensor, edge_indptr
     _node_kernel[(V, nb)](inc, node_indptr.to(dev, torch.int64), node_incidence.to(dev, torch.int32), out, B, V, I,
                           BLOCK_M=BLOCK_M, BLOCK_B=BLOCK_B)
     return out
+
+
+def launch_builds(shapes: dict) -> list[dict]:
+    """The builds :func:`hyperedge_max_propagate_triton` launches (ahead-of-time compile check)."""
+    edge = {"A_ptr": "*fp32", "S_ptr": "*fp32", "edge_indptr_ptr": "*i64", "edge_nodes_ptr": "*i32", "inc_ptr": "*fp32",
+            "B": "i32", "V": "i32", "E": "i32", "I": "i32", "BLOCK_M": "constexpr", "BLOCK_B": "constexpr"}
+    node = {"inc_ptr": "*fp32", "node_indptr_ptr": "*i64", "node_inc_ptr": "*i32", "out_ptr": "*fp32", "B": "i32",
+            "V": "i32", "I": "i32", "BLOCK_M": "constexpr", "BLOCK_B": "constexpr"}
+    cx = {"BLOCK_M": BLOCK_M, "BLOCK_B": BLOCK_B}
+    return [{"kernel": "hyperedge_max_propagate", "config": "edge-m16b16", "signature": edge, "constexprs": cx,
+             "fn": "hyperedge_max_propagate_triton:_edge_kernel",
+             "aligned": ("A_ptr", "S_ptr", "edge_indptr_ptr", "edge_nodes_ptr", "inc_ptr")},
+            {"kernel": "hyperedge_max_propagate", "config": "node-m16b16", "signature": node, "constexprs": cx,
+             "fn": "hyperedge_max_propagate_triton:_node_kernel",
+             "aligned": ("inc_ptr", "node_indptr_ptr", "node_inc_ptr", "out_ptr")}]

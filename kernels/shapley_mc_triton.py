@@ -71,3 +71,12 @@ def shapley_mc_triton(node_sets: torch.Tensor, n_sub: torch.Tensor, cand_nodes: 
     _shapley_kernel[(B, C)](pred, sets, cand, best, out, T, G, U, C, float(lam),
                             BLOCK_G=block_g, BLOCK_U=block_u)
     return finish(out, n_sub.to(dev))
+
+
+def launch_builds(shapes: dict) -> list[dict]:
+    """The builds :func:`shapley_mc_triton` launches at DMAR's subgraph-set sizes (ahead-of-time compile check)."""
+    sig = {"pred_ptr": "*fp32", "sets_ptr": "*fp32", "cand_ptr": "*fp32", "best_ptr": "*fp32", "out_ptr": "*fp32",
+           "T": "i32", "G": "i32", "U": "i32", "C": "i32", "lam": "fp32", "BLOCK_G": "constexpr", "BLOCK_U": "constexpr"}
+    return [{"kernel": "shapley_mc", "config": f"g{g}u{u}", "fn": "shapley_mc_triton:_shapley_kernel",
+             "signature": sig, "constexprs": {"BLOCK_G": g, "BLOCK_U": u}, "aligned": tuple(sig)[:5]}
+            for g, u in shapes["shapley"]]

@@ -57,3 +57,13 @@ def sparse_diffusion_triton(seed_ids, seed_weights, indptr, indices, data, n_col
     _diffusion_kernel[(B * S,)](t(ids), t(weights), t(graph.indptr), t(graph.indices), t(graph.data), out,
                                 S, int(n_cols), NORMALISE=bool(normalise), BLOCK=block)
     return out.cpu().numpy()
+
+
+def launch_builds(shapes: dict) -> list[dict]:
+    """The builds :func:`sparse_diffusion_triton` launches (ahead-of-time compile check)."""
+    sig = {"SEEDS": "*i64", "WEIGHTS": "*fp32", "INDPTR": "*i64", "INDICES": "*i32", "DATA": "*fp32", "OUT": "*fp32",
+           "S": "i32", "n_cols": "i32", "NORMALISE": "constexpr", "BLOCK": "constexpr"}
+    return [{"kernel": "sparse_diffusion", "config": f"{'norm' if norm else 'raw'}-b128",
+             "fn": "sparse_diffusion_triton:_diffusion_kernel", "signature": sig,
+             "constexprs": {"NORMALISE": norm, "BLOCK": 128},
+             "aligned": ("SEEDS", "WEIGHTS", "INDPTR", "INDICES", "DATA", "OUT")} for norm in (True, False)]

@@ -1,0 +1,285 @@
+"""``hopgraph bench --gpu-compile``: every Triton kernel of :mod:`hopgraph.kernels` compiled ahead of
+time for sm_80 and sm_90 (no GPU needed) at the configurations its wrapper launches for the
+pipelines' shapes, with the resources a GPU would meet: registers, spills, shared memory, warps and
+whether the SASS holds tensor-core MMA instructions.
+
+A build is ``triton.compile(ASTSource(kernel, signature, constexprs), target=GPUTarget("cuda", cc, 32))``;
+registers and the stack frame come from ``cuobjdump -res-usage`` on the cubin, spill bytes from
+``ptxas -v`` (run again on the PTX only when the stack frame is not empty), tensor-core use from
+the SASS (``HMMA`` on sm_80, ``HGMMA``/``HMMA`` on sm_90). Builds run in worker processes without
+``TRITON_INTERPRET`` (the interpreter replaces the kernels the compiler needs) and are cached by
+Triton, so a second run takes seconds.
+
+The shipped configurations come from the kernels' own modules (``launch_builds()`` of each
+``*_triton`` module), evaluated at :data:`SHAPES`: the compile check covers what the wrappers launch.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from .common import stamp, table
+
+#: the compile targets: name -> compute capability
+TARGETS = {"sm_80": 80, "sm_90": 90}
+#: the kernel modules whose ``launch_builds(shapes)`` list their shipped builds
+KERNEL_MODULES = ("density_triton", "gain_knn_triton", "sparse_diffusion_triton", "hyperedge_max_propagate_triton",
+                  "group_decay_propagate_triton", "batched_ppr_triton", "shapley_mc_triton")
+#: kernels that must run their similarity tiles on tensor cores
+TENSOR_CORE_KERNELS = ("gain_knn", "density")
+#: registers per SM and the most resident warps / CTAs per SM (sm_80 and sm_90 alike)
+REGISTER_FILE = 65536
+MAX_WARPS_PER_SM = 64
+MAX_CTAS_PER_SM = 32
+#: shared memory per SM a kernel may use (bytes)
+SHARED_PER_SM = {"sm_80": 164 * 1024, "sm_90": 228 * 1024}
+#: the register count above which a kernel must not lose half its occupancy
+REGISTER_LIMIT = 128
+
+
+@dataclass(frozen=True)
+class Build:
+    """One compilation: kernel ``fn`` (``"module:attribute"`` under ``hopgraph.kernels``) with its
+    argument types (``signature``: name -> Triton type, ``"constexpr"`` for compile-time values),
+    the constexpr values, warps and pipeline stages; ``aligned`` names the pointer / integer
+    arguments a launch sees 16-divisible (Triton specialises on them)."""
+
+    kernel: str
+    config: str
+    fn: str
+    signature: dict[str, str]
+    constexprs: dict[str, Any]
+    num_warps: int = 4
+    num_stages: int = 3
+    aligned: tuple[str, ...] = ()
+
+
+@dataclass
+class Record:
+    """The resources of one build on one target (the ``--json`` record)."""
+
+    kernel: str
+    config: str
+    target: str
+    compiled: bool
+    registers: int | None = None
+    spill_bytes: int | None = None
+    shared_bytes: int | None = None
+    num_warps: int | None = None
+    tensor_core: bool | None = None
+    stack_bytes: int | None = None
+    occupancy_warps: int | None = None
+    error: str | None = None
+    sass_ops: dict[str, int] = field(default_factory=dict)
+
+    def public(self) -> dict[str, Any]:
+        """The record without the SASS histogram (kept for :mod:`.gpu_model`)."""
+        out = asdict(self)
+        out.pop("sass_ops")
+        return out
+
+
+# ---------------------------------------------------------------------- the builds
+def shapes() -> dict[str, Any]:
+    """The pipelines' shapes the wrappers choose their configurations for (see each kernel's
+    ``launch_builds``): MiniLM's d = 384 and G3RAG's k = 32, STITCH's batches of 64 questions and
+    the 256-prior PPR block, DMAR's subgraph sets up to G = 32 over U = 128 local nodes."""
+    return {"d": 384, "k": 32, "exact_n": 4096, "density_samples": 4096, "diffusion_seeds": 8,
+            "stitch_batch": 64, "ppr_priors": (64, 256), "shapley": ((8, 128), (16, 128), (32, 128))}
+
+
+def all_builds() -> list[Build]:
+    """Every shipped build of every kernel module, in :data:`KERNEL_MODULES` order."""
+    import importlib
+
+    out: list[Build] = []
+    for name in KERNEL_MODULES:
+        module = importlib.import_module(f"hopgraph.kernels.{name}")
+        out.extend(Build(**b) for b in module.launch_builds(shapes()))
+    return out
+
+
+# ---------------------------------------------------------------------- compiling (worker side)
+def _tool(name: str, arch: int) -> str:
+    from triton.backends.nvidia.compiler import get_ptxas
+    from triton import knobs
+
+    if name == "ptxas":
+        return get_ptxas(arch).path
+    return getattr(knobs.nvidia, name).path
+
+
+def _run_tool(args: list[str]) -> str:
+    return subprocess.run(args, check=True, capture_output=True, text=True).stdout
+
+
+def _res_usage(cubin: Path, arch: int) -> dict[str, int]:
+    text = _run_tool([_tool("cuobjdump", arch), "-res-usage", str(cubin)])
+    line = next(l for l in text.splitlines() if "REG:" in l)
+    return {k: int(v) for k, v in re.findall(r"(\w+):(\d+)", line)}
+
+
+def sass_histogram(sass: str) -> dict[str, int]:
+    """Opcode (without modifiers) -> count of a ``cuobjdump -sass`` listing."""
+    ops: dict[str, int] = {}
+    for m in re.finditer(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass):
+        ops[m.group(1)] = ops.get(m.group(1), 0) + 1
+    return ops
+
+
+def _spill_bytes(ptx: str, arch: int) -> int:
+    """Spill stores (bytes) that ptxas reports for this PTX."""
+    sm = f"sm_{arch}a" if arch >= 90 else f"sm_{arch}"
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp, "k.ptx")
+        src.write_text(ptx)
+        log = subprocess.run([_tool("ptxas", arch), "-v", f"--gpu-name={sm}", str(src), "-o", str(Path(tmp, "k.o"))],
+                             check=True, capture_output=True, text=True).stderr
+    m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    return max(int(m.group(1)), int(m.group(2))) if m else 0
+
+
+def occupancy(registers: int, shared: int, warps: int, target: str) -> int:
+    """Resident warps per SM of a kernel (registers allocated per warp in units of 256)."""
+    per_warp = -(-max(registers, 1) * 32 // 256) * 256
+    ctas = min(MAX_CTAS_PER_SM, MAX_WARPS_PER_SM // warps, REGISTER_FILE // (per_warp * warps))
+    if shared:
+        ctas = min(ctas, SHARED_PER_SM[target] // shared)
+    return ctas * warps
+
+
+def compile_build(build: Build, target: str, keep: str | None = None, sass: bool = False) -> Record:
+    """Compile ``build`` for ``target`` and read its resources (runs in a worker process)."""
+    import importlib
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.runtime.jit import JITFunction
+
+    arch = TARGETS[target]
+    rec = Record(build.kernel, build.config, target, compiled=False, num_warps=build.num_warps)
+    try:
+        module, _, attr = build.fn.partition(":")
+        fn = getattr(importlib.import_module(f"hopgraph.kernels.{module}"), attr)
+        while not isinstance(fn, JITFunction):  # an Autotuner (or Heuristics) wraps the JITFunction
+            fn = fn.fn
+        names = list(build.signature)
+        attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in build.aligned}
+        src = ASTSource(fn, dict(build.signature), constexprs=dict(build.constexprs), attrs=attrs)
+        k = triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                           options={"num_warps": build.num_warps, "num_stages": build.num_stages})
+    except Exception as e:  # a compile error is a result of the check, reported per build
+        rec.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:500]
+        return rec
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = Path(keep or tmp) / f"{build.kernel}-{build.config}-{target}.cubin"
+        cubin.write_bytes(k.asm["cubin"])
+        usage = _res_usage(cubin, arch)
+        listing = _run_tool([_tool("cuobjdump", arch), "-sass", str(cubin)])
+    ops = sass_histogram(listing)
+    rec.compiled = True
+    rec.registers = usage.get("REG", 0)
+    rec.stack_bytes = usage.get("STACK", 0)
+    rec.spill_bytes = _spill_bytes(k.asm["ptx"], arch) if rec.stack_bytes else 0
+    rec.shared_bytes = int(k.metadata.shared)
+    rec.tensor_core = any(op in ops for op in ("HMMA", "HGMMA", "IMMA", "IGMMA"))
+    rec.occupancy_warps = occupancy(rec.registers, rec.shared_bytes, build.num_warps, target)
+    rec.sass_ops = ops
+    if sass:
+        rec.sass_ops = {**ops, "__listing__": listing}  # type: ignore[dict-item]
+    return rec
+
+
+def _worker(args: tuple[Build, str, str | None, bool]) -> Record:
+    return compile_build(*args)
+
+
+# ---------------------------------------------------------------------- the check
+def violations(rec: Record) -> list[str]:
+    """Why a shipped build fails the check (empty: it passes): a compile error, any spill, more
+    than :data:`REGISTER_LIMIT` registers where that halves the occupancy it would have at the
+    limit, no tensor-core MMA in a :data:`TENSOR_CORE_KERNELS` kernel."""
+    where = f"{rec.kernel} {rec.config} {rec.target}"
+    if not rec.compiled:
+        return [f"{where}: does not compile ({rec.error})"]
+    out = []
+    if rec.spill_bytes:
+        out.append(f"{where}: spills {rec.spill_bytes} bytes per thread")
+    if rec.registers > REGISTER_LIMIT:
+        at_limit = occupancy(REGISTER_LIMIT, rec.shared_bytes, rec.num_warps, rec.target)
+        if 2 * rec.occupancy_warps <= at_limit:
+            out.append(f"{where}: {rec.registers} registers: {rec.occupancy_warps} resident warps per SM "
+                       f"against {at_limit} at {REGISTER_LIMIT}")
+    if rec.kernel in TENSOR_CORE_KERNELS and not rec.tensor_core:
+        out.append(f"{where}: no tensor-core MMA instruction in the SASS")
+    return out
+
+
+def compile_all(builds: Iterable[Build] | None = None, targets: Iterable[str] = tuple(TARGETS),
+                keep: str | Path | None = None, jobs: int | None = None, sass: bool = False,
+                progress: Callable[[Record], None] | None = None) -> list[Record]:
+    """Compile every build for every target in ``jobs`` worker processes (default: the CPUs,
+    at most 4), cubins kept in ``keep`` when given. Records in (build, target) order."""
+    builds = list(all_builds() if builds is None else builds)
+    tasks = [(b, t, str(keep) if keep else None, sass) for b in builds for t in targets]
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+    jobs = jobs or max(1, min(4, os.cpu_count() or 1))
+    saved = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "0"  # the workers compile; the interpreter has no compiler
+    try:
+        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+            records = []
+            for rec in pool.map(_worker, tasks):
+                records.append(rec)
+                if progress:
+                    progress(rec)
+    finally:
+        if saved is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = saved
+    return records
+
+
+def render(records: list[Record]) -> str:
+    """The resource table, one row per kernel, configuration and target."""
+    head = ["kernel", "config", "target", "regs", "spill B", "smem B", "warps", "occ warps", "tensor core", "ok"]
+    rows = []
+    for r in records:
+        bad = violations(r)
+        if not r.compiled:
+            rows.append([r.kernel, r.config, r.target, "-", "-", "-", r.num_warps, "-", "-", "COMPILE ERROR"])
+            continue
+        rows.append([r.kernel, r.config, r.target, r.registers, r.spill_bytes, r.shared_bytes, r.num_warps,
+                     r.occupancy_warps, "yes" if r.tensor_core else "no", "ok" if not bad else "FAIL"])
+    return table(head, rows)
+
+
+def run(json_path: str | Path | None = None, keep: str | Path | None = None,
+        emit: Callable[[str], None] = print, jobs: int | None = None) -> list[dict[str, Any]]:
+    """``hopgraph bench --gpu-compile``: compile, print the table and each violation, write the
+    ``--json`` records. Returns the records (dicts)."""
+    import triton
+
+    records = compile_all(keep=keep, jobs=jobs)
+    emit(f"Triton {triton.__version__} kernels compiled ahead of time for {', '.join(TARGETS)} · {stamp()}")
+    emit(render(records))
+    problems = [v for r in records for v in violations(r)]
+    emit("\n".join(["violations:", *problems]) if problems else "no violations: every build compiles without "
+         f"spills, within {REGISTER_LIMIT} registers or without halving occupancy, with tensor cores in "
+         f"{' and '.join(TENSOR_CORE_KERNELS)}")
+    out = [r.public() for r in records]
+    if json_path is not None:
+        Path(json_path).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+        emit(f"wrote {json_path}")
+    return out
