@@ -79,11 +79,13 @@ class Record:
     occupancy_warps: int | None = None
     error: str | None = None
     sass_ops: dict[str, int] = field(default_factory=dict)
+    listing: str = ""
 
     def public(self) -> dict[str, Any]:
-        """The record without the SASS histogram (kept for :mod:`.gpu_model`)."""
+        """The ``--json`` record: without the SASS histogram and listing (kept for :mod:`.gpu_model`)."""
         out = asdict(self)
         out.pop("sass_ops")
+        out.pop("listing")
         return out
 
 
@@ -194,8 +196,7 @@ def compile_build(build: Build, target: str, keep: str | None = None, sass: bool
     rec.tensor_core = any(op in ops for op in ("HMMA", "HGMMA", "IMMA", "IGMMA"))
     rec.occupancy_warps = occupancy(rec.registers, rec.shared_bytes, build.num_warps, target)
     rec.sass_ops = ops
-    if sass:
-        rec.sass_ops = {**ops, "__listing__": listing}  # type: ignore[dict-item]
+    rec.listing = listing if sass else ""
     return rec
 
 
