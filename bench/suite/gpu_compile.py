@@ -8,7 +8,7 @@ registers and the stack frame come from ``cuobjdump -res-usage`` on the cubin, s
 ``ptxas -v`` (run again on the PTX only when the stack frame is not empty), tensor-core use from
 the SASS (``HMMA`` on sm_80, ``HGMMA``/``HMMA`` on sm_90). Builds run in worker processes without
 ``TRITON_INTERPRET`` (the interpreter replaces the kernels the compiler needs) and are cached by
-Triton, so a second run takes seconds.
+Triton, so a second run is quick.
 
 The shipped configurations come from the kernels' own modules (``launch_builds()`` of each
 ``*_triton`` module), evaluated at :data:`SHAPES`: the compile check covers what the wrappers launch.
@@ -20,9 +20,8 @@ import os
 import re
 import subprocess
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -49,7 +48,7 @@ REGISTER_LIMIT = 128
 class Build:
     """One compilation: kernel ``fn`` (``"module:attribute"`` under ``hopgraph.kernels``) with its
     argument types (``signature``: name -> Triton type, ``"constexpr"`` for compile-time values),
-    the constexpr values, warps and pipeline stages; ``aligned`` names the pointer / integer
+    the constexpr values, warps, pipeline stages and register cap; ``aligned`` names the pointer / integer
     arguments a launch sees 16-divisible (Triton specialises on them)."""
 
     kernel: str
@@ -59,6 +58,7 @@ class Build:
     constexprs: dict[str, Any]
     num_warps: int = 4
     num_stages: int = 3
+    maxnreg: int | None = None
     aligned: tuple[str, ...] = ()
 
 
@@ -177,8 +177,10 @@ def compile_build(build: Build, target: str, keep: str | None = None, sass: bool
         names = list(build.signature)
         attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in build.aligned}
         src = ASTSource(fn, dict(build.signature), constexprs=dict(build.constexprs), attrs=attrs)
-        k = triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                           options={"num_warps": build.num_warps, "num_stages": build.num_stages})
+        options = {"num_warps": build.num_warps, "num_stages": build.num_stages}
+        if build.maxnreg:
+            options["maxnreg"] = build.maxnreg
+        k = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
     except Exception as e:  # a compile error is a result of the check, reported per build
         rec.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:500]
         return rec
@@ -200,8 +202,31 @@ def compile_build(build: Build, target: str, keep: str | None = None, sass: bool
     return rec
 
 
-def _worker(args: tuple[Build, str, str | None, bool]) -> Record:
-    return compile_build(*args)
+def serve() -> None:
+    """Worker entry point: compile the JSON tasks of stdin (one a line), one JSON record a line out."""
+    import sys
+
+    for line in sys.stdin:
+        task = json.loads(line)
+        build = Build(**{**task["build"], "aligned": tuple(task["build"]["aligned"])})
+        rec = compile_build(build, task["target"], task["keep"], task["sass"])
+        sys.stdout.write(json.dumps(asdict(rec)) + "\n")
+        sys.stdout.flush()
+
+
+def _run_worker(tasks: list[dict[str, Any]]) -> list[Record]:
+    """Compile ``tasks`` in a worker process (without ``TRITON_INTERPRET``: the interpreter has no compiler)."""
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    bench = str(Path(__file__).resolve().parents[1])
+    proc = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {bench!r}); "
+                           "from suite.gpu_compile import serve; serve()"],
+                          input="".join(json.dumps(t) + "\n" for t in tasks), capture_output=True, text=True,
+                          env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"a compile worker failed: {proc.stderr.strip()[-2000:]}")
+    return [Record(**json.loads(line)) for line in proc.stdout.splitlines()]
 
 
 # ---------------------------------------------------------------------- the check
@@ -231,24 +256,19 @@ def compile_all(builds: Iterable[Build] | None = None, targets: Iterable[str] = 
     """Compile every build for every target in ``jobs`` worker processes (default: the CPUs,
     at most 4), cubins kept in ``keep`` when given. Records in (build, target) order."""
     builds = list(all_builds() if builds is None else builds)
-    tasks = [(b, t, str(keep) if keep else None, sass) for b in builds for t in targets]
+    tasks = [{"build": asdict(b), "target": t, "keep": str(keep) if keep else None, "sass": sass}
+             for b in builds for t in targets]
     if keep:
         Path(keep).mkdir(parents=True, exist_ok=True)
-    jobs = jobs or max(1, min(4, os.cpu_count() or 1))
-    saved = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "0"  # the workers compile; the interpreter has no compiler
-    try:
-        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
-            records = []
-            for rec in pool.map(_worker, tasks):
-                records.append(rec)
-                if progress:
-                    progress(rec)
-    finally:
-        if saved is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = saved
+    jobs = max(1, min(jobs or min(4, os.cpu_count() or 1), len(tasks)))
+    with ThreadPoolExecutor(jobs) as pool:
+        parts = list(pool.map(_run_worker, [tasks[i::jobs] for i in range(jobs)]))
+    records: list[Record] = [None] * len(tasks)  # type: ignore[list-item]
+    for i, part in enumerate(parts):
+        records[i::jobs] = part
+    if progress:
+        for rec in records:
+            progress(rec)
     return records
 
 

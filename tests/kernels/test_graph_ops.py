@@ -193,9 +193,58 @@ def test_triton_gain_knn_matches_cpu(name):
     k, lo, hi = (3, 0.3, 0.9) if name != "one_hot" else (20, 0.0, 1.0)
     cpu = call("gain_knn", X, k=k, sim_min=lo, sim_max=hi, penalty=pen, device="cpu")
     tri = call("gain_knn", X, k=k, sim_min=lo, sim_max=hi, penalty=pen, device="cpu", backend="triton")
+    assert_same_graph(tri, cpu)
+
+
+def assert_same_graph(tri, cpu):
+    """Edges equal; weights within gain_knn_triton's documented tolerance (1e-5 relative, 1e-6
+    absolute: the gain's slope is unbounded as the similarity nears 1)."""
     np.testing.assert_array_equal(tri.indptr, cpu.indptr)
     np.testing.assert_array_equal(tri.indices, cpu.indices)
-    np.testing.assert_allclose(tri.data, cpu.data, rtol=1e-5)
+    np.testing.assert_allclose(tri.data, cpu.data, rtol=1e-5, atol=1e-6)
+
+
+def test_triton_gain_knn_over_many_tiles_matches_cpu():
+    """150 rows span ten 16-column tiles of the interpreter's configuration: tiles whose hi·hi bound
+    cannot beat a row's k-th weight are skipped, the others are completed and selected."""
+    X = clustered_embeddings(150, 16, 6, seed=9)
+    pen = np.random.default_rng(3).uniform(0.3, 1, len(X)).astype(np.float32)
+    for k, lo, hi in ((1, 0.3, 0.9), (4, 0.3, 0.9), (16, 0.0, 1.0)):
+        cpu = call("gain_knn", X, k=k, sim_min=lo, sim_max=hi, penalty=pen, device="cpu")
+        tri = call("gain_knn", X, k=k, sim_min=lo, sim_max=hi, penalty=pen, device="cpu", backend="triton")
+        assert_same_graph(tri, cpu)
+
+
+def test_triton_density_over_many_tiles_matches_cpu():
+    X = clustered_embeddings(150, 16, 6, seed=9)
+    for kw in ({"mode": "exact"}, {"mode": "sampled", "n_samples": 40, "seed": 2}):
+        cpu = call("density", X, device="cpu", **kw)
+        tri = call("density", X, device="cpu", backend="triton", **kw)
+        np.testing.assert_allclose(tri, cpu, rtol=1e-5, atol=1e-6)
+
+
+def test_triton_gain_knn_ties_go_to_the_lower_column_across_tiles():
+    X = np.tile(np.array([[1.0, 0.6]], np.float32), (40, 1))
+    X[::2, 1] *= -1  # two groups: equal similarity to every member of the other group
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    tri = call("gain_knn", X, k=3, sim_min=0.0, sim_max=0.99, device="cpu", backend="triton")
+    ref = ref_gain_knn(X, 3, 0.0, 0.99, np.ones(40, np.float32))
+    for i in range(40):
+        np.testing.assert_array_equal(row(tri, i), ref[i])
+
+
+@pytest.mark.parametrize("band", [(0.0, 1.0), (0.3, 0.9)])
+def test_triton_gain_knn_dense_path_matches_cpu(band):
+    """k above the register top-k's limit (the exact graph's k = n − 1) takes the dense weights kernel."""
+    from hopgraph.kernels.gain_knn_triton import SELECT_MAX_K
+
+    X = clustered_embeddings(SELECT_MAX_K + 6, 16, 3, seed=2)
+    pen = np.random.default_rng(4).uniform(0.3, 1, len(X)).astype(np.float32)
+    for k in (SELECT_MAX_K + 1, len(X) - 1):
+        cpu = call("gain_knn", X, k=k, sim_min=band[0], sim_max=band[1], penalty=pen, device="cpu")
+        tri = call("gain_knn", X, k=k, sim_min=band[0], sim_max=band[1], penalty=pen, device="cpu",
+                   backend="triton")
+        assert_same_graph(tri, cpu)
 
 
 def test_triton_sparse_diffusion_matches_cpu():
