@@ -421,13 +421,20 @@ def torch_csr(A: sp.csr_matrix) -> torch.Tensor:
                                        torch.from_numpy(A.data), A.shape, check_invariants=False)
 
 
+def check_threads(threads: object) -> int | None:
+    """``threads`` as given: None or an integer >= 1 (:class:`InputError` otherwise)."""
+    if threads is not None:
+        check_positive_int(threads, "threads", OP)
+    return threads
+
+
 def batched_ppr(P, priors, d: float = 0.85, tol: float = 1e-6, max_iter: int = 100, region=None,
                 threads: int | None = 1, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """CPU path (torch sparse CSR × dense block per iteration); see the module docstring.
 
     ``threads``: torch intra-op threads for the whole iteration, product (MKL) included
-    (None keeps torch's setting)."""
-    with torch_threads(threads):
+    (None keeps torch's setting; else an integer >= 1)."""
+    with torch_threads(check_threads(threads)):
         return _batched_ppr_cpu(P, priors, d, tol, max_iter, region)
 
 
