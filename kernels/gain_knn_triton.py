@@ -98,7 +98,7 @@ def similarity_tile(A, B, a_off, amask, b_off, bmask, D, EVEN_D: tl.constexpr,
 @triton.jit
 def gain(s, pen):
     """SPEC §1 step 3 on a similarity tile: ``x·sqrt(1 − x²)·pen``, ``x = clip(s, 0, 1)`` (the hardware
-    square root, within 2 ulp: a correctly rounded one calls a slow path that costs ~70 registers)."""
+    square root, within 2 ulp; see ``docs/decisions/kernels-gain-knn-tensor-cores.md``)."""
     x = tl.minimum(tl.maximum(s, 0.0), 1.0)
     return x * tl.sqrt(1.0 - x * x) * pen
 

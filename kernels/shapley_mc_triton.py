@@ -70,7 +70,7 @@ def _shapley_kernel(pred_ptr, sets_ptr, cand_ptr, best_ptr, out_ptr, T, G, U, C,
             size_sg += tl.sum(union_sg.to(tl.float32), axis=1)
             inter_s = tl.dot(union_s.to(tl.float16), tl.trans(H), inter_s)
             inter_sg = tl.dot(union_sg.to(tl.float16), tl.trans(H), inter_sg)
-        # F's weights per subgraph (F(∅) = 0): a tile of precise divisions costs ~100 registers
+        # F's weights per subgraph (F(∅) = 0), divided once per subgraph, not per candidate
         w_s = tl.where(count_s > 0, lam / tl.maximum(size_s, 1.0), 0.0)
         w_sg = lam / tl.maximum(size_sg, 1.0)
         v_s = tl.where(count_s > 0, (1 - lam) / tl.maximum(count_s, 1.0), 0.0)
