@@ -1,11 +1,14 @@
 """Triton kernels of ``gain_knn`` (SPEC §1 index steps 3-5); semantics in :mod:`.gain_knn`.
 
-Similarity tiles run on tensor cores in a three-term TF32 split (near-FP32): with ``hi(x)`` the
-TF32 truncation of x and ``lo(x) = x − hi(x)``, ``s = hi·hi + (hi·lo + lo·hi)``.
+Similarity tiles run on tensor cores in a three-term float16 split (near-FP32): each row of X is
+scaled by a power of two ``2^e_i`` that brings its largest entry near 2¹⁴, then split into
+``hi = fp16(x·2^e_i)`` and ``lo = fp16(x·2^e_i − hi)`` (:func:`split_fp16`, once per call), so that
+``s_ij = (hi_i·hi_j + hi_i·lo_j + lo_i·hi_j)·2^−(e_i+e_j)`` — 22 significant bits per entry, as a
+TF32 three-term split, at half its operand bytes and twice its tensor-core rate.
 
 * :func:`_gain_knn_kernel` (``k`` ≤ :data:`SELECT_MAX_K`): one program owns ``BLOCK_M`` rows and
   folds every column tile into a running top-k held in registers. A tile first gets ``hi·hi``
-  only; ``|s − hi·hi| ≤ 2⁻⁸·‖x_i‖·‖x_j‖`` bounds each weight from above, and a tile where no
+  only; ``|s − hi·hi| ≤ 2⁻⁹·‖x_i‖·‖x_j‖`` bounds each weight from above, and a tile where no
   bound beats its row's current k-th weight is skipped (later columns lose ties, so an equal
   weight cannot enter). Otherwise the correction terms complete the similarity, and selection
   rounds (as many as the most entries any row can still take, at most k) move the tile's best
@@ -30,20 +33,30 @@ from .gain_knn import check_gain_knn_inputs, finalise_csr, select_topk
 
 #: the largest k the register top-k takes; larger k (the exact graph) runs :func:`_gain_weights_kernel`
 SELECT_MAX_K = 64
-#: the similarity error bound of the ``hi·hi`` pass, per unit of ``‖x_i‖·‖x_j‖`` (twice the split's 2⁻⁹)
-HI_BOUND = tl.constexpr(2.0 ** -8)
+#: the similarity error bound of the ``hi·hi`` pass, per unit of ``‖x_i‖·‖x_j‖`` (twice the split's 2⁻¹⁰)
+HI_BOUND = tl.constexpr(2.0 ** -9)
+#: :func:`split_fp16` scales each row so that its largest entry lies in [2¹³, 2¹⁴)
+SPLIT_EXPONENT = 14
 #: rows of the slice the autotuner times each configuration on (enough CTAs to fill a GPU)
 TUNE_ROWS = 32768
 #: weights held at once by the dense path (rows per block = this / N)
 DENSE_ENTRIES = 1 << 26
-#: the autotuned configurations (tile rows, tile columns, reduction step, warps, stages), each held to
-#: 128 registers (two CTAs of 8 warps, or one of 16, per SM)
-CONFIGS = [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_D": 16}, num_warps=w, num_stages=s, maxnreg=128)
-           for m, n, w, s in ((64, 64, 8, 3), (64, 64, 8, 4), (128, 64, 16, 3), (64, 128, 16, 3))]
+#: the autotuned tiles (rows, columns, reduction step, warps) and the largest k each holds in 128
+#: registers without spilling (two CTAs of 8 warps, or one of 16, per SM)
+TILES = {(64, 64, 32, 8): 32, (128, 64, 32, 16): 32, (128, 64, 16, 16): SELECT_MAX_K, (64, 128, 16, 16): SELECT_MAX_K}
+#: the autotuned configurations
+CONFIGS = [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_D": d}, num_warps=w, num_stages=3, maxnreg=128)
+           for m, n, d, w in TILES]
+
+
+def configs_for(k: int, configs: list = CONFIGS) -> list:
+    """The configurations of ``configs`` whose tile holds a top-k of ``k``."""
+    return [c for c in configs
+            if TILES[(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_D"], c.num_warps)] >= k]
 #: the configuration of the interpreter (small tiles: the tests' inputs span several of them)
 INTERPRET_CONFIG = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_D": 16}
 #: the dense path's configuration
-DENSE_CONFIG = triton.Config({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_D": 16}, num_warps=8, num_stages=3)
+DENSE_CONFIG = triton.Config({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_D": 32}, num_warps=8, num_stages=3)
 
 
 @triton.jit
@@ -53,13 +66,29 @@ def split_tf32(x):
     return hi, x - hi
 
 
+def split_fp16(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(hi, lo, unscale)``: X's rows scaled by powers of two ``2^e_i`` (largest entry in [2¹³, 2¹⁴);
+    zero rows unscaled) and split into float16 ``hi`` and ``lo`` ``[N, d]``, and ``unscale = 2^−e_i``
+    (float32 ``[N]``). ``x·2^e_i − hi − lo`` is within 2⁻²² of ``|x|·2^e_i`` (plus 2⁻²⁵ absolute)."""
+    top = X.abs().amax(dim=1) if X.shape[1] else torch.zeros(X.shape[0], device=X.device)
+    e = torch.where(top > 0, SPLIT_EXPONENT - 1 - torch.floor(torch.log2(torch.where(top > 0, top, 1.0))),
+                    torch.zeros_like(top))
+    scale = torch.exp2(e)
+    Xs = X * scale[:, None]
+    hi = Xs.to(torch.float16)
+    lo = (Xs - hi.to(torch.float32)).to(torch.float16)
+    return hi.contiguous(), lo.contiguous(), torch.exp2(-e).to(torch.float32).contiguous()
+
+
 @triton.jit
-def similarity_part(A, B, a_off, amask, b_off, bmask, D, s, PART: tl.constexpr, EVEN_D: tl.constexpr,
+def similarity_part(AH, AL, BH, BL, a_off, amask, b_off, bmask, D, s, PART: tl.constexpr, EVEN_D: tl.constexpr,
                     BLOCK_D: tl.constexpr):
-    """``s`` plus one term of the tile ``X[rows] · X[cols]ᵀ`` on tensor cores: ``PART`` 1 ``hi·hi``,
-    2 ``hi·lo``, 3 ``lo·hi`` (one TF32 product per step keeps the operands of a single MMA live).
-    ``A`` / ``B`` point at the tile's first row / column, ``a_off`` / ``b_off`` are the int32 element
+    """``s`` plus one term of the scaled tile ``X[rows] · X[cols]ᵀ`` on tensor cores (float16 operands,
+    float32 sums): ``PART`` 1 ``hi·hi``, 2 ``hi·lo``, 3 ``lo·hi``. ``AH``/``AL`` (``BH``/``BL``) point at
+    the tile's first row (column) in the hi / lo arrays, ``a_off`` / ``b_off`` are the int32 element
     offsets of its rows / columns from there (masked ones read 0); ``EVEN_D``: ``BLOCK_D`` divides D."""
+    A = AH if PART != 3 else AL
+    B = BL if PART == 2 else BH
     for d0 in range(0, D, BLOCK_D):
         dd = d0 + tl.arange(0, BLOCK_D)
         if EVEN_D:
@@ -68,31 +97,24 @@ def similarity_part(A, B, a_off, amask, b_off, bmask, D, s, PART: tl.constexpr, 
         else:
             a = tl.load(A + a_off[:, None] + dd[None, :], mask=amask[:, None] & (dd[None, :] < D), other=0.0)
             b = tl.load(B + b_off[:, None] + dd[None, :], mask=bmask[:, None] & (dd[None, :] < D), other=0.0)
-        a_hi, a_lo = split_tf32(a)
-        b_hi, b_lo = split_tf32(b)
-        if PART == 1:
-            s = tl.dot(a_hi, tl.trans(b_hi), s, input_precision="tf32")
-        elif PART == 2:
-            s = tl.dot(a_hi, tl.trans(b_lo), s, input_precision="tf32")
-        else:
-            s = tl.dot(a_lo, tl.trans(b_hi), s, input_precision="tf32")
+        s = tl.dot(a, tl.trans(b), s)
     return s
 
 
 @triton.jit
-def correction(A, B, a_off, amask, b_off, bmask, D, s, EVEN_D: tl.constexpr, BLOCK_D: tl.constexpr):
+def correction(AH, AL, BH, BL, a_off, amask, b_off, bmask, D, s, EVEN_D: tl.constexpr, BLOCK_D: tl.constexpr):
     """``s + hi·lo + lo·hi``: the split's correction terms added to ``s`` (see :func:`similarity_part`)."""
-    s = similarity_part(A, B, a_off, amask, b_off, bmask, D, s, 2, EVEN_D, BLOCK_D)
-    return similarity_part(A, B, a_off, amask, b_off, bmask, D, s, 3, EVEN_D, BLOCK_D)
+    s = similarity_part(AH, AL, BH, BL, a_off, amask, b_off, bmask, D, s, 2, EVEN_D, BLOCK_D)
+    return similarity_part(AH, AL, BH, BL, a_off, amask, b_off, bmask, D, s, 3, EVEN_D, BLOCK_D)
 
 
 @triton.jit
-def similarity_tile(A, B, a_off, amask, b_off, bmask, D, EVEN_D: tl.constexpr,
+def similarity_tile(AH, AL, BH, BL, a_off, amask, b_off, bmask, D, EVEN_D: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
-    """The ``[BLOCK_M, BLOCK_N]`` tile of ``X[rows] · X[cols]ᵀ`` in the three-term split (near-FP32)."""
-    s = similarity_part(A, B, a_off, amask, b_off, bmask, D, tl.zeros([BLOCK_M, BLOCK_N], tl.float32), 1,
+    """The scaled ``[BLOCK_M, BLOCK_N]`` tile of ``X[rows] · X[cols]ᵀ`` in the three-term split."""
+    s = similarity_part(AH, AL, BH, BL, a_off, amask, b_off, bmask, D, tl.zeros([BLOCK_M, BLOCK_N], tl.float32), 1,
                         EVEN_D, BLOCK_D)
-    return correction(A, B, a_off, amask, b_off, bmask, D, s, EVEN_D, BLOCK_D)
+    return correction(AH, AL, BH, BL, a_off, amask, b_off, bmask, D, s, EVEN_D, BLOCK_D)
 
 
 @triton.jit
@@ -104,15 +126,17 @@ def gain(s, pen):
 
 
 @triton.jit
-def _gain_knn_kernel(X, NORM, PEN, OUT_V, OUT_C, N_ROWS, N, D, stride_x, sim_min, sim_max,
+def _gain_knn_kernel(XH, XL, UNSCALE, NORM, PEN, OUT_V, OUT_C, N_ROWS, N, D, stride_x, sim_min, sim_max,
                      K: tl.constexpr, KP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr):
     pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     rmask = rows < N_ROWS
-    A = X + stride_x.to(tl.int64) * (pid * BLOCK_M)
+    first = stride_x.to(tl.int64) * (pid * BLOCK_M)
+    AH, AL = XH + first, XL + first
     a_off = tl.arange(0, BLOCK_M) * stride_x
     norm_r = tl.load(NORM + rows, mask=rmask, other=0.0)
+    un_r = tl.load(UNSCALE + rows, mask=rmask, other=0.0)
     slots = tl.arange(0, KP)
     # running top-k: empty slots hold -inf with distinct negative columns; padding slots (>= K) +inf
     best_v = tl.where(slots[None, :] < K, float("-inf"), float("inf")) + tl.zeros([BLOCK_M, KP], tl.float32)
@@ -122,10 +146,12 @@ def _gain_knn_kernel(X, NORM, PEN, OUT_V, OUT_C, N_ROWS, N, D, stride_x, sim_min
     for c0 in range(0, N, BLOCK_N):
         cols = c0 + tl.arange(0, BLOCK_N)
         cmask = cols < N
-        B = X + stride_x.to(tl.int64) * c0
+        first_c = stride_x.to(tl.int64) * c0
+        BH, BL = XH + first_c, XL + first_c
         b_off = tl.arange(0, BLOCK_N) * stride_x
-        s_hi = similarity_part(A, B, a_off, rmask, b_off, cmask, D, tl.zeros([BLOCK_M, BLOCK_N], tl.float32), 1,
-                               EVEN_D, BLOCK_D)
+        un_c = tl.load(UNSCALE + cols, mask=cmask, other=0.0)
+        s_hi = similarity_part(AH, AL, BH, BL, a_off, rmask, b_off, cmask, D, tl.zeros([BLOCK_M, BLOCK_N], tl.float32),
+                               1, EVEN_D, BLOCK_D) * un_r[:, None] * un_c[None, :]
         pen = tl.load(PEN + cols, mask=cmask, other=0.0)
         norm_c = tl.load(NORM + cols, mask=cmask, other=0.0)
         delta = HI_BOUND * norm_r[:, None] * norm_c[None, :]
@@ -137,7 +163,8 @@ def _gain_knn_kernel(X, NORM, PEN, OUT_V, OUT_C, N_ROWS, N, D, stride_x, sim_min
         own = cmask[None, :] & (cols[None, :] != rows[:, None]) & rmask[:, None]
         maybe = own & (lo <= hi) & (bound > 0) & (bound > thr_sq[:, None])
         if tl.max(maybe.to(tl.int32)) > 0:
-            s = correction(A, B, a_off, rmask, b_off, cmask, D, s_hi, EVEN_D, BLOCK_D)
+            s = similarity_tile(AH, AL, BH, BL, a_off, rmask, b_off, cmask, D, EVEN_D, BLOCK_M, BLOCK_N,
+                                BLOCK_D) * un_r[:, None] * un_c[None, :]  # the whole split again: nothing kept live
             w = gain(s, pen[None, :])
             ok = own & (s >= sim_min) & (s <= sim_max) & (w > 0) & (w > thr[:, None])
             w = tl.where(ok, w, float("-inf"))
@@ -162,12 +189,13 @@ def _even_d(args: dict) -> bool:
     return args["D"] % args["BLOCK_D"] == 0
 
 
-_gain_knn_tuned = triton.autotune(configs=CONFIGS, key=["D", "K"])(
+_gain_knn_tuned = triton.autotune(configs=CONFIGS, key=["D", "K"], prune_configs_by={
+    "early_config_prune": lambda configs, named_args, **kw: configs_for(kw.get("K", named_args.get("K")), configs)})(
     triton.heuristics({"EVEN_D": _even_d})(_gain_knn_kernel))
 
 
 @triton.jit
-def _gain_weights_kernel(X, PEN, W, R0, R, N, D, stride_x, sim_min, sim_max,
+def _gain_weights_kernel(XH, XL, UNSCALE, PEN, W, R0, R, N, D, stride_x, sim_min, sim_max,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr):
     """``W[i, j]`` = the weight of edge ``R0 + i → j`` (``i < R``), -inf where it is not an edge."""
     r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -175,11 +203,12 @@ def _gain_weights_kernel(X, PEN, W, R0, R, N, D, stride_x, sim_min, sim_max,
     rmask = r < R
     cmask = cols < N
     rows = R0 + r
-    first_r = R0 + tl.program_id(0) * BLOCK_M
-    first_c = tl.program_id(1) * BLOCK_N
-    s = similarity_tile(X + stride_x.to(tl.int64) * first_r, X + stride_x.to(tl.int64) * first_c,
-                        tl.arange(0, BLOCK_M) * stride_x, rmask, tl.arange(0, BLOCK_N) * stride_x, cmask, D, EVEN_D,
-                        BLOCK_M, BLOCK_N, BLOCK_D)
+    first_r = stride_x.to(tl.int64) * (R0 + tl.program_id(0) * BLOCK_M)
+    first_c = stride_x.to(tl.int64) * (tl.program_id(1) * BLOCK_N)
+    acc = similarity_tile(XH + first_r, XL + first_r, XH + first_c, XL + first_c, tl.arange(0, BLOCK_M) * stride_x,
+                          rmask, tl.arange(0, BLOCK_N) * stride_x, cmask, D, EVEN_D, BLOCK_M, BLOCK_N, BLOCK_D)
+    s = acc * tl.load(UNSCALE + rows, mask=rmask, other=0.0)[:, None] \
+        * tl.load(UNSCALE + cols, mask=cmask, other=0.0)[None, :]
     pen = tl.load(PEN + cols, mask=cmask, other=0.0)
     w = gain(s, pen[None, :])
     ok = (cols[None, :] != rows[:, None]) & (s >= sim_min) & (s <= sim_max) & (w > 0)
@@ -191,6 +220,7 @@ def _dense_topk(Xd: torch.Tensor, pend: torch.Tensor, k: int, sim_min: float, si
                 interpret: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """The top-k of every row through :func:`_gain_weights_kernel` and exact keys on the device."""
     n, d = Xd.shape
+    hi, lo, unscale = split_fp16(Xd)
     cfg = INTERPRET_CONFIG if interpret else DENSE_CONFIG.kwargs
     launch = {} if interpret else {"num_warps": DENSE_CONFIG.num_warps, "num_stages": DENSE_CONFIG.num_stages}
     rows = max(1, min(n, DENSE_ENTRIES // n))
@@ -200,8 +230,8 @@ def _dense_topk(Xd: torch.Tensor, pend: torch.Tensor, k: int, sim_min: float, si
     for r0 in range(0, n, rows):
         R = min(rows, n - r0)
         grid = (triton.cdiv(R, cfg["BLOCK_M"]), triton.cdiv(n, cfg["BLOCK_N"]))
-        _gain_weights_kernel[grid](Xd, pend, W, r0, R, n, d, Xd.stride(0), sim_min, sim_max, **cfg, **launch,
-                                   EVEN_D=d % cfg["BLOCK_D"] == 0)
+        _gain_weights_kernel[grid](hi, lo, unscale, pend, W, r0, R, n, d, hi.stride(0), sim_min, sim_max, **cfg,
+                                   **launch, EVEN_D=d % cfg["BLOCK_D"] == 0)
         v, c = select_topk(W[:R], cols.expand(R, n), k)
         vals[r0:r0 + R], idx[r0:r0 + R] = v.cpu(), c.cpu()
     return vals, idx
@@ -232,11 +262,12 @@ def gain_knn_triton(X, k: int = 32, sim_min: float = 0.3, sim_max: float = 0.9, 
                              f"{max(1, DENSE_ENTRIES // n)} rows x {n} weights does not fit on the device") from e
         return finalise_csr(vals, cols, n)
     norms = torch.linalg.vector_norm(Xd, dim=1).contiguous()
+    hi, lo, unscale = split_fp16(Xd)
     out_v = torch.empty((n, k), dtype=torch.float32, device=dev)
     out_c = torch.empty((n, k), dtype=torch.int32, device=dev)
     kp = max(triton.next_power_of_2(k), 2)
-    args = (Xd, norms, pend, out_v, out_c)
-    scalars = (n, d, Xd.stride(0), sim_min, sim_max)
+    args = (hi, lo, unscale, norms, pend, out_v, out_c)
+    scalars = (n, d, hi.stride(0), sim_min, sim_max)
     if interpret:
         grid = (triton.cdiv(n, INTERPRET_CONFIG["BLOCK_M"]),)
         _gain_knn_kernel[grid](*args, n, *scalars, K=k, KP=kp, EVEN_D=d % INTERPRET_CONFIG["BLOCK_D"] == 0,
@@ -250,30 +281,33 @@ def gain_knn_triton(X, k: int = 32, sim_min: float = 0.3, sim_max: float = 0.9, 
 def launch_builds(shapes: dict) -> list[dict]:
     """The builds :func:`gain_knn_triton` launches (ahead-of-time compile check): every autotuned
     configuration at G3RAG's k and at :data:`SELECT_MAX_K`, and the dense path of the exact graph."""
-    sig = {"X": "*fp32", "NORM": "*fp32", "PEN": "*fp32", "OUT_V": "*fp32", "OUT_C": "*i32", "N_ROWS": "i32",
+    sig = {"XH": "*fp16", "XL": "*fp16", "UNSCALE": "*fp32", "NORM": "*fp32", "PEN": "*fp32", "OUT_V": "*fp32",
+           "OUT_C": "*i32", "N_ROWS": "i32",
            "N": "i32", "D": "i32", "stride_x": "i32", "sim_min": "fp32", "sim_max": "fp32", "K": "constexpr",
            "KP": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_D": "constexpr",
            "EVEN_D": "constexpr"}
-    aligned = ("X", "NORM", "PEN", "OUT_V", "OUT_C", "D", "stride_x")
+    aligned = ("XH", "XL", "UNSCALE", "NORM", "PEN", "OUT_V", "OUT_C", "D", "stride_x")
     out = []
     for k in sorted({shapes["k"], SELECT_MAX_K}):
-        for c in CONFIGS:
+        for c in configs_for(k):
             m, n_ = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]
-            out.append({"kernel": "gain_knn", "config": f"k{k}-m{m}n{n_}w{c.num_warps}s{c.num_stages}",
+            out.append({"kernel": "gain_knn", "config": f"k{k}-m{m}n{n_}d{c.kwargs['BLOCK_D']}w{c.num_warps}",
                         "fn": "gain_knn_triton:_gain_knn_kernel", "signature": sig,
                         "constexprs": {"K": k, "KP": max(triton.next_power_of_2(k), 2), **c.kwargs,
                                        "EVEN_D": shapes["d"] % c.kwargs["BLOCK_D"] == 0},
                         "num_warps": c.num_warps, "num_stages": c.num_stages, "maxnreg": c.maxnreg,
                         "aligned": aligned})
-    dense = {"X": "*fp32", "PEN": "*fp32", "W": "*fp32", "R0": "i32", "R": "i32", "N": "i32", "D": "i32",
+    dense = {"XH": "*fp16", "XL": "*fp16", "UNSCALE": "*fp32", "PEN": "*fp32", "W": "*fp32", "R0": "i32", "R": "i32",
+             "N": "i32", "D": "i32",
              "stride_x": "i32", "sim_min": "fp32", "sim_max": "fp32", "BLOCK_M": "constexpr",
              "BLOCK_N": "constexpr", "BLOCK_D": "constexpr", "EVEN_D": "constexpr"}
     c = DENSE_CONFIG
-    out.append({"kernel": "gain_knn", "config": f"dense-m{c.kwargs['BLOCK_M']}n{c.kwargs['BLOCK_N']}w{c.num_warps}",
+    out.append({"kernel": "gain_knn",
+                "config": f"dense-m{c.kwargs['BLOCK_M']}n{c.kwargs['BLOCK_N']}d{c.kwargs['BLOCK_D']}w{c.num_warps}",
                 "fn": "gain_knn_triton:_gain_weights_kernel", "signature": dense,
                 "constexprs": {**c.kwargs, "EVEN_D": shapes["d"] % c.kwargs["BLOCK_D"] == 0},
                 "num_warps": c.num_warps, "num_stages": c.num_stages,
-                "aligned": ("X", "PEN", "W", "D", "stride_x")})
+                "aligned": ("XH", "XL", "UNSCALE", "PEN", "W", "D", "stride_x")})
     return out
 
 

@@ -48,6 +48,13 @@ class Listing:
     top: dict[str, int]
     top_mma: list[str]
 
+    @property
+    def half_mma(self) -> bool:
+        """Whether the tensor-core instructions take 16-bit operands (``.F16`` / ``.BF16``), which run
+        at twice the TF32 rate."""
+        names = self.top_mma + [m for l in self.loops for m in l.mma]
+        return bool(names) and all("TF32" not in m for m in names)
+
 
 def parse(sass: str) -> Listing:
     """The instructions and loops of a one-kernel SASS listing (the trailing self-branch that ends
