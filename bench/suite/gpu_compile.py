@@ -7,8 +7,8 @@ A build is ``triton.compile(ASTSource(kernel, signature, constexprs), target=GPU
 registers and the stack frame come from ``cuobjdump -res-usage`` on the cubin, spill bytes from
 ``ptxas -v`` (run again on the PTX only when the stack frame is not empty), tensor-core use from
 the SASS (``HMMA`` on sm_80, ``HGMMA``/``HMMA`` on sm_90). Builds run in worker processes without
-``TRITON_INTERPRET`` (the interpreter replaces the kernels the compiler needs) and are cached by
-Triton, so a second run is quick.
+``TRITON_INTERPRET`` (the interpreter replaces the kernels the compiler needs); Triton caches each
+build and this module its resources next to it (by the build's hash), so a second run is quick.
 
 The shipped configurations come from the kernels' own modules (``launch_builds()`` of each
 ``*_triton`` module), evaluated at :data:`SHAPES`: the compile check covers what the wrappers launch.
@@ -184,22 +184,61 @@ def compile_build(build: Build, target: str, keep: str | None = None, sass: bool
     except Exception as e:  # a compile error is a result of the check, reported per build
         rec.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:500]
         return rec
-    with tempfile.TemporaryDirectory() as tmp:
-        cubin = Path(keep or tmp) / f"{build.kernel}-{build.config}-{target}.cubin"
-        cubin.write_bytes(k.asm["cubin"])
-        usage = _res_usage(cubin, arch)
-        listing = _run_tool([_tool("cuobjdump", arch), "-sass", str(cubin)])
+    if keep:
+        Path(keep, f"{build.kernel}-{build.config}-{target}.cubin").write_bytes(k.asm["cubin"])
+    found = _read_resources(k)
+    if found is None:
+        found = _resources(k, arch)
+        _write_resources(k, found)
+    usage, listing = found
     ops = sass_histogram(listing)
     rec.compiled = True
-    rec.registers = usage.get("REG", 0)
-    rec.stack_bytes = usage.get("STACK", 0)
-    rec.spill_bytes = _spill_bytes(k.asm["ptx"], arch) if rec.stack_bytes else 0
+    rec.registers = usage["REG"]
+    rec.stack_bytes = usage["STACK"]
+    rec.spill_bytes = usage["SPILL"]
     rec.shared_bytes = int(k.metadata.shared)
     rec.tensor_core = any(op in ops for op in ("HMMA", "HGMMA", "IMMA", "IGMMA"))
     rec.occupancy_warps = occupancy(rec.registers, rec.shared_bytes, build.num_warps, target)
     rec.sass_ops = ops
     rec.listing = listing if sass else ""
     return rec
+
+
+def _resources(k: Any, arch: int) -> tuple[dict[str, int], str]:
+    """``({"REG", "STACK", "SPILL"}, SASS listing)`` of a compiled kernel (cuobjdump; ptxas -v for spills)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = Path(tmp, "k.cubin")
+        cubin.write_bytes(k.asm["cubin"])
+        usage = _res_usage(cubin, arch)
+        listing = _run_tool([_tool("cuobjdump", arch), "-sass", str(cubin)])
+    stack = usage.get("STACK", 0)
+    return {"REG": usage.get("REG", 0), "STACK": stack, "SPILL": _spill_bytes(k.asm["ptx"], arch) if stack else 0}, listing
+
+
+def _resources_path(k: Any) -> Path:
+    """Where the resources of a build are kept: next to Triton's cache of it, by its hash."""
+    from triton import knobs
+
+    return Path(knobs.cache.dir) / "hopgraph-resources" / f"{k.metadata.hash}.json"
+
+
+def _read_resources(k: Any) -> tuple[dict[str, int], str] | None:
+    try:
+        found = json.loads(_resources_path(k).read_text())
+        return found["usage"], found["listing"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _write_resources(k: Any, found: tuple[dict[str, int], str]) -> None:
+    path = _resources_path(k)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"usage": found[0], "listing": found[1]}))
+        tmp.replace(path)
+    except OSError:  # a read-only cache: the next run measures again
+        pass
 
 
 def serve() -> None:
