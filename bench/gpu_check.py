@@ -36,7 +36,7 @@ Exit status 0 when everything passed, 1 on any FAIL, 2 when there is no CUDA GPU
 after every section (a run cut short still leaves what it did).
 
 Flags: ``--quick`` (smallest sizes), ``--interpret`` (TRITON_INTERPRET=1 with CPU tensors
-and tiny sizes: a smoke test of this script without a GPU; ``tests/test_gpu_check.py``
+and tiny sizes: a smoke test of this script without a GPU; ``tests/bench/test_gpu_check.py``
 runs ``--interpret --quick``), ``--budget SECONDS`` (default 240), ``--skip-timing``,
 ``--only parity|pipelines|timing`` (repeatable).
 

@@ -46,7 +46,7 @@ def _ppr_step_kernel(order_ptr, indptr_ptr, indices_ptr, data_ptr, x_ptr, c_ptr,
     offs_b = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)
     live = tl.load(live_ptr + offs_b, mask=offs_b < Bp, other=0) != 0
     change = tl.zeros([BLOCK_B], tl.float32)
-    for r0 in range(0, ROWS_PER_PROGRAM, ROWS):
+    for r0 in range(0, tl.minimum(ROWS_PER_PROGRAM, n - pid * ROWS_PER_PROGRAM), ROWS):  # the last program: its rows
         ridx = pid * ROWS_PER_PROGRAM + r0 + tl.arange(0, ROWS)
         rmask = ridx < n
         row = tl.load(order_ptr + ridx, mask=rmask, other=0).to(tl.int64)

@@ -36,14 +36,19 @@ def _members(AT_ptr, edge_nodes_ptr, start, hi, offs_b, b_ok, B, BLOCK_M: tl.con
 
 
 @triton.jit
+def _row_range(indptr_ptr, i, n):
+    """``(indptr[i], indptr[i + 1])`` of row ``i`` of a CSR of ``n`` rows: an empty range past the last row."""
+    return tl.load(indptr_ptr + tl.minimum(i, n)), tl.load(indptr_ptr + tl.minimum(i + 1, n))
+
+
+@triton.jit
 def _edge_kernel(AT_ptr, S_ptr, edge_indptr_ptr, edge_nodes_ptr, inc_ptr, B, E,
                  EDGES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_B: tl.constexpr):
     offs_b = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)
     b_ok = offs_b < B
     for i in range(EDGES):
         e = tl.program_id(0).to(tl.int64) * EDGES + i
-        lo = tl.load(edge_indptr_ptr + tl.minimum(e, E))  # past the last edge: an empty range
-        hi = tl.load(edge_indptr_ptr + tl.minimum(e + 1, E))
+        lo, hi = _row_range(edge_indptr_ptr, e, E)
         m1 = tl.zeros((BLOCK_B,), dtype=tl.float32)
         for start in range(lo, hi, BLOCK_M):
             offs, ok, a = _members(AT_ptr, edge_nodes_ptr, start, hi, offs_b, b_ok, B, BLOCK_M)
@@ -70,8 +75,7 @@ def _node_kernel(inc_ptr, node_indptr_ptr, node_inc_ptr, outT_ptr, B, V,
     b_ok = offs_b < B
     for i in range(NODES):
         v = tl.program_id(0).to(tl.int64) * NODES + i
-        lo = tl.load(node_indptr_ptr + tl.minimum(v, V))  # past the last node: an empty range
-        hi = tl.load(node_indptr_ptr + tl.minimum(v + 1, V))
+        lo, hi = _row_range(node_indptr_ptr, v, V)
         acc = tl.zeros((BLOCK_B,), dtype=tl.float32)
         for start in range(lo, hi, BLOCK_M):
             offs = start + tl.arange(0, BLOCK_M)
