@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.hopgraph-installed
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test docs bench clean
 
 install: $(STAMP)
 
@@ -21,6 +21,11 @@ demo: install
 test: install
 	$(PY) -m pytest -q tests
 
+# The documentation site (docs/*.md and the API reference from the docstrings), warnings as errors;
+# `make test` runs the same build (tests/docs/test_docs_build.py). Open docs/_build/html/index.html.
+docs: install
+	$(PY) -m sphinx -W --keep-going -n -q -b html docs docs/_build/html
+
 # The benchmarks of bench/ that finish in minutes here (bench_scale.py and
 # bench_serve.py are run by hand: see README).
 bench: install
@@ -31,4 +36,4 @@ bench: install
 	$(PY) bench/results_table.py
 
 clean:
-	rm -rf $(VENV) .hopgraph-cache *.egg-info
+	rm -rf $(VENV) .hopgraph-cache *.egg-info docs/_build docs/api

@@ -99,7 +99,7 @@ def main() -> None:
     cand_real = dmar._recall(dmar.components.batch(Q[:64], texts[:64]))
     linked = dmar._link(texts[:64])
     timing: dict[str, float] = {}
-    real_total, _ = best_of(lambda: structural_scores(dmar.kg, dmar.subgraph_emb, cand_real, linked, dmar.lam, dmar.T,
+    real_total, _ = best_of(lambda: structural_scores(dmar.knowledge_graph_, dmar.subgraph_emb_, cand_real, linked, dmar.lam, dmar.T,
                                                       dmar.seed, dmar.shapley_mode, "cpu", StageTimer(timing)), 1)
     G_real = max(len(x) for x in linked)
     print(table(["input", "queries × candidates", "|G_Q| max", "seconds", "vs 1 s target"],

@@ -120,7 +120,7 @@ def main() -> int:
     flat.add(X)
     depth = after.hybrid_depth  # the dense top list the fused search reads
     print(f"N = {args.n:,}, d = {X.shape[1]}, {len(Q)} questions (given as embeddings), top_k = {args.k}, "
-          f"graph {after.graph.nnz:,} edges ({'fitted in %.0f s' % fit_s if fit_s else 'cached'}), "
+          f"graph {after.graph_.nnz:,} edges ({'fitted in %.0f s' % fit_s if fit_s else 'cached'}), "
           f"setup {time.perf_counter() - t0:.0f} s; faiss threads {faiss.omp_get_max_threads()}")
 
     # time the dense top-k inside every call (G3RAG's searches included): the shared dense index

@@ -170,7 +170,7 @@ def embedding_table(index) -> dict[str, np.ndarray]:
     if "stitch" in index.pipelines:
         pipe = index.pipelines["stitch"]
         ex = index.components.extraction(pipe.title_entities, pipe.numbers)
-        table.update(zip(ex.texts, np.asarray(pipe.H.text_emb)))
+        table.update(zip(ex.texts, np.asarray(pipe.hypergraph_.text_emb)))
     return table
 
 

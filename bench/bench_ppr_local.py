@@ -173,12 +173,12 @@ def stitch(scale: Path, repeats: int) -> Capture | None:
     pipe = index.pipeline("stitch")
     cap = Capture()
     with cap.on():
-        pipe.search(Q[:2], top_k=5, query_texts=questions[:2])  # warm caches
+        pipe.search(Q[:2], 5, questions[:2])  # warm caches
     cap.args = None
     with cap.on():
-        pipe.search(Q[:64], top_k=5, query_texts=questions[:64])
+        pipe.search(Q[:64], 5, questions[:64])
     print(f"\n== STITCH end to end: {len(index.corpus):,} passages, {len(questions)} questions "
-          f"(batches of {pipe.params.batch_size}, top 5, CPU; question embedding excluded) ==")
+          f"(batches of {pipe.settings.batch_size or pipe.default_batch_size}, top 5, CPU; question embedding excluded) ==")
     print(stamp())
     timings: dict[str, list[dict[str, float]]] = {name: [] for name in STRATEGIES}
     results = {}
@@ -186,7 +186,7 @@ def stitch(scale: Path, repeats: int) -> Capture | None:
         for name in STRATEGIES:
             with strategy(name):
                 t0 = time.perf_counter()
-                results[name] = pipe.search(Q, top_k=5, query_texts=questions)
+                results[name] = pipe.search(Q, 5, questions)
                 total = time.perf_counter() - t0
             timings[name].append({**pipe.timings, "total": total})
     stages = list(timings["segmented"][0])

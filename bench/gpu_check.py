@@ -618,7 +618,8 @@ def section_parity(run: Run) -> None:
 # ====================================================================== 2. pipelines
 #: --interpret only (the interpreter runs a Triton program ~1000× slower): query-time
 #: parameters that shrink the work, applied to both sides of the comparison
-INTERPRET_OVERRIDES: dict[str, dict[str, Any]] = {"dmar": {"T": 2, "n_recall": 10}, "stitch": {"max_iter": 8},
+INTERPRET_OVERRIDES: dict[str, dict[str, Any]] = {"dmar": {"shapley_samples": 2, "candidate_depth": 10},
+                                                  "stitch": {"max_iter": 8},
                                                   "ppr_binary": {"max_iter": 8}}
 
 
@@ -658,7 +659,7 @@ def section_pipelines(run: Run) -> None:
             index = Index.build(corpus, embedder="hashing-64", device="cpu", pipelines=[], progress=False)
             Q = index.embed_queries(questions)
             for name in pipeline_names():
-                if "device" not in pipeline_class(name).Params.names():
+                if not pipeline_class(name).runs_kernels:
                     run.add(Result("pipelines", name, cname, "SKIP", "no device parameter (CPU only)"))
                     continue
                 small = INTERPRET_OVERRIDES.get(name, {}) if run.interpret else {}
@@ -718,7 +719,7 @@ def timing_cases(run: Run) -> list[Timing]:
     import numpy as np
     import torch
 
-    from hopgraph.engine.graph import hub_penalty
+    from hopgraph.engine.pipelines.g3rag.penalty import hub_penalty
 
     full, quick = run.size == "full", run.size == "quick"
     pick = lambda f, q, t: f if full else (q if quick else t)  # noqa: E731

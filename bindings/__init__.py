@@ -1,20 +1,20 @@
 """hopgraph: GPU-accelerated sparse-graph retrieval (G3RAG, STITCH-RAG, DMAR).
 
-The public API: :class:`Index` (build/save/load/search), the pipelines
-(``G3RAG``, ``STITCH``, ``DMAR`` of SPEC §1-§3, ``PPRBinary`` and the ``Dense``/``BM25``/
-``Hybrid`` baselines, each made from its parameters — ``hopgraph.G3RAG(G3RAGParams.published())``
-or keyword overrides — with ``fit(X)`` and ``search(Q, top_k)``), the HTTP :class:`Client` and :class:`AsyncClient`,
-the corpus and embedder helpers and the error types. The parameter classes live in the
-pipeline modules (``hopgraph.engine.pipelines.g3rag.pipeline.G3RAGParams`` ...).
+The public API: :class:`Index` (build/save/load/search/add/delete), the pipelines (``G3RAG``,
+``STITCH``, ``DMAR`` of SPEC §1–§3, ``PPRBinary`` and the ``Dense`` / ``BM25`` / ``Hybrid`` baselines:
+``G3RAG(n_neighbors=16).fit(X)``, ``search(Q, k, query_texts, **search_params)``), their
+:class:`RunSettings`, the HTTP :class:`Client` and :class:`AsyncClient`, the corpus and embedder
+helpers and the error and warning types. Each pipeline's parameter classes live in its package
+(``hopgraph.engine.pipelines.g3rag.G3RAGFit`` / ``G3RAGSearch`` ...).
 """
 from __future__ import annotations
 
 from .engine.components.corpus import Corpus
 from .engine.embedders.core import (CallableEmbedder, HashingEmbedder, MiniLMEmbedder, OpenAIEmbedder,
                                 SentenceTransformerEmbedder)
-from .engine.errors import HopgraphError, IndexFormatError, InputError
+from .engine.errors import HopgraphError, IndexFormatError, InputError, NotFittedError
 from .engine.components.corpus import read_corpus
-from .engine.params import InvalidParameter
+from .engine.params import DeprecatedParameterWarning, InvalidParameter, RunSettings
 from .engine.pipelines import pipeline_class, pipeline_names
 from .client import AsyncClient, Client
 from .index import Hit, Index
@@ -34,5 +34,6 @@ def __getattr__(name: str):
 
 __all__ = ["Index", "Hit", "Client", "AsyncClient", "Corpus", "MiniLMEmbedder", "HashingEmbedder", "CallableEmbedder",
            "SentenceTransformerEmbedder", "OpenAIEmbedder",
-           "HopgraphError", "InputError", "IndexFormatError", "InvalidParameter", "pipeline_names", "read_corpus",
+           "HopgraphError", "InputError", "IndexFormatError", "InvalidParameter", "NotFittedError",
+           "DeprecatedParameterWarning", "RunSettings", "pipeline_names", "read_corpus",
            *_PIPELINE_EXPORTS]

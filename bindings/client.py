@@ -70,6 +70,15 @@ class _ClientBase:
 
     url: str
     _default_pipeline: str | None = None
+    #: the name of the httpx client class the connection uses (``Client`` or ``AsyncClient``)
+    _http_class: str
+
+    def __init__(self, url: str, api_key: str | None = None, timeout: float = 60.0) -> None:
+        httpx = self._httpx()
+        self.url = url.rstrip("/")
+        self._transport_error = httpx.TransportError
+        self._http = getattr(httpx, self._http_class)(base_url=self.url, headers=self._headers(api_key),
+                                                      timeout=timeout, trust_env=False)
 
     @staticmethod
     def _httpx() -> Any:
@@ -152,12 +161,7 @@ class _ClientBase:
 class Client(_ClientBase):
     """Talks to a ``hopgraph serve`` instance at ``url`` (blocking; see :class:`AsyncClient`)."""
 
-    def __init__(self, url: str, api_key: str | None = None, timeout: float = 60.0) -> None:
-        httpx = self._httpx()
-        self.url = url.rstrip("/")
-        self._transport_error = httpx.TransportError
-        self._http = httpx.Client(base_url=self.url, headers=self._headers(api_key), timeout=timeout,
-                                  trust_env=False)
+    _http_class = "Client"
 
     def search(self, queries: str | Sequence[Any] | np.ndarray, pipeline: str | None = None, k: int = 5, *,
                with_text: bool = True, group_by_document: bool = False, params: Mapping[str, Any] | None = None,
@@ -229,12 +233,7 @@ class AsyncClient(_ClientBase):
     """:class:`Client`'s methods as coroutines over one ``httpx.AsyncClient``, for asyncio
     applications: ``async with hopgraph.AsyncClient(url, api_key=KEY) as c: hits = await c.search(q)``."""
 
-    def __init__(self, url: str, api_key: str | None = None, timeout: float = 60.0) -> None:
-        httpx = self._httpx()
-        self.url = url.rstrip("/")
-        self._transport_error = httpx.TransportError
-        self._http = httpx.AsyncClient(base_url=self.url, headers=self._headers(api_key), timeout=timeout,
-                                       trust_env=False)
+    _http_class = "AsyncClient"
 
     async def search(self, queries: str | Sequence[Any] | np.ndarray, pipeline: str | None = None, k: int = 5, *,
                      with_text: bool = True, group_by_document: bool = False,

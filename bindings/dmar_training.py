@@ -36,7 +36,7 @@ def train_gnn_index(index_path: str | Path, steps: int = GNN_TRAIN_STEPS, seed: 
     seconds = time.perf_counter() - t0
     index.save(index_path, overwrite=True)
     return {"steps": steps, "seconds": seconds, "first_loss": float(np.mean(losses[:10])),
-            "last_loss": float(np.mean(losses[-10:])), "n_subgraphs": int(dmar.kg.n_entities)}
+            "last_loss": float(np.mean(losses[-10:])), "n_subgraphs": int(dmar.knowledge_graph_.n_entities)}
 
 
 def train_gate_index(index_path: str | Path, questions_path: str | Path, holdout: float = 0.2, seed: int = 0,
@@ -64,7 +64,7 @@ def train_gate_index(index_path: str | Path, questions_path: str | Path, holdout
     Q = index.embed_queries(texts)
 
     def held_out_recall() -> float:
-        ids, _ = dmar.search(Q[test], top_k=k, query_texts=[texts[i] for i in test])
+        ids, _ = dmar.search(Q[test], k, [texts[i] for i in test])
         return float(recall_at_k(ids, [gold[i] for i in test], k).mean())
 
     dmar.reset_gate()

@@ -6,7 +6,7 @@ kernels raise them and import nothing above themselves); they are re-exported he
 """
 from ..kernels.errors import DeviceUnavailable, HopgraphError, InputError
 
-__all__ = ["DeviceUnavailable", "DuplicateIdError", "HopgraphError", "InputError", "IndexFormatError",
+__all__ = ["DeviceUnavailable", "DuplicateIdError", "HopgraphError", "InputError", "IndexFormatError", "NotFittedError",
            "IndexLockedError"]
 
 
@@ -21,3 +21,7 @@ class IndexLockedError(HopgraphError):
 class DuplicateIdError(InputError):
     """``Index.add`` got passage ids the index already holds (the message names them; ``upsert=True``
     replaces them)."""
+
+
+class NotFittedError(HopgraphError, RuntimeError):
+    """A pipeline was searched, saved or updated before ``fit`` (the message names it)."""

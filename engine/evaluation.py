@@ -10,7 +10,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .components.corpus import Corpus, iter_jsonl
+from .components.corpus import Corpus
+from .components.records import iter_jsonl
 from .errors import InputError
 
 

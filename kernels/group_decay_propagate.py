@@ -14,7 +14,7 @@ Inputs (torch tensors; through ``call`` NumPy arrays too): ``A`` [B, V] ≥ 0, `
 ``group_indptr`` [G+1] / ``group_nodes`` [V], ``alpha`` [G].
 
 Only activated sources are expanded: the work is Σ over activated (b, u) of |G_u|
-— it grows with the activated states, never with |G|² over all groups. The CPU path
+— it grows with the activated states, never with ``|G|²`` over all groups. The CPU path
 expands the (source, member) pairs with ``repeat_interleave`` and reduces with
 ``scatter_reduce(amax)``; the Triton path runs one program per activated source and
 ``atomic_max``-es into the output (values are ≥ 0, so the float max is exact).

@@ -25,7 +25,9 @@ from fastapi.responses import JSONResponse
 from .. import __version__
 from ..engine.embedders.core import validate_embeddings
 from ..engine.errors import HopgraphError, InputError
+from ..engine.params import RUN_SETTINGS
 from ..engine.pipelines import pipeline_class, pipeline_names
+from ..engine.pipelines.base import RefitNeeded
 from ..index import Index
 from ..kernels.dispatch import cuda_available, resolve_device
 from .auth import ApiKeyMiddleware
@@ -62,7 +64,7 @@ def create_app(index: Index, limits: ServeLimits | None = None, api_key: str | N
         raise InputError("the index has no fitted pipeline: give the pipelines to serve (--pipelines)")
     for name in served:
         index.pipeline(name)
-    needs_text = {name: pipeline_class(name).needs_query_texts for name in served}
+    needs_text = {name: pipeline_class(name).needs.query_texts for name in served}
     dim = int(index.X.shape[1])
     batcher = MicroBatcher(index, limits)
     started = time.time()
@@ -223,36 +225,32 @@ def search_error_status(e: BaseException) -> int:
     return 500
 
 
-#: query-time parameters a request may not change: the device and thread count are the server's,
-#: and a generator names a model folder on the server's disk
-SERVER_FIXED_PARAMS = frozenset({"device", "threads", "generator"})
+#: what a request may not set: the run settings are the server's, and a generator names a model
+#: folder on the server's disk
+SERVER_FIXED_PARAMS = frozenset({*RUN_SETTINGS, "generator"})
 
 
 def query_params_info(name: str) -> dict[str, str]:
-    """The query-time parameters a request may set for pipeline ``name``, with their allowed values."""
-    P = pipeline_class(name).Params
-    return {p: P.domain(p).text() for p in sorted(P.query_names() - SERVER_FIXED_PARAMS)}
+    """The search parameters a request may set for pipeline ``name``, with their allowed values."""
+    P = pipeline_class(name).SearchParams
+    return {p: P.domain(p).text() for p in P.names() if p not in SERVER_FIXED_PARAMS}
 
 
 def _check_params(index: Index, name: str, params: dict[str, Any]) -> None:
-    """422 unless ``params`` are valid query-time parameters of the served pipeline ``name``
-    (checked by the pipeline's parameter dataclass; fit-time ones would need a refit)."""
+    """422 unless ``params`` are valid search parameters of the served pipeline ``name`` (fit
+    parameters would need a refit, run settings are the server's)."""
     if not params:
         return
     refused = sorted(set(params) & SERVER_FIXED_PARAMS)
     if refused:
         raise HTTPException(422, f"params: {', '.join(map(repr, refused))} cannot be set per request "
                                  "(fixed when the server starts)")
-    base = index.pipeline(name)
     try:
-        new = base.params.replace(**params)
+        index.pipeline(name).search_params(**params)
+    except RefitNeeded as e:
+        raise HTTPException(422, f"params: {e} (set fit parameters when building the index)") from None
     except InputError as e:
         raise HTTPException(422, f"params: {e}") from None
-    fit_time = sorted(base.params.changed(new) - base.Params.query_names())
-    if fit_time:
-        raise HTTPException(422, f"params: {', '.join(map(repr, fit_time))} of {name!r} are fit-time parameters "
-                                 "(set them when building the index); query-time: "
-                                 f"{', '.join(sorted(base.Params.query_names())) or 'none'}")
 
 
 def _check_request(request: SearchRequest, served: list[str], needs_text: dict[str, bool], dim: int,
@@ -321,7 +319,7 @@ def _server_info(index: Index, served: list[str], limits: ServeLimits) -> dict[s
         "version": __version__,
         "passages": index.n_live,
         "pipelines": served,
-        "pipelines_needing_text": [p for p in served if pipeline_class(p).needs_query_texts],
+        "pipelines_needing_text": [p for p in served if pipeline_class(p).needs.query_texts],
         "query_params": {p: query_params_info(p) for p in served},
         "embedder": {"name": index.embedder_name, "dim": int(index.X.shape[1])},
         "device": {"requested": index.device, "resolved": device, "cuda_available": cuda_available()},

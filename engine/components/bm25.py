@@ -14,13 +14,13 @@ from typing import Sequence
 import bm25s
 import numpy as np
 
-from ..params import PipelineParams, choice, real
+from ..params import FitParams, choice, real
 from ..ranking import PAD_ID, PAD_SCORE
 from .tokenizer import STOPWORDS, tokenize
 
 
 @dataclass(frozen=True)
-class BM25Params(PipelineParams):
+class BM25Params(FitParams):
     """BM25 scoring (Robertson/Lucene): term saturation ``k1``, length normalisation ``b``."""
 
     pipeline = "bm25"

@@ -11,6 +11,7 @@ Two sources produce the same :class:`Extraction` (arrays, not Python objects):
      (``J. R. R. Tolkien``), a dotted acronym (``U.S.``) or a common abbreviation (``Mr``, ``St``, ``Inc``, ``Jan`` ...). A passage
      with no sentence end is one topic.
   2. **Entities** of a sentence:
+
      * the **passage title** (when non-empty and ``title_entities=True``) is an
        entity of every sentence of its passage — the passage is about it;
      * **capitalised spans**: maximal runs of capitalised words separated only by
@@ -24,6 +25,7 @@ Two sources produce the same :class:`Extraction` (arrays, not Python objects):
        the corpus (``Originally``, ``Traditional``);
      * **numbers** (``numbers=True``): digit tokens of 3+ digits (years, counts;
        ``1,000`` is one token). Smaller numbers form huge, meaningless groups.
+
   3. **Entity states** (nodes): one per (passage, canonical name) — the same name
      mentioned in several sentences of a passage is one state that belongs to all
      those hyperedges. Its **description** ψ(v) is the sentence (sentences joined
@@ -69,7 +71,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .corpus import Corpus, PackedStrings, iter_jsonl
+from .corpus import Corpus, PackedStrings
+from .records import iter_jsonl
+from ...kernels.checks import check_ids
 from ..errors import InputError
 from ..storage import check_packed, check_utf8, pack_strings, release_pages
 
@@ -290,8 +294,7 @@ class Extraction:
         for field, arr, bound in checks:
             if arr.ndim != 1:
                 raise InputError(f"extraction field {field} must be 1-D")
-            if len(arr) and (arr.min() < 0 or arr.max() >= bound):
-                raise InputError(f"extraction field {field} has ids outside [0, {bound})")
+            check_ids(arr, field, bound, "extraction")
         if len(self.topic_text) != T or len(self.node_name) != V or len(self.node_text) != V \
                 or len(self.mention_topic) != len(self.mention_node):
             raise InputError("extraction arrays have inconsistent lengths")

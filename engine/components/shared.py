@@ -35,16 +35,15 @@ from .dense import DenseIndex, dense_method, dense_mode
 from ..embedders.core import Embedder
 from ..errors import IndexFormatError, InputError
 from .extraction import Extraction, extend_extraction, extract
-from ..pipelines.stitch.late_pooling import LateTexts
-from ..storage import check_ids, check_indptr, load_arrays, save_arrays
+from .late_pooling import LateTexts
+from ..storage import load_arrays, save_arrays
+from .query_batch import QueryBatch
 from .title_mentions import TitleMentions
 
 #: folder of the saved title mention graph (:meth:`Components.title_mentions`)
 TITLE_MENTIONS_DIR = "title-mentions"
 #: component kinds a pipeline may declare
 KINDS = ("corpus", "dense", "bm25", "extraction")
-#: a cached ``Q @ X.T`` of a batch is kept only up to this many entries (larger: not cached)
-COSINE_CACHE_BUDGET = 1 << 24
 
 
 class Components:
@@ -133,7 +132,7 @@ class Components:
         return self._title_mentions[1]
 
     def batch(self, Q: np.ndarray, texts: Sequence[str] | None = None,
-              allowed: np.ndarray | None = None) -> "QueryBatch":
+              allowed: np.ndarray | None = None) -> QueryBatch:
         """A :class:`QueryBatch` over these components, restricted to ``allowed`` rows (bool [N],
         None = all) minus the deleted ones."""
         return QueryBatch(self, Q, texts, self.allowed(allowed))
@@ -190,7 +189,7 @@ class Components:
             entry["extraction"].append({"dir": name, "title_entities": key[0], "numbers": key[1]})
         if self._title_mentions is not None and self._title_mentions[0] is self.corpus:
             M = self._title_mentions[1]
-            save_arrays(directory / TITLE_MENTIONS_DIR, {"indptr": M.indptr, "indices": M.indices})
+            save_arrays(directory / TITLE_MENTIONS_DIR, M.arrays())
             entry["title_mentions"] = {"dir": TITLE_MENTIONS_DIR}
         return entry
 
@@ -221,91 +220,11 @@ class Components:
                 self._extractions[(bool(item["title_entities"]), bool(item["numbers"]))] = ex
             if entry.get("title_mentions") is not None:
                 sub = directory / entry["title_mentions"]["dir"]
-                arrays = load_arrays(sub, ("indptr", "indices"))
-                indices = check_ids(arrays["indices"], len(X), str(sub / "indices.npy"))
-                indptr = check_indptr(arrays["indptr"], len(X), len(indices), str(sub / "indptr.npy"))
-                # the mapping itself: the bridge reads its rows with plain reads (TitleMentions.rows)
-                self._title_mentions = (corpus, TitleMentions(indptr, arrays["indices"]))
+                arrays = load_arrays(sub, TitleMentions.ARRAY_FILES)
+                self._title_mentions = (corpus, TitleMentions.from_arrays(arrays, len(X), str(sub)))
         except IndexFormatError:
             raise
         except (KeyError, TypeError, OSError, ValueError, IndexError, RuntimeError) as e:  # InputError is a ValueError
             raise IndexFormatError(f"index components in {directory} are corrupt or unreadable: "
                                    f"{type(e).__name__}: {e}") from None
         return self
-
-
-class QueryBatch:
-    """One batch of questions over shared components; every derived quantity is computed once."""
-
-    def __init__(self, components: Components, Q: np.ndarray, texts: Sequence[str] | None,
-                 allowed: np.ndarray | None = None) -> None:
-        self.components, self.Q = components, Q
-        #: the rows this batch may return (bool [N]; None = all): every top list below respects it
-        self.allowed = allowed
-        self.texts = None if texts is None else list(texts)
-        self._tokens: list[list[str]] | None = None
-        self._dense: tuple[np.ndarray, np.ndarray] | None = None
-        self._bm25: tuple[np.ndarray, np.ndarray] | None = None
-        self._cosine: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return len(self.Q)
-
-    def _require_texts(self) -> list[str]:
-        if self.texts is None:
-            raise InputError("this search needs the query texts (query_texts=...)")
-        return self.texts
-
-    @property
-    def tokens(self) -> list[list[str]]:
-        """The questions' BM25 tokens."""
-        if self._tokens is None:
-            self._tokens = self.components.bm25().tokenize(self._require_texts())
-        return self._tokens
-
-    def dense_topk(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Dense top-``k`` (a longer list computed earlier in the batch is sliced)."""
-        if self._dense is None or self._dense[0].shape[1] < k:
-            self._dense = self.components.dense.topk(self.Q, k, self.allowed)
-        return self._dense[0][:, :k], self._dense[1][:, :k]
-
-    def dense_topk_of(self, Q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Dense top-``k`` of other query vectors (e.g. reformulated ones) under this batch's filter."""
-        return self.components.dense.topk(Q, k, self.allowed)
-
-    def mask_scores(self, scores: np.ndarray) -> np.ndarray:
-        """``scores`` [B, N] with the rows this batch may not return set to -inf (in place)."""
-        if self.allowed is not None:
-            scores[:, ~self.allowed] = -np.inf
-        return scores
-
-    def mask_prior(self, p: np.ndarray) -> np.ndarray:
-        """Non-negative weights [B, N] zeroed outside the allowed rows (in place): filtered or deleted
-        passages never seed a walk or a diffusion."""
-        if self.allowed is not None:
-            p[:, ~self.allowed] = 0
-        return p
-
-    def bm25_topk(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """BM25 top-``k`` (zero-score hits are padding; a longer earlier list is sliced)."""
-        if self._bm25 is None or self._bm25[0].shape[1] < k:
-            self._bm25 = self.components.bm25().topk(self.tokens, k, self.allowed)
-        return self._bm25[0][:, :k], self._bm25[1][:, :k]
-
-    def bm25_of(self, cand: np.ndarray) -> np.ndarray:
-        """BM25 score of candidate rows ``cand`` [B, C] (-1 = padding → 0): read at the candidates
-        only (:meth:`BM25Index.scores_at`; no ``[N]`` score row per question, issue 14)."""
-        out = np.zeros(cand.shape, np.float32)
-        bm25 = self.components.bm25()
-        for b in range(len(cand)):
-            out[b] = bm25.scores_at(self.tokens[b], cand[b])
-        return out
-
-    def cosine(self) -> np.ndarray:
-        """``Q @ X.T`` [B, N] float32 (kept for the batch when it is small enough)."""
-        if self._cosine is not None:
-            return self._cosine
-        sims = (self.Q @ np.asarray(self.components.X).T).astype(np.float32, copy=False)
-        if sims.size <= COSINE_CACHE_BUDGET:
-            self._cosine = sims
-        return sims

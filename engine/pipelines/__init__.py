@@ -11,10 +11,10 @@ _REGISTRY: dict[str, str] = {
     "dense": "hopgraph.engine.pipelines.dense:Dense",
     "bm25": "hopgraph.engine.pipelines.bm25:BM25",
     "hybrid": "hopgraph.engine.pipelines.hybrid:Hybrid",
-    "g3rag": "hopgraph.engine.pipelines.g3rag.pipeline:G3RAG",
-    "stitch": "hopgraph.engine.pipelines.stitch.pipeline:STITCH",
-    "ppr_binary": "hopgraph.engine.pipelines.stitch.pipeline:PPRBinary",
-    "dmar": "hopgraph.engine.pipelines.dmar.pipeline:DMAR",
+    "g3rag": "hopgraph.engine.pipelines.g3rag:G3RAG",
+    "stitch": "hopgraph.engine.pipelines.stitch:STITCH",
+    "ppr_binary": "hopgraph.engine.pipelines.stitch:PPRBinary",
+    "dmar": "hopgraph.engine.pipelines.dmar:DMAR",
 }
 
 
@@ -38,6 +38,7 @@ def pipeline_class(name: str) -> type[Pipeline]:
 
 
 def make_pipeline(name: str, **params) -> Pipeline:
+    """A new, unfitted pipeline ``name`` made from ``params`` (fit and search parameters)."""
     return pipeline_class(name)(**params)
 
 

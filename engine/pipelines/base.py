@@ -1,88 +1,167 @@
-"""The interface every retrieval pipeline implements (G3RAG, STITCH, DMAR, baselines).
+"""The contract every retrieval pipeline implements (G3RAG, STITCH, DMAR, ppr_binary, the baselines).
 
-A pipeline is made from its parameters (one frozen dataclass per pipeline,
-:mod:`hopgraph.engine.params`), fitted on the passage embeddings X (row i = passage i of
-the corpus) through the index's shared :class:`~hopgraph.engine.components.shared.Components`
-(corpus store, dense index, BM25, extraction: built once, shared by every pipeline that
-declares it in ``components``), and answers batches of queries:
-``search(Q, top_k, query_texts) -> (ids int64 [B, top_k], scores float32 [B, top_k])``
-where ids are corpus rows, best first, padded with -1 / -inf when fewer exist.
-``search(..., allowed=mask)`` (bool [N]) returns only allowed rows — and ``top_k`` of them
-whenever that many pass and score — never deleted ones (``Components.deleted``): dense and
-BM25 candidates are drawn under the mask (faiss ID selector, bm25s weight mask), the graph
-pipelines mask their seeds / priors and their final ranking, while a walk or diffusion may
-pass through filtered passages (issue 13).
+A pipeline is made from parameters of three kinds (:mod:`hopgraph.engine.params`): fit parameters
+(``fit_params``: stored, a change refits), search-parameter defaults (``search_defaults``: a call may
+override them, nothing is stored) and run settings (``settings``: device, threads, batch size).
+
+``fit(X, corpus, embedder)`` builds the pipeline's own structures over the index's shared
+:class:`~hopgraph.engine.components.shared.Components` (corpus store, dense index, BM25, extraction),
+and marks the pipeline fitted. ``search`` is final and the same for every pipeline: it validates the
+queries, splits them into batches, applies the filter, times the stages, asks the pipeline to rank
+each batch (:meth:`Pipeline._search_batch`) and runs the reranking steps (the title bridge). A
+question's results never depend on the other questions of its batch.
 """
 from __future__ import annotations
 
 import copy
+import warnings
 from abc import ABC, abstractmethod
+from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, ContextManager, Generic, Mapping, Protocol, Sequence, TypeVar
 
 import numpy as np
 
-from ..components.shared import Components
+from ...kernels.dispatch import resolve_device
+from ...kernels.threads import torch_threads
 from ..components.corpus import Corpus
+from ..components.query_batch import QueryBatch
+from ..components.shared import Components
 from ..embedders.core import Embedder, validate_embeddings
-from ..errors import InputError
-from ..params import PipelineParams
+from ..errors import InputError, NotFittedError
+from ..params import (DeprecatedParameterWarning, FitParams, InvalidParameter, RunSettings, SearchParams,
+                      split_params)
+from ..ranking import PAD_ID, PAD_SCORE
 from ..timing import StageTimer
-from ..components.title_mentions import bridge_rerank
+
+F = TypeVar("F", bound=FitParams)
+S = TypeVar("S", bound=SearchParams)
+#: the kinds of shared components a pipeline may declare in ``components_used``
+COMPONENT_KINDS = ("dense", "bm25", "extraction")
 
 
-class RefitNeeded(InputError):
-    """A variant changes fit-time parameters: fit a new pipeline instead (the message names them)."""
+class RefitNeeded(InvalidParameter):
+    """A fit parameter was given where only search parameters may change (the message names it)."""
 
 
-class Pipeline(ABC):
-    """Base class of retrieval pipelines. Subclasses set ``name`` and ``Params`` and implement
-    the abstract methods; ``components`` / ``needs_query_texts`` / ``needs_embedder`` declare
-    their inputs. Parameters are read as attributes (``pipe.seed_k`` is ``pipe.params.seed_k``)."""
+@dataclass(frozen=True)
+class Needs:
+    """What a pipeline needs beyond the embeddings: the corpus texts at fit time, the question
+    texts at search time, the embedder at fit time."""
+
+    corpus: bool = False
+    query_texts: bool = False
+    embedder: bool = False
+
+
+class RerankStep(Protocol):
+    """A step run by :meth:`Pipeline.search` on a pipeline's ranked lists (e.g. the title bridge)."""
+
+    name: str
+
+    def active(self, params: Any, components: Components) -> bool: ...
+
+    def depth(self, params: Any) -> int: ...
+
+    def prepare(self, components: Components, who: str) -> None: ...
+
+    def __call__(self, ids: np.ndarray, scores: np.ndarray, k: int, params: Any, components: Components,
+                 allowed: np.ndarray | None, timer: StageTimer) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+class Pipeline(ABC, Generic[F, S]):
+    """Base class of retrieval pipelines.
+
+    Subclasses set ``name``, ``FitParams``, ``SearchParams`` and ``needs``, and implement
+    :meth:`_fit` and :meth:`_search_batch` (and, when they hold arrays of their own, :meth:`_save` /
+    :meth:`_load` and an incremental :meth:`_add`).
+    """
 
     name: ClassVar[str]
-    Params: ClassVar[type[PipelineParams]] = PipelineParams
-    #: the shared components the pipeline uses (:data:`hopgraph.engine.components.shared.KINDS`)
+    FitParams: ClassVar[type[FitParams]] = FitParams
+    SearchParams: ClassVar[type[SearchParams]] = SearchParams
+    needs: ClassVar[Needs] = Needs()
+    #: the shared components the pipeline reads (:data:`COMPONENT_KINDS`); ``fit`` refuses to build others
     components_used: ClassVar[tuple[str, ...]] = ()
-    needs_corpus: ClassVar[bool] = False
-    needs_query_texts: ClassVar[bool] = False
-    needs_embedder: ClassVar[bool] = False
-    #: named ablations for ``hopgraph eval --ablations``: variant name → parameter overrides
+    #: whether the pipeline runs kernels of :mod:`hopgraph.kernels` (the run setting ``device`` matters)
+    runs_kernels: ClassVar[bool] = False
+    #: reranking steps run after the pipeline's own ranking, in order
+    rerank: ClassVar[tuple[RerankStep, ...]] = ()
+    #: queries ranked per batch when the run settings give none (None: the whole call at once)
+    default_batch_size: ClassVar[int | None] = None
+    #: torch intra-op threads on the CPU when the run settings give none (None: torch's own)
+    default_threads: ClassVar[int | None] = None
+    #: stages reported in ``timings`` (0.0 when a search skips them)
+    stages: ClassVar[tuple[str, ...]] = ()
+    #: named ablations for ``hopgraph eval --ablations``: variant name -> parameter overrides
     ablations: ClassVar[dict[str, dict[str, Any]]] = {}
 
-    X: np.ndarray | None = None
-
-    def __init__(self, params: PipelineParams | dict[str, Any] | None = None, /, *, published: bool = False,
-                 **overrides: Any) -> None:
-        base = self.Params.published() if published else params
-        self.params = self.Params.create(base, **overrides)
-        self.X = None
+    def __init__(self, params: Mapping[str, Any] | None = None, /, *, published: bool = False,
+                 settings: RunSettings | Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        """``params`` and ``kwargs``: fit parameters and search-parameter defaults, routed by name
+        (old names warn); ``published=True``: the published algorithm's search defaults (SPEC);
+        ``settings``: the run settings. Raises :class:`InvalidParameter` naming a bad name or value."""
+        if params is not None and not isinstance(params, Mapping):
+            raise InputError(f"{type(self).__name__}: params must be a mapping of parameter names to values, "
+                             f"got {type(params).__name__}")
+        fit, search, run = split_params(self.FitParams, self.SearchParams, {**(params or {}), **kwargs})
+        self.fit_params: F = self.FitParams.create(fit)  # type: ignore[assignment]
+        base = self.SearchParams.published() if published else None
+        self.search_defaults: S = self.SearchParams.create(base, **search)  # type: ignore[assignment]
+        self.settings = RunSettings.create(settings, **run)
         self.components: Components | None = None
-        #: seconds per stage of the last ``search`` (:class:`~hopgraph.engine.timing.StageTimer`)
+        #: seconds per stage of the last ``search``
         self.timings: dict[str, float] = {}
+        self._fitted = False
 
-    def __getattr__(self, name: str) -> Any:
-        params = self.__dict__.get("params")
-        if params is not None and name in type(params).names():
-            return getattr(params, name)
-        raise AttributeError(f"{type(self).__name__!s} has no attribute {name!r}")
+    # ------------------------------------------------------------------ state
+    @property
+    def is_fitted(self) -> bool:
+        """Whether :meth:`fit` (or :meth:`load`) has run."""
+        return self._fitted
 
-    # ------------------------------------------------------------------ fit / save / load
+    def _check_fitted(self) -> None:
+        if not self._fitted:
+            raise NotFittedError(f"{type(self).__name__} is not fitted: call fit(X) first")
+
+    @property
+    def X(self) -> np.ndarray:
+        """The passage embeddings the pipeline was fitted on (row i = passage i)."""
+        self._check_fitted()
+        return self.components.X
+
+    @property
+    def device(self) -> str:
+        """The device that runs this pipeline's kernels (the run setting, resolved)."""
+        return resolve_device(self.settings.device)
+
+    # ------------------------------------------------------------------ fit / update / persist
     def fit(self, X: np.ndarray, corpus: Corpus | None = None, embedder: Embedder | None = None,
-            progress: bool = False, components: Components | None = None) -> "Pipeline":
-        """Build the pipeline's index structures over ``components`` (made here from X and the
-        corpus when not given, i.e. for a pipeline used on its own); returns self."""
+            progress: bool = False, components: Components | None = None) -> "Pipeline[F, S]":
+        """Build the pipeline's structures from the embeddings X (row i = passage i) and, when it
+        needs them, the corpus and the embedder; over ``components`` when given (an index's shared
+        ones), else over components made here. Returns self. Raises :class:`InputError` when X or
+        a needed input is missing or invalid."""
         if components is None:
             X = validate_embeddings(X, "passage embeddings")
             components = Components(X, corpus, embedder, progress=progress)
-        if self.needs_corpus and components.corpus is None:
+        if self.needs.corpus and components.corpus is None:
             raise InputError(f"pipeline {self.name!r} needs the corpus texts: fit(X, corpus)")
-        if self.needs_embedder and components.embedder is None:
+        if self.needs.embedder and components.embedder is None:
             raise InputError(f"pipeline {self.name!r} needs the embedder: fit(X, corpus, embedder)")
-        self.components, self.X = components, components.X
+        self.components = components
+        before = {kind: len(seconds) for kind, seconds in components.builds.items()}
         self._fit(progress)
-        if self._bridge_on():
-            components.title_mentions(self.name)  # built now, not on the first query
+        undeclared = {kind for kind, seconds in components.builds.items()
+                      if len(seconds) > before.get(kind, 0)} - set(self.components_used) - {"corpus"}
+        if undeclared:
+            raise RuntimeError(f"pipeline {self.name!r} built shared components it does not declare in "
+                               f"components_used: {sorted(undeclared)}")
+        for step in self.rerank:
+            if step.active(self.search_defaults, components):
+                step.prepare(components, self.name)
+        self._fitted = True
         return self
 
     @abstractmethod
@@ -90,110 +169,158 @@ class Pipeline(ABC):
         """Build this pipeline's own structures from ``self.components``."""
 
     def add(self, start: int, progress: bool = False) -> None:
-        """Update this pipeline's structures after its components grew (:meth:`Components.extend`):
-        rows ``[start, N)`` of X and the corpus are new. Default: fit again over the grown
-        components (exact; right for pipelines that only use the components). Graph pipelines
-        override it with an incremental update and say where it is approximate until
-        ``Index.compact()``."""
-        self.X = self.components.X
+        """Update after the components grew (:meth:`Components.extend`): rows ``[start, N)`` of X and
+        the corpus are new. Graph pipelines update incrementally and say where the result is
+        approximate until ``Index.compact()``."""
+        self._check_fitted()
         self._add(start, progress)
 
     def _add(self, start: int, progress: bool) -> None:
+        """Default: fit again over the grown components (exact)."""
         self._fit(progress)
 
-    def carry_state(self, old: "Pipeline") -> None:
-        """Take over from ``old`` (the same pipeline before ``Index.compact()`` refitted it) what
-        is not derived from the corpus, e.g. a trained gate. Default: nothing."""
+    def carry_state(self, old: "Pipeline[F, S]") -> None:
+        """Take over from ``old`` (this pipeline before ``Index.compact()`` refitted it) what is not
+        derived from the corpus, e.g. a trained gate. Default: nothing."""
 
     def save(self, directory: Path) -> None:
-        """Write this pipeline's own fitted arrays into ``directory`` (created by the caller).
-        Default: nothing (the pipeline only uses shared components)."""
+        """Write this pipeline's own fitted arrays into ``directory`` (created by the caller)."""
+        self._check_fitted()
+        self._save(directory)
+
+    def _save(self, directory: Path) -> None:
+        """Default: nothing (the pipeline only reads shared components)."""
 
     def _load(self, directory: Path) -> None:
-        """Read what :meth:`save` wrote. Default: nothing to read (structures are the components')."""
+        """Read what :meth:`_save` wrote. Default: nothing to read (structures are the components')."""
         self._fit(progress=False)
 
     @classmethod
-    def late_text_key(cls, params: dict[str, Any]) -> tuple[bool, bool] | None:
-        """The extraction options (``title_entities``, ``numbers``) whose topic/description texts a
-        fit with ``params`` embeds by late chunking (:mod:`hopgraph.engine.pipelines.stitch.late_pooling`), so that
-        ``Index.build`` pools them in the passages' own embedding pass; None (the default): none."""
-        return None
+    def load(cls, directory: Path, fit_params: FitParams | Mapping[str, Any], components: Components,
+             settings: RunSettings | None = None) -> "Pipeline[F, S]":
+        """A fitted pipeline from :meth:`save`'s output over ``components`` (no refit).
+        ``fit_params``: an instance, or the mapping stored with an index (old names and search
+        parameters stored by earlier versions are accepted)."""
+        if not isinstance(fit_params, FitParams):
+            fit_params = cls.saved_fit_params(fit_params)
+        self = cls(settings=settings)
+        self.fit_params = fit_params
+        self.components = components
+        self._load(directory)
+        self._fitted = True
+        return self
 
     @classmethod
-    def load(cls, directory: Path, params: PipelineParams | dict[str, Any], components: Components) -> "Pipeline":
-        """Rebuild a fitted pipeline from ``save``'s output over ``components`` (no refit)."""
-        self = cls(params if isinstance(params, PipelineParams) else cls.Params.from_saved(params))
-        self.components, self.X = components, components.X
-        self._load(directory)
-        return self
+    def saved_fit_params(cls, values: Mapping[str, Any]) -> FitParams:
+        """The fit parameters of a stored parameter mapping (other names are ignored)."""
+        fit = {k: v for k, v in values.items() if cls.FitParams.accepts(k)}
+        return cls.FitParams.from_saved(fit)
+
+    @classmethod
+    def pooled_texts(cls, fit_params: Mapping[str, Any]) -> tuple[bool, bool] | None:
+        """The extraction options (``title_entities``, ``numbers``) whose topic/description texts a
+        fit with these parameters embeds by late chunking, so that an index build pools them in the
+        passages' own embedding pass; None (the default): none."""
+        return None
 
     # ------------------------------------------------------------------ parameters
     def get_params(self) -> dict[str, Any]:
-        """JSON-serialisable parameters (stored in the index manifest)."""
-        return self.params.to_dict()
+        """Every constructor parameter: the fit parameters and the search defaults."""
+        return {**self.fit_params.to_dict(), **self.search_defaults.to_dict()}
 
-    def variant(self, **overrides: Any) -> "Pipeline":
-        """A copy of this fitted pipeline with query-time parameters changed (validated).
+    def search_params(self, **overrides: Any) -> S:
+        """The search parameters of one call: the defaults with ``overrides`` (validated; old
+        names warn). Raises :class:`RefitNeeded` for a fit parameter and
+        :class:`InvalidParameter` for a run setting or an unknown name."""
+        fit = sorted(n for n in overrides if self.FitParams.accepts(n) and not self.SearchParams.accepts(n))
+        if fit:
+            raise RefitNeeded(f"{self.name}: {', '.join(map(repr, fit))} are fit parameters (a change needs a "
+                              f"refit: a new pipeline, or Index.pipeline({self.name!r}, ...)); search parameters: "
+                              f"{', '.join(self.SearchParams.names()) or 'none'}")
+        return self.search_defaults.replace(**overrides)
 
-        Raises :class:`RefitNeeded` (a ValueError) when an override is fit-time.
-        """
-        new = self.params.replace(**overrides)
-        return self.with_params(new)
-
-    def with_params(self, params: PipelineParams) -> "Pipeline":
-        """This fitted pipeline with ``params``, which may differ only in query-time fields."""
-        needs_refit = self.params.changed(params) - self.Params.query_names()
-        if needs_refit:
-            raise RefitNeeded(f"{self.name}: parameters {sorted(needs_refit)} need a refit")
+    def with_search_defaults(self, **overrides: Any) -> "Pipeline[F, S]":
+        """A shallow copy of this fitted pipeline whose search defaults have ``overrides``."""
         other = copy.copy(self)
-        other.params = params
+        other.search_defaults = self.search_params(**overrides)
         other.timings = {}
         return other
 
-    # ------------------------------------------------------------------ shared checks
-    def _require_fitted(self) -> None:
-        if self.X is None:
-            raise RuntimeError(f"{type(self).__name__} is not fitted: call fit(X) first")
+    def clone(self) -> "Pipeline[F, S]":
+        """A new, unfitted pipeline with the same parameters and run settings."""
+        other = type(self)(settings=self.settings)
+        other.fit_params, other.search_defaults = self.fit_params, self.search_defaults
+        return other
 
-    def _check_queries(self, Q: np.ndarray, top_k: int, query_texts: Sequence[str] | None) -> np.ndarray:
-        """Validate a query batch against the fitted index; returns normalised float32 Q."""
-        self._require_fitted()
-        if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
-            raise InputError(f"top_k must be a positive integer, got {top_k!r}")
+    def with_settings(self, **overrides: Any) -> "Pipeline[F, S]":
+        """A shallow copy of this pipeline with other run settings (nothing is refitted)."""
+        other = copy.copy(self)
+        other.settings = self.settings.replace(**overrides)
+        other.timings = {}
+        return other
+
+    # ------------------------------------------------------------------ search
+    def search(self, Q: np.ndarray, k: int = 5, query_texts: Sequence[str] | None = None, *,
+               allowed: np.ndarray | None = None, **params: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` passages of each query: ``(ids int64 [B, k], scores float32 [B, k])``, best first,
+        padded with -1 / -inf when fewer exist.
+
+        ``Q``: query embeddings [B, d] (or one row); ``query_texts``: the questions (pipelines whose
+        ``needs.query_texts`` require them); ``allowed``: bool [N], the passages that may be
+        returned (``k`` of them come back whenever that many pass; deleted passages never do);
+        ``params``: this call's search parameters. Raises :class:`NotFittedError` before ``fit``,
+        :class:`InputError` / :class:`InvalidParameter` naming a bad input. Final: pipelines
+        implement :meth:`_search_batch`."""
+        if "top_k" in params:
+            warnings.warn("search: 'top_k' is now called 'k'", DeprecatedParameterWarning, stacklevel=2)
+            k = params.pop("top_k")
+        sp = self.search_params(**params)
+        Q, texts = self._check_queries(Q, k, query_texts)
+        self.timings = dict.fromkeys(self.stages, 0.0)
+        timer = StageTimer(self.timings)
+        steps = [step for step in self.rerank if step.active(sp, self.components)]
+        list_k = max([k] + [step.depth(sp) for step in steps])
+        B = len(Q)
+        ids = np.full((B, list_k), PAD_ID, np.int64)
+        scores = np.full((B, list_k), PAD_SCORE, np.float32)
+        size = self.settings.batch_size or self.default_batch_size or max(B, 1)
+        with self._threads():
+            for s in range(0, B, size):
+                batch = self.components.batch(Q[s:s + size], None if texts is None else texts[s:s + size], allowed)
+                ids[s:s + size], scores[s:s + size] = self._search_batch(batch, list_k, sp, timer)
+        for step in steps:
+            ids, scores = step(ids, scores, k, sp, self.components, allowed, timer)
+        return ids[:, :k], scores[:, :k]
+
+    @abstractmethod
+    def _search_batch(self, batch: QueryBatch, k: int, params: S, timer: StageTimer
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """The pipeline's ranking of one batch: ``(ids int64 [b, k], scores float32 [b, k])``, best
+        first, padded; every returned row allowed by ``batch.allowed``."""
+
+    def _check_queries(self, Q: np.ndarray, k: int, query_texts: Sequence[str] | None
+                       ) -> tuple[np.ndarray, list[str] | None]:
+        """Validated, normalised float32 Q [B, d] and the texts as a list (or None)."""
+        self._check_fitted()
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise InputError(f"k must be a positive integer, got {k!r}")
         Q = np.asarray(Q)
         if Q.ndim == 1:
             Q = Q[None, :]
-        Q = validate_embeddings(Q, "query embeddings", dim=self.X.shape[1]) if len(Q) else \
-            np.zeros((0, self.X.shape[1]), np.float32)
-        if self.needs_query_texts and query_texts is None:
+        dim = self.components.X.shape[1]
+        Q = validate_embeddings(Q, "query embeddings", dim=dim) if len(Q) else np.zeros((0, dim), np.float32)
+        if self.needs.query_texts and query_texts is None:
             raise InputError(f"pipeline {self.name!r} needs the query texts (query_texts=...)")
-        if query_texts is not None and len(query_texts) != len(Q):
-            raise InputError(f"{len(query_texts)} query texts for {len(Q)} query embeddings")
-        return Q
+        if query_texts is None:
+            return Q, None
+        if isinstance(query_texts, str):
+            raise InputError("query_texts must be a list of strings, one per query, not one string")
+        texts = list(query_texts)
+        if len(texts) != len(Q):
+            raise InputError(f"{len(texts)} query texts for {len(Q)} query embeddings")
+        return Q, texts
 
-    # ------------------------------------------------------------------ title bridge (issue 15)
-    def _bridge_on(self) -> bool:
-        """Whether the title bridge re-ranks this pipeline's results: its parameters have a
-        positive ``bridge`` and the corpus (titles and texts) is known."""
-        return getattr(self.params, "bridge", 0.0) > 0 and self.components.corpus is not None
-
-    def _list_k(self, top_k: int) -> int:
-        """How many results the pipeline's own ranking produces: ``max(top_k, bridge_depth)`` when
-        the title bridge re-ranks them, else ``top_k``."""
-        return max(top_k, self.params.bridge_depth) if self._bridge_on() else top_k
-
-    def _bridge(self, ids: np.ndarray, scores: np.ndarray, top_k: int, allowed: np.ndarray | None,
-                timer: StageTimer) -> tuple[np.ndarray, np.ndarray]:
-        """The pipeline's ranked lists re-ranked by the title bridge and cut to ``top_k``
-        (:func:`~hopgraph.engine.components.title_mentions.bridge_rerank`; unchanged when it is off)."""
-        if not self._bridge_on():
-            return ids, scores
-        with timer("title_bridge"):
-            return bridge_rerank(self.components.title_mentions(self.name), ids, scores, top_k, self.params.bridge,
-                                 self.params.bridge_seeds, self.components.allowed(allowed))
-
-    def _timer(self) -> StageTimer:
-        """A fresh stage timer whose totals become ``self.timings`` when the search ends."""
-        self.timings = {}
-        return StageTimer(self.timings)
+    def _threads(self) -> ContextManager[None]:
+        """torch's intra-op threads for a search on the CPU (the run setting, else the default)."""
+        n = self.settings.threads or self.default_threads
+        return torch_threads(n) if n is not None and self.device == "cpu" else nullcontext()

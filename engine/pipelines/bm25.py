@@ -1,35 +1,36 @@
-"""BM25 baseline: the shared BM25 component (bm25s, Lucene variant, English stop words by
-default; :mod:`hopgraph.engine.components.bm25`). Its parameters are the index's ``"bm25"``
-parameters, which every pipeline that uses BM25 shares."""
+"""BM25 baseline: the shared BM25 component (bm25s, Lucene variant, English stop words by default;
+:mod:`hopgraph.engine.components.bm25`). Its fit parameters are the index's BM25 parameters, which
+every pipeline that uses BM25 shares; a pipeline fitted with other values gets its own BM25 index."""
 from __future__ import annotations
-
-from typing import Sequence
 
 import numpy as np
 
 from ..components.bm25 import BM25Params
-from .base import Pipeline
+from ..components.query_batch import QueryBatch
+from ..params import SearchParams
+from ..timing import StageTimer
+from .base import Needs, Pipeline
+
+BM25Search = SearchParams.none_for("bm25", "BM25Search", __name__)
 
 
 class BM25(Pipeline):
     """Lexical top-k over ``"title: text"`` of each passage."""
 
     name = "bm25"
-    Params = BM25Params
+    FitParams = BM25Params
+    SearchParams = BM25Search
+    needs = Needs(corpus=True, query_texts=True)
     components_used = ("bm25",)
-    needs_corpus = True
-    needs_query_texts = True
+    stages = ("tokenize", "bm25")
 
     def _fit(self, progress: bool) -> None:
-        self.components.bm25(self.params, who=self.name)
+        self.components.bm25(self.fit_params, who=self.name)
 
-    def search(self, Q: np.ndarray, top_k: int = 5,
-               query_texts: Sequence[str] | None = None, allowed: np.ndarray | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
-        self._check_queries(Q, top_k, query_texts)
-        bm25 = self.components.bm25(self.params, who=self.name)
-        timer = self._timer()
+    def _search_batch(self, batch: QueryBatch, k: int, params: BM25Search, timer: StageTimer
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        bm25 = self.components.bm25(self.fit_params, who=self.name)
         with timer("tokenize"):
-            tokens = bm25.tokenize(query_texts)
+            tokens = bm25.tokenize(batch.texts)
         with timer("bm25"):
-            return bm25.topk(tokens, top_k, self.components.allowed(allowed))
+            return bm25.topk(tokens, k, batch.allowed)

@@ -146,7 +146,7 @@ def test_describe_user_error_classifies_exceptions():
 
 
 def test_cli_internal_error_is_not_dressed_as_user_error(tmp_path, capsys, monkeypatch):
-    import hopgraph.cli as cli
+    import hopgraph.cli.search_commands as cli
 
     def broken(args):
         raise KeyError("a bug")

@@ -104,7 +104,7 @@ def _refused(capsys, argv: list[str], *needles: str) -> None:
 @pytest.mark.parametrize("extra, needles", [
     (["--pipelines", "dense,bm2"], ("unknown pipeline 'bm2'", "known: dense")),
     (["--pipelines", ","], ("--pipelines names no pipeline",)),
-    (["--param", "g3rag.gama=0.1"], ("unknown parameter(s) 'gama'", "known:")),
+    (["--param", "g3rag.gama=0.1"], ("unknown parameter 'gama'", "search parameters:")),
     (["--param", "bm25.b=2"], ("'b'",)),
     (["--param", "nope.x=1"], ("unknown pipeline 'nope'",)),
 ])
@@ -119,7 +119,7 @@ def test_index_refuses_bad_names_and_params_before_embedding(extra, needles, dem
 @pytest.mark.parametrize("extra, needles", [
     (["--pipeline", "g3ra"], ("unknown pipeline 'g3ra'", "known: dense")),
     (["--pipeline", "bm25", "--param", "k1=-1"], ("'k1'",)),
-    (["--param", "gama=0.1"], ("g3rag: unknown parameter(s) 'gama'",)),
+    (["--param", "gama=0.1"], ("g3rag: unknown parameter 'gama'",)),
 ])
 def test_search_refuses_bad_names_and_params_before_loading(extra, needles, tmp_path, capsys, no_work):
     _refused(capsys, ["search", str(tmp_path / "missing-index"), "q", *extra], *needles)
@@ -127,7 +127,7 @@ def test_search_refuses_bad_names_and_params_before_loading(extra, needles, tmp_
 
 @pytest.mark.parametrize("extra, needles", [
     (["--pipelines", "dense,stich"], ("unknown pipeline 'stich'",)),
-    (["--param", "dense.nope=1"], ("dense: unknown parameter(s) 'nope'",)),
+    (["--param", "dense.nope=1"], ("dense: unknown parameter 'nope'",)),
     (["--ks", "0,5"], ()),
 ])
 def test_eval_refuses_bad_names_and_params_before_loading(extra, needles, tmp_path, capsys, no_work):

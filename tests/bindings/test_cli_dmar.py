@@ -39,7 +39,7 @@ def test_train_gnn_and_gate_save_into_the_index(tmp_path, demo_corpus, capsys):
     assert "held-out split (2 questions) Recall@5" in out
     assert np.load(storage.current_generation(idx) / "pipelines" / "dmar" / "gate.trained.npy")[0] == 1
     loaded = Index.load(idx, progress=False)
-    assert loaded.pipeline("dmar").gate_mlp.trained
+    assert loaded.pipeline("dmar").gate_.trained
     assert len(loaded.search(QUESTIONS[0][0], pipeline="dmar", k=2)[0]) == 2
     assert main(["train-gate", str(idx), str(qfile), "--holdout", "0.3", "--seed", "1", "-q"]) == 0
     out = capsys.readouterr().out

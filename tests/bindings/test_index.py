@@ -105,7 +105,7 @@ def test_load_refuses_corrupt_or_mismatched(built, tmp_path):
     np.save(gen / "corpus" / "texts_offsets.npy", offsets)
     with pytest.raises(IndexFormatError, match="texts_offsets.npy: checksum mismatch"):
         Index.load(path)                      # checksum
-    with pytest.raises(IndexFormatError, match="corpus.*texts_data.*without decreasing"):
+    with pytest.raises(IndexFormatError, match="corpus.*texts_data.*must never decrease"):
         Index.load(path, verify="fast")       # structure
     (gen / "manifest.json").write_text("{broken")
     with pytest.raises(IndexFormatError, match="manifest.json is corrupt"):
@@ -130,18 +130,18 @@ def test_build_from_precomputed(demo_corpus, tmp_path, rng):
 
 def test_variants_share_fit(built):
     base = built.pipeline("hybrid")
-    v = built.pipeline("hybrid", depth=10)
-    assert v is not base and v.components is base.components and built.pipeline("hybrid", depth=10) is v
+    v = built.pipeline("hybrid", fusion_depth=10)
+    assert v is not base and v.components is base.components and built.pipeline("hybrid", fusion_depth=10) is v
 
 
 def test_sync_params_updates_query_params_and_drops_fit_params(demo_corpus, hashing_embedder):
     idx = Index.build(demo_corpus, embedder=hashing_embedder, pipelines=["hybrid", "bm25"], progress=False)
     assert idx.sync_params("hybrid") == "current"
-    idx.params["hybrid"] = {"depth": 7}
-    assert idx.sync_params("hybrid") == "updated" and idx.pipelines["hybrid"].depth == 7
+    idx.params["hybrid"] = {"fusion_depth": 7}
+    assert idx.sync_params("hybrid") == "updated" and idx.pipelines["hybrid"].search_defaults.fusion_depth == 7
     idx.params["bm25"] = {"k1": 1.2}
     assert idx.sync_params("bm25") == "dropped" and "bm25" not in idx.pipelines
-    assert idx.pipeline("bm25").k1 == 1.2
+    assert idx.pipeline("bm25").fit_params.k1 == 1.2
 
 
 # ---------------------------------------------------------------- issue 11: Index.build input checks

@@ -43,7 +43,7 @@ Query (``search``), for a batch; each stage is timed in ``DMAR.timings`` (:data:
 
 Title bridge (issue 15, after the ranking; not in the SPEC, a query-time addition in the spirit of
 SPEC §3's second hop): the top ``bridge_depth`` (20) of the ranking are re-ranked by
-:func:`hopgraph.engine.components.title_mentions.bridge_rerank` — + ``bridge`` (0.4) for the passages whose title
+:func:`hopgraph.engine.pipelines.title_bridge.bridge_rerank` — + ``bridge`` (0.4) for the passages whose title
 the ``bridge_seeds`` (1) best passage mentions; ``bridge=0`` (the ``no_bridge`` ablation; also in
 ``no_graph`` and the published parameters) switches it off.
 
@@ -69,26 +69,25 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from ....kernels.dispatch import DEVICES
 from ....kernels.shapley_mc import MODES as SHAPLEY_MODES
-from ...components.shared import QueryBatch
+from ...components.query_batch import QueryBatch
 from ...embedders.core import encode_queries
 from ...errors import IndexFormatError, InputError
 from .gate import Gate, train_gate
 from .gnn import (SubgraphEncoder, changed_subgraphs, encode_all, encode_subgraphs, encoder_arrays,
                    encoder_from_arrays, entity_features, pretrain)
 from .knowledge_graph import LINK_MODES, KnowledgeGraph, build_knowledge_graph
-from ...params import PipelineParams, anything, choice, flag, integer, path, real
+from ...params import FitParams, anything, choice, flag, integer, path, real
 from ...ranking import PAD_ID, PAD_SCORE, topk_rows
 from .reformulation import anchor_snippets, generate_texts, resolve_generator, rule_vectors
 from ...storage import check_unit_rows, load_arrays, save_arrays
 from .structural import structural_scores
 from ...timing import StageTimer
-from ...components import title_mentions as title_bridge
-from ..base import Pipeline
+from ..base import Needs, Pipeline
 from ..hybrid import hybrid_ranking
+from ..title_bridge import BridgeSearch, TitleBridge
 
-RECALLS = ("bm25", "hybrid")
+CANDIDATE_SOURCES = ("bm25", "hybrid")
 #: per-stage seconds of the last ``search`` (``DMAR.timings``): recall (BM25 / hybrid), query
 #: entity linking, subgraph/candidate node sets, GNN structsim cosines, Shapley kernel, semantic/
 #: lexical/gate fusion, anchors + reformulation + faiss second stage, final rerank, title bridge (issue 15)
@@ -122,90 +121,100 @@ def _is_generator(value: Any) -> bool:
 
 
 @dataclass(frozen=True)
-class DMARParams(PipelineParams):
-    """DMAR parameters (SPEC §3). Fit-time: the knowledge graph and GNN (``ego_size``,
-    ``max_passage_entities``, ``max_query_entities``, ``gnn_steps``, ``edge_list``); the rest is
-    query-time."""
+class DMARFit(FitParams):
+    """DMAR's fit parameters: the knowledge graph and the GNN (SPEC §3 step 2)."""
 
     pipeline = "dmar"
-    n_recall: int = integer(100, low=1, query=True)
-    anchors: int = integer(3, low=1, query=True)
-    p: int = integer(20, low=1, query=True)
-    structural: bool = flag(True, query=True)
-    reformulate: bool = flag(True, query=True)
-    gate: bool = flag(True, query=True)
-    lam: float = real(0.5, low=0.0, high=1.0, query=True)
-    T: int = integer(50, low=1, query=True)
-    seed: int = integer(0, low=0, query=True)
-    recall: str = choice("hybrid", RECALLS, query=True)
-    union: int = integer(20, low=0, query=True)
-    lexical: float = real(0.5, low=0.0, query=True)
-    mmr: float = real(0.0, low=0.0, query=True)
-    shift: float = real(1.0, low=0.0, query=True)
-    min_query_entities: int = integer(1, low=0, query=True)
-    shapley_mode: str = choice("independent", SHAPLEY_MODES, query=True)
-    query_linking: str = choice("capitalised", LINK_MODES, query=True)
     ego_size: int = integer(16, low=1)
     max_passage_entities: int = integer(32, low=1)
     max_query_entities: int = integer(8, low=1)
     gnn_steps: int = integer(60, low=0)
     edge_list: str | None = path(None)
+
+
+@dataclass(frozen=True)
+class DMARSearch(BridgeSearch):
+    """DMAR's search parameters (SPEC §3 steps 1–6)."""
+
+    pipeline = "dmar"
+    renamed = {"n_recall": "candidate_depth", "p": "second_stage_depth", "union": "union_depth",
+               "recall": "candidate_source", "seed": "random_state", "lexical": "bm25_weight",
+               "T": "shapley_samples", "lam": "shapley_lambda"}
+    candidate_source: str = choice("hybrid", CANDIDATE_SOURCES)
+    candidate_depth: int = integer(100, low=1)
+    anchors: int = integer(3, low=1)
+    second_stage_depth: int = integer(20, low=1)
+    union_depth: int = integer(20, low=0)
+    structural: bool = flag(True)
+    reformulate: bool = flag(True)
+    gate: bool = flag(True)
+    shapley_lambda: float = real(0.5, low=0.0, high=1.0)
+    shapley_samples: int = integer(50, low=1)
+    shapley_mode: str = choice("independent", SHAPLEY_MODES)
+    random_state: int = integer(0, low=0)
+    bm25_weight: float = real(0.5, low=0.0)
+    mmr: float = real(0.0, low=0.0)
+    shift: float = real(1.0, low=0.0)
+    min_query_entities: int = integer(1, low=0)
+    query_linking: str = choice("capitalised", LINK_MODES)
     generator: Any = anything(None, _is_generator, "a seq2seq model folder or a callable (question, "
-                              "snippets) -> text", query=True)
-    device: str = choice("auto", DEVICES, query=True)
-    bridge: float = title_bridge.weight_field()
-    bridge_seeds: int = title_bridge.seeds_field()
-    bridge_depth: int = title_bridge.depth_field()
+                              "snippets) -> text")
 
     @classmethod
     def published_values(cls) -> dict[str, Any]:
-        """SPEC §3 as published: BM25 recall, the stage-2 pool only, no lexical term, top-m anchors,
-        no title bridge."""
-        return {"recall": "bm25", "union": 0, "lexical": 0.0, "mmr": 0.0, "bridge": 0.0}
+        """SPEC §3 as published: BM25 candidates, the stage-2 pool only, no lexical term, top-m
+        anchors, no title bridge."""
+        return {"candidate_source": "bm25", "union_depth": 0, "bm25_weight": 0.0, "mmr": 0.0, "bridge": 0.0}
 
 
-class DMAR(Pipeline):
-    """Dynamic multi-anchor retrieval (module docstring; SPEC §3)."""
+class DMAR(Pipeline[DMARFit, DMARSearch]):
+    """Dynamic multi-anchor retrieval (module docstring; SPEC §3).
+
+    Fitted state: ``knowledge_graph_``, ``encoder_`` (the Siamese GraphSAGE encoder),
+    ``subgraph_emb_`` (float32 [n_entities, d]) and ``gate_`` (the fusion gate)."""
 
     name = "dmar"
-    Params = DMARParams
+    FitParams = DMARFit
+    SearchParams = DMARSearch
+    needs = Needs(corpus=True, query_texts=True)
     components_used = ("dense", "bm25", "extraction")
-    needs_corpus = True
-    needs_query_texts = True
+    runs_kernels = True
+    rerank = (TitleBridge(),)
+    stages = STAGES
     ablations = {
-        "published": DMARParams.published_values(),
+        "published": DMARSearch.published_values(),
         "structural=False": {"structural": False},
-        "no_graph": {"structural": False, "bridge": 0.0},  # issue 15: no knowledge-graph path, no title bridge
+        "no_graph": {"structural": False, "bridge": 0.0},
         "no_bridge": {"bridge": 0.0},
         "reformulate=False": {"reformulate": False},
         "gate=False": {"gate": False},
         "anchors=1": {"anchors": 1},
-        "recall=bm25": {"recall": "bm25"},
-        "union=0": {"union": 0},
-        "lexical=0": {"lexical": 0.0},
+        "candidate_source=bm25": {"candidate_source": "bm25"},
+        "union_depth=0": {"union_depth": 0},
+        "bm25_weight=0": {"bm25_weight": 0.0},
         "mmr=0.5": {"mmr": 0.5},
         "query_linking=ngram": {"query_linking": "ngram"},
     }
 
-    def __init__(self, params: DMARParams | dict[str, Any] | None = None, /, **overrides: Any) -> None:
-        super().__init__(params, **overrides)
-        self.kg: KnowledgeGraph | None = None
-        self.encoder: SubgraphEncoder | None = None
-        self.subgraph_emb: np.ndarray | None = None
-        self.gate_mlp: Gate | None = None
+    def __init__(self, params: dict[str, Any] | None = None, /, **kwargs: Any) -> None:
+        super().__init__(params, **kwargs)
+        self.knowledge_graph_: KnowledgeGraph | None = None
+        self.encoder_: SubgraphEncoder | None = None
+        self.subgraph_emb_: np.ndarray | None = None
+        self.gate_: Gate | None = None
 
     # ------------------------------------------------------------------ index
     def _fit(self, progress: bool) -> None:
-        self.kg = self._build_kg()
-        self.train_gnn(self.gnn_steps, progress=progress)
-        self.gate_mlp = Gate(self.X.shape[1])
+        self.knowledge_graph_ = self._build_kg()
+        self.train_gnn(self.fit_params.gnn_steps, progress=progress)
+        self.gate_ = Gate(self.components.X.shape[1])
 
     def _build_kg(self) -> KnowledgeGraph:
         """The knowledge graph of the shared extraction (SPEC §3 step 2), BM25 built on the way."""
-        comp = self.components
+        comp, fp = self.components, self.fit_params
         comp.bm25(who=self.name)
-        return build_knowledge_graph(comp.extraction(who=self.name), len(self.X), self.edge_list, self.ego_size,
-                                     self.max_passage_entities, self.max_query_entities)
+        return build_knowledge_graph(comp.extraction(who=self.name), len(comp.X), fp.edge_list, fp.ego_size,
+                                     fp.max_passage_entities, fp.max_query_entities)
 
     def _add(self, start: int, progress: bool) -> None:
         """Passages ``[start, N)`` were appended (issue 13; SPEC §3 step 2 on the grown corpus): the
@@ -218,34 +227,35 @@ class DMAR(Pipeline):
         grown corpus whose encoder has these weights (given the extraction's documented
         approximation). When an old entity's id moves out of order (a name known only from the
         ``edge_list`` that the corpus now mentions), every subgraph is encoded again."""
-        old_kg, old_emb = self.kg, np.asarray(self.subgraph_emb)
-        self.kg = self._build_kg()
-        features = entity_features(self.kg.passage_entities, self.X)
-        ids = self.kg.name_ids
+        old_kg, old_emb = self.knowledge_graph_, np.asarray(self.subgraph_emb_)
+        kg = self.knowledge_graph_ = self._build_kg()
+        features = entity_features(kg.passage_entities, self.components.X)
+        ids = kg.name_ids
         pos = np.fromiter((ids.get(n, -1) for n in old_kg.names), np.int64, old_kg.n_entities)
         if (pos < 0).any() or (np.diff(pos) <= 0).any():
-            self.subgraph_emb = encode_all(self.encoder, self.kg.ego, self.kg.adj, features, progress=progress)
+            self.subgraph_emb_ = encode_all(self.encoder_, kg.ego, kg.adj, features, progress=progress)
             return
-        old_ids = np.full(self.kg.n_entities, -1, np.int64)
+        old_ids = np.full(kg.n_entities, -1, np.int64)
         old_ids[pos] = np.arange(old_kg.n_entities)
-        changed = changed_subgraphs(old_kg.ego, old_kg.adj, old_kg.passage_entities, self.kg.ego, self.kg.adj,
-                                    self.kg.passage_entities, old_ids)
-        emb = np.empty((self.kg.n_entities, old_emb.shape[1]), np.float32)
+        changed = changed_subgraphs(old_kg.ego, old_kg.adj, old_kg.passage_entities, kg.ego, kg.adj,
+                                    kg.passage_entities, old_ids)
+        emb = np.empty((kg.n_entities, old_emb.shape[1]), np.float32)
         emb[~changed] = old_emb[old_ids[~changed]]
-        emb[changed] = encode_subgraphs(self.encoder, self.kg.ego, self.kg.adj, features, np.flatnonzero(changed),
+        emb[changed] = encode_subgraphs(self.encoder_, kg.ego, kg.adj, features, np.flatnonzero(changed),
                                         progress=progress)
-        self.subgraph_emb = emb
+        self.subgraph_emb_ = emb
 
     def train_gnn(self, steps: int, seed: int | None = None, progress: bool = False,
                   log: Callable[[str], None] | None = None) -> list[float]:
         """(Re)train the Siamese encoder from scratch with the triplet loss and re-encode every
         ego subgraph (SPEC §3); returns the per-step losses."""
-        features = entity_features(self.kg.passage_entities, self.X)
-        torch.manual_seed(self.seed if seed is None else seed)  # seeds the initial weights too
-        self.encoder = SubgraphEncoder(features.shape[1])
-        losses = pretrain(self.encoder, self.kg.ego, self.kg.adj, features, steps=steps,
-                          seed=self.seed if seed is None else seed, progress=progress, log=log)
-        self.subgraph_emb = encode_all(self.encoder, self.kg.ego, self.kg.adj, features, progress=progress)
+        kg = self.knowledge_graph_
+        seed = self.search_defaults.random_state if seed is None else seed
+        features = entity_features(kg.passage_entities, self.components.X)
+        torch.manual_seed(seed)  # seeds the initial weights too
+        self.encoder_ = SubgraphEncoder(features.shape[1])
+        losses = pretrain(self.encoder_, kg.ego, kg.adj, features, steps=steps, seed=seed, progress=progress, log=log)
+        self.subgraph_emb_ = encode_all(self.encoder_, kg.ego, kg.adj, features, progress=progress)
         return losses
 
     def train_gate(self, Q: np.ndarray, query_texts: Sequence[str], gold_rows: Sequence[Sequence[int]],
@@ -254,151 +264,150 @@ class DMAR(Pipeline):
         loss over the stage-1 candidates, :func:`hopgraph.engine.pipelines.dmar.gate.train_gate`) and use it;
         returns the per-epoch losses."""
         data = self.gate_training_data(Q, query_texts, gold_rows)
-        gate = Gate(self.X.shape[1])
+        gate = Gate(self.components.X.shape[1])
         losses = train_gate(gate, **data, epochs=epochs, seed=seed, log=log)
-        self.gate_mlp = gate
+        self.gate_ = gate
         return losses
 
     def carry_state(self, old: "DMAR") -> None:
         """A gate trained with :meth:`train_gate` survives ``Index.compact()`` (it depends on the
         embedding dimension only)."""
-        self.gate_mlp = old.gate_mlp
+        self.gate_ = old.gate_
 
     def reset_gate(self) -> None:
         """Back to the untrained gate (equal weights)."""
-        self.gate_mlp = Gate(self.X.shape[1])
+        self.gate_ = Gate(self.components.X.shape[1])
 
-    def save(self, directory: Path) -> None:
-        arrays = {**self.kg.arrays(), **encoder_arrays(self.encoder), **self.gate_mlp.arrays(),
-                  "subgraph_emb": self.subgraph_emb}
+    def _save(self, directory: Path) -> None:
+        arrays = {**self.knowledge_graph_.arrays(), **encoder_arrays(self.encoder_), **self.gate_.arrays(),
+                  "subgraph_emb": self.subgraph_emb_}
         save_arrays(directory, arrays)
 
     def _load(self, directory: Path) -> None:
         """Open the saved KG, GNN, gate and subgraph embeddings, checked against each other and X."""
         weights = sorted(p.stem for p in directory.glob("*.npy") if p.stem.startswith(("gnn.", "gate.")))
         arrays = load_arrays(directory, [*KnowledgeGraph.ARRAY_NAMES, "subgraph_emb", *weights])
-        self.kg = KnowledgeGraph.from_arrays(arrays, len(self.X), str(directory))
-        self.encoder = encoder_from_arrays(arrays)
-        self.gate_mlp = Gate.from_arrays(arrays)
-        d = self.X.shape[1]
-        d_in, d_out = self.encoder.layers[0].self_lin.in_features, self.encoder.layers[-1].self_lin.out_features
-        if d_in != d or self.gate_mlp.mlp[0].in_features != 2 * d:
-            raise IndexFormatError(f"{directory}: GNN input {d_in} / gate input {self.gate_mlp.mlp[0].in_features} "
+        X = self.components.X
+        self.knowledge_graph_ = KnowledgeGraph.from_arrays(arrays, len(X), str(directory))
+        self.encoder_ = encoder_from_arrays(arrays)
+        self.gate_ = Gate.from_arrays(arrays)
+        d = X.shape[1]
+        d_in, d_out = self.encoder_.layers[0].self_lin.in_features, self.encoder_.layers[-1].self_lin.out_features
+        if d_in != d or self.gate_.mlp[0].in_features != 2 * d:
+            raise IndexFormatError(f"{directory}: GNN input {d_in} / gate input {self.gate_.mlp[0].in_features} "
                                    f"do not fit embeddings of dimension {d}")
-        self.subgraph_emb = check_unit_rows(arrays["subgraph_emb"], str(directory / "subgraph_emb.npy"),
-                                            rows=self.kg.n_entities, dim=d_out, allow_zero=True)
+        self.subgraph_emb_ = check_unit_rows(arrays["subgraph_emb"], str(directory / "subgraph_emb.npy"),
+                                             rows=self.knowledge_graph_.n_entities, dim=d_out, allow_zero=True)
 
-    # ------------------------------------------------------------------ query
-    def search(self, Q: np.ndarray, top_k: int = 5,
-               query_texts: Sequence[str] | None = None, allowed: np.ndarray | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
-        Q = self._check_queries(Q, top_k, query_texts)
-        timer = self._timer()
-        for stage in STAGES:
-            self.timings[stage] = 0.0
-        batch = self.components.batch(Q, query_texts, allowed)
+    # ------------------------------------------------------------------ search
+    def _search_batch(self, batch: QueryBatch, k: int, params: DMARSearch, timer: StageTimer
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """SPEC §3 steps 1–6 for one batch."""
         with timer("recall"):
-            cand = self._recall(batch)
+            cand = self._recall(batch, params)
         with timer("link"):
-            linked = self._link(batch.texts)
-        fused1, parts1 = self._dual_path(batch, cand, linked, timer)
+            linked = self._link(batch.texts, params)
+        fused1, parts1 = self._dual_path(batch, cand, linked, params, timer)
         with timer("second_stage"):
-            anchors = self._anchors(cand, fused1)
-            Q2 = self._reformulate(Q, batch.texts, anchors)
-            ids2, _ = batch.dense_topk_of(Q2, self.p)
+            anchors = self._anchors(cand, fused1, params)
+            Q2 = self._reformulate(batch.Q, batch.texts, anchors, params)
+            ids2, _ = batch.dense_topk_of(Q2, params.second_stage_depth)
         with timer("rerank"):  # the dual-path stages nested here count in their own stages
-            if self.union > 0:
-                cols1, _ = topk_rows(np.where(cand >= 0, fused1, -np.inf), min(self.union, cand.shape[1]))
+            if params.union_depth > 0:
+                cols1, _ = topk_rows(np.where(cand >= 0, fused1, -np.inf), min(params.union_depth, cand.shape[1]))
                 keep1 = np.where(cols1 >= 0, np.take_along_axis(cand, np.maximum(cols1, 0), 1), PAD_ID)
                 final = dedupe_rows(np.concatenate([keep1, ids2], 1))
-                _, parts_new = self._dual_path(batch, final[:, keep1.shape[1]:], linked, timer, only_raw=True)
-                raw = {k: np.concatenate([np.take_along_axis(parts1[k], np.maximum(cols1, 0), 1), parts_new[k]], 1)
-                       for k in parts1}
-                fused = self._fuse(Q, final, raw, linked)
+                _, parts_new = self._dual_path(batch, final[:, keep1.shape[1]:], linked, params, timer, only_raw=True)
+                raw = {key: np.concatenate([np.take_along_axis(parts1[key], np.maximum(cols1, 0), 1),
+                                            parts_new[key]], 1) for key in parts1}
+                fused = self._fuse(batch.Q, final, raw, linked, params)
             else:
                 final = ids2
-                fused, _ = self._dual_path(batch, final, linked, timer)
+                fused, _ = self._dual_path(batch, final, linked, params, timer)
             fused = np.where(final >= 0, fused, -np.inf)
-            cols, scores = topk_rows(fused, self._list_k(top_k))
+            cols, scores = topk_rows(fused, k)
             ids = np.where(cols >= 0, np.take_along_axis(final, np.maximum(cols, 0), 1), PAD_ID)
-        return self._bridge(ids, np.where(ids >= 0, scores, PAD_SCORE).astype(np.float32), top_k, allowed, timer)
+        return ids, np.where(ids >= 0, scores, PAD_SCORE).astype(np.float32)
 
-    def gate_training_data(self, Q: np.ndarray, query_texts: Sequence[str], gold_rows: Sequence[Sequence[int]]
-                           ) -> dict[str, np.ndarray]:
+    def gate_training_data(self, Q: np.ndarray, query_texts: Sequence[str], gold_rows: Sequence[Sequence[int]],
+                           params: DMARSearch | None = None) -> dict[str, np.ndarray]:
         """Stage-1 inputs of :func:`hopgraph.engine.pipelines.dmar.gate.train_gate` for questions with gold rows:
         ``q, d, z_sem, z_struct, gold, valid, offset`` (offset = the lexical term, fixed)."""
-        Q = self._check_queries(Q, 1, query_texts)
-        batch = self.components.batch(Q, query_texts)
-        cand = self._recall(batch)
-        linked = self._link(batch.texts)
-        _, raw = self._dual_path(batch, cand, linked, StageTimer(), only_raw=True)
+        params = params or self.search_defaults
+        Q, texts = self._check_queries(Q, 1, query_texts)
+        batch = self.components.batch(Q, texts)
+        cand = self._recall(batch, params)
+        linked = self._link(batch.texts, params)
+        _, raw = self._dual_path(batch, cand, linked, params, StageTimer(), only_raw=True)
         valid = cand >= 0
         gold = np.zeros(cand.shape, bool)
         for b, rows in enumerate(gold_rows):
             gold[b] = np.isin(cand[b], np.asarray(rows)) & valid[b]
-        offset = self.lexical * zscore(raw["lex"], valid) if self.lexical else np.zeros(cand.shape, np.float32)
+        offset = params.bm25_weight * zscore(raw["lex"], valid) if params.bm25_weight else \
+            np.zeros(cand.shape, np.float32)
         return {"q": Q, "d": self.components.dense.rows(np.where(valid, cand, 0)), "z_sem": zscore(raw["sem"], valid),
-                "z_struct": zscore(raw["struct"], valid & raw["struct_ok"]) * self._query_ok(linked), "gold": gold,
+                "z_struct": zscore(raw["struct"], valid & raw["struct_ok"]) * self._query_ok(linked, params), "gold": gold,
                 "valid": valid, "offset": offset}
 
-    def _query_ok(self, linked: list[np.ndarray]) -> np.ndarray:
+    def _query_ok(self, linked: list[np.ndarray], params: DMARSearch) -> np.ndarray:
         """[B, 1] bool: the query links enough entities for the structural path (adaptive fusion)."""
-        enough = np.fromiter((len(g) >= self.min_query_entities for g in linked), bool, len(linked))
-        return enough[:, None] & bool(self.structural)  # bool dtype even for an empty batch
+        enough = np.fromiter((len(g) >= params.min_query_entities for g in linked), bool, len(linked))
+        return enough[:, None] & bool(params.structural)  # bool dtype even for an empty batch
 
-    def _link(self, texts: Sequence[str]) -> list[np.ndarray]:
+    def _link(self, texts: Sequence[str], params: DMARSearch) -> list[np.ndarray]:
         """Entity ids linked in each query (none when the structural path is off)."""
-        if not self.structural:
+        if not params.structural:
             return [np.zeros(0, np.int32)] * len(texts)
-        return self.kg.link_queries(texts, self.query_linking)
+        return self.knowledge_graph_.link_queries(texts, params.query_linking)
 
-    def _recall(self, batch: QueryBatch) -> np.ndarray:
-        if self.recall == "hybrid":
-            ids, _ = hybrid_ranking(batch, self.n_recall, depth=self.n_recall)
+    def _recall(self, batch: QueryBatch, params: DMARSearch) -> np.ndarray:
+        """Step 1: the ``candidate_depth`` candidates (BM25, or the dense + BM25 RRF)."""
+        if params.candidate_source == "hybrid":
+            ids, _ = hybrid_ranking(batch, params.candidate_depth, depth=params.candidate_depth)
         else:
-            ids, _ = batch.bm25_topk(self.n_recall)
+            ids, _ = batch.bm25_topk(params.candidate_depth)
         return ids
 
-    def _dual_path(self, batch: QueryBatch, cand: np.ndarray, linked: list[np.ndarray], timer: StageTimer,
-                   only_raw: bool = False) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
+    def _dual_path(self, batch: QueryBatch, cand: np.ndarray, linked: list[np.ndarray], params: DMARSearch,
+                   timer: StageTimer, only_raw: bool = False) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
         """Raw semantic / structural / lexical scores of candidates ``cand`` [B, C]; fused unless ``only_raw``."""
         with timer("fusion"):
             valid = cand >= 0
             Xc = self.components.dense.rows(np.where(valid, cand, 0))
             sem = np.einsum("bcd,bd->bc", Xc, batch.Q)
             raw = {"sem": sem, "struct": np.zeros_like(sem), "struct_ok": np.zeros_like(valid),
-                   "lex": batch.bm25_of(cand) if self.lexical else np.zeros_like(sem)}
-        if self.structural and self.kg.n_entities:
+                   "lex": batch.bm25_of(cand) if params.bm25_weight else np.zeros_like(sem)}
+        if params.structural and self.knowledge_graph_.n_entities:
             raw["struct"], raw["struct_ok"] = structural_scores(
-                self.kg, self.subgraph_emb, cand, linked, self.lam, self.T, self.seed, self.shapley_mode,
-                self.device, timer)
+                self.knowledge_graph_, self.subgraph_emb_, cand, linked, params.shapley_lambda,
+                params.shapley_samples, params.random_state, params.shapley_mode, self.device, timer)
         if only_raw:
             return None, raw
         with timer("fusion"):
-            fused = self._fuse(batch.Q, cand, raw, linked)
+            fused = self._fuse(batch.Q, cand, raw, linked, params)
         return fused, raw
 
-    def _fuse(self, Q: np.ndarray, cand: np.ndarray, raw: dict[str, np.ndarray], linked: list[np.ndarray]
-              ) -> np.ndarray:
+    def _fuse(self, Q: np.ndarray, cand: np.ndarray, raw: dict[str, np.ndarray], linked: list[np.ndarray],
+              params: DMARSearch) -> np.ndarray:
         valid = cand >= 0
         z_sem = zscore(raw["sem"], valid)
         z_struct = zscore(raw["struct"], valid & raw["struct_ok"])
-        if self.gate:
-            w = self.gate_mlp.weights(Q, self.components.dense.rows(np.where(valid, cand, 0)))
+        if params.gate:
+            w = self.gate_.weights(Q, self.components.dense.rows(np.where(valid, cand, 0)))
             alpha, beta = w[..., 0], w[..., 1]
         else:
             alpha = beta = np.full(cand.shape, 0.5, np.float32)
         # structural path off → only the semantic path counts
-        fused = np.where(self._query_ok(linked), alpha * z_sem + beta * z_struct, z_sem)
-        if self.lexical:
-            fused = fused + self.lexical * zscore(raw["lex"], valid)
+        fused = np.where(self._query_ok(linked, params), alpha * z_sem + beta * z_struct, z_sem)
+        if params.bm25_weight:
+            fused = fused + params.bm25_weight * zscore(raw["lex"], valid)
         return fused.astype(np.float32)
 
-    def _anchors(self, cand: np.ndarray, fused: np.ndarray) -> np.ndarray:
-        """Top-m fused candidates, or an MMR selection when ``mmr > 0``."""
+    def _anchors(self, cand: np.ndarray, fused: np.ndarray, params: DMARSearch) -> np.ndarray:
+        """Step 3: the top ``anchors`` fused candidates, or an MMR selection when ``mmr > 0``."""
         fused = np.where(cand >= 0, fused, -np.inf)
-        m = min(self.anchors, cand.shape[1])
-        if self.mmr <= 0 or m == 1:
+        m = min(params.anchors, cand.shape[1])
+        if params.mmr <= 0 or m == 1:
             cols, _ = topk_rows(fused, m)
         else:
             B, C = cand.shape
@@ -407,7 +416,7 @@ class DMAR(Pipeline):
             penalty = np.zeros((B, C), np.float32)
             score = fused.copy()
             for j in range(m):  # m greedy steps, vectorised over the batch and candidates
-                pick = np.argmax(score - self.mmr * penalty, axis=1)
+                pick = np.argmax(score - params.mmr * penalty, axis=1)
                 ok = np.isfinite(score[np.arange(B), pick])
                 cols[:, j] = np.where(ok, pick, -1)
                 sim = np.einsum("bcd,bd->bc", Xc, Xc[np.arange(B), pick])
@@ -415,14 +424,16 @@ class DMAR(Pipeline):
                 score[np.arange(B), pick] = -np.inf
         return np.where(cols >= 0, np.take_along_axis(cand, np.maximum(cols, 0), 1), PAD_ID)
 
-    def _reformulate(self, Q: np.ndarray, texts: Sequence[str], anchors: np.ndarray) -> np.ndarray:
-        if not self.reformulate:
+    def _reformulate(self, Q: np.ndarray, texts: Sequence[str], anchors: np.ndarray, params: DMARSearch
+                     ) -> np.ndarray:
+        """Step 4: Q′, the rule's (the query moved toward the anchors) or the generator's text embedded."""
+        if not params.reformulate:
             return Q
-        if getattr(self, "_generator_key", self) is not self.generator:
-            self._generator_fn, self._generator_key = resolve_generator(self.generator), self.generator
+        if getattr(self, "_generator_key", self) is not params.generator:
+            self._generator_fn, self._generator_key = resolve_generator(params.generator), params.generator
         gen = self._generator_fn
         if gen is None:
-            return rule_vectors(Q, self.X, anchors, self.shift)
+            return rule_vectors(Q, self.components.X, anchors, params.shift)
         if self.components.embedder is None:
             raise InputError("a reformulation generator needs the index's embedder to embed Q′")
         new_texts = generate_texts(gen, texts, anchor_snippets(self.components.corpus, anchors))

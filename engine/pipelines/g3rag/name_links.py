@@ -33,7 +33,7 @@ from ...storage import check_finite, check_ids, check_indptr
 
 def group_pairs(indptr: np.ndarray, members: np.ndarray, max_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """All ordered pairs (a, b), a ≠ b, of members within each group of size 2..max_size,
-    with the group's size: vectorised by repeats (cost = Σ |g|² over kept groups)."""
+    with the group's size: vectorised by repeats (cost = ``Σ |g|²`` over kept groups)."""
     sizes = np.diff(indptr)
     keep = (sizes >= 2) & (sizes <= max_size)
     starts, sz = indptr[:-1][keep], sizes[keep]

@@ -10,7 +10,7 @@ of the rows' supports, whatever N is.
 A row's values never depend on the other rows of its batch: every operation is row-wise, and a
 sum over a row adds the same non-zero terms whatever other columns the union holds (float
 summation order aside: pairwise sums over a longer row may round the last bit differently,
-which :data:`~hopgraph.engine.pipelines.stitch.pipeline.SUPPORT_RTOL` keeps out of any decision).
+which :data:`~hopgraph.engine.pipelines.stitch.walk.SUPPORT_RTOL` keeps out of any decision).
 """
 from __future__ import annotations
 

@@ -86,13 +86,13 @@ def test_client_results_equal_index_search(client, index, pipeline):
 
 def test_query_time_params_per_request(http, index):
     qs = questions(3)
-    r = post(http, {"queries": qs, "pipeline": "hybrid", "k": 4, "params": {"depth": 3, "rrf_k": 10}})
+    r = post(http, {"queries": qs, "pipeline": "hybrid", "k": 4, "params": {"fusion_depth": 3, "rrf_k": 10}})
     assert r.status_code == 200, r.text
-    want = index.search(qs, pipeline="hybrid", k=4, depth=3, rrf_k=10)
+    want = index.search(qs, pipeline="hybrid", k=4, fusion_depth=3, rrf_k=10)
     assert [[h["id"] for h in res["hits"]] for res in r.json()["results"]] == [[h.id for h in w] for w in want]
     assert want != index.search(qs, pipeline="hybrid", k=4)
     info = http.get("/info").json()
-    assert info["query_params"]["hybrid"] == {"depth": "an integer >= 1", "rrf_k": "an integer >= 1"}
+    assert info["query_params"]["hybrid"] == {"fusion_depth": "an integer >= 1", "rrf_k": "an integer >= 1"}
 
 
 def test_embedding_queries_equal_index_search(client, index):
@@ -200,12 +200,12 @@ def _detail(r: httpx.Response) -> str:
     ({"queries": "q", "pipeline": "dense"}, 422, "queries: Input should be a valid list"),
     ({"queries": ["q"], "pipeline": "dense", "top_k": 3}, 422, "top_k: Extra inputs are not permitted"),
     ([1, 2], 422, "the request body must be a JSON object"),
-    ({"queries": ["q"], "pipeline": "hybrid", "params": {"depth": 0}}, 422,
-     "params: hybrid: parameter 'depth' must be an integer >= 1, got 0"),
+    ({"queries": ["q"], "pipeline": "hybrid", "params": {"fusion_depth": 0}}, 422,
+     "params: hybrid: parameter 'fusion_depth' must be an integer >= 1, got 0"),
     ({"queries": ["q"], "pipeline": "hybrid", "params": {"dpeth": 3}}, 422,
-     "params: hybrid: unknown parameter(s) 'dpeth'; known: rrf_k, depth"),
+     "params: hybrid: unknown search parameter(s) 'dpeth'; known: rrf_k, fusion_depth"),
     ({"queries": ["q"], "pipeline": "bm25", "params": {"k1": 1.0}}, 422,
-     "params: 'k1' of 'bm25' are fit-time parameters"),
+     "params: bm25: 'k1' are fit parameters"),
     ({"queries": ["q"], "pipeline": "hybrid", "params": []}, 422, "params: Input should be a valid dictionary"),
 ])
 def test_bad_request_limits(http, body, status, message):

@@ -155,7 +155,7 @@ def test_cli_fields_chunking_warning_and_grouped_search(tmp_path, capsys):
 
 
 def test_cli_prints_the_length_warning_as_one_line(tmp_path, capsys, monkeypatch):
-    import hopgraph.index as index_module
+    import hopgraph.index.build as index_module
 
     monkeypatch.setattr(index_module, "resolve_embedder", lambda name, *a, **k: LimitedEmbedder())
     p = tmp_path / "c.jsonl"

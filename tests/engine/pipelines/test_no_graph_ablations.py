@@ -9,7 +9,8 @@ import numpy as np
 from hopgraph.demo import DEMO_QUESTIONS
 from hopgraph.engine.pipelines.dmar.pipeline import DMAR
 from hopgraph.engine.pipelines.g3rag.pipeline import G3RAG
-from hopgraph.engine.pipelines.stitch.pipeline import STITCH, normalise_max
+from hopgraph.engine.pipelines.stitch import STITCH
+from hopgraph.engine.pipelines.stitch.walk import normalise_max
 
 QUESTIONS = list(DEMO_QUESTIONS[:4])  # they name entities of the demo corpus (DMAR links them)
 
@@ -23,8 +24,8 @@ def test_every_graph_pipeline_has_a_no_graph_ablation():
 def test_stitch_no_graph_ranks_by_relevance_alone(demo_corpus, hashing_embedder):
     X = hashing_embedder.encode(demo_corpus.embedding_texts())
     Q = hashing_embedder.encode(QUESTIONS)
-    pipe = STITCH(device="cpu").fit(X, demo_corpus, hashing_embedder)
-    v = pipe.variant(**STITCH.ablations["no_graph"])
+    pipe = STITCH(settings={"device": "cpu"}).fit(X, demo_corpus, hashing_embedder)
+    v = pipe.with_search_defaults(**STITCH.ablations["no_graph"])
     batch = v.components.batch(Q, QUESTIONS)
     want = normalise_max(v.relevance_rows(batch).dense())
     np.testing.assert_allclose(v.scores(Q, QUESTIONS), want, rtol=1e-6, atol=1e-7)
@@ -35,8 +36,8 @@ def test_dmar_no_graph_drops_the_structural_path(demo_corpus, hashing_embedder):
     X = hashing_embedder.encode(demo_corpus.embedding_texts())
     Q = hashing_embedder.encode(QUESTIONS)
     pipe = DMAR(gnn_steps=5).fit(X, demo_corpus, hashing_embedder)
-    got = pipe.variant(**DMAR.ablations["no_graph"]).search(Q, 5, query_texts=QUESTIONS)
-    want = pipe.variant(structural=False, bridge=0.0).search(Q, 5, query_texts=QUESTIONS)
+    got = pipe.with_search_defaults(**DMAR.ablations["no_graph"]).search(Q, 5, query_texts=QUESTIONS)
+    want = pipe.with_search_defaults(structural=False, bridge=0.0).search(Q, 5, query_texts=QUESTIONS)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_allclose(got[1], want[1])
     default = pipe.search(Q, 5, query_texts=QUESTIONS)

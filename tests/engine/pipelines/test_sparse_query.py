@@ -58,12 +58,12 @@ def test_hybrid_equals_dense_reference(demo_index):
     for allowed in (None, np.arange(n) % 3 != 0):
         for top_k in (1, 5, n + 3):
             batch = comp.batch(Q, qs, allowed)
-            d_ids, _ = batch.dense_topk(max(pipe.depth, top_k))
-            b_ids, _ = batch.bm25_topk(max(pipe.depth, top_k))
-            fused = reciprocal_rank_fusion([d_ids, b_ids], n, k=pipe.rrf_k)
+            d_ids, _ = batch.dense_topk(max(pipe.search_defaults.fusion_depth, top_k))
+            b_ids, _ = batch.bm25_topk(max(pipe.search_defaults.fusion_depth, top_k))
+            fused = reciprocal_rank_fusion([d_ids, b_ids], n, k=pipe.search_defaults.rrf_k)
             fused[fused == 0] = -np.inf
             ref_ids, ref_scores = topk_rows(fused, top_k)
-            ids, scores = pipe.search(Q, top_k, qs, allowed)
+            ids, scores = pipe.search(Q, top_k, qs, allowed=allowed)
             np.testing.assert_array_equal(ids, ref_ids)
             np.testing.assert_array_equal(scores, ref_scores)
 
@@ -86,25 +86,25 @@ def test_bm25_at_candidates_equals_full_rows(demo_index, rng):
 def _reference_prior(pipe, batch) -> np.ndarray:
     import torch
 
-    from hopgraph.engine.pipelines.stitch.pipeline import normalise_rows
+    from hopgraph.engine.pipelines.stitch.walk import normalise_rows
     from hopgraph.kernels import call
 
-    H, Q = pipe.H, batch.Q
+    H, Q = pipe.hypergraph_, batch.Q
     as_t = lambda a, dt=torch.int64: torch.as_tensor(np.array(a), dtype=dt)  # noqa: E731
     inc_edge = np.repeat(np.arange(H.n_edges), np.diff(np.asarray(H.edge_indptr)))
     text_sim = torch.from_numpy(np.ascontiguousarray(Q @ np.asarray(H.text_emb, np.float32).T))
     node_sim = text_sim[:, as_t(H.node_text)]
     S = text_sim[:, as_t(H.edge_text)].clamp_min(0.0)
-    if pipe.delta_mode == "relative":
-        thr = pipe.delta * node_sim.max(dim=1, keepdim=True).values.clamp_min(1e-6)
+    if pipe.search_defaults.delta_mode == "relative":
+        thr = pipe.search_defaults.delta * node_sim.max(dim=1, keepdim=True).values.clamp_min(1e-6)
     else:
-        thr = pipe.delta
+        thr = pipe.search_defaults.delta
     A = torch.where((node_sim >= thr) & (node_sim > 0), node_sim, torch.zeros_like(node_sim))
     channels = [A]
-    if pipe.spatial:
+    if pipe.search_defaults.spatial:
         channels.append(call("hyperedge_max_propagate", A, S, as_t(H.edge_indptr), as_t(H.edge_nodes, torch.int32),
                              as_t(H.node_indptr), as_t(H.node_incidence, torch.int32), device="cpu"))
-    if pipe.temporal:
+    if pipe.search_defaults.temporal:
         chunk_sim = torch.from_numpy(np.maximum(batch.cosine(), 0.0))
         best_edge = torch.zeros_like(A).scatter_reduce(1, as_t(H.edge_nodes).expand(len(A), -1), S[:, as_t(inc_edge)],
                                                       "amax")
@@ -121,11 +121,11 @@ def _reference_prior(pipe, batch) -> np.ndarray:
 
 def _reference_scores(pipe, batch) -> np.ndarray:
     from hopgraph.engine.pipelines.hybrid import hybrid_ranking
-    from hopgraph.engine.pipelines.stitch.pipeline import HYBRID_DEPTH, SUPPORT_RTOL, normalise_max, normalise_rows
+    from hopgraph.engine.pipelines.stitch.walk import HYBRID_DEPTH, SUPPORT_RTOL, normalise_max, normalise_rows
     from hopgraph.kernels import call
 
     n = len(pipe.X)
-    if pipe.params.relevance == "dense":
+    if pipe.search_defaults.relevance == "dense":
         rel = np.maximum(batch.cosine(), 0.0)
     else:
         ids, sc = hybrid_ranking(batch, HYBRID_DEPTH, depth=HYBRID_DEPTH)
@@ -134,23 +134,23 @@ def _reference_scores(pipe, batch) -> np.ndarray:
         rel[rows[ids >= 0], ids[ids >= 0]] = sc[ids >= 0]
     batch.mask_prior(rel)
     p = _reference_prior(pipe, batch)
-    if pipe.prior_mix > 0:
+    if pipe.search_defaults.prior_mix > 0:
         r = np.zeros_like(p)
-        top = np.argsort(-rel, axis=1, kind="stable")[:, :pipe.seed_k]
+        top = np.argsort(-rel, axis=1, kind="stable")[:, :pipe.search_defaults.n_seeds]
         np.put_along_axis(r, top, np.take_along_axis(rel, top, axis=1), axis=1)
-        p = (1 - pipe.prior_mix) * p + pipe.prior_mix * normalise_rows(r)
+        p = (1 - pipe.search_defaults.prior_mix) * p + pipe.search_defaults.prior_mix * normalise_rows(r)
     if batch.allowed is not None:
         p = np.where(batch.allowed[None, :], p, 0.0)
         p = p / p.sum(1, keepdims=True)
     region = (p > 0) & (p >= SUPPORT_RTOL * p.max(1, keepdims=True))
     P = pipe.transition.to_scipy()
     adj = ((P + P.T) != 0).astype(np.float32)
-    for _ in range(pipe.region_hops):
+    for _ in range(pipe.search_defaults.region_hops):
         region = region | (np.asarray(adj @ region.T.astype(np.float32)).T > 0)
-    pi, _ = call("batched_ppr", pipe.transition, p, d=pipe.d, tol=pipe.tol, max_iter=pipe.max_iter, region=region,
+    pi, _ = call("batched_ppr", pipe.transition, p, d=pipe.search_defaults.damping, tol=pipe.search_defaults.tol, max_iter=pipe.search_defaults.max_iter, region=region,
                  device="cpu")
     pi = pi.numpy()
-    return ((1 - pipe.balance) * normalise_max(pi) + pipe.balance * normalise_max(rel)).astype(np.float32)
+    return ((1 - pipe.search_defaults.balance) * normalise_max(pi) + pipe.search_defaults.balance * normalise_max(rel)).astype(np.float32)
 
 
 @pytest.mark.parametrize("overrides", [{}, {"region_hops": 0}, {"region_hops": 2}, {"relevance": "dense"},
@@ -163,13 +163,13 @@ def test_stitch_equals_dense_reference(demo_index, overrides):
     qs = _questions()
     Q = demo_index.embed_queries(qs)
     # the reference is the ranking before the title bridge (tests/test_title_bridge.py checks that step)
-    pipe = demo_index.pipeline("stitch").variant(match_k=10**6, bridge=0.0, **overrides)
+    pipe = demo_index.pipeline("stitch").with_search_defaults(description_depth=10**6, bridge=0.0, **overrides)
     n = len(comp.X)
     for allowed in (None, np.arange(n) % 4 != 1):
         batch = comp.batch(Q, qs, allowed)
         ref = batch.mask_scores(_reference_scores(pipe, batch))
         ref_ids, ref_scores = topk_rows(ref, 8)
-        ids, scores = pipe.search(Q, 8, qs, allowed)
+        ids, scores = pipe.search(Q, 8, qs, allowed=allowed)
         np.testing.assert_array_equal(ids, ref_ids)
         np.testing.assert_allclose(scores, ref_scores, rtol=0, atol=1e-5)
 
@@ -179,7 +179,7 @@ def test_stitch_prior_equals_dense_reference(demo_index):
     qs = _questions()
     Q = demo_index.embed_queries(qs)
     for overrides in ({}, {"delta_mode": "absolute", "delta": 0.2}, {"delta_mode": "absolute", "delta": 0.99}):
-        pipe = demo_index.pipeline("stitch").variant(match_k=10**6, **overrides)
+        pipe = demo_index.pipeline("stitch").with_search_defaults(description_depth=10**6, **overrides)
         batch = comp.batch(Q, qs)
         np.testing.assert_allclose(pipe.prior(batch), _reference_prior(pipe, batch), rtol=1e-5, atol=1e-9)
 
@@ -188,11 +188,11 @@ def test_local_walk_equals_full_walk_on_the_region(demo_index, rng):
     """The sink-closed sub-graph (``local_transition``) walks as the kernel on the full P with the
     region as mask: mass leaving the region dropped, dangling chunks keeping theirs."""
     from hopgraph.engine.pipelines.stitch.local_rows import LocalRows
-    from hopgraph.engine.pipelines.stitch.pipeline import SUPPORT_RTOL
+    from hopgraph.engine.pipelines.stitch.walk import SUPPORT_RTOL
     from hopgraph.kernels import call
 
-    pipe = demo_index.pipeline("stitch").variant(region_hops=0)
-    n = pipe.H.n_chunks
+    pipe = demo_index.pipeline("stitch").with_search_defaults(region_hops=0)
+    n = pipe.hypergraph_.n_chunks
     p = np.where(rng.random((6, n)) < 0.15, rng.random((6, n)), 0.0)
     p[0] = 0.0
     p[0, :3] = 1.0
@@ -200,7 +200,7 @@ def test_local_walk_equals_full_walk_on_the_region(demo_index, rng):
     p[5] = 0.0  # an empty row walks nowhere
     pi = pipe.walk(LocalRows.full(p).on(np.flatnonzero(p.any(0)))).dense()
     region = (p > 0) & (p >= SUPPORT_RTOL * p.max(1, keepdims=True))
-    ref, _ = call("batched_ppr", pipe.transition, p, d=pipe.d, tol=pipe.tol, region=region, device="cpu")
+    ref, _ = call("batched_ppr", pipe.transition, p, d=pipe.search_defaults.damping, tol=pipe.search_defaults.tol, region=region, device="cpu")
     np.testing.assert_allclose(pi, ref.numpy(), rtol=1e-6, atol=1e-9)
 
 
@@ -214,7 +214,7 @@ def test_filters_give_k_allowed_results(demo_index, name):
     for n_pass, k in ((5, 5), (n // 2, 8), (3, 5)):
         allowed = np.zeros(n, bool)
         allowed[np.random.default_rng(n_pass).choice(n, n_pass, replace=False)] = True
-        ids, scores = pipe.search(Q, k, qs, allowed)
+        ids, scores = pipe.search(Q, k, qs, allowed=allowed)
         got = ids >= 0
         assert allowed[ids[got]].all()
         if name != "hybrid" and name != "dmar":  # graph pipelines rank every allowed passage

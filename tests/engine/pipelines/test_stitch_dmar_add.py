@@ -55,7 +55,7 @@ def stitch_pair(demo_corpus):
     embedder = CountingEmbedder(64)
     grown = Index.build(part(demo_corpus, 0, SPLIT), embedder=embedder, pipelines=["stitch", "ppr_binary"],
                         progress=False)
-    old_emb = np.array(grown.pipelines["stitch"].H.text_emb)
+    old_emb = np.array(grown.pipelines["stitch"].hypergraph_.text_emb)
     embedder.seen = []
     grown.add(part(demo_corpus, SPLIT, len(demo_corpus)))
     fresh = Index.build(demo_corpus, embedder=HashingEmbedder(64), pipelines=["stitch", "ppr_binary"],
@@ -66,17 +66,17 @@ def stitch_pair(demo_corpus):
 @pytest.mark.parametrize("pipeline", ["stitch", "ppr_binary"])
 def test_stitch_add_equals_a_fresh_fit(stitch_pair, pipeline):
     grown, fresh, _, _ = stitch_pair
-    same_hypergraph(grown.pipelines[pipeline].H, fresh.pipelines[pipeline].H)
+    same_hypergraph(grown.pipelines[pipeline].hypergraph_, fresh.pipelines[pipeline].hypergraph_)
     same_ids(grown, fresh, pipeline)
     for variant in ({"localise": False}, {"ppr": False}):
-        assert np.array_equal(grown.pipelines[pipeline].variant(**variant).search(
-            fresh.embedder.encode(QUESTIONS), 5, QUESTIONS)[0], fresh.pipelines[pipeline].variant(**variant).search(
+        assert np.array_equal(grown.pipelines[pipeline].with_search_defaults(**variant).search(
+            fresh.embedder.encode(QUESTIONS), 5, QUESTIONS)[0], fresh.pipelines[pipeline].with_search_defaults(**variant).search(
             fresh.embedder.encode(QUESTIONS), 5, QUESTIONS)[0])
 
 
 def test_stitch_add_embeds_only_new_texts(stitch_pair, demo_corpus):
     grown, _, old_emb, seen = stitch_pair
-    H = grown.pipelines["stitch"].H
+    H = grown.pipelines["stitch"].hypergraph_
     new_emb_texts = demo_corpus.embedding_texts(SPLIT)
     texts = grown.components.extraction().texts
     assert np.array_equal(np.asarray(H.text_emb)[:len(old_emb)], old_emb)  # old rows kept as they were
@@ -108,11 +108,11 @@ def test_stitch_add_before_and_after_compact():
     index.add(new)
     fresh = Index.build(old + new, embedder=embedder, pipelines=["stitch", "ppr_binary"], progress=False)
     for name in ("stitch", "ppr_binary"):
-        H, F = index.pipelines[name].H, fresh.pipelines[name].H
+        H, F = index.pipelines[name].hypergraph_, fresh.pipelines[name].hypergraph_
         assert H.n_nodes == F.n_nodes + 1 and "traditional" in H.names() and "traditional" not in F.names()
     index.compact()
     for name in ("stitch", "ppr_binary"):
-        same_hypergraph(index.pipelines[name].H, fresh.pipelines[name].H)
+        same_hypergraph(index.pipelines[name].hypergraph_, fresh.pipelines[name].hypergraph_)
         same_ids(index, fresh, name, ["Who sings traditional songs of Kora Town?", "Lena Ward"], k=3)
 
 
@@ -127,9 +127,9 @@ def test_stitch_add_after_load(tmp_path, demo_corpus):
     fresh = Index.build(demo_corpus, embedder=embedder, pipelines=["stitch", "ppr_binary", "dmar"],
                         params={"dmar": {"gnn_steps": 0}}, progress=False)
     for name in ("stitch", "ppr_binary"):
-        same_hypergraph(index.pipelines[name].H, fresh.pipelines[name].H)
+        same_hypergraph(index.pipelines[name].hypergraph_, fresh.pipelines[name].hypergraph_)
         same_ids(index, fresh, name)
-    np.testing.assert_array_equal(index.pipelines["dmar"].subgraph_emb, fresh.pipelines["dmar"].subgraph_emb)
+    np.testing.assert_array_equal(index.pipelines["dmar"].subgraph_emb_, fresh.pipelines["dmar"].subgraph_emb_)
     same_ids(index, fresh, "dmar")
 
 
@@ -160,30 +160,30 @@ def test_dmar_add_equals_a_fresh_fit_with_the_same_encoder(demo_corpus, monkeypa
     index = Index.build(part(demo_corpus, 0, SPLIT), embedder=embedder, pipelines=["dmar"], params=params,
                         progress=False)
     pipe = index.pipelines["dmar"]
-    weights = {k: v.clone() for k, v in pipe.encoder.state_dict().items()}
-    gate = pipe.gate_mlp
+    weights = {k: v.clone() for k, v in pipe.encoder_.state_dict().items()}
+    gate = pipe.gate_
     calls = encoded_ids(monkeypatch)
     index.add(part(demo_corpus, SPLIT, len(demo_corpus)))
     pipe = index.pipelines["dmar"]
-    assert pipe.gate_mlp is gate  # kept
-    assert all(torch.equal(v, weights[k]) for k, v in pipe.encoder.state_dict().items())  # not retrained
+    assert pipe.gate_ is gate  # kept
+    assert all(torch.equal(v, weights[k]) for k, v in pipe.encoder_.state_dict().items())  # not retrained
     fresh = Index.build(demo_corpus, embedder=embedder, pipelines=["dmar"], params=params, progress=False)
     ref = fresh.pipelines["dmar"]
-    same_kg(pipe.kg, ref.kg)
+    same_kg(pipe.knowledge_graph_, ref.knowledge_graph_)
     # the fresh fit trained other weights: give it the added index's encoder and re-encode everything
-    ref.encoder = copy.deepcopy(pipe.encoder)
-    ref.subgraph_emb = encode_all(ref.encoder, ref.kg.ego, ref.kg.adj, entity_features(ref.kg.passage_entities, ref.X))
-    np.testing.assert_allclose(pipe.subgraph_emb, ref.subgraph_emb, atol=1e-6)
+    ref.encoder_ = copy.deepcopy(pipe.encoder_)
+    ref.subgraph_emb_ = encode_all(ref.encoder_, ref.knowledge_graph_.ego, ref.knowledge_graph_.adj, entity_features(ref.knowledge_graph_.passage_entities, ref.X))
+    np.testing.assert_allclose(pipe.subgraph_emb_, ref.subgraph_emb_, atol=1e-6)
     same_ids(index, fresh, "dmar")
     # only the changed subgraphs were encoded again, and some were not
-    assert len(calls) == 1 and 0 < len(calls[0]) < pipe.kg.n_entities
+    assert len(calls) == 1 and 0 < len(calls[0]) < pipe.knowledge_graph_.n_entities
     # compact() retrains on the grown corpus: a build from scratch
     index.compact()
     fresh = Index.build(demo_corpus, embedder=embedder, pipelines=["dmar"], params=params, progress=False)
     new, ref = index.pipelines["dmar"], fresh.pipelines["dmar"]
-    same_kg(new.kg, ref.kg)
-    assert all(torch.equal(v, ref.encoder.state_dict()[k]) for k, v in new.encoder.state_dict().items())
-    np.testing.assert_array_equal(new.subgraph_emb, ref.subgraph_emb)
+    same_kg(new.knowledge_graph_, ref.knowledge_graph_)
+    assert all(torch.equal(v, ref.encoder_.state_dict()[k]) for k, v in new.encoder_.state_dict().items())
+    np.testing.assert_array_equal(new.subgraph_emb_, ref.subgraph_emb_)
     same_ids(index, fresh, "dmar")
 
 
@@ -197,8 +197,8 @@ def test_dmar_add_without_training_equals_a_fresh_fit(demo_corpus):
                             progress=False)
         index.add(part(demo_corpus, split, len(demo_corpus)))
         fresh = Index.build(demo_corpus, embedder=embedder, pipelines=["dmar"], params=params, progress=False)
-        same_kg(index.pipelines["dmar"].kg, fresh.pipelines["dmar"].kg)
-        np.testing.assert_array_equal(index.pipelines["dmar"].subgraph_emb, fresh.pipelines["dmar"].subgraph_emb)
+        same_kg(index.pipelines["dmar"].knowledge_graph_, fresh.pipelines["dmar"].knowledge_graph_)
+        np.testing.assert_array_equal(index.pipelines["dmar"].subgraph_emb_, fresh.pipelines["dmar"].subgraph_emb_)
         same_ids(index, fresh, "dmar")
 
 
@@ -210,6 +210,7 @@ def test_changed_subgraphs_marks_what_the_encoder_reads():
     import scipy.sparse as sp
 
     from hopgraph.engine.pipelines.dmar.knowledge_graph import top_per_row
+    from hopgraph.engine.sparse import csr_from_scipy
 
     def graph(edges, E, ego_size=3):
         a, b, w = (np.asarray(x) for x in zip(*edges))
@@ -217,11 +218,11 @@ def test_changed_subgraphs_marks_what_the_encoder_reads():
         ptr, idx = top_per_row(adj.indptr.astype(np.int64), adj.indices, adj.data, ego_size - 1)
         rows = np.r_[np.arange(E), np.repeat(np.arange(E), np.diff(ptr))]
         ego = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, np.r_[np.arange(E), idx])), shape=(E, E))
-        return ego, adj
+        return csr_from_scipy(ego), csr_from_scipy(adj)
 
     def links(pairs, N, E):  # (passage, entity) pairs -> passage_entities [N, E]
         p, e = (np.asarray(x) for x in zip(*pairs))
-        return sp.csr_matrix((np.ones(len(p), np.float32), (p, e)), shape=(N, E))
+        return csr_from_scipy(sp.csr_matrix((np.ones(len(p), np.float32), (p, e)), shape=(N, E)))
 
     changed = gnn.changed_subgraphs
     path = [(0, 1, 1), (1, 2, 1), (2, 3, 1)]
@@ -247,5 +248,5 @@ def test_changed_subgraphs_marks_what_the_encoder_reads():
     ego5, adj5 = graph([(0, 1, 1), (1, 2, 1)], 3)
     ego6, adj6 = graph([(0, 1, 1), (1, 2, 1), (0, 2, 1)], 3)
     pe5 = links([(i, i) for i in range(3)], 3, 3)
-    assert (ego5[1] != ego6[1]).nnz == 0
+    assert (ego5.to_scipy()[1] != ego6.to_scipy()[1]).nnz == 0
     assert changed(ego5, adj5, pe5, ego6, adj6, pe5, np.arange(3)).tolist() == [True, True, True]

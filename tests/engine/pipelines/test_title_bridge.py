@@ -9,8 +9,9 @@ from hopgraph.demo import DEMO_QUESTIONS
 from hopgraph.engine.params import InvalidParameter
 from hopgraph.engine.pipelines.dmar.pipeline import DMAR
 from hopgraph.engine.pipelines.g3rag.pipeline import G3RAG
-from hopgraph.engine.pipelines.stitch.pipeline import PPRBinary, STITCH
-from hopgraph.engine.components.title_mentions import TitleMentions, bridge_rerank
+from hopgraph.engine.pipelines.stitch import PPRBinary, STITCH
+from hopgraph.engine.components.title_mentions import TitleMentions
+from hopgraph.engine.pipelines.title_bridge import bridge_rerank
 
 QUESTIONS = list(DEMO_QUESTIONS)
 
@@ -29,7 +30,7 @@ def test_mention_graph_matches_titles_and_their_base_form():
 
 
 def test_rerank_lifts_and_adds_the_passages_the_best_passage_mentions():
-    M = TitleMentions(np.array([0, 2, 2, 2, 2, 2, 2]), np.array([4, 5]))  # passage 0 mentions 4 and 5
+    M = TitleMentions.from_indices(np.array([0, 2, 2, 2, 2, 2, 2]), np.array([4, 5]))  # passage 0 mentions 4 and 5
     ids = np.array([[0, 1, 2, 3, 4]])
     scores = np.array([[1.0, 0.9, 0.8, 0.7, 0.0]], np.float32)
     got, s = bridge_rerank(M, ids, scores, 3, weight=0.4, seeds=1)
@@ -52,7 +53,7 @@ def test_rerank_lifts_and_adds_the_passages_the_best_passage_mentions():
 def fitted(demo_corpus, hashing_embedder):
     X = hashing_embedder.encode(demo_corpus.embedding_texts())
     Q = hashing_embedder.encode(QUESTIONS)
-    pipes = [G3RAG().fit(X, demo_corpus, hashing_embedder), STITCH(device="cpu").fit(X, demo_corpus, hashing_embedder),
+    pipes = [G3RAG().fit(X, demo_corpus, hashing_embedder), STITCH(settings={"device": "cpu"}).fit(X, demo_corpus, hashing_embedder),
              DMAR(gnn_steps=5).fit(X, demo_corpus, hashing_embedder)]
     return pipes, Q
 
@@ -64,11 +65,11 @@ def test_every_graph_pipeline_ends_with_the_bridge(fitted):
     for pipe in pipes:
         assert type(pipe).ablations["no_bridge"] == {"bridge": 0.0}
         assert type(pipe).ablations["no_graph"]["bridge"] == 0.0
-        assert type(pipe).Params.published().bridge == 0.0
-        off = pipe.variant(bridge=0.0)
+        assert type(pipe).SearchParams.published().bridge == 0.0
+        off = pipe.with_search_defaults(bridge=0.0)
         ids, scores = pipe.search(Q, 5, query_texts=QUESTIONS)
-        lst = off.search(Q, pipe.bridge_depth, query_texts=QUESTIONS)
-        want = bridge_rerank(pipe.components.title_mentions(), *lst, 5, pipe.bridge, pipe.bridge_seeds)
+        lst = off.search(Q, pipe.search_defaults.bridge_depth, query_texts=QUESTIONS)
+        want = bridge_rerank(pipe.components.title_mentions(), *lst, 5, pipe.search_defaults.bridge, pipe.search_defaults.bridge_seeds)
         np.testing.assert_array_equal(ids, want[0], err_msg=pipe.name)
         np.testing.assert_allclose(scores, want[1], err_msg=pipe.name)
         assert (ids != off.search(Q, 5, query_texts=QUESTIONS)[0]).any(), pipe.name
@@ -88,7 +89,7 @@ def test_bridge_respects_filters_and_batches(fitted):
 
 
 def test_bridge_parameters_are_checked_and_off_for_ppr_binary():
-    assert PPRBinary.Params().bridge == 0.0 and STITCH.Params().bridge == 0.4
+    assert PPRBinary.SearchParams().bridge == 0.0 and STITCH.SearchParams().bridge == 0.4
     for cls, bad in ((G3RAG, {"bridge": -0.1}), (STITCH, {"bridge_seeds": 0}), (DMAR, {"bridge_depth": 0})):
         with pytest.raises(InvalidParameter, match=next(iter(bad))):
             cls(**bad)
@@ -115,9 +116,9 @@ def test_mention_graph_is_saved_and_not_rebuilt_on_load(tmp_path, demo_corpus, m
     got, _ = back.search_arrays(texts, pipeline="g3rag", k=5)
     np.testing.assert_array_equal(got, want)
     M = back.components.title_mentions()
-    np.testing.assert_array_equal(M.indptr, built.indptr)
-    np.testing.assert_array_equal(M.indices, built.indices)
-    assert isinstance(M.indices, np.memmap)  # read with plain reads by rows(), never through the mapping
+    np.testing.assert_array_equal(M.graph.indptr, built.graph.indptr)
+    np.testing.assert_array_equal(M.graph.indices, built.graph.indices)
+    assert isinstance(M.graph.indices, np.memmap)  # read with plain reads by rows(), never through the mapping
     for seeds in ([0], [1, 3, 1], [len(demo_corpus) - 1, 0], []):
         union = np.unique(np.concatenate([built.row(s) for s in seeds] or [np.zeros(0, np.int64)]))
         np.testing.assert_array_equal(M.rows(seeds), union)

@@ -23,16 +23,16 @@ def fitted(demo_corpus, hashing_embedder):
 
 def test_search_shapes_and_ablations(fitted, demo_corpus):
     pipe, X, Q = fitted
-    ids, scores = pipe.search(Q, top_k=5, query_texts=QUESTIONS)
+    ids, scores = pipe.search(Q, k=5, query_texts=QUESTIONS)
     assert ids.shape == scores.shape == (2, 5)
     assert ((ids >= 0) & (ids < len(demo_corpus))).all()
     assert all(len(set(r)) == 5 for r in ids) and np.all(np.diff(scores, axis=1) <= 1e-6)
     assert pipe.timings["shapley"] > 0 and set(pipe.timings) == set(STAGES)
     for name, overrides in DMAR.ablations.items():
-        v_ids, _ = pipe.variant(**overrides).search(Q, top_k=5, query_texts=QUESTIONS)
+        v_ids, _ = pipe.with_search_defaults(**overrides).search(Q, k=5, query_texts=QUESTIONS)
         assert v_ids.shape == (2, 5), name
     # k larger than the final pool pads
-    ids, scores = pipe.variant(union=0, p=3, bridge=0.0).search(Q, top_k=6, query_texts=QUESTIONS)
+    ids, scores = pipe.with_search_defaults(union_depth=0, second_stage_depth=3, bridge=0.0).search(Q, k=6, query_texts=QUESTIONS)
     assert (ids[:, 3:] == -1).all() and np.isneginf(scores[:, 3:]).all()
 
 
@@ -40,11 +40,11 @@ def test_structural_path_changes_scores_and_is_seeded(fitted):
     pipe, X, Q = fitted
     s1 = pipe.search(Q, 5, QUESTIONS)[1]
     assert np.array_equal(s1, pipe.search(Q, 5, QUESTIONS)[1])
-    s0 = pipe.variant(structural=False).search(Q, 5, QUESTIONS)[1]
+    s0 = pipe.with_search_defaults(structural=False).search(Q, 5, QUESTIONS)[1]
     assert not np.allclose(s0, s1)
     cand = np.array([[0, 1, 4, 10, -1]])
-    score, ok = structural_scores(pipe.kg, pipe.subgraph_emb, cand, pipe.kg.link_queries([QUESTIONS[0]]),
-                                  pipe.lam, pipe.T, pipe.seed, pipe.shapley_mode, "cpu")
+    score, ok = structural_scores(pipe.knowledge_graph_, pipe.subgraph_emb_, cand, pipe.knowledge_graph_.link_queries([QUESTIONS[0]]),
+                                  pipe.search_defaults.shapley_lambda, pipe.search_defaults.shapley_samples, pipe.search_defaults.random_state, pipe.search_defaults.shapley_mode, "cpu")
     assert ok[0, :4].all() and not ok[0, 4] and score[0, 4] == 0
     assert score[0, 0] > score[0, 3]  # passage 0 (Marisol Venn, comet Venn-Harlow) is on the chain
 
@@ -62,9 +62,9 @@ def test_questions_linking_no_entity(fitted):
     alone, in a batch of its kind, next to a linked question, and the empty batch works."""
     pipe, X, _ = fitted
     hashing = pipe.components.embedder
-    assert all(len(g) == 0 for g in pipe.kg.link_queries(UNLINKED))
+    assert all(len(g) == 0 for g in pipe.knowledge_graph_.link_queries(UNLINKED))
     Qu = hashing.encode(UNLINKED)
-    semantic = pipe.variant(structural=False)
+    semantic = pipe.with_search_defaults(structural=False)
     ids, scores = pipe.search(Qu, 5, UNLINKED)
     s_ids, s_scores = semantic.search(Qu, 5, UNLINKED)
     assert (ids >= 0).all() and np.isfinite(scores).all()
@@ -78,11 +78,11 @@ def test_questions_linking_no_entity(fitted):
     m_ids, _ = pipe.search(Qm, 5, mixed)
     np.testing.assert_array_equal(m_ids[1], ids[0])
     np.testing.assert_array_equal(m_ids[[0, 2]], pipe.search(Qm[[0, 2]], 5, [mixed[0], mixed[2]])[0])
-    for variant in (pipe, pipe.variant(union=0), pipe.variant(mmr=0.5), pipe.variant(gate=False)):
+    for variant in (pipe, pipe.with_search_defaults(union_depth=0), pipe.with_search_defaults(mmr=0.5), pipe.with_search_defaults(gate=False)):
         e_ids, e_scores = variant.search(np.zeros((0, X.shape[1]), np.float32), 5, [])
         assert e_ids.shape == e_scores.shape == (0, 5)
-    score, ok = structural_scores(pipe.kg, pipe.subgraph_emb, np.array([[0, 1, -1]]), [np.zeros(0, np.int32)],
-                                  pipe.lam, pipe.T, pipe.seed, pipe.shapley_mode, "cpu")
+    score, ok = structural_scores(pipe.knowledge_graph_, pipe.subgraph_emb_, np.array([[0, 1, -1]]), [np.zeros(0, np.int32)],
+                                  pipe.search_defaults.shapley_lambda, pipe.search_defaults.shapley_samples, pipe.search_defaults.random_state, pipe.search_defaults.shapley_mode, "cpu")
     assert score.shape == (1, 3) and (score == 0).all() and ok[0, :2].any() and not ok[0, 2]
 
 
@@ -90,7 +90,7 @@ def test_save_load_round_trip(fitted, tmp_path, demo_corpus, hashing_embedder):
     pipe, X, Q = fitted
     pipe.save(tmp_path)
     back = DMAR.load(tmp_path, pipe.get_params(), pipe.components)
-    assert isinstance(back.subgraph_emb, np.memmap)
+    assert isinstance(back.subgraph_emb_, np.memmap)
     for a, b in zip(pipe.search(Q, 5, QUESTIONS), back.search(Q, 5, QUESTIONS)):
         np.testing.assert_array_equal(a, b)
 
@@ -111,12 +111,12 @@ def test_index_facade_and_generator(demo_corpus, hashing_embedder):
 
 
 def test_bad_parameters():
-    with pytest.raises(InputError, match="recall"):
-        DMAR(recall="tfidf")
+    with pytest.raises(InputError, match="candidate_source"):
+        DMAR(candidate_source="tfidf")
     with pytest.raises(InputError, match="anchors"):
         DMAR(anchors=0)
     with pytest.raises(InputError, match="lam"):
-        DMAR(lam=1.5)
+        DMAR(shapley_lambda=1.5)
     with pytest.raises(InputError, match="corpus"):
         DMAR().fit(np.eye(3, dtype=np.float32))
 

@@ -17,7 +17,8 @@ from conftest import clustered_embeddings
 
 from hopgraph import G3RAG, Index
 from hopgraph.engine.errors import InputError
-from hopgraph.engine.graph import CSR, hub_penalty
+from hopgraph.engine.pipelines.g3rag.penalty import hub_penalty
+from hopgraph.kernels.csr import CSR
 from hopgraph.engine.pipelines.g3rag.graph_update import added_density, added_penalty, extend_gain_graph
 from hopgraph.kernels import call
 from hopgraph.kernels.density import sample_columns
@@ -167,34 +168,34 @@ def grown(pipe: G3RAG, X: np.ndarray, start: int) -> G3RAG:
 def test_pipeline_add_equals_a_build_with_the_kept_penalties(mode, density):
     X = clustered_embeddings(260, 24, 6, seed=6)
     start = 208
-    before = G3RAG(mode=mode, density=density, density_samples=50, device="cpu").fit(X[:start])
-    old_pen = before.penalty.copy()
+    before = G3RAG(mode=mode, density=density, density_samples=50, settings={"device": "cpu"}).fit(X[:start])
+    old_pen = before.penalty_.copy()
     pipe = grown(before, X, start)
-    assert len(pipe.penalty) == 260 and pipe.graph.n_rows == 260
-    np.testing.assert_array_equal(pipe.penalty[:start], old_pen)  # existing rows keep theirs
+    assert len(pipe.penalty_) == 260 and pipe.graph_.n_rows == 260
+    np.testing.assert_array_equal(pipe.penalty_[:start], old_pen)  # existing rows keep theirs
     mode_dens = "exact" if density == "exact" else "sampled"
     want_dens = added_density(X, start, mode_dens, n_build=start, n_samples=50)
-    np.testing.assert_array_equal(pipe.penalty[start:], added_penalty(want_dens, pipe.density_build.low,
-                                                                      pipe.density_build.high))
+    np.testing.assert_array_equal(pipe.penalty_[start:], added_penalty(want_dens, pipe.density_build_.low,
+                                                                      pipe.density_build_.high))
     k, band = (259, (0.0, 1.0)) if mode == "exact" else (32, (0.3, 0.9))
-    assert_same_graph(pipe.graph, gain_knn(X, k, band, pipe.penalty))
+    assert_same_graph(pipe.graph_, gain_knn(X, k, band, pipe.penalty_))
     # a second add builds on the first (same build range, penalties kept)
     Y = np.concatenate([X, clustered_embeddings(20, 24, 6, seed=7)])
     pipe = grown(pipe, Y, 260)
-    assert pipe.density_build.n == start
+    assert pipe.density_build_.n == start
     k = 279 if mode == "exact" else 32
-    assert_same_graph(pipe.graph, gain_knn(Y, k, band, pipe.penalty))
-    ids, _ = pipe.search(Y[-3:], top_k=5)
+    assert_same_graph(pipe.graph_, gain_knn(Y, k, band, pipe.penalty_))
+    ids, _ = pipe.search(Y[-3:], k=5)
     assert ids.shape == (3, 5) and (ids >= 0).all() and (ids < 280).all()
 
 
 def test_ann_mode_adds_exact_new_rows_and_keeps_old_edges():
     X = clustered_embeddings(600, 16, 8, seed=8)
-    pipe = G3RAG(mode="ann", k=6, device="cpu").fit(X[:500])
-    old = pipe.graph
+    pipe = G3RAG(mode="ann", n_neighbors=6, settings={"device": "cpu"}).fit(X[:500])
+    old = pipe.graph_
     pipe = grown(pipe, X, 500)
-    exact = gain_knn(X, 6, (0.3, 0.9), pipe.penalty)
-    g = pipe.graph
+    exact = gain_knn(X, 6, (0.3, 0.9), pipe.penalty_)
+    g = pipe.graph_
     np.testing.assert_array_equal(g.indices[g.indptr[500]:], exact.indices[exact.indptr[500]:])
     np.testing.assert_array_equal(g.data[g.indptr[500]:], exact.data[exact.indptr[500]:])
     for i in range(500):  # an existing row: its old edges that survive, in order, then none lost above them
@@ -205,22 +206,22 @@ def test_ann_mode_adds_exact_new_rows_and_keeps_old_edges():
 
 def test_add_after_save_and_load(tmp_path):
     X = clustered_embeddings(150, 16, 4, seed=9)
-    pipe = G3RAG(mode="knn", k=8, device="cpu").fit(X[:120])
+    pipe = G3RAG(mode="knn", n_neighbors=8, settings={"device": "cpu"}).fit(X[:120])
     pipe.save(tmp_path / "g")
-    loaded = G3RAG.load(tmp_path / "g", pipe.params, pipe.components)
-    assert loaded.density_build == pipe.density_build
-    np.testing.assert_array_equal(loaded.penalty, pipe.penalty)
+    loaded = G3RAG.load(tmp_path / "g", pipe.fit_params, pipe.components)
+    assert loaded.density_build_ == pipe.density_build_
+    np.testing.assert_array_equal(loaded.penalty_, pipe.penalty_)
     a, b = grown(pipe, X, 120), grown(loaded, X, 120)
-    assert_same_graph(b.graph, a.graph)
+    assert_same_graph(b.graph_, a.graph_)
     # an index saved before the penalty was kept: the add refits
-    pipe = G3RAG(mode="knn", k=8, device="cpu").fit(X[:120])
+    pipe = G3RAG(mode="knn", n_neighbors=8, settings={"device": "cpu"}).fit(X[:120])
     pipe.save(tmp_path / "old")
     (tmp_path / "old" / "penalty.npy").unlink()
     (tmp_path / "old" / "density_build.npy").unlink()
-    legacy = G3RAG.load(tmp_path / "old", pipe.params, pipe.components)
-    assert legacy.penalty is None
+    legacy = G3RAG.load(tmp_path / "old", pipe.fit_params, pipe.components)
+    assert legacy.penalty_ is None
     legacy = grown(legacy, X, 120)
-    assert_same_graph(legacy.graph, G3RAG(mode="knn", k=8, device="cpu").fit(X).graph)
+    assert_same_graph(legacy.graph_, G3RAG(mode="knn", n_neighbors=8, settings={"device": "cpu"}).fit(X).graph_)
 
 
 # ---------------------------------------------------------------------- Index.add / compact
@@ -234,7 +235,7 @@ def test_index_add_then_compact_equals_a_full_build(demo_corpus, hashing_embedde
     idx = Index.build(demo_corpus.take(np.arange(cut)), embedder=hashing_embedder, pipelines=["g3rag"],
                       progress=False)
     idx.add(demo_corpus.take(np.arange(cut, n)))
-    assert idx.pipelines["g3rag"].graph.n_rows == n
+    assert idx.pipelines["g3rag"].graph_.n_rows == n
     before = idx.search(questions, pipeline="g3rag", k=5)
     want = full.search(questions, pipeline="g3rag", k=5)
     for hits in before:  # valid before compaction: k distinct passages of the grown corpus
@@ -244,10 +245,11 @@ def test_index_add_then_compact_equals_a_full_build(demo_corpus, hashing_embedde
         got = idx.search(questions, pipeline="g3rag", k=5, scoring=scoring)
         ref = full.search(questions, pipeline="g3rag", k=5, scoring=scoring)
         differ = sum(len({h.id for h in a} - {h.id for h in b}) for a, b in zip(got, ref))
-        print(f"\n{scoring}: top-5 ids differing from the full build before compact: {differ} of {5 * len(ref)}")
+        # before compact only the stale density rule separates the two: at most 1 id in 50 differs
+        assert differ <= 5 * len(ref) // 50, f"{scoring}: {differ} of {5 * len(ref)} top-5 ids differ"
     idx.compact()
     assert idx.search(questions, pipeline="g3rag", k=5) == want
-    np.testing.assert_array_equal(idx.pipelines["g3rag"].penalty, full.pipelines["g3rag"].penalty)
+    np.testing.assert_array_equal(idx.pipelines["g3rag"].penalty_, full.pipelines["g3rag"].penalty_)
 
 
 @pytest.mark.parametrize("k", [2, 8])

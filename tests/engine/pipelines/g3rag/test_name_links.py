@@ -88,18 +88,18 @@ def demo_index(demo_corpus, hashing_embedder):
 
 def test_fused_score_adds_the_normalised_name_link_support(demo_index):
     """The default search = the scores without name links + ``name_links · y / max y`` over the candidates."""
-    pipe = demo_index.pipeline("g3rag").variant(bridge=0.0)  # the title bridge: tests/test_title_bridge.py
-    assert pipe.scoring == "fused" and pipe.name_links > 0
+    pipe = demo_index.pipeline("g3rag").with_search_defaults(bridge=0.0)  # the title bridge: tests/test_title_bridge.py
+    assert pipe.search_defaults.scoring == "fused" and pipe.search_defaults.name_links > 0
     Q = demo_index.embed_queries(QUESTIONS)
-    m = pipe.n_candidates
+    m = pipe.search_defaults.candidate_depth
     batch = pipe.components.batch(Q, QUESTIONS)
-    cand, rel = pipe._relevance(batch, m)
+    cand, rel = pipe._relevance(batch, m, pipe.search_defaults)
     # without name links, the m candidates come back with their relevance + gain-graph scores
-    base_ids, base_scores = pipe.variant(name_links=0.0).search(Q, m, query_texts=QUESTIONS)
-    p = np.exp((rel - rel[:, :1]) / pipe.tau)
+    base_ids, base_scores = pipe.with_search_defaults(name_links=0.0).search(Q, m, query_texts=QUESTIONS)
+    p = np.exp((rel - rel[:, :1]) / pipe.search_defaults.tau)
     p /= p.sum(axis=1, keepdims=True)
-    assert pipe.title_links > 0
-    A = dense_links(pipe.components.extraction(), pipe.components.corpus.titles, pipe.title_links)
+    assert pipe.search_defaults.title_links > 0
+    A = dense_links(pipe.components.extraction(), pipe.components.corpus.titles, pipe.search_defaults.title_links)
     y = reference_diffusion(A, cand, p)
     got_ids, got_scores = pipe.search(Q, m, query_texts=QUESTIONS)
     changed = 0
@@ -107,7 +107,7 @@ def test_fused_score_adds_the_normalised_name_link_support(demo_index):
         base = dict(zip(base_ids[b].tolist(), base_scores[b].tolist()))
         assert set(base) == set(cand[b].tolist())
         support = y[b] / y[b].max() if y[b].max() > 0 else np.zeros(m)
-        want = {j: base[j] + pipe.name_links * s for j, s in zip(cand[b].tolist(), support)}
+        want = {j: base[j] + pipe.search_defaults.name_links * s for j, s in zip(cand[b].tolist(), support)}
         np.testing.assert_allclose(got_scores[b], [want[j] for j in got_ids[b].tolist()], rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(got_scores[b], sorted(want.values(), reverse=True), rtol=1e-5, atol=1e-6)
         changed += not np.array_equal(got_ids[b, :5], base_ids[b, :5])
@@ -117,9 +117,9 @@ def test_fused_score_adds_the_normalised_name_link_support(demo_index):
 def test_no_graph_ablation_switches_off_both_graphs(demo_index):
     pipe = demo_index.pipeline("g3rag")
     Q = demo_index.embed_queries(QUESTIONS)
-    no_graph = pipe.variant(**pipe.ablations["no_graph"])
+    no_graph = pipe.with_search_defaults(**pipe.ablations["no_graph"])
     batch = pipe.components.batch(Q, QUESTIONS)
-    cand, rel = pipe._relevance(batch, pipe.n_candidates)
+    cand, rel = pipe._relevance(batch, pipe.search_defaults.candidate_depth, pipe.search_defaults)
     ids, scores = no_graph.search(Q, 5, query_texts=QUESTIONS)
     np.testing.assert_array_equal(ids, cand[:, :5])
     np.testing.assert_allclose(scores, rel[:, :5], rtol=1e-6)
@@ -134,7 +134,7 @@ def test_name_links_follow_index_add(demo_corpus, hashing_embedder):
     idx.pipeline("g3rag").search(Q, 5, query_texts=QUESTIONS)  # the names of the first cut passages
     idx.add(demo_corpus.take(np.arange(cut, n)))
     pipe = idx.pipeline("g3rag")
-    names = pipe._names()
+    names = pipe._names(pipe.search_defaults)
     want = ChunkNames.from_extraction(idx.components.extraction())
     assert names.n_chunks == n
     np.testing.assert_array_equal(names.indptr, want.indptr)

@@ -17,11 +17,13 @@ import pytest
 from conftest import clustered_embeddings
 
 from hopgraph import G3RAG
-from hopgraph.engine.components.shared import Components, QueryBatch
-from hopgraph.engine.graph import CSR, check_csr
+from hopgraph.engine.components.query_batch import QueryBatch
+from hopgraph.engine.components.shared import Components
+from hopgraph.kernels.csr import CSR, check_csr
 from hopgraph.engine.pipelines.hybrid import hybrid_ranking  # noqa: F401  (used through pipe._relevance_ranking)
 from hopgraph.engine.ranking import PAD_ID, PAD_SCORE, topk_rows
-from hopgraph.engine.sparse import diffusion_at, diffusion_entries, topk_entries
+from hopgraph.engine.pipelines.g3rag.diffusion import diffusion_at, diffusion_entries
+from hopgraph.engine.ranking import topk_entries
 from hopgraph.engine.storage import save_arrays
 from hopgraph.kernels import call
 
@@ -46,14 +48,14 @@ def reference_topk(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _reference_diffuse(pipe: G3RAG, seed_ids: np.ndarray, seed_weights: np.ndarray | None) -> np.ndarray:
-    g = pipe.graph
+    g = pipe.graph_
     return call("sparse_diffusion", seed_ids, seed_weights, g.indptr, g.indices, g.data, g.n_cols, device="cpu")
 
 
 def _reference_masked(pipe: G3RAG, batch: QueryBatch, top_k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n, B = len(pipe.X), len(batch)
-    seed_k = min(pipe.seed_k, n)
-    rank_ids, rank_scores = pipe._relevance_ranking(batch, min(seed_k + top_k, n))
+    seed_k = min(pipe.search_defaults.n_seeds, n)
+    rank_ids, rank_scores = pipe._relevance_ranking(batch, min(seed_k + top_k, n), pipe.search_defaults)
     seeds = rank_ids[:, :seed_k]
     y = _reference_diffuse(pipe, seeds, None)
     np.put_along_axis(y, np.where(seeds >= 0, seeds, 0), -np.inf, axis=1)  # step 3: seed masking
@@ -83,25 +85,26 @@ def _reference_masked(pipe: G3RAG, batch: QueryBatch, top_k: int) -> tuple[np.nd
 
 def _reference_fused(pipe: G3RAG, batch: QueryBatch, top_k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n, B = len(pipe.X), len(batch)
-    m = min(max(pipe.n_candidates, top_k), n)
-    cand, rel = pipe._relevance(batch, m)
+    sp = pipe.search_defaults
+    m = min(max(sp.candidate_depth, top_k), n)
+    cand, rel = pipe._relevance(batch, m, sp)
     valid = cand >= 0
     rows = np.broadcast_to(np.arange(B)[:, None], cand.shape)
-    if pipe.expand:
+    if sp.expand:
         score = batch.mask_scores(batch.cosine().copy())
     else:
         score = np.full((B, n), -np.inf, np.float32)
     score[rows[valid], cand[valid]] = rel[valid]
-    if pipe.gamma > 0:
+    if pipe.search_defaults.gamma > 0:
         top = np.where(valid[:, :1], rel[:, :1], 0.0)
-        z = np.where(valid, np.exp((np.where(valid, rel, top) - top) / pipe.tau), 0.0)
+        z = np.where(valid, np.exp((np.where(valid, rel, top) - top) / sp.tau), 0.0)
         total = z.sum(axis=1, keepdims=True)
         p = np.divide(z, total, out=np.zeros_like(z), where=total > 0).astype(np.float32)
         y = _reference_diffuse(pipe, cand, p)
-        if not pipe.expand:
+        if not sp.expand:
             y[~np.isfinite(score)] = 0.0
         top = y.max(axis=1, keepdims=True)
-        score += pipe.gamma * np.divide(y, top, out=np.zeros_like(y), where=top > 0)
+        score += pipe.search_defaults.gamma * np.divide(y, top, out=np.zeros_like(y), where=top > 0)
     return (*reference_topk(score, top_k), score)
 
 
@@ -110,13 +113,13 @@ def reference_search(pipe: G3RAG, Q: np.ndarray, top_k: int, query_texts=None, a
     """G3RAG.search at d495543 (chunks bounded by a dense [chunk, N] budget of 2^24 entries):
     ``(ids, scores, dense)``, ``dense`` the [B, N] matrix the results were ranked from (the fused
     score, or the masked scoring's diffused y)."""
-    Q = pipe._check_queries(Q, top_k, query_texts)
+    Q, _ = pipe._check_queries(Q, top_k, query_texts)
     needs_text = pipe.components.corpus is not None and query_texts is not None
     ids = np.full((len(Q), top_k), PAD_ID, np.int64)
     scores = np.full((len(Q), top_k), PAD_SCORE, np.float32)
     chunk = max(1, min(256, (1 << 24) // max(len(pipe.X), 1)))
     dense = np.zeros((len(Q), len(pipe.X)), np.float32)
-    run = _reference_masked if pipe.scoring == "mask" else _reference_fused
+    run = _reference_masked if pipe.search_defaults.scoring == "mask" else _reference_fused
     for c0 in range(0, len(Q), chunk):
         texts = list(query_texts[c0:c0 + chunk]) if needs_text else None
         batch = pipe.components.batch(Q[c0:c0 + chunk], texts, allowed)
@@ -137,7 +140,7 @@ def assert_same(pipe: G3RAG, Q: np.ndarray, top_k: int, query_texts=None, allowe
     ids, scores = pipe.search(Q, top_k, query_texts=query_texts, allowed=allowed)
     ref_ids, ref_scores, dense = reference_search(pipe, Q, top_k, query_texts, allowed)
     np.testing.assert_allclose(scores, ref_scores, rtol=0, atol=1e-6)
-    if pipe.scoring == "fused" and pipe.expand:
+    if pipe.search_defaults.scoring == "fused" and pipe.search_defaults.expand:
         differ = ids != ref_ids
         b, i = np.nonzero(differ)
         assert np.all(ids[differ] >= 0) and np.all(ref_ids[differ] >= 0)
@@ -188,26 +191,26 @@ QUERY_VARIANTS = [
     {"expand": True},
     {"gamma": 0.0},
     {"gamma": 0.0, "expand": True},
-    {"gamma": 0.5, "n_candidates": 7},     # graph support decides
+    {"gamma": 0.5, "candidate_depth": 7},     # graph support decides
     {"gamma": 0.5, "expand": True},
     {"published": True},                   # mask scoring
-    {"published": True, "seed_k": 6},
+    {"published": True, "n_seeds": 6},
 ]
 
 
 def _variant(pipe: G3RAG, overrides: dict) -> G3RAG:
     overrides = dict(overrides)
     if overrides.pop("published", False):
-        overrides = {**G3RAG.Params.published_values(), **overrides}
-    return pipe.variant(**overrides)
+        overrides = {**G3RAG.SearchParams.published_values(), **overrides}
+    return pipe.with_search_defaults(**overrides)
 
 
 # ---------------------------------------------------------------------- equivalence
-@pytest.mark.parametrize("fit", [{"k": 8}, {"k": 8, "sim_min": 0.0}, {"mode": "exact"}])
+@pytest.mark.parametrize("fit", [{"n_neighbors": 8}, {"n_neighbors": 8, "sim_min": 0.0}, {"mode": "exact"}])
 @pytest.mark.parametrize("overrides", QUERY_VARIANTS)
 def test_sparse_search_equals_dense_reference_on_random_embeddings(fit, overrides):
     X, Q = embeddings_with_ties_and_isolated()
-    pipe = _variant(G3RAG(device="cpu", **fit).fit(X), overrides)
+    pipe = _variant(G3RAG(settings={"device": "cpu"}, **fit).fit(X), overrides)
     for allowed in filter_masks(len(X)):
         for top_k in (1, 5, 25):
             assert_same(pipe, Q, top_k, allowed=allowed)
@@ -218,16 +221,16 @@ def test_sparse_search_equals_dense_reference_on_random_embeddings(fit, override
 def test_sparse_search_equals_dense_reference_on_random_graphs(seed, overrides):
     """A random graph (tied weights, zero-weight edges, empty rows) in place of the gain graph."""
     X, Q = embeddings_with_ties_and_isolated(60, 8, seed=seed)
-    pipe = G3RAG(k=4, device="cpu").fit(X)
-    pipe.graph = random_graph(len(X), seed)
+    pipe = G3RAG(n_neighbors=4, settings={"device": "cpu"}).fit(X)
+    pipe.graph_ = random_graph(len(X), seed)
     pipe = _variant(pipe, overrides)
     for allowed in filter_masks(len(X), seed):
         for top_k in (3, 10, len(X) + 4):  # top_k beyond N: padding
             assert_same(pipe, Q, top_k, allowed=allowed)
 
 
-@pytest.mark.parametrize("overrides", QUERY_VARIANTS + [{"published": True, "seeds": "hybrid"},
-                                                        {"lexical": 0.0}, {"n_candidates": 3}])
+@pytest.mark.parametrize("overrides", QUERY_VARIANTS + [{"published": True, "seed_source": "hybrid"},
+                                                        {"bm25_weight": 0.0}, {"candidate_depth": 3}])
 def test_sparse_search_equals_dense_reference_on_the_demo_index(overrides, tmp_path):
     """An index built by ``Index.build`` (hashing-64): lexical relevance and hybrid seeds from the
     query texts, a metadata-free filter mask and a deleted passage. The reference predates the
@@ -246,7 +249,7 @@ def test_sparse_search_equals_dense_reference_on_the_demo_index(overrides, tmp_p
     for allowed in filter_masks(n, 3):
         for top_k in (2, 5, n + 2):
             assert_same(pipe, Q, top_k, query_texts=texts, allowed=allowed)
-            if pipe.seeds != "hybrid":
+            if pipe.search_defaults.seed_source != "hybrid":
                 assert_same(pipe, Q, top_k, allowed=allowed)  # without texts: no lexical term
     index.delete([index.corpus.ids[1]])
     pipe = _variant(index.pipeline("g3rag"), overrides)
@@ -257,14 +260,12 @@ def test_sparse_search_equals_dense_reference_on_the_demo_index(overrides, tmp_p
 
 
 def test_batches_larger_than_a_chunk_and_empty_batches():
-    from hopgraph.engine.pipelines.g3rag import pipeline as g3rag
-
     X, Q = embeddings_with_ties_and_isolated()
-    pipe = G3RAG(k=8, device="cpu").fit(X)
-    Q = np.repeat(Q, 12, axis=0)  # 276 queries > QUERY_CHUNK
-    assert len(Q) > g3rag.QUERY_CHUNK
+    pipe = G3RAG(n_neighbors=8, settings={"device": "cpu"}).fit(X)
+    Q = np.repeat(Q, 12, axis=0)  # 276 queries > one batch
+    assert len(Q) > G3RAG.default_batch_size
     assert_same(pipe, Q, 5)
-    assert_same(pipe.variant(scoring="mask"), Q, 5)
+    assert_same(pipe.with_search_defaults(scoring="mask"), Q, 5)
     ids, scores = pipe.search(Q[:0], 5)
     assert ids.shape == (0, 5) and scores.shape == (0, 5)
 

@@ -1,22 +1,14 @@
-"""Late-chunked topic and description embeddings for STITCH (SPEC §2 "Index"; issue 14, item 3).
+"""Embeddings of the extraction's topic and description texts pooled from their passage's own forward
+pass (late chunking), so that no token runs through the model twice.
 
-The zero-token extraction (:mod:`hopgraph.engine.components.extraction`) makes every topic a sentence of its
-passage and every description the sentences of its passage that mention the entity, so each of
-these texts is a set of character ranges of the passage's embedding text (``"title: text"``).
-Embedded one by one they cost 1.7× the passages' own tokens (the shared sets), 2.6× the dense
-build in all. **Late chunking** runs each passage through the model once and embeds a text as the
-L2-normalised mean of the last hidden states of its tokens in that pass (each state has seen the
-whole passage): no token is run twice. A text used by several passages (texts are stored once) is
-pooled in the first passage that uses it — the passage that created its id, so the ids' prefix
-stability (:func:`~hopgraph.engine.components.extraction.extend_extraction`) keeps live updates equal to a
-fresh fit.
-
-Measured on the shared sets (``hopgraph eval --ablations``, the ``text_pooling=separate`` row):
-STITCH's Recall@5 with late-chunked texts is within noise of separately embedded ones (README,
-*Defaults*). Texts with no token inside the model's input window (truncated passages) and texts
-not found in their passage (extractions given as a file) are embedded on their own; so is
-everything when the embedder is not a model :class:`~hopgraph.engine.embedders.packed_bert.PackedBertEncoder`
-runs (hashing, API and callable embedders).
+Every topic is a sentence of its passage and every description the sentences that mention the entity
+(:mod:`hopgraph.engine.components.extraction`), so each text is a set of character ranges of the
+passage's embedding text (``"title: text"``). A text's embedding is the L2-normalised mean of the last
+hidden states of its tokens in the passage's pass. A text used by several passages is pooled in the
+first one that uses it (the passage that created its id), so live updates equal a fresh fit. Texts with
+no token inside the model's window, texts not found in their passage, and every text of an embedder
+that :class:`~hopgraph.engine.embedders.packed_bert.PackedBertEncoder` cannot run (hashing, API,
+callables) are embedded on their own.
 """
 from __future__ import annotations
 
@@ -25,9 +17,11 @@ from typing import Sequence
 
 import numpy as np
 
-from ...components.extraction import Extraction
-from ...graph import csr_from_keys
-from ...embedders.packed_bert import PackedBertEncoder
+from .corpus import Corpus
+from .extraction import Extraction, extract
+from ..embedders.core import Embedder
+from ..embedders.packed_bert import PackedBertEncoder
+from ..sparse import csr_from_keys
 
 
 @dataclass(frozen=True)
@@ -165,3 +159,19 @@ def pool_spans(encoder: PackedBertEncoder, passage_texts: Sequence[str], spans: 
             [(local[int(spans.chunk[r])], spans.ranges[spans.indptr[r]:spans.indptr[r + 1]]) for r in requests])
         out[requests], ok[requests] = emb, good
     return X, out, ok
+
+
+def embed_corpus(corpus: Corpus, embedder: Embedder, pooled: Sequence[tuple[bool, bool]], batch_size: int = 64,
+                 progress: bool = False) -> tuple[np.ndarray, tuple[tuple[bool, bool], Extraction, LateTexts | None] | None]:
+    """The passages' embeddings X and, when ``pooled`` names extraction options (``title_entities``,
+    ``numbers``) whose texts a pipeline late-chunks, that extraction with its texts pooled in the same
+    forward pass (:func:`embed_with_texts`: no passage runs through the model twice; ``None`` texts
+    when the embedder cannot give token states). Returns ``(X, (options, extraction, texts) | None)``."""
+    if not pooled:
+        return embedder.encode(corpus.embedding_texts(), batch_size=batch_size, progress=progress), None
+    key = pooled[0]
+    ex = extract(corpus, *key, progress=progress)
+    both = embed_with_texts(ex, corpus.embedding_texts(), embedder, progress=progress)
+    if both is not None:
+        return both[0], (key, ex, both[1])
+    return embedder.encode(corpus.embedding_texts(), batch_size=batch_size, progress=progress), (key, ex, None)

@@ -11,7 +11,7 @@ import pytest
 from hopgraph.engine.components.corpus import Corpus
 from hopgraph.engine.embedders.core import HashingEmbedder
 from hopgraph.engine.components.extraction import extract
-from hopgraph.engine.pipelines.stitch.late_pooling import embed_with_texts, late_texts, text_spans
+from hopgraph.engine.components.late_pooling import embed_with_texts, late_texts, text_spans
 from hopgraph.engine.embedders.packed_bert import PackedBertEncoder
 from hopgraph.index import Index
 
@@ -107,13 +107,13 @@ def test_build_pools_texts_in_the_passage_pass_equal_to_a_later_fit(minilm):
     built = Index.build(c, embedder=minilm, pipelines=["stitch"], progress=False)
     np.testing.assert_allclose(built.X, minilm.encode(c.embedding_texts()), atol=1e-5)
     assert len(built.components.builds["extraction"]) == 1
-    H = built.pipelines["stitch"].H
+    H = built.pipelines["stitch"].hypergraph_
     # the same texts from a fit after the embedding (its own late pass over the passages)
     later = Index.build(c, embedder=minilm, pipelines=[], progress=False)
-    H2 = later.pipeline("stitch").H
+    H2 = later.pipeline("stitch").hypergraph_
     np.testing.assert_allclose(np.asarray(H.text_emb, np.float32), np.asarray(H2.text_emb, np.float32), atol=2e-3)
     # separately embedded texts differ from late-chunked ones (the option is real), titles' rows are X's
-    sep = later.pipeline("stitch", text_pooling="separate").H
+    sep = later.pipeline("stitch", text_pooling="separate").hypergraph_
     ex = later.components.extraction()
     spans = text_spans(ex, c.embedding_texts())
     topics = np.unique(ex.topic_text)
@@ -130,7 +130,7 @@ def test_add_late_texts_equal_a_fresh_fit(minilm):
     grown = Index.build(corpus(RECORDS[:3]), embedder=minilm, pipelines=["stitch"], progress=False)
     grown.add(RECORDS[3:])
     fresh = Index.build(c, embedder=minilm, pipelines=["stitch"], progress=False)
-    a, b = grown.pipelines["stitch"].H.text_emb, fresh.pipelines["stitch"].H.text_emb
+    a, b = grown.pipelines["stitch"].hypergraph_.text_emb, fresh.pipelines["stitch"].hypergraph_.text_emb
     assert a.shape == b.shape
     np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), atol=2e-3)
 
@@ -141,9 +141,9 @@ def test_pooling_is_a_fit_time_parameter_kept_on_load(minilm, tmp_path, pooling)
                       progress=False)
     idx.save(tmp_path / "i")
     back = Index.load(tmp_path / "i", embedder=minilm)
-    assert back.pipelines["stitch"].text_pooling == pooling
-    np.testing.assert_array_equal(np.asarray(back.pipelines["stitch"].H.text_emb),
-                                  np.asarray(idx.pipelines["stitch"].H.text_emb))
+    assert back.pipelines["stitch"].fit_params.text_pooling == pooling
+    np.testing.assert_array_equal(np.asarray(back.pipelines["stitch"].hypergraph_.text_emb),
+                                  np.asarray(idx.pipelines["stitch"].hypergraph_.text_emb))
 
 
 def test_work_dir_build_maps_text_embeddings_from_the_work_dir(tmp_path, demo_corpus):
@@ -154,9 +154,9 @@ def test_work_dir_build_maps_text_embeddings_from_the_work_dir(tmp_path, demo_co
     work = tmp_path / "i.work"
     mapped = Index.build(demo_corpus, embedder="hashing-32", pipelines=["stitch"], work_dir=work, progress=False)
     plain = Index.build(demo_corpus, embedder="hashing-32", pipelines=["stitch"], progress=False)
-    E = mapped.pipelines["stitch"].H.text_emb
+    E = mapped.pipelines["stitch"].hypergraph_.text_emb
     assert isinstance(E, np.memmap) and Path(E.filename) == work / TEXT_EMB_FILE
-    np.testing.assert_array_equal(np.asarray(E), plain.pipelines["stitch"].H.text_emb)
+    np.testing.assert_array_equal(np.asarray(E), plain.pipelines["stitch"].hypergraph_.text_emb)
     assert check_work_dir(work) == work
     # a second build into the same work directory leaves the first index's array intact
     first = np.array(E)
@@ -170,7 +170,7 @@ def test_texts_embedded_in_blocks_equal_one_block(monkeypatch, demo_corpus):
     one = Index.build(demo_corpus, embedder="hashing-32", pipelines=["stitch"], progress=False)
     monkeypatch.setattr(hg, "TEXT_BLOCK_ROWS", 7)
     blocks = Index.build(demo_corpus, embedder="hashing-32", pipelines=["stitch"], progress=False)
-    np.testing.assert_array_equal(one.pipelines["stitch"].H.text_emb, blocks.pipelines["stitch"].H.text_emb)
+    np.testing.assert_array_equal(one.pipelines["stitch"].hypergraph_.text_emb, blocks.pipelines["stitch"].hypergraph_.text_emb)
 
 
 def test_an_index_saved_before_text_pooling_is_refitted_not_mislabelled(tmp_path, demo_corpus):
@@ -186,5 +186,5 @@ def test_an_index_saved_before_text_pooling_is_refitted_not_mislabelled(tmp_path
 
     rewrite_manifest(tmp_path / "i", drop)
     back = Index.load(tmp_path / "i", embedder="hashing-32", verify="fast")
-    assert back.pipelines["stitch"].text_pooling == "separate"
+    assert back.pipelines["stitch"].fit_params.text_pooling == "separate"
     assert back.sync_params("stitch") == "dropped"

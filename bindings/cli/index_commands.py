@@ -1,0 +1,163 @@
+"""``hopgraph index | add | delete | compact | verify``: building and updating index directories."""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from .options import (
+    check_before_work,
+    cli_params,
+    common,
+    corpus_options,
+    ids_from,
+    name_list,
+    param_option,
+    read_corpus_args,
+    refuse_search_params,
+    warnings_to_stderr,
+)
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from ..engine import storage
+    from ..engine.ingest import streaming
+    from ..index import Index
+
+    check_before_work(args.pipelines, cli_params(args))
+    refuse_search_params(cli_params(args))
+    t0 = time.perf_counter()
+    out = Path(args.out)
+    work_dir = streaming.work_dir_for(out)
+    # the output's write lock is held from before the build to the commit: a second build to the same
+    # --out (and its OUT.work) is refused at once, and an --out that may not be replaced before any work
+    with storage.TargetGuard(out, overwrite=args.overwrite, flag="--overwrite"):
+        corpus = read_corpus_args(args)
+        with warnings_to_stderr("index"):
+            index = Index.build(corpus, embedder=args.embedder, embeddings=args.embeddings, device=args.device,
+                                pipelines=args.pipelines, params=cli_params(args), progress=not args.quiet,
+                                batch_size=args.batch_size,
+                                work_dir=work_dir, resume=args.resume, ray_address=args.ray,
+                                chunk_tokens=args.chunk_tokens, chunk_overlap=args.chunk_overlap)
+        index.save(out, overwrite=args.overwrite)
+        streaming.finish(work_dir)
+    print(f"indexed {len(index.corpus)} passages ({', '.join(index.pipelines)}) into {args.out} "
+          f"in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Full check of an index: every file's size and checksum, then every stored structure (a load)."""
+    from ..engine import storage
+    from ..engine.errors import IndexFormatError
+    from ..index import Index
+
+    try:
+        gen, manifest, lease = storage.open_index(args.index)
+        lease.close()
+        problems = storage.verify_files(gen, manifest, "full")
+        if not problems:
+            Index.load(args.index, verify="fast", progress=False)
+    except IndexFormatError as e:
+        problems = [str(e)]
+    for p in problems:
+        print(p)
+    if not problems:
+        print("ok")
+    return 2 if problems else 0
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    """Append passages to an index (issue 13): only they are embedded; committed as a new generation."""
+    import numpy as np
+
+    from ..index import Index
+
+    t0 = time.perf_counter()
+    corpus = read_corpus_args(args)
+    embeddings = np.load(args.embeddings, allow_pickle=False) if args.embeddings else None
+    with Index.updating(args.index, embedder=args.embedder, device=args.device, progress=not args.quiet) as index:
+        with warnings_to_stderr("add"):
+            r = index.add(corpus, upsert=args.upsert, embeddings=embeddings, batch_size=args.batch_size,
+                          chunk_tokens=args.chunk_tokens, chunk_overlap=args.chunk_overlap)
+    replaced = f", {len(r.replaced)} replaced" if r.replaced else ""
+    print(f"added {len(r.added)} passages{replaced} to {args.index} ({index.n_live} live) in "
+          f"{time.perf_counter() - t0:.1f} s (embedding {r.embed_seconds:.1f} s, update {r.update_seconds:.1f} s)")
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    """Tombstone passages of an index: no search returns them from the new commit on."""
+    from ..index import Index
+
+    ids = ids_from(args)
+    with Index.updating(args.index, progress=False) as index:
+        r = index.delete(ids)
+    unknown = ""
+    if r.unknown:
+        more = f" (and {len(r.unknown) - 5} more)" if len(r.unknown) > 5 else ""
+        unknown = f"; {len(r.unknown)} id(s) not in the index: {', '.join(map(repr, r.unknown[:5]))}{more}"
+    print(f"deleted {len(r.deleted)} passages from {args.index} ({index.n_live} live){unknown}")
+    return 0
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    """Drop deleted passages and rebuild every structure exactly (no re-embedding)."""
+    from ..index import Index
+
+    t0 = time.perf_counter()
+    with Index.updating(args.index, embedder=args.embedder, device=args.device, progress=not args.quiet) as index:
+        before = len(index.X)
+        index.compact()
+    print(f"compacted {args.index}: {before} -> {len(index.X)} passages, {', '.join(index.pipelines)} rebuilt "
+          f"in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction, known: str) -> None:
+    """Add the index-building commands to ``sub`` (``known``: the pipeline names, for help texts)."""
+    p = sub.add_parser("index", help="build an index directory from a JSON-lines corpus")
+    p.add_argument("corpus", help='JSON lines {"id", "title", "text"} (or BEIR/Pyserini), a JSON array, '
+                   "CSV/TSV with a header row, Parquet, or a folder of .txt/.md files")
+    corpus_options(p)
+    p.add_argument("--out", required=True, help="index directory to write (new, empty, or a hopgraph index "
+                   "with --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace the hopgraph index at --out (atomically)")
+    p.add_argument("--embeddings", help="precomputed passage embeddings: a .npy (row i = passage i) or a folder "
+                   "of .npy shards; ids alongside (NAME.ids.txt / NAME.ids.npy) place rows by passage id")
+    p.add_argument("--pipelines", type=name_list, default="dense,bm25,g3rag",
+                   help=f"comma-separated pipelines to fit, of: {known}")
+    p.add_argument("--batch-size", type=int, default=64, help="passages per embedder forward pass")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted build from its last finished batch (work dir OUT.work)")
+    p.add_argument("--ray", metavar="ADDRESS", help="build on a Ray cluster ('auto', 'ray://host:port', 'local'); "
+                   "needs hopgraph[distributed]")
+    param_option(p, "stored in the index (fit parameters)")
+    common(p)
+    p.set_defaults(func=cmd_index)
+
+    p = sub.add_parser("add", help="append passages to an index without rebuilding it (a new commit)")
+    p.add_argument("index", help="index directory")
+    p.add_argument("corpus", help="the passages to add, in any format `index` reads")
+    corpus_options(p)
+    p.add_argument("--upsert", action="store_true", help="replace passages whose id the index already holds")
+    p.add_argument("--embeddings", help="precomputed embeddings of the added passages (.npy, row i = passage i)")
+    p.add_argument("--batch-size", type=int, default=64, help="passages per embedder forward pass")
+    common(p, embedder_default=None)
+    p.set_defaults(func=cmd_add)
+
+    p = sub.add_parser("delete", help="delete passages from an index (no search returns them; a new commit)")
+    p.add_argument("index", help="index directory")
+    p.add_argument("ids", nargs="*", metavar="ID", help="passage ids to delete")
+    p.add_argument("--ids-file", metavar="FILE", help="more ids, one per line ('-' reads standard input)")
+    p.set_defaults(func=cmd_delete)
+
+    p = sub.add_parser("compact", help="drop deleted passages and rebuild every structure exactly (a new commit)")
+    p.add_argument("index", help="index directory")
+    common(p, embedder_default=None)
+    p.set_defaults(func=cmd_compact)
+
+    p = sub.add_parser("verify", help="check an index: every file's checksum and every stored structure "
+                       "(prints each problem or 'ok'; exit status 0 or 2)")
+    p.add_argument("index", help="index directory")
+    p.set_defaults(func=cmd_verify)

@@ -1,0 +1,106 @@
+"""``hopgraph search | eval``: querying an index and evaluating pipelines on a benchmark folder."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..engine.errors import InputError
+from .options import (
+    StoreKs,
+    check_before_work,
+    cli_params,
+    common,
+    int_list,
+    name_list,
+    param_option,
+    where_filter,
+)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from ..index import Index
+
+    params = cli_params(args, args.pipeline)
+    other = sorted(set(params) - {args.pipeline})
+    if other:
+        raise InputError(f"--param names pipeline(s) {', '.join(other)}, but the search uses {args.pipeline!r}")
+    check_before_work([args.pipeline], params, flag="--pipeline")
+    where = where_filter(args.where)
+    allowed = None
+    if args.allowed_ids:
+        text = Path(args.allowed_ids).read_text(encoding="utf-8")
+        allowed = [line.strip() for line in text.splitlines() if line.strip()]
+    index = Index.load(args.index, embedder=args.embedder, device=args.device, progress=not args.quiet)
+    results = index.search(args.questions, pipeline=args.pipeline, k=args.k,
+                           group_by_document=args.group_by_document, allowed_ids=allowed, where=where,
+                           **params.get(args.pipeline, {}))
+    if args.json:
+        print(json.dumps([{"question": q, "hits": [h.to_dict() for h in hits]}
+                          for q, hits in zip(args.questions, results)], indent=2))
+        return 0
+    for q, hits in zip(args.questions, results):
+        print(f"Q: {q}")
+        for h in hits:
+            print(f"  {h.rank}. [{h.id}] {h.score:.4f} {h.title + ': ' if h.title else ''}{(h.text or '')[:100]}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from ..evaluate import evaluate, format_table, json_report, plot_report
+
+    if args.k is not None:  # the deprecated spelling of --ks
+        if args.ks_given:
+            raise InputError("give --ks only (--k is its deprecated alias)")
+        print("hopgraph eval: warning: --k is deprecated, use --ks", file=sys.stderr)
+        args.ks = args.k
+    check_before_work(args.pipelines, cli_params(args))
+    report = evaluate(args.data_dir, args.pipelines, args.ks, embedder=args.embedder, cache_dir=args.cache_dir,
+                      device=args.device, progress=not args.quiet, ablations=args.ablations, params=cli_params(args))
+    print(format_table(report, args.ks))
+    if args.plot:
+        plot_report(report, args.ks, args.plot)
+        print(f"wrote {args.plot}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(json_report(report, args.ks), indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction, known: str) -> None:
+    """Add the search and evaluation commands to ``sub`` (``known``: the pipeline names, for help texts)."""
+    from ..evaluate import default_cache_dir
+
+    p = sub.add_parser("search", help="query an index")
+    p.add_argument("index", help="index directory")
+    p.add_argument("questions", nargs="+", help="one or more questions")
+    p.add_argument("--pipeline", default="g3rag", help=f"the pipeline to search with, one of: {known}")
+    p.add_argument("--k", type=int, default=5, help="passages returned per question")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--group-by-document", action="store_true",
+                   help="one hit per document (a chunked index's best passage of each)")
+    p.add_argument("--where", action="append", metavar="FIELD=VALUE",
+                   help="only passages whose metadata FIELD equals VALUE (JSON or text); repeatable, a field "
+                   "given twice takes either value")
+    p.add_argument("--allowed-ids", metavar="FILE", help="only these passages: a file of ids, one per line")
+    param_option(p, "for this search (PIPELINE defaults to --pipeline; fit parameters refit in memory)")
+    common(p, embedder_default=None)
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("eval", help="Recall@k on a benchmark folder (corpus.jsonl + questions.jsonl)")
+    p.add_argument("data_dir", help="folder with corpus.jsonl and questions.jsonl")
+    p.add_argument("--pipelines", type=name_list, default="dense,bm25,g3rag",
+                   help=f"comma-separated pipelines to evaluate, of: {known}")
+    p.add_argument("--ks", type=int_list, default="2,5,8", action=StoreKs,
+                   help="comma-separated k of the Recall@k columns")
+    p.add_argument("--k", type=int_list, help=argparse.SUPPRESS)  # deprecated alias of --ks
+    p.set_defaults(ks_given=False)
+    p.add_argument("--json", help="write the results (Recall@k with standard errors) as JSON to this file")
+    p.add_argument("--cache-dir", help="where built indexes are cached (default: $HOPGRAPH_CACHE_DIR, else the "
+                   f"platform cache directory; here: {default_cache_dir()})")
+    p.add_argument("--ablations", action="store_true", help="also evaluate each pipeline's named ablations")
+    p.add_argument("--plot", help="write a bar chart of Recall@k per pipeline to this PNG")
+    param_option(p, "of the evaluated index (cached pipelines are updated or refitted)")
+    common(p)
+    p.set_defaults(func=cmd_eval)

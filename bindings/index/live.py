@@ -1,0 +1,136 @@
+"""Live updates of an index in memory: add, delete, compact (committed by ``save``)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from ..engine.components.corpus import Corpus
+from ..engine.components.shared import Components
+from ..engine.embedders.core import validate_embeddings
+from ..engine.errors import DuplicateIdError, InputError
+from .reports import AddReport, DeleteReport
+
+if TYPE_CHECKING:
+    from .index import Index
+
+
+class IndexLive:
+    """The live updates of :class:`~hopgraph.index.Index`."""
+
+    @property
+    def n_live(self) -> int:
+        """Passages a search may return (all rows minus the deleted ones)."""
+        deleted = self.components.deleted
+        return len(self.X) - (int(deleted.sum()) if deleted is not None else 0)
+
+    def add(self, records: Corpus | str | Path | Sequence, *, upsert: bool = False,
+            embeddings: np.ndarray | None = None, batch_size: int = 64, chunk_tokens: int | None = None,
+            chunk_overlap: int = 0) -> AddReport:
+        """Append passages (what :meth:`~hopgraph.index.Index.build` accepts: records ``{"id", "title", "text",
+        "metadata"}``, strings, a Corpus or a corpus path) without rebuilding the index.
+
+        Only the new passages are embedded (with the index's embedder, or ``embeddings`` given
+        for them). Every built component and fitted pipeline is updated: dense and BM25 exactly
+        as a build from scratch of the grown corpus would be; the graph pipelines incrementally
+        (each pipeline's ``add`` says what stays approximate until :meth:`~hopgraph.index.Index.compact`). An id the
+        index already holds raises :class:`InputError` naming it, unless ``upsert=True``, which
+        deletes the old passage and appends the new one. Everything is checked before anything
+        changes. In memory only until :meth:`~hopgraph.index.Index.save`.
+        """
+        from ..engine.ingest import chunking
+
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+        new = Corpus.coerce(records)
+        if chunk_tokens is not None:
+            new = chunking.chunk_corpus(new, chunk_tokens, chunk_overlap)
+        deleted = self.components.deleted
+        existing = []
+        for pid in new.ids:
+            try:
+                row = self.corpus.position(pid)
+            except KeyError:
+                continue
+            if deleted is None or not deleted[row]:
+                existing.append((pid, row))
+        if existing and not upsert:
+            more = f" (and {len(existing) - 5} more)" if len(existing) > 5 else ""
+            raise DuplicateIdError(f"{new.source}: passage id(s) already in the index: "
+                             f"{', '.join(repr(p) for p, _ in existing[:5])}{more} (upsert=True, or --upsert, replaces them)")
+        dim = int(self.X.shape[1])
+        t0 = time.perf_counter()
+        if embeddings is not None:
+            X_new = validate_embeddings(np.asarray(embeddings), "embeddings of the added passages", dim=dim)
+            if len(X_new) != len(new):
+                raise InputError(f"embeddings have {len(X_new)} rows for {len(new)} added passages")
+        else:
+            X_new = self.embedder.encode(new.embedding_texts(), batch_size=batch_size, progress=self.progress)
+            X_new = validate_embeddings(np.asarray(X_new), f"embeddings of {new.source}", dim=dim)
+        embed_seconds = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        start = len(self.X)
+        X = np.ascontiguousarray(np.concatenate([np.asarray(self.X, np.float32), X_new]))
+        corpus = self.corpus.concat(new)
+        self.components.extend(X, corpus, start)
+        self.X, self.corpus, self._metadata = X, corpus, None
+        if existing:
+            self._tombstone([row for _, row in existing])
+        for pipe in self.pipelines.values():
+            pipe.add(start, progress=self.progress)
+        self._variants.clear()
+        return AddReport(list(new.ids), [p for p, _ in existing], embed_seconds, time.perf_counter() - t0)
+
+    def delete(self, ids: Sequence[str] | str) -> DeleteReport:
+        """Delete passages: from now on no search returns them (tombstones; the structures drop
+        them at :meth:`~hopgraph.index.Index.compact`). Ids the index does not hold are reported, not raised."""
+        if isinstance(ids, str):
+            ids = [ids]
+        deleted, unknown, rows = [], [], []
+        current = self.components.deleted
+        for pid in ids:
+            if not isinstance(pid, str):
+                raise InputError(f"passage ids are strings, got {type(pid).__name__} {pid!r}")
+            try:
+                row = self.corpus.position(pid)
+            except KeyError:
+                unknown.append(pid)
+                continue
+            if (current is not None and current[row]) or row in rows:
+                unknown.append(pid)
+                continue
+            deleted.append(pid)
+            rows.append(row)
+        self._tombstone(rows)
+        return DeleteReport(deleted, unknown)
+
+    def _tombstone(self, rows: Sequence[int]) -> None:
+        if not len(rows):
+            return
+        if self.components.deleted is None:
+            self.components.deleted = np.zeros(len(self.X), bool)
+        self.components.deleted[np.asarray(rows, np.int64)] = True
+
+    def compact(self) -> "Index":
+        """Drop the deleted passages and rebuild every component and fitted pipeline exactly from
+        the live ones (their embeddings are kept, nothing is re-embedded): the result equals a build
+        from scratch of the live corpus. In memory only until :meth:`~hopgraph.index.Index.save`; returns self."""
+        deleted = self.components.deleted
+        if deleted is not None and deleted.all():
+            raise InputError("compact: every passage is deleted; an index needs at least one")
+        if deleted is not None and deleted.any():
+            live = np.flatnonzero(~deleted)
+            self.corpus = self.corpus.take(live)
+            self.X = np.ascontiguousarray(np.asarray(self.X)[live])
+        self._metadata = None
+        self.components = Components(self.X, self.corpus, self._embedder, self.params.get("bm25"), self.progress)
+        old = self.pipelines
+        self.pipelines, self._variants = {}, {}
+        for name, pipe in old.items():
+            t0 = time.perf_counter()
+            self.pipelines[name] = self._fit(pipe.clone())
+            self.pipelines[name].carry_state(pipe)
+            self.fit_seconds[name] = time.perf_counter() - t0
+        return self

@@ -1,0 +1,92 @@
+"""What one batch of questions needs from an index's shared components, each computed once: the BM25
+tokens, the dense and BM25 top lists, the cosine of every passage."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from ..errors import InputError
+
+if TYPE_CHECKING:
+    from .shared import Components
+
+#: a cached ``Q @ X.T`` of a batch is kept only up to this many entries (larger: not cached)
+COSINE_CACHE_BUDGET = 1 << 24
+
+
+class QueryBatch:
+    """One batch of questions over shared components; every derived quantity is computed once."""
+
+    def __init__(self, components: Components, Q: np.ndarray, texts: Sequence[str] | None,
+                 allowed: np.ndarray | None = None) -> None:
+        self.components, self.Q = components, Q
+        #: the rows this batch may return (bool [N]; None = all): every top list below respects it
+        self.allowed = allowed
+        self.texts = None if texts is None else list(texts)
+        self._tokens: list[list[str]] | None = None
+        self._dense: tuple[np.ndarray, np.ndarray] | None = None
+        self._bm25: tuple[np.ndarray, np.ndarray] | None = None
+        self._cosine: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.Q)
+
+    def _require_texts(self) -> list[str]:
+        if self.texts is None:
+            raise InputError("this search needs the query texts (query_texts=...)")
+        return self.texts
+
+    @property
+    def tokens(self) -> list[list[str]]:
+        """The questions' BM25 tokens."""
+        if self._tokens is None:
+            self._tokens = self.components.bm25().tokenize(self._require_texts())
+        return self._tokens
+
+    def dense_topk(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Dense top-``k`` (a longer list computed earlier in the batch is sliced)."""
+        if self._dense is None or self._dense[0].shape[1] < k:
+            self._dense = self.components.dense.topk(self.Q, k, self.allowed)
+        return self._dense[0][:, :k], self._dense[1][:, :k]
+
+    def dense_topk_of(self, Q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Dense top-``k`` of other query vectors (e.g. reformulated ones) under this batch's filter."""
+        return self.components.dense.topk(Q, k, self.allowed)
+
+    def mask_scores(self, scores: np.ndarray) -> np.ndarray:
+        """``scores`` [B, N] with the rows this batch may not return set to -inf (in place)."""
+        if self.allowed is not None:
+            scores[:, ~self.allowed] = -np.inf
+        return scores
+
+    def mask_prior(self, p: np.ndarray) -> np.ndarray:
+        """Non-negative weights [B, N] zeroed outside the allowed rows (in place): filtered or deleted
+        passages never seed a walk or a diffusion."""
+        if self.allowed is not None:
+            p[:, ~self.allowed] = 0
+        return p
+
+    def bm25_topk(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 top-``k`` (zero-score hits are padding; a longer earlier list is sliced)."""
+        if self._bm25 is None or self._bm25[0].shape[1] < k:
+            self._bm25 = self.components.bm25().topk(self.tokens, k, self.allowed)
+        return self._bm25[0][:, :k], self._bm25[1][:, :k]
+
+    def bm25_of(self, cand: np.ndarray) -> np.ndarray:
+        """BM25 score of candidate rows ``cand`` [B, C] (-1 = padding → 0): read at the candidates
+        only (:meth:`BM25Index.scores_at`; no ``[N]`` score row per question, issue 14)."""
+        out = np.zeros(cand.shape, np.float32)
+        bm25 = self.components.bm25()
+        for b in range(len(cand)):
+            out[b] = bm25.scores_at(self.tokens[b], cand[b])
+        return out
+
+    def cosine(self) -> np.ndarray:
+        """``Q @ X.T`` [B, N] float32 (kept for the batch when it is small enough)."""
+        if self._cosine is not None:
+            return self._cosine
+        sims = (self.Q @ np.asarray(self.components.X).T).astype(np.float32, copy=False)
+        if sims.size <= COSINE_CACHE_BUDGET:
+            self._cosine = sims
+        return sims
