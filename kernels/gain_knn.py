@@ -22,7 +22,7 @@ never exists. The band and gain of a tile (which are symmetric) are computed onc
 directions, then multiplied by the target penalty of each side (:func:`gain_weights`, numpy
 strips that stay in cache). torch.compile fuses that arithmetic into one loop, but its one-time
 cost pays only from :data:`COMPILE_MIN_ENTRIES` similarity entries on
-(``docs/decisions/kernels-gain-knn-compile-threshold.md``).
+(``docs/decisions/g3rag-no-compile.md``).
 Exact tie-breaking uses an int64 key ``(float bits of w) << 32 | (2^31 − 1 − j)``,
 unique per row; rows with a tie at the k-th place are redone with it.
 """
