@@ -1,4 +1,4 @@
-"""``hopgraph bench``: the benchmarks a user runs to size a deployment (issue 14 item 4).
+"""``hopgraph bench``: the benchmarks a user runs to size a deployment.
 
 Side-by-side tables, each printed with the date and the load average, and written as JSON:
 

@@ -1,4 +1,4 @@
-"""The cold-start tax of a build (issue 14 item 2): ``G3RAG(k=32).fit(X)`` in a fresh process
+"""The cold-start tax of a build: ``G3RAG(k=32).fit(X)`` in a fresh process
 with an empty torch.compile cache vs faiss flat k-NN (k + 1) in a fresh process, side by side.
 
 Every side runs in its own subprocess (``sys.executable``), with ``TORCHINDUCTOR_CACHE_DIR`` a

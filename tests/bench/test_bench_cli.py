@@ -1,4 +1,4 @@
-"""Issue 14 item 4: ``hopgraph bench`` — every table group at a tiny ``--scale`` writes the JSON
+"""``hopgraph bench`` — every table group at a tiny ``--scale`` writes the JSON
 report (structure, positive finite figures, date and load average per table) and prints each
 table; bad input is one line without a traceback. Sizes are tiny: this checks the command,
 not speed."""

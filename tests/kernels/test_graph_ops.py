@@ -312,7 +312,7 @@ def test_sparse_diffusion_top_must_be_a_positive_integer(backend, top):
              np.array([1.0], np.float32), 1, top=top, device="cpu", backend=backend)
 
 
-# ---------------------------------------------------------------- gain_knn tile arithmetic (issue 14)
+# ---------------------------------------------------------------- gain_knn tile arithmetic
 def test_gain_weights_both_directions_equal_the_dense_formula_bit_for_bit():
     import torch
 

@@ -148,7 +148,7 @@ def _take(problem, rows):
 @pytest.mark.parametrize("backend", ["cpu", "triton"])
 def test_query_estimates_do_not_depend_on_the_batch(mode, backend):
     """A query's Monte Carlo estimates are the same alone, at any position of any batch, and
-    whatever the batch's padding G (issue 11: draws depend on the seed and the query only)."""
+    whatever the batch's padding G (draws depend on the seed and the query only)."""
     problem = random_problem(5, 6, 14, 4, seed=9)
     problem[1][:] = torch.tensor([6, 2, 4, 1, 3])
     full = call("shapley_mc", *problem, T=8, seed=3, mode=mode, device="cpu", backend=backend)
