@@ -1,4 +1,4 @@
-"""The cold-start tax of a G3RAG build (issue 14 item 2), side by side in fresh processes.
+"""The cold-start tax of a G3RAG build, side by side in fresh processes.
 
 ``G3RAG(k).fit(X)`` (density + gain-kNN graph, SPEC §1 index steps 1-5) and faiss ``IndexFlatIP``
 exact k-NN (k + 1) of the same generated X (N = 20,000, d = 384 by default), each in its own

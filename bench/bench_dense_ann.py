@@ -1,4 +1,4 @@
-"""Dense retrieval, exact vs IVF candidates rescored exactly (issue 14): build seconds, queries/s,
+"""Dense retrieval, exact vs IVF candidates rescored exactly: build seconds, queries/s,
 top-10 overlap with the exact search and peak RSS, side by side.
 
 Data: ``bench_scale.generate`` (clustered embeddings, d = 384, 256 queries near passages),

@@ -1,4 +1,4 @@
-"""DMAR query throughput with its stage breakdown, and the batched Shapley op (issue 4).
+"""DMAR query throughput with its stage breakdown, and the batched Shapley op.
 
 1. Queries/second of DMAR on a benchmark folder (default ``../shared/data/hotpotqa``),
    all its questions searched in batches of ``--batch`` (question embedding excluded, as in

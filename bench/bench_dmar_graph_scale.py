@@ -1,4 +1,4 @@
-"""Scaling of DMAR's index structures (issue 5): knowledge graph + ego-subgraph GNN embeddings.
+"""Scaling of DMAR's index structures: knowledge graph + ego-subgraph GNN embeddings.
 
 Generates a synthetic extraction (``--n`` passages, 3 sentences each, 3 entity mentions per
 sentence drawn from a heavy-tailed distribution over n/2 names) and times, at n and n/10:

@@ -1,4 +1,4 @@
-"""G3RAG query throughput before and after the sparse query path (issue 14), against faiss.
+"""G3RAG query throughput before and after the sparse query path, against faiss.
 
 One run, side by side, on the same generated corpus (``bench_scale.generate``: N clustered
 embeddings, d = 384, and its 256 questions ``Q.npy``), the questions given as embeddings

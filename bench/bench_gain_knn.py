@@ -1,4 +1,4 @@
-"""gain_knn on the CPU against a plain faiss exact k-NN of the same size (issue 2).
+"""gain_knn on the CPU against a plain faiss exact k-NN of the same size.
 
 One run on generated clustered embeddings (default N = 20,000, d = 384, k = 32):
 

@@ -1,4 +1,4 @@
-"""Live-index benchmark (issue 13): the cost of ``Index.add`` against a rebuild, the search
+"""Live-index benchmark: the cost of ``Index.add`` against a rebuild, the search
 overhead of filters, and what an incremental add changes before ``Index.compact()``.
 
 Two parts, each printing a table with the load average:

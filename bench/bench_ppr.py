@@ -56,11 +56,11 @@ from _common import table
 
 FAMILIES = ("ring", "symmetric")
 LABELS = {"ring": "ring+random", "symmetric": "symmetric random"}
-#: the L1 bound to igraph the issue asks for (issue 14, item 5)
+#: the L1 bound to igraph the issue asks for
 L1_TARGET = 1e-5
-#: hopgraph's target over igraph per family (issue 14)
+#: hopgraph's target over igraph per family
 IGRAPH_TARGET = 20.0
-#: hopgraph's target against the bare loop: at most this many times its seconds (issue 14)
+#: hopgraph's target against the bare loop: at most this many times its seconds
 BARE_TARGET = 1.25
 
 

@@ -1,4 +1,4 @@
-"""Million-passage indexing benchmark (issue 5).
+"""Million-passage indexing benchmark.
 
 Generates N clustered embeddings (d = 384) with synthetic passage texts that name
 entities, then builds, each stage in a fresh subprocess (so peak RSS is per stage):
@@ -16,7 +16,7 @@ entities, then builds, each stage in a fresh subprocess (so peak RSS is per stag
               ``X.npy``; topic/description texts embedded by the hashing embedder, d = 384: a
               stand-in whose cost is negligible — the structures and the query work are real);
 - ``stitch_query`` / ``dmar_query``  ``Index.load`` of that index (memory-mapped) and one batch of
-              256 questions, searched twice like ``query`` (issue 14: the sparse query paths; peak
+              256 questions, searched twice like ``query`` (the sparse query paths; peak
               RSS and q/s, with the seconds of each search stage);
 - ``recall``  the ANN gain-kNN graph against the exact ``gain_knn`` graph on a
               50,000-passage random sample of the embeddings.

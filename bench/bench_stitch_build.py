@@ -1,4 +1,4 @@
-"""STITCH index build vs dense index build of the same corpus (issue 14, item 3), each build in a
+"""STITCH index build vs dense index build of the same corpus, each build in a
 fresh process, the two alternating, with the STITCH build's time split by step.
 
     .venv/bin/python bench/bench_stitch_build.py --data /work/shared/data/hotpotqa [--runs 2]
@@ -24,7 +24,7 @@ The ratio ``stitch / dense`` is the issue's "STITCH build vs dense build";
 
 ``--order-sample M`` adds a side-by-side of the packed text embedding
 (``packed_bert.encode_bulk``) of M of the corpus's topic/description texts in chunks taken in input
-order (before issue 14) vs in length order (now), alternating, best of 2, in one process.
+order (before) vs in length order (now), alternating, best of 2, in one process.
 
 Step times come from wrapping the functions the pipeline calls (no change to the code measured).
 Every row prints the 1-minute load average at its start and end (2 shared cores here: compare
