@@ -1,5 +1,5 @@
 """Build of every pipeline over one corpus: time, what is stored, how often extraction runs,
-and Recall@5 of each pipeline (issue 10: shared components).
+and Recall@5 of each pipeline (shared components).
 
     .venv/bin/python bench/bench_build.py --data ../shared/data/hotpotqa [--embeddings X.npy]
 

@@ -9,7 +9,7 @@ embeddings, d = 384, and its 256 questions ``Q.npy``), the questions given as em
 - ``dense top-100 (G3RAG's candidates)``: the shared dense index's exact top-100, which G3RAG's
   default (fused) search asks for (``hybrid_depth`` = 100) before its graph part;
 - ``G3RAG before``: ``G3RAG.search`` of git revision ``--before`` (default d495543, before
-  issue 14: dense ``[chunk, N]`` diffusion and score arrays, 2²⁴ entries per chunk), loaded from
+  the sparse query paths: dense ``[chunk, N]`` diffusion and score arrays, 2²⁴ entries per chunk), loaded from
   ``git show REV:engine/pipelines/g3rag.py`` into a temporary module of the installed package
   and run over the same fitted graph and the same shared components as
 - ``G3RAG after``: this checkout's search (no array of size N).
@@ -56,7 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def g3rag_module_at(rev: str) -> ModuleType:
     """``engine/pipelines/g3rag.py`` as of git revision ``rev``, imported as a module of the
     installed package (``hopgraph.engine.pipelines._g3rag_REV``) so its relative imports resolve
-    to this checkout's engine (the other modules are unchanged by issue 14's query work)."""
+    to this checkout's engine (the other modules are unchanged by the sparse query work)."""
     source = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:engine/pipelines/g3rag.py"],
                             check=True, capture_output=True, text=True).stdout
     name = f"hopgraph.engine.pipelines._g3rag_{rev[:12]}"
