@@ -56,7 +56,7 @@ from _common import table
 
 FAMILIES = ("ring", "symmetric")
 LABELS = {"ring": "ring+random", "symmetric": "symmetric random"}
-#: the L1 bound to igraph the issue asks for
+#: the L1 bound to igraph this benchmark holds the op to
 L1_TARGET = 1e-5
 #: hopgraph's target over igraph per family
 IGRAPH_TARGET = 20.0
