@@ -219,7 +219,7 @@ DIFFUSION_FAULTS = {
 def test_sparse_diffusion_refuses(fault, backend, no_launch):
     make, message = DIFFUSION_FAULTS[fault]
     with pytest.raises(InputError, match=message):
-        run("sparse_diffusion", backend, no_launch, ("_diffusion_kernel",), *make())
+        run("sparse_diffusion", backend, no_launch, ("_seed_terms_kernel", "_run_sums_kernel"), *make())
 
 
 # ---------------------------------------------------------------- gain_knn and density
