@@ -69,7 +69,6 @@ bench/gpu_check.py`` works as well.
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import math
 import os
