@@ -88,7 +88,7 @@ def test_eval_on_shared_hotpotqa(tmp_path):
     assert 0.6 < r["results"]["bm25"]["recall@5"] < 0.9  # bm25s on HotpotQA: about 0.76
 
 
-# ---------------------------------------------------------------- issue 11: one line, exit 2, for user errors
+# ---------------------------------------------------------------- one line, exit 2, for user errors
 def _index_args(corpus, tmp_path) -> list[str]:
     return ["index", str(corpus), "--out", str(tmp_path / "idx"), "--embedder", "hashing-8", "-q",
             "--pipelines", "dense"]
