@@ -152,9 +152,12 @@ def evaluate(data_dir: str | Path, pipelines: Sequence[str], ks: Sequence[int], 
     """Run every pipeline on every judged query of the benchmark (:func:`load_benchmark`); returns
     the report (:func:`json_report` selects its ``--json`` form).
 
-    Each pipeline is searched once, ``depth`` deep (default: the larger of :data:`DEFAULT_DEPTH`
-    and the largest k), and scored on :func:`~hopgraph.engine.evaluation.report_measures`
-    (``ks``). ``run_dir``: a TREC run file ``LABEL.run`` per pipeline is written there.
+    Each pipeline is searched for the largest k of ``ks`` (what ``search(k=max(ks))`` returns),
+    which gives Recall@k and P@k for every k of ``ks`` and ``queries_per_second``, and, when
+    ``depth`` is larger, once more ``depth`` deep (default: :data:`DEFAULT_DEPTH`), which gives
+    nDCG@10, MRR@10, MAP@100, the Recall@k curve (``recall_curve``) and the run files: a pipeline's
+    top k is not always the head of its top ``depth`` (a graph pipeline's candidates grow with k).
+    ``run_dir``: a TREC run file ``LABEL.run`` per pipeline (the deep search) is written there.
     ``baseline`` (default: the first pipeline): every other row is compared with it on
     :data:`SIGNIFICANCE_MEASURE` by :func:`~hopgraph.engine.evaluation.paired_test`.
     ``queries_per_second`` counts the pipeline's batched search over all queries, given their
@@ -193,24 +196,29 @@ def evaluate(data_dir: str | Path, pipelines: Sequence[str], ks: Sequence[int], 
         raise InputError(f"baseline {baseline!r} is not an evaluated pipeline ({', '.join(labels)})")
     if run_dir is not None:
         Path(run_dir).mkdir(parents=True, exist_ok=True)
-    curve_all = [f"recall@{k}" for k in sorted({k for k in CURVE_KS if k <= depth} | set(ks))]
-    curve = [m for m in curve_all if m not in measures]
+    curve = [f"recall@{k}" for k in sorted({k for k in CURVE_KS if k <= depth} | set(ks))]
     results: dict[str, Any] = {}
     per_query: dict[str, dict[str, dict[str, float]]] = {}
     recall_curve: dict[str, dict[str, tuple[float, float]]] = {}
     run_files: dict[str, str] = {}
+    table_k = max(ks)
+    cut = [m for m in measures if m.split("@")[0] in ("recall", "p")]  # from the table search
+    deep = [m for m in measures if m not in cut]                        # from the deep search
     for label, name, overrides in runs:
         t0 = time.perf_counter()
-        rows, scores = index.search_arrays(texts, pipeline=name, k=depth, query_embeddings=Q, **overrides)
+        rows, scores = index.search_arrays(texts, pipeline=name, k=table_k, query_embeddings=Q, **overrides)
         seconds = time.perf_counter() - t0
+        scored = evaluation.evaluate_run(eval_set.qrels, evaluation.rows_run(qids, rows, scores, index.corpus.ids), cut)
+        if depth > table_k:
+            rows, scores = index.search_arrays(texts, pipeline=name, k=depth, query_embeddings=Q, **overrides)
         run = evaluation.rows_run(qids, rows, scores, index.corpus.ids)
-        scored = evaluation.evaluate_run(eval_set.qrels, run, [*measures, *curve])
-        per_query[label] = {q: {m: scored[q][m] for m in measures} for q in qids}
+        deep_scored = evaluation.evaluate_run(eval_set.qrels, run, [*deep, *curve])
+        per_query[label] = {q: {m: (scored if m in cut else deep_scored)[q][m] for m in measures} for q in qids}
         entry: dict[str, Any] = {}
         for m in measures:
             entry[m], entry[f"{m}_stderr"] = evaluation.mean_and_stderr([per_query[label][q][m] for q in qids])
-        recall_curve[label] = {m.split("@")[1]: evaluation.mean_and_stderr([scored[q][m] for q in qids])
-                               for m in curve_all}
+        recall_curve[label] = {m.split("@")[1]: evaluation.mean_and_stderr([deep_scored[q][m] for q in qids])
+                               for m in curve}
         entry["index_seconds"] = index.embed_seconds + index.fit_seconds.get(name, 0.0)
         entry["queries_per_second"] = len(texts) / max(seconds, 1e-9)
         if overrides:
@@ -294,7 +302,8 @@ def json_report(report: dict[str, Any]) -> dict[str, Any]:
     ``results`` — per row, each measure and its standard error (``MEASURE_stderr``, the ± of
     :func:`format_table`), ``index_seconds`` and ``queries_per_second``; ``per_query`` — per row,
     ``{query id: {measure: value}}``; ``recall_curve`` — per row, ``{k: [mean, standard error]}``
-    of Recall@k at :data:`CURVE_KS` up to the depth and every reported k; ``significance`` — ``measure``, ``baseline`` and per other
+    of Recall@k of the deep search at :data:`CURVE_KS` up to the depth and every reported k;
+    ``significance`` — ``measure``, ``baseline`` and per other
     row ``mean_difference``, ``t_pvalue``, ``randomization_pvalue``; ``run_files`` — per row, the
     TREC run file written (empty without ``--run-dir``)."""
     keep = [key for m in report["measures"] for key in (m, f"{m}_stderr")] + ["index_seconds", "queries_per_second"]
