@@ -91,29 +91,74 @@ def minilm_model_dir() -> Path:
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 through sentence-transformers, loaded offline from its package folder."""
+    """all-MiniLM-L6-v2, loaded offline from its package folder.
+
+    On the CPU, texts are embedded by :class:`~hopgraph.engine.embedders.packed_bert.PackedBertEncoder`
+    built from the folder (torch, safetensors and tokenizers: no transformers import, so a cold
+    process answers its first query quickly), which computes sentence-transformers' embedding
+    without padding (equal up to float rounding; ``tests/engine/embedders``). On CUDA, and for
+    :attr:`model`, the sentence-transformers model is loaded (on first use).
+    """
 
     name = DEFAULT_EMBEDDER
     spec = "minilm"
     dim = 384
+    #: the model's maximum input, special tokens included (its sentence_bert_config.json)
+    max_seq_length = 256
 
     def __init__(self, device: str = "cpu") -> None:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        from sentence_transformers import SentenceTransformer
-        from transformers.utils import logging as hf_logging
+        self.device = device
+        self._st: Any = None
+        self._packed: Any = None
+        if device != "cpu":
+            self.model  # noqa: B018 - CUDA runs sentence-transformers, loaded now
 
-        was_enabled = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()  # the weight-loading bar is noise for a local model
-        try:
-            self.model = SentenceTransformer(str(minilm_model_dir()), device=device)
-        finally:
-            if was_enabled:
-                hf_logging.enable_progress_bar()
+    @property
+    def model(self) -> Any:
+        """The ``SentenceTransformer`` (loaded on first use)."""
+        if self._st is None:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as hf_logging
+
+            was_enabled = hf_logging.is_progress_bar_enabled()
+            hf_logging.disable_progress_bar()  # the weight-loading bar is noise for a local model
+            try:
+                self._st = SentenceTransformer(str(minilm_model_dir()), device=self.device)
+            finally:
+                if was_enabled:
+                    hf_logging.enable_progress_bar()
+        return self._st
+
+    def packed_encoder(self) -> Any:
+        """The padding-free encoder of the CPU path (built on first use), None on CUDA."""
+        if self.device != "cpu":
+            return None
+        if self._packed is None:
+            from .packed_bert import PackedBertEncoder
+
+            self._packed = PackedBertEncoder.from_folder(minilm_model_dir(), self.name, self.max_seq_length)
+        return self._packed
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's ``tokenizers.Tokenizer`` (no padding, no truncation), for counting tokens."""
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(minilm_model_dir() / "tokenizer.json"))
+        tok.no_padding()
+        tok.no_truncation()
+        return tok
 
     def encode(self, texts: Sequence[str], batch_size: int = 64, progress: bool = False) -> np.ndarray:
         if len(texts) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
+        packed = self.packed_encoder()
+        if packed is not None:
+            from .packed_bert import encode_bulk
+
+            return encode_bulk(self, list(texts), batch_size=batch_size, progress=progress)
         X = self.model.encode(
             list(texts), batch_size=batch_size, show_progress_bar=progress,
             convert_to_numpy=True, normalize_embeddings=True,

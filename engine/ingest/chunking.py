@@ -59,13 +59,17 @@ def check_chunking(tokens: Any, overlap: Any) -> tuple[int, int]:
 
 
 def _hf_tokenizer(embedder: Any) -> Any:
-    """The ``tokenizers.Tokenizer`` behind ``embedder``'s Hugging Face fast tokenizer (a copy without
-    padding or truncation), or None."""
-    model = getattr(embedder, "model", None)
-    backend = getattr(getattr(model, "tokenizer", None), "backend_tokenizer", None)
+    """The embedder's ``tokenizers.Tokenizer`` (its ``tokenizer``, or the one behind its
+    sentence-transformers model's fast tokenizer), as a copy without padding or truncation; or None."""
+    from tokenizers import Tokenizer
+
+    own = getattr(type(embedder), "tokenizer", None)
+    backend = embedder.tokenizer if own is not None else None
+    if not isinstance(backend, Tokenizer):
+        model = getattr(embedder, "model", None)
+        backend = getattr(getattr(model, "tokenizer", None), "backend_tokenizer", None)
     if backend is None:
         return None
-    from tokenizers import Tokenizer
 
     tok = Tokenizer.from_str(backend.to_str())
     tok.no_padding()
@@ -143,9 +147,21 @@ def document_of(corpus: Corpus, row: int) -> str:
 
 
 def embedder_limit(embedder: Any) -> tuple[int | None, Callable[[list[str]], list[int]] | None]:
-    """``(maximum input length in word pieces, counter)`` of an embedder: a sentence-transformers
-    ``embedder.model`` gives ``max_seq_length`` and its tokenizer (counts include the special
-    tokens); ``(None, None)`` when the embedder states no limit."""
+    """``(maximum input length in tokens, counter)`` of an embedder: its own ``max_seq_length`` and
+    ``tokenizer`` (a ``tokenizers.Tokenizer``), else a sentence-transformers ``embedder.model``'s
+    ``max_seq_length`` and tokenizer (counts include the special tokens); ``(None, None)`` when the
+    embedder states no limit."""
+    from tokenizers import Tokenizer
+
+    limit = getattr(embedder, "max_seq_length", None)
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 and \
+            getattr(type(embedder), "tokenizer", None) is not None and isinstance(embedder.tokenizer, Tokenizer):
+        tok = embedder.tokenizer
+
+        def count_own(texts: list[str]) -> list[int]:
+            return [len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=True)]
+
+        return limit, count_own
     model = getattr(embedder, "model", None)
     limit = getattr(model, "max_seq_length", None) if model is not None else None
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
