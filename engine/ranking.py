@@ -87,8 +87,8 @@ def reciprocal_rank_fusion(rankings: list[np.ndarray], n_items: int, k: int = 60
 
 
 def rrf_topk(rankings: list[np.ndarray], top_k: int, k: int = 60) -> tuple[np.ndarray, np.ndarray]:
-    """Top-``top_k`` of :func:`reciprocal_rank_fusion` without the dense ``[B, n_items]`` array
-    (issue 14): only the items the rankings hold are scored, so the cost is O(B · Σ m) whatever
+    """Top-``top_k`` of :func:`reciprocal_rank_fusion` without the dense ``[B, n_items]`` array:
+    only the items the rankings hold are scored, so the cost is O(B · Σ m) whatever
     the corpus size. Equal to ``topk_rows(reciprocal_rank_fusion(...), top_k)`` with zero scores
     as padding, bit for bit: each item's float32 sum adds the same terms in the same order (the
     rankings' order), ties break toward the lower id (:func:`topk_rows`).

@@ -70,7 +70,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    """Append passages to an index (issue 13): only they are embedded; committed as a new generation."""
+    """Append passages to an index: only they are embedded; committed as a new generation."""
     import numpy as np
 
     from ..index import Index

@@ -1,4 +1,4 @@
-"""The ``hopgraph serve`` HTTP application (issue 7): FastAPI over one loaded :class:`Index`.
+"""The ``hopgraph serve`` HTTP application: FastAPI over one loaded :class:`Index`.
 
 Endpoints: ``POST /search`` (batched questions → hits with text and metadata, and timing;
 ``where`` / ``allowed_ids`` filters), ``GET /passages/{id}`` (one passage's title, text and

@@ -1,4 +1,4 @@
-"""Micro-batching of concurrent search requests (issue 7, "Concurrency").
+"""Micro-batching of concurrent search requests.
 
 Requests are queued; one dispatcher task takes everything queued (under concurrent
 load it first waits ``batch_wait_ms`` for more), groups it by ``(pipeline, k,
