@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from suite.common import clustered, faiss_knn
-from hopgraph.engine.graph import hub_penalty
+from hopgraph.engine.pipelines.g3rag.penalty import hub_penalty
 from hopgraph.kernels import call
 
 from _common import best_of, table

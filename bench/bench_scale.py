@@ -256,7 +256,7 @@ def stage_dmar_query(data: Path) -> dict:
 
 def stage_recall(data: Path) -> dict:
     from hopgraph.engine.pipelines.g3rag.ann_graph import ann_gain_knn, density_mode, graph_recall
-    from hopgraph.engine.graph import hub_penalty
+    from hopgraph.engine.pipelines.g3rag.penalty import hub_penalty
     from hopgraph.engine.pipelines.g3rag.pipeline import G3RAG
     from hopgraph.kernels import call
 

@@ -693,7 +693,7 @@ def timing_cases(run: Run) -> list[Timing]:
     import numpy as np
     import torch
 
-    from hopgraph.engine.graph import hub_penalty
+    from hopgraph.engine.pipelines.g3rag.penalty import hub_penalty
 
     full, quick = run.size == "full", run.size == "quick"
     pick = lambda f, q, t: f if full else (q if quick else t)  # noqa: E731

@@ -101,6 +101,16 @@ class _ClientBase:
 
     url: str
     _default_pipeline: str | None = None
+    #: the name of the httpx client class the connection uses (``Client`` or ``AsyncClient``)
+    def __init__(self, url: str, api_key: str | None = None, timeout: float = 60.0, *,
+                 transport: Any = None) -> None:
+        """``transport``: an ``httpx`` transport (async for :class:`AsyncClient`) to send the requests
+        through (default: HTTP)."""
+        httpx = self._httpx()
+        self.url = url.rstrip("/")
+        self._transport_error = httpx.TransportError
+        self._options = dict(base_url=self.url, headers=self._headers(api_key), timeout=timeout, trust_env=False,
+                             transport=transport)
 
     @staticmethod
     def _httpx() -> Any:
@@ -206,12 +216,8 @@ class Client(_ClientBase):
 
     def __init__(self, url: str, api_key: str | None = None, timeout: float = 60.0, *,
                  transport: Any = None) -> None:
-        """``transport``: an ``httpx`` transport to send the requests through (default: HTTP)."""
-        httpx = self._httpx()
-        self.url = url.rstrip("/")
-        self._transport_error = httpx.TransportError
-        self._http = httpx.Client(base_url=self.url, headers=self._headers(api_key), timeout=timeout,
-                                  trust_env=False, transport=transport)
+        super().__init__(url, api_key, timeout, transport=transport)
+        self._http = self._httpx().Client(**self._options)
 
     def search(self, queries: str | Sequence[Any] | np.ndarray, pipeline: str | None = None, k: int = 5, *,
                with_text: bool = True, group_by_document: bool = False, params: Mapping[str, Any] | None = None,
@@ -288,12 +294,7 @@ class AsyncClient(_ClientBase):
 
     def __init__(self, url: str, api_key: str | None = None, timeout: float = 60.0, *,
                  transport: Any = None) -> None:
-        """``transport``: an ``httpx`` async transport to send the requests through (default: HTTP)."""
-        httpx = self._httpx()
-        self.url = url.rstrip("/")
-        self._transport_error = httpx.TransportError
-        self._options = dict(base_url=self.url, headers=self._headers(api_key), timeout=timeout, trust_env=False,
-                             transport=transport)
+        super().__init__(url, api_key, timeout, transport=transport)
         self._pools: dict[int, tuple[asyncio.AbstractEventLoop, Any]] = {}
         self._lock = threading.Lock()
 

@@ -27,7 +27,8 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .components.corpus import Corpus, iter_jsonl
+from .components.corpus import Corpus
+from .components.records import iter_jsonl
 from .errors import InputError
 
 #: ``{query id: {document id: relevance}}``

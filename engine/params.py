@@ -249,6 +249,12 @@ class Params:
         """Names of the fields whose values differ between ``self`` and ``other``."""
         return {f.name for f in fields(self) if getattr(self, f.name) != getattr(other, f.name)}
 
+    @classmethod
+    def none_for(cls: type[P], pipeline: str, name: str, module: str) -> type[P]:
+        """The empty parameter set of this kind for ``pipeline``, as class ``name`` of ``module``."""
+        doc = f"``{pipeline}`` has no {cls.kind} parameters."
+        return dataclass(frozen=True)(type(name, (cls,), {"pipeline": pipeline, "__doc__": doc, "__module__": module}))
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable values (a callable, which cannot be stored, becomes None)."""
         out = {}

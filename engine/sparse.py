@@ -1,75 +1,73 @@
-"""Sparse per-query score vectors for G3RAG's query (SPEC §1 query steps 2-4, issue 14).
+"""Helpers on the engine's one sparse-matrix type, :class:`~hopgraph.kernels.csr.CSR`.
 
-One diffusion step ``y = pᵀT`` (SPEC §1 query step 2; T = W row-normalised, index step 6) of a
-seed vector p with ``s`` non-zero entries touches only the ``s`` CSR rows of the seeds: at most
-``s · k`` passages get ``y > 0``. This module computes y on those passages only — never a dense
-``[B, N]`` array — so a query costs O(s · k) whatever N is:
-
-* :func:`diffusion_entries`: every (query, passage) pair the seeds reach, with its y;
-* :func:`diffusion_at`: y at given columns only (the fused scoring's candidates), found by
-  joining the seeds' edges on the columns' keys ``b · N + j``;
-* :func:`~hopgraph.engine.ranking.topk_entries` (in :mod:`ranking`, imported here): top-k of such
-  ragged per-query entries, best first, ties toward the lower passage id (``topk_rows``' order);
-* :func:`allowed_at`: the filter mask (``QueryBatch.allowed``) read at entries' passage ids;
-* :func:`pair_cosines`: the cosines ``q_b · x_j`` of given pairs only (``expand=True``).
-
-The values equal the ``sparse_diffusion`` op's dense output at those columns bit for bit on the
-CPU: the seed weights come from the op's own validation (:func:`check_diffusion_inputs`: p
-uniform over the valid seeds when no weights are given), each seed row is divided by its sum in
-float64 (zero-sum rows contribute nothing), and every y is the float64 sum of the same products
-in the same order (query, seed, CSR position), then rounded to float32.
+A graph or incidence over N rows is stored, passed and returned as a :class:`CSR` (``indptr``
+int64 [N + 1], ``indices`` [nnz], ``data`` [nnz], ``n_cols``); a pattern without weights is
+``indptr`` / ``indices`` arrays, or a CSR whose data are :func:`unit_weights`. scipy is used
+only inside a function that runs a scipy operation (a sparse product, a transpose):
+:meth:`CSR.to_scipy` there, :func:`csr_from_scipy` for its result. SPEC §1 step 6 (the
+transition T = row-normalised W) is :func:`row_normalised`.
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
-
 import numpy as np
 
-from ..kernels.sparse_diffusion import check_diffusion_inputs
-from .graph import CSR
-from .ranking import topk_entries
+from ..kernels.csr import CSR
+
+__all__ = ["allowed_at", "csr_from_keys", "csr_from_scipy", "join", "row_edge_positions", "row_entries",
+           "row_normalised", "row_of_entries", "row_sums", "take_rows", "unit_weights"]
 
 
-class SeedEdges(NamedTuple):
-    """The out-edges of every valid seed of a batch, in the order (query, seed, CSR position):
-    ``query`` (int64 [E], the batch row), ``column`` (int64 [E], the passage reached) and
-    ``contribution`` (float64 [E], ``p_c / Σ_j W[c, j] · W[c, j]``)."""
-
-    query: np.ndarray
-    column: np.ndarray
-    contribution: np.ndarray
-
-    def keys(self, n_cols: int) -> np.ndarray:
-        """``query · n_cols + column`` (int64 [E]): the edges' join keys (repeated where several
-        seeds of a query reach one passage)."""
-        return self.query * np.int64(n_cols) + self.column
+def unit_weights(n: int) -> np.ndarray:
+    """``n`` weights of 1 (float32, read-only, no memory: a broadcast view), the data of an
+    unweighted CSR."""
+    return np.broadcast_to(np.float32(1.0), (int(n),))
 
 
-class Entries(NamedTuple):
-    """Sparse rows of a ``[B, N]`` score matrix: ``query`` (int64 [P]), ``column`` (int64 [P]),
-    ``value`` (float32 [P]), sorted by ``(query, column)`` with no pair twice."""
+def csr_from_scipy(matrix, dtype: type = np.float32) -> CSR:
+    """The arrays of a scipy sparse matrix as they are (same order, nothing re-sorted or summed)
+    as a :class:`CSR`: int64 indptr, int32 indices, ``dtype`` data."""
+    import scipy.sparse as sp
 
-    query: np.ndarray
-    column: np.ndarray
-    value: np.ndarray
-
-    def keys(self, n_cols: int) -> np.ndarray:
-        """``query · n_cols + column`` (int64 [P], increasing): the pairs' join keys."""
-        return self.query * np.int64(n_cols) + self.column
+    m = sp.csr_matrix(matrix)
+    return CSR(m.indptr.astype(np.int64, copy=False), m.indices.astype(np.int32, copy=False),
+               m.data.astype(dtype, copy=False), int(m.shape[1]))
 
 
-def pair_keys(ids: np.ndarray, n_cols: int) -> np.ndarray:
-    """Join keys ``b · n_cols + ids[b, i]`` of a ``[B, c]`` id array (int64, same shape); padding
-    (-1) gets key -1, which matches no pair."""
-    ids = np.asarray(ids, np.int64)
-    rows = np.arange(len(ids), dtype=np.int64)[:, None] * np.int64(n_cols)
-    return np.where(ids >= 0, rows + ids, -1)
+def row_of_entries(indptr: np.ndarray) -> np.ndarray:
+    """The row of every entry of a CSR (int64 [nnz])."""
+    indptr = np.asarray(indptr, np.int64)
+    return np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))
+
+
+def row_sums(graph: CSR) -> np.ndarray:
+    """Sum of the out-edge weights of every row (float64 [n_rows])."""
+    sums = np.zeros(graph.n_rows, dtype=np.float64)
+    np.add.at(sums, row_of_entries(graph.indptr), graph.data.astype(np.float64))
+    return sums
+
+
+def row_normalised(graph: CSR) -> CSR:
+    """SPEC §1 step 6: T = W with every row divided by its sum; rows summing to 0 stay 0."""
+    sums = row_sums(graph)
+    scale = np.divide(1.0, sums, out=np.zeros_like(sums), where=sums > 0)
+    data = (graph.data * scale[row_of_entries(graph.indptr)]).astype(np.float32)
+    return CSR(graph.indptr, graph.indices, data, graph.n_cols)
+
+
+def csr_from_keys(keys: np.ndarray, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stable grouping of positions by row key: (indptr int64 [n_rows+1], order int64) —
+    row r holds positions ``order[indptr[r]:indptr[r+1]]``, in increasing order."""
+    order = np.argsort(keys, kind="stable")
+    indptr = np.zeros(n_rows + 1, np.int64)
+    np.cumsum(np.bincount(keys, minlength=n_rows), out=indptr[1:])
+    return indptr, order
 
 
 def row_edge_positions(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Positions in ``indices``/``data`` of the edges of ``rows`` (int64 [r]) of a CSR graph,
+    """Positions in ``indices``/``data`` of the entries of ``rows`` (int64 [r]) of a CSR,
     concatenated row after row in CSR order: ``(segment int64 [E], position int64 [E])`` where
-    ``segment[e]`` is the index into ``rows`` of the row edge ``e`` belongs to."""
+    ``segment[e]`` is the index into ``rows`` of the row entry ``e`` belongs to. O(r + E)."""
+    rows = np.asarray(rows, np.int64)
     starts = np.asarray(indptr[rows], np.int64)
     lengths = np.asarray(indptr[rows + 1], np.int64) - starts
     seg = np.repeat(np.arange(len(rows), dtype=np.int64), lengths)
@@ -78,33 +76,21 @@ def row_edge_positions(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray
     return seg, pos
 
 
-def seed_edges(graph: CSR, seed_ids: np.ndarray, seed_weights: np.ndarray | None) -> SeedEdges:
-    """The terms of ``y = pᵀT`` (SPEC §1 query step 2) for a batch of seed vectors.
-
-    ``seed_ids`` int [B, s] (graph rows, -1 = padding) and ``seed_weights`` float [B, s]
-    (``None``: p uniform over each query's valid seeds, SPEC §1 query step 2) as the
-    ``sparse_diffusion`` op takes them; T = W row-normalised (index step 6) is applied on the
-    fly. Only the seeds' CSR rows are read: O(B · s · k) work and memory, independent of N."""
-    ids, weights = check_diffusion_inputs(seed_ids, seed_weights, graph)
-    b_of, slot = np.nonzero(ids >= 0)
-    rows = ids[b_of, slot]
-    w = weights[b_of, slot].astype(np.float64)
-    seg, pos = row_edge_positions(graph.indptr, rows)
-    edge_w = np.asarray(graph.data[pos], np.float64)
-    sums = np.bincount(seg, weights=edge_w, minlength=len(rows))
-    w = np.divide(w, sums, out=np.zeros_like(w), where=sums > 0)  # zero-sum rows stay zero
-    return SeedEdges(b_of[seg].astype(np.int64), np.asarray(graph.indices[pos], np.int64), edge_w * w[seg])
+def row_entries(indptr: np.ndarray, values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(segment, value)`` of CSR rows ``rows``: ``value[e]`` (int64) is an entry of ``values``
+    (a CSR's ``indices``, or any array aligned with them) in row ``rows[segment[e]]``, rows
+    concatenated in the given order, entries in CSR order."""
+    seg, pos = row_edge_positions(indptr, np.asarray(rows, np.int64))
+    return seg, np.asarray(values[pos], np.int64)
 
 
-def diffusion_entries(graph: CSR, seed_ids: np.ndarray, seed_weights: np.ndarray | None) -> Entries:
-    """``y = pᵀT`` on every passage the seeds reach (SPEC §1 query step 2): one entry per
-    (query, passage) pair with an edge from a seed, including pairs whose y is 0 (zero-weight
-    edges or zero seed weight); every other column of y is 0."""
-    edges = seed_edges(graph, seed_ids, seed_weights)
-    uniq, inverse = np.unique(edges.keys(graph.n_cols), return_inverse=True)
-    y = np.bincount(inverse.ravel(), weights=edges.contribution, minlength=len(uniq)).astype(np.float32)
-    n = np.int64(max(graph.n_cols, 1))
-    return Entries(uniq // n, uniq % n, y)
+def take_rows(graph: CSR, rows: np.ndarray) -> CSR:
+    """The rows ``rows`` (int, in the given order, repeats allowed) of ``graph`` as a CSR of
+    ``len(rows)`` rows, each row's entries in their order (scipy's ``M[rows]``). O(r + E)."""
+    seg, pos = row_edge_positions(graph.indptr, np.asarray(rows, np.int64))
+    indptr = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum(np.bincount(seg, minlength=len(rows)), out=indptr[1:])
+    return CSR(indptr, np.asarray(graph.indices[pos]), np.asarray(graph.data[pos]), graph.n_cols)
 
 
 def join(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -116,34 +102,6 @@ def join(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndar
     return np.where(found, pos, 0), found
 
 
-def lookup(entries: Entries, n_cols: int, keys: np.ndarray) -> np.ndarray:
-    """The value of ``entries`` at each of the join ``keys`` (:func:`pair_keys`), 0 where it has
-    no entry (float32, ``keys``' shape)."""
-    if not len(entries.value):
-        return np.zeros(np.shape(keys), np.float32)
-    pos, found = join(entries.keys(n_cols), keys)
-    return np.where(found, entries.value[pos], np.float32(0.0))
-
-
-def diffusion_at(graph: CSR, seed_ids: np.ndarray, seed_weights: np.ndarray | None,
-                 columns: np.ndarray) -> np.ndarray:
-    """``y = pᵀT`` (SPEC §1 query step 2) at ``columns`` int [B, c] only (-1 = padding → 0):
-    float32 [B, c]. The seeds' edges are joined on the keys ``b · N + j`` of the wanted columns,
-    so the work is O(B · s · k · log c) and nothing of size N is allocated."""
-    columns = np.asarray(columns, np.int64)
-    out = np.zeros(columns.shape, np.float32)
-    valid = columns >= 0
-    if not valid.any():
-        return out
-    edges = seed_edges(graph, seed_ids, seed_weights)
-    uniq, inverse = np.unique(pair_keys(columns, graph.n_cols)[valid], return_inverse=True)
-    pos, found = join(uniq, edges.keys(graph.n_cols))
-    # the matching edges keep their order, so each sum adds the op's products in the op's order
-    sums = np.bincount(pos[found], weights=edges.contribution[found], minlength=len(uniq))
-    out[valid] = sums[inverse.ravel()].astype(np.float32)
-    return out
-
-
 def allowed_at(allowed: np.ndarray | None, columns: np.ndarray) -> np.ndarray:
     """``QueryBatch.allowed`` (bool [N], None = every row) read at passage ids ``columns``
     (int, any shape, all >= 0): which entries a search may return (the sparse form of
@@ -151,20 +109,3 @@ def allowed_at(allowed: np.ndarray | None, columns: np.ndarray) -> np.ndarray:
     if allowed is None:
         return np.ones(np.shape(columns), bool)
     return np.asarray(allowed)[columns]
-
-
-#: (query, passage) pairs whose embeddings :func:`pair_cosines` gathers at once (8,192 × d floats)
-PAIR_BLOCK = 8192
-
-
-def pair_cosines(Q: np.ndarray, rows: Callable[[np.ndarray], np.ndarray], query: np.ndarray,
-                 column: np.ndarray) -> np.ndarray:
-    """``Q[query[i]] · X[column[i]]`` for each pair (float32 [P]): the cosines of only the pairs a
-    search ranks, never ``Q @ Xᵀ``. ``rows(ids)`` returns ``X[ids]`` (``DenseIndex.rows``: read
-    without faulting a memory-mapped X in); at most :data:`PAIR_BLOCK` rows are held at once."""
-    Q = np.asarray(Q, np.float32)
-    out = np.empty(len(query), np.float32)
-    for s in range(0, len(query), PAIR_BLOCK):
-        q, c = query[s:s + PAIR_BLOCK], column[s:s + PAIR_BLOCK]
-        out[s:s + len(q)] = np.einsum("pd,pd->p", Q[q], np.asarray(rows(c), np.float32))
-    return out

@@ -1,15 +1,17 @@
-"""Vectorised input checks shared by the kernels' CPU-side preparation (issue 11).
+"""The one set of vectorised array checks: ids in range, CSR offsets, integer dtypes, finite values.
 
 Every op validates its inputs once, in the preparation step that both its CPU and its
 Triton path run, so a Triton kernel is never launched on ids outside the arrays it
-indexes (an out-of-bounds read on a GPU) and NaN never flows silently through an op.
+indexes (an out-of-bounds read on a GPU) and NaN never flows silently through an op; the
+engine's checks of stored index arrays (:mod:`hopgraph.engine.storage.validate`) are these
+checks raising another error.
 Each check is one or two reductions over the array (``aminmax`` in torch, ``min``/``max``
 in NumPy; NaN propagates through both, so "min and max finite" means "all finite"),
 so validation stays a small share of the op; only when a check fails is the array
 scanned again to name the first offending entry.
 
-The helpers take a torch tensor or a NumPy array and raise
-:class:`~hopgraph.kernels.errors.InputError` as ``"OP: ARGUMENT problem"``.
+The helpers take a torch tensor or a NumPy array and raise ``error``
+(:class:`~hopgraph.kernels.errors.InputError` unless given) as ``"OP: ARGUMENT problem"``.
 """
 from __future__ import annotations
 
@@ -65,10 +67,10 @@ def _is_real(a: Array) -> bool:
     return a.dtype.kind in "biuf"
 
 
-def check_int_dtype(a: Array, name: str, op: str) -> None:
+def check_int_dtype(a: Array, name: str, op: str, error: type[Exception] = InputError) -> None:
     """``a`` must hold integers (ids and offsets are never floats or booleans)."""
     if not _is_integer(a):
-        raise InputError(f"{op}: {name} must be an integer array, got dtype {a.dtype}")
+        raise error(f"{op}: {name} must be an integer array, got dtype {a.dtype}")
 
 
 def check_positive_int(value: object, name: str, op: str, minimum: int = 1) -> int:
@@ -78,9 +80,10 @@ def check_positive_int(value: object, name: str, op: str, minimum: int = 1) -> i
     return int(value)
 
 
-def check_ids(a: Array, name: str, n: int, op: str, what: str = "ids", padding: bool = False) -> None:
+def check_ids(a: Array, name: str, n: int, op: str, what: str = "ids", padding: bool = False,
+              error: type[Exception] = InputError) -> None:
     """Integer ids in ``[0, n)`` (``-1`` also allowed as padding with ``padding=True``)."""
-    check_int_dtype(a, name, op)
+    check_int_dtype(a, name, op, error)
     if a.numel() if isinstance(a, torch.Tensor) else a.size:
         lo, hi = min_max(a)
         low = -1 if padding else 0
@@ -88,34 +91,35 @@ def check_ids(a: Array, name: str, n: int, op: str, what: str = "ids", padding: 
             bad = (a < low) | (a >= n)
             at = first_where(bad)
             allowed = f"[0, {n})" + (" or -1 (padding)" if padding else "")
-            raise InputError(f"{op}: {name} must hold {what} in {allowed}; "
-                             f"{_at(name, at)} = {_value(a, at)}")
+            raise error(f"{op}: {name} must hold {what} in {allowed}; {_at(name, at)} = {_value(a, at)}")
 
 
-def check_indptr(a: Array, name: str, length: int, total: int | None, op: str) -> None:
+def check_indptr(a: Array, name: str, length: int, total: int | None, op: str,
+                 error: type[Exception] = InputError) -> None:
     """A CSR offsets array: 1-D integer of ``length`` entries, starting at 0, never
     decreasing, ending at ``total`` (when given)."""
-    check_int_dtype(a, name, op)
+    check_int_dtype(a, name, op, error)
     if tuple(a.shape) != (length,):
-        raise InputError(f"{op}: {name} must have shape ({length},), got {tuple(a.shape)}")
+        raise error(f"{op}: {name} must have shape ({length},), got {tuple(a.shape)}")
     if length == 0:
         return
     if int(a[0]) != 0:
-        raise InputError(f"{op}: {name} must start at 0, got {name}[0] = {int(a[0])}")
+        raise error(f"{op}: {name} must start at 0, got {name}[0] = {int(a[0])}")
     if length > 1:
         steps = (torch.diff(a) if isinstance(a, torch.Tensor) else np.diff(a))
         if min_max(steps)[0] < 0:
             i = first_where(steps < 0)[0]
-            raise InputError(f"{op}: {name} must never decrease; {name}[{i + 1}] = {int(a[i + 1])} "
-                             f"< {name}[{i}] = {int(a[i])}")
+            raise error(f"{op}: {name} must never decrease; {name}[{i + 1}] = {int(a[i + 1])} "
+                        f"< {name}[{i}] = {int(a[i])}")
     if total is not None and int(a[-1]) != total:
-        raise InputError(f"{op}: {name} must end at {total} (the number of entries), got {int(a[-1])}")
+        raise error(f"{op}: {name} must end at {total} (the number of entries), got {int(a[-1])}")
 
 
-def check_values(a: Array, name: str, op: str, non_negative: bool = True) -> None:
+def check_values(a: Array, name: str, op: str, non_negative: bool = True,
+                 error: type[Exception] = InputError) -> None:
     """Real numbers, all finite (no NaN or ±inf), and ``>= 0`` with ``non_negative``."""
     if not _is_real(a):
-        raise InputError(f"{op}: {name} must be a real-valued array, got dtype {a.dtype}")
+        raise error(f"{op}: {name} must be a real-valued array, got dtype {a.dtype}")
     if not (a.numel() if isinstance(a, torch.Tensor) else a.size):
         return
     lo, hi = min_max(a)
@@ -124,6 +128,6 @@ def check_values(a: Array, name: str, op: str, non_negative: bool = True) -> Non
     finite = torch.isfinite(a) if isinstance(a, torch.Tensor) else np.isfinite(a)
     if not bool(finite.all()):
         at = first_where(~finite)
-        raise InputError(f"{op}: {name} must be finite (no NaN or infinity); {_at(name, at)} = {_value(a, at)}")
+        raise error(f"{op}: {name} must be finite (no NaN or infinity); {_at(name, at)} = {_value(a, at)}")
     at = first_where(a < 0)
-    raise InputError(f"{op}: {name} must be non-negative; {_at(name, at)} = {_value(a, at)}")
+    raise error(f"{op}: {name} must be non-negative; {_at(name, at)} = {_value(a, at)}")

@@ -118,7 +118,7 @@ ALLOWED = {"kernels": {"kernels"}, "engine": {"engine", "kernels"}, "bindings": 
 
 
 def test_module_map_found_the_package():
-    assert {"hopgraph", "hopgraph.engine.graph", "hopgraph.kernels.dispatch", "hopgraph.serve.batcher",
+    assert {"hopgraph", "hopgraph.engine.sparse", "hopgraph.kernels.dispatch", "hopgraph.serve.batcher",
             "hopgraph.engine.pipelines.g3rag.pipeline"} <= set(MODULES)
 
 

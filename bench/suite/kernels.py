@@ -24,7 +24,7 @@ FAMILIES = {"ring": "ring+random", "symmetric": "symmetric random"}
 
 def bench_gain_knn(n: int, d: int = 384, k: int = 32, repeats: int = 2, samples: int = 4096) -> Table:
     """gain_knn and density (exact, sampled) vs faiss flat k-NN on ``n`` clustered rows."""
-    from hopgraph.engine.graph import hub_penalty
+    from hopgraph.engine.pipelines.g3rag.penalty import hub_penalty
     from hopgraph.kernels import call
 
     X = clustered(n, d, max(2, n // 100))
@@ -184,7 +184,8 @@ def bench_ppr(family: str, n: int, m: int, B: int, igraph_priors: int, repeats: 
 
 def bench_diffusion(n: int, k: int, B: int, seeds: int, repeats: int = 3) -> Table:
     """sparse_diffusion (seeds through the row-normalised graph) vs scipy's CSR product."""
-    from hopgraph.engine.graph import CSR, row_normalised
+    from hopgraph.engine.sparse import row_normalised
+    from hopgraph.kernels.csr import CSR
     from hopgraph.kernels import call
 
     rng = np.random.default_rng(2)

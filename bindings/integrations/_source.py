@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from ..engine.errors import InputError
+
+T = TypeVar("T")
 
 
 def require(module: str, extra: str, what: str) -> Any:
@@ -225,3 +227,12 @@ def hit_metadata(source: Any, hit: Any, pipeline: str, with_text: bool = True) -
     text, meta = passage(source, hit, with_text)
     meta.update(id=hit.id, title=hit.title, score=float(hit.score), rank=int(hit.rank), pipeline=pipeline)
     return text, meta
+
+
+def convert_hits(source: Any, results: list[list[Any]], pipeline: str, search_kwargs: Mapping[str, Any] | None,
+                 make: Callable[[Any, str, dict[str, Any]], T]) -> list[list[T]]:
+    """One list of framework objects per question: ``make(hit, text, metadata)`` of every hit, with
+    :func:`hit_metadata`'s text and metadata (text only when ``search_kwargs`` ask for it,
+    :func:`wants_text`)."""
+    with_text = wants_text(search_kwargs)
+    return [[make(hit, *hit_metadata(source, hit, pipeline, with_text)) for hit in hits] for hits in results]

@@ -82,15 +82,8 @@ class HopgraphRetriever(BaseRetriever):
     # ------------------------------------------------------------------ documents
     def _documents(self, results: list[list[Any]]) -> list[list[Document]]:
         """hopgraph hits → one list of ``Document`` per question."""
-        out = []
-        with_text = _source.wants_text(self.search_kwargs)
-        for hits in results:
-            docs = []
-            for hit in hits:
-                text, meta = _source.hit_metadata(self._sources.any, hit, self.pipeline, with_text)
-                docs.append(Document(id=hit.id, page_content=text, metadata=meta))
-            out.append(docs)
-        return out
+        return _source.convert_hits(self._sources.any, results, self.pipeline, self.search_kwargs,
+                                    lambda hit, text, meta: Document(id=hit.id, page_content=text, metadata=meta))
 
     def search_documents(self, queries: list[str]) -> list[list[Document]]:
         """Documents for each query from ONE batched search, without LangChain callbacks."""

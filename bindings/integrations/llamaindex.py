@@ -58,16 +58,9 @@ class HopgraphRetriever(BaseRetriever):
 
     def _nodes(self, results: list[list[Any]]) -> list[list[NodeWithScore]]:
         """hopgraph hits → one list of ``NodeWithScore`` per question."""
-        out = []
-        with_text = _source.wants_text(self.search_kwargs)
-        for hits in results:
-            nodes = []
-            for hit in hits:
-                text, meta = _source.hit_metadata(self.sources.any, hit, self.pipeline, with_text)
-                nodes.append(NodeWithScore(node=TextNode(id_=hit.id, text=text, metadata=meta),
-                                           score=float(hit.score)))
-            out.append(nodes)
-        return out
+        return _source.convert_hits(self.sources.any, results, self.pipeline, self.search_kwargs,
+                                    lambda hit, text, meta: NodeWithScore(node=TextNode(id_=hit.id, text=text, metadata=meta),
+                                                                          score=float(hit.score)))
 
     def retrieve_batch(self, queries: Sequence[str | QueryBundle]) -> list[list[NodeWithScore]]:
         """Nodes for every query from ONE batched hopgraph search (no per-query callback events)."""

@@ -16,6 +16,7 @@ from typing import Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..errors import InputError
+from .records import RecordFields, check_passages, check_unicode, collect, iter_jsonl
 
 
 class PackedStrings(Sequence[str]):
@@ -62,18 +63,7 @@ class Corpus:
         if not (len(self.ids) == len(self.titles) == len(self.texts) == len(self.metadata)):
             raise InputError(f"{self.source}: ids, titles, texts and metadata have different lengths")
         if _validate:
-            if not len(self.ids):
-                raise InputError(f"{self.source}: the corpus holds no passages")
-            positions: dict[str, int] = {}
-            for i, pid in enumerate(self.ids):
-                if pid in positions:
-                    raise InputError(
-                        f"{self.source}: duplicate passage id {pid!r} (passages {positions[pid]} and {i})"
-                    )
-                positions[pid] = i
-                if not self.texts[i] or not self.texts[i].strip():
-                    raise InputError(f"{self.source}: passage {pid!r} (number {i}) has empty text")
-            self._positions = positions
+            self._positions = check_passages(self.ids, self.texts, self.source)
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -82,22 +72,21 @@ class Corpus:
         for i, t in enumerate(texts):
             if not isinstance(t, str):
                 raise InputError(f"{source}: item {i} is {type(t).__name__}, expected str")
-            _check_unicode(t, f"{source}: item {i}")
+            check_unicode(t, f"{source}: item {i}")
         return cls(tuple(str(i) for i in range(len(texts))), ("",) * len(texts), tuple(texts), source)
 
     @classmethod
     def from_records(cls, records: Iterable[Mapping], source: str = "<records>") -> "Corpus":
-        """Passages from dicts with keys ``id``, ``text`` and optional ``title``; errors name the
-        record by its index in ``records`` (from 0)."""
-        ids, titles, texts, meta = [], [], [], []
-        for n, rec in enumerate(records):
-            pid, title, text = _validate_record(rec, f"{source} record {n}")
-            ids.append(pid), titles.append(title), texts.append(text), meta.append(_metadata(rec))
-        return cls(tuple(ids), tuple(titles), tuple(texts), source, tuple(meta))
+        """Passages from dicts with keys ``id``, ``text`` and optional ``title`` and ``metadata``
+        (:mod:`~hopgraph.engine.components.records`' rules); errors name the record by its index in
+        ``records`` (from 0)."""
+        located = ((f"record {n}", rec) for n, rec in enumerate(records))
+        return cls(*collect(located, RecordFields(), source), _validate=False)
 
     @classmethod
     def from_jsonl(cls, path: str | Path) -> "Corpus":
-        """Load JSON lines ``{"id", "title", "text"}`` (title optional).
+        """Load JSON lines ``{"id", "title", "text", "metadata"}`` (title and metadata optional; the
+        rules of :mod:`~hopgraph.engine.components.records`).
 
         Errors name the file and the line: invalid JSON, missing or empty fields,
         duplicate ids (with the line of the first occurrence).
@@ -105,19 +94,8 @@ class Corpus:
         path = Path(path)
         if not path.is_file():
             raise InputError(f"corpus file {path} " + ("is not a file" if path.exists() else "does not exist"))
-        ids, titles, texts, meta = [], [], [], []
-        first_line: dict[str, int] = {}
-        for lineno, rec in iter_jsonl(path):
-            pid, title, text = _validate_record(rec, f"{path} line {lineno}")
-            if pid in first_line:
-                raise InputError(
-                    f"{path} line {lineno}: duplicate id {pid!r} (first seen on line {first_line[pid]})"
-                )
-            first_line[pid] = lineno
-            ids.append(pid), titles.append(title), texts.append(text), meta.append(_metadata(rec))
-        if not ids:
-            raise InputError(f"corpus file {path} holds no passages")
-        return cls(tuple(ids), tuple(titles), tuple(texts), str(path), tuple(meta))
+        located = ((f"line {n}", rec) for n, rec in iter_jsonl(path))
+        return cls(*collect(located, RecordFields(), str(path)), _validate=False)
 
     @classmethod
     def coerce(cls, corpus: "Corpus | str | Path | Sequence[str] | Sequence[Mapping]") -> "Corpus":
@@ -183,7 +161,8 @@ class Corpus:
 
     def meta(self, row: int) -> dict:
         """The metadata of passage ``row``: its record's ``metadata`` object merged with the record's
-        other fields beyond id, title and text (see :func:`_metadata`); ``{}`` for none."""
+        other fields beyond id, title and text (:meth:`RecordFields.metadata_of
+        <hopgraph.engine.components.records.RecordFields.metadata_of>`); ``{}`` for none."""
         raw = self.metadata[row]
         return json.loads(raw) if raw else {}
 
@@ -233,76 +212,5 @@ def read_corpus(path: str | Path, id_field: str | None = None, title_field: str 
     "str"}``; CSV/TSV columns inferred); InputError naming the file and line or row of a problem."""
     from ..ingest import readers
 
-    columns = readers.read_columns(path, id_field, title_field, text_field, metadata_fields, metadata_types)
-    if columns is None:  # hopgraph's own JSON lines
-        return Corpus.from_jsonl(path)
-    return Corpus(columns.ids, columns.titles, columns.texts, columns.source, columns.metadata)
-
-
-def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
-    """Yield (line number, object) for each non-blank line; InputError names file and line
-    (invalid UTF-8, invalid JSON, not an object). A UTF-8 byte-order mark is skipped."""
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
-            except UnicodeDecodeError as e:
-                raise InputError(f"{path} line {lineno}: not valid UTF-8 text (byte 0x{raw[e.start]:02x} at "
-                                 f"byte {e.start + 1} of the line); save the file as UTF-8") from None
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path} line {lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(obj, dict):
-                raise InputError(f"{path} line {lineno}: expected a JSON object, got {type(obj).__name__}")
-            yield lineno, obj
-
-
-def _check_unicode(value: str, where: str) -> None:
-    """``value`` must be encodable as UTF-8 (JSON escapes such as ``"\\ud800"`` give lone
-    surrogates, which the corpus store and the checksum cannot write)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise InputError(f"{where}: not valid Unicode text (lone surrogate U+{ord(value[e.start]):04X} at "
-                         f"character {e.start})") from None
-
-
-def _validate_record(rec: Mapping, where: str) -> tuple[str, str, str]:
-    if not isinstance(rec, Mapping):
-        raise InputError(f"{where}: expected an object with 'id' and 'text'")
-    if "id" not in rec:
-        raise InputError(f"{where}: missing field 'id'")
-    if "text" not in rec:
-        raise InputError(f"{where}: missing field 'text'")
-    pid, text, title = rec["id"], rec["text"], rec.get("title")
-    if not isinstance(pid, (str, int)) or isinstance(pid, bool) or str(pid) == "":
-        raise InputError(f"{where}: 'id' must be a non-empty string or integer, got {pid!r}")
-    if not isinstance(text, str):
-        raise InputError(f"{where}: 'text' must be a string, got {type(text).__name__}")
-    if not text.strip():
-        raise InputError(f"{where}: empty text for id {pid!r}")
-    if title is None:
-        title = ""
-    elif not isinstance(title, str):
-        raise InputError(f"{where}: 'title' must be a string (or absent/null), got {type(title).__name__} "
-                         f"{title!r}")
-    for name, value in (("id", pid), ("title", title), ("text", text)):
-        if isinstance(value, str):
-            _check_unicode(value, f"{where}: '{name}'")
-    meta = rec.get("metadata")
-    if meta is not None and not isinstance(meta, Mapping):
-        raise InputError(f"{where}: 'metadata' must be a JSON object (or absent/null), got "
-                         f"{type(meta).__name__} {meta!r:.80}")
-    return str(pid), title, text
-
-
-def _metadata(rec: Mapping) -> str:
-    """The record's metadata as a JSON object string ("" if none): the keys of its ``metadata``
-    object (checked by :func:`_validate_record`) merged with its other fields beyond id, title and
-    text; on a name in both, the ``metadata`` object's value wins."""
-    extra = {k: v for k, v in rec.items() if k not in ("id", "title", "text", "metadata")}
-    extra.update(rec.get("metadata") or {})
-    return json.dumps(extra, ensure_ascii=False, sort_keys=True) if extra else ""
+    return Corpus(*readers.read_columns(path, id_field, title_field, text_field, metadata_fields, metadata_types),
+                  _validate=False)

@@ -32,7 +32,8 @@ top-128 (overlap 1.0 at 200,000 rows and on the 50,000-row sample) in half the c
 0.57–0.77x the 8-bit search's top-10 q/s (a busy machine); on STITCH's 10⁶-passage text index the
 whole STITCH search ran as fast with either width, with identical results (README, *Scale*).
 
-The IVF index is built lazily on first search (like the flat copy), grows with :meth:`IVFIndex.add`
+The same IVF index gives G3RAG's graph builder its cells (:attr:`DenseIndex.ivf`), so X is clustered
+once per index. The IVF index is built lazily on first use (like the flat copy), grows with :meth:`IVFIndex.add`
 (new rows go to their nearest existing cell) and is rebuilt — re-trained for the new size — on
 the first search after the index has grown to more than :data:`RETRAIN_GROWTH` times the rows
 it was trained on. ``Components.save`` stores it in the index directory (checksummed like
@@ -282,10 +283,12 @@ class IVFIndex:
         return index
 
     @classmethod
-    def build(cls, X: np.ndarray, seed: int = KMEANS_SEED, bits: int = 8) -> "IVFIndex":
+    def build(cls, X: np.ndarray, seed: int = KMEANS_SEED, bits: int = 8, nlist: int | None = None) -> "IVFIndex":
         """Train on a seeded sample of X (k-means cells, code ranges) and add every row, read in
-        blocks (:func:`row_blocks`: a large memory-mapped X is not faulted in)."""
-        return cls(train_and_fill(cls._empty(X.shape[1], ivf_nlist(len(X)), bits), X, seed), len(X))
+        blocks (:func:`row_blocks`: a large memory-mapped X is not faulted in). ``nlist``: the
+        cells (default :func:`ivf_nlist`)."""
+        nlist = ivf_nlist(len(X)) if nlist is None else int(nlist)
+        return cls(train_and_fill(cls._empty(X.shape[1], nlist, bits), X, seed), len(X))
 
     @property
     def bits(self) -> int:
@@ -307,6 +310,21 @@ class IVFIndex:
         for _, block in row_blocks(X, start):
             self.index.add(block)
 
+    def centroids(self) -> np.ndarray:
+        """The cells' centroids (float32 [nlist, d])."""
+        return self.index.quantizer.reconstruct_n(0, self.nlist)
+
+    def cell_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of every cell: ``(offsets int64 [nlist + 1], rows int64 [ntotal])``, cell ``c``
+        holding ``rows[offsets[c]:offsets[c + 1]]`` in the order they were added (increasing)."""
+        invlists = self.index.invlists
+        sizes = np.array([invlists.list_size(c) for c in range(self.nlist)], np.int64)
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        rows = np.empty(self.ntotal, np.int64)
+        for c in np.flatnonzero(sizes).tolist():
+            rows[offsets[c]:offsets[c + 1]] = faiss.rev_swig_ptr(invlists.get_ids(c), int(sizes[c]))
+        return offsets, rows
+
     def candidates(self, Q: np.ndarray, n: int, nprobe: int, allowed: np.ndarray | None = None) -> np.ndarray:
         """Up to ``n`` candidate rows per query (int64 [B, n], -1 padding) from its ``nprobe``
         nearest cells, only ``allowed`` rows (bool [ntotal]) when given."""
@@ -324,18 +342,13 @@ class IVFIndex:
         range per dimension), and the cells in order as ``offsets`` [nlist + 1] into ``ids`` [N]
         and ``codes`` [N, faiss's ``code_size``] (uint8: d bytes a row at 8 bits, ⌈d / 2⌉ at 4)."""
         index, d = self.index, self.index.d
-        invlists = index.invlists
-        sizes = np.array([invlists.list_size(c) for c in range(self.nlist)], np.int64)
-        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        ids = np.empty(self.ntotal, np.int64)
+        offsets, ids = self.cell_rows()
         codes = np.empty((self.ntotal, index.code_size), np.uint8)
         for c in range(self.nlist):
             a, b = int(offsets[c]), int(offsets[c + 1])
             if b > a:
-                ids[a:b] = faiss.rev_swig_ptr(invlists.get_ids(c), b - a)
-                codes[a:b] = faiss.rev_swig_ptr(invlists.get_codes(c), (b - a) * index.code_size).reshape(b - a, -1)
-        centroids = index.quantizer.reconstruct_n(0, self.nlist)
-        return {"centroids": centroids, "sq": faiss.vector_to_array(index.sq.trained).reshape(2, d),
+                codes[a:b] = faiss.rev_swig_ptr(index.invlists.get_codes(c), (b - a) * index.code_size).reshape(b - a, -1)
+        return {"centroids": self.centroids(), "sq": faiss.vector_to_array(index.sq.trained).reshape(2, d),
                 "offsets": offsets, "ids": ids, "codes": codes}
 
     @classmethod
@@ -408,7 +421,9 @@ class DenseIndex:
 
     @property
     def ivf(self) -> IVFIndex:
-        """The IVF candidate index, built on first use (and again after :meth:`add` dropped it)."""
+        """The IVF index over X, built on first use (and again after :meth:`add` dropped it): the
+        candidates of the approximate search, and the cells G3RAG's graph builder groups its rows by
+        (:func:`~hopgraph.engine.pipelines.g3rag.ann_graph.graph_cells`), so X is clustered once."""
         if self._ivf is None:
             t0 = time.perf_counter()
             self._ivf = IVFIndex.build(self.X, bits=self.code_bits)

@@ -71,7 +71,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .corpus import Corpus, PackedStrings, iter_jsonl
+from .corpus import Corpus, PackedStrings
+from .records import iter_jsonl
+from ...kernels.checks import check_ids
 from ..errors import InputError
 from ..storage import check_packed, check_utf8, pack_strings, release_pages
 
@@ -292,8 +294,7 @@ class Extraction:
         for field, arr, bound in checks:
             if arr.ndim != 1:
                 raise InputError(f"extraction field {field} must be 1-D")
-            if len(arr) and (arr.min() < 0 or arr.max() >= bound):
-                raise InputError(f"extraction field {field} has ids outside [0, {bound})")
+            check_ids(arr, field, bound, "extraction")
         if len(self.topic_text) != T or len(self.node_name) != V or len(self.node_text) != V \
                 or len(self.mention_topic) != len(self.mention_node):
             raise InputError("extraction arrays have inconsistent lengths")

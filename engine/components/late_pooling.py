@@ -20,8 +20,8 @@ import numpy as np
 from .corpus import Corpus
 from .extraction import Extraction, extract
 from ..embedders.core import Embedder
-from ..graph import csr_from_keys
 from ..embedders.packed_bert import PackedBertEncoder
+from ..sparse import csr_from_keys
 
 
 @dataclass(frozen=True)

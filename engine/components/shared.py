@@ -36,7 +36,7 @@ from ..embedders.core import Embedder
 from ..errors import IndexFormatError, InputError
 from .extraction import Extraction, extend_extraction, extract
 from .late_pooling import LateTexts
-from ..storage import check_ids, check_indptr, load_arrays, save_arrays
+from ..storage import load_arrays, save_arrays
 from .query_batch import QueryBatch
 from .title_mentions import TitleMentions
 
@@ -189,7 +189,7 @@ class Components:
             entry["extraction"].append({"dir": name, "title_entities": key[0], "numbers": key[1]})
         if self._title_mentions is not None and self._title_mentions[0] is self.corpus:
             M = self._title_mentions[1]
-            save_arrays(directory / TITLE_MENTIONS_DIR, {"indptr": M.indptr, "indices": M.indices})
+            save_arrays(directory / TITLE_MENTIONS_DIR, M.arrays())
             entry["title_mentions"] = {"dir": TITLE_MENTIONS_DIR}
         return entry
 
@@ -220,11 +220,8 @@ class Components:
                 self._extractions[(bool(item["title_entities"]), bool(item["numbers"]))] = ex
             if entry.get("title_mentions") is not None:
                 sub = directory / entry["title_mentions"]["dir"]
-                arrays = load_arrays(sub, ("indptr", "indices"))
-                indices = check_ids(arrays["indices"], len(X), str(sub / "indices.npy"))
-                indptr = check_indptr(arrays["indptr"], len(X), len(indices), str(sub / "indptr.npy"))
-                # the mapping itself: the bridge reads its rows with plain reads (TitleMentions.rows)
-                self._title_mentions = (corpus, TitleMentions(indptr, arrays["indices"]))
+                arrays = load_arrays(sub, TitleMentions.ARRAY_FILES)
+                self._title_mentions = (corpus, TitleMentions.from_arrays(arrays, len(X), str(sub)))
         except IndexFormatError:
             raise
         except (KeyError, TypeError, OSError, ValueError, IndexError, RuntimeError) as e:  # InputError is a ValueError

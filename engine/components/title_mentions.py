@@ -17,8 +17,10 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ...kernels.csr import CSR
 from .extraction import canonical_name
-from ..storage import RowReader
+from ..sparse import unit_weights
+from ..storage import RowReader, check_ids, check_indptr
 
 #: the longest title (in canonical words) that is looked for in a passage text
 MAX_TITLE_WORDS = 8
@@ -34,32 +36,51 @@ def title_forms(title: str) -> set[str]:
 
 @dataclass(frozen=True)
 class TitleMentions:
-    """The title mention graph M as CSR: row s lists (sorted) the passages whose title passage s
-    mentions (``indptr`` int64 [N + 1], ``indices`` int64 [nnz])."""
+    """The title mention graph M as an unweighted :class:`CSR` ``[N, N]``: row s lists (sorted) the
+    passages whose title passage s mentions (int64 ``indices``, unit weights)."""
 
-    indptr: np.ndarray
-    indices: np.ndarray
+    graph: CSR
+
+    #: the arrays :meth:`arrays` returns and :meth:`from_arrays` reads
+    ARRAY_FILES = ("indptr", "indices")
 
     @property
     def n_chunks(self) -> int:
-        return len(self.indptr) - 1
+        return self.graph.n_rows
 
     def row(self, s: int) -> np.ndarray:
         """Row ``s`` of M (read as :meth:`rows` reads)."""
-        with RowReader(self.indices) as read:
+        with RowReader(self.graph.indices) as read:
             return self._row(read, s)
 
     def rows(self, seeds: Iterable[int]) -> np.ndarray:
         """The sorted distinct passages the titles of ``seeds`` mention (the union of their rows). A
-        memory-mapped M (a loaded index) is read with plain reads (:class:`~.storage.RowReader`):
-        through the mapping, the rows read stayed in the resident set (issue 14: 0.3 GB at 10⁶
-        generated passages, whose rows hold thousands of entries)."""
-        with RowReader(self.indices) as read:
+        memory-mapped M (a loaded index) is read with plain reads (:class:`~.storage.RowReader`), so
+        the rows read do not stay in the resident set."""
+        with RowReader(self.graph.indices) as read:
             parts = [self._row(read, s) for s in seeds]
         return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
 
     def _row(self, read: RowReader, s: int) -> np.ndarray:
-        return read(int(self.indptr[s]), int(self.indptr[s + 1]))
+        return read(int(self.graph.indptr[s]), int(self.graph.indptr[s + 1]))
+
+    @classmethod
+    def from_indices(cls, indptr: np.ndarray, indices: np.ndarray) -> "TitleMentions":
+        """M of ``len(indptr) - 1`` passages from its row offsets and sorted rows (not checked)."""
+        return cls(CSR(indptr, indices, unit_weights(len(indices)), len(indptr) - 1))
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """What an index stores of M: ``indptr`` int64 [N + 1] and ``indices`` int64 [nnz]."""
+        return {"indptr": self.graph.indptr, "indices": self.graph.indices}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], n_chunks: int, where: str) -> "TitleMentions":
+        """The stored :meth:`arrays` of an index of ``n_chunks`` passages, checked (ids in range, row
+        offsets from 0 to the entry count; IndexFormatError naming the file) and kept as they are (a
+        memory-mapped ``indices`` stays mapped)."""
+        indices = check_ids(arrays["indices"], n_chunks, f"{where}/indices.npy")
+        indptr = check_indptr(arrays["indptr"], n_chunks, len(indices), f"{where}/indptr.npy")
+        return cls.from_indices(indptr, arrays["indices"])
 
     @classmethod
     def build(cls, titles: Sequence[str], texts: Sequence[str]) -> "TitleMentions":
@@ -84,4 +105,4 @@ class TitleMentions:
             rows.append(np.asarray(sorted(hit), np.int64))
             indptr[s + 1] = indptr[s] + len(hit)
         indices = np.concatenate(rows) if rows else np.zeros(0, np.int64)
-        return cls(indptr, indices)
+        return cls.from_indices(indptr, indices)

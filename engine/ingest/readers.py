@@ -4,7 +4,7 @@
 and :meth:`Corpus.coerce <hopgraph.engine.components.corpus.Corpus.coerce>`; this module imports nothing of
 :mod:`~hopgraph.engine.components.corpus`, which imports it) detects the format from the path (and, for an unknown extension, the content):
 
-* ``.jsonl`` / ``.ndjson`` — JSON lines: hopgraph's ``{"id", "title", "text"}`` (read by
+* ``.jsonl`` / ``.ndjson`` — JSON lines: hopgraph's ``{"id", "title", "text"}`` (the fields of
   :meth:`Corpus.from_jsonl`), BEIR's ``{"_id", "title", "text"}``, Pyserini's ``{"id", "contents"}``;
 * ``.json`` — a JSON array of such records (a ``.json`` file that starts with ``{`` is read as JSON lines);
 * ``.csv`` / ``.tsv`` — a header row, then one passage per row (the :mod:`csv` module; quoted
@@ -15,7 +15,7 @@ and :meth:`Corpus.coerce <hopgraph.engine.components.corpus.Corpus.coerce>`; thi
   heading (``# Title``) of a ``.md`` file, else the file name without its extension, text = the content.
 
 Fields are detected from the first record: id ``id``, ``_id``, ``docid`` or ``doc_id``; text
-``text``, ``contents``, ``content`` or ``body``; title ``title`` (optional). ``id_field``,
+``text``, ``contents``, ``content`` or ``body``; title ``title`` (optional in every record). ``id_field``,
 ``title_field`` and ``text_field`` override the detection. ``metadata_fields`` chooses which other
 fields become the passage's metadata (default: all other fields; a ``"metadata"`` field holding an
 object contributes its keys).
@@ -27,9 +27,11 @@ float, bool, else str; an empty cell is a missing value). ``metadata_types`` (``
 "zip": "str"}``) sets a field's type in any format, overriding the inference; a value that does
 not convert is an error naming its line and field.
 
-Every error is an :class:`InputError` naming the file and the line
-(JSON, CSV) or row (Parquet): malformed JSON, a missing or empty id or text, a duplicate id (with
-the line of the first one), a CSV row with the wrong number of fields, text that is not UTF-8.
+Every record follows the rules of
+:mod:`hopgraph.engine.components.records`, the one set every corpus input follows. Every error is an
+:class:`InputError` naming the file and the line (JSON, CSV) or row (Parquet): malformed JSON, a
+missing or empty id or text, a duplicate id (with the line of the first one), a CSV row with the
+wrong number of fields, text that is not UTF-8.
 """
 from __future__ import annotations
 
@@ -37,8 +39,10 @@ import csv
 import json
 import re
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+from ..components.records import (Columns, RecordFields, check_text, check_unicode, collect, decode_lines,
+                                  iter_jsonl)
 from ..errors import InputError
 
 ID_FIELDS = ("id", "_id", "docid", "doc_id")
@@ -50,27 +54,14 @@ _SUFFIX_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv
                    ".parquet": "parquet"}
 
 
-class Columns(NamedTuple):
-    """A corpus read from a file, as the arguments of ``Corpus(ids, titles, texts, source, metadata)``
-    (ids unique and texts non-empty: checked while reading, errors naming the line)."""
-
-    ids: tuple[str, ...]
-    titles: tuple[str, ...]
-    texts: tuple[str, ...]
-    source: str
-    metadata: tuple[str, ...]
-
-
 def read_columns(path: str | Path, id_field: str | None = None, title_field: str | None = None,
                  text_field: str | None = None, metadata_fields: Sequence[str] | None = None,
-                 metadata_types: Mapping[str, str] | None = None) -> Columns | None:
+                 metadata_types: Mapping[str, str] | None = None) -> Columns:
     """Read the corpus at ``path`` (a file or a folder of ``.txt``/``.md`` files; format detected,
     see the module docstring). ``id_field``/``title_field``/``text_field`` name the fields to use;
     ``metadata_fields`` the fields kept as metadata (default all others; ``[]`` for none);
     ``metadata_types`` the types of metadata fields (:func:`check_metadata_types`).
-    Returns None for hopgraph's own JSON lines read with default fields (for
-    :meth:`Corpus.from_jsonl`, which reads them the one canonical way). Raises
-    :class:`InputError` naming the file and the line or row of the first problem."""
+    Raises :class:`InputError` naming the file and the line or row of the first problem."""
     path = Path(path)
     if not path.exists():
         raise InputError(f"corpus {path} does not exist")
@@ -90,8 +81,6 @@ def read_columns(path: str | Path, id_field: str | None = None, title_field: str
     types = check_metadata_types(metadata_types)
     fields = FieldMap(id_field, title_field, text_field, metadata_fields)
     if fmt == "jsonl":
-        if fields.default and not types and _is_hopgraph_jsonl(path):
-            return None
         return _build(path, _iter_jsonl(path), fields, types)
     if fmt == "json":
         return _build(path, _iter_json_array(path), fields, types)
@@ -121,77 +110,61 @@ def detect_format(path: Path) -> str:
                      f"{path}: expected a JSON array of records or JSON lines")
 
 
-class FieldMap:
+class FieldMap(RecordFields):
     """The field names chosen for a corpus file: given ones, the rest detected from the first record."""
 
     def __init__(self, id_field: str | None, title_field: str | None, text_field: str | None,
                  metadata_fields: list[str] | None) -> None:
-        self.id, self.title, self.text, self.metadata = id_field, title_field, text_field, metadata_fields
-        self.default = all(v is None for v in (id_field, title_field, text_field, metadata_fields))
+        super().__init__(id_field, title_field, text_field, metadata_fields)
         self.seen_metadata: set[str] = set()
 
-    def resolve(self, keys: Iterable[str], where: str) -> None:
-        """Detect the fields not given from the first record's ``keys`` (InputError if none fits)."""
-        keys = list(keys)
-        if self.id is None:
-            self.id = next((k for k in ID_FIELDS if k in keys), None)
-            if self.id is None:
-                raise InputError(f"{where}: no id field (looked for {', '.join(ID_FIELDS)}; found "
-                                 f"{', '.join(map(str, keys)) or 'none'}); name it with id_field / --id-field")
-        if self.text is None:
-            self.text = next((k for k in TEXT_FIELDS if k in keys), None)
-            if self.text is None:
-                raise InputError(f"{where}: no text field (looked for {', '.join(TEXT_FIELDS)}; found "
-                                 f"{', '.join(map(str, keys)) or 'none'}); name it with text_field / "
-                                 "--text-field")
-        if self.title is None:
-            self.title = next((k for k in TITLE_FIELDS if k in keys and k not in (self.id, self.text)), "")
+    def resolve(self, record: Mapping[str, Any], where: str) -> None:
+        """Detect the fields not given from the first record's keys (InputError if none fits)."""
+        if self.id is not None and self.text is not None and self.title is not None:
+            return
+        keys = list(record)
+        for role, names in (("id", ID_FIELDS), ("text", TEXT_FIELDS)):
+            if getattr(self, role) is None:
+                found = next((k for k in names if k in keys), None)
+                if found is None:
+                    raise InputError(f"{where}: no {role} field (looked for {', '.join(names)}; found "
+                                     f"{', '.join(map(str, keys)) or 'none'}); name it with {role}_field / "
+                                     f"--{role}-field")
+                setattr(self, role, found)
+        if self.title is None:  # a record without it has no title
+            self.title = next((k for k in TITLE_FIELDS if k not in (self.id, self.text)), "")
         if self.id == self.text:
             raise InputError(f"{where}: the id field and the text field are both {self.id!r}")
 
-    def metadata_of(self, rec: Mapping[str, Any]) -> dict[str, Any]:
-        """The record's metadata fields (``{}`` for none), values as read."""
-        core = (self.id, self.title, self.text)
-        names = self.metadata if self.metadata is not None else [k for k in rec if k not in core]
-        meta: dict[str, Any] = {}
-        for k in names:
-            if k not in rec or k in core:
-                continue
-            self.seen_metadata.add(k)
-            v = rec[k]
-            if k == "metadata" and isinstance(v, Mapping):
-                meta.update(v)
-            elif v is not None:
-                meta[k] = v
-        return meta
+    def metadata_of(self, record: Mapping[str, Any], where: str) -> str:
+        """:meth:`RecordFields.metadata_of`, noting which chosen metadata fields occur."""
+        if self.metadata is not None:
+            self.seen_metadata.update(k for k in self.metadata if k in record)
+        return super().metadata_of(record, where)
 
 
 def _build(path: Path, records: Iterator[tuple[str, Mapping[str, Any]]], fields: FieldMap,
            types: Mapping[str, str] | None = None, infer: bool = False) -> Columns:
-    """A corpus from ``(location, record)`` pairs, each record checked and named by its location;
-    metadata typed by ``types`` and, with ``infer`` (text formats), the other fields' inferred types
-    (:func:`infer_metadata_type`)."""
-    ids, titles, texts, meta, where_of = [], [], [], [], []
-    first: dict[str, str] = {}
-    for where, rec in records:
-        where = f"{path} {where}"
-        if fields.text is None or fields.id is None:
-            fields.resolve(rec.keys(), where)
-        pid, title, text = _fields(rec, fields, where)
-        if pid in first:
-            raise InputError(f"{where}: duplicate id {pid!r} (first seen on {first[pid]})")
-        first[pid] = where[len(str(path)) + 1:]
-        ids.append(pid), titles.append(title), texts.append(text), meta.append(fields.metadata_of(rec))
-        where_of.append(where)
-    if not ids:
-        raise InputError(f"corpus file {path} holds no passages")
-    meta = _typed_metadata(meta, where_of, dict(types or {}), infer)
+    """A corpus from ``(location, record)`` pairs (:func:`~hopgraph.engine.components.records.collect`),
+    every chosen metadata field found in some record, metadata typed by ``types`` and, with ``infer``
+    (text formats), the other fields by their inferred types (:func:`infer_metadata_type`)."""
+    locations: list[str] = []
+
+    def noted() -> Iterator[tuple[str, Mapping[str, Any]]]:
+        for location, record in records:
+            locations.append(location)
+            yield location, record
+
+    columns = collect(noted() if types or infer else records, fields, str(path))
+    if types or infer:
+        columns = columns._replace(metadata=_typed_metadata(columns.metadata, [f"{path} {at}" for at in locations],
+                                                           dict(types or {}), infer))
     if fields.metadata is not None:
         missing = [f for f in fields.metadata if f not in fields.seen_metadata and
                    f not in (fields.id, fields.title, fields.text)]
         if missing:
             raise InputError(f"{path}: metadata field(s) {', '.join(map(repr, missing))} appear in no record")
-    return Columns(tuple(ids), tuple(titles), tuple(texts), str(path), tuple(meta))
+    return columns
 
 
 # ------------------------------------------------------------------------------------------ typed metadata
@@ -275,10 +248,12 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _typed_metadata(meta: list[dict[str, Any]], where_of: list[str], types: dict[str, str], infer: bool) -> list[str]:
-    """Each record's metadata as a JSON object string (``""`` for none), typed: the fields of
-    ``types`` converted (InputError naming the record and field of a bad value), and with ``infer``
-    every other text field by its column's inferred type (an empty cell is a missing value)."""
+def _typed_metadata(metadata: Sequence[str], where_of: list[str], types: dict[str, str], infer: bool
+                    ) -> tuple[str, ...]:
+    """The records' metadata (JSON object strings, ``""`` for none) typed: the fields of ``types``
+    converted (InputError naming the record and field of a bad value), and with ``infer`` every
+    other text field by its column's inferred type (an empty cell is a missing value)."""
+    meta = [json.loads(m) if m else {} for m in metadata]
     if infer:
         columns: dict[str, list[str]] = {}
         for m in meta:
@@ -297,80 +272,15 @@ def _typed_metadata(meta: list[dict[str, Any]], where_of: list[str], types: dict
                 m[k] = convert_metadata(m[k], kind, f"{where}: metadata field {k!r}")
             elif k in m and infer:
                 del m[k]
-        out.append(json.dumps(_jsonable(m), ensure_ascii=False, sort_keys=True, default=str) if m else "")
-    return out
-
-
-def _fields(rec: Mapping[str, Any], fields: FieldMap, where: str) -> tuple[str, str, str]:
-    """(id, title, text) of one record, checked (InputError naming ``where`` and the field)."""
-    if fields.id not in rec or rec[fields.id] is None or rec[fields.id] == "":
-        raise InputError(f"{where}: missing id (field {fields.id!r})")
-    if fields.text not in rec or rec[fields.text] is None:
-        raise InputError(f"{where}: missing text (field {fields.text!r})")
-    pid, text = rec[fields.id], rec[fields.text]
-    title = rec.get(fields.title) if fields.title else None
-    if isinstance(pid, bool) or not isinstance(pid, (str, int)):
-        raise InputError(f"{where}: id (field {fields.id!r}) must be a string or an integer, got {pid!r}")
-    if not isinstance(text, str):
-        raise InputError(f"{where}: text (field {fields.text!r}) must be a string, got {type(text).__name__}")
-    if not text.strip():
-        raise InputError(f"{where}: empty text for id {pid!r}")
-    if title is None:
-        title = ""
-    elif not isinstance(title, str):
-        raise InputError(f"{where}: title (field {fields.title!r}) must be a string, got {type(title).__name__}")
-    for name, value in (("id", pid), ("title", title), ("text", text)):
-        if isinstance(value, str):
-            _check_unicode(value, f"{where}: {name}")
-    return str(pid), title, text
-
-
-def _is_hopgraph_jsonl(path: Path) -> bool:
-    """True when the first record of a JSON-lines file has ``id`` and ``text`` (hopgraph's own
-    format, read by :meth:`Corpus.from_jsonl`); also True for an empty or malformed first line, so
-    that ``from_jsonl`` reports it."""
-    try:
-        for _, rec in _iter_jsonl(path):
-            return "id" in rec and "text" in rec
-    except InputError:
-        return True
-    return True
-
-
-def _decode_lines(path: Path) -> Iterator[str]:
-    """The lines of a text file decoded as UTF-8 one at a time (byte-order mark skipped);
-    InputError naming the file and line for bytes that are not UTF-8."""
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            try:
-                yield raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
-            except UnicodeDecodeError as e:
-                raise InputError(f"{path} line {lineno}: not valid UTF-8 text (byte 0x{raw[e.start]:02x} at "
-                                 f"byte {e.start + 1} of the line); save the file as UTF-8") from None
+        out.append(json.dumps(m, ensure_ascii=False, sort_keys=True, default=str) if m else "")
+    return tuple(out)
 
 
 def _iter_jsonl(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """``("line N", object)`` for each non-blank line of a JSON-lines file; InputError naming the
-    file and line for invalid UTF-8, invalid JSON or a line that is not an object."""
-    for lineno, line in enumerate(_decode_lines(path), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{path} line {lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
-        if not isinstance(obj, dict):
-            raise InputError(f"{path} line {lineno}: expected a JSON object, got {type(obj).__name__}")
+    """``("line N", object)`` for each non-blank line of a JSON-lines file
+    (:func:`~hopgraph.engine.components.records.iter_jsonl`)."""
+    for lineno, obj in iter_jsonl(path):
         yield f"line {lineno}", obj
-
-
-def _check_unicode(value: str, where: str) -> None:
-    """``value`` must be encodable as UTF-8 (a JSON escape such as ``"\\ud800"`` gives a lone surrogate)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise InputError(f"{where}: not valid Unicode text (lone surrogate U+{ord(value[e.start]):04X} at "
-                         f"character {e.start})") from None
 
 
 def _read_text(path: Path) -> str:
@@ -431,7 +341,7 @@ def _iter_csv(path: Path, delimiter: str) -> Iterator[tuple[str, Mapping[str, An
     old_limit = csv.field_size_limit()
     csv.field_size_limit(2**31 - 1)  # long documents (to be chunked) exceed the default 128 KiB per field
     try:
-        reader = csv.reader(_decode_lines(path), delimiter=delimiter)
+        reader = csv.reader(decode_lines(path), delimiter=delimiter)
         start = 1
         try:
             header = next(reader, None)
@@ -469,7 +379,7 @@ def _iter_parquet(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
     for batch in pf.iter_batches(batch_size=8192):
         for rec in batch.to_pylist():
             row += 1
-            yield f"row {row}", rec
+            yield f"row {row}", _jsonable(rec)
 
 
 _HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$")
@@ -506,9 +416,8 @@ def read_folder(folder: str | Path) -> Columns:
     ids, titles, texts = [], [], []
     for rel, p in files:
         text = _read_text(p)
-        if not text.strip():
-            raise InputError(f"{p}: empty text")
-        _check_unicode(text, str(p))
+        check_text(text, str(p), rel)
+        check_unicode(text, str(p))
         title = markdown_title(text) if p.suffix.lower() == ".md" else None
         ids.append(rel), titles.append(title or p.stem), texts.append(text)
     return Columns(tuple(ids), tuple(titles), tuple(texts), str(folder), ("",) * len(ids))

@@ -82,7 +82,7 @@ class Pipeline(ABC, Generic[F, S]):
     FitParams: ClassVar[type[FitParams]] = FitParams
     SearchParams: ClassVar[type[SearchParams]] = SearchParams
     needs: ClassVar[Needs] = Needs()
-    #: the shared components the pipeline reads (:data:`COMPONENT_KINDS`), built when it is fitted
+    #: the shared components the pipeline reads (:data:`COMPONENT_KINDS`); ``fit`` refuses to build others
     components_used: ClassVar[tuple[str, ...]] = ()
     #: whether the pipeline runs kernels of :mod:`hopgraph.kernels` (the run setting ``device`` matters)
     runs_kernels: ClassVar[bool] = False
@@ -151,7 +151,13 @@ class Pipeline(ABC, Generic[F, S]):
         if self.needs.embedder and components.embedder is None:
             raise InputError(f"pipeline {self.name!r} needs the embedder: fit(X, corpus, embedder)")
         self.components = components
+        before = {kind: len(seconds) for kind, seconds in components.builds.items()}
         self._fit(progress)
+        undeclared = {kind for kind, seconds in components.builds.items()
+                      if len(seconds) > before.get(kind, 0)} - set(self.components_used) - {"corpus"}
+        if undeclared:
+            raise RuntimeError(f"pipeline {self.name!r} built shared components it does not declare in "
+                               f"components_used: {sorted(undeclared)}")
         for step in self.rerank:
             if step.active(self.search_defaults, components):
                 step.prepare(components, self.name)

@@ -19,12 +19,7 @@ from ..ranking import fill_lowest
 from ..timing import StageTimer
 from .base import Needs, Pipeline
 
-
-@dataclass(frozen=True)
-class BM25Search(SearchParams):
-    """The BM25 baseline has no search parameters."""
-
-    pipeline = "bm25"
+BM25Search = SearchParams.none_for("bm25", "BM25Search", __name__)
 
 
 class BM25(Pipeline):

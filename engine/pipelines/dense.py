@@ -6,25 +6,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..components.query_batch import QueryBatch
-from dataclasses import dataclass
-
 from ..params import FitParams, SearchParams
 from ..timing import StageTimer
 from .base import Pipeline
 
-
-@dataclass(frozen=True)
-class DenseFit(FitParams):
-    """The dense baseline has no fit parameters."""
-
-    pipeline = "dense"
-
-
-@dataclass(frozen=True)
-class DenseSearch(SearchParams):
-    """The dense baseline has no search parameters."""
-
-    pipeline = "dense"
+DenseFit = FitParams.none_for("dense", "DenseFit", __name__)
+DenseSearch = SearchParams.none_for("dense", "DenseSearch", __name__)
 
 
 class Dense(Pipeline):

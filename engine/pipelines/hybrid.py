@@ -39,11 +39,8 @@ def hybrid_ranking(batch: QueryBatch, k: int, depth: int = 100, rrf_k: int = RRF
         return rrf_topk([d_ids, b_ids], k, k=rrf_k)
 
 
-@dataclass(frozen=True)
-class HybridFit(FitParams):
-    """The hybrid baseline has no fit parameters (its BM25 is the index's)."""
-
-    pipeline = "hybrid"
+#: no fit parameters: its BM25 is the index's
+HybridFit = FitParams.none_for("hybrid", "HybridFit", __name__)
 
 
 @dataclass(frozen=True)

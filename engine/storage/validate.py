@@ -1,10 +1,12 @@
 """Structural checks of stored arrays (ids in range, CSR offsets, finite values, unit rows): every load
-runs them and raises IndexFormatError naming the file."""
+runs them and raises IndexFormatError naming the file. Ids, offsets and finite values are checked by
+the kernels' checks (:mod:`hopgraph.kernels.checks`), raising IndexFormatError."""
 from __future__ import annotations
 
 
 import numpy as np
 
+from ...kernels import checks
 from ..errors import IndexFormatError
 from .arrays import read_rows, release_pages
 
@@ -24,12 +26,8 @@ def check_ids(arr: np.ndarray, bound: int, name: str, length: int | None = None)
     entries when given); IndexFormatError naming ``name`` otherwise. Returns it. A memory-mapped
     array's pages, all read by the check, leave the resident set (:func:`release_pages`)."""
     stored, arr = arr, np.asarray(arr)
-    if arr.ndim != 1 or arr.dtype.kind not in "iu":
-        raise IndexFormatError(f"{name}: expected a 1-D integer array, got shape {arr.shape} dtype {arr.dtype}")
-    if length is not None and len(arr) != length:
-        raise IndexFormatError(f"{name}: {len(arr)} entries, expected {length}")
-    if len(arr) and (int(arr.min()) < 0 or int(arr.max()) >= bound):
-        raise IndexFormatError(f"{name}: values must lie in [0, {bound}), found [{int(arr.min())}, {int(arr.max())}]")
+    _check_shape(arr, name, (length,))
+    checks.check_ids(arr, "values", bound, name, error=IndexFormatError)
     release_pages(stored)
     return arr
 
@@ -38,11 +36,7 @@ def check_indptr(indptr: np.ndarray, n_rows: int, n_entries: int, name: str) -> 
     """A stored CSR row pointer: 1-D integer ``[n_rows + 1]``, from 0 to ``n_entries``, never decreasing
     (a memory-mapped one's pages released after the check, as :func:`check_ids` does)."""
     stored, indptr = indptr, np.asarray(indptr)
-    if indptr.ndim != 1 or indptr.dtype.kind not in "iu" or len(indptr) != n_rows + 1:
-        raise IndexFormatError(f"{name}: expected {n_rows + 1} integer row offsets, got shape {indptr.shape} "
-                               f"dtype {indptr.dtype}")
-    if int(indptr[0]) != 0 or int(indptr[-1]) != n_entries or (len(indptr) > 1 and np.diff(indptr).min() < 0):
-        raise IndexFormatError(f"{name}: row offsets must run from 0 to {n_entries} without decreasing")
+    checks.check_indptr(indptr, "row offsets", n_rows + 1, n_entries, name, error=IndexFormatError)
     release_pages(stored)
     return indptr
 
@@ -52,11 +46,16 @@ def check_finite(arr: np.ndarray, name: str, shape: tuple[int | None, ...] | Non
     arr = np.asarray(arr)
     if arr.dtype.kind != "f":
         raise IndexFormatError(f"{name}: expected floats, got dtype {arr.dtype}")
-    if shape is not None and (arr.ndim != len(shape) or any(s is not None and a != s for a, s in zip(arr.shape, shape))):
-        raise IndexFormatError(f"{name}: shape {list(arr.shape)}, expected {[s if s is not None else '*' for s in shape]}")
-    if arr.size and not np.isfinite(arr).all():
-        raise IndexFormatError(f"{name}: holds NaN or infinite values")
+    if shape is not None:
+        _check_shape(arr, name, shape)
+    checks.check_values(arr, "values", name, non_negative=False, error=IndexFormatError)
     return arr
+
+
+def _check_shape(arr: np.ndarray, name: str, shape: tuple[int | None, ...]) -> None:
+    """``arr`` has ``len(shape)`` axes, each of the given size (None = any)."""
+    if arr.ndim != len(shape) or any(s is not None and a != s for a, s in zip(arr.shape, shape)):
+        raise IndexFormatError(f"{name}: shape {list(arr.shape)}, expected {[s if s is not None else '*' for s in shape]}")
 
 
 def check_unit_rows(X: np.ndarray, name: str, rows: int | None = None, dim: int | None = None,

@@ -54,7 +54,7 @@ def test_comparisons_catch_mismatches_and_accept_near_ties():
     assert not gc.rankings_agree(np.array([[1, 3, 2, 0]]), sc, ids, sc, 4)[0]  # swap of distinct scores
     assert not gc.rankings_agree(ids, sc + np.float32(0.01), ids, sc, 4)[0]
 
-    from hopgraph.engine.graph import CSR
+    from hopgraph.kernels.csr import CSR
 
     X = gc.random_unit(6, 4, 0)
     pen = np.ones(6, np.float32)

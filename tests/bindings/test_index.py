@@ -105,7 +105,7 @@ def test_load_refuses_corrupt_or_mismatched(built, tmp_path):
     np.save(gen / "corpus" / "texts_offsets.npy", offsets)
     with pytest.raises(IndexFormatError, match="texts_offsets.npy: checksum mismatch"):
         Index.load(path)                      # checksum
-    with pytest.raises(IndexFormatError, match="corpus.*texts_data.*without decreasing"):
+    with pytest.raises(IndexFormatError, match="corpus.*texts_data.*must never decrease"):
         Index.load(path, verify="fast")       # structure
     (gen / "manifest.json").write_text("{broken")
     with pytest.raises(IndexFormatError, match="manifest.json is corrupt"):

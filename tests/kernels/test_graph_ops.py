@@ -8,7 +8,9 @@ import pytest
 from conftest import clustered_embeddings, random_unit
 
 from hopgraph.engine.errors import InputError
-from hopgraph.engine.graph import CSR, hub_penalty, row_normalised
+from hopgraph.engine.pipelines.g3rag.penalty import hub_penalty
+from hopgraph.engine.sparse import row_normalised
+from hopgraph.kernels.csr import CSR
 from hopgraph.kernels import call
 
 

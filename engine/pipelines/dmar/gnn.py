@@ -30,12 +30,13 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 from torch import nn
 
+from ....kernels.csr import CSR
 from ....kernels.threads import torch_threads
 from ...errors import InputError
+from ...sparse import join, row_of_entries, take_rows
 
 
 class SAGELayer(nn.Module):
@@ -82,14 +83,14 @@ class SubgraphBatch:
     n_graphs: int
 
 
-def entity_features(passage_entities: sp.csr_matrix, X: np.ndarray) -> np.ndarray:
+def entity_features(passage_entities: CSR, X: np.ndarray) -> np.ndarray:
     """Mean embedding of the passages mentioning each entity, L2-normalised (float32 [E, d])."""
-    F = np.asarray(passage_entities.T.tocsr() @ np.asarray(X, np.float32), np.float32)
+    F = np.asarray(passage_entities.to_scipy().T.tocsr() @ np.asarray(X, np.float32), np.float32)
     norms = np.linalg.norm(F, axis=1, keepdims=True)
     return np.divide(F, norms, out=np.zeros_like(F), where=norms > 0)
 
 
-def ego_batch(ego: sp.csr_matrix, adj: sp.csr_matrix, features: np.ndarray, centres: np.ndarray,
+def ego_batch(ego: CSR, adj: CSR, features: np.ndarray, centres: np.ndarray,
               node_drop: float = 0.0, edge_drop: float = 0.0, feature_swap: float = 0.0,
               rng: np.random.Generator | None = None) -> SubgraphBatch:
     """The ego subgraphs of ``centres`` as one disjoint-union batch (vectorised).
@@ -98,7 +99,7 @@ def ego_batch(ego: sp.csr_matrix, adj: sp.csr_matrix, features: np.ndarray, cent
     replace surviving features by random entities' features with prob. ``feature_swap``.
     """
     centres = np.asarray(centres, np.int64)
-    sub = ego[centres]
+    sub = take_rows(ego, centres)
     sizes = np.diff(sub.indptr)
     nodes = sub.indices.astype(np.int64)
     graph = np.repeat(np.arange(len(centres)), sizes)
@@ -114,11 +115,9 @@ def ego_batch(ego: sp.csr_matrix, adj: sp.csr_matrix, features: np.ndarray, cent
     k = np.arange(int(pair_counts.sum())) - np.repeat(np.cumsum(pair_counts) - pair_counts, pair_counts)
     s_loc = starts[g_of_pair] + k // sizes[g_of_pair]
     d_loc = starts[g_of_pair] + k % sizes[g_of_pair]
-    E = adj.shape[0]
-    adj_keys = np.repeat(np.arange(E, dtype=np.int64), np.diff(adj.indptr)) * E + adj.indices
-    pair_keys = nodes[s_loc] * E + nodes[d_loc]
-    pos = np.minimum(np.searchsorted(adj_keys, pair_keys), max(len(adj_keys) - 1, 0))
-    has = (adj_keys[pos] == pair_keys) if len(adj_keys) else np.zeros(len(pair_keys), bool)
+    E = adj.n_rows
+    adj_keys = row_of_entries(adj.indptr) * E + adj.indices  # increasing: adj's rows hold sorted columns
+    _, has = join(adj_keys, nodes[s_loc] * E + nodes[d_loc])
     s_loc, d_loc = s_loc[has], d_loc[has]
     if edge_drop > 0:
         keep = rng.random(len(s_loc)) >= edge_drop
@@ -144,27 +143,36 @@ def triplet_loss(a: torch.Tensor, p: torch.Tensor, n: torch.Tensor, margin: floa
     return torch.relu(d_ap - d_an + margin).mean()
 
 
-def disjoint_negatives(ego: sp.csr_matrix, anchors: np.ndarray, rng: np.random.Generator, tries: int = 4
+def shared_node(ego: CSR, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Whether the ego subgraphs of ``a[i]`` and ``b[i]`` share a node (bool [len(a)])."""
+    A, B = take_rows(ego, a), take_rows(ego, b)
+    E = np.int64(max(ego.n_cols, 1))
+    rows_b = row_of_entries(B.indptr)
+    hit = np.isin(rows_b * E + B.indices, row_of_entries(A.indptr) * E + A.indices)
+    return np.bincount(rows_b[hit], minlength=len(a)) > 0
+
+
+def disjoint_negatives(ego: CSR, anchors: np.ndarray, rng: np.random.Generator, tries: int = 4
                        ) -> np.ndarray:
     """Random entities whose ego subgraph shares no node with the anchor's (best effort in ``tries``)."""
-    E = ego.shape[0]
+    E = ego.n_rows
     neg = rng.integers(0, E, len(anchors))
     for _ in range(tries):
-        overlap = np.asarray(ego[anchors].multiply(ego[neg]).sum(1)).ravel() > 0
+        overlap = shared_node(ego, anchors, neg)
         if not overlap.any():
             break
         neg[overlap] = rng.integers(0, E, int(overlap.sum()))
     return neg
 
 
-def pretrain(encoder: SubgraphEncoder, ego: sp.csr_matrix, adj: sp.csr_matrix, features: np.ndarray,
+def pretrain(encoder: SubgraphEncoder, ego: CSR, adj: CSR, features: np.ndarray,
              steps: int = 60, batch_size: int = 64, margin: float = 0.3, lr: float = 1e-3,
              light_drop: float = 0.1, heavy_drop: float = 0.7, seed: int = 0,
              progress: bool = False, log: Callable[[str], None] | None = None) -> list[float]:
     """Triplet pre-training (module docstring); returns the loss per step."""
     if steps < 0 or batch_size < 1:
         raise InputError(f"steps must be >= 0 and batch_size >= 1, got {steps}, {batch_size}")
-    E = ego.shape[0]
+    E = ego.n_rows
     losses: list[float] = []
     if E < 2 or steps == 0:
         return losses
@@ -183,7 +191,7 @@ def _pretrain_loop(encoder, ego, adj, features, opt, rng, losses, steps, batch_s
                    heavy_drop, progress, log) -> None:
     from tqdm.auto import tqdm
 
-    E = ego.shape[0]
+    E = ego.n_rows
     for step in tqdm(range(steps), desc="pre-train GNN (triplet)", disable=not progress, unit="step"):
         anchors = rng.integers(0, E, batch_size)
         half = batch_size // 2
@@ -200,14 +208,14 @@ def _pretrain_loop(encoder, ego, adj, features, opt, rng, losses, steps, batch_s
             log(f"step {step + 1}/{steps}: triplet loss {np.mean(losses[-max(steps // 10, 1):]):.4f}")
 
 
-def encode_all(encoder: SubgraphEncoder, ego: sp.csr_matrix, adj: sp.csr_matrix, features: np.ndarray,
+def encode_all(encoder: SubgraphEncoder, ego: CSR, adj: CSR, features: np.ndarray,
                chunk: int = 4096, progress: bool = False) -> np.ndarray:
     """Embeddings (float32 [E, d_out], unit rows) of every entity's ego subgraph, in chunks."""
-    return encode_subgraphs(encoder, ego, adj, features, np.arange(ego.shape[0]), chunk, progress)
+    return encode_subgraphs(encoder, ego, adj, features, np.arange(ego.n_rows), chunk, progress)
 
 
 @torch.no_grad()
-def encode_subgraphs(encoder: SubgraphEncoder, ego: sp.csr_matrix, adj: sp.csr_matrix, features: np.ndarray,
+def encode_subgraphs(encoder: SubgraphEncoder, ego: CSR, adj: CSR, features: np.ndarray,
                      ids: np.ndarray, chunk: int = 4096, progress: bool = False) -> np.ndarray:
     """Embeddings (float32 [len(ids), d_out], unit rows) of the ego subgraphs of entities ``ids``,
     ``chunk`` subgraphs a batch."""
@@ -223,8 +231,7 @@ def encode_subgraphs(encoder: SubgraphEncoder, ego: sp.csr_matrix, adj: sp.csr_m
     return out
 
 
-def changed_subgraphs(old_ego: sp.csr_matrix, old_adj: sp.csr_matrix, old_passages: sp.csr_matrix,
-                      new_ego: sp.csr_matrix, new_adj: sp.csr_matrix, new_passages: sp.csr_matrix,
+def changed_subgraphs(old_ego: CSR, old_adj: CSR, old_passages: CSR, new_ego: CSR, new_adj: CSR, new_passages: CSR,
                       old_ids: np.ndarray) -> np.ndarray:
     """Entities of a grown knowledge graph whose ego subgraph input to the encoder differs from
     the old graph's (bool [E_new]); ``old_ids[e]`` is new entity e's id in the old graph, -1 if new.
@@ -239,15 +246,15 @@ def changed_subgraphs(old_ego: sp.csr_matrix, old_adj: sp.csr_matrix, old_passag
     its capped ego node set changed, when one of its nodes is new or linked by other passages, or
     when an edge appeared or vanished between two of its nodes. Vectorised: sorted key sets and
     sparse products, linear up to the sorts in the entries of the graphs."""
-    E = new_ego.shape[0]
+    E = new_ego.n_rows
     old_ids = np.asarray(old_ids, np.int64)
     known = np.flatnonzero(old_ids >= 0)
-    if len(known) != old_ego.shape[0] or (np.diff(old_ids[known]) <= 0).any():
+    if len(known) != old_ego.n_rows or (np.diff(old_ids[known]) <= 0).any():
         raise InputError("changed_subgraphs: every old entity needs one new id, in the same order")
     new_of_old = known  # old id i -> new id known[i]
 
-    def keys(m: sp.csr_matrix, rows_of: np.ndarray | None = None, cols_of: np.ndarray | None = None) -> np.ndarray:
-        rows = np.repeat(np.arange(m.shape[0], dtype=np.int64), np.diff(m.indptr))
+    def keys(m: CSR, rows_of: np.ndarray | None = None, cols_of: np.ndarray | None = None) -> np.ndarray:
+        rows = row_of_entries(m.indptr)
         cols = np.asarray(m.indices, np.int64)
         if rows_of is not None:
             rows = rows_of[rows]
@@ -255,17 +262,17 @@ def changed_subgraphs(old_ego: sp.csr_matrix, old_adj: sp.csr_matrix, old_passag
             cols = cols_of[cols]
         return np.sort(rows * E + cols)  # sorted already for a canonical CSR and increasing ids
 
-    def diff(new: sp.csr_matrix, old: sp.csr_matrix, map_rows: bool) -> np.ndarray:
+    def diff(new: CSR, old: CSR, map_rows: bool) -> np.ndarray:
         return np.setxor1d(keys(new), keys(old, new_of_old if map_rows else None, new_of_old), assume_unique=True)
 
     changed = np.zeros(E, bool)
     changed[diff(new_ego, old_ego, True) // E] = True
     dirty = old_ids < 0  # a new entity is a new node of its own subgraph (and of the others holding it)
     dirty[diff(new_passages, old_passages, False) % E] = True
-    changed |= np.asarray(new_ego @ dirty.astype(np.float32)).ravel() > 0
+    changed[row_of_entries(new_ego.indptr)[dirty[new_ego.indices]]] = True  # a subgraph holding a dirty node
     edges = diff(new_adj, old_adj, True)
     if len(edges):
-        holders = new_ego.T.tocsr()  # node -> entities whose subgraph holds it
+        holders = new_ego.to_scipy().T.tocsr()  # node -> entities whose subgraph holds it
         both = holders[edges // E].multiply(holders[edges % E])
         changed[both.indices] = True
     return changed

@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-import scipy.sparse as sp
 
 from ...errors import InputError
-from ...graph import check_csr
+from ....kernels.csr import CSR, check_csr
 from ...components.extraction import FUNCTION_WORDS, Extraction, canonical_name, query_names
+from ...sparse import csr_from_scipy, row_of_entries
 from ...storage import pack_strings, unpack_strings
 
 
@@ -95,12 +95,12 @@ def top_per_row(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, cap: 
 
 @dataclass
 class KnowledgeGraph:
-    """Arrays of the corpus KG (see module docstring). CSR matrices as (indptr, indices[, data])."""
+    """Arrays of the corpus KG (see module docstring); its graphs are :class:`CSR`."""
 
     names: list[str]
-    adj: sp.csr_matrix  # [E, E] float32, symmetric co-occurrence weights
-    passage_entities: sp.csr_matrix  # [N, E] 0/1, the linked entities of each passage (rarest first capped)
-    ego: sp.csr_matrix  # [E, E] 0/1, row e = nodes of e's capped ego subgraph (e included)
+    adj: CSR  # [E, E] float32, symmetric co-occurrence weights, columns sorted in a row
+    passage_entities: CSR  # [N, E] unit weights, the linked entities of each passage (rarest first capped)
+    ego: CSR  # [E, E] unit weights, row e = nodes of e's capped ego subgraph (e included)
     df: np.ndarray  # int32 [E] passages mentioning each entity
     max_query_entities: int = 8
     _name_ids: dict[str, int] | None = field(default=None, repr=False)
@@ -135,11 +135,9 @@ class KnowledgeGraph:
     def arrays(self) -> dict[str, np.ndarray]:
         blob, offsets = pack_strings(self.names)
         return {"kg_names_blob": blob, "kg_names_offsets": offsets,
-                "kg_adj_indptr": self.adj.indptr.astype(np.int64), "kg_adj_indices": self.adj.indices.astype(np.int32),
-                "kg_adj_data": self.adj.data.astype(np.float32),
-                "kg_pe_indptr": self.passage_entities.indptr.astype(np.int64),
-                "kg_pe_indices": self.passage_entities.indices.astype(np.int32),
-                "kg_ego_indptr": self.ego.indptr.astype(np.int64), "kg_ego_indices": self.ego.indices.astype(np.int32),
+                "kg_adj_indptr": self.adj.indptr, "kg_adj_indices": self.adj.indices, "kg_adj_data": self.adj.data,
+                "kg_pe_indptr": self.passage_entities.indptr, "kg_pe_indices": self.passage_entities.indices,
+                "kg_ego_indptr": self.ego.indptr, "kg_ego_indices": self.ego.indices,
                 "kg_df": self.df.astype(np.int32),
                 "kg_meta": np.asarray([self.max_query_entities], np.int64)}
 
@@ -151,19 +149,21 @@ class KnowledgeGraph:
         names = unpack_strings(a["kg_names_blob"], a["kg_names_offsets"], f"{where} kg_names_*")
         E = len(names)
 
-        def graph(name: str, n_rows: int, data: np.ndarray | None = None) -> sp.csr_matrix:
-            """A stored graph validated as the engine's one CSR type, then viewed as scipy (no copy)."""
+        def graph(name: str, n_rows: int, data: np.ndarray | None = None) -> CSR:
+            """A stored graph validated as the engine's one CSR type (weights 1 when none are stored)."""
             indptr, indices = a[f"kg_{name}_indptr"], a[f"kg_{name}_indices"]
             data = np.ones(len(indices), np.float32) if data is None else data
             g = check_csr(indptr, indices, data, E, f"{where} kg_{name}_*")
             if g.n_rows != n_rows:
                 raise InputError(f"{where} kg_{name}_*: {g.n_rows} rows, expected {n_rows}")
-            return g.to_scipy()
+            return g
 
         adj, pe, ego = graph("adj", E, a["kg_adj_data"]), graph("pe", n_passages), graph("ego", E)
-        if adj.nnz and abs(adj - adj.T).max() > 0:
+        A = adj.to_scipy()
+        if adj.nnz and abs(A - A.T).max() > 0:
             raise InputError(f"{where} kg_adj_*: the co-occurrence graph must be symmetric")
-        if E and not np.array_equal(ego[np.arange(E), np.arange(E)].A1, np.ones(E, np.float32)):
+        own = np.bincount(ego.indices[row_of_entries(ego.indptr) == ego.indices], minlength=E)
+        if (own != 1).any():
             raise InputError(f"{where} kg_ego_*: every ego subgraph must hold its own entity")
         df, meta = np.asarray(a["kg_df"]), np.asarray(a["kg_meta"])
         if df.shape != (E,) or df.dtype.kind not in "iu" or (E and (df < np.bincount(pe.indices, minlength=E)).any()):
@@ -180,6 +180,8 @@ def build_knowledge_graph(extraction: Extraction, n_passages: int, edge_list: st
                           ego_size: int = 16, max_passage_entities: int = 32,
                           max_query_entities: int = 8) -> KnowledgeGraph:
     """Build the KG from an :class:`Extraction` (+ optional external edge list); SPEC §3."""
+    import scipy.sparse as sp
+
     if extraction.n_chunks != n_passages:
         raise InputError(f"extraction covers {extraction.n_chunks} chunks but the corpus has {n_passages} passages")
     for name, v in (("ego_size", ego_size), ("max_passage_entities", max_passage_entities),
@@ -217,5 +219,5 @@ def build_knowledge_graph(extraction: Extraction, n_passages: int, edge_list: st
     rows = np.r_[np.arange(E), np.repeat(np.arange(E), np.diff(nb_ptr))]
     cols = np.r_[np.arange(E), nb_idx]
     ego = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(E, E))
-    return KnowledgeGraph(names=names, adj=adj.astype(np.float32), passage_entities=pe, ego=ego, df=df,
-                          max_query_entities=max_query_entities)
+    return KnowledgeGraph(names=names, adj=csr_from_scipy(adj), passage_entities=csr_from_scipy(pe),
+                          ego=csr_from_scipy(ego), df=df, max_query_entities=max_query_entities)

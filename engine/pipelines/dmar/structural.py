@@ -14,11 +14,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 
 from .... import kernels
 from .knowledge_graph import KnowledgeGraph
+from ...sparse import join, row_of_entries, take_rows
 from ...timing import StageTimer
 
 
@@ -43,7 +43,7 @@ def query_subgraphs(kg: KnowledgeGraph, linked: list[np.ndarray]) -> QuerySubgra
     q_of = np.repeat(np.arange(B), n_sub)
     g_of = np.concatenate([np.arange(n) for n in n_sub]) if n_sub.sum() else np.zeros(0, np.int64)
     ents = np.concatenate(linked).astype(np.int64) if n_sub.sum() else np.zeros(0, np.int64)
-    ego_rows = kg.ego[ents]
+    ego_rows = take_rows(kg.ego, ents)
     sizes = np.diff(ego_rows.indptr)
     t_q, t_g, t_node = np.repeat(q_of, sizes), np.repeat(g_of, sizes), ego_rows.indices.astype(np.int64)
     keys, local = np.unique(t_q * E + t_node, return_inverse=True)
@@ -58,17 +58,6 @@ def query_subgraphs(kg: KnowledgeGraph, linked: list[np.ndarray]) -> QuerySubgra
     return QuerySubgraphs(node_sets, local_nodes, n_sub, ents, q_of, g_of)
 
 
-def sparse_entries(M: sp.csr_matrix, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """``M[rows[i], cols[i]]`` as a flat NumPy array (``[len(rows)]``).
-
-    scipy answers an empty point lookup with an empty *sparse matrix*, not an empty array
-    (whose comparison then raises "truth value ... is ambiguous"): a batch whose questions
-    link no entity has no query-local node to look up (issue 11)."""
-    if len(rows) == 0:
-        return np.zeros(0, M.dtype)
-    return np.asarray(M[rows, cols]).ravel()
-
-
 def candidate_subgraphs(kg: KnowledgeGraph, cand: np.ndarray, local_nodes: np.ndarray
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For candidates ``cand`` [B, C]: membership of each query-local node in nodes(G_D)
@@ -77,13 +66,18 @@ def candidate_subgraphs(kg: KnowledgeGraph, cand: np.ndarray, local_nodes: np.nd
     B, C = cand.shape
     U = local_nodes.shape[1]
     valid = cand >= 0
-    pe = kg.passage_entities[np.where(valid, cand, 0).ravel()]
-    nodes_d = (pe @ kg.ego).tocsr()
-    rows = np.repeat(np.arange(B * C), U)
-    cols = np.repeat(local_nodes, C, axis=0).ravel()
-    ok = cols >= 0
-    member = np.zeros(B * C * U, np.float32)
-    member[ok] = sparse_entries(nodes_d, rows[ok], cols[ok]) > 0
+    pe = take_rows(kg.passage_entities, np.where(valid, cand, 0).ravel())
+    # nodes(G_D): every node of the ego subgraphs of D's entities, looked up among its query's local
+    # nodes by the key query · E + node (O(entries · log(B · U)), nothing of size E)
+    E = np.int64(max(kg.n_entities, 1))
+    ego_of = take_rows(kg.ego, pe.indices)
+    row = row_of_entries(pe.indptr)[row_of_entries(ego_of.indptr)]  # the candidate (b · C + c) of each node
+    qb, qu = np.nonzero(local_nodes >= 0)
+    local_keys = qb * E + local_nodes[qb, qu]
+    order = np.argsort(local_keys, kind="stable")
+    pos, found = join(local_keys[order], row // C * E + ego_of.indices)
+    member = np.zeros((B * C, U), np.float32)
+    member[row[found], qu[order[pos[found]]]] = 1.0
     cand_nodes = member.reshape(B, C, U) * valid[..., None]
     n_ent = np.diff(pe.indptr)
     linked = (n_ent.reshape(B, C) > 0) & valid

@@ -5,34 +5,23 @@ among ``j ≠ i`` with ``sim_min ≤ s_ij ≤ sim_max``. The exact blocked kerne
 (``hopgraph.kernels.call("gain_knn")``) costs O(N² d), quadratic in N. This module
 computes the same graph approximately, in time linear in N (``mode="ann"`` of
 :mod:`hopgraph.engine.pipelines.g3rag.pipeline`, the default on the CPU from ``ANN_MIN_N``
-passages up):
+passages up).
 
-**Candidate index: IVF (inverted file), chosen over HNSW.** faiss k-means
-(:class:`faiss.Kmeans`, inner-product, fixed seed) splits the rows into ``nlist``
-cells of about :data:`CELL_SIZE` rows each (so the cost per row is constant and
-the build is linear in N), and every row is assigned to its nearest centroid
-(``IndexFlatIP`` quantizer). The candidates of a row are all members of the
-``nprobe`` cells whose centroids are nearest to its own cell's centroid. Why IVF:
+**Cells from the index's one IVF.** The rows are partitioned by the dense component's IVF index
+(:class:`~hopgraph.engine.components.dense.IVFIndex`, trained once per index over X): its cells
+are grouped into graph cells of about :data:`CELL_SIZE` rows by a seeded spherical k-means over
+the cells' centroids (:func:`graph_cells`; no second pass over X). The candidates of a row are
+all members of the ``nprobe`` graph cells whose centroids are nearest to its own cell's
+centroid, its own first. A cell is a *row block*: its rows share one candidate set, so each
+cell is one dense GEMM tile ``X[cell] @ X[candidates]ᵀ`` followed by the fused epilogue of the
+exact kernel, and the unit that :mod:`hopgraph.engine.distributed` ships to Ray workers.
 
-- a cell is a *row block*: the rows of one cell share one candidate set, so
-  each cell is one dense GEMM tile ``X[cell] @ X[candidates]ᵀ`` followed by the
-  fused epilogue — the same shape of work as the exact kernel, and the unit
-  that :mod:`hopgraph.engine.distributed` ships to Ray workers;
-- every candidate is rescored **exactly** (true cosine, band, gain, target
-  penalty): the ANN structure only decides *which* pairs are looked at, never a
-  weight. A similarity top-C list (what HNSW returns) would rank candidates by
-  similarity, but the gain peaks at s = 1/√2, so near-duplicates would crowd out
-  the best-gain neighbours; an IVF cell scan has no such bias;
-- HNSW construction is single-insert bound (much slower than the IVF build on a
-  few cores) and its memory is the vectors plus the link lists.
+Every candidate is rescored **exactly** (true cosine, band, gain, target penalty): the cells
+only decide *which* pairs are looked at, never a weight. Recall against the exact graph depends
+on the data: :func:`graph_recall` measures it.
 
-Defaults: cells of ``CELL_SIZE`` = 512 rows, ``nprobe`` = ``DEFAULT_NPROBE`` = 8. Recall
-against the exact graph depends on the data: :func:`graph_recall` measures it, and
-``bench/bench_scale.py`` reports it on a 50,000-passage sample (figures in the README).
-
-Results are deterministic (fixed k-means seed, fixed processing order), and
-independent of how cells are grouped into tasks, so a Ray build equals a
-single-process build bit for bit.
+Results are deterministic (seeded k-means, fixed processing order), and independent of how
+cells are grouped into tasks, so a Ray build equals a single-process build bit for bit.
 """
 from __future__ import annotations
 
@@ -41,21 +30,22 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from ....kernels.csr import CSR, csr_from_topk
+from ...components.dense import IVFIndex
 from ...errors import InputError
-from ...graph import CSR, csr_from_keys, csr_from_topk
+from ...sparse import csr_from_keys, row_of_entries
 
-#: target rows per IVF cell (nlist = ceil(N / CELL_SIZE)): constant work per row
+#: target rows per graph cell (ceil(N / CELL_SIZE) cells): constant work per row
 CELL_SIZE = 512
-#: cells probed per cell (its own and the nprobe - 1 nearest centroids)
+#: graph cells probed per cell (its own and the nprobe - 1 nearest centroids)
 DEFAULT_NPROBE = 8
 #: G3RAG ``mode="auto"`` uses this ANN graph on the CPU from this many passages up
 #: (below it the exact blocked kernel takes under a minute here; above it O(N²) grows fast)
 ANN_MIN_N = 50_000
 #: G3RAG ``density="auto"`` uses the sampled density estimate from this many passages up
 SAMPLED_DENSITY_MIN_N = 50_000
-#: k-means training sample: at most this many points per centroid
-KMEANS_POINTS_PER_CENTROID = 64
-KMEANS_NITER = 12
+#: iterations of the k-means that groups the IVF cells into graph cells
+KMEANS_NITER = 20
 #: rows of one GEMM tile (a cell larger than this is split into row tiles)
 ROW_TILE = 1024
 
@@ -63,7 +53,7 @@ ROW_TILE = 1024
 
 @dataclass(frozen=True)
 class IVFCells:
-    """The IVF partition: cell ``c`` holds rows ``members[indptr[c]:indptr[c+1]]`` (sorted),
+    """The graph cells: cell ``c`` holds rows ``members[indptr[c]:indptr[c+1]]`` (sorted),
     and its candidate cells are ``probes[c]`` (own cell first, then by centroid similarity)."""
 
     indptr: np.ndarray   # int64 [nlist + 1]
@@ -103,38 +93,45 @@ def default_nlist(n: int) -> int:
     return max(1, -(-n // CELL_SIZE))
 
 
-def build_ivf_cells(X: np.ndarray, nlist: int | None = None, nprobe: int = DEFAULT_NPROBE, seed: int = 0,
-                    block_rows: int = 65_536, progress: bool = False) -> IVFCells:
-    """Train faiss k-means (inner product) on a fixed sample and assign every row of X.
-
-    ``X`` may be a memory map; it is read in blocks of ``block_rows``.
-    """
-    import faiss
-
-    n, d = X.shape
+def graph_cells(ivf: IVFIndex, nlist: int | None = None, nprobe: int = DEFAULT_NPROBE, seed: int = 0) -> IVFCells:
+    """The graph cells of the rows ``ivf`` holds: its cells grouped into ``nlist`` cells
+    (default :func:`default_nlist`; at most the IVF's own cell count, which are then kept as they
+    are) by a seeded spherical k-means over their centroids, each IVF cell joining the group of
+    its nearest group centroid (inner product); probes: the ``nprobe`` groups nearest to each
+    group's centroid, its own first. O(ivf.nlist · nlist · d), nothing read of X."""
+    n = ivf.ntotal
     nlist = default_nlist(n) if nlist is None else int(nlist)
     if nlist < 1:
         raise InputError(f"nlist must be >= 1, got {nlist}")
-    nlist = min(nlist, n)
+    offsets, rows = ivf.cell_rows()
+    cell_of = np.empty(n, np.int64)
+    cell_of[rows] = row_of_entries(offsets)
+    centroids = np.ascontiguousarray(ivf.centroids(), dtype=np.float32)
+    nlist = min(nlist, len(centroids))
     nprobe = max(1, min(int(nprobe), nlist))
     if nlist == 1:
         return IVFCells(np.array([0, n], np.int64), np.arange(n, dtype=np.int64), np.zeros((1, 1), np.int64))
-    rng = np.random.default_rng(seed)
-    n_train = min(n, nlist * KMEANS_POINTS_PER_CENTROID)
-    sample = np.sort(rng.choice(n, n_train, replace=False)) if n_train < n else np.arange(n)
-    km = faiss.Kmeans(d, nlist, niter=KMEANS_NITER, seed=seed, spherical=True, verbose=False,
-                      max_points_per_centroid=KMEANS_POINTS_PER_CENTROID, min_points_per_centroid=1)
-    km.train(np.ascontiguousarray(X[sample], dtype=np.float32))
-    quantizer = faiss.IndexFlatIP(d)
-    quantizer.add(km.centroids)
-    assign = np.empty(n, np.int64)
-    for start in _tqdm(range(0, n, block_rows), progress, "IVF assign", unit="block"):
-        _, a = quantizer.search(np.ascontiguousarray(X[start:start + block_rows], dtype=np.float32), 1)
-        assign[start:start + block_rows] = a[:, 0]
-    indptr, members = csr_from_keys(assign, nlist)
-    _, probes = quantizer.search(km.centroids, nprobe)
-    probes = _own_cell_first(probes.astype(np.int64))
-    return IVFCells(indptr, members, probes)
+    import faiss
+
+    if nlist == len(centroids):
+        group_centroids, group_of_cell = centroids, np.arange(nlist)
+    else:
+        km = faiss.Kmeans(centroids.shape[1], nlist, niter=KMEANS_NITER, seed=seed, spherical=True, verbose=False,
+                          min_points_per_centroid=1, max_points_per_centroid=len(centroids))
+        km.train(centroids)
+        group_centroids = km.centroids
+        group_of_cell = _nearest(group_centroids, centroids, 1)[:, 0]
+    indptr, members = csr_from_keys(group_of_cell[cell_of], nlist)
+    return IVFCells(indptr, members, _own_cell_first(_nearest(group_centroids, group_centroids, nprobe)))
+
+
+def _nearest(centroids: np.ndarray, points: np.ndarray, k: int) -> np.ndarray:
+    """The ``k`` centroids of largest inner product with each point (int64 [len(points), k])."""
+    import faiss
+
+    index = faiss.IndexFlatIP(centroids.shape[1])
+    index.add(np.ascontiguousarray(centroids, dtype=np.float32))
+    return index.search(np.ascontiguousarray(points, dtype=np.float32), k)[1].astype(np.int64)
 
 
 def _own_cell_first(probes: np.ndarray) -> np.ndarray:
@@ -225,12 +222,15 @@ def local_map(fn: Callable[..., Any], task_args: list[tuple], shared: dict[str, 
 def ann_gain_knn(X: np.ndarray, k: int = 32, sim_min: float = 0.3, sim_max: float = 0.9,
                  target_penalty: np.ndarray | None = None, nlist: int | None = None,
                  nprobe: int = DEFAULT_NPROBE, seed: int = 0, progress: bool = False,
-                 map_tasks: TaskMap | None = None, rows_per_task: int = 16_384) -> CSR:
+                 map_tasks: TaskMap | None = None, rows_per_task: int = 16_384, ivf: IVFIndex | None = None) -> CSR:
     """The G3RAG gain-kNN graph from IVF candidates rescored exactly (see module docstring).
 
-    Returns :class:`~hopgraph.engine.graph.CSR` (``indptr int64 [N+1]``, ``indices int32``,
-    ``data float32``), each row's edges best first, as ``gain_knn`` orders them.
-    ``map_tasks`` runs the per-cell work elsewhere (e.g. Ray); the result does not depend on it.
+    ``ivf``: the IVF index over X whose cells are grouped into the graph cells (the dense
+    component's, :attr:`~hopgraph.engine.components.dense.DenseIndex.ivf`; None: one is trained
+    here); ``nlist``, ``nprobe``, ``seed``: :func:`graph_cells`. Returns
+    :class:`~hopgraph.kernels.csr.CSR` (``indptr int64 [N+1]``, ``indices int32``, ``data
+    float32``), each row's edges best first, as ``gain_knn`` orders them. ``map_tasks`` runs the
+    per-cell work elsewhere (e.g. Ray); the result does not depend on it.
     """
     X = _check_matrix(X)
     n = len(X)
@@ -239,7 +239,12 @@ def ann_gain_knn(X: np.ndarray, k: int = 32, sim_min: float = 0.3, sim_max: floa
     pen = np.ones(n, np.float32) if target_penalty is None else np.asarray(target_penalty, np.float32)
     if pen.shape != (n,):
         raise InputError(f"target_penalty must have shape ({n},), got {pen.shape}")
-    cells = build_ivf_cells(X, nlist, nprobe, seed, progress=progress)
+    if n == 0:
+        return CSR(np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float32), 0)
+    ivf = IVFIndex.build(X) if ivf is None else ivf
+    if ivf.ntotal != n:
+        raise InputError(f"the IVF index holds {ivf.ntotal} rows, X {n}")
+    cells = graph_cells(ivf, nlist, nprobe, seed)
     groups = cell_groups(cells, rows_per_task)
     nbr = np.full((n, k), -1, np.int64)
     w = np.full((n, k), -np.inf, np.float32)
@@ -260,21 +265,19 @@ def ann_gain_knn(X: np.ndarray, k: int = 32, sim_min: float = 0.3, sim_max: floa
 
 
 def graph_recall(approx: CSR, exact: CSR) -> float:
-    """Fraction of the exact graph's edges present in the approximate graph (same rows)."""
-    n = len(exact[0]) - 1
-    if len(approx[0]) - 1 != n:
-        raise InputError(f"graphs have {len(approx[0]) - 1} and {n} rows")
-    ea = _edge_keys(approx, n)
-    ee = _edge_keys(exact, n)
+    """Fraction of the exact graph's edges present in the approximate graph (same rows; the
+    graphs may be row subsets of larger ones, e.g. sampled rows)."""
+    if approx.n_rows != exact.n_rows:
+        raise InputError(f"graphs have {approx.n_rows} and {exact.n_rows} rows")
+    n_cols = max(approx.n_cols, exact.n_cols, 1)
+    ea, ee = _edge_keys(approx, n_cols), _edge_keys(exact, n_cols)
     if len(ee) == 0:
         return 1.0
     return float(np.isin(ee, ea, assume_unique=True).sum()) / len(ee)
 
 
-def _edge_keys(g: CSR, n: int) -> np.ndarray:
-    indptr, indices = g[0], g[1]
-    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
-    return np.unique(rows * n + indices.astype(np.int64))
+def _edge_keys(g: CSR, n_cols: int) -> np.ndarray:
+    return np.unique(row_of_entries(g.indptr) * np.int64(n_cols) + np.asarray(g.indices, np.int64))
 
 
 def _check_matrix(X: np.ndarray) -> np.ndarray:

@@ -52,7 +52,8 @@ from ....kernels.density import sample_columns
 from ....kernels.gain_knn import (as_embedding_tensor, check_gain_knn_inputs, select_topk, tile_candidates,
                                 weights_function)
 from ...errors import InputError
-from ...graph import CSR, check_csr, hub_penalty
+from ....kernels.csr import CSR, check_csr
+from .penalty import hub_penalty
 
 __all__ = ["BLOCK_ENTRIES", "MIN_GEMM_ROWS", "added_density", "added_penalty", "extend_gain_graph"]
 
@@ -132,7 +133,7 @@ def added_density(X: np.ndarray, start: int, mode: str = "exact", n_build: int |
 
 def added_penalty(density: np.ndarray, low: float, high: float, beta: float = 1.0) -> np.ndarray:
     """SPEC §1 index step 2 for new rows under the last build's normalisation: the build's
-    :func:`~hopgraph.engine.graph.hub_penalty` formula with its ``min`` = ``low`` and ``max`` =
+    :func:`~hopgraph.engine.pipelines.g3rag.penalty.hub_penalty` formula with its ``min`` = ``low`` and ``max`` =
     ``high`` (the build's density range), each density clipped to ``[low, high]`` first; float32.
     A new passage whose density equals a built passage's gets exactly that passage's penalty."""
     density = np.asarray(density, np.float64)

@@ -49,19 +49,20 @@ import numpy as np
 from ....kernels import call
 from ...components.query_batch import QueryBatch
 from ...errors import IndexFormatError, InputError
+from ....kernels.csr import CSR, check_csr
 from ...params import FitParams, choice, flag, integer, real
-from ...ranking import PAD_ID, PAD_SCORE
-from ...sparse import (Entries, allowed_at, diffusion_at, diffusion_entries, join, lookup, pair_cosines,
-                       pair_keys, topk_entries)
-from ...graph import CSR, check_csr, hub_penalty
+from ...ranking import PAD_ID, PAD_SCORE, topk_entries
+from ...sparse import allowed_at, join
 from ...storage import check_finite, load_array, load_arrays, save_arrays
 from ...timing import StageTimer
 from ..base import Pipeline
 from ..hybrid import hybrid_ranking
 from ..title_bridge import BridgeSearch, TitleBridge
 from .ann_graph import CELL_SIZE, DEFAULT_NPROBE, ann_gain_knn, density_mode, graph_mode
+from .diffusion import Entries, diffusion_at, diffusion_entries, lookup, pair_cosines, pair_keys
 from .graph_update import added_density, added_penalty, extend_gain_graph
 from .name_links import ARRAY_FIELDS as NAMES_FIELDS, ARRAY_PREFIX as NAMES_PREFIX, ChunkNames, name_link_diffusion
+from .penalty import hub_penalty
 
 MODES = ("knn", "exact", "ann", "auto")
 #: candidates an IVF build scores per row (CELL_SIZE · DEFAULT_NPROBE): adding more passages than this
@@ -184,7 +185,8 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         self.density_build_ = DensityBuild(n, float(node_density.min()), float(node_density.max())) if n else None
         mode = graph_mode(fp.mode, n, device)
         if mode == "ann":
-            self.graph_ = ann_gain_knn(X, fp.n_neighbors, fp.sim_min, fp.sim_max, pen, progress=progress)
+            self.graph_ = ann_gain_knn(X, fp.n_neighbors, fp.sim_min, fp.sim_max, pen, progress=progress,
+                                       ivf=self.components.dense.ivf)
         elif mode == "exact":
             self.graph_ = call("gain_knn", X, k=max(n - 1, 1), sim_min=0.0, sim_max=1.0, penalty=pen,
                                progress=progress, device=device)

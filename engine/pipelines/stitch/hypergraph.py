@@ -47,8 +47,9 @@ from ...components.corpus import Corpus
 from ...embedders.core import Embedder, validate_embeddings
 from ...errors import IndexFormatError, InputError
 from ...components.extraction import Extraction
-from ...graph import CSR, check_csr, csr_from_keys
+from ....kernels.csr import CSR, check_csr
 from ...components.late_pooling import LateTexts
+from ...sparse import csr_from_keys, csr_from_scipy
 from ...embedders.packed_bert import encode_bulk
 from ...ingest.streaming import TEXT_EMB_FILE
 from ...storage import (check_ids, check_indptr, check_packed, check_unit_rows, load_arrays, pack_strings, release_pages,
@@ -59,7 +60,7 @@ from ...storage import (check_ids, check_indptr, check_packed, check_unit_rows, 
 COLUMN_SUM_BLOCK = 1 << 22
 
 
-def chunk_links(indptr: np.ndarray, member_chunks: np.ndarray, n_chunks: int, max_size: int) -> sp.csr_matrix:
+def chunk_links(indptr: np.ndarray, member_chunks: np.ndarray, n_chunks: int, max_size: int) -> CSR:
     """The φ-induced link weights ``W[c', c] = Σ_g 1 / (|g| − 1)`` over the groups g of size
     2..``max_size`` holding states in both chunks c ≠ c' (SPEC §2 step 6; module docstring).
 
@@ -67,13 +68,13 @@ def chunk_links(indptr: np.ndarray, member_chunks: np.ndarray, n_chunks: int, ma
     state of a name, so a group's chunks are distinct). Computed as the sparse product
     ``Bᵀ D B`` of the kept groups' chunk incidence B [G', N] with D = diag(1 / (|g| − 1)), minus
     its diagonal: the product's memory is its output (the links), not the ``Σ |g|²`` (chunk, chunk)
-    pairs that listing every pair of every group holds before summing duplicates (issue 14:
-    4 GB of temporaries at 10⁶ passages)."""
+    pairs that listing every pair of every group holds before summing duplicates. Returns the
+    links as a :class:`CSR` ``[N, N]`` with float64 weights (the exact sums)."""
     sizes = np.diff(indptr)
     keep = (sizes >= 2) & (sizes <= max_size)
     kept = np.flatnonzero(keep)
     if len(kept) == 0:
-        return sp.csr_matrix((n_chunks, n_chunks), dtype=np.float64)
+        return CSR(np.zeros(n_chunks + 1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float64), n_chunks)
     sz = sizes[kept]
     row_ptr = np.zeros(len(kept) + 1, np.int64)
     np.cumsum(sz, out=row_ptr[1:])
@@ -85,7 +86,7 @@ def chunk_links(indptr: np.ndarray, member_chunks: np.ndarray, n_chunks: int, ma
     W = sp.csr_matrix(B.T.tocsr() @ DB)
     W.setdiag(0.0)
     W.eliminate_zeros()
-    return W
+    return csr_from_scipy(W, np.float64)
 
 
 def column_stochastic(W: sp.spmatrix) -> sp.csr_matrix:
@@ -142,7 +143,7 @@ class TopicHypergraph:
 
     def transition(self) -> CSR:
         """The column-stochastic chunk-graph matrix P (row = target chunk, SPEC §2 step 6) as the
-        engine's one sparse-graph type, validated (``.to_scipy()`` for a scipy view, no copy)."""
+        engine's one sparse-graph type, validated."""
         return check_csr(self.graph_indptr, self.graph_indices, self.graph_data, self.n_chunks,
                          "STITCH chunk graph")
 
@@ -367,7 +368,7 @@ def build_hypergraph(ex: Extraction, text_emb: np.ndarray, max_group_chunks: int
     np.cumsum(np.bincount(ex.mention_topic, minlength=T), out=edge_indptr[1:])
     node_indptr, node_incidence = csr_from_keys(ex.mention_node.astype(np.int64), V)
     # φ-induced chunk graph: pairs of chunks sharing a (small enough) group
-    P = column_stochastic(chunk_links(group_indptr, ex.node_chunk[group_nodes], N, max_group_chunks))
+    P = column_stochastic(chunk_links(group_indptr, ex.node_chunk[group_nodes], N, max_group_chunks).to_scipy())
     names_data, names_offsets = pack_strings(names)
     return TopicHypergraph(
         n_chunks=N,

@@ -21,35 +21,27 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-import scipy.sparse as sp
 
+from ....kernels.csr import CSR
 from .hypergraph import TopicHypergraph
-from ...sparse import row_edge_positions
-
-
-def csr_rows(indptr: np.ndarray, members: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(segment, member)`` of CSR rows ``rows``: ``member[e]`` is an entry of row
-    ``rows[segment[e]]``, rows concatenated in the given order, entries in CSR order."""
-    rows = np.asarray(rows, np.int64)
-    seg, pos = row_edge_positions(indptr, rows)
-    return seg, np.asarray(members[pos], np.int64)
+from ...sparse import row_edge_positions, row_entries
 
 
 def incident_edges(H: TopicHypergraph, inc_edge: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(segment, edge)``: every hyperedge of each of ``nodes`` (``inc_edge``: the edge of each
     incidence position, see :meth:`TopicHypergraph`'s ``edge_nodes``)."""
-    seg, inc = csr_rows(H.node_indptr, H.node_incidence, nodes)
+    seg, inc = row_entries(H.node_indptr, H.node_incidence, nodes)
     return seg, inc_edge[inc]
 
 
 def edge_members(H: TopicHypergraph, edges: np.ndarray) -> np.ndarray:
     """Every node of the hyperedges ``edges`` (with repeats)."""
-    return csr_rows(H.edge_indptr, H.edge_nodes, edges)[1]
+    return row_entries(H.edge_indptr, H.edge_nodes, edges)[1]
 
 
 def group_members(H: TopicHypergraph, groups: np.ndarray) -> np.ndarray:
     """Every node of the name groups ``groups`` (with repeats)."""
-    return csr_rows(H.group_indptr, H.group_nodes, groups)[1]
+    return row_entries(H.group_indptr, H.group_nodes, groups)[1]
 
 
 class LocalHypergraph(NamedTuple):
@@ -90,7 +82,7 @@ def local_hypergraph(H: TopicHypergraph, inc_edge: np.ndarray, alpha: np.ndarray
     edges = np.unique(incident_edges(H, inc_edge, np.union1d(active, members))[1])
     nodes = np.unique(np.concatenate([active, members, edge_members(H, edges)]))
     # edge → nodes CSR over the local edges (members in the index's order)
-    e_seg, e_nodes = csr_rows(H.edge_indptr, H.edge_nodes, edges)
+    e_seg, e_nodes = row_entries(H.edge_indptr, H.edge_nodes, edges)
     edge_indptr = np.zeros(len(edges) + 1, np.int64)
     np.cumsum(np.bincount(e_seg, minlength=len(edges)), out=edge_indptr[1:])
     edge_nodes = _renumber(nodes, e_nodes)
@@ -99,7 +91,7 @@ def local_hypergraph(H: TopicHypergraph, inc_edge: np.ndarray, alpha: np.ndarray
     node_indptr = np.zeros(len(nodes) + 1, np.int64)
     np.cumsum(np.bincount(edge_nodes, minlength=len(nodes)), out=node_indptr[1:])
     # groups: the activated ones whole, then a singleton per other node
-    g_seg, g_nodes = csr_rows(H.group_indptr, H.group_nodes, groups)
+    g_seg, g_nodes = row_entries(H.group_indptr, H.group_nodes, groups)
     in_group = np.zeros(len(nodes), bool)
     node_group = np.empty(len(nodes), np.int64)
     local_g = _renumber(nodes, g_nodes)
@@ -118,33 +110,34 @@ def local_hypergraph(H: TopicHypergraph, inc_edge: np.ndarray, alpha: np.ndarray
         alpha=np.concatenate([alpha[groups], np.zeros(len(others), np.float32)]).astype(np.float32))
 
 
-def local_transition(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, col_sums: np.ndarray,
-                     chunks: np.ndarray) -> sp.csr_matrix:
-    """P (column-stochastic, rows = targets; CSR arrays) restricted to ``chunks`` (sorted), as an
+def local_transition(P: CSR, col_sums: np.ndarray, chunks: np.ndarray) -> CSR:
+    """P (column-stochastic, rows = targets) restricted to ``chunks`` (sorted), as an
     ``(M + 1) × (M + 1)`` CSR whose last row/column is the sink: column j's entries inside the set,
     and ``col_sums[j] −`` their sum (≥ 0) in the sink row. Dangling chunks (``col_sums`` 0) stay
     dangling; the sink column is empty (dangling too). A walk whose regions exclude the sink drops
     exactly the mass the localised walk on the full P drops. Work: the rows of ``chunks`` only."""
     chunks = np.asarray(chunks, np.int64)
     M = len(chunks)
-    seg, pos = row_edge_positions(indptr, chunks)
-    cols = np.asarray(indices[pos], np.int64)
+    seg, pos = row_edge_positions(P.indptr, chunks)
+    cols = np.asarray(P.indices[pos], np.int64)
     where = np.minimum(np.searchsorted(chunks, cols), max(M - 1, 0))
     inside = (chunks[where] == cols) if M else np.zeros(0, bool)
-    seg, where, vals = seg[inside], where[inside], np.asarray(data[pos], np.float32)[inside]
+    seg, where, vals = seg[inside], where[inside], np.asarray(P.data[pos], np.float32)[inside]
     kept = np.bincount(where, weights=vals, minlength=M)
     sink = np.maximum(np.asarray(col_sums, np.float64)[chunks] - kept, 0.0)
     has_sink = sink > 0
-    rows = np.concatenate([seg, np.full(int(has_sink.sum()), M, np.int64)])
-    cols = np.concatenate([where, np.flatnonzero(has_sink)])
-    vals = np.concatenate([vals, sink[has_sink].astype(np.float32)])
     # entries come row by row (chunks ascending, the sink last), columns ascending within a row
-    return sp.csr_matrix((vals, (rows, cols)), shape=(M + 1, M + 1), dtype=np.float32)
+    counts = np.bincount(seg, minlength=M + 1)
+    counts[M] = int(has_sink.sum())
+    indptr = np.zeros(M + 2, np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    return CSR(indptr, np.concatenate([where, np.flatnonzero(has_sink)]).astype(np.int32),
+               np.concatenate([vals, sink[has_sink].astype(np.float32)]), M + 1)
 
 
 def neighbour_entries(adj_indptr: np.ndarray, adj_indices: np.ndarray, query: np.ndarray, node: np.ndarray
                       ) -> tuple[np.ndarray, np.ndarray]:
     """``(query, neighbour)`` of every (query, node) entry's neighbours in the adjacency CSR
     (with repeats)."""
-    seg, nb = csr_rows(adj_indptr, adj_indices, node)
+    seg, nb = row_entries(adj_indptr, adj_indices, node)
     return np.asarray(query, np.int64)[seg], nb

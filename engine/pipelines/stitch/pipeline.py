@@ -44,11 +44,11 @@ from ...components.extraction import Extraction
 from ...components.late_pooling import LateTexts, late_texts
 from ...components.query_batch import QueryBatch
 from ...errors import IndexFormatError
-from ...graph import csr_from_keys
 from ...params import choice, flag, integer, real
+from ...sparse import csr_from_keys, row_entries
 from ..base import Needs
 from .hypergraph import embed_texts, extend_text_embeddings
-from .local_graph import csr_rows, local_hypergraph
+from .local_graph import local_hypergraph
 from .local_rows import LocalRows
 from .walk import ChunkGraphFit, ChunkGraphWalk, WalkSearch
 
@@ -210,7 +210,7 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
             thr = np.float32(params.delta)
         hit = (ids >= 0) & (sims >= thr) & (sims > 0)
         qb, text_seg = np.nonzero(hit)
-        seg, nodes = csr_rows(t["text_indptr"], t["text_nodes"], ids[qb, text_seg])
+        seg, nodes = row_entries(t["text_indptr"], t["text_nodes"], ids[qb, text_seg])
         act_q, act_v, act_val = qb[seg], nodes, sims[qb, text_seg][seg]
         if not len(act_v):
             return LocalRows.empty(B, n)

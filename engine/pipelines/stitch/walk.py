@@ -26,7 +26,7 @@ from .... import kernels
 from ...components.extraction import Extraction, load_extractions
 from ...components.query_batch import QueryBatch
 from ...errors import IndexFormatError, InputError
-from ...graph import CSR
+from ....kernels.csr import CSR
 from ...params import FitParams, choice, flag, integer, path, real
 from ...ranking import reciprocal_rank_fusion, topk_rows
 from ...sparse import allowed_at
@@ -312,7 +312,7 @@ class ChunkGraphWalk(Pipeline[F, S]):
         if not len(reg.cols):
             return LocalRows.empty(len(p), p.n)
         P = self.transition
-        sub = local_transition(P.indptr, P.indices, P.data, self._column_sums(), reg.cols)
+        sub = local_transition(P, self._column_sums(), reg.cols)
         pr = np.zeros((len(p), len(reg.cols) + 1), np.float64)
         pr[:, :-1] = p.on(reg.cols).values
         region = np.zeros(pr.shape, bool)

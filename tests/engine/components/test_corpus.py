@@ -51,8 +51,10 @@ def test_from_strings_and_records_validate():
         Corpus.from_strings(["ok", ""])
     with pytest.raises(InputError, match="item 1 is int"):
         Corpus.from_strings(["ok", 3])
-    with pytest.raises(InputError, match="duplicate passage id"):
+    with pytest.raises(InputError, match=r"passage 1: duplicate id 'a' \(first seen on passage 0\)"):
         Corpus(("a", "a"), ("", ""), ("x", "y"))
+    with pytest.raises(InputError, match=r"record 1: duplicate id 'x' \(first seen on record 0\)"):
+        Corpus.from_records([{"id": "x", "text": "t"}, {"id": "x", "text": "u"}])
     with pytest.raises(KeyError, match="'zz' is not in corpus"):
         Corpus.from_strings(["q"]).position("zz")
 

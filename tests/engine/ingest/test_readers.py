@@ -83,7 +83,7 @@ def test_csv_metadata_types_are_inferred_or_given(tmp_path):
     ('id,title,text\n1,A,"multi\nline"\n2,B\n', r"c.csv line 4: 2 field\(s\), the header has 3"),
     ('id,title,text\n1,A,x\n1,B,y\n', r"c.csv line 3: duplicate id '1' \(first seen on line 2\)"),
     ('id,title,text\n1,A,\n', r"c.csv line 2: empty text for id '1'"),
-    ('id,title,text\n,A,x\n', r"c.csv line 2: missing id \(field 'id'\)"),
+    ('id,title,text\n,A,x\n', r"c.csv line 2: 'id' must be a non-empty string or integer \(the passage id\), got ''"),
     ('name,body\nx,y\n', r"c.csv line 2: no id field"),
     ('id,id,text\n', r"c.csv line 1: the header row must name every column once"),
     ('', r"c.csv is empty"),
@@ -101,7 +101,7 @@ def test_explicit_fields_and_metadata_fields(tmp_path):
     assert read_corpus(p, id_field="key", text_field="passage", metadata_fields=[]).meta(0) == {}
     with pytest.raises(InputError, match=r"metadata field\(s\) 'langs' appear in no record"):
         read_corpus(p, id_field="key", text_field="passage", metadata_fields=["langs"])
-    with pytest.raises(InputError, match=r"c.csv line 2: missing text \(field 'body'\)"):
+    with pytest.raises(InputError, match=r"c.csv line 2: missing field 'body' \(the passage text\)"):
         read_corpus(p, id_field="key", text_field="body")
     # explicit fields on a hopgraph-format JSON-lines file: the generic reader, same checks
     j = write(tmp_path / "c.jsonl", '{"id": "a", "text": "x", "summary": "s", "n": 1}\n')
@@ -116,12 +116,13 @@ def test_metadata_object_field_is_merged(tmp_path):
 
 @pytest.mark.parametrize("content, message", [
     ('{"_id": "a", "text": "x"}\n{"_id": "b", "text": "y"\n', r"c.jsonl line 2: invalid JSON"),
-    ('{"_id": "a", "text": "x"}\n{"_id": "b"}\n', r"c.jsonl line 2: missing text \(field 'text'\)"),
-    ('{"_id": "a", "text": "x"}\n{"text": "y"}\n', r"c.jsonl line 2: missing id \(field '_id'\)"),
+    ('{"_id": "a", "text": "x"}\n{"_id": "b"}\n', r"c.jsonl line 2: missing field 'text' \(the passage text\)"),
+    ('{"_id": "a", "text": "x"}\n{"text": "y"}\n', r"c.jsonl line 2: missing field '_id' \(the passage id\)"),
     ('{"_id": "a", "text": "x"}\n\n{"_id": "a", "text": "y"}\n',
      r"c.jsonl line 3: duplicate id 'a' \(first seen on line 1\)"),
-    ('{"_id": "a", "text": 3}\n', r"c.jsonl line 1: text \(field 'text'\) must be a string"),
-    ('{"_id": "a", "text": "x", "title": 5}\n', r"c.jsonl line 1: title \(field 'title'\) must be a string"),
+    ('{"_id": "a", "text": 3}\n', r"c.jsonl line 1: 'text' must be a string \(the passage text\), got int"),
+    ('{"_id": "a", "text": "x", "title": 5}\n', r"c.jsonl line 1: 'title' must be a string \(or absent/null: the title\)"),
+    ('{"_id": "a", "text": "x", "metadata": 5}\n', r"c.jsonl line 1: 'metadata' must be a JSON object"),
     (b'{"_id": "a", "text": "x"}\n{"_id": "b", "text": "\xff"}\n', r"c.jsonl line 2: not valid UTF-8"),
     ('{"name": "a", "words": "x"}\n', r"c.jsonl line 1: no id field"),
 ])
@@ -192,7 +193,7 @@ def test_parquet(tmp_path):
     with pytest.raises(InputError, match=r"c.parquet row 3: duplicate id 'a' \(first seen on row 1\)"):
         read_corpus(p)
     pq.write_table(pa.table({"_id": ["a", "b"], "text": ["x", None]}), p)
-    with pytest.raises(InputError, match=r"c.parquet row 2: missing text"):
+    with pytest.raises(InputError, match=r"c.parquet row 2: missing field 'text'"):
         read_corpus(p)
     write(p, b"not parquet at all")
     with pytest.raises(InputError, match="not a readable Parquet file"):

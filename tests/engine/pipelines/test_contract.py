@@ -154,3 +154,20 @@ def test_add_and_delete_reach_every_pipeline(demo_corpus, hashing_embedder, quer
     idx.add([{"id": "new-1", "title": "Zanzibar lighthouse", "text": texts[0]}])
     for name in PIPELINES:
         assert "new-1" in {h.id for h in idx.search(texts[:1], pipeline=name, k=K)[0]}, name
+
+
+def test_a_pipeline_builds_only_the_components_it_declares(demo_corpus, hashing_embedder):
+    from hopgraph.engine.pipelines.dense import Dense
+
+    class Greedy(Dense):
+        """A pipeline that builds BM25 without declaring it."""
+
+        def _fit(self, progress: bool) -> None:
+            self.components.bm25(who=self.name)
+
+    X = hashing_embedder.encode(demo_corpus.embedding_texts())
+    with pytest.raises(RuntimeError, match=r"does not declare in components_used: \['bm25'\]"):
+        Greedy().fit(X, demo_corpus)
+    for name in PIPELINES:  # every registered pipeline's declaration covers what its fit builds
+        cls = pipeline_class(name)
+        cls().fit(X, demo_corpus, hashing_embedder)

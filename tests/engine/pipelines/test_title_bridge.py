@@ -30,7 +30,7 @@ def test_mention_graph_matches_titles_and_their_base_form():
 
 
 def test_rerank_lifts_and_adds_the_passages_the_best_passage_mentions():
-    M = TitleMentions(np.array([0, 2, 2, 2, 2, 2, 2]), np.array([4, 5]))  # passage 0 mentions 4 and 5
+    M = TitleMentions.from_indices(np.array([0, 2, 2, 2, 2, 2, 2]), np.array([4, 5]))  # passage 0 mentions 4 and 5
     ids = np.array([[0, 1, 2, 3, 4]])
     scores = np.array([[1.0, 0.9, 0.8, 0.7, 0.0]], np.float32)
     got, s = bridge_rerank(M, ids, scores, 3, weight=0.4, seeds=1)
@@ -116,9 +116,9 @@ def test_mention_graph_is_saved_and_not_rebuilt_on_load(tmp_path, demo_corpus, m
     got, _ = back.search_arrays(texts, pipeline="g3rag", k=5)
     np.testing.assert_array_equal(got, want)
     M = back.components.title_mentions()
-    np.testing.assert_array_equal(M.indptr, built.indptr)
-    np.testing.assert_array_equal(M.indices, built.indices)
-    assert isinstance(M.indices, np.memmap)  # read with plain reads by rows(), never through the mapping
+    np.testing.assert_array_equal(M.graph.indptr, built.graph.indptr)
+    np.testing.assert_array_equal(M.graph.indices, built.graph.indices)
+    assert isinstance(M.graph.indices, np.memmap)  # read with plain reads by rows(), never through the mapping
     for seeds in ([0], [1, 3, 1], [len(demo_corpus) - 1, 0], []):
         union = np.unique(np.concatenate([built.row(s) for s in seeds] or [np.zeros(0, np.int64)]))
         np.testing.assert_array_equal(M.rows(seeds), union)

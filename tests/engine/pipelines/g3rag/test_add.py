@@ -17,7 +17,8 @@ from conftest import clustered_embeddings
 
 from hopgraph import G3RAG, Index
 from hopgraph.engine.errors import InputError
-from hopgraph.engine.graph import CSR, hub_penalty
+from hopgraph.engine.pipelines.g3rag.penalty import hub_penalty
+from hopgraph.kernels.csr import CSR
 from hopgraph.engine.pipelines.g3rag.graph_update import added_density, added_penalty, extend_gain_graph
 from hopgraph.kernels import call
 from hopgraph.kernels.density import sample_columns

@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 from conftest import clustered_embeddings
 
-from hopgraph.engine.pipelines.g3rag.ann_graph import ann_gain_knn, build_ivf_cells, graph_recall
+from hopgraph.engine.components.dense import IVFIndex
+from hopgraph.engine.pipelines.g3rag.ann_graph import ann_gain_knn, graph_cells, graph_recall
 from hopgraph.engine.errors import InputError
-from hopgraph.engine.graph import csr_from_topk
+from hopgraph.kernels.csr import csr_from_topk
 from hopgraph.kernels import call
 
 
@@ -66,10 +67,32 @@ def test_result_does_not_depend_on_task_grouping_and_is_deterministic():
 
 def test_cells_partition_rows_and_probe_their_own_cell_first():
     X = clustered_embeddings(1000, 16, 5, seed=4)
-    cells = build_ivf_cells(X, nlist=8, nprobe=3)
+    ivf = IVFIndex.build(X)
+    cells = graph_cells(ivf, nlist=8, nprobe=3)
     assert sorted(cells.members.tolist()) == list(range(1000))
     assert cells.indptr[-1] == 1000 and cells.probes.shape == (8, 3)
     assert (cells.probes[:, 0] == np.arange(8)).all()
+    # a graph cell is a union of whole IVF cells (X is partitioned once)
+    offsets, rows = ivf.cell_rows()
+    group = np.repeat(np.arange(cells.nlist), np.diff(cells.indptr))[np.argsort(cells.members)]
+    for c in range(ivf.nlist):
+        assert len(set(group[rows[offsets[c]:offsets[c + 1]]].tolist())) <= 1
+    # asking for more cells than the IVF has keeps the IVF's cells
+    same = graph_cells(ivf, nlist=10 * ivf.nlist, nprobe=3)
+    assert same.nlist == ivf.nlist
+    for c in range(ivf.nlist):
+        np.testing.assert_array_equal(same.rows(c), np.sort(rows[offsets[c]:offsets[c + 1]]))
+
+
+def test_the_graph_uses_the_ivf_it_is_given():
+    X = clustered_embeddings(1200, 16, 6, seed=6)
+    ivf = IVFIndex.build(X)
+    given = ann_gain_knn(X, k=8, nlist=6, nprobe=2, ivf=ivf)
+    own = ann_gain_knn(X, k=8, nlist=6, nprobe=2)  # trains the same IVF (same seed)
+    for a, b in zip(given, own):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(InputError, match="IVF index holds 1200 rows, X 600"):
+        ann_gain_knn(X[:600], k=8, ivf=ivf)
 
 
 @pytest.mark.parametrize("n", [1, 3])
@@ -104,3 +127,20 @@ def test_graph_recall():
     assert g.indptr.tolist() == [0, 2, 3, 3] and g.indices.tolist() == [1, 2, 0]
     half = csr_from_topk(w, np.array([[1, -1, -1], [2, -1, -1], [-1] * 3]), 3)
     assert graph_recall(half, g) == pytest.approx(1 / 3)
+
+
+def test_g3rag_graph_and_dense_search_share_the_components_ivf():
+    """X is clustered once per index: G3RAG's ANN graph groups the dense component's IVF cells,
+    and the dense search then uses the same IVF index (no second training)."""
+    from hopgraph import G3RAG
+    from hopgraph.engine.components.shared import Components
+
+    X = clustered_embeddings(1500, 16, 6, seed=11)
+    comps = Components(X, dense="ann")
+    pipe = G3RAG(mode="ann", n_neighbors=6, settings={"device": "cpu"}).fit(X, components=comps)
+    assert len(comps.dense.ivf_builds) == 1
+    comps.dense.topk(X[:3], 5)
+    assert len(comps.dense.ivf_builds) == 1
+    ref = ann_gain_knn(X, 6, 0.3, 0.9, pipe.penalty_, ivf=comps.dense.ivf)
+    for a, b in zip(pipe.graph_, ref):
+        np.testing.assert_array_equal(a, b)

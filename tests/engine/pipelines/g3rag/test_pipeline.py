@@ -85,7 +85,7 @@ def test_fused_scoring_is_relevance_plus_normalised_graph_support():
     pipe = G3RAG(n_neighbors=8, gamma=0.05, tau=0.05, candidate_depth=15, settings={"device": "cpu"}).fit(X)
     assert pipe.search_defaults.scoring == "fused"
     ids, scores = pipe.search(Q, 6)
-    from hopgraph.engine.graph import row_normalised
+    from hopgraph.engine.sparse import row_normalised
 
     T = row_normalised(pipe.graph_).to_dense().astype(np.float64)
     for b, q in enumerate(Q.astype(np.float64)):

@@ -99,7 +99,7 @@ def test_chunk_links_bruteforce():
     """W[c', c] = Σ over kept groups holding c and c' (c ≠ c') of 1 / (|g| − 1), as listing the pairs."""
     indptr = np.array([0, 1, 3, 6, 10, 12])
     chunks = np.array([0, 1, 2, 2, 3, 4, 0, 1, 2, 3, 1, 2])  # group 3 (size 4) is above max_size
-    W = chunk_links(indptr, chunks, 6, max_size=3).toarray()
+    W = chunk_links(indptr, chunks, 6, max_size=3).to_scipy().toarray()  # float64 weights
     expect = np.zeros((6, 6))
     for lo, hi in zip(indptr[:-1], indptr[1:]):
         if 2 <= hi - lo <= 3:

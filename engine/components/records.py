@@ -1,0 +1,171 @@
+"""Passage records: the one set of rules every corpus input follows, and the JSON-lines reader.
+
+A record is a mapping whose fields hold a passage's id, text, title and metadata
+(:class:`RecordFields` names them: ``id``, ``title``, ``text`` in hopgraph's own format).
+Rules of a record (:func:`passage_fields`, :meth:`RecordFields.metadata_of`):
+
+* the id: present, not null, a non-empty string or an integer (not a boolean);
+* the text: present, not null, a string holding a non-blank character;
+* the title: a string, or absent / null (no title);
+* every string valid Unicode (no lone surrogates, which UTF-8 cannot write);
+* the metadata: the record's other fields (or the chosen ones), a field ``metadata`` holding a
+  JSON object (or null) contributing its keys, which win over fields of the same name.
+
+Rules of a corpus (:func:`collect`, and :func:`check_passages` for one built from lists): at least
+one passage, no id twice. Every error is an :class:`~hopgraph.engine.errors.InputError` naming
+where the record came from (file and line, row, record number) and the field.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
+
+from ..errors import InputError
+
+__all__ = ["Columns", "RecordFields", "check_passages", "check_text", "check_unicode", "collect", "decode_lines",
+           "iter_jsonl", "passage_fields"]
+
+
+class Columns(NamedTuple):
+    """A corpus read and checked, as the arguments of ``Corpus(ids, titles, texts, source, metadata)``."""
+
+    ids: tuple[str, ...]
+    titles: tuple[str, ...]
+    texts: tuple[str, ...]
+    source: str
+    metadata: tuple[str, ...]
+
+
+def decode_lines(path: Path) -> Iterator[str]:
+    """The lines of a text file decoded as UTF-8 one at a time (a byte-order mark skipped);
+    InputError naming the file and line for bytes that are not UTF-8."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                yield raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError(f"{path} line {lineno}: not valid UTF-8 text (byte 0x{raw[e.start]:02x} at "
+                                 f"byte {e.start + 1} of the line); save the file as UTF-8") from None
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
+    """``(line number, object)`` for each non-blank line of a JSON-lines file; InputError naming the
+    file and line for invalid UTF-8, invalid JSON or a line that is not an object."""
+    for lineno, line in enumerate(decode_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{path} line {lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(obj, dict):
+            raise InputError(f"{path} line {lineno}: expected a JSON object, got {type(obj).__name__}")
+        yield lineno, obj
+
+
+def check_unicode(value: str, where: str) -> None:
+    """``value`` must be encodable as UTF-8 (a JSON escape such as ``"\\ud800"`` gives a lone surrogate)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InputError(f"{where}: not valid Unicode text (lone surrogate U+{ord(value[e.start]):04X} at "
+                         f"character {e.start})") from None
+
+
+def check_text(text: str, where: str, pid: object) -> None:
+    """A passage text must hold a non-blank character."""
+    if not text or not text.strip():
+        raise InputError(f"{where}: empty text for id {pid!r}")
+
+
+class RecordFields:
+    """The fields of a record holding the id, title (``""``: none) and text, and the fields kept as
+    metadata (``metadata``: their names; None: every other field)."""
+
+    def __init__(self, id: str = "id", title: str = "title", text: str = "text",
+                 metadata: Sequence[str] | None = None) -> None:
+        self.id, self.title, self.text = id, title, text
+        self.metadata = None if metadata is None else list(metadata)
+
+    def resolve(self, record: Mapping[str, Any], where: str) -> None:
+        """Choose the fields not given from the first record (here: all are given)."""
+
+    def metadata_of(self, record: Mapping[str, Any], where: str) -> str:
+        """The record's metadata as a JSON object string (``""`` for none), keys sorted."""
+        core = (self.id, self.title, self.text)
+        names = self.metadata if self.metadata is not None else [k for k in record if k not in core]
+        meta: dict[str, Any] = {}
+        nested = None
+        for k in names:
+            if k in core or k not in record:
+                continue
+            if k == "metadata":
+                nested = record[k]
+                if nested is not None and not isinstance(nested, Mapping):
+                    raise InputError(f"{where}: 'metadata' must be a JSON object (or absent/null), got "
+                                     f"{type(nested).__name__} {nested!r:.80}")
+            else:
+                meta[k] = record[k]
+        meta.update(nested or {})
+        return json.dumps(meta, ensure_ascii=False, sort_keys=True, default=str) if meta else ""
+
+
+def passage_fields(record: Any, fields: RecordFields, where: str) -> tuple[str, str, str]:
+    """``(id, title, text)`` of one record, checked by the rules of the module docstring."""
+    if not isinstance(record, Mapping):
+        raise InputError(f"{where}: expected an object with {fields.id!r} and {fields.text!r}")
+    for role, name in (("id", fields.id), ("text", fields.text)):
+        if record.get(name) is None:
+            raise InputError(f"{where}: missing field {name!r} (the passage {role})")
+    pid, text = record[fields.id], record[fields.text]
+    title = record.get(fields.title) if fields.title else None
+    if not isinstance(pid, (str, int)) or isinstance(pid, bool) or str(pid) == "":
+        raise InputError(f"{where}: {fields.id!r} must be a non-empty string or integer (the passage id), "
+                         f"got {pid!r}")
+    if not isinstance(text, str):
+        raise InputError(f"{where}: {fields.text!r} must be a string (the passage text), got {type(text).__name__}")
+    check_text(text, where, pid)
+    if title is None:
+        title = ""
+    elif not isinstance(title, str):
+        raise InputError(f"{where}: {fields.title!r} must be a string (or absent/null: the title), got "
+                         f"{type(title).__name__} {title!r}")
+    for name, value in ((fields.id, pid), (fields.title, title), (fields.text, text)):
+        if isinstance(value, str):
+            check_unicode(value, f"{where}: {name!r}")
+    return str(pid), title, text
+
+
+def collect(records: Iterable[tuple[str, Any]], fields: RecordFields, source: str) -> Columns:
+    """A corpus from ``(location, record)`` pairs (``"line 3"``, ``"row 2"``, ``"record 0"``), each
+    checked (:func:`passage_fields`, :meth:`RecordFields.metadata_of`) and named ``"SOURCE
+    LOCATION"`` in errors; no id twice (the error names the first location), at least one record."""
+    ids, titles, texts, meta = [], [], [], []
+    first: dict[str, str] = {}
+    for location, record in records:
+        where = f"{source} {location}"
+        if isinstance(record, Mapping):
+            fields.resolve(record, where)
+        pid, title, text = passage_fields(record, fields, where)
+        if pid in first:
+            raise InputError(f"{where}: duplicate id {pid!r} (first seen on {first[pid]})")
+        first[pid] = location
+        ids.append(pid), titles.append(title), texts.append(text), meta.append(fields.metadata_of(record, where))
+    if not ids:
+        raise InputError(f"corpus {source} holds no passages")
+    return Columns(tuple(ids), tuple(titles), tuple(texts), source, tuple(meta))
+
+
+def check_passages(ids: Sequence[str], texts: Sequence[str], source: str) -> dict[str, int]:
+    """The corpus rules for passages given as lists: at least one, no id twice, no empty text.
+    Returns ``{id: position}``."""
+    if not len(ids):
+        raise InputError(f"{source}: the corpus holds no passages")
+    positions: dict[str, int] = {}
+    for i, pid in enumerate(ids):
+        if pid in positions:
+            raise InputError(f"{source} passage {i}: duplicate id {pid!r} (first seen on passage {positions[pid]})")
+        positions[pid] = i
+        check_text(texts[i], f"{source} passage {i}", pid)
+    return positions
