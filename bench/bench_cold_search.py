@@ -82,7 +82,8 @@ def main() -> None:
             wall = [w for w, _ in xs]
             med = statistics.median(wall)
             cpu = statistics.median(c for _, c in xs)
-            print(f"{label.ljust(width)}  {med:6.2f}  ({min(wall):.2f}-{max(wall):.2f})  {cpu:6.2f}   {med / full:5.2f}")
+            spread = f"({min(wall):.2f}-{max(wall):.2f})"
+            print(f"{label.ljust(width)}  {med:6.2f}  {spread}  {cpu:6.2f}   {med / full:5.2f}")
         print(f"\nload average after: {load_average()} ({os.cpu_count()} CPUs)")
     finally:
         shutil.rmtree(work, ignore_errors=True)

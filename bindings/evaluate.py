@@ -339,5 +339,6 @@ def format_table(report: dict[str, Any]) -> str:
     if sig["tests"]:
         out.append(f"paired tests of {sig['measure']} against {sig['baseline']} (two-sided p: t-test, randomisation):")
         for label, t in sig["tests"].items():
-            out.append(f"  {label}: {t['mean_difference']:+.3f}  p = {t['t_pvalue']:.3g}, {t['randomization_pvalue']:.3g}")
+            out.append(f"  {label}: {t['mean_difference']:+.3f}  p = {t['t_pvalue']:.3g}, "
+                       f"{t['randomization_pvalue']:.3g}")
     return "\n".join(out)

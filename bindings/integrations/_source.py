@@ -64,7 +64,8 @@ class Sources:
         check_source(primary, name)
         if is_async_source(primary):
             if async_client is not None:
-                raise InputError(f"{name}= is asynchronous and async_client= is given too: give one asynchronous source")
+                raise InputError(f"{name}= is asynchronous and async_client= is given too: "
+                                 "give one asynchronous source")
             return cls(None, primary)
         return cls(primary, async_client)
 

@@ -8,7 +8,7 @@
 
 The source is ``index=`` (a :class:`hopgraph.Index`) or ``client=`` (a :class:`hopgraph.Client`
 of a ``hopgraph serve`` instance), and / or ``async_client=`` (a :class:`hopgraph.AsyncClient`);
-every method works with any of them, synchronous or not (see :mod:`._source`). Each
+every method works with any of them, synchronous or not (see ``hopgraph.integrations._source``). Each
 ``Document`` has ``id`` = the passage id, ``page_content`` = the passage text and ``metadata`` =
 the passage's own metadata plus ``id``, ``title``, ``score``, ``rank`` and ``pipeline``. A client
 whose hits carry no passage text gives ``page_content == ""`` (an Index always gives the text).

@@ -8,7 +8,7 @@
 
 The source is ``index`` (a :class:`hopgraph.Index`) or ``client=`` (a :class:`hopgraph.Client` of a
 ``hopgraph serve`` instance), and / or ``async_client=`` (a :class:`hopgraph.AsyncClient`); every
-method works with any of them, synchronous or not (see :mod:`._source`). Each result is a
+method works with any of them, synchronous or not (see ``hopgraph.integrations._source``). Each result is a
 ``NodeWithScore(node=TextNode(id_=passage id, text=passage text, metadata=...), score=...)``;
 the metadata holds the passage's own metadata plus ``id``, ``title``, ``score``, ``rank`` and
 ``pipeline``. A client whose hits carry no passage text gives ``text == ""``.
@@ -59,8 +59,8 @@ class HopgraphRetriever(BaseRetriever):
     def _nodes(self, results: list[list[Any]]) -> list[list[NodeWithScore]]:
         """hopgraph hits → one list of ``NodeWithScore`` per question."""
         return _source.convert_hits(self.sources.any, results, self.pipeline, self.search_kwargs,
-                                    lambda hit, text, meta: NodeWithScore(node=TextNode(id_=hit.id, text=text, metadata=meta),
-                                                                          score=float(hit.score)))
+                                    lambda hit, text, meta: NodeWithScore(
+                                        node=TextNode(id_=hit.id, text=text, metadata=meta), score=float(hit.score)))
 
     def retrieve_batch(self, queries: Sequence[str | QueryBundle]) -> list[list[NodeWithScore]]:
         """Nodes for every query from ONE batched hopgraph search (no per-query callback events)."""

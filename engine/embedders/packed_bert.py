@@ -16,12 +16,15 @@ from __future__ import annotations
 import itertools
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from ..errors import InputError
-from .core import Embedder, validate_embeddings
+from .validation import validate_embeddings
+
+if TYPE_CHECKING:
+    from .core import Embedder
 
 #: largest |difference| from the embedder's own output accepted by the probe check
 PROBE_TOLERANCE = 1e-4
