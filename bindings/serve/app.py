@@ -1,4 +1,4 @@
-"""The ``hopgraph serve`` HTTP application (issue 7): FastAPI over one loaded :class:`Index`.
+"""The ``hopgraph serve`` HTTP application: FastAPI over one loaded :class:`Index`.
 
 Endpoints: ``POST /search`` (batched questions → hits with text and metadata, and timing;
 ``where`` / ``allowed_ids`` filters), ``GET /passages/{id}`` (one passage's title, text and
@@ -103,7 +103,7 @@ def create_app(index: Index, limits: ServeLimits | None = None, api_key: str | N
         if not queries:
             return JSONResponse({"pipeline": request.pipeline, "k": request.k, "results": [],
                                  "timing": {"queue_ms": 0.0, "embed_ms": 0.0, "search_ms": 0.0, "total_ms": 0.0,
-                                            "batch_queries": 0, "batch_requests": 0}})
+                                            "batch_queries": 0, "batch_requests": 0}, "warnings": []})
         try:
             filters = {name: value for name, value in (("where", request.where),
                                                        ("allowed_ids", request.allowed_ids)) if value is not None}
@@ -126,6 +126,7 @@ def create_app(index: Index, limits: ServeLimits | None = None, api_key: str | N
                                   for h in hits]}
                         for hits in result.hits],
             "timing": timing,
+            "warnings": result.warnings,
         })
 
     @app.get("/passages/{pid:path}", summary="one passage by id: title, text and metadata", response_model=None,

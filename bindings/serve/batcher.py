@@ -1,4 +1,4 @@
-"""Micro-batching of concurrent search requests (issue 7, "Concurrency").
+"""Micro-batching of concurrent search requests.
 
 Requests are queued; one dispatcher task takes everything queued (under concurrent
 load it first waits ``batch_wait_ms`` for more), groups it by ``(pipeline, k,
@@ -62,6 +62,8 @@ class SearchJob:
 class JobResult:
     hits: list[list[Hit]]
     timing: dict[str, Any]
+    #: what the client should know about its answer (e.g. a filter that passes no passage)
+    warnings: list[str] = field(default_factory=list)
 
 
 def run_search(index: Index, pipeline: str, k: int, queries: Sequence[str | np.ndarray],
@@ -89,6 +91,18 @@ def run_search(index: Index, pipeline: str, k: int, queries: Sequence[str | np.n
     ids, scores = index.search_arrays(list(queries), pipeline, k, embed=timed_embed,
                                       group_by_document=group_by_document, **(filters or {}), **overrides)
     return index.hits(ids, scores), embed_s, time.perf_counter() - t0 - embed_s
+
+
+def filter_warnings(index: Index, filters: dict[str, Any] | None) -> list[str]:
+    """The warnings of a request's filters: one when they pass no passage of the index."""
+    if not filters:
+        return []
+    from ..index.search import empty_filter_message
+
+    mask = index.filter_mask(filters.get("allowed_ids"), filters.get("where"))
+    if mask is None or index.components.allowed(mask).any():
+        return []
+    return [empty_filter_message(filters.get("allowed_ids"), filters.get("where"))]
 
 
 class MicroBatcher:
@@ -221,10 +235,11 @@ class MicroBatcher:
         hits, embed_s, search_s = run_search(self.index, pipeline, k, queries, self.embed_texts,
                                              group_by_document=group[0].group_by_document,
                                              filters=group[0].filters, **dict(group[0].overrides))
+        notes = filter_warnings(self.index, group[0].filters)
         timing = {"embed_ms": embed_s * 1000, "search_ms": search_s * 1000,
                   "batch_queries": len(queries), "batch_requests": len(group)}
         out, start = [], 0
         for job in group:
-            out.append(JobResult(hits[start:start + len(job.queries)], dict(timing)))
+            out.append(JobResult(hits[start:start + len(job.queries)], dict(timing), list(notes)))
             start += len(job.queries)
         return out

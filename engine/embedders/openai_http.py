@@ -3,7 +3,6 @@ TEI, Ollama, LiteLLM ... httpx is imported on first use."""
 from __future__ import annotations
 
 import os
-import time
 from typing import Any, Sequence
 
 import numpy as np
@@ -14,6 +13,14 @@ from .protocol import batches, validate_embeddings
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 #: HTTP statuses retried (with backoff) by OpenAIEmbedder
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+class _Transient(Exception):
+    """A failed embeddings request worth retrying (its message; the server's ``Retry-After``, if any)."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 def openai_base_url() -> str:
@@ -27,7 +34,7 @@ class OpenAIEmbedder:
 
     POSTs ``{"model": MODEL, "input": [texts]}`` to ``BASE_URL/embeddings`` in batches of
     ``batch_size``, with ``Authorization: Bearer $OPENAI_API_KEY`` when a key is set. 429, 5xx,
-    timeouts and connection errors are retried ``tries`` times in all with exponential backoff
+    timeouts and connection errors are retried (``tenacity``) ``tries`` times in all with exponential backoff
     (``backoff`` · 2^attempt seconds, or the server's ``Retry-After``); then, or at once for
     401/403 and other 4xx, an :class:`InputError` names the URL and the status. The dimension is
     learnt from the first answer (``dim`` asks once with a probe text when nothing was embedded yet).
@@ -71,34 +78,45 @@ class OpenAIEmbedder:
         return self._client
 
     def _post(self, texts: list[str], what: str) -> np.ndarray:
-        """One request with retries; returns the validated ``[len(texts), dim]`` rows."""
+        """One request, retried by ``tenacity`` (see the class docstring); returns the validated
+        ``[len(texts), dim]`` rows."""
         import httpx
+        from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
         client = self._http()
         where = f"embedder {self.name!r} ({self.url}), {what}"
-        last = ""
-        for attempt in range(self.tries):
-            delay = self.backoff * 2 ** attempt
+
+        def once() -> np.ndarray:
             try:
                 r = client.post(self.url, json={"model": self.model, "input": texts})
             except httpx.TransportError as e:  # connection refused, DNS, timeout
-                last = f"cannot connect ({type(e).__name__}: {e})"
-            else:
-                if r.status_code == 200:
-                    return self._parse(r, texts, where)
-                last = f"HTTP {r.status_code}: {_snippet(r.text)}"
-                if r.status_code in (401, 403):
-                    key = "OPENAI_API_KEY is not set" if not self.api_key else "check OPENAI_API_KEY"
-                    raise InputError(f"{where}: unauthorised ({last}; {key})")
-                if r.status_code not in RETRY_STATUSES:
-                    raise InputError(f"{where}: request refused ({last})")
-                retry_after = r.headers.get("retry-after", "")
-                if retry_after.replace(".", "", 1).isdigit():
-                    delay = min(float(retry_after), 60.0)
-            if attempt + 1 < self.tries:
-                time.sleep(delay)
-        raise InputError(f"{where}: failed after {self.tries} tries ({last}); is the server reachable "
-                         f"(offline?) and the base URL right (HOPGRAPH_OPENAI_BASE_URL / OPENAI_BASE_URL)?")
+                raise _Transient(f"cannot connect ({type(e).__name__}: {e})") from None
+            if r.status_code == 200:
+                return self._parse(r, texts, where)
+            last = f"HTTP {r.status_code}: {_snippet(r.text)}"
+            if r.status_code in (401, 403):
+                key = "OPENAI_API_KEY is not set" if not self.api_key else "check OPENAI_API_KEY"
+                raise InputError(f"{where}: unauthorised ({last}; {key})")
+            if r.status_code not in RETRY_STATUSES:
+                raise InputError(f"{where}: request refused ({last})")
+            retry_after = r.headers.get("retry-after", "")
+            raise _Transient(last, min(float(retry_after), 60.0) if retry_after.replace(".", "", 1).isdigit() else None)
+
+        def wait(state: Any) -> float:
+            error = state.outcome.exception()
+            given = getattr(error, "retry_after", None)
+            return given if given is not None else self.backoff * 2 ** (state.attempt_number - 1)
+
+        try:
+            for attempt in Retrying(stop=stop_after_attempt(self.tries), wait=wait,
+                                    retry=retry_if_exception_type(_Transient), reraise=True):
+                with attempt:
+                    return once()
+        except _Transient as e:
+            raise InputError(f"{where}: failed after {self.tries} tries ({e}); is the server reachable "
+                             f"(offline?) and the base URL right (HOPGRAPH_OPENAI_BASE_URL / OPENAI_BASE_URL)?"
+                             ) from None
+        raise AssertionError("unreachable: tenacity either returns or re-raises")  # pragma: no cover
 
     def _parse(self, r: Any, texts: list[str], where: str) -> np.ndarray:
         try:

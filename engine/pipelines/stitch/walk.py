@@ -30,7 +30,7 @@ from ....kernels.csr import CSR
 from ...params import FitParams, choice, flag, integer, path, real
 from ...ranking import reciprocal_rank_fusion, topk_rows
 from ...sparse import allowed_at
-from ...ranking import topk_entries
+from ...ranking import fill_lowest, topk_entries
 from ...timing import StageTimer
 from ..base import Needs, Pipeline
 from ..hybrid import RRF_K, hybrid_ranking
@@ -429,13 +429,4 @@ def rank_local(final: LocalRows, top_k: int, allowed: np.ndarray | None) -> tupl
     col = final.cols[j]
     ok = allowed_at(allowed, col)
     ids, scores = topk_entries(q[ok], col[ok], v[q[ok], j[ok]], len(final), top_k)
-    short = np.flatnonzero((ids >= 0).sum(1) < top_k)
-    if len(short):
-        pool = np.flatnonzero(allowed) if allowed is not None else np.arange(final.n)
-        for b in short.tolist():
-            have = int((ids[b] >= 0).sum())
-            fill = pool[:top_k + have]
-            fill = fill[~np.isin(fill, ids[b, :have])][:top_k - have]
-            ids[b, have:have + len(fill)] = fill
-            scores[b, have:have + len(fill)] = 0.0
-    return ids, scores
+    return fill_lowest(ids, scores, allowed, final.n)

@@ -1,4 +1,5 @@
-"""Padding-free MiniLM query embedding (engine/embedders/packed_bert.py): equal to the model's own encode."""
+"""Padding-free MiniLM embedding (engine/embedders/packed_bert.py): equal to sentence-transformers' encode,
+from the sentence-transformers model or from the model folder alone."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,18 +19,45 @@ def test_unsupported_embedder_is_declined():
     assert PackedBertEncoder.for_embedder(HashingEmbedder(16)) is None
 
 
+TEXTS = ["Who directed the film that won the 1998 Palme d'Or?", "a", "x " * 400,  # truncated at 256 tokens
+         "  spaces around  ", "émigré café naïve 東京", "Which band released Abbey Road?",
+         "Which band released Abbey Road?", "short one", "?", "\tTabs\nand lines "]
+
+
+def sentence_transformers_encode(minilm, texts):
+    return minilm.model.encode(list(texts), convert_to_numpy=True, normalize_embeddings=True)
+
+
 @pytest.mark.slow
-def test_packed_equals_encode(minilm):
-    packed = PackedBertEncoder.for_embedder(minilm)
-    assert packed is not None
-    texts = ["Who directed the film that won the 1998 Palme d'Or?", "a", "x " * 400,  # truncated at 256 tokens
-             "  spaces around  ", "émigré café naïve 東京", "Which band released Abbey Road?",
-             "Which band released Abbey Road?", "short one", "?"]
-    for batch in (texts, texts[:1], texts[2:3], list(reversed(texts))):
-        got = packed.encode(batch)
-        assert got.shape == (len(batch), minilm.dim) and got.dtype == np.float32
-        np.testing.assert_allclose(got, minilm.encode(batch), atol=1e-5)
-    assert packed.encode([]).shape == (0, minilm.dim)
+def test_packed_equals_sentence_transformers(minilm):
+    class STOnly:  # the sentence-transformers model without MiniLMEmbedder's own packed encoder
+        name, dim, model, prompts = minilm.name, minilm.dim, minilm.model, None
+
+        def encode(self, texts, batch_size=64, progress=False):
+            return sentence_transformers_encode(minilm, texts)
+
+    for packed in (PackedBertEncoder.for_embedder(STOnly()), minilm.packed_encoder()):
+        assert packed is not None
+        for batch in (TEXTS, TEXTS[:1], TEXTS[2:3], list(reversed(TEXTS))):
+            got = packed.encode(batch)
+            assert got.shape == (len(batch), minilm.dim) and got.dtype == np.float32
+            np.testing.assert_allclose(got, sentence_transformers_encode(minilm, batch), atol=1e-5)
+        assert packed.encode([]).shape == (0, minilm.dim)
+    np.testing.assert_allclose(minilm.encode(TEXTS), sentence_transformers_encode(minilm, TEXTS), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_the_default_embedder_answers_without_transformers():
+    import subprocess
+    import sys
+
+    code = ("import sys, hopgraph\n"
+            "from hopgraph.engine.embedders import resolve_embedder\n"
+            "X = resolve_embedder('minilm').encode(['Who designed the bridge?'])\n"
+            "print(X.shape, sorted(m for m in ('transformers', 'sentence_transformers', 'sklearn') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "(1, 384) []"
 
 
 @pytest.mark.slow
@@ -41,5 +69,5 @@ def test_encode_bulk_length_order_keeps_input_order(minilm, monkeypatch):
     texts = ["a much longer sentence about the 1936 Summer Olympics in Berlin", "b", "Abbey Road",
              "who?", "the band that released Abbey Road in 1969", "x y", "Bern is a city."]
     got = pb.encode_bulk(minilm, texts)
-    np.testing.assert_allclose(got, minilm.encode(texts), atol=1e-5)
+    np.testing.assert_allclose(got, sentence_transformers_encode(minilm, texts), atol=1e-5)
     np.testing.assert_array_equal(pb.encode_bulk(HashingEmbedder(16), texts), HashingEmbedder(16).encode(texts))
