@@ -30,7 +30,6 @@ import datetime
 import http.client
 import itertools
 import json
-import os
 import socket
 import sys
 import tempfile

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..engine.components.corpus import Corpus
 from ..engine.components.shared import Components
-from ..engine.embedders.core import validate_embeddings
+from ..engine.embedders import validate_embeddings
 from ..engine.errors import DuplicateIdError, InputError
 from .reports import AddReport, DeleteReport
 
@@ -46,7 +46,7 @@ class IndexLive:
             raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
         new = Corpus.coerce(records)
         if chunk_tokens is not None:
-            new = chunking.chunk_corpus(new, chunk_tokens, chunk_overlap)
+            new = chunking.chunk_corpus(new, chunk_tokens, chunk_overlap, self.embedder)
         deleted = self.components.deleted
         existing = []
         for pid in new.ids:

@@ -157,7 +157,7 @@ def _search_routes(service: Service) -> APIRouter:
         if not checked.queries:
             return JSONResponse({"pipeline": request.pipeline, "k": request.k, "results": [],
                                  "timing": {"queue_ms": 0.0, "embed_ms": 0.0, "search_ms": 0.0, "total_ms": 0.0,
-                                            "batch_queries": 0, "batch_requests": 0, "lane": "none"}})
+                                            "batch_queries": 0, "batch_requests": 0, "lane": "none"}, "warnings": []})
         try:
             result = await service.batcher.submit(
                 request.pipeline, request.k, checked.queries, request.params,
@@ -178,6 +178,7 @@ def _search_routes(service: Service) -> APIRouter:
                                   for h in hits]}
                         for hits in result.hits],
             "timing": timing,
+            "warnings": result.warnings,
         })
 
     return router

@@ -91,6 +91,8 @@ class SearchJob:
 class JobResult:
     hits: list[list[Hit]]
     timing: dict[str, Any]
+    #: what the client should know about its answer (e.g. a filter that passes no passage)
+    warnings: list[str] = field(default_factory=list)
 
 
 class GroupToken(CancelToken):
@@ -160,7 +162,8 @@ def run_search(index: Index, pipeline: str, k: int, queries: Sequence[str | np.n
     validates the queries, embeds the texts and calls the pipeline (the variant with
     ``overrides``), as for ``Index.search``; all texts: the pipeline sees ``query_texts``;
     ``group_by_document``: one hit per document, as in ``Index.search``; ``filters``:
-    ``Index.search``'s ``where`` / ``allowed_ids``.
+    ``Index.search``'s ``where`` / ``allowed_ids`` (a filter that passes nothing is reported by
+    :func:`filter_warnings`, not warned).
     """
     embed_s = 0.0
 
@@ -173,8 +176,21 @@ def run_search(index: Index, pipeline: str, k: int, queries: Sequence[str | np.n
 
     t0 = time.perf_counter()
     ids, scores = index.search_arrays(list(queries), pipeline, k, embed=timed_embed,
-                                      group_by_document=group_by_document, **(filters or {}), **overrides)
+                                      group_by_document=group_by_document, warn_empty=False, **(filters or {}),
+                                      **overrides)
     return index.hits(ids, scores), embed_s, time.perf_counter() - t0 - embed_s
+
+
+def filter_warnings(index: Index, filters: dict[str, Any] | None) -> list[str]:
+    """The warnings of a request's filters: one when they pass no passage of the index."""
+    if not filters:
+        return []
+    from ..index.search import empty_filter_message
+
+    mask = index.filter_mask(filters.get("allowed_ids"), filters.get("where"))
+    if mask is None or index.components.allowed(mask).any():
+        return []
+    return [empty_filter_message(filters.get("allowed_ids"), filters.get("where"))]
 
 
 def _bulk_thread_setup() -> None:
@@ -423,10 +439,11 @@ class MicroBatcher:
                                  **dict(first.overrides))
             hits.extend(h)
             embed_s, search_s = embed_s + e, search_s + s
+        notes = filter_warnings(self.index, first.filters)
         timing = {"embed_ms": embed_s * 1000, "search_ms": search_s * 1000,
                   "batch_queries": len(queries), "batch_requests": len(group)}
         out, start = [], 0
         for job in group:
-            out.append(JobResult(hits[start:start + len(job.queries)], dict(timing)))
+            out.append(JobResult(hits[start:start + len(job.queries)], dict(timing), list(notes)))
             start += len(job.queries)
         return out

@@ -11,7 +11,7 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from ..engine.embedders.core import validate_embeddings
+from ..engine.embedders import validate_embeddings
 from ..engine.errors import HopgraphError, InputError
 from ..engine.params import RUN_SETTINGS
 from ..engine.pipelines import pipeline_class, pipeline_names

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import logging
 import socket
-import sys
 import threading
 import time
 from pathlib import Path
@@ -23,6 +23,8 @@ from .app import create_app
 from .auth import read_api_key
 from .budget import ParamLimits
 from .limits import ServeLimits, limits_from_args
+
+log = logging.getLogger("hopgraph.serve")
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -119,9 +121,12 @@ def serve(index_dir: str | Path, host: str = "127.0.0.1", port: int = 8080, api_
           limits: ServeLimits | None = None, pipelines: Sequence[str] | None = None, embedder: str | None = None,
           device: str = "auto", log_level: str = "info", progress: bool = True, threads: int | None = None,
           read_only: bool = False, param_limits: ParamLimits | None = None, allowed_hosts: Sequence[str] = ()) -> int:
-    """Load ``index_dir`` (memory-mapped) once and serve it until interrupted."""
+    """Load ``index_dir`` (memory-mapped) once and serve it until interrupted. The load shows no
+    progress bars (a server's stderr is a log); with ``progress`` it is logged (INFO) instead, and
+    warnings are log records of the ``hopgraph.serve`` logger."""
     api_key = read_api_key(api_key_file) if api_key_file else None
-    index = Index.load(index_dir, embedder=embedder, device=device, progress=progress)
+    t0 = time.perf_counter()
+    index = Index.load(index_dir, embedder=embedder, device=device, progress=False)  # no bars in a server log
     app = create_app(index, limits, api_key=api_key, pipelines=pipelines, read_only=read_only,
                      param_limits=param_limits, allowed_hosts=allowed_hosts)
     if threads is not None:  # in the interactive worker, whose torch / faiss settings are its own
@@ -129,12 +134,14 @@ def serve(index_dir: str | Path, host: str = "127.0.0.1", port: int = 8080, api_
     try:
         app.state.batcher.warm_up()  # load the query embedder before the first request
     except InputError as e:
-        print(f"hopgraph serve: warning: only embedding queries can be answered: {e}", file=sys.stderr)
+        log.warning("only embedding queries can be answered: %s", e)
+    if progress:
+        log.info("loaded %s (%d passages) and its query embedder in %.1f s", index_dir, index.n_live,
+                 time.perf_counter() - t0)
     sock = bind_socket(host, port)
     if not is_loopback(host) and api_key is None:
         names = ", ".join(allowed_hosts) if allowed_hosts else "loopback names only (add --allow-host NAME)"
-        print(f"hopgraph serve: warning: listening on {host} without --api-key-file; Host names accepted: {names}",
-              file=sys.stderr)
+        log.warning("listening on %s without --api-key-file; Host names accepted: %s", host, names)
     print(f"hopgraph serve: {index.n_live} passages, pipelines {', '.join(app.state.pipelines)}"
           f"{' (read-only)' if read_only else ''}; "
           f"listening on {url_of(sock)}{' (API key required)' if api_key else ''}", flush=True)

@@ -63,8 +63,11 @@ class SearchRequest(BaseModel):
                     "GET /info's 'query_params' lists them with their allowed values, 'param_limits' the "
                     "largest value this server accepts for each integer one")
     where: dict[StrictStr, Any] | None = Field(
-        None, description="only passages whose metadata field equals the value (or one of a list of values), "
-                          "e.g. {\"year\": 2020, \"lang\": [\"en\", \"de\"]}")
+        None, description="only passages whose metadata passes this filter: {field: value}, {field: [values]}, "
+                          "{field: {\"$eq\"|\"$ne\"|\"$gt\"|\"$gte\"|\"$lt\"|\"$lte\": value}}, "
+                          "{field: {\"$in\"|\"$nin\": [values]}}, {field: {\"$exists\": bool}}, "
+                          "{\"$and\"|\"$or\": [filters]}, {\"$not\": filter}; e.g. "
+                          "{\"year\": {\"$gte\": 2020}, \"lang\": [\"en\", \"de\"]}")
     allowed_ids: list[StrictStr] | None = Field(None, description="only these passages (ids the index holds)")
     with_text: StrictBool = Field(True, description="return each hit's passage text (false: 'text' is null; "
                                                     "'metadata' is always returned)")
@@ -149,6 +152,8 @@ class SearchResponse(BaseModel):
     k: int
     results: list[QueryResult] = Field(description="one entry per query, in request order")
     timing: Timing
+    warnings: list[str] = Field(default_factory=list, description="what to know about the answer, e.g. that "
+                                                                  "the filter passes no passage of the index")
 
 
 class ErrorResponse(BaseModel):

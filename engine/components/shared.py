@@ -32,7 +32,7 @@ import numpy as np
 from .bm25 import BM25Index, BM25Params
 from .corpus import Corpus
 from .dense import DenseIndex, dense_method, dense_mode
-from ..embedders.core import Embedder
+from ..embedders import Embedder
 from ..errors import IndexFormatError, InputError
 from .extraction import Extraction, extend_extraction, extract
 from .late_pooling import LateTexts

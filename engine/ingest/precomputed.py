@@ -1,6 +1,6 @@
 """Precomputed passage embeddings at scale: one ``.npy`` file or a folder of ``.npy`` shards.
 
-Accepted layouts (issue 5; SPEC notation X = the N×d matrix of normalised rows):
+Accepted layouts (SPEC notation X = the N×d matrix of normalised rows):
 
 - ``X.npy``: row i = passage i of the corpus; or, with ids alongside
   (``X.ids.txt`` one id per line, or ``X.ids.npy`` a string/integer array),
@@ -71,6 +71,9 @@ def ids_path(shard: Path) -> Path | None:
 
 
 def read_ids(path: Path) -> list[str]:
+    """The passage ids of an ``*.ids.txt`` (one a line) or ``*.ids.npy`` (string or integer array)
+    file, as strings; :class:`InputError` naming the file for an ``.npy`` that is not a 1-D array of
+    strings or integers."""
     if path.name.endswith(".ids.txt"):
         return path.read_text(encoding="utf-8").splitlines()
     try:
@@ -115,6 +118,7 @@ def validate_block(block: np.ndarray, where: str, first_row: int) -> np.ndarray:
 
 
 def iter_blocks(X: np.ndarray, block_rows: int = BLOCK_ROWS) -> Iterator[tuple[int, np.ndarray]]:
+    """``(first row, rows)`` of ``X`` in blocks of ``block_rows`` read into memory one at a time."""
     for start in range(0, len(X), block_rows):
         yield start, np.asarray(X[start:start + block_rows])
 

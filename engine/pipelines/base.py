@@ -28,7 +28,7 @@ from ...kernels.threads import torch_threads
 from ..components.corpus import Corpus
 from ..components.query_batch import QueryBatch
 from ..components.shared import Components
-from ..embedders.core import Embedder, validate_embeddings
+from ..embedders import Embedder, validate_embeddings
 from ..errors import InputError, NotFittedError
 from ..params import (DeprecatedParameterWarning, FitParams, InvalidParameter, RunSettings, SearchParams,
                       split_params)

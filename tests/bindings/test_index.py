@@ -1,3 +1,6 @@
+"""``hopgraph.Index``: search hits, hybrid fusion, query embeddings, save/load round trip and refusals,
+precomputed embeddings, parameter variants, input checks before embedding, and hits carrying text
+and metadata read from the store."""
 import json
 
 import numpy as np
@@ -144,7 +147,7 @@ def test_sync_params_updates_query_params_and_drops_fit_params(demo_corpus, hash
     assert idx.pipeline("bm25").fit_params.k1 == 1.2
 
 
-# ---------------------------------------------------------------- issue 11: Index.build input checks
+# ---------------------------------------------------------------- Index.build input checks
 @pytest.mark.parametrize("corpus, kwargs, message", [
     ([], {}, "holds no passages"),
     ([{"id": "a", "title": 0, "text": "x"}], {}, r"record 0: 'title' must be a string"),

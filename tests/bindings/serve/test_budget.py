@@ -15,7 +15,7 @@ pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
 import hopgraph  # noqa: E402
-from hopgraph.engine.embedders.core import CallableEmbedder, HashingEmbedder  # noqa: E402
+from hopgraph.engine.embedders import HashingEmbedder  # noqa: E402
 from hopgraph.engine.errors import InputError  # noqa: E402
 from hopgraph.engine.pipelines import pipeline_names  # noqa: E402
 from hopgraph.serve import BackgroundServer, ParamLimits, ServeLimits, create_app  # noqa: E402

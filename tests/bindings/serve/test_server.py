@@ -13,7 +13,6 @@ import sys
 import threading
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 pytest.importorskip("fastapi")
@@ -25,7 +24,7 @@ from hypothesis import strategies as st  # noqa: E402
 import hopgraph  # noqa: E402
 from hopgraph.client import RequestRejected, ServiceError  # noqa: E402
 from hopgraph.demo import DEMO_QUESTIONS  # noqa: E402
-from hopgraph.engine.embedders.core import CallableEmbedder, HashingEmbedder  # noqa: E402
+from hopgraph.engine.embedders import CallableEmbedder, HashingEmbedder  # noqa: E402
 from hopgraph.engine.pipelines import pipeline_names  # noqa: E402
 from hopgraph.serve import BackgroundServer, ServeLimits, create_app  # noqa: E402
 from hopgraph.serve.batcher import MicroBatcher  # noqa: E402
@@ -148,11 +147,12 @@ def test_health_info_openapi(http, client, index):
     assert "SearchRequest" in schema["components"]["schemas"]
 
 
-#: questions that link no entity in the demo knowledge graph (issue 11: DMAR answered 500 to them)
+#: questions that link no entity in the demo knowledge graph (DMAR once answered 500 to them)
 UNLINKED = ["who designed the bridge in the home city of peter harlow?",
             "Which of the two tornado outbreaks killed the most people?", "what is it?", "1999"]
 
 
+@pytest.mark.slow
 def test_dmar_questions_linking_no_entity_answer_200(demo_corpus):
     """A server with DMAR loaded answers 200, with the index's own results, to questions that
     link no entity: alone, all together, next to a linked question, and the empty batch."""
@@ -406,6 +406,7 @@ def test_api_key(index, tmp_path):
 
 
 # ---------------------------------------------------------------- CLI
+@pytest.mark.slow
 def test_cli_serve_subprocess(index_dir, index, tmp_path):
     """`hopgraph serve INDEX --port 0 --api-key-file F` in a real subprocess."""
     key_file = tmp_path / "key"
@@ -523,7 +524,7 @@ def test_precomputed_index_answers_embeddings_refuses_texts(demo_corpus):
         assert c.health()["status"] == "ok"
 
 
-# ---------------------------------------------------------------- issue 11: one status per kind of fault
+# ---------------------------------------------------------------- one status per kind of fault
 @pytest.mark.parametrize("error, status, detail", [
     (hopgraph.IndexFormatError("pipeline dense: stored array X is damaged"), 422, "stored array X is damaged"),
     (hopgraph.InputError("batched_ppr: P must be column-stochastic"), 422, "P must be column-stochastic"),
@@ -556,7 +557,7 @@ def test_search_errors_map_to_one_status_per_kind(index_dir, monkeypatch, caplog
         assert post(http, {"queries": ["q"], "pipeline": "dense"}).status_code == 200  # still serving
 
 
-# ---------------------------------------------------------------- text and metadata (issue 12)
+# ---------------------------------------------------------------- text and metadata
 @pytest.fixture(scope="module")
 def meta_index(tmp_path_factory, demo_corpus) -> hopgraph.Index:
     from meta_corpus import write_meta_corpus
@@ -670,7 +671,7 @@ def test_client_default_pipeline_is_served_by_a_baseline_server(server, index):
         assert c.search("Orbis", k=2) == index.search("Orbis", pipeline=served[0], k=2)
 
 
-# ---------------------------------------------------------------- group_by_document (issue 12)
+# ---------------------------------------------------------------- group_by_document
 @pytest.fixture(scope="module")
 def chunked_index(demo_corpus) -> hopgraph.Index:
     """The demo corpus split into 8-word passages (2 shared): several passages per document."""

@@ -1,4 +1,4 @@
-"""Batch independence (issue 11), for every pipeline: a question's results are the same whether
+"""Batch independence, for every pipeline: a question's results are the same whether
 it is searched alone, in any batch, at any position of a batch (duplicates included) — ids
 equal, scores within 1e-5 (BLAS may block a batch's products differently from a single
 question's, which moves scores in the last float32 bits, never the ranking).
@@ -62,7 +62,7 @@ def _hotpotqa_pool(hashing_embedder) -> Pool:
     return Pool(index, list(dict.fromkeys(questions + EDGE_QUESTIONS)))
 
 
-@pytest.fixture(scope="module", params=["demo", "hotpotqa"])
+@pytest.fixture(scope="module", params=["demo", pytest.param("hotpotqa", marks=pytest.mark.slow)])
 def pool(request, demo_corpus, hashing_embedder) -> Pool:
     if request.param == "demo":
         return _demo_pool(demo_corpus, hashing_embedder)

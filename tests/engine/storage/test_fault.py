@@ -1,4 +1,4 @@
-"""Fault test of index storage (issue 11): SIGKILL a ``hopgraph index`` at random moments of
+"""Fault test of index storage: SIGKILL a ``hopgraph index`` at random moments of
 build/save/replace, and corrupt one byte of every file of a small index.
 
 * After every kill the output path holds the old complete index or the new one (it loads and
@@ -24,6 +24,8 @@ from hopgraph.engine import storage
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 import fault_harness as fh  # noqa: E402  (the harness shared with bench/bench_faults.py)
+
+pytestmark = pytest.mark.slow  # SIGKILLed subprocess builds
 
 ALL = ("dense", "bm25", "hybrid", "g3rag", "stitch", "ppr_binary", "dmar")
 PARAMS = {"dmar": {"gnn_steps": 2}}
