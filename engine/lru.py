@@ -12,7 +12,8 @@ V = TypeVar("V")
 
 class LRUCache(Generic[K, V]):
     """At most ``maxsize`` entries; a hit makes its entry the most recent, an insertion beyond
-    ``maxsize`` drops the least recent. Thread-safe; O(1) per operation."""
+    ``maxsize`` drops the least recent. Thread-safe; O(1) per operation. A pickled cache (an
+    embedder sent to another process) arrives empty."""
 
     def __init__(self, maxsize: int) -> None:
         if maxsize < 1:
@@ -20,6 +21,9 @@ class LRUCache(Generic[K, V]):
         self.maxsize = maxsize
         self._data: OrderedDict[K, V] = OrderedDict()
         self._lock = threading.Lock()
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.maxsize,))
 
     def __len__(self) -> int:
         return len(self._data)

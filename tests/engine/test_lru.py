@@ -1,6 +1,7 @@
 """The bounded LRU mapping behind every cache keyed by user input."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from hopgraph.engine.lru import LRUCache
@@ -21,3 +22,20 @@ def test_lru_keeps_the_most_recent_entries():
     assert len(cache) == 0
     with pytest.raises(ValueError):
         LRUCache(0)
+
+
+def test_a_pickled_cache_arrives_empty_with_its_bound():
+    import pickle
+
+    from hopgraph.engine.embedders import HashingEmbedder
+
+    cache = LRUCache(3)
+    cache.put("a", 1)
+    copy = pickle.loads(pickle.dumps(cache))
+    assert len(copy) == 0 and copy.maxsize == 3
+    copy.put("b", 2)
+    assert copy.get("b") == 2
+    emb = HashingEmbedder(16)
+    emb.encode(["a cached token"])
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(emb)).encode(["a cached token"]),
+                                  emb.encode(["a cached token"]))
