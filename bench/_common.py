@@ -3,6 +3,6 @@ so this folder is on ``sys.path``): re-exported from the installed :mod:`suite.c
 which ``hopgraph bench`` uses too."""
 from __future__ import annotations
 
-from suite.common import best_of, median_interleaved, peak_rss_gb, table
+from suite.common import best_of, median_interleaved, peak_rss_gb, stamp, table
 
-__all__ = ["best_of", "median_interleaved", "peak_rss_gb", "table"]
+__all__ = ["best_of", "median_interleaved", "peak_rss_gb", "stamp", "table"]

@@ -1,5 +1,5 @@
 """BM25 top-k: hopgraph's posting-list top-k (``BM25Index.topk``) against bm25s's ``retrieve``,
-side by side on the same bm25s index (issue 14).
+side by side on the same bm25s index.
 
 Both read bm25s's precomputed score matrix. bm25s's ``retrieve`` (numpy backend, the one a core
 install has) builds an ``[N]`` score row per query and ``np.argpartition``-s it; hopgraph's

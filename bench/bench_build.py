@@ -1,5 +1,5 @@
 """Build of every pipeline over one corpus: time, what is stored, how often extraction runs,
-and Recall@5 of each pipeline (issue 10: shared components).
+and Recall@5 of each pipeline (the shared components: ``docs/decisions/shared-components-build.md``).
 
     .venv/bin/python bench/bench_build.py --data ../shared/data/hotpotqa [--embeddings X.npy]
 
@@ -58,7 +58,7 @@ def main() -> None:
     corpus = Corpus.from_jsonl(data / "corpus.jsonl")
     cache = Path(args.embeddings) if args.embeddings else \
         Path(tempfile.gettempdir()) / f"hopgraph-bench-{corpus.checksum[:12]}-minilm.npy"
-    from hopgraph.engine.embedders.core import resolve_embedder
+    from hopgraph.engine.embedders import resolve_embedder
 
     emb = resolve_embedder("minilm")
     if not cache.is_file():

@@ -1,6 +1,6 @@
-"""The cold-start tax of a G3RAG build (issue 14 item 2), side by side in fresh processes.
+"""The cold-start tax of a G3RAG build side by side in fresh processes.
 
-``G3RAG(k).fit(X)`` (density + gain-kNN graph, SPEC §1 index steps 1-5) and faiss ``IndexFlatIP``
+``G3RAG(n_neighbors=k).fit(X)`` (density + gain-kNN graph, SPEC §1 index steps 1-5) and faiss ``IndexFlatIP``
 exact k-NN (k + 1) of the same generated X (N = 20,000, d = 384 by default), each in its own
 fresh subprocess with an empty torch.compile cache (``TORCHINDUCTOR_CACHE_DIR`` a new temporary
 folder): the first call (what a user's first build pays) and a second call in the same process

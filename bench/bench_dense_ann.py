@@ -1,9 +1,9 @@
-"""Dense retrieval, exact vs IVF candidates rescored exactly (issue 14): build seconds, queries/s,
+"""Dense retrieval, exact vs IVF candidates rescored exactly: build seconds, queries/s,
 top-10 overlap with the exact search and peak RSS, side by side.
 
 Data: ``bench_scale.generate`` (clustered embeddings, d = 384, 256 queries near passages),
 cached under ``--workdir`` (the layout of ``bench/bench_scale.py``, so both share it), plus a
-random 50,000-row sample of the largest size (the issue's overlap sample). Each method runs in
+random 50,000-row sample of the largest size (the overlap sample). Each method runs in
 a fresh process, on the memory-mapped ``X.npy`` as a loaded index holds it:
 
 - ``exact``: ``DenseIndex(X, "exact")`` — faiss ``IndexFlatIP`` copy of X below ``SCAN_MIN_N``
@@ -12,7 +12,7 @@ a fresh process, on the memory-mapped ``X.npy`` as a loaded index holds it:
   adding every row; then the same search with a filter passing 25 % of the rows (overlap
   against the exact filtered top-10);
 - ``ivf-sq4``: the same with 4-bit codes (``code_bits=4``, STITCH's text index), more
-  candidates rescored for a small k; ``detail`` gives each IVF row's top-128 overlap (STITCH's ``match_k``);
+  candidates rescored for a small k; ``detail`` gives each IVF row's top-128 overlap (STITCH's ``description_depth``);
 - ``ivf-sq8 loaded``: ``DenseIndex.load`` of the IVF index the previous process saved (the
   cold start of a loaded index: validation and reading the codes into faiss) and a search;
 - with ``--alternatives``: faiss ``IndexHNSWFlat`` (M 32, efConstruction 40, efSearch 64 / 128)
@@ -46,7 +46,7 @@ import numpy as np
 from _common import best_of, table
 
 K = 10
-#: the wider top-k whose overlap is also reported (STITCH's ``match_k`` description texts)
+#: the wider top-k whose overlap is also reported (STITCH's ``description_depth`` description texts)
 K_WIDE = 128
 FILTER_FRACTION = 0.25
 SAMPLE = 50_000
@@ -84,7 +84,7 @@ def child_exact(data: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def child_ivf(data: Path, args: argparse.Namespace, bits: int = 8) -> list[dict[str, Any]]:
     """``DenseIndex(X, "ann")`` with ``bits``-bit codes: build, search per nprobe (top-10 overlap,
-    and in ``detail`` the top-``K_WIDE`` overlap, STITCH's ``match_k``), a filtered search, save."""
+    and in ``detail`` the top-``K_WIDE`` overlap, STITCH's ``description_depth``), a filtered search, save."""
     from hopgraph.engine.components.dense import DenseIndex
 
     X, Q = np.load(data / "X.npy", mmap_mode="r"), np.load(data / "Q.npy")
@@ -222,7 +222,7 @@ def shared_recall(shared: Path, workdir: Path, distractors: Path | None, nprobe:
     corpus followed by the ``distractors`` rows (a ``.npy`` of the same embedder), if any."""
     from hopgraph.engine.components.corpus import Corpus
     from hopgraph.engine.components.dense import DenseIndex
-    from hopgraph.engine.embedders.core import resolve_embedder
+    from hopgraph.engine.embedders import resolve_embedder
     from hopgraph.engine.evaluation import load_questions, recall_at_k
 
     embedder = None

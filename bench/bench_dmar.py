@@ -1,4 +1,4 @@
-"""DMAR query throughput with its stage breakdown, and the batched Shapley op (issue 4).
+"""DMAR query throughput with its stage breakdown, and the batched Shapley op.
 
 1. Queries/second of DMAR on a benchmark folder (default ``../shared/data/hotpotqa``),
    all its questions searched in batches of ``--batch`` (question embedding excluded, as in
@@ -32,7 +32,7 @@ from hopgraph.engine.pipelines.dmar.structural import structural_scores
 from hopgraph.engine.timing import StageTimer
 from hopgraph.kernels import call
 
-from _common import best_of, table
+from _common import best_of, stamp, table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,6 +81,7 @@ def main() -> None:
     n = len(texts)
     print(f"DMAR on {data.name}: {len(index.corpus)} passages, {n} questions, batches of {args.batch}, "
           f"best of {args.repeats}, torch threads {torch.get_num_threads()}")
+    print(stamp())
     rows = [[stage, f"{dm[stage]:.3f}", f"{1000 * dm[stage] / n:.2f}", f"{100 * dm[stage] / dm['total']:.0f}%"]
             for stage in STAGES]
     other = dm["total"] - sum(dm[s] for s in STAGES)
@@ -96,14 +97,16 @@ def main() -> None:
     sets, n_sub, cand, best = synthetic_shapley()
     syn, _ = best_of(lambda: call("shapley_mc", sets, n_sub, cand, best, T=50, device="cpu"), args.repeats)
     # real stage-1 inputs of the first 64 questions: time the whole structural path and the kernel
-    cand_real = dmar._recall(dmar.components.batch(Q[:64], texts[:64]))
-    linked = dmar._link(texts[:64])
+    sp = dmar.search_defaults
+    cand_real = dmar._recall(dmar.components.batch(Q[:64], texts[:64]), sp)
+    linked = dmar._link(texts[:64], sp)
     timing: dict[str, float] = {}
-    real_total, _ = best_of(lambda: structural_scores(dmar.knowledge_graph_, dmar.subgraph_emb_, cand_real, linked, dmar.lam, dmar.T,
-                                                      dmar.seed, dmar.shapley_mode, "cpu", StageTimer(timing)), 1)
+    real_total, _ = best_of(lambda: structural_scores(dmar.knowledge_graph_, dmar.subgraph_emb_, cand_real, linked,
+                                                      sp.shapley_lambda, sp.shapley_samples, sp.random_state,
+                                                      sp.shapley_mode, "cpu", StageTimer(timing)), 1)
     G_real = max(len(x) for x in linked)
     print(table(["input", "queries × candidates", "|G_Q| max", "seconds", "vs 1 s target"],
-                [["synthetic", f"64 × 100", "8", f"{syn:.3f}", f"{syn:.2f}×"],
+                [["synthetic", "64 × 100", "8", f"{syn:.3f}", f"{syn:.2f}×"],
                  [f"{data.name} (kernel only)", f"64 × {cand_real.shape[1]}", str(G_real), f"{timing['shapley']:.3f}",
                   f"{timing['shapley']:.2f}×"],
                  [f"{data.name} (structural path)", f"64 × {cand_real.shape[1]}", str(G_real), f"{real_total:.3f}",

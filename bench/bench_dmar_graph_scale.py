@@ -1,15 +1,16 @@
-"""Scaling of DMAR's index structures (issue 5): knowledge graph + ego-subgraph GNN embeddings.
+"""Scaling of DMAR's index structures knowledge graph + ego-subgraph GNN embeddings.
 
 Generates a synthetic extraction (``--n`` passages, 3 sentences each, 3 entity mentions per
 sentence drawn from a heavy-tailed distribution over n/2 names) and times, at n and n/10:
 ``build_knowledge_graph`` (co-occurrence CSR, passage→entity CSR, capped ego subgraphs) and
 ``entity_features`` + ``encode_all`` (an untrained 3-layer GraphSAGE over every ego subgraph,
 d = 32 features). The zero-token text extractor itself is timed by bench/bench_scale.py.
-Prints wall time, peak RSS and the 10× scaling ratio (linear = 10×). Noisy under load.
+Prints wall time, peak RSS and the 10× scaling ratio (linear = 10×), with the load average.
+``--gnn-threads`` sets the GNN's torch threads (``docs/decisions/dmar-gnn-single-thread.md``).
 
 Usage::
 
-    .venv/bin/python bench/bench_dmar_graph_scale.py [--n 1000000]
+    .venv/bin/python bench/bench_dmar_graph_scale.py [--n 1000000] [--gnn-threads 1]
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from hopgraph.engine.pipelines.dmar import gnn
 from hopgraph.engine.components.extraction import Extraction
 from hopgraph.engine.pipelines.dmar.knowledge_graph import build_knowledge_graph
 
-from _common import peak_rss_gb, table
+from _common import peak_rss_gb, stamp, table
 
 
 def synthetic_extraction(n: int, seed: int = 0) -> Extraction:
@@ -57,7 +58,11 @@ def run(n: int) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--gnn-threads", type=int, default=gnn.GNN_THREADS,
+                    help=f"torch threads of the GNN encoding (default {gnn.GNN_THREADS}, the library's)")
     args = ap.parse_args()
+    gnn.GNN_THREADS = args.gnn_threads
+    print(stamp())
     rows = [run(max(args.n // 10, 10)), run(args.n)]
     head = list(rows[0])
     fmt = lambda v: f"{v:,.2f}" if isinstance(v, float) else f"{v:,}"  # noqa: E731
@@ -65,6 +70,7 @@ def main() -> None:
     cells.append(["ratio"] + [f"{rows[1][h] / max(rows[0][h], 1e-9):.1f}×" for h in head[1:]])
     print(table(head, cells))
     print("(peak GiB is the process maximum so far, so the second row includes the first)")
+    print(stamp())
 
 
 if __name__ == "__main__":

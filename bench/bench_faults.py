@@ -1,4 +1,4 @@
-"""Fault harness, long run (issue 11): kills during build/save/replace, and every file of an index
+"""Fault harness, long run: kills during build/save/replace, and every file of an index
 of every pipeline corrupted in four ways, loaded with full verification (the default) and with
 ``verify="fast"`` (checksums off: sizes and structural validation only).
 

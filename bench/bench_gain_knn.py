@@ -1,4 +1,4 @@
-"""gain_knn on the CPU against a plain faiss exact k-NN of the same size (issue 2).
+"""gain_knn on the CPU against a plain faiss exact k-NN of the same size.
 
 One run on generated clustered embeddings (default N = 20,000, d = 384, k = 32):
 
@@ -30,7 +30,7 @@ from suite.common import clustered, faiss_knn
 from hopgraph.engine.pipelines.g3rag.penalty import hub_penalty
 from hopgraph.kernels import call
 
-from _common import best_of, table
+from _common import best_of, stamp, table
 
 
 def main() -> None:
@@ -58,6 +58,7 @@ def main() -> None:
             ("gain_knn CPU (fused, CSR)", t_gain),
             ("density exact", t_dens),
             (f"density sampled ({args.samples} cols)", t_samp)]
+    print(stamp())
     print(table(["op", "seconds", "× faiss"], [[name, f"{t:.2f}", f"{t / t_faiss:.2f}"] for name, t in rows]))
     print(f"first gain_knn call of the process (incl. any one-time set-up): {t_first:.1f} s")
     print(f"gain_knn edges: {graph.nnz} ({graph.nnz / args.n:.1f} per row)")

@@ -81,7 +81,7 @@ def _qps(index, pipeline: str, Q: np.ndarray, questions: list[str], **filters) -
 
 def minilm_seconds_per_passage(texts: list[str]) -> float:
     """MiniLM encoding time per passage on (up to) 1,000 of ``texts`` (after a warm-up batch)."""
-    from hopgraph.engine.embedders.core import resolve_embedder
+    from hopgraph.engine.embedders import resolve_embedder
 
     emb = resolve_embedder("minilm")
     emb.encode(texts[:64], batch_size=64, progress=False)

@@ -21,7 +21,7 @@ Per family one table, every row timed in the same process within seconds of the 
   iteration matrix, per-column convergence test and compaction), float32 priors.
 
 Both torch-based methods run with 1 thread (the op's default, ``threads=1``) and with
-torch's default thread count (2 on the project machine). Ratios: queries/s over igraph's,
+torch's default thread count. Ratios: queries/s over igraph's,
 and seconds over the bare loop's at the same thread count (< 1: faster than the bare
 loop). Fast rows are the median of ``--repeats`` interleaved runs. The L1 difference to
 igraph (max over the priors run through igraph) is printed with every table, and so is
@@ -56,11 +56,11 @@ from _common import table
 
 FAMILIES = ("ring", "symmetric")
 LABELS = {"ring": "ring+random", "symmetric": "symmetric random"}
-#: the L1 bound to igraph the issue asks for (issue 14, item 5)
+#: the largest L1 difference to igraph's PageRank accepted
 L1_TARGET = 1e-5
-#: hopgraph's target over igraph per family (issue 14)
+#: hopgraph's throughput target over igraph per family
 IGRAPH_TARGET = 20.0
-#: hopgraph's target against the bare loop: at most this many times its seconds (issue 14)
+#: hopgraph's target against the bare loop: at most this many times its seconds
 BARE_TARGET = 1.25
 
 

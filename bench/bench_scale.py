@@ -1,4 +1,4 @@
-"""Million-passage indexing benchmark (issue 5).
+"""Million-passage indexing benchmark.
 
 Generates N clustered embeddings (d = 384) with synthetic passage texts that name
 entities, then builds, each stage in a fresh subprocess (so peak RSS is per stage):
@@ -16,7 +16,7 @@ entities, then builds, each stage in a fresh subprocess (so peak RSS is per stag
               ``X.npy``; topic/description texts embedded by the hashing embedder, d = 384: a
               stand-in whose cost is negligible — the structures and the query work are real);
 - ``stitch_query`` / ``dmar_query``  ``Index.load`` of that index (memory-mapped) and one batch of
-              256 questions, searched twice like ``query`` (issue 14: the sparse query paths; peak
+              256 questions, searched twice like ``query`` (the sparse query paths; peak
               RSS and q/s, with the seconds of each search stage);
 - ``recall``  the ANN gain-kNN graph against the exact ``gain_knn`` graph on a
               50,000-passage random sample of the embeddings.
@@ -28,8 +28,8 @@ cost ratio. Usage::
     .venv/bin/python bench/bench_scale.py --sizes 100000  # development run
     .venv/bin/python bench/bench_scale.py --json out.json
 
-The machine of the README figures: 2 shared CPU cores, 24 GiB, no GPU. Timings are
-noisy when other processes run; the numbers in the README say how they were taken.
+Timings are noisy when other processes run: every table prints the load average (the figures
+and how they were taken: ``docs/benchmarks.md``).
 Stand-in for the sentence embedder in the STITCH stage: a topic or description text
 gets the embedding of the passage it comes from (embedding millions of sentences is
 the embedder's cost, not the index structure's, and is measured by ``hopgraph index``).
@@ -257,19 +257,19 @@ def stage_dmar_query(data: Path) -> dict:
 def stage_recall(data: Path) -> dict:
     from hopgraph.engine.pipelines.g3rag.ann_graph import ann_gain_knn, density_mode, graph_recall
     from hopgraph.engine.pipelines.g3rag.penalty import hub_penalty
-    from hopgraph.engine.pipelines.g3rag.pipeline import G3RAG
+    from hopgraph.engine.pipelines.g3rag import G3RAGFit
     from hopgraph.kernels import call
 
     X = np.load(data / "X.npy", mmap_mode="r")
     rows = np.sort(np.random.default_rng(1).choice(len(X), min(RECALL_SAMPLE, len(X)), replace=False))
     S = np.ascontiguousarray(X[rows])
-    g = G3RAG()  # default parameters; penalty as in G3RAG.fit
+    g = G3RAGFit()  # default parameters; penalty as in G3RAG.fit
     dens = call("density", S, mode=density_mode(g.density, len(S)), n_samples=g.density_samples, device="cpu")
     pen = hub_penalty(dens, g.beta)
     t0 = time.perf_counter()
-    approx = ann_gain_knn(S, g.k, g.sim_min, g.sim_max, pen)
+    approx = ann_gain_knn(S, g.n_neighbors, g.sim_min, g.sim_max, pen)
     t1 = time.perf_counter()
-    exact = call("gain_knn", S, g.k, g.sim_min, g.sim_max, pen, device="cpu")
+    exact = call("gain_knn", S, g.n_neighbors, g.sim_min, g.sim_max, pen, device="cpu")
     t2 = time.perf_counter()
     recall = graph_recall(approx, exact)
     return {"seconds": t2 - t0, "items": len(S),
@@ -294,7 +294,7 @@ def run_stage(stage: str, data: Path) -> dict:
 
 # ---------------------------------------------------------------------- report
 def table(results: dict[int, dict[str, dict]], sizes: list[int]) -> str:
-    lines = [f"| stage | N | wall s | peak RSS GB | items/s | detail |", "|---|---:|---:|---:|---:|---|"]
+    lines = ["| stage | N | wall s | peak RSS GB | items/s | detail |", "|---|---:|---:|---:|---:|---|"]
     for stage in STAGES:
         for n in sizes:
             r = results.get(n, {}).get(stage)

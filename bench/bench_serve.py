@@ -1,4 +1,4 @@
-"""Load test of ``hopgraph serve`` on loopback (issue 7).
+"""Load test of ``hopgraph serve`` on loopback.
 
     .venv/bin/python bench/bench_serve.py [--data ../shared/data/hotpotqa | --index DIR]
         [--embedder minilm] [--pipeline dense] [--clients 32] [--seconds 8] [--max-requests 3000]

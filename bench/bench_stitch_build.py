@@ -1,4 +1,4 @@
-"""STITCH index build vs dense index build of the same corpus (issue 14, item 3), each build in a
+"""STITCH index build vs dense index build of the same corpus, each build in a
 fresh process, the two alternating, with the STITCH build's time split by step.
 
     .venv/bin/python bench/bench_stitch_build.py --data /work/shared/data/hotpotqa [--runs 2]
@@ -14,20 +14,20 @@ fresh interpreter, model loading excluded, the embedder created before the clock
   (``embed_texts``), the hypergraph arrays (``build_hypergraph``) and the BM25 index (hybrid
   relevance; "other" below). With the default ``text_pooling="late"`` the extraction runs before
   the passages are embedded and the texts are pooled in the passages' own forward pass
-  (``engine/late_pooling.py``), so "passages s" holds the text embedding and "texts" in the steps
+  (``engine/components/late_pooling.py``), so "passages s" holds the text embedding and "texts" in the steps
   column is only the texts embedded on their own (past the model's window).
-- **stitch-separate**: the same with ``text_pooling="separate"`` (every text embedded on its own,
-  the behaviour before late chunking), built in the same run for the side-by-side.
+- **stitch-separate**: the same with ``text_pooling="separate"`` (every text embedded on its own),
+  built in the same run for the side-by-side (``docs/decisions/stitch-late-pooling.md``).
 
-The ratio ``stitch / dense`` is the issue's "STITCH build vs dense build";
+The ratio ``stitch / dense`` is the STITCH build's cost in dense builds;
 ``(stitch - passages) / dense`` is STITCH's own extra cost after the passage pass.
 
 ``--order-sample M`` adds a side-by-side of the packed text embedding
 (``packed_bert.encode_bulk``) of M of the corpus's topic/description texts in chunks taken in input
-order (before issue 14) vs in length order (now), alternating, best of 2, in one process.
+order vs in length order (what ``encode_bulk`` does), alternating, best of 2, in one process.
 
 Step times come from wrapping the functions the pipeline calls (no change to the code measured).
-Every row prints the 1-minute load average at its start and end (2 shared cores here: compare
+Every row prints the 1-minute load average at its start and end (on a shared machine compare
 ratios from one run, never figures across runs).
 """
 from __future__ import annotations
@@ -49,7 +49,7 @@ def child(side: str, data: Path) -> dict:
     import hopgraph.engine.components.shared as components
     import hopgraph.engine.pipelines.stitch.pipeline as stitch
     from hopgraph.engine.components.corpus import Corpus
-    from hopgraph.engine.embedders.core import resolve_embedder
+    from hopgraph.engine.embedders import resolve_embedder
 
     steps: dict[str, float] = {}
 
@@ -98,7 +98,7 @@ def order_check(data: Path, sample: int) -> list[list]:
 
     import hopgraph.engine.embedders.packed_bert as pb
     from hopgraph.engine.components.corpus import Corpus
-    from hopgraph.engine.embedders.core import resolve_embedder
+    from hopgraph.engine.embedders import resolve_embedder
     from hopgraph.engine.components.extraction import extract
 
     corpus = Corpus.from_jsonl(data / "corpus.jsonl")

@@ -1,4 +1,4 @@
-"""Load-time cost of index verification (issue 11) on a generated 10⁵-passage index.
+"""Load-time cost of index verification on a generated 10⁵-passage index.
 
     .venv/bin/python bench/bench_verify.py [--n 100000] [--pipelines dense,bm25,g3rag] [--repeats 3]
 

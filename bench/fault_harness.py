@@ -1,4 +1,4 @@
-"""Fault harness of index storage (issue 11), shared by ``tests/test_fault.py`` (quick) and
+"""Fault harness of index storage, shared by ``tests/engine/storage/test_fault.py`` (quick) and
 ``bench/bench_faults.py`` (long).
 
 * :func:`kill_trials`: SIGKILL a ``hopgraph index --overwrite`` at random moments of its build,

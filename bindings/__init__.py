@@ -10,9 +10,10 @@ helpers and the error and warning types. Each pipeline's parameter classes live 
 from __future__ import annotations
 
 from .engine.components.corpus import Corpus
-from .engine.embedders.core import (CallableEmbedder, HashingEmbedder, MiniLMEmbedder, OpenAIEmbedder,
-                                SentenceTransformerEmbedder)
+from .engine.embedders import (CallableEmbedder, HashingEmbedder, MiniLMEmbedder, OpenAIEmbedder,
+                               SentenceTransformerEmbedder)
 from .engine.errors import HopgraphError, IndexFormatError, InputError, NotFittedError
+from .engine.filters import EmptyFilterWarning
 from .engine.components.corpus import read_corpus
 from .engine.params import DeprecatedParameterWarning, InvalidParameter, RunSettings
 from .engine.pipelines import pipeline_class, pipeline_names
@@ -35,5 +36,5 @@ def __getattr__(name: str):
 __all__ = ["Index", "Hit", "Client", "AsyncClient", "Corpus", "MiniLMEmbedder", "HashingEmbedder", "CallableEmbedder",
            "SentenceTransformerEmbedder", "OpenAIEmbedder",
            "HopgraphError", "InputError", "IndexFormatError", "InvalidParameter", "NotFittedError",
-           "DeprecatedParameterWarning", "RunSettings", "pipeline_names", "read_corpus",
+           "DeprecatedParameterWarning", "EmptyFilterWarning", "RunSettings", "pipeline_names", "read_corpus",
            *_PIPELINE_EXPORTS]

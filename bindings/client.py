@@ -1,27 +1,58 @@
-"""Python clients of ``hopgraph serve`` (issues 7 and 12): same result shape as ``Index.search``.
+"""Python clients of ``hopgraph serve``: same result shape as ``Index.search``.
 
 >>> client = hopgraph.Client("http://127.0.0.1:8080", api_key=None)   # doctest: +SKIP
 >>> hits = client.search(["Who founded the prize ...?"], pipeline="dense", k=5)
 >>> hits[0][0].id, hits[0][0].score, hits[0][0].text, hits[0][0].metadata
 >>> client.passage(hits[0][0].id)          # {"id", "title", "text", "metadata"}
->>> client.search("...", where={"year": 2020}, allowed_ids=None)   # filters, as Index.search
+>>> client.search("...", where={"year": {"$gte": 2020}}, allowed_ids=None)   # filters, as Index.search
 >>> client.add([{"id": "n1", "title": "...", "text": "..."}])     # POST /passages (committed)
 >>> client.delete("n1")                                            # DELETE /passages/n1
 
 :class:`AsyncClient` has the same methods as coroutines (``async with hopgraph.AsyncClient(url)
-as c: await c.search(...)``). ``pipeline=None`` (the default) searches with the server's first
-served pipeline (``GET /info``'s ``pipelines[0]``, asked once per client). Needs ``httpx`` (the
-``[serve]`` extra). One client keeps one connection pool; a :class:`Client` may be shared by threads.
+as c: await c.search(...)``). One AsyncClient may be awaited from any number of event loops, one
+after another or at once (``asyncio.run(c.search(...))`` twice): it keeps one connection pool per
+event loop. :func:`run_sync` runs one of its coroutines from synchronous code, also inside a
+thread that already runs a loop, on one background event loop shared by the process (so
+connections are reused from call to call). ``pipeline=None`` (the default) searches with the
+server's first served pipeline (``GET /info``'s ``pipelines[0]``, asked once per client). Needs
+``httpx`` (the ``[serve]`` extra). A :class:`Client` keeps one connection pool and may be shared
+by threads; from asynchronous code, run its calls in a worker thread (``asyncio.to_thread``).
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+import asyncio
+import threading
+from typing import Any, Awaitable, Mapping, Sequence, TypeVar
 from urllib.parse import quote
 
 import numpy as np
 
 from .engine.errors import HopgraphError, InputError
 from .index import Hit
+
+
+T = TypeVar("T")
+_portal: asyncio.AbstractEventLoop | None = None
+_portal_lock = threading.Lock()
+
+
+def _portal_loop() -> asyncio.AbstractEventLoop:
+    """The process's background event loop for :func:`run_sync` (a daemon thread, started once)."""
+    global _portal
+    with _portal_lock:
+        if _portal is None or _portal.is_closed():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="hopgraph-client-loop", daemon=True).start()
+            _portal = loop
+        return _portal
+
+
+def run_sync(awaitable: Awaitable[T]) -> T:
+    """Run a coroutine (e.g. ``AsyncClient.search(...)``) to completion from synchronous code and
+    return its result (or raise its exception), on the process's background event loop: works
+    whether or not the calling thread runs an event loop of its own, and any number of times."""
+    future = asyncio.run_coroutine_threadsafe(awaitable, _portal_loop())  # type: ignore[arg-type]
+    return future.result()
 
 
 class ServiceError(HopgraphError):
@@ -71,14 +102,15 @@ class _ClientBase:
     url: str
     _default_pipeline: str | None = None
     #: the name of the httpx client class the connection uses (``Client`` or ``AsyncClient``)
-    _http_class: str
-
-    def __init__(self, url: str, api_key: str | None = None, timeout: float = 60.0) -> None:
+    def __init__(self, url: str, api_key: str | None = None, timeout: float = 60.0, *,
+                 transport: Any = None) -> None:
+        """``transport``: an ``httpx`` transport (async for :class:`AsyncClient`) to send the requests
+        through (default: HTTP)."""
         httpx = self._httpx()
         self.url = url.rstrip("/")
         self._transport_error = httpx.TransportError
-        self._http = getattr(httpx, self._http_class)(base_url=self.url, headers=self._headers(api_key),
-                                                      timeout=timeout, trust_env=False)
+        self._options = dict(base_url=self.url, headers=self._headers(api_key), timeout=timeout, trust_env=False,
+                             transport=transport)
 
     @staticmethod
     def _httpx() -> Any:
@@ -115,10 +147,21 @@ class _ClientBase:
         return body
 
     @staticmethod
-    def _add_body(passages: Sequence[Mapping[str, Any]], upsert: bool) -> dict[str, Any]:
-        if isinstance(passages, (str, Mapping)):
-            raise InputError("passages must be a list of {'id', 'title', 'text', 'metadata'} records")
-        return {"passages": [dict(p) for p in passages], "upsert": bool(upsert)}
+    def _add_body(passages: Any, upsert: bool) -> dict[str, Any]:
+        """The ``POST /passages`` body of what :meth:`hopgraph.Index.add` takes: records ``{"id",
+        "title", "text", "metadata"}`` (other fields become metadata), strings (ids ``"0"``, ``"1"``,
+        ... by position), a :class:`~hopgraph.Corpus` or a corpus path (read here); checked here
+        as ``Index.add`` checks them (InputError naming the record)."""
+        from .engine.components.corpus import Corpus
+
+        if isinstance(passages, Mapping):
+            raise InputError("passages must be a list of records or strings (or a Corpus or a corpus path), "
+                             "not one record")
+        if isinstance(upsert, bool) is False:
+            raise InputError(f"upsert must be true or false, got {upsert!r}")
+        corpus = Corpus.coerce([passages] if isinstance(passages, str) and not _is_path(passages) else passages)
+        return {"passages": [{"id": corpus.ids[i], "title": corpus.titles[i], "text": corpus.texts[i],
+                              "metadata": corpus.meta(i)} for i in range(len(corpus))], "upsert": upsert}
 
     def _first_pipeline(self, info: Mapping[str, Any]) -> str:
         served = info.get("pipelines") or []
@@ -158,10 +201,23 @@ class _ClientBase:
         return response.json()
 
 
+def _is_path(text: str) -> bool:
+    """A string given to ``add`` is a corpus path when such a file or folder exists, else a passage text."""
+    from pathlib import Path
+
+    try:
+        return Path(text).exists()
+    except (OSError, ValueError):
+        return False
+
+
 class Client(_ClientBase):
     """Talks to a ``hopgraph serve`` instance at ``url`` (blocking; see :class:`AsyncClient`)."""
 
-    _http_class = "Client"
+    def __init__(self, url: str, api_key: str | None = None, timeout: float = 60.0, *,
+                 transport: Any = None) -> None:
+        super().__init__(url, api_key, timeout, transport=transport)
+        self._http = self._httpx().Client(**self._options)
 
     def search(self, queries: str | Sequence[Any] | np.ndarray, pipeline: str | None = None, k: int = 5, *,
                with_text: bool = True, group_by_document: bool = False, params: Mapping[str, Any] | None = None,
@@ -189,8 +245,9 @@ class Client(_ClientBase):
         return self._request("POST", "/search", json=self._search_body(queries, pipeline, k, with_text, params,
                                                                        group_by_document, where, allowed_ids))
 
-    def add(self, passages: Sequence[Mapping[str, Any]], upsert: bool = False) -> dict[str, Any]:
-        """``POST /passages``: ``{"added", "replaced", "passages", "committed"}``; an id the index holds
+    def add(self, passages: Any, upsert: bool = False) -> dict[str, Any]:
+        """``POST /passages`` of what :meth:`hopgraph.Index.add` takes (records, strings, a Corpus or a
+        corpus path): ``{"added", "replaced", "passages", "committed"}``; an id the index holds
         raises :class:`RequestRejected` (409) unless ``upsert``."""
         return self._request("POST", "/passages", json=self._add_body(passages, upsert))
 
@@ -230,10 +287,28 @@ class Client(_ClientBase):
 
 
 class AsyncClient(_ClientBase):
-    """:class:`Client`'s methods as coroutines over one ``httpx.AsyncClient``, for asyncio
-    applications: ``async with hopgraph.AsyncClient(url, api_key=KEY) as c: hits = await c.search(q)``."""
+    """:class:`Client`'s methods as coroutines, for asyncio applications: ``async with
+    hopgraph.AsyncClient(url, api_key=KEY) as c: hits = await c.search(q)``. One ``httpx.AsyncClient``
+    connection pool per event loop that awaits it (made on first use in that loop, dropped with
+    the loop); from synchronous code: ``hopgraph.client.run_sync(c.search(q))``."""
 
-    _http_class = "AsyncClient"
+    def __init__(self, url: str, api_key: str | None = None, timeout: float = 60.0, *,
+                 transport: Any = None) -> None:
+        super().__init__(url, api_key, timeout, transport=transport)
+        self._pools: dict[int, tuple[asyncio.AbstractEventLoop, Any]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def _http(self) -> Any:
+        """The connection pool of the running event loop (made on first use in that loop)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            for key in [key for key, (other, _) in self._pools.items() if other.is_closed()]:
+                del self._pools[key]  # a finished loop's pool cannot be used (nor closed) any more
+            entry = self._pools.get(id(loop))
+            if entry is None or entry[0] is not loop or entry[1].is_closed:
+                entry = self._pools[id(loop)] = (loop, self._httpx().AsyncClient(**self._options))
+            return entry[1]
 
     async def search(self, queries: str | Sequence[Any] | np.ndarray, pipeline: str | None = None, k: int = 5, *,
                      with_text: bool = True, group_by_document: bool = False,
@@ -253,7 +328,7 @@ class AsyncClient(_ClientBase):
         body = self._search_body(queries, pipeline, k, with_text, params, group_by_document, where, allowed_ids)
         return await self._request("POST", "/search", json=body)
 
-    async def add(self, passages: Sequence[Mapping[str, Any]], upsert: bool = False) -> dict[str, Any]:
+    async def add(self, passages: Any, upsert: bool = False) -> dict[str, Any]:
         """See :meth:`Client.add`."""
         return await self._request("POST", "/passages", json=self._add_body(passages, upsert))
 
@@ -281,7 +356,12 @@ class AsyncClient(_ClientBase):
         return self._answer(response)
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        """Close the running loop's connection pool (those of other loops close with their loops)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            entry = self._pools.pop(id(loop), None)
+        if entry is not None and entry[0] is loop:
+            await entry[1].aclose()
 
     async def __aenter__(self) -> "AsyncClient":
         return self

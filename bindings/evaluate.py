@@ -1,51 +1,53 @@
-"""``hopgraph eval``: Recall@k of pipelines on a benchmark folder, with an index cache.
+"""``hopgraph eval``: pipelines scored on a benchmark with trec_eval's measures, with an index cache.
 
-The folder holds ``corpus.jsonl`` and ``questions.jsonl`` (format of ../shared/data).
-The built index is cached under ``cache_dir`` (default: :func:`default_cache_dir`) keyed by corpus
-checksum and embedder,
-so a second run does not embed again; pipelines missing from the cache are fitted
-and the cache is rewritten (atomically).
+A benchmark (:func:`load_benchmark`) is a folder holding a corpus and either hopgraph's
+``questions.jsonl``, or BEIR's ``queries.jsonl`` and ``qrels/SPLIT.tsv``; or TREC qrels and
+topics files given with a corpus. The corpus is read by :func:`hopgraph.read_corpus` (hopgraph,
+BEIR ``_id`` or Pyserini JSON lines, and the other formats it knows).
+
+The built index is cached under ``cache_dir`` (default: :func:`default_cache_dir`) keyed by
+corpus checksum and embedder, so a second run does not embed again; pipelines missing from the
+cache are fitted and the cache is rewritten (atomically).
+
+The report (:func:`evaluate`) and its ``--json`` form (:func:`json_report`, schema
+:data:`SCHEMA_VERSION`) hold, per pipeline, the mean and standard error of every measure of
+:func:`hopgraph.engine.evaluation.report_measures`, the per-query scores, and the paired tests of
+each pipeline against the baseline (:func:`hopgraph.engine.evaluation.paired_test`).
 """
 from __future__ import annotations
 
+import logging
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .engine.components.corpus import Corpus
-from .engine.embedders.core import resolve_embedder
 from .engine.errors import HopgraphError, InputError
-from .engine.evaluation import load_questions, mean_and_stderr, recall_at_k
-from .engine.pipelines import pipeline_class
-from .index import Index
 
+log = logging.getLogger(__name__)
 
 #: environment variable naming hopgraph's cache directory (overridden by ``--cache-dir``)
 CACHE_DIR_ENV = "HOPGRAPH_CACHE_DIR"
+#: the version of the ``--json`` schema (:func:`json_report`); a key is never renamed or removed
+#: within one version
+SCHEMA_VERSION = 2
+#: the measure the paired significance tests compare
+SIGNIFICANCE_MEASURE = "ndcg@10"
+#: how deep every pipeline is searched (the deepest measure's cut-off, unless a k is larger)
+DEFAULT_DEPTH = 100
+#: the k of the Recall@k curve (``recall_curve``; those up to the search depth, and every reported k)
+CURVE_KS = (1, 2, 3, 5, 10, 20, 30, 50, 100, 200, 500, 1000)
 
 
-def platform_cache_dir(platform: str | None = None, environ: Mapping[str, str] | None = None,
-                       home: Path | None = None) -> Path:
-    """The per-user cache directory of hopgraph on ``platform`` (default: this one).
+def platform_cache_dir() -> Path:
+    """The per-user cache directory of hopgraph on this platform (``platformdirs.user_cache_dir``:
+    ``$XDG_CACHE_HOME/hopgraph`` or ``~/.cache/hopgraph`` on Linux, ``~/Library/Caches/hopgraph``
+    on macOS, ``%LOCALAPPDATA%\\hopgraph\\Cache`` on Windows)."""
+    import platformdirs
 
-    Linux and other Unix: ``$XDG_CACHE_HOME/hopgraph`` (when set to an absolute path), else
-    ``~/.cache/hopgraph``; macOS: ``~/Library/Caches/hopgraph``; Windows:
-    ``%LOCALAPPDATA%\\hopgraph\\Cache`` (else ``~\\AppData\\Local\\hopgraph\\Cache``).
-    """
-    platform = sys.platform if platform is None else platform
-    environ = os.environ if environ is None else environ
-    home = Path.home() if home is None else home
-    if platform == "win32":
-        local = environ.get("LOCALAPPDATA")
-        return (Path(local) if local else home / "AppData" / "Local") / "hopgraph" / "Cache"
-    if platform == "darwin":
-        return home / "Library" / "Caches" / "hopgraph"
-    xdg = environ.get("XDG_CACHE_HOME", "")
-    return (Path(xdg) if os.path.isabs(xdg) else home / ".cache") / "hopgraph"
+    return Path(platformdirs.user_cache_dir("hopgraph", appauthor=False))
 
 
 def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -53,18 +55,67 @@ def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     :func:`platform_cache_dir`."""
     environ = os.environ if environ is None else environ
     override = environ.get(CACHE_DIR_ENV, "")
-    return Path(override).expanduser() if override else platform_cache_dir(environ=environ)
+    return Path(override).expanduser() if override else platform_cache_dir()
+
+
+class Benchmark:
+    """A corpus file and the judged queries to run on it (``format``: ``hopgraph``, ``beir`` or ``trec``)."""
+
+    def __init__(self, name: str, corpus_path: Path, eval_set: Any, fmt: str, split: str | None) -> None:
+        self.name, self.corpus_path, self.eval_set, self.format, self.split = name, corpus_path, eval_set, fmt, split
+
+
+def load_benchmark(data_dir: str | Path, split: str = "test", qrels: str | Path | None = None,
+                   topics: str | Path | None = None, corpus: str | Path | None = None) -> Benchmark:
+    """The benchmark at ``data_dir``: with ``qrels`` and ``topics``, TREC files over ``corpus``
+    (default ``data_dir/corpus.jsonl``); else ``questions.jsonl`` (hopgraph) or ``queries.jsonl``
+    and ``qrels/SPLIT.tsv`` (BEIR) beside ``data_dir/corpus.jsonl``. InputError naming what is
+    missing. Queries without a relevant document are dropped."""
+    from .engine import evaluation
+
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise InputError(f"benchmark folder {data_dir} does not exist")
+    corpus_path = Path(corpus) if corpus is not None else data_dir / "corpus.jsonl"
+    if not corpus_path.exists():
+        raise InputError(f"{data_dir} must hold corpus.jsonl (or give --corpus)")
+    if (qrels is None) != (topics is None):
+        raise InputError("--qrels and --topics go together (TREC judgements and the queries they judge)")
+    if qrels is not None:
+        eval_set, fmt, split = evaluation.trec_eval_set(qrels, topics), "trec", None
+    elif (data_dir / "questions.jsonl").is_file():
+        questions = evaluation.load_questions(data_dir / "questions.jsonl")
+        eval_set = evaluation.questions_eval_set(questions, str(data_dir / "questions.jsonl"))
+        fmt, split = "hopgraph", None
+    elif (data_dir / "queries.jsonl").is_file():
+        eval_set, fmt = evaluation.load_beir(data_dir, split), "beir"
+    else:
+        raise InputError(f"{data_dir} holds neither questions.jsonl (hopgraph) nor queries.jsonl and qrels/ (BEIR); "
+                         "for TREC files give --qrels and --topics")
+    judged = eval_set.judged()
+    if not judged.queries:
+        raise InputError(f"{eval_set.source}: no query has a relevant document")
+    if len(judged.queries) < len(eval_set.queries):
+        log.warning("%s: %d of %d queries have no relevant document and are not evaluated", eval_set.source,
+                    len(eval_set.queries) - len(judged.queries), len(eval_set.queries))
+    return Benchmark(data_dir.name, corpus_path, judged, fmt, split)
 
 
 def cached_index(data_dir: Path, embedder: str, cache_dir: Path, device: str, pipelines: Sequence[str],
-                 progress: bool, params: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[Index, Path]:
-    """Load the cached index of ``data_dir`` or build it; fit and cache missing pipelines.
+                 progress: bool, params: Mapping[str, Mapping[str, Any]] | None = None,
+                 corpus_path: Path | None = None) -> tuple[Any, Path]:
+    """Load the cached index of the corpus (``corpus_path``, default ``data_dir/corpus.jsonl``) or
+    build it; fit and cache missing pipelines.
 
     A cached pipeline whose saved parameters differ from the current defaults (say,
     after an upgrade changed them) is updated when only query-time parameters differ,
     else refitted (see :meth:`Index.sync_params`).
     """
-    corpus = Corpus.from_jsonl(data_dir / "corpus.jsonl")
+    from .engine.components.corpus import read_corpus
+    from .engine.embedders import resolve_embedder
+    from .index import Index
+
+    corpus = read_corpus(corpus_path or data_dir / "corpus.jsonl")
     emb = resolve_embedder(embedder)
     safe_name = "".join(c if c.isalnum() or c in "-_." else "_" for c in emb.name)
     path = cache_dir / f"{data_dir.name}-{corpus.checksum[:16]}-{safe_name}"
@@ -73,7 +124,7 @@ def cached_index(data_dir: Path, embedder: str, cache_dir: Path, device: str, pi
         try:
             index = Index.load(path, embedder=emb, device=device, progress=progress)
         except (HopgraphError, NotImplementedError) as e:
-            print(f"[hopgraph eval] cached index {path} unusable ({e}); rebuilding")
+            log.warning("cached index %s unusable (%s); rebuilding", path, e)
     if index is None:
         index = Index.build(corpus, embedder=emb, device=device, pipelines=(), progress=progress)
     index.set_params(params or {})
@@ -83,7 +134,7 @@ def cached_index(data_dir: Path, embedder: str, cache_dir: Path, device: str, pi
             state = index.sync_params(p)
             updated |= state == "updated"
             if state == "dropped":
-                print(f"[hopgraph eval] cached {p} was fitted with other parameters; refitting")
+                log.info("cached %s was fitted with other parameters; refitting", p)
     missing = [p for p in pipelines if p not in index.pipelines]
     for p in missing:
         index.pipeline(p)
@@ -94,58 +145,119 @@ def cached_index(data_dir: Path, embedder: str, cache_dir: Path, device: str, pi
 
 def evaluate(data_dir: str | Path, pipelines: Sequence[str], ks: Sequence[int], embedder: str = "minilm",
              cache_dir: str | Path | None = None, device: str = "auto", progress: bool = True,
-             ablations: bool = False, params: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
-    """Run every pipeline on every question of ``data_dir``; returns the ``--json`` report.
+             ablations: bool = False, params: Mapping[str, Mapping[str, Any]] | None = None, *,
+             split: str = "test", qrels: str | Path | None = None, topics: str | Path | None = None,
+             corpus: str | Path | None = None, depth: int | None = None, run_dir: str | Path | None = None,
+             baseline: str | None = None) -> dict[str, Any]:
+    """Run every pipeline on every judged query of the benchmark (:func:`load_benchmark`); returns
+    the report (:func:`json_report` selects its ``--json`` form).
 
-    ``queries_per_second`` counts the pipeline's batched search over all questions,
-    given their embeddings (question embedding is shared by all pipelines and
-    reported once as ``query_embedding_seconds``). With ``ablations``, every named
-    ablation of each pipeline (its class's ``ablations``) is evaluated as an extra
-    row labelled ``pipeline[ablation]``. ``cache_dir`` None: :func:`default_cache_dir`.
+    Each pipeline is searched for the largest k of ``ks`` (what ``search(k=max(ks))`` returns),
+    which gives Recall@k and P@k for every k of ``ks`` and ``queries_per_second``, and, when
+    ``depth`` is larger, once more ``depth`` deep (default: :data:`DEFAULT_DEPTH`), which gives
+    nDCG@10, MRR@10, MAP@100, the Recall@k curve (``recall_curve``) and the run files: a pipeline's
+    top k is not always the head of its top ``depth`` (a graph pipeline's candidates grow with k).
+    ``run_dir``: a TREC run file ``LABEL.run`` per pipeline (the deep search) is written there.
+    ``baseline`` (default: the first pipeline): every other row is compared with it on
+    :data:`SIGNIFICANCE_MEASURE` by :func:`~hopgraph.engine.evaluation.paired_test`.
+    ``queries_per_second`` counts the pipeline's batched search over all queries, given their
+    embeddings (query embedding is shared by all pipelines and reported once as
+    ``query_embedding_seconds``). With ``ablations``, every named ablation of each pipeline (its
+    class's ``ablations``) is an extra row labelled ``pipeline[ablation]``. ``cache_dir`` None:
+    :func:`default_cache_dir`.
     """
-    data_dir = Path(data_dir)
-    for f in ("corpus.jsonl", "questions.jsonl"):
-        if not (data_dir / f).is_file():
-            raise InputError(f"{data_dir} must hold {f}")
-    if not ks or any(k < 1 for k in ks):
-        raise InputError(f"--ks must list positive integers, got {list(ks)}")
+    from .engine import evaluation
+
+    measures = evaluation.report_measures(list(ks))
+    depth = max([DEFAULT_DEPTH, *ks]) if depth is None else depth
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < max(ks):
+        raise InputError(f"depth must be an integer at least the largest k ({max(ks)}), got {depth!r}")
+    bench = load_benchmark(data_dir, split, qrels, topics, corpus)
     cache_dir = default_cache_dir() if cache_dir is None else Path(cache_dir)
-    index, path = cached_index(data_dir, embedder, cache_dir, device, pipelines, progress, params)
-    questions = load_questions(data_dir / "questions.jsonl", index.corpus)
-    texts = [q.text for q in questions]
-    gold = [[index.corpus.position(g) for g in q.gold_ids] for q in questions]
+    index, path = cached_index(Path(data_dir), embedder, cache_dir, device, pipelines, progress, params,
+                               bench.corpus_path)
+    eval_set = bench.eval_set
+    if bench.format == "hopgraph":  # hopgraph's gold ids must be passages (BEIR/TREC qrels may judge others)
+        for q, rels in eval_set.qrels.items():
+            for g in rels:
+                try:
+                    index.corpus.position(g)
+                except KeyError:
+                    raise InputError(f"{eval_set.source}: gold id {g!r} of question {q!r} is not in the corpus "
+                                     f"{index.corpus.source}") from None
+    qids, texts = list(eval_set.queries), list(eval_set.queries.values())
     t0 = time.perf_counter()
     Q = index.embed_queries(texts)
     embed_seconds = time.perf_counter() - t0
-    kmax = max(ks)
+    runs = _runs(pipelines, ablations)
+    labels = [label for label, _, _ in runs]
+    baseline = labels[0] if baseline is None else baseline
+    if baseline not in labels:
+        raise InputError(f"baseline {baseline!r} is not an evaluated pipeline ({', '.join(labels)})")
+    if run_dir is not None:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+    curve = [f"recall@{k}" for k in sorted({k for k in CURVE_KS if k <= depth} | set(ks))]
     results: dict[str, Any] = {}
-    for label, name, overrides in _runs(pipelines, ablations):
+    per_query: dict[str, dict[str, dict[str, float]]] = {}
+    recall_curve: dict[str, dict[str, tuple[float, float]]] = {}
+    run_files: dict[str, str] = {}
+    table_k = max(ks)
+    cut = [m for m in measures if m.split("@")[0] in ("recall", "p")]  # from the table search
+    deep = [m for m in measures if m not in cut]                        # from the deep search
+    for label, name, overrides in runs:
         t0 = time.perf_counter()
-        rows, _ = index.search_arrays(texts, pipeline=name, k=kmax, query_embeddings=Q, **overrides)
+        rows, scores = index.search_arrays(texts, pipeline=name, k=table_k, query_embeddings=Q, **overrides)
         seconds = time.perf_counter() - t0
+        scored = evaluation.evaluate_run(eval_set.qrels, evaluation.rows_run(qids, rows, scores, index.corpus.ids), cut)
+        if depth > table_k:
+            rows, scores = index.search_arrays(texts, pipeline=name, k=depth, query_embeddings=Q, **overrides)
+        run = evaluation.rows_run(qids, rows, scores, index.corpus.ids)
+        deep_scored = evaluation.evaluate_run(eval_set.qrels, run, [*deep, *curve])
+        per_query[label] = {q: {m: (scored if m in cut else deep_scored)[q][m] for m in measures} for q in qids}
         entry: dict[str, Any] = {}
-        for k in ks:
-            mean, err = mean_and_stderr(recall_at_k(rows, gold, k))
-            entry[f"recall@{k}"] = mean
-            entry[f"recall@{k}_stderr"] = err
+        for m in measures:
+            entry[m], entry[f"{m}_stderr"] = evaluation.mean_and_stderr([per_query[label][q][m] for q in qids])
+        recall_curve[label] = {m.split("@")[1]: evaluation.mean_and_stderr([deep_scored[q][m] for q in qids])
+                               for m in curve}
         entry["index_seconds"] = index.embed_seconds + index.fit_seconds.get(name, 0.0)
         entry["queries_per_second"] = len(texts) / max(seconds, 1e-9)
         if overrides:
-            entry["overrides"] = {k: v for k, v in overrides.items()}
+            entry["overrides"] = dict(overrides)
         results[label] = entry
+        if run_dir is not None:
+            run_files[label] = str(Path(run_dir) / f"{_file_label(label)}.run")
+            evaluation.write_trec_run(run_files[label], run, _file_label(label))
+    base = [per_query[baseline][q][SIGNIFICANCE_MEASURE] for q in qids]
+    tests = {label: evaluation.paired_test(base, [per_query[label][q][SIGNIFICANCE_MEASURE] for q in qids])
+             for label in labels if label != baseline}
     return {
-        "dataset": data_dir.name,
+        "dataset": bench.name,
+        "format": bench.format,
+        "split": bench.split,
         "n_passages": len(index.corpus),
-        "n_questions": len(questions),
+        "n_questions": len(qids),
         "embedder": index.embedder_name,
+        "depth": depth,
+        "measures": measures,
         "query_embedding_seconds": embed_seconds,
         "index_path": str(path),
         "results": results,
+        "per_query": per_query,
+        "recall_curve": recall_curve,
+        "significance": {"measure": SIGNIFICANCE_MEASURE, "baseline": baseline, "tests": tests},
+        "run_files": run_files,
     }
+
+
+def _file_label(label: str) -> str:
+    """A run tag / file name for a row label (``g3rag[no_bridge]`` -> ``g3rag-no_bridge``)."""
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in label).strip("-")
 
 
 def _runs(pipelines: Sequence[str], ablations: bool) -> list[tuple[str, str, dict[str, Any]]]:
     """(label, pipeline, overrides) for each evaluation row."""
+    from .engine.pipelines import pipeline_class
+
     runs: list[tuple[str, str, dict[str, Any]]] = []
     for name in pipelines:
         runs.append((name, name, {}))
@@ -155,8 +267,9 @@ def _runs(pipelines: Sequence[str], ablations: bool) -> list[tuple[str, str, dic
     return runs
 
 
-def plot_report(report: dict[str, Any], ks: Sequence[int], path: str | Path) -> None:
-    """Bar chart of Recall@k (one group per pipeline, one bar per k, standard-error whiskers)."""
+def plot_report(report: dict[str, Any], path: str | Path) -> None:
+    """Recall@k curves (the report's ``recall_curve``), one line per row, k on a log axis, with a
+    band of one standard error."""
     try:
         import matplotlib
 
@@ -164,47 +277,68 @@ def plot_report(report: dict[str, Any], ks: Sequence[int], path: str | Path) -> 
         import matplotlib.pyplot as plt
     except ImportError as e:
         raise InputError("--plot needs matplotlib (pip install 'hopgraph[plot]')") from e
-    names = list(report["results"])
-    width = 0.8 / len(ks)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(names) + 2), 4.5))
-    x = np.arange(len(names))
-    for i, k in enumerate(ks):
-        means = [report["results"][n][f"recall@{k}"] for n in names]
-        errs = [report["results"][n][f"recall@{k}_stderr"] for n in names]
-        ax.bar(x + (i - (len(ks) - 1) / 2) * width, means, width, yerr=errs, capsize=2, label=f"Recall@{k}")
-    ax.set_xticks(x, names, rotation=30, ha="right")
+    fig, ax = plt.subplots(figsize=(7.0, 4.5))
+    for label, points in report["recall_curve"].items():
+        xs = np.array([int(k) for k in points])
+        ys = np.array([points[k][0] for k in points])
+        err = np.array([points[k][1] for k in points])
+        ax.plot(xs, ys, marker=".", label=label)
+        ax.fill_between(xs, ys - err, ys + err, alpha=0.15)
+    ax.set_xscale("log")
     ax.set_ylim(0, 1)
-    ax.set_ylabel("passage recall")
-    ax.set_title(f"{report['dataset']} ({report['n_questions']} questions, {report['embedder']})")
-    ax.legend(loc="lower right")
-    ax.grid(axis="y", alpha=0.3)
+    ax.set_xlabel("k (passages retrieved)")
+    ax.set_ylabel("Recall@k")
+    ax.set_title(f"{report['dataset']} ({report['n_questions']} queries, {report['embedder']})")
+    ax.legend(loc="lower right", fontsize="small")
+    ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
-def json_report(report: dict[str, Any], ks: Sequence[int]) -> dict[str, Any]:
-    """The exact ``--json`` schema of the eval command (issue #2): per pipeline, each Recall@k and its
-    standard error (``recall@K_stderr``, the ± of :func:`format_table`), index seconds and queries/s."""
-    keep = [key for k in ks for key in (f"recall@{k}", f"recall@{k}_stderr")] + ["index_seconds",
-                                                                                 "queries_per_second"]
+def json_report(report: dict[str, Any]) -> dict[str, Any]:
+    """The ``--json`` document (schema :data:`SCHEMA_VERSION`): ``schema_version``, ``dataset``,
+    ``format``, ``split``, ``n_passages``, ``n_questions``, ``embedder``, ``depth``, ``measures``;
+    ``results`` — per row, each measure and its standard error (``MEASURE_stderr``, the ± of
+    :func:`format_table`), ``index_seconds`` and ``queries_per_second``; ``per_query`` — per row,
+    ``{query id: {measure: value}}``; ``recall_curve`` — per row, ``{k: [mean, standard error]}``
+    of Recall@k of the deep search at :data:`CURVE_KS` up to the depth and every reported k;
+    ``significance`` — ``measure``, ``baseline`` and per other
+    row ``mean_difference``, ``t_pvalue``, ``randomization_pvalue``; ``run_files`` — per row, the
+    TREC run file written (empty without ``--run-dir``)."""
+    keep = [key for m in report["measures"] for key in (m, f"{m}_stderr")] + ["index_seconds", "queries_per_second"]
     return {
-        "dataset": report["dataset"],
-        "n_passages": report["n_passages"],
-        "n_questions": report["n_questions"],
+        "schema_version": SCHEMA_VERSION,
+        **{key: report[key] for key in ("dataset", "format", "split", "n_passages", "n_questions", "embedder",
+                                        "depth", "measures")},
         "results": {p: {key: float(r[key]) for key in keep} for p, r in report["results"].items()},
+        "per_query": report["per_query"],
+        "recall_curve": {p: {k: list(v) for k, v in c.items()} for p, c in report["recall_curve"].items()},
+        "significance": report["significance"],
+        "run_files": report["run_files"],
     }
 
 
-def format_table(report: dict[str, Any], ks: Sequence[int]) -> str:
-    """A plain-text table: Recall@k as mean ± standard error, index time, queries/s."""
-    head = ["pipeline"] + [f"R@{k}" for k in ks] + ["index s", "queries/s"]
+def format_table(report: dict[str, Any]) -> str:
+    """A plain-text table: every measure as mean ± standard error, index time, queries/s; then the
+    paired tests against the baseline."""
+    short = {"ndcg": "nDCG", "mrr": "MRR", "map": "MAP", "recall": "R", "p": "P"}
+    head = (["pipeline"] + [f"{short[m.split('@')[0]]}@{m.split('@')[1]}" for m in report["measures"]]
+            + ["index s", "queries/s"])
     rows = []
     for name, r in report["results"].items():
-        rows.append([name] + [f"{r[f'recall@{k}']:.3f} ± {r[f'recall@{k}_stderr']:.3f}" for k in ks]
+        rows.append([name] + [f"{r[m]:.3f} ± {r[f'{m}_stderr']:.3f}" for m in report["measures"]]
                     + [f"{r['index_seconds']:.1f}", f"{r['queries_per_second']:.1f}"])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))  # noqa: E731
-    title = (f"{report['dataset']}: {report['n_passages']} passages, {report['n_questions']} questions, "
-             f"embedder {report['embedder']}")
-    return "\n".join([title, line(head), line(["-" * w for w in widths])] + [line(r) for r in rows])
+    split = f" ({report['split']})" if report.get("split") else ""
+    title = (f"{report['dataset']}{split}: {report['n_passages']} passages, {report['n_questions']} queries, "
+             f"embedder {report['embedder']}, searched {report['depth']} deep")
+    out = [title, line(head), line(["-" * w for w in widths])] + [line(r) for r in rows]
+    sig = report["significance"]
+    if sig["tests"]:
+        out.append(f"paired tests of {sig['measure']} against {sig['baseline']} (two-sided p: t-test, randomisation):")
+        for label, t in sig["tests"].items():
+            out.append(f"  {label}: {t['mean_difference']:+.3f}  p = {t['t_pvalue']:.3g}, "
+                       f"{t['randomization_pvalue']:.3g}")
+    return "\n".join(out)

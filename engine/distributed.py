@@ -24,8 +24,6 @@ import contextvars
 from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator
 
-import numpy as np
-
 from .errors import InputError
 
 #: the task runner used by ann_gain_knn while a cluster is active
@@ -33,6 +31,7 @@ _ACTIVE_MAP: contextvars.ContextVar[Callable | None] = contextvars.ContextVar("h
 
 
 def import_ray():
+    """The ``ray`` module; :class:`InputError` naming the extra to install when it is missing."""
     try:
         import ray
     except ImportError:

@@ -1,14 +1,32 @@
-"""Query-time filters (issue 13): the passages a search may return, as a boolean row mask.
+"""Query-time filters: the passages a search may return, as a boolean row mask.
 
 * ``allowed_ids`` — passage ids (every one must be in the index);
-* ``where`` — ``{field: value}`` or ``{field: [value, ...]}`` on the passages' metadata
-  (:meth:`hopgraph.engine.components.corpus.Corpus.meta`): a passage passes when, for every field, its
-  value equals the value (or one of the list). A metadata value that is itself a list passes
-  when any of its elements does. Numbers compare by value (``1 == 1.0``), booleans only equal
-  booleans, strings compare exactly; ``None`` matches a missing field or JSON ``null``.
+* ``where`` — a condition on the passages' metadata (:meth:`Corpus.meta
+  <hopgraph.engine.components.corpus.Corpus.meta>`), in the operator language of Qdrant / Chroma /
+  MongoDB:
 
-Both given: a passage must pass both. The metadata of the whole corpus is parsed once per
-field and kept (:class:`MetadataIndex`), so a filter costs one mask per search.
+  - ``{field: value}`` — the field equals the value; ``{field: [v1, v2]}`` — equals one of them;
+  - ``{field: {"$eq" | "$ne" | "$gt" | "$gte" | "$lt" | "$lte": value}}``,
+    ``{field: {"$in" | "$nin": [values]}}``, ``{field: {"$exists": true | false}}``; several operators
+    in one object must all hold;
+  - ``{"$and": [where, ...]}``, ``{"$or": [where, ...]}``, ``{"$not": where}``; several keys in one
+    object must all hold.
+
+Values are compared by type: numbers by value (``1 == 1.0``; booleans are not numbers), strings
+exactly and, for ``$gt``..``$lte``, in code-point order (ISO 8601 dates order correctly), booleans
+only for (in)equality; a value of another type never matches (``{"year": {"$gt": 2000}}`` skips a
+passage whose year is the string ``"2001"``). A metadata value that is a list matches when one of
+its elements does. ``None`` / ``null`` as a value means "missing": ``{field: None}`` passes a
+passage without the field (or with ``null``). ``$ne`` and ``$nin`` are the negations of ``$eq`` and
+``$in``: a passage without the field passes them; ``$exists: true`` passes a field that is present
+and not null. Every malformed filter is an :class:`InputError` naming the path of the bad part
+(``where['year']['$gt']``).
+
+Both ``allowed_ids`` and ``where`` given: a passage must pass both. The metadata of the corpus is
+parsed once and indexed per field on first use (:class:`MetadataIndex`): equality costs one
+look-up, a range two binary searches, then one mask of the passing rows. The indexes of the
+:data:`MAX_FIELDS` most recently filtered fields are kept; a field no passage has costs nothing (it
+matches ``None`` only) and is never kept.
 """
 from __future__ import annotations
 
@@ -19,9 +37,21 @@ import numpy as np
 
 from .components.corpus import Corpus
 from .errors import InputError
+from .lru import LRUCache
 
 #: how many offending ids / values an error message quotes
 QUOTE = 5
+#: metadata fields whose value → rows index :class:`MetadataIndex` keeps (least recently used dropped)
+MAX_FIELDS = 64
+
+#: the comparison operators (field level) and the logical ones (filter level)
+FIELD_OPERATORS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists")
+LOGICAL_OPERATORS = ("$and", "$or", "$not")
+_RANGE = ("$gt", "$gte", "$lt", "$lte")
+
+
+class EmptyFilterWarning(UserWarning):
+    """A search's filters pass no passage of the index: every result list is empty."""
 
 
 def value_key(value: Any, where: str) -> tuple:
@@ -38,56 +68,155 @@ def value_key(value: Any, where: str) -> tuple:
                      f"got {type(value).__name__}")
 
 
-class MetadataIndex:
-    """Per metadata field, the rows holding each value (built on first use of the field)."""
+class _Field:
+    """One metadata field indexed: rows per value, rows holding any value, and the sorted
+    (value, row) pairs of its numbers and of its strings for range queries."""
 
-    def __init__(self, corpus: Corpus) -> None:
+    def __init__(self, values: Iterable[tuple[int, Any]]) -> None:
+        rows: dict[tuple, list[int]] = {}
+        present: list[int] = []
+        num_v, num_r, str_v, str_r = [], [], [], []
+        for i, value in values:
+            for v in (value if isinstance(value, list) else [value]):
+                try:
+                    key = value_key(v, "")
+                except InputError:
+                    continue  # objects inside metadata are never matched
+                rows.setdefault(key, []).append(i)
+                if key[0] == "number":
+                    num_v.append(key[1]), num_r.append(i)
+                elif key[0] == "str":
+                    str_v.append(v), str_r.append(i)
+                if key[0] != "null":
+                    present.append(i)
+        self.rows = {k: np.unique(np.asarray(v, np.int64)) for k, v in rows.items()}
+        self.present = np.unique(np.asarray(present, np.int64))
+        order = np.argsort(np.asarray(num_v, np.float64), kind="stable")
+        self.numbers = (np.asarray(num_v, np.float64)[order], np.asarray(num_r, np.int64)[order])
+        order = sorted(range(len(str_v)), key=str_v.__getitem__)
+        self.strings = ([str_v[j] for j in order], np.asarray([str_r[j] for j in order], np.int64))
+
+    def equal(self, key: tuple, n: int) -> np.ndarray:
+        out = np.zeros(n, bool)
+        if key == ("null",):
+            out[:] = True
+            out[self.present] = False
+            return out
+        hit = self.rows.get(key)
+        if hit is not None:
+            out[hit] = True
+        return out
+
+    def compare(self, op: str, key: tuple, n: int) -> np.ndarray:
+        """Rows with a value ``op`` (``$gt``..``$lte``) the number or string ``key``."""
+        import bisect
+
+        out = np.zeros(n, bool)
+        if key[0] == "number":
+            values, rows = self.numbers
+            lo, hi = _bounds(op, np.searchsorted(values, key[1], "left"), np.searchsorted(values, key[1], "right"),
+                             len(values))
+        elif key[0] == "str":
+            values, rows = self.strings
+            lo, hi = _bounds(op, bisect.bisect_left(values, key[1]), bisect.bisect_right(values, key[1]), len(values))
+        else:
+            return out
+        out[rows[lo:hi]] = True
+        return out
+
+
+def _bounds(op: str, left: int, right: int, n: int) -> tuple[int, int]:
+    """The slice of a sorted array holding the values ``op`` v, given v's ``left`` / ``right`` insertion points."""
+    return {"$gt": (right, n), "$gte": (left, n), "$lt": (0, left), "$lte": (0, right)}[op]
+
+
+class MetadataIndex:
+    """The corpus metadata, parsed once, with each field indexed on first use (:class:`_Field`);
+    the indexes of the ``max_fields`` most recently used fields are kept."""
+
+    def __init__(self, corpus: Corpus, max_fields: int = MAX_FIELDS) -> None:
         self.corpus = corpus
         self._parsed: list[dict] | None = None
-        self._fields: dict[str, dict[tuple, np.ndarray]] = {}
+        self._names: frozenset[str] = frozenset()
+        self._fields: LRUCache[str, _Field] = LRUCache(max_fields)
 
     def _records(self) -> list[dict]:
         if self._parsed is None:
             self._parsed = [json.loads(m) if m else {} for m in self.corpus.metadata]
+            self._names = frozenset(name for rec in self._parsed for name in rec)
         return self._parsed
 
-    def field(self, name: str) -> dict[tuple, np.ndarray]:
-        """value key → sorted rows whose metadata field ``name`` holds that value."""
-        if name not in self._fields:
-            rows: dict[tuple, list[int]] = {}
-            for i, rec in enumerate(self._records()):
-                value = rec.get(name)
-                values = value if isinstance(value, list) else [value]
-                for v in values:
-                    try:
-                        key = value_key(v, f"metadata field {name!r}")
-                    except InputError:
-                        continue  # objects inside metadata are never matched
-                    rows.setdefault(key, []).append(i)
-            self._fields[name] = {k: np.unique(np.asarray(v, np.int64)) for k, v in rows.items()}
-        return self._fields[name]
+    def field(self, name: str) -> _Field:
+        """The index of metadata field ``name`` (built on first use; a field no passage has is an
+        empty index, never kept)."""
+        self._records()
+        if name not in self._names:
+            return _Field(())
+        return self._fields.get_or_make(
+            name, lambda: _Field((i, rec.get(name)) for i, rec in enumerate(self._records())))
 
-    def mask(self, where: Mapping[str, Any]) -> np.ndarray:
-        """Rows passing every ``field: value(s)`` condition (bool [N])."""
+    def mask(self, where: Mapping[str, Any], path: str = "where") -> np.ndarray:
+        """Rows passing the filter ``where`` (bool [N]; module docstring); InputError naming the
+        path of a malformed part."""
+        n = len(self.corpus)
         if not isinstance(where, Mapping):
-            raise InputError(f"where must map metadata fields to a value or a list of values, "
-                             f"got {type(where).__name__}")
-        out = np.ones(len(self.corpus), bool)
-        for name, wanted in where.items():
+            raise InputError(f"{path} must map metadata fields to conditions, got {type(where).__name__}")
+        out = np.ones(n, bool)
+        for name, cond in where.items():
+            at = f"{path}[{name!r}]"
             if not isinstance(name, str) or not name:
-                raise InputError(f"where: field names must be non-empty strings, got {name!r}")
-            values = wanted if isinstance(wanted, (list, tuple)) else [wanted]
-            if not values:
-                raise InputError(f"where[{name!r}]: an empty list of values passes nothing; give at least one")
-            keys = [value_key(v, f"where[{name!r}]") for v in values]
-            index = self.field(name)
-            hit = np.zeros(len(self.corpus), bool)
-            for key in keys:
-                rows = index.get(key)
-                if rows is not None:
-                    hit[rows] = True
-            out &= hit
+                raise InputError(f"{path}: field names must be non-empty strings, got {name!r}")
+            if name in ("$and", "$or"):
+                if not isinstance(cond, (list, tuple)) or not cond:
+                    raise InputError(f"{at} must be a non-empty list of filters")
+                parts = [self.mask(c, f"{at}[{i}]") for i, c in enumerate(cond)]
+                out &= np.logical_and.reduce(parts) if name == "$and" else np.logical_or.reduce(parts)
+            elif name == "$not":
+                out &= ~self.mask(cond, at)
+            elif name.startswith("$"):
+                raise InputError(f"{path}: unknown operator {name!r}; filter level: {', '.join(LOGICAL_OPERATORS)}; "
+                                 f"field level ({{field: {{op: value}}}}): {', '.join(FIELD_OPERATORS)}")
+            else:
+                out &= self._field_mask(name, cond, at)
         return out
+
+    def _field_mask(self, name: str, cond: Any, at: str) -> np.ndarray:
+        n = len(self.corpus)
+        if isinstance(cond, Mapping) and any(isinstance(k, str) and k.startswith("$") for k in cond):
+            out = np.ones(n, bool)
+            for op, operand in cond.items():
+                out &= self._operator(name, op, operand, f"{at}[{op!r}]")
+            return out
+        if isinstance(cond, (list, tuple)):
+            return self._operator(name, "$in", cond, at)
+        return self._operator(name, "$eq", cond, at)
+
+    def _operator(self, name: str, op: str, operand: Any, at: str) -> np.ndarray:
+        n = len(self.corpus)
+        if op in ("$eq", "$ne"):
+            hit = self.field(name).equal(value_key(operand, at), n)
+            return hit if op == "$eq" else ~hit
+        if op in ("$in", "$nin"):
+            if not isinstance(operand, (list, tuple)):
+                raise InputError(f"{at} must be a list of values, got {type(operand).__name__}")
+            if not operand:
+                raise InputError(f"{at}: an empty list of values passes nothing; give at least one")
+            keys = [value_key(v, f"{at}[{i}]") for i, v in enumerate(operand)]
+            field = self.field(name)
+            hit = np.logical_or.reduce([field.equal(key, n) for key in keys])
+            return hit if op == "$in" else ~hit
+        if op in _RANGE:
+            key = value_key(operand, at)
+            if key[0] not in ("number", "str"):
+                raise InputError(f"{at}: {op} compares numbers or strings, got {operand!r}")
+            return self.field(name).compare(op, key, n)
+        if op == "$exists":
+            if not isinstance(operand, bool):
+                raise InputError(f"{at} must be true or false, got {operand!r}")
+            hit = np.zeros(n, bool)
+            hit[self.field(name).present] = True
+            return hit if operand else ~hit
+        raise InputError(f"{at}: unknown operator {op!r}; field operators: {', '.join(FIELD_OPERATORS)}")
 
 
 def ids_mask(corpus: Corpus, ids: Iterable[str], deleted: np.ndarray | None = None) -> np.ndarray:

@@ -218,6 +218,7 @@ class Params:
 
     @classmethod
     def check_names(cls, names: Mapping[str, Any] | Sequence[str]) -> None:
+        """Raise :class:`InvalidParameter` listing the known names when a name of ``names`` is not a field."""
         unknown = sorted(set(names) - set(cls.names()))
         if unknown:
             raise InvalidParameter(f"{cls.pipeline}: unknown {cls.kind} parameter(s) "
@@ -232,6 +233,7 @@ class Params:
     # ------------------------------------------------------------------ introspection
     @classmethod
     def names(cls) -> tuple[str, ...]:
+        """The field names, in declaration order."""
         return tuple(f.name for f in fields(cls))
 
     @classmethod
@@ -241,6 +243,7 @@ class Params:
 
     @classmethod
     def domain(cls, name: str) -> Domain:
+        """The :class:`Domain` of field ``name`` (an old name is accepted); unknown names raise."""
         name = cls.renamed.get(name, name)
         cls.check_names([name])
         return next(f.metadata["domain"] for f in fields(cls) if f.name == name)
@@ -311,6 +314,7 @@ class RunSettings:
         return cls(**values)
 
     def replace(self, **overrides: Any) -> "RunSettings":
+        """A validated copy with ``overrides`` applied."""
         return self.create(self, **overrides)
 
 

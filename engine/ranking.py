@@ -36,6 +36,26 @@ def topk_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return ids, out
 
 
+def fill_lowest(ids: np.ndarray, scores: np.ndarray, allowed: np.ndarray | None, n: int,
+                score: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Complete padded ranked lists ``(ids int64 [B, k], scores [B, k])`` in place with the lowest
+    allowed ids (``allowed`` bool [n], None = all of ``range(n)``) not already listed, each with
+    ``score``: how :func:`topk_rows` ranks a tail of equal scores (ties toward the lower id), so
+    ``k`` results come back whenever ``k`` passages are allowed. Returns ``(ids, scores)``.
+    O(B · k) per short row beyond finding the allowed ids once."""
+    k = ids.shape[1]
+    short = np.flatnonzero((ids >= 0).sum(1) < k)
+    if len(short):
+        pool = np.flatnonzero(allowed) if allowed is not None else np.arange(n)
+        for b in short.tolist():
+            have = int((ids[b] >= 0).sum())
+            fill = pool[:k + have]
+            fill = fill[~np.isin(fill, ids[b, :have])][:k - have]
+            ids[b, have:have + len(fill)] = fill
+            scores[b, have:have + len(fill)] = score
+    return ids, scores
+
+
 def _lowest_columns_at_ties(scores: np.ndarray, part: np.ndarray) -> None:
     """``argpartition`` keeps an arbitrary member of a tie across the k-th place: in the rows where
     that happens, put the lowest tied columns into ``part`` (in place), so ties break toward the
@@ -67,8 +87,8 @@ def reciprocal_rank_fusion(rankings: list[np.ndarray], n_items: int, k: int = 60
 
 
 def rrf_topk(rankings: list[np.ndarray], top_k: int, k: int = 60) -> tuple[np.ndarray, np.ndarray]:
-    """Top-``top_k`` of :func:`reciprocal_rank_fusion` without the dense ``[B, n_items]`` array
-    (issue 14): only the items the rankings hold are scored, so the cost is O(B · Σ m) whatever
+    """Top-``top_k`` of :func:`reciprocal_rank_fusion` without the dense ``[B, n_items]`` array:
+    only the items the rankings hold are scored, so the cost is O(B · Σ m) whatever
     the corpus size. Equal to ``topk_rows(reciprocal_rank_fusion(...), top_k)`` with zero scores
     as padding, bit for bit: each item's float32 sum adds the same terms in the same order (the
     rankings' order), ties break toward the lower id (:func:`topk_rows`).

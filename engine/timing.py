@@ -6,12 +6,15 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
+from .cancel import checkpoint
+
 
 class StageTimer:
     """Adds up wall seconds per stage into ``totals``: ``with timer("recall"): ...``.
 
     Stages may nest; a stage's figure excludes the stages nested in it, so the figures add up
-    to the time spent inside the outermost stages.
+    to the time spent inside the outermost stages. Entering a stage is a cancellation
+    :func:`~hopgraph.engine.cancel.checkpoint`.
     """
 
     def __init__(self, totals: dict[str, float] | None = None) -> None:
@@ -20,6 +23,7 @@ class StageTimer:
 
     @contextmanager
     def __call__(self, stage: str) -> Iterator[None]:
+        checkpoint()
         t0 = time.perf_counter()
         self._nested.append(0.0)
         try:

@@ -14,9 +14,8 @@ iteration ``x ← (1 − d) p + d (P x + D x)`` started from ``x = p``:
   same call and ``d`` and the dangling self-loops folded into the matrix, the iterate
   blocks on transparent huge pages (:func:`iterate_block`), the columns in groups of 8 whose
   blocks stay in the cache (:func:`column_groups`; with several threads, groups walked side
-  by side, :func:`run_groups`), and, while the iterate is
-  still sparse (sparse priors), only the columns of P under its non-zero rows
-  (:class:`CpuStep`);
+  by side, :func:`run_groups`), and, while the iterate is still sparse (sparse priors), only
+  the columns of P under its non-zero rows (:class:`CpuStep`);
 * **per-column convergence**: a column stops when ``‖x_{k+1} − x_k‖₁ ≤ tol`` and its
   iterate is saved then; stopped columns leave the block once they are a quarter of it,
   so finished queries cost (almost) nothing more;
@@ -33,72 +32,9 @@ iteration ``x ← (1 − d) p + d (P x + D x)`` started from ``x = p``:
 Returns ``(pi [B, N], iterations [B])`` as torch tensors (dtype of the priors,
 float32 or float64).
 
-CPU choices, measured with ``bench/bench_ppr.py`` (10⁵ chunks, 10⁶ edges, 64 priors; the
-product reads B values of the iterate per entry of P, so its cost follows the bytes of
-the iterate it touches). Tried and not kept: a 16-bit iterate (torch's one CPU sparse ×
-dense kernel with 16-bit storage and 32-bit accumulation, ``torch.sparse.mm(...,
-reduce="sum")``, took 2.4x MKL's float32 time over the 18 iterations, and rounding the
-iterate to float16 every iteration moved π by 1.7e-3 in L1); reverse Cuthill–McKee or
-degree node orders (no gain on the random graph families: no locality to recover); a
-row-blocked product with the convergence test fused per block (MKL's per-call cost made
-it slower).
-
-Column groups (issue 14 item 5): the product gathers a row of the iterate (B values) per entry of
-P, at random rows; the [10⁵, 64] float32 block (25.6 MB, x and y 51 MB) does not stay in the 32 MiB
-last-level cache of the project machine, a [10⁵, 8] group's (3.2 MB) does. Bare MKL products, one
-thread, 10⁵ chunks / 10⁶ entries / 64 columns per iteration: 51-53 ms as one block, 48-55 in groups of
-32, 34-39 of 16, 29-34 of 8, 36-39 of 4, 70 of 2; at 3·10⁵ chunks / 3·10⁶ entries 214 ms → 123 (groups
-of 8, 9.6 MB); at 10⁵ float64 94 → 72; at 10⁶ chunks (a group's block 32 MB) 776 → 994: no gain once a
-group does not fit, hence :data:`GROUP_CACHE_BYTES`; at 10⁴ chunks (the whole block fits) 1.9 → 1.8.
-π bit for bit the whole block's in every case. The convergence test of a narrow group in 4,096-row
-chunks cost 24% of the op in operation count; it is chunked by bytes now (:data:`CHANGE_BYTES`).
-Whole op, ``bench/bench_ppr.py`` (load 0.7-1.0): ring+random 0.550 s (1 thread) / 0.341 s (2 threads)
-against the one block's 1.2-2.2 s / 1.3 s of earlier runs; symmetric random 0.805 / 0.485 s; with the
-sparse start's slices from a shared CSC (:class:`ColumnSlices`; load 0.9-1.2) 0.473 / 0.293 s and
-0.732 / 0.445 s.
-
-Fewer iterations, tried and not kept (issue 14 item 5): **conjugate gradients** where P̃ (P with
-the dangling self-loops) is ``W·diag(w)⁻¹`` for a symmetric W, solving ``(I − dP̃) x = (1 − d) p``
-on ``y = x / √w`` (``I − d·diag(√w)⁻¹ P̃ diag(√w)`` is symmetric positive definite, eigenvalues in
-[1 − d, 1 + d]) with α and β per column and one product per iteration. w was found from P alone
-(symmetric pattern; log w summed from one root per component along a breadth-first forest,
-ratios ``P[i, j] / P[j, i] = w_i / w_j``; every entry checked): 0.17-0.19 s at 10⁵ chunks / 10⁶
-entries. A column stopped as the power iteration does (a power step z from the CG iterate with
-its negative entries set to 0, changing it by ≤ tol; z returned, so ``‖z − π‖₁ ≤ d·tol/(1 − d)``
-as now). On the symmetric family (tol 1e-7, 64 priors) it took 18 products per prior in float64,
-20-21 in float32 (the recurrence's residual drifts ~2e-7 below the true one: one or two power
-steps more) against the power iteration's 28-29; BiCGSTAB on ring+random (float64 count) 19 against
-18. But a CG iteration streams ~9 more passes over [N, B] blocks than a power step (the dot
-product of α, the updates of y and r with Σr² and the residual estimate, the new direction):
-~25-30 ms at 10⁵ × 64 float32 on one thread of the project machine (memory-bound, 2-3 ms a pass)
-on top of the 74 ms product, against the power step's 6 ms convergence test. Whole op, 1 thread,
-load 1.7-2.4: 3.09 s against the power iteration's 2.26 s; on a slowly mixing symmetric graph (a
-ring lattice, 10 neighbours per chunk, 10⁵ chunks, a cache-friendly 27 ms product) 26-27
-iterations against 69-70 and still 2.05-2.22 s against 1.86-1.93 s; at 2 threads on the loaded
-machine its many small operations stalled (44 s). Fewer products do not pay here while the
-block updates of an iteration cost a third of a product.
-
-Localised walks, measured with ``bench/bench_ppr_local.py --sweep`` (2 cores, two runs at
-load averages 2-3 and 1): on STITCH's batches of 64 questions at 10⁵ passages (U ≈ 12,000
-chunks, Σ_b |R_b| ≈ 13,500 = U·B/56, 860k entries in the union's matrix, 55 iterations at
-most, 28 on average, float64) the segmented walk takes 0.09-0.10 s where the union block
-took 0.69-0.83 s (π and iterations identical), and STITCH's ``ppr`` stage for 256 questions
-0.83-0.90 s instead of 3.81-3.86 s; on a random 10⁵-chunk, 10⁶-edge graph (regions of 20
-seeds + one hop, ~220 chunks, 7 iterations) 0.03-0.05 s instead of 0.07-0.08 (float32) and
-0.16 (float64). Its cost is the build, ~50 ns per entry of the regions' rows of A
-(vectorised: keys looked up with ``np.searchsorted``, in chunks of :data:`EXPAND_ENTRIES` so
-the temporaries stay small: chunks of 4·10⁶ took 2.4x as long, in page faults), then ~1 ns
-per block-diagonal entry and iteration, against ~0.3 ns per entry of A, column and iteration
-for the block; with the regions merged in groups (Σ|R_b| / U·B from 1/56 to 1), it is the
-faster up to about U·B/6 on the STITCH batch (0.42-0.46 of the block's time at 1/14,
-0.86-0.92 at 1/7.4, 1.9-2.2 at 1/3.7), beyond U·B/4 on the random graph (0.59-0.73 at
-1/3.8), hence :data:`SEGMENT_SHARE` = 1/8, on the safe side: the build does not shrink with
-fewer iterations, the block does. Its product is scipy's CSR × vector (sequential row sums,
-as MKL's CSR × block: π bit for bit the block path's in every case measured), not torch's
-``addmv`` (MKL: 20-35% faster per product, ~5 ms of a STITCH batch's ~22, but rounded
-differently). Stopped segments leave the matrix once they hold :data:`SEGMENT_COMPACT_SHARE`
-= 1/2 of the iterate (a compaction copies the live entries at ~4 ns each; at a quarter, as
-for the block, the iteration took 1.6x as long on the STITCH batch merged by 4).
+Complexity per iteration: O(nnz(P) · B) work, O(N · B) memory for the iterate blocks (the
+segmented strategy: O(Σ_b |R_b|) and the entries of the regions' sub-matrices). Measurements and
+rejected alternatives: ``docs/decisions/kernels-batched-ppr-*.md``.
 """
 from __future__ import annotations
 
@@ -138,10 +74,9 @@ SPARSE_SHARE = 0.25
 #: stopped columns stay in the block (iterated on, their result saved) until they are this share of it
 COMPACT_SHARE = 0.25
 #: a localised walk takes the segmented strategy (one block per query, see :func:`segmented_ppr`) when
-#: its region entries Σ_b |R_b| are at most this share of the union block U·B (see the module docstring)
+#: its region entries Σ_b |R_b| are at most this share of the union block U·B
 SEGMENT_SHARE = 1 / 8
 #: stopped segments stay in the block-diagonal matrix until they hold this share of the iterate's entries
-#: (a compaction copies the live entries, ~4 ns each: ~4 products' worth of the stopped ones)
 SEGMENT_COMPACT_SHARE = 0.5
 #: region-matrix entries expanded at once while building the block-diagonal matrix (see :func:`block_diagonal`)
 EXPAND_ENTRIES = 1 << 16
@@ -149,7 +84,7 @@ EXPAND_ENTRIES = 1 << 16
 #: 32-byte row of the group's iterate block
 GROUP_COLUMNS = 8
 #: the CPU block path iterates column groups when a group's iterate block is at most this size and the
-#: whole block is larger (half the 32 MiB last-level cache of the project machine; see :func:`column_groups`)
+#: whole block is larger (see :func:`column_groups`)
 GROUP_CACHE_BYTES = 16 << 20
 #: the transparent huge page size (x86-64, aarch64 with 4 KiB base pages)
 HUGE_PAGE = 2 << 20
@@ -256,10 +191,9 @@ def column_l1(t: torch.Tensor) -> torch.Tensor:
     """float64 [B]: the sum of each column of ``t`` [N, B] (non-negative entries: the L1 norm).
 
     Partial sums over blocks of :data:`L1_BLOCK` rows in ``t``'s dtype, then float64 across
-    the blocks: one pass at memory speed (``t.sum(0, dtype=torch.float64)`` casts element by
-    element, ten times slower on the CPU) within ~1e-8 relative of the float64 sum, so a
-    column's stop does not depend on the rest of its batch unless its change lies that close
-    to ``tol``."""
+    the blocks: one pass (no element-wise cast to float64), within ~1e-8 relative of the float64
+    sum, so a column's stop does not depend on the rest of its batch unless its change lies that
+    close to ``tol``."""
     n, b = t.shape
     full = n - n % L1_BLOCK
     parts = [t[:full].view(full // L1_BLOCK, L1_BLOCK, b).sum(1)] if full else []
@@ -275,15 +209,13 @@ def column_change(y: torch.Tensor, x: torch.Tensor, scratch: torch.Tensor) -> to
 
     On the CPU in chunks of :func:`change_rows` rows (:data:`CHANGE_BYTES`) through ``scratch``
     (from :func:`change_scratch`) on one thread, so the difference and its absolute value stay in the
-    cache and the blocks are read once: a third of the memory traffic of whole-block
-    temporaries (measured: 7 ms instead of 10.5 per iteration at 10⁵ × 64; on two threads
-    and a loaded machine 158 ms). On a GPU in one go (``scratch`` the size of the block).
+    cache and the blocks are read once. On a GPU in one go (``scratch`` the size of the block).
     The sums are :func:`column_l1`'s."""
     n = y.shape[0]
     if y.device.type != "cpu":
         return column_l1(torch.sub(y, x, out=scratch[:n]).abs_())
     total = torch.zeros(y.shape[1], dtype=torch.float64)
-    with torch_threads(1):  # ~1 MiB operations: with more threads a busy machine stalls each one on a barrier
+    with torch_threads(1):  # ~1 MiB operations: one thread (docs/decisions/kernels-batched-ppr-cpu-product.md)
         step = max(1, scratch.shape[0])
         for s in range(0, n, step):
             e = min(n, s + step)
@@ -293,8 +225,7 @@ def column_change(y: torch.Tensor, x: torch.Tensor, scratch: torch.Tensor) -> to
 
 def change_rows(like: torch.Tensor) -> int:
     """Rows per chunk of the CPU convergence test for blocks shaped like ``like``: :data:`CHANGE_BYTES`
-    of them, a multiple of :data:`L1_BLOCK` (a narrow column group's block in a few chunks: the test's
-    cost is its operations' count there, measured 24% of the op with 4,096-row chunks of 8 columns)."""
+    of them, a multiple of :data:`L1_BLOCK` (a narrow column group's block in a few chunks)."""
     row_bytes = max(1, like.shape[1]) * like.element_size()
     return max(1, CHANGE_BYTES // (row_bytes * L1_BLOCK)) * L1_BLOCK
 
@@ -421,22 +352,28 @@ def torch_csr(A: sp.csr_matrix) -> torch.Tensor:
                                        torch.from_numpy(A.data), A.shape, check_invariants=False)
 
 
+def check_threads(threads: object) -> int | None:
+    """``threads`` as given: None or an integer >= 1 (:class:`InputError` otherwise)."""
+    if threads is not None:
+        check_positive_int(threads, "threads", OP)
+    return threads
+
+
 def batched_ppr(P, priors, d: float = 0.85, tol: float = 1e-6, max_iter: int = 100, region=None,
                 threads: int | None = 1, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """CPU path (torch sparse CSR × dense block per iteration); see the module docstring.
 
     ``threads``: torch intra-op threads for the whole iteration, product (MKL) included
-    (None keeps torch's setting)."""
-    with torch_threads(threads):
+    (None keeps torch's setting; else an integer >= 1)."""
+    with torch_threads(check_threads(threads)):
         return _batched_ppr_cpu(P, priors, d, tol, max_iter, region)
 
 
 class ColumnSlices:
     """The iteration matrix A of the CPU block path, shared by its column groups: A as a torch CSR,
     its entries per column, and ``A[:, cols]`` for :class:`CpuStep`'s sparse start, sliced from A's
-    CSC (built once, on first use) at the cost of the slice's entries, where scipy's CSR column
-    indexing scans all of A (4 ms at 10⁶ entries, a group's whole product: with groups of 8 columns
-    the sparse start cost more than it saved). A's rows must have sorted column indices (see
+    CSC (built once, on first use) at the cost of the slice's entries (scipy's CSR column indexing
+    scans all of A). A's rows must have sorted column indices (see
     :func:`iteration_matrix`): the slice then holds each row's entries in A's order, so the sparse
     product sums them as the whole one does."""
 
@@ -500,7 +437,7 @@ def column_groups(rows: int, B: int, itemsize: int) -> list[slice]:
     :data:`GROUP_COLUMNS` when the whole iterate block ``[rows, B]`` exceeds :data:`GROUP_CACHE_BYTES`
     and a group's block fits in it, else the whole block. The product gathers a row of the iterate
     per entry of P at random rows: a group's block stays in the cache across the product, the whole
-    block does not (see the module docstring). Each column's arithmetic is the same either way."""
+    block does not. Each column's arithmetic is the same either way."""
     group_bytes = rows * GROUP_COLUMNS * itemsize
     if B <= GROUP_COLUMNS or rows * B * itemsize <= GROUP_CACHE_BYTES or group_bytes > GROUP_CACHE_BYTES:
         return [slice(0, B)]
@@ -682,7 +619,7 @@ def _batched_ppr_cpu(P, priors, d: float, tol: float, max_iter: int, region) -> 
         mt = r.cpu().T
         if rows is not None:
             pt, mt = pt[rows], mt[rows]
-        mt = mt.to(pt.dtype).contiguous()  # y *= mask: a multiply by a float mask is 2.5x faster than by a bool one
+        mt = mt.to(pt.dtype).contiguous()  # y *= mask with a float mask (docs/decisions/kernels-batched-ppr-cpu-product.md)
     M = ColumnSlices(iteration_matrix(indptr, indices, data, n, dang, d, np_dtype, rows))
     pi = torch.zeros((B, n), dtype=pt.dtype) if rows is not None else torch.empty((B, n), dtype=pt.dtype)
     iters = torch.empty(B, dtype=torch.int64)

@@ -4,8 +4,8 @@
 
 * ``mode="exact"``: all N−1 columns, computed in row blocks × column blocks (each block
   product is used for both directions since ``s_ij = s_ji``), O(N) memory beyond one block.
-  A block's row and column sums are float32 (torch's pairwise reduction, about half the
-  time of a float64 reduction), accumulated across blocks in float64.
+  A block's row and column sums are float32 (torch's pairwise reduction), accumulated across
+  blocks in float64.
 * ``mode="sampled"``: the unbiased estimate over a fixed random sample of
   ``n_samples`` columns drawn without replacement with ``seed`` (the same sample for
   every row; a row that is itself in the sample averages over the other sampled

@@ -20,9 +20,9 @@ The CPU path computes the similarity in row blocks × column blocks with torch m
 directions, and pushes the weights into per-row faiss heaps of size k + 1: the N×N matrix
 never exists. The band and gain of a tile (which are symmetric) are computed once for both
 directions, then multiplied by the target penalty of each side (:func:`gain_weights`, numpy
-strips that stay in cache). torch.compile would fuse that arithmetic into one loop but costs
-about a minute per fresh process, so it is used only where a build weighs enough entries to
-pay for it (:data:`COMPILE_MIN_ENTRIES`, measured by ``bench/bench_cold_start.py``).
+strips that stay in cache). torch.compile fuses that arithmetic into one loop, but its one-time
+cost pays only from :data:`COMPILE_MIN_ENTRIES` similarity entries on
+(``docs/decisions/g3rag-no-compile.md``).
 Exact tie-breaking uses an int64 key ``(float bits of w) << 32 | (2^31 − 1 − j)``,
 unique per row; rows with a tie at the k-th place are redone with it.
 """
@@ -41,12 +41,8 @@ from .csr import CSR, csr_from_topk
 from .dispatch import register
 from .tensors import as_tensor
 
-#: a build that weighs at least this many similarity entries (N² for the exact graph) compiles
-#: the tile arithmetic with torch.compile. Measured (``bench/bench_cold_start.py``, N = 20,000,
-#: 2-core CPU at load 12): a fresh process pays ~58 s for the compile (empty cache) and the
-#: compiled loop saves ~1.5 s of the 13 s eager fit (3.7 ns per entry), so it breaks even
-#: around 1.5·10¹⁰ entries (N ≈ 120,000 exact); below, the eager path is faster end to end.
-#: ``HOPGRAPH_COMPILE``: ``auto`` (default, this threshold), ``1`` (always), ``0`` (never).
+#: a build that weighs at least this many similarity entries (N² for the exact graph) compiles the
+#: tile arithmetic with torch.compile (``HOPGRAPH_COMPILE``: ``auto`` = this threshold, ``1`` always, ``0`` never)
 COMPILE_MIN_ENTRIES = 2 * 10 ** 10
 _LOW31 = 0x7FFFFFFF
 #: rows of a tile per strip of :func:`gain_weights` (a strip of 2048 columns stays in L2)
@@ -133,10 +129,9 @@ def gain_weights(S: torch.Tensor, pen_cols: torch.Tensor, sim_min: float, sim_ma
     ``x = clip(S, 0, 1)``, in the band ``[sim_min, sim_max]``, else 0 (not an edge).
 
     With ``pen_rows`` also the reverse direction ``wT [m, n]`` (row-major) of a symmetric tile
-    ``S = X[rows] X[cols]ᵀ`` — band and gain are computed once for both. numpy ufuncs on strips
-    of :data:`STRIP_ROWS` rows (in cache, single-threaded: no OpenMP barriers, which stall on a
-    busy machine) in the order of the dense reference ``x·sqrt(1−x²)·pen``; numpy's float32
-    sqrt is correctly rounded (torch's vectorised one is off by an ulp on about 0.1 % of inputs).
+    ``S = X[rows] X[cols]ᵀ`` — band and gain are computed once for both. numpy ufuncs (single-threaded,
+    correctly rounded float32 sqrt) on strips of :data:`STRIP_ROWS` rows in the order of the dense
+    reference ``x·sqrt(1−x²)·pen``.
     """
     s = S.numpy()
     pc = np.asarray(pen_cols, np.float32)

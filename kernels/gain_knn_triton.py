@@ -1,12 +1,25 @@
-"""Triton kernel of ``gain_knn`` (SPEC §1 index steps 3-5); semantics in :mod:`.gain_knn`.
+"""Triton kernels of ``gain_knn`` (SPEC §1 index steps 3-5); semantics in :mod:`.gain_knn`.
 
-One program owns ``BLOCK_M`` rows. For every column tile it computes the similarity
-tile with ``tl.dot`` (IEEE fp32, so it matches the CPU path), fuses band, gain and the
-target penalty, and folds the tile into a running top-k held in registers: ``k``
-rounds each take the tile's best remaining entry (ties → lower column) and let it
-replace the row's current worst entry (ties → higher column) when it beats it. The N×N
-matrix never exists. The host then sorts each row exactly and packs CSR with the same
-helpers as the CPU path.
+Similarity tiles run on tensor cores in a three-term float16 split (near-FP32): each row of X is
+scaled by a power of two ``2^e_i`` that brings its largest entry near 2¹⁴, then split into
+``hi = fp16(x·2^e_i)`` and ``lo = fp16(x·2^e_i − hi)`` (:func:`split_fp16`, once per call), so that
+``s_ij = (hi_i·hi_j + hi_i·lo_j + lo_i·hi_j)·2^−(e_i+e_j)`` — 22 significant bits per entry, as a
+TF32 three-term split, at half its operand bytes and twice its tensor-core rate.
+
+* :func:`_gain_knn_kernel` (``k`` ≤ :data:`SELECT_MAX_K`): one program owns ``BLOCK_M`` rows and
+  folds every column tile into a running top-k held in registers. A tile first gets ``hi·hi``
+  only; ``|s − hi·hi| ≤ 2⁻⁹·‖x_i‖·‖x_j‖`` bounds each weight from above, and a tile where no
+  bound beats its row's current k-th weight is skipped (later columns lose ties, so an equal
+  weight cannot enter). Otherwise the correction terms complete the similarity, and selection
+  rounds (as many as the most entries any row can still take, at most k) move the tile's best
+  entry (ties → lower column) into its row's worst slot.
+* :func:`_gain_weights_kernel` (larger ``k``, the exact graph ``k = n − 1``): the weights of a
+  block of rows against every column, written out; the top-k of each row is then selected on
+  the device with exact (weight, column) keys. Its memory is O(rows · N) per block.
+
+The host sorts each row exactly and packs CSR with the CPU path's helpers. Tile shapes, warps
+and stages are autotuned on CUDA (:data:`CONFIGS`, tuned once per ``(d, k)`` on the first
+:data:`TUNE_ROWS` rows); the interpreter runs :data:`INTERPRET_CONFIG`.
 """
 from __future__ import annotations
 
@@ -15,86 +28,287 @@ import triton
 import triton.language as tl
 
 from .csr import CSR
-from .gain_knn import check_gain_knn_inputs, finalise_csr
+from .errors import InputError
+from .gain_knn import check_gain_knn_inputs, finalise_csr, select_topk
+
+#: the largest k the register top-k takes; larger k (the exact graph) runs :func:`_gain_weights_kernel`
+SELECT_MAX_K = 64
+#: the similarity error bound of the ``hi·hi`` pass, per unit of ``‖x_i‖·‖x_j‖`` (twice the split's 2⁻¹⁰)
+HI_BOUND = tl.constexpr(2.0 ** -9)
+#: :func:`split_fp16` scales each row so that its largest entry lies in [2¹³, 2¹⁴)
+SPLIT_EXPONENT = 14
+#: rows of the slice the autotuner times each configuration on (enough CTAs to fill a GPU)
+TUNE_ROWS = 32768
+#: weights held at once by the dense path (rows per block = this / N)
+DENSE_ENTRIES = 1 << 26
+#: the autotuned tiles (rows, columns, reduction step, warps) and the largest k each holds in 128
+#: registers without spilling (two CTAs of 8 warps, or one of 16, per SM)
+TILES = {(64, 64, 32, 8): 32, (128, 64, 32, 16): 32, (128, 64, 16, 16): SELECT_MAX_K, (64, 128, 16, 16): SELECT_MAX_K}
+#: the autotuned configurations
+CONFIGS = [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_D": d}, num_warps=w, num_stages=3, maxnreg=128)
+           for m, n, d, w in TILES]
+
+
+def configs_for(k: int, configs: list = CONFIGS) -> list:
+    """The configurations of ``configs`` whose tile holds a top-k of ``k``."""
+    return [c for c in configs
+            if TILES[(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_D"], c.num_warps)] >= k]
+#: the configuration of the interpreter (small tiles: the tests' inputs span several of them)
+INTERPRET_CONFIG = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_D": 16}
+#: the dense path's configuration
+DENSE_CONFIG = triton.Config({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_D": 32}, num_warps=8, num_stages=3)
 
 
 @triton.jit
-def similarity_tile(X, rows, rmask, cols, cmask, D, stride_x,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
-    """``[BLOCK_M, BLOCK_N]`` tile of ``X[rows] · X[cols]ᵀ`` in IEEE fp32 (masked rows/cols give 0).
+def split_tf32(x):
+    """``(hi, lo)``: x truncated to TF32 (10 explicit mantissa bits) and the remainder, ``x = hi + lo``."""
+    hi = (x.to(tl.int32, bitcast=True) & -8192).to(tl.float32, bitcast=True)
+    return hi, x - hi
 
-    Row offsets are int64: ``row · stride`` passes 2³¹ from about 5.6 M rows × 384."""
-    s = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    row_off = rows.to(tl.int64) * stride_x
-    col_off = cols.to(tl.int64) * stride_x
+
+def split_fp16(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(hi, lo, unscale)``: X's rows scaled by powers of two ``2^e_i`` (largest entry in [2¹³, 2¹⁴);
+    zero rows unscaled) and split into float16 ``hi`` and ``lo`` ``[N, d]``, and ``unscale = 2^−e_i``
+    (float32 ``[N]``). ``x·2^e_i − hi − lo`` is within 2⁻²² of ``|x|·2^e_i`` (plus 2⁻²⁵ absolute)."""
+    top = X.abs().amax(dim=1) if X.shape[1] else torch.zeros(X.shape[0], device=X.device)
+    e = torch.where(top > 0, SPLIT_EXPONENT - 1 - torch.floor(torch.log2(torch.where(top > 0, top, 1.0))),
+                    torch.zeros_like(top))
+    scale = torch.exp2(e)
+    Xs = X * scale[:, None]
+    hi = Xs.to(torch.float16)
+    lo = (Xs - hi.to(torch.float32)).to(torch.float16)
+    return hi.contiguous(), lo.contiguous(), torch.exp2(-e).to(torch.float32).contiguous()
+
+
+@triton.jit
+def similarity_part(AH, AL, BH, BL, a_off, amask, b_off, bmask, D, s, PART: tl.constexpr, EVEN_D: tl.constexpr,
+                    BLOCK_D: tl.constexpr):
+    """``s`` plus one term of the scaled tile ``X[rows] · X[cols]ᵀ`` on tensor cores (float16 operands,
+    float32 sums): ``PART`` 1 ``hi·hi``, 2 ``hi·lo``, 3 ``lo·hi``. ``AH``/``AL`` (``BH``/``BL``) point at
+    the tile's first row (column) in the hi / lo arrays, ``a_off`` / ``b_off`` are the int32 element
+    offsets of its rows / columns from there (masked ones read 0); ``EVEN_D``: ``BLOCK_D`` divides D."""
+    A = AH if PART != 3 else AL
+    B = BL if PART == 2 else BH
     for d0 in range(0, D, BLOCK_D):
         dd = d0 + tl.arange(0, BLOCK_D)
-        dmask = dd < D
-        a = tl.load(X + row_off[:, None] + dd[None, :], mask=rmask[:, None] & dmask[None, :], other=0.0)
-        b = tl.load(X + col_off[None, :] + dd[:, None], mask=cmask[None, :] & dmask[:, None], other=0.0)
-        s += tl.dot(a, b, input_precision="ieee")
+        if EVEN_D:
+            a = tl.load(A + a_off[:, None] + dd[None, :], mask=amask[:, None], other=0.0)
+            b = tl.load(B + b_off[:, None] + dd[None, :], mask=bmask[:, None], other=0.0)
+        else:
+            a = tl.load(A + a_off[:, None] + dd[None, :], mask=amask[:, None] & (dd[None, :] < D), other=0.0)
+            b = tl.load(B + b_off[:, None] + dd[None, :], mask=bmask[:, None] & (dd[None, :] < D), other=0.0)
+        s = tl.dot(a, tl.trans(b), s)
     return s
 
 
 @triton.jit
-def _gain_knn_kernel(X, PEN, OUT_V, OUT_C, N, D, stride_x, sim_min, sim_max,
+def correction(AH, AL, BH, BL, a_off, amask, b_off, bmask, D, s, EVEN_D: tl.constexpr, BLOCK_D: tl.constexpr):
+    """``s + hi·lo + lo·hi``: the split's correction terms added to ``s`` (see :func:`similarity_part`)."""
+    s = similarity_part(AH, AL, BH, BL, a_off, amask, b_off, bmask, D, s, 2, EVEN_D, BLOCK_D)
+    return similarity_part(AH, AL, BH, BL, a_off, amask, b_off, bmask, D, s, 3, EVEN_D, BLOCK_D)
+
+
+@triton.jit
+def similarity_tile(AH, AL, BH, BL, a_off, amask, b_off, bmask, D, EVEN_D: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """The scaled ``[BLOCK_M, BLOCK_N]`` tile of ``X[rows] · X[cols]ᵀ`` in the three-term split."""
+    s = similarity_part(AH, AL, BH, BL, a_off, amask, b_off, bmask, D, tl.zeros([BLOCK_M, BLOCK_N], tl.float32), 1,
+                        EVEN_D, BLOCK_D)
+    return correction(AH, AL, BH, BL, a_off, amask, b_off, bmask, D, s, EVEN_D, BLOCK_D)
+
+
+@triton.jit
+def gain(s, pen):
+    """SPEC §1 step 3 on a similarity tile: ``x·sqrt(1 − x²)·pen``, ``x = clip(s, 0, 1)`` (the hardware
+    square root, within 2 ulp; see ``docs/decisions/kernels-gain-knn-tensor-cores.md``)."""
+    x = tl.minimum(tl.maximum(s, 0.0), 1.0)
+    return x * tl.sqrt(1.0 - x * x) * pen
+
+
+@triton.jit
+def _gain_knn_kernel(XH, XL, UNSCALE, NORM, PEN, OUT_V, OUT_C, N_ROWS, N, D, stride_x, sim_min, sim_max,
                      K: tl.constexpr, KP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_D: tl.constexpr):
+                     BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr):
     pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    rmask = rows < N
+    rmask = rows < N_ROWS
+    first = stride_x.to(tl.int64) * (pid * BLOCK_M)
+    AH, AL = XH + first, XL + first
+    a_off = tl.arange(0, BLOCK_M) * stride_x
+    norm_r = tl.load(NORM + rows, mask=rmask, other=0.0)
+    un_r = tl.load(UNSCALE + rows, mask=rmask, other=0.0)
     slots = tl.arange(0, KP)
-    # running top-k: empty slots hold -inf with distinct negative columns; padding slots
-    # (>= K) hold +inf so they are never the worst
+    # running top-k: empty slots hold -inf with distinct negative columns; padding slots (>= K) +inf
     best_v = tl.where(slots[None, :] < K, float("-inf"), float("inf")) + tl.zeros([BLOCK_M, KP], tl.float32)
     best_c = (-1 - slots[None, :]) + tl.zeros([BLOCK_M, KP], tl.int32)
+    thr = tl.min(best_v, axis=1)  # each row's k-th weight (-inf until k edges are held)
     big = 2147483647
     for c0 in range(0, N, BLOCK_N):
         cols = c0 + tl.arange(0, BLOCK_N)
         cmask = cols < N
-        s = similarity_tile(X, rows, rmask, cols, cmask, D, stride_x, BLOCK_M, BLOCK_N, BLOCK_D)
+        first_c = stride_x.to(tl.int64) * c0
+        BH, BL = XH + first_c, XL + first_c
+        b_off = tl.arange(0, BLOCK_N) * stride_x
+        un_c = tl.load(UNSCALE + cols, mask=cmask, other=0.0)
+        s_hi = similarity_part(AH, AL, BH, BL, a_off, rmask, b_off, cmask, D, tl.zeros([BLOCK_M, BLOCK_N], tl.float32),
+                               1, EVEN_D, BLOCK_D) * un_r[:, None] * un_c[None, :]
         pen = tl.load(PEN + cols, mask=cmask, other=0.0)
-        x = tl.minimum(tl.maximum(s, 0.0), 1.0)
-        w = tl.sqrt(1.0 - x * x) * x * pen[None, :]
-        ok = cmask[None, :] & (cols[None, :] != rows[:, None]) & (s >= sim_min) & (s <= sim_max) & (w > 0)
-        w = tl.where(ok, w, float("-inf"))
-        colb = cols[None, :] + tl.zeros([BLOCK_M, BLOCK_N], tl.int32)
-        for _ in range(K):
-            m = tl.max(w, axis=1)
-            mc = tl.min(tl.where(w == m[:, None], colb, big), axis=1)
-            wv = tl.min(best_v, axis=1)
-            wc = tl.max(tl.where(best_v == wv[:, None], best_c, -big), axis=1)
-            better = (m > float("-inf")) & ((m > wv) | ((m == wv) & (mc < wc)))
-            slot = (best_v == wv[:, None]) & (best_c == wc[:, None]) & better[:, None]
-            best_v = tl.where(slot, m[:, None], best_v)
-            best_c = tl.where(slot, mc[:, None], best_c)
-            w = tl.where(colb == mc[:, None], float("-inf"), w)
+        norm_c = tl.load(NORM + cols, mask=cmask, other=0.0)
+        delta = HI_BOUND * norm_r[:, None] * norm_c[None, :]
+        lo = tl.maximum(s_hi - delta, sim_min)
+        hi = tl.minimum(s_hi + delta, sim_max)
+        x = tl.minimum(tl.maximum(tl.minimum(tl.maximum(0.70710677, lo), hi), 0.0), 1.0)  # gain's argmax in [lo, hi]
+        bound = x * x * (1.0 - x * x) * pen[None, :] * pen[None, :] * 1.0001  # ≥ w² (rounding margin)
+        thr_sq = tl.where(thr > 0, thr * thr, -1.0)
+        own = cmask[None, :] & (cols[None, :] != rows[:, None]) & rmask[:, None]
+        maybe = own & (lo <= hi) & (bound > 0) & (bound > thr_sq[:, None])
+        if tl.max(maybe.to(tl.int32)) > 0:
+            s = similarity_tile(AH, AL, BH, BL, a_off, rmask, b_off, cmask, D, EVEN_D, BLOCK_M, BLOCK_N,
+                                BLOCK_D) * un_r[:, None] * un_c[None, :]  # the whole split again: nothing kept live
+            w = gain(s, pen[None, :])
+            ok = own & (s >= sim_min) & (s <= sim_max) & (w > 0) & (w > thr[:, None])
+            w = tl.where(ok, w, float("-inf"))
+            rounds = tl.minimum(tl.max(tl.sum(ok.to(tl.int32), axis=1)), K)
+            for _ in range(rounds):
+                m = tl.max(w, axis=1)
+                mc = tl.min(tl.where(w == m[:, None], cols[None, :], big), axis=1)
+                wc = tl.max(tl.where(best_v == thr[:, None], best_c, -big), axis=1)
+                better = m > thr  # a tie with the k-th loses: its column is higher
+                slot = (best_v == thr[:, None]) & (best_c == wc[:, None]) & better[:, None]
+                best_v = tl.where(slot, m[:, None], best_v)
+                best_c = tl.where(slot, mc[:, None], best_c)
+                thr = tl.min(best_v, axis=1)
+                w = tl.where(cols[None, :] == mc[:, None], float("-inf"), w)
     out = rows.to(tl.int64)[:, None] * K + slots[None, :]
     smask = rmask[:, None] & (slots[None, :] < K)
     tl.store(OUT_V + out, best_v, mask=smask)
     tl.store(OUT_C + out, tl.where(best_c >= 0, best_c, -1), mask=smask)
 
 
-def gain_knn_triton(X, k: int = 32, sim_min: float = 0.3, sim_max: float = 0.9, penalty=None,
-                    device: str = "cuda", block_m: int = 16, block_n: int = 32, block_d: int = 32,
-                    **_: object) -> CSR:
-    """SPEC §1 steps 3-5 with the Triton kernel; same contract as :func:`.gain_knn.gain_knn_cpu`.
+def _even_d(args: dict) -> bool:
+    return args["D"] % args["BLOCK_D"] == 0
 
-    Runs on ``device`` ("cuda"), or on CPU tensors under ``TRITON_INTERPRET=1``.
-    """
+
+_gain_knn_tuned = triton.autotune(configs=CONFIGS, key=["D", "K"], prune_configs_by={
+    "early_config_prune": lambda configs, named_args, **kw: configs_for(kw.get("K", named_args.get("K")), configs)})(
+    triton.heuristics({"EVEN_D": _even_d})(_gain_knn_kernel))
+
+
+@triton.jit
+def _gain_weights_kernel(XH, XL, UNSCALE, PEN, W, R0, R, N, D, stride_x, sim_min, sim_max,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr):
+    """``W[i, j]`` = the weight of edge ``R0 + i → j`` (``i < R``), -inf where it is not an edge."""
+    r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rmask = r < R
+    cmask = cols < N
+    rows = R0 + r
+    first_r = stride_x.to(tl.int64) * (R0 + tl.program_id(0) * BLOCK_M)
+    first_c = stride_x.to(tl.int64) * (tl.program_id(1) * BLOCK_N)
+    acc = similarity_tile(XH + first_r, XL + first_r, XH + first_c, XL + first_c, tl.arange(0, BLOCK_M) * stride_x,
+                          rmask, tl.arange(0, BLOCK_N) * stride_x, cmask, D, EVEN_D, BLOCK_M, BLOCK_N, BLOCK_D)
+    s = acc * tl.load(UNSCALE + rows, mask=rmask, other=0.0)[:, None] \
+        * tl.load(UNSCALE + cols, mask=cmask, other=0.0)[None, :]
+    pen = tl.load(PEN + cols, mask=cmask, other=0.0)
+    w = gain(s, pen[None, :])
+    ok = (cols[None, :] != rows[:, None]) & (s >= sim_min) & (s <= sim_max) & (w > 0)
+    tl.store(W + r.to(tl.int64)[:, None] * N + cols[None, :], tl.where(ok, w, float("-inf")),
+             mask=rmask[:, None] & cmask[None, :])
+
+
+def _dense_topk(Xd: torch.Tensor, pend: torch.Tensor, k: int, sim_min: float, sim_max: float,
+                interpret: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The top-k of every row through :func:`_gain_weights_kernel` and exact keys on the device."""
+    n, d = Xd.shape
+    hi, lo, unscale = split_fp16(Xd)
+    cfg = INTERPRET_CONFIG if interpret else DENSE_CONFIG.kwargs
+    launch = {} if interpret else {"num_warps": DENSE_CONFIG.num_warps, "num_stages": DENSE_CONFIG.num_stages}
+    rows = max(1, min(n, DENSE_ENTRIES // n))
+    cols = torch.arange(n, dtype=torch.int64, device=Xd.device)
+    vals, idx = torch.empty((n, k), dtype=torch.float32), torch.empty((n, k), dtype=torch.int64)
+    W = torch.empty((rows, n), dtype=torch.float32, device=Xd.device)
+    for r0 in range(0, n, rows):
+        R = min(rows, n - r0)
+        grid = (triton.cdiv(R, cfg["BLOCK_M"]), triton.cdiv(n, cfg["BLOCK_N"]))
+        _gain_weights_kernel[grid](hi, lo, unscale, pend, W, r0, R, n, d, hi.stride(0), sim_min, sim_max, **cfg,
+                                   **launch, EVEN_D=d % cfg["BLOCK_D"] == 0)
+        v, c = select_topk(W[:R], cols.expand(R, n), k)
+        vals[r0:r0 + R], idx[r0:r0 + R] = v.cpu(), c.cpu()
+    return vals, idx
+
+
+def gain_knn_triton(X, k: int = 32, sim_min: float = 0.3, sim_max: float = 0.9, penalty=None,
+                    device: str = "cuda", **_: object) -> CSR:
+    """SPEC §1 steps 3-5 with the Triton kernels; same contract as :func:`.gain_knn.gain_knn_cpu`.
+
+    Runs on ``device`` ("cuda"), or on CPU tensors under ``TRITON_INTERPRET=1``. Tolerance against
+    the CPU path: weights within 1e-5 relative or 1e-6 absolute (the gain's slope is unbounded as
+    s → 1); edges equal, except where two candidate weights (or a similarity and a band edge) lie
+    within the two paths' similarity difference (a few 1e-7 for unit rows).
+    Raises :class:`InputError` when the rows × N weight block of the dense path (``k`` >
+    :data:`SELECT_MAX_K`) cannot be allocated on the device."""
     Xc, pen, k, sim_min, sim_max = check_gain_knn_inputs(X, k, sim_min, sim_max, penalty)
     n, d = Xc.shape
     if n < 2 or k == 0:
         return finalise_csr(torch.zeros((n, 0)), torch.zeros((n, 0), dtype=torch.int64), n)
-    dev = "cpu" if device == "cpu" else "cuda"
+    interpret = device == "cpu"
+    dev = "cpu" if interpret else "cuda"
     Xd, pend = Xc.to(dev), pen.to(dev)
+    if k > SELECT_MAX_K:
+        try:
+            vals, cols = _dense_topk(Xd, pend, k, sim_min, sim_max, interpret)
+        except torch.OutOfMemoryError as e:
+            raise InputError(f"gain_knn: k = {k} (> {SELECT_MAX_K}) takes the dense path, whose block of "
+                             f"{max(1, DENSE_ENTRIES // n)} rows x {n} weights does not fit on the device") from e
+        return finalise_csr(vals, cols, n)
+    norms = torch.linalg.vector_norm(Xd, dim=1).contiguous()
+    hi, lo, unscale = split_fp16(Xd)
     out_v = torch.empty((n, k), dtype=torch.float32, device=dev)
     out_c = torch.empty((n, k), dtype=torch.int32, device=dev)
-    grid = (triton.cdiv(n, block_m),)
-    _gain_knn_kernel[grid](Xd, pend, out_v, out_c, n, d, Xd.stride(0), sim_min, sim_max,
-                           K=k, KP=max(triton.next_power_of_2(k), 2), BLOCK_M=block_m, BLOCK_N=block_n,
-                           BLOCK_D=block_d)
+    kp = max(triton.next_power_of_2(k), 2)
+    args = (hi, lo, unscale, norms, pend, out_v, out_c)
+    scalars = (n, d, hi.stride(0), sim_min, sim_max)
+    if interpret:
+        grid = (triton.cdiv(n, INTERPRET_CONFIG["BLOCK_M"]),)
+        _gain_knn_kernel[grid](*args, n, *scalars, K=k, KP=kp, EVEN_D=d % INTERPRET_CONFIG["BLOCK_D"] == 0,
+                               **INTERPRET_CONFIG)
+    else:
+        for rows in (min(n, TUNE_ROWS), n):  # the first call per (d, k) tunes on the first rows
+            _gain_knn_tuned[lambda meta, r=rows: (triton.cdiv(r, meta["BLOCK_M"]),)](*args, rows, *scalars, K=k, KP=kp)
     return finalise_csr(out_v.cpu(), out_c.cpu().to(torch.int64), n)
+
+
+def launch_builds(shapes: dict) -> list[dict]:
+    """The builds :func:`gain_knn_triton` launches (ahead-of-time compile check): every autotuned
+    configuration at G3RAG's k and at :data:`SELECT_MAX_K`, and the dense path of the exact graph."""
+    sig = {"XH": "*fp16", "XL": "*fp16", "UNSCALE": "*fp32", "NORM": "*fp32", "PEN": "*fp32", "OUT_V": "*fp32",
+           "OUT_C": "*i32", "N_ROWS": "i32",
+           "N": "i32", "D": "i32", "stride_x": "i32", "sim_min": "fp32", "sim_max": "fp32", "K": "constexpr",
+           "KP": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_D": "constexpr",
+           "EVEN_D": "constexpr"}
+    aligned = ("XH", "XL", "UNSCALE", "NORM", "PEN", "OUT_V", "OUT_C", "D", "stride_x")
+    out = []
+    for k in sorted({shapes["k"], SELECT_MAX_K}):
+        for c in configs_for(k):
+            m, n_ = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]
+            out.append({"kernel": "gain_knn", "config": f"k{k}-m{m}n{n_}d{c.kwargs['BLOCK_D']}w{c.num_warps}",
+                        "fn": "gain_knn_triton:_gain_knn_kernel", "signature": sig,
+                        "constexprs": {"K": k, "KP": max(triton.next_power_of_2(k), 2), **c.kwargs,
+                                       "EVEN_D": shapes["d"] % c.kwargs["BLOCK_D"] == 0},
+                        "num_warps": c.num_warps, "num_stages": c.num_stages, "maxnreg": c.maxnreg,
+                        "aligned": aligned})
+    dense = {"XH": "*fp16", "XL": "*fp16", "UNSCALE": "*fp32", "PEN": "*fp32", "W": "*fp32", "R0": "i32", "R": "i32",
+             "N": "i32", "D": "i32",
+             "stride_x": "i32", "sim_min": "fp32", "sim_max": "fp32", "BLOCK_M": "constexpr",
+             "BLOCK_N": "constexpr", "BLOCK_D": "constexpr", "EVEN_D": "constexpr"}
+    c = DENSE_CONFIG
+    out.append({"kernel": "gain_knn",
+                "config": f"dense-m{c.kwargs['BLOCK_M']}n{c.kwargs['BLOCK_N']}d{c.kwargs['BLOCK_D']}w{c.num_warps}",
+                "fn": "gain_knn_triton:_gain_weights_kernel", "signature": dense,
+                "constexprs": {**c.kwargs, "EVEN_D": shapes["d"] % c.kwargs["BLOCK_D"] == 0},
+                "num_warps": c.num_warps, "num_stages": c.num_stages,
+                "aligned": ("XH", "XL", "UNSCALE", "PEN", "W", "D", "stride_x")})
+    return out
 
 
 __all__ = ["gain_knn_triton"]

@@ -56,3 +56,12 @@ def group_decay_propagate_triton(A: torch.Tensor, w: torch.Tensor, node_group: t
                                  group_nodes.to(dev, torch.int32), alpha.to(dev, torch.float32), out, V,
                                  BLOCK_M=BLOCK_M)
     return out * w.float().to(dev)
+
+
+def launch_builds(shapes: dict) -> list[dict]:
+    """The build :func:`group_decay_propagate_triton` launches (ahead-of-time compile check)."""
+    sig = {"src_b_ptr": "*i64", "src_u_ptr": "*i64", "src_start_ptr": "*i64", "src_size_ptr": "*i64", "A_ptr": "*fp32",
+           "node_t_ptr": "*i64", "node_group_ptr": "*i64", "group_nodes_ptr": "*i32", "alpha_ptr": "*fp32",
+           "out_ptr": "*fp32", "V": "i32", "BLOCK_M": "constexpr"}
+    return [{"kernel": "group_decay_propagate", "config": "m32", "fn": "group_decay_propagate_triton:_decay_kernel",
+             "signature": sig, "constexprs": {"BLOCK_M": BLOCK_M}, "aligned": tuple(sig)[:10]}]

@@ -11,10 +11,10 @@ prefix S, as the mean marginal gain F(S ∪ {g}) − F(S). Score_ent = mean_g Sh
 The op works on a whole batch at once as tensor operations (no Python loop over
 permutations, subgraphs or candidates). Its inputs are already reduced to what F needs:
 
-- ``node_sets`` ``[B, G, U]``: membership of the query's local node u in subgraph g
+- ``node_sets`` ``[B, G, U]``: membership (0/1) of the query's local node u in subgraph g
   (rows g ≥ ``n_sub[b]`` are padding);
-- ``n_sub`` ``[B]``: |G_Q| per query;
-- ``cand_nodes`` ``[B, C, U]``: whether local node u ∈ nodes(G_D) for candidate c;
+- ``n_sub`` ``[B]`` (integers): |G_Q| per query;
+- ``cand_nodes`` ``[B, C, U]``: whether (0/1) local node u ∈ nodes(G_D) for candidate c;
 - ``best_sim`` ``[B, C, G]``: max_{g_d ∈ G_D} structsim(g, g_d) (0 when G_D is empty).
 
 Sampling (choice documented here, SPEC leaves it open): for each (query, t, g) we draw
@@ -50,6 +50,12 @@ from .tensors import as_tensor
 MODES = ("independent", "shared")
 
 
+def check_mode(mode: str) -> None:
+    """``mode`` must be one of :data:`MODES` (:class:`InputError` otherwise)."""
+    if mode not in MODES:
+        raise InputError(f"mode must be one of {MODES}, got {mode!r}")
+
+
 def query_predecessors(n: int, T: int, seed: int, mode: str = "independent") -> torch.Tensor:
     """``pred[t, g, h]`` (bool ``[T, n, n]``): subgraph h precedes g in sample t of a query
     with n subgraphs. A function of ``(seed, n, T, mode)`` only (batch independence, module
@@ -67,8 +73,7 @@ def predecessor_masks(n_sub: torch.Tensor, G: int, T: int, seed: int, mode: str 
 
     Only valid subgraphs (g, h < n_sub[b], h ≠ g) are set; padding rows and columns are 0.
     """
-    if mode not in MODES:
-        raise InputError(f"mode must be one of {MODES}, got {mode!r}")
+    check_mode(mode)
     if T < 1:
         raise InputError(f"T (number of permutations) must be >= 1, got {T}")
     n_cpu = n_sub.detach().cpu().to(torch.int64)
@@ -80,24 +85,37 @@ def predecessor_masks(n_sub: torch.Tensor, G: int, T: int, seed: int, mode: str 
 
 
 def _check_inputs(node_sets: torch.Tensor, n_sub: torch.Tensor, cand_nodes: torch.Tensor,
-                  best_sim: torch.Tensor, lam: float) -> tuple[int, int, int, int]:
+                  best_sim: torch.Tensor, lam: float, T: int = 1, seed: int = 0) -> tuple[int, int, int, int]:
+    """Validate both paths' inputs (shapes, integer ``n_sub`` in [0, G], 0/1 memberships, finite
+    ``best_sim``, ``lam`` a number in [0, 1], ``T`` a positive and ``seed`` a non-negative integer);
+    returns ``(B, G, U, C)``. Raises :class:`InputError` naming the argument."""
     if node_sets.ndim != 3:
         raise InputError(f"node_sets must be [B, G, U], got shape {tuple(node_sets.shape)}")
     B, G, U = node_sets.shape
     if tuple(n_sub.shape) != (B,):
         raise InputError(f"n_sub must have shape ({B},), got {tuple(n_sub.shape)}")
+    if n_sub.dtype.is_floating_point or n_sub.dtype.is_complex or n_sub.dtype == torch.bool:
+        raise InputError(f"n_sub must be an integer array (|G_Q| per query), got dtype {n_sub.dtype}")
     if cand_nodes.ndim != 3 or cand_nodes.shape[0] != B or cand_nodes.shape[2] != U:
         raise InputError(f"cand_nodes must be [B={B}, C, U={U}], got {tuple(cand_nodes.shape)}")
     C = cand_nodes.shape[1]
     if tuple(best_sim.shape) != (B, C, G):
         raise InputError(f"best_sim must be [B={B}, C={C}, G={G}], got {tuple(best_sim.shape)}")
-    if not 0.0 <= lam <= 1.0:
-        raise InputError(f"lam must be in [0, 1], got {lam}")
+    if isinstance(lam, bool) or not isinstance(lam, (int, float, np.integer, np.floating)) or not 0.0 <= lam <= 1.0:
+        raise InputError(f"lam must be a number in [0, 1], got {lam!r}")
+    if isinstance(T, bool) or not isinstance(T, (int, np.integer)) or T < 1:
+        raise InputError(f"T (number of permutations) must be an integer >= 1, got {T!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InputError(f"seed must be an integer >= 0, got {seed!r}")
     if (n_sub < 0).any() or (n_sub > G).any():
         raise InputError(f"n_sub values must lie in [0, {G}]")
-    for name, x in (("node_sets", node_sets), ("cand_nodes", cand_nodes), ("best_sim", best_sim)):
+    if best_sim.is_floating_point() and not bool(torch.isfinite(best_sim).all()):
+        raise InputError("best_sim must be finite: it holds NaN or infinite values")
+    for name, x in (("node_sets", node_sets), ("cand_nodes", cand_nodes)):
         if x.is_floating_point() and not bool(torch.isfinite(x).all()):
             raise InputError(f"{name} must be finite: it holds NaN or infinite values")
+        if x.numel() and not bool(((x == 0) | (x == 1)).all()):
+            raise InputError(f"{name} must hold memberships (0 or 1)")
     return B, G, U, C
 
 
@@ -136,7 +154,8 @@ def shapley_mc(node_sets: torch.Tensor, n_sub: torch.Tensor, cand_nodes: torch.T
     estimates (0 on padding rows) and Score_ent = mean over the query's valid subgraphs
     (0 for queries with no subgraph)."""
     node_sets, n_sub, cand_nodes, best_sim = as_tensors(node_sets, n_sub, cand_nodes, best_sim)
-    B, G, U, C = _check_inputs(node_sets, n_sub, cand_nodes, best_sim, lam)
+    B, G, U, C = _check_inputs(node_sets, n_sub, cand_nodes, best_sim, lam, T, seed)
+    check_mode(mode)
     if B == 0 or C == 0 or G == 0:
         return torch.zeros((B, C, G)), torch.zeros((B, C))
     pred = predecessor_masks(n_sub, G, T, seed, mode).to(node_sets.device)

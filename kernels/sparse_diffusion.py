@@ -6,13 +6,19 @@ Inputs: ``seed_ids int64 [B, s]`` (rows of the graph, ``-1`` = padding) and
 published seed vector p). With ``normalise=True`` (default) the graph ``(indptr,
 indices, data)`` holds raw weights W and each seed row is divided by its sum on the fly
 (rows that sum to 0 contribute nothing — SPEC §1.6: zero-sum rows stay zero); with
-``normalise=False`` the data are used as given. Output: dense ``float32 [B, n_cols]``.
+``normalise=False`` the data are used as given.
+
+Output: with ``top=None`` the dense ``float32 [B, n_cols]``; with ``top=k`` only the top
+candidates, ``(ids int64 [B, k], values float32 [B, k])``: per query the k columns reached by an
+edge of its seeds with the largest y (ties → lower column), best first, padded with -1 / -inf —
+O(B·s·deg) memory, nothing of size B·n_cols. Every y is the float64 sum of its terms in the order
+(query, seed, CSR position), rounded to float32.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .checks import check_ids, check_values
+from .checks import check_ids, check_positive_int, check_values
 from .errors import InputError
 from .csr import CSR, check_csr
 from .dispatch import register
@@ -44,26 +50,63 @@ def check_diffusion_inputs(seed_ids, seed_weights, graph: CSR) -> tuple[np.ndarr
     return ids, weights
 
 
-def sparse_diffusion_cpu(seed_ids, seed_weights, indptr, indices, data, n_cols: int,
-                         normalise: bool = True, device: str = "cpu") -> np.ndarray:
-    """SPEC §1 query step 2 on the CPU: ``float32 [B, n_cols]`` (see module docstring)."""
-    graph = check_csr(indptr, indices, data, n_cols, "sparse_diffusion graph")
-    ids, weights = check_diffusion_inputs(seed_ids, seed_weights, graph)
-    B = ids.shape[0]
+def check_top(top: object) -> int | None:
+    """``top`` as given: None or an integer >= 1 (:class:`InputError` otherwise)."""
+    if top is not None:
+        check_positive_int(top, "top", "sparse_diffusion")
+    return top
+
+
+def diffusion_terms(graph: CSR, ids: np.ndarray, weights: np.ndarray, normalise: bool
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The terms of ``y = pᵀT``: ``(keys int64 [E], terms float64 [E])`` with ``key = b·n_cols + j`` for
+    every edge (seed row → j) of every valid seed of query b, in the order (query, seed, CSR position)."""
     b_of, seeds = np.nonzero(ids >= 0)
     rows = ids[b_of, seeds]
     w = weights[b_of, seeds].astype(np.float64)
     starts, ends = graph.indptr[rows], graph.indptr[rows + 1]
     lengths = ends - starts
-    # positions of every seed row's edges, concatenated
     seg = np.repeat(np.arange(len(rows)), lengths)
     pos = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths) + starts[seg]
     edge_w = graph.data[pos].astype(np.float64)
     if normalise:
         sums = np.bincount(seg, weights=edge_w, minlength=len(rows))
         w = np.divide(w, sums, out=np.zeros_like(w), where=sums > 0)
-    flat = b_of[seg] * int(n_cols) + graph.indices[pos]
-    out = np.bincount(flat, weights=edge_w * w[seg], minlength=B * int(n_cols))
+    return b_of[seg] * np.int64(graph.n_cols) + graph.indices[pos], edge_w * w[seg]
+
+
+def top_entries(keys: np.ndarray, values: np.ndarray, B: int, n_cols: int, top: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The ``top`` entries of each query among distinct ``keys`` (``b·n_cols + j``) with float32 ``values``:
+    ``(ids int64 [B, top], values float32 [B, top])``, best first, ties toward the lower column,
+    padded with -1 / -inf."""
+    ids = np.full((B, top), -1, np.int64)
+    out = np.full((B, top), -np.inf, np.float32)
+    n = np.int64(max(n_cols, 1))
+    query, column = keys // n, keys % n
+    order = np.lexsort((column, -values, query))
+    query, column, values = query[order], column[order], values[order]
+    rank = np.arange(len(query)) - np.searchsorted(query, query)
+    keep = rank < top
+    ids[query[keep], rank[keep]] = column[keep]
+    out[query[keep], rank[keep]] = values[keep]
+    return ids, out
+
+
+def sparse_diffusion_cpu(seed_ids, seed_weights, indptr, indices, data, n_cols: int,
+                         normalise: bool = True, top: int | None = None, device: str = "cpu"):
+    """SPEC §1 query step 2 on the CPU: ``float32 [B, n_cols]``, or with ``top`` the top candidates
+    ``(ids, values)`` (see module docstring). O(B·n_cols) for the dense result, O(B·s·deg) with ``top``."""
+    graph = check_csr(indptr, indices, data, n_cols, "sparse_diffusion graph")
+    ids, weights = check_diffusion_inputs(seed_ids, seed_weights, graph)
+    check_top(top)
+    B = ids.shape[0]
+    keys, terms = diffusion_terms(graph, ids, weights, normalise)
+    if top is not None:
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        y = np.bincount(inverse.ravel(), weights=terms, minlength=len(uniq)).astype(np.float32)
+        return top_entries(uniq, y, B, int(n_cols), top)
+    out = np.bincount(keys, weights=terms, minlength=B * int(n_cols))
     return out.reshape(B, int(n_cols)).astype(np.float32)
 
 

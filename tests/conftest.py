@@ -37,7 +37,7 @@ def hashing_embedder():
 def minilm():
     """The default embedder, MiniLM, as ``resolve_embedder("minilm")`` gives it (a core
     dependency: its absence is a failure, not a skip). Loaded once per session."""
-    from hopgraph.engine.embedders.core import resolve_embedder
+    from hopgraph.engine.embedders import resolve_embedder
 
     return resolve_embedder("minilm")
 

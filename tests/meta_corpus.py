@@ -1,4 +1,4 @@
-"""A corpus with metadata objects and ids holding '/', '#', '?' and spaces (issue 12's text and
+"""A corpus with metadata objects and ids holding '/', '#', '?' and spaces (the text and
 metadata tests of the index, CLI, server and clients share it)."""
 from __future__ import annotations
 

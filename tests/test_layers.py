@@ -1,4 +1,4 @@
-"""Import structure of the package (issue 10, "One engine: clean layers").
+"""Import structure of the package: clean layers.
 
 The import graph is read from the source with :mod:`ast` (module-level AND function-level
 imports; imports under ``if TYPE_CHECKING:`` never run and are left out), with module names
@@ -190,8 +190,9 @@ def test_every_module_imports(module):
     """Each module imports (an optional third-party dependency that is not installed skips;
     ``__main__`` modules run the command line when imported and are only parsed above)."""
     try:
-        importlib.import_module(module)
+        imported = importlib.import_module(module)
     except ModuleNotFoundError as e:
         if e.name and not e.name.startswith("hopgraph"):
             pytest.skip(f"{module} needs the optional dependency {e.name}")
         raise
+    assert imported.__name__ == module

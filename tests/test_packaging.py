@@ -1,4 +1,4 @@
-"""Issue 12: hopgraph installs wherever Python and torch do, and its CPU path never needs Triton.
+"""hopgraph installs wherever Python and torch do, and its CPU path never needs Triton.
 
 The metadata checks read the *installed* distribution (what pip resolves), not pyproject.toml;
 the import checks run in a fresh interpreter so that no other test's imports count.
@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from packaging.requirements import Requirement
 
 #: marker environments of platforms Triton publishes no wheels for
@@ -107,11 +108,13 @@ def _run(block: bool) -> str:
     return proc.stdout
 
 
+@pytest.mark.slow
 def test_cpu_build_and_search_never_import_triton() -> None:
     """Every pipeline on the demo corpus with a hashing embedder: no hopgraph module imports triton."""
     assert _run(block=False).startswith("ok")
 
 
+@pytest.mark.slow
 def test_cpu_build_and_search_without_triton_installed() -> None:
     """Where Triton does not exist, importing it fails, and every pipeline still builds and searches."""
     assert _run(block=True).startswith("ok")

@@ -1,4 +1,4 @@
-"""``hopgraph bench``: the benchmarks a user runs to size a deployment (issue 14 item 4).
+"""``hopgraph bench``: the benchmarks a user runs to size a deployment.
 
 Side-by-side tables, each printed with the date and the load average, and written as JSON:
 
@@ -6,6 +6,9 @@ Side-by-side tables, each printed with the date and the load average, and writte
   batched_ppr vs the bare torch CSR loop and igraph per graph family, sparse_diffusion vs scipy;
 * the first build in a fresh process vs warm (:mod:`.cold_start`);
 * build costs and pipelines' queries/s with and without question embedding (:mod:`.pipelines`).
+
+``hopgraph bench --gpu-compile`` / ``--gpu-model`` run :mod:`.gpu_compile` / :mod:`.gpu_model` instead
+(the Triton kernels compiled for sm_80 and sm_90; their performance model), no GPU needed.
 
 Sizes: :data:`QUICK` (a few minutes on a 2-core CPU) or :data:`FULL`, multiplied by ``scale``
 (a tiny ``scale`` runs every table in seconds: the test of the command). The ``bench/`` scripts

@@ -1,4 +1,4 @@
-"""The cold-start tax of a build (issue 14 item 2): ``G3RAG(k=32).fit(X)`` in a fresh process
+"""The cold-start tax of a build: ``G3RAG(n_neighbors=32).fit(X)`` in a fresh process
 with an empty torch.compile cache vs faiss flat k-NN (k + 1) in a fresh process, side by side.
 
 Every side runs in its own subprocess (``sys.executable``), with ``TORCHINDUCTOR_CACHE_DIR`` a
@@ -35,7 +35,7 @@ else:
     from hopgraph import G3RAG
 t_import = time.perf_counter() - t0  # what the side itself imports; the data generation follows
 from suite.common import clustered, faiss_knn
-fn = (lambda X: faiss_knn(X, k)) if side == "faiss" else (lambda X: G3RAG(k=k).fit(X))
+fn = (lambda X: faiss_knn(X, k)) if side == "faiss" else (lambda X: G3RAG(n_neighbors=k).fit(X))
 X = clustered(n, 384, max(2, n // 100))
 t1 = time.perf_counter(); fn(X); t2 = time.perf_counter(); fn(X); t3 = time.perf_counter()
 print(json.dumps({"import": t_import, "first": t2 - t1, "warm": t3 - t2}))

@@ -1,5 +1,5 @@
-"""Timing, tables and generated data shared by ``hopgraph bench`` and the ``bench/`` scripts
-(issue 14 item 4: the benchmarks a user runs to size a deployment).
+"""Timing, tables and generated data shared by ``hopgraph bench`` (the benchmarks a user runs to
+size a deployment) and the ``bench/`` scripts.
 
 Every table is printed with the date and ``os.getloadavg()`` (the machine may be shared; take
 ratios from rows of one table, measured within seconds of each other)."""

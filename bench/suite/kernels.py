@@ -1,4 +1,4 @@
-"""Kernels against their anchors (issue 14 item 4), CPU path, one table per op family:
+"""Kernels against their anchors, CPU path, one table per op family:
 
 * ``gain_knn`` (SPEC §1 steps 3-5) and ``density`` (step 1) vs faiss ``IndexFlatIP`` exact
   k-NN (k + 1) of the same X — warm (the first call of the process is timed separately);

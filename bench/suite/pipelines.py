@@ -1,4 +1,4 @@
-"""Pipelines' build costs and queries/s, with and without question embedding (issue 14 item 4).
+"""Pipelines' build costs and queries/s, with and without question embedding.
 
 The corpus is generated (:func:`generated_corpus`: topic words, titles as entities, two-hop
 questions that name one passage's title and another's topic words) or read from ``--data DIR``

@@ -5,8 +5,9 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
-from .. import __version__
+from .. import __version__, logs
 from ..engine.errors import HopgraphError
+from ..logs import LEVELS
 from . import index_commands, other_commands, search_commands
 from .options import ArgumentParser
 
@@ -29,6 +30,10 @@ def build_parser() -> ArgumentParser:
     known = ", ".join(pipeline_names())
     for module in (index_commands, search_commands, other_commands):
         module.register(sub, known)
+    for command in sub.choices.values():
+        if not any("--log-level" in a.option_strings for a in command._actions):
+            command.add_argument("--log-level", default="warning", choices=LEVELS,
+                                 help="the least severe log records shown on stderr (one line each)")
     return parser
 
 
@@ -62,8 +67,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     :data:`EXIT_INTERNAL_ERROR` (1) with the traceback and a line saying it is a bug for
     anything else; :data:`EXIT_INTERRUPTED` (130) with one line for Ctrl-C / SIGINT (an interrupted
     ``index`` leaves its work directory for ``--resume``). argparse's own usage errors exit 2 as usual.
+    Log records of ``--log-level`` and above, and every warning, are one line each on stderr
+    (:func:`hopgraph.logs.configure`) while the command runs.
     """
     args = build_parser().parse_args(argv)
+    logs.configure(args.log_level, prefix=f"hopgraph {args.command}")
     try:
         return args.func(args)
     except KeyboardInterrupt:
@@ -81,3 +89,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hopgraph {args.command}: internal error (a bug in hopgraph, please report it with the "
               f"traceback above): {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_INTERNAL_ERROR
+    finally:
+        logs.reset()

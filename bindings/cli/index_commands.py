@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import time
 from pathlib import Path
+
+from ..engine.errors import InputError
 
 from .options import (
     check_before_work,
@@ -15,8 +18,9 @@ from .options import (
     param_option,
     read_corpus_args,
     refuse_search_params,
-    warnings_to_stderr,
 )
+
+log = logging.getLogger("hopgraph.cli")
 
 
 def cmd_index(args: argparse.Namespace) -> int:
@@ -27,23 +31,31 @@ def cmd_index(args: argparse.Namespace) -> int:
     check_before_work(args.pipelines, cli_params(args))
     refuse_search_params(cli_params(args))
     t0 = time.perf_counter()
-    out = Path(args.out)
+    out = output_dir(args.out)
     work_dir = streaming.work_dir_for(out)
     # the output's write lock is held from before the build to the commit: a second build to the same
     # --out (and its OUT.work) is refused at once, and an --out that may not be replaced before any work
     with storage.TargetGuard(out, overwrite=args.overwrite, flag="--overwrite"):
         corpus = read_corpus_args(args)
-        with warnings_to_stderr("index"):
-            index = Index.build(corpus, embedder=args.embedder, embeddings=args.embeddings, device=args.device,
-                                pipelines=args.pipelines, params=cli_params(args), progress=not args.quiet,
-                                batch_size=args.batch_size,
-                                work_dir=work_dir, resume=args.resume, ray_address=args.ray,
-                                chunk_tokens=args.chunk_tokens, chunk_overlap=args.chunk_overlap)
+        index = Index.build(corpus, embedder=args.embedder, embeddings=args.embeddings, device=args.device,
+                            pipelines=args.pipelines, params=cli_params(args), progress=not args.quiet,
+                            batch_size=args.batch_size, work_dir=work_dir, resume=args.resume, ray_address=args.ray,
+                            chunk_tokens=args.chunk_tokens, chunk_overlap=args.chunk_overlap)
         index.save(out, overwrite=args.overwrite)
         streaming.finish(work_dir)
     print(f"indexed {len(index.corpus)} passages ({', '.join(index.pipelines)}) into {args.out} "
           f"in {time.perf_counter() - t0:.1f} s")
     return 0
+
+
+def output_dir(out: str) -> Path:
+    """``--out`` as a path that names a new index directory; InputError for ``.``, ``..``, ``/`` and
+    other paths without a name of their own (an index replaces its directory as a whole)."""
+    path = Path(out)
+    if path.name in ("", ".", ".."):
+        raise InputError(f"--out {out!r}: give the index directory a name of its own (e.g. --out my-index); "
+                         "the index is written as a new directory, not into an existing one")
+    return path
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -66,18 +78,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    """Append passages to an index (issue 13): only they are embedded; committed as a new generation."""
-    import numpy as np
-
+    """Append passages to an index: only they are embedded; committed as a new generation.
+    ``--embeddings`` is read as ``hopgraph index`` reads it (a ``.npy`` or a folder of shards, never
+    with pickled objects)."""
+    from ..engine.ingest.precomputed import open_embeddings
     from ..index import Index
 
     t0 = time.perf_counter()
     corpus = read_corpus_args(args)
-    embeddings = np.load(args.embeddings, allow_pickle=False) if args.embeddings else None
+    embeddings = open_embeddings(args.embeddings, progress=False) if args.embeddings else None
     with Index.updating(args.index, embedder=args.embedder, device=args.device, progress=not args.quiet) as index:
-        with warnings_to_stderr("add"):
-            r = index.add(corpus, upsert=args.upsert, embeddings=embeddings, batch_size=args.batch_size,
-                          chunk_tokens=args.chunk_tokens, chunk_overlap=args.chunk_overlap)
+        r = index.add(corpus, upsert=args.upsert, embeddings=embeddings, batch_size=args.batch_size,
+                      chunk_tokens=args.chunk_tokens, chunk_overlap=args.chunk_overlap)
     replaced = f", {len(r.replaced)} replaced" if r.replaced else ""
     print(f"added {len(r.added)} passages{replaced} to {args.index} ({index.n_live} live) in "
           f"{time.perf_counter() - t0:.1f} s (embedding {r.embed_seconds:.1f} s, update {r.update_seconds:.1f} s)")
@@ -85,17 +97,20 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    """Tombstone passages of an index: no search returns them from the new commit on."""
+    """Tombstone passages of an index: no search returns them from the new commit on. Ids the index
+    does not hold are named (a warning); none of the ids held is a user error (exit status 2)."""
     from ..index import Index
 
     ids = ids_from(args)
     with Index.updating(args.index, progress=False) as index:
         r = index.delete(ids)
-    unknown = ""
     if r.unknown:
         more = f" (and {len(r.unknown) - 5} more)" if len(r.unknown) > 5 else ""
-        unknown = f"; {len(r.unknown)} id(s) not in the index: {', '.join(map(repr, r.unknown[:5]))}{more}"
-    print(f"deleted {len(r.deleted)} passages from {args.index} ({index.n_live} live){unknown}")
+        unknown = f"{len(r.unknown)} id(s) not in the index: {', '.join(map(repr, r.unknown[:5]))}{more}"
+        if not r.deleted:
+            raise InputError(f"no passage deleted from {args.index}: {unknown}")
+        log.warning("%s", unknown)
+    print(f"deleted {len(r.deleted)} passages from {args.index} ({index.n_live} live)")
     return 0
 
 

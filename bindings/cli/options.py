@@ -3,12 +3,10 @@ any work (names and parameters refused before a corpus is embedded or an index l
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
-import warnings
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..engine.errors import InputError
 
@@ -53,6 +51,17 @@ def name_list(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
+def type_map(text: str) -> dict[str, str]:
+    """``year=int,zip=str`` as ``{"year": "int", "zip": "str"}``."""
+    out = {}
+    for item in name_list(text):
+        field, sep, kind = item.partition("=")
+        if not sep or not field.strip():
+            raise argparse.ArgumentTypeError(f"expected FIELD=TYPE items, got {item!r}")
+        out[field.strip()] = kind.strip()
+    return out
+
+
 def param_option(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--param", action="append", metavar="[PIPELINE.]NAME=VALUE",
                    help=f"a pipeline parameter {what} (repeatable; VALUE read as JSON, e.g. "
@@ -66,10 +75,14 @@ def corpus_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--text-field", help="the field/column holding the text (default: detected)")
     p.add_argument("--metadata-fields", type=name_list, metavar="A,B",
                    help="fields/columns kept as passage metadata (default: all others)")
+    p.add_argument("--metadata-types", type=type_map, metavar="FIELD=TYPE,...",
+                   help="types of metadata fields: int, float, bool or str (default: as the file holds them; "
+                   "CSV/TSV columns inferred)")
     p.add_argument("--chunk-tokens", type=int, metavar="N",
-                   help="split documents into passages of N whitespace words (ids DOCID#k)")
+                   help="split documents into passages of at most N tokens of the embedder's tokenizer, "
+                   "cut at sentence ends where possible (ids DOCID#k)")
     p.add_argument("--chunk-overlap", type=int, default=0, metavar="M",
-                   help="words shared by consecutive passages of a document (with --chunk-tokens)")
+                   help="tokens shared by consecutive passages of a document (with --chunk-tokens)")
 
 
 def common(p: argparse.ArgumentParser, embedder_default: str | None = "minilm") -> None:
@@ -115,29 +128,12 @@ def refuse_search_params(params: Mapping[str, Mapping[str, Any]]) -> None:
                              f"{name}: {', '.join(cls.FitParams.names()) or 'none'})")
 
 
-@contextlib.contextmanager
-def warnings_to_stderr(command: str) -> Iterator[None]:
-    """Print each :class:`PassageLengthWarning` raised inside as one line ``hopgraph COMMAND:
-    warning: ...`` on stderr (other warnings are shown as usual)."""
-    from ..engine.ingest.chunking import PassageLengthWarning
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", PassageLengthWarning)
-        try:
-            yield
-        finally:
-            for w in caught:
-                if issubclass(w.category, PassageLengthWarning):
-                    print(f"hopgraph {command}: warning: {w.message}", file=sys.stderr)
-                else:
-                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
-
-
 def read_corpus_args(args: argparse.Namespace):
     from ..engine.components.corpus import read_corpus
 
     return read_corpus(args.corpus, id_field=args.id_field, title_field=args.title_field,
-                       text_field=args.text_field, metadata_fields=args.metadata_fields)
+                       text_field=args.text_field, metadata_fields=args.metadata_fields,
+                       metadata_types=args.metadata_types)
 
 
 def ids_from(args: argparse.Namespace) -> list[str]:
@@ -151,20 +147,41 @@ def ids_from(args: argparse.Namespace) -> list[str]:
     return ids
 
 
+#: the comparisons of ``--where FIELD<OP>VALUE``, longest first (so ``>=`` is not read as ``>``)
+WHERE_OPERATORS = (("!=", "$ne"), (">=", "$gte"), ("<=", "$lte"), ("=", "$eq"), (">", "$gt"), ("<", "$lt"))
+
+
 def where_filter(items: Sequence[str] | None) -> dict[str, Any] | None:
-    """``--where FIELD=VALUE`` items as a ``where`` mapping: a value is read as JSON when it parses
-    (``year=1999``, ``draft=false``), else as a string; a field given twice takes either value."""
+    """``--where`` items as one ``where`` filter (:mod:`hopgraph.engine.filters`): ``FIELD=VALUE``,
+    ``FIELD!=VALUE``, ``FIELD>VALUE``, ``FIELD>=VALUE``, ``FIELD<VALUE``, ``FIELD<=VALUE`` (VALUE read
+    as JSON when it parses — ``year>=1999``, ``draft=false``, ``tags=["a","b"]`` —, else as a
+    string), or a whole filter as a JSON object (``{"$or": [...]}``). The items must all hold,
+    except that equalities of one field given twice take either value."""
     if not items:
         return None
-    where: dict[str, list] = {}
+    equal: dict[str, list] = {}
+    parts: list[dict[str, Any]] = []
     for item in items:
-        field, sep, raw = item.partition("=")
-        if not sep or not field.strip():
-            raise InputError(f"--where expects FIELD=VALUE, got {item!r}")
+        if item.lstrip().startswith("{"):
+            try:
+                where = json.loads(item)
+            except ValueError as e:
+                raise InputError(f"--where {item!r}: not a JSON object ({e})") from None
+            parts.append(where)
+            continue
+        cut = min(((item.find(sym), sym, op) for sym, op in WHERE_OPERATORS if item.find(sym) > 0),
+                  default=None, key=lambda c: (c[0], -len(c[1])))
+        if cut is None or not item[:cut[0]].strip():
+            raise InputError(f"--where expects FIELD=VALUE (or !=, >, >=, <, <=, or a JSON filter), got {item!r}")
+        at, sym, op = cut
+        field, raw = item[:at].strip(), item[at + len(sym):]
         try:
             value = json.loads(raw)
         except ValueError:
             value = raw
-        values = value if isinstance(value, list) else [value]
-        where.setdefault(field.strip(), []).extend(values)
-    return where
+        if op == "$eq":
+            equal.setdefault(field, []).extend(value if isinstance(value, list) else [value])
+        else:
+            parts.append({field: {op: value}})
+    parts = [{f: v[0] if len(v) == 1 else v} for f, v in equal.items()] + parts
+    return parts[0] if len(parts) == 1 else {"$and": parts}

@@ -62,12 +62,25 @@ def _bench_suite() -> tuple[Callable[..., Any], Callable[..., Any]]:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """``hopgraph bench``: side-by-side benchmark tables (``bench/suite`` of a source checkout)."""
+    """``hopgraph bench``: side-by-side benchmark tables (``bench/suite`` of a source checkout);
+    ``--gpu-compile`` / ``--gpu-model``: the Triton kernels compiled for sm_80/sm_90 / their performance
+    model instead (exit status 1 when a build violates the compile check)."""
     parse_groups, run = _bench_suite()
 
-    groups = parse_groups(args.only)
     if args.json is not None and not Path(args.json).resolve().parent.is_dir():
         raise InputError(f"--json {args.json}: its folder does not exist")
+    if args.keep is not None and not args.gpu_compile:
+        raise InputError("--keep DIR goes with --gpu-compile")
+    if args.gpu_compile or args.gpu_model:
+        from suite import gpu_compile, gpu_model
+
+        emit = lambda text: print(text, flush=True)  # noqa: E731
+        if args.gpu_model:
+            gpu_model.run(json_path=args.json, emit=emit)
+            return 0
+        records = gpu_compile.run(json_path=args.json, keep=args.keep, emit=emit)
+        return 1 if any(gpu_compile.violations(gpu_compile.Record(**r)) for r in records) else 0
+    groups = parse_groups(args.only)
     report = run(full=args.full, scale=args.scale, groups=groups, data=args.data, embedder=args.embedder,
                  progress=not args.quiet, emit=lambda text: print(text, flush=True))
     if args.json is not None:
@@ -111,6 +124,14 @@ def register(sub: argparse._SubParsersAction, known: str) -> None:
     p.add_argument("--data", type=Path, metavar="DIR", help="pipelines on a benchmark folder (corpus.jsonl + "
                    "questions.jsonl) instead of a generated corpus")
     p.add_argument("--json", metavar="FILE", help="also write every table as JSON")
+    gpu = p.add_mutually_exclusive_group()
+    gpu.add_argument("--gpu-compile", action="store_true", help="instead of the tables: compile every Triton kernel "
+                     "for sm_80 and sm_90 (no GPU needed) and print registers, spills, shared memory, warps and "
+                     "tensor-core use; exit status 1 when a build fails the check")
+    gpu.add_argument("--gpu-model", action="store_true", help="instead of the tables: bytes, FLOPs, H100/H200 "
+                     "roofline and estimated seconds of each kernel at the 10^6 shapes, from its compiled SASS")
+    p.add_argument("--keep", metavar="DIR", help="with --gpu-compile: keep each build's cubin as "
+                   "DIR/{kernel}-{config}-{target}.cubin")
     p.add_argument("--embedder", default="minilm", help="the pipelines' embedder: 'minilm', 'hashing-DIM', ...")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_bench)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+import logging
 from pathlib import Path
 
 from ..engine.errors import InputError
@@ -17,6 +17,8 @@ from .options import (
     param_option,
     where_filter,
 )
+
+log = logging.getLogger("hopgraph.cli")
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -53,18 +55,32 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.k is not None:  # the deprecated spelling of --ks
         if args.ks_given:
             raise InputError("give --ks only (--k is its deprecated alias)")
-        print("hopgraph eval: warning: --k is deprecated, use --ks", file=sys.stderr)
+        log.warning("--k is deprecated, use --ks")
         args.ks = args.k
     check_before_work(args.pipelines, cli_params(args))
+    for flag, value in (("--json", args.json), ("--plot", args.plot), ("--per-query", args.per_query)):
+        if value is not None and not Path(value).resolve().parent.is_dir():
+            raise InputError(f"{flag} {value}: its folder does not exist")
     report = evaluate(args.data_dir, args.pipelines, args.ks, embedder=args.embedder, cache_dir=args.cache_dir,
-                      device=args.device, progress=not args.quiet, ablations=args.ablations, params=cli_params(args))
-    print(format_table(report, args.ks))
+                      device=args.device, progress=not args.quiet, ablations=args.ablations, params=cli_params(args),
+                      split=args.split, qrels=args.qrels, topics=args.topics, corpus=args.corpus, depth=args.depth,
+                      run_dir=args.run_dir, baseline=args.baseline)
+    print(format_table(report))
     if args.plot:
-        plot_report(report, args.ks, args.plot)
+        plot_report(report, args.plot)
         print(f"wrote {args.plot}")
     if args.json:
-        Path(args.json).write_text(json.dumps(json_report(report, args.ks), indent=2) + "\n")
+        Path(args.json).write_text(json.dumps(json_report(report), indent=2) + "\n")
         print(f"wrote {args.json}")
+    if args.per_query:
+        with open(args.per_query, "w", encoding="utf-8") as f:
+            f.write("pipeline\tquery_id\tmeasure\tvalue\n")
+            for label, scores in report["per_query"].items():
+                for qid, values in scores.items():
+                    f.writelines(f"{label}\t{qid}\t{m}\t{v:.6f}\n" for m, v in values.items())
+        print(f"wrote {args.per_query}")
+    for label, path in report["run_files"].items():
+        print(f"wrote {path}")
     return 0
 
 
@@ -81,26 +97,41 @@ def register(sub: argparse._SubParsersAction, known: str) -> None:
     p.add_argument("--group-by-document", action="store_true",
                    help="one hit per document (a chunked index's best passage of each)")
     p.add_argument("--where", action="append", metavar="FIELD=VALUE",
-                   help="only passages whose metadata FIELD equals VALUE (JSON or text); repeatable, a field "
-                   "given twice takes either value")
+                   help="only passages whose metadata passes: FIELD=VALUE, FIELD!=VALUE, FIELD>VALUE, >=, <, <= "
+                   "(VALUE read as JSON, else text), or a JSON filter ('{\"$or\": [...]}'); repeatable, all must "
+                   "hold, a field given twice with = takes either value")
     p.add_argument("--allowed-ids", metavar="FILE", help="only these passages: a file of ids, one per line")
     param_option(p, "for this search (PIPELINE defaults to --pipeline; fit parameters refit in memory)")
     common(p, embedder_default=None)
     p.set_defaults(func=cmd_search)
 
-    p = sub.add_parser("eval", help="Recall@k on a benchmark folder (corpus.jsonl + questions.jsonl)")
-    p.add_argument("data_dir", help="folder with corpus.jsonl and questions.jsonl")
+    p = sub.add_parser("eval", help="nDCG@10, MRR@10, MAP@100, Recall@k and P@k on a benchmark (hopgraph, BEIR "
+                       "or TREC), with per-query scores, TREC run files and paired tests")
+    p.add_argument("data_dir", help="folder with corpus.jsonl and questions.jsonl (hopgraph), or queries.jsonl and "
+                   "qrels/SPLIT.tsv (BEIR)")
+    p.add_argument("--split", default="test", help="the BEIR qrels split (qrels/SPLIT.tsv)")
+    p.add_argument("--qrels", metavar="FILE", help="TREC qrels (QID ITER DOCID REL), with --topics")
+    p.add_argument("--topics", metavar="FILE", help="TREC topics (QID<TAB>TEXT lines or <top> blocks), with --qrels")
+    p.add_argument("--corpus", metavar="PATH", help="the corpus, in any format `index` reads (default: "
+                   "DATA_DIR/corpus.jsonl)")
     p.add_argument("--pipelines", type=name_list, default="dense,bm25,g3rag",
                    help=f"comma-separated pipelines to evaluate, of: {known}")
     p.add_argument("--ks", type=int_list, default="2,5,8", action=StoreKs,
                    help="comma-separated k of the Recall@k columns")
     p.add_argument("--k", type=int_list, help=argparse.SUPPRESS)  # deprecated alias of --ks
     p.set_defaults(ks_given=False)
-    p.add_argument("--json", help="write the results (Recall@k with standard errors) as JSON to this file")
+    p.add_argument("--depth", type=int, help="passages retrieved per query (default: 100, or the largest k)")
+    p.add_argument("--baseline", help="the row every other is compared with by paired tests of nDCG@10 "
+                   "(default: the first pipeline)")
+    p.add_argument("--json", help="write the report (every measure with its standard error, per-query scores, "
+                   "paired tests; schema in docs/cli.md) to this file")
+    p.add_argument("--per-query", metavar="FILE", help="write every query's scores as TSV (pipeline, query_id, "
+                   "measure, value)")
+    p.add_argument("--run-dir", metavar="DIR", help="write a TREC run file PIPELINE.run per pipeline to this folder")
     p.add_argument("--cache-dir", help="where built indexes are cached (default: $HOPGRAPH_CACHE_DIR, else the "
                    f"platform cache directory; here: {default_cache_dir()})")
     p.add_argument("--ablations", action="store_true", help="also evaluate each pipeline's named ablations")
-    p.add_argument("--plot", help="write a bar chart of Recall@k per pipeline to this PNG")
+    p.add_argument("--plot", help="write the Recall@k curve of every pipeline to this PNG")
     param_option(p, "of the evaluated index (cached pipelines are updated or refitted)")
     common(p)
     p.set_defaults(func=cmd_eval)

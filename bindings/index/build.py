@@ -9,7 +9,7 @@ import numpy as np
 
 from ..engine.components.corpus import Corpus
 from ..engine.components.late_pooling import embed_corpus
-from ..engine.embedders.core import Embedder, resolve_embedder, validate_embeddings
+from ..engine.embedders import Embedder, resolve_embedder, validate_embeddings
 from ..engine.errors import InputError
 from ..engine.pipelines import pipeline_class
 from .params import validate_params
@@ -40,9 +40,9 @@ class IndexBuild:
         interrupted build (:mod:`hopgraph.engine.ingest.streaming`). ``ray_address`` runs
         embedding and the gain-kNN row blocks on a Ray cluster
         (:mod:`hopgraph.engine.distributed`); the index is the same. ``chunk_tokens`` splits each
-        document into passages of that many words, ``chunk_overlap`` shared
-        (:func:`hopgraph.engine.ingest.chunking.chunk_corpus`: ids ``DOCID#k``, metadata ``{"document",
-        "chunk"}``). Passages longer than the embedder's maximum input give a
+        document into passages of at most that many tokens of the embedder, ``chunk_overlap`` shared,
+        cut at sentence ends where possible (:func:`hopgraph.engine.ingest.chunking.chunk_corpus`: ids
+        ``DOCID#k``, metadata ``{"document", "chunk", "start_char", "end_char"}``). Passages longer than the embedder's maximum input give a
         :class:`~hopgraph.engine.ingest.chunking.PassageLengthWarning`.
         """
         from ..engine import distributed
@@ -63,7 +63,9 @@ class IndexBuild:
             if embeddings is not None:
                 raise InputError("chunk_tokens and precomputed embeddings exclude each other: the embeddings' "
                                  "rows are the unchunked passages")
-            corpus = chunking.chunk_corpus(corpus, chunk_tokens, chunk_overlap)
+            chunking.check_chunking(chunk_tokens, chunk_overlap)
+            embedder = resolve_embedder(embedder)  # its tokenizer counts the chunks' tokens
+            corpus = chunking.chunk_corpus(corpus, chunk_tokens, chunk_overlap, embedder)
         if work_dir is not None:
             streaming.check_work_dir(work_dir)
         t0 = time.perf_counter()
@@ -83,13 +85,13 @@ class IndexBuild:
             name = emb.name if emb is not None else name
         elif work_dir is not None or ray_address is not None:
             emb = resolve_embedder(embedder)
-            chunking.warn_long_passages(corpus, emb)
+            chunking.warn_long_passages(corpus, emb, chunk_tokens)
             X = streaming.embed_corpus(corpus, emb, work_dir if work_dir is not None else _scratch_dir(),
                                        batch_size, resume=resume, progress=progress, ray_address=ray_address)
             name = emb.name
         else:
             emb = resolve_embedder(embedder)
-            chunking.warn_long_passages(corpus, emb)
+            chunking.warn_long_passages(corpus, emb, chunk_tokens)
             checked = validate_params(params or {})
             pooled = [key for key in (pipeline_class(p).pooled_texts(checked.get(p, {})) for p in pipelines) if key]
             X, adopted = embed_corpus(corpus, emb, pooled, batch_size, progress)

@@ -14,7 +14,7 @@ import numpy as np
 from ..engine import storage
 from ..engine.components.corpus import Corpus
 from ..engine.components.shared import Components
-from ..engine.embedders.core import Embedder, embedder_from_entry
+from ..engine.embedders import Embedder, embedder_from_entry
 from ..engine.filters import MetadataIndex
 from ..engine.params import RunSettings, split_params
 from ..engine.pipelines import Pipeline, pipeline_class

@@ -23,7 +23,7 @@ import numpy as np
 from ..engine import storage
 from ..engine.components.corpus import Corpus
 from ..engine.components.shared import Components, ComponentsSnapshot
-from ..engine.embedders.core import Embedder, embedder_entry, resolve_embedder
+from ..engine.embedders import Embedder, embedder_entry, resolve_embedder
 from ..engine.errors import IndexFormatError, InputError
 from ..engine.pipelines import pipeline_class
 from .params import fit_params_only, validate_params
@@ -478,7 +478,7 @@ def _same_path(a: Path, b: Path) -> bool:
 def _check_embedder_name(manifest: Path, name: str, dim: int) -> None:
     """A built-in embedder named in a manifest must have the recorded dimension (checked without
     loading the model); other names (precomputed, callables) are taken as they are."""
-    from ..engine.embedders.core import DEFAULT_EMBEDDER, MiniLMEmbedder
+    from ..engine.embedders import DEFAULT_EMBEDDER, MiniLMEmbedder
 
     expected = None
     if name.lower() in ("minilm", DEFAULT_EMBEDDER.lower()):

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..engine.components.corpus import Corpus
 from ..engine.components.shared import Components
-from ..engine.embedders.core import validate_embeddings
+from ..engine.embedders import validate_embeddings
 from ..engine.storage import stack_rows
 from ..engine.errors import DuplicateIdError, InputError
 from .reports import AddReport, DeleteReport
@@ -47,7 +47,7 @@ class IndexLive:
             raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
         new = Corpus.coerce(records)
         if chunk_tokens is not None:
-            new = chunking.chunk_corpus(new, chunk_tokens, chunk_overlap)
+            new = chunking.chunk_corpus(new, chunk_tokens, chunk_overlap, self.embedder)
         deleted = self.components.deleted
         existing = []
         for pid in new.ids:
@@ -135,7 +135,8 @@ class IndexLive:
         self._metadata = None
         self.components = Components(self.X, self.corpus, self._embedder, self.params.get("bm25"), self.progress)
         old = self.pipelines
-        self.pipelines, self._variants = {}, {}
+        self.pipelines = {}
+        self._variants.clear()
         for name, pipe in old.items():
             t0 = time.perf_counter()
             self.pipelines[name] = self._fit(pipe.clone())

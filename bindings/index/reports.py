@@ -31,7 +31,8 @@ class Hit:
 
     ``text`` is the passage text, or None when the search was asked not to return it
     (``with_text=False``); ``metadata`` is the corpus record's metadata object (``{}`` for
-    none; see :meth:`hopgraph.Corpus.meta`), always filled. Hits are frozen; ``metadata`` is a
+    none; see :meth:`hopgraph.Corpus.meta`), always filled. A passage of a chunked document
+    also gives its :attr:`document_id`, :attr:`start_char` and :attr:`end_char`. Hits are frozen; ``metadata`` is a
     plain dict and takes no part in hashing.
     """
 
@@ -44,3 +45,23 @@ class Hit:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def document_id(self) -> str:
+        """The document this passage was cut from (a chunked index's ``"document"`` metadata), else
+        the passage's own id."""
+        doc = self.metadata.get("document")
+        return str(doc) if isinstance(doc, (str, int)) and not isinstance(doc, bool) else self.id
+
+    @property
+    def start_char(self) -> int | None:
+        """Where the passage starts in its document's text (a chunked index's ``"start_char"``), else
+        None: ``document_text[hit.start_char:hit.end_char] == hit.text``."""
+        value = self.metadata.get("start_char")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
+    def end_char(self) -> int | None:
+        """Where the passage ends in its document's text (``"end_char"``), else None."""
+        value = self.metadata.get("end_char")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -1,16 +1,26 @@
 """Searching an index: questions to embeddings, filters, pipelines, hits."""
 from __future__ import annotations
 
+import json
+import warnings
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..engine.embedders.core import encode_queries, validate_embeddings
+from ..engine.embedders import validate_embeddings
+from ..engine.embedders.queries import encode_queries
 from ..engine.errors import InputError
-from ..engine.filters import MetadataIndex, filter_mask
+from ..engine.filters import EmptyFilterWarning, MetadataIndex, filter_mask
 from ..engine.params import split_params
 from ..engine.pipelines import pipeline_class
 from .reports import Hit
+
+
+def empty_filter_message(allowed_ids: Sequence[str] | None, where: Mapping[str, Any] | None) -> str:
+    """The :class:`EmptyFilterWarning` text of a filter that passes no passage."""
+    parts = ([f"where={json.dumps(where, default=str)[:200]}"] if where is not None else []) + \
+        ([f"allowed_ids ({len(allowed_ids)} ids)"] if allowed_ids is not None else [])
+    return f"the filter {' and '.join(parts)} passes no passage of the index: no results"
 
 
 class IndexSearch:
@@ -24,14 +34,18 @@ class IndexSearch:
                       k: int = 5, query_embeddings: np.ndarray | None = None, *,
                       embed: Callable[[list[str]], np.ndarray] | None = None, group_by_document: bool = False,
                       allowed_ids: Sequence[str] | None = None, where: Mapping[str, Any] | None = None,
-                      **overrides: Any) -> tuple[np.ndarray, np.ndarray]:
+                      warn_empty: bool = True, **overrides: Any) -> tuple[np.ndarray, np.ndarray]:
         """Like :meth:`~hopgraph.index.Index.search` but returns the raw ``(rows int64 [B,k], scores float32 [B,k])``.
         ``overrides``: search parameters of this call; fit parameters select a variant (:meth:`~hopgraph.index.Index.pipeline`).
+        ``warn_empty=False``: no :class:`~hopgraph.engine.filters.EmptyFilterWarning` (a caller that
+        reports it otherwise, as the server does in its answer).
 
         ``questions`` may also mix question strings and 1-D embedding rows (the pipeline then
         gets no texts); ``embed`` (default :meth:`embed_queries`) embeds the strings, in one call.
         """
         allowed = self.filter_mask(allowed_ids, where)
+        if warn_empty and allowed is not None and not self.components.allowed(allowed).any():
+            warnings.warn(empty_filter_message(allowed_ids, where), EmptyFilterWarning, stacklevel=3)
         cls = pipeline_class(pipeline)
         fit, search, run = split_params(cls.FitParams, cls.SearchParams, overrides)
         pipe = self.pipeline(pipeline, **fit, **run)
@@ -39,6 +53,8 @@ class IndexSearch:
         if group_by_document:
             from ..engine.ingest.chunking import group_by_document as group
 
+            if not isinstance(k, bool) and isinstance(k, int) and k > 0:
+                k = max(1, min(k, self.n_live))  # never more documents than live passages
             return group(lambda depth: pipe.search(Q, depth, texts, allowed=allowed, **search), self.corpus, k)
         return pipe.search(Q, k, texts, allowed=allowed, **search)
 
@@ -59,10 +75,12 @@ class IndexSearch:
         """Top-``k`` passages for each question (texts, or a ``[B, d]`` embedding matrix).
 
         Filters (:mod:`hopgraph.engine.filters`): ``allowed_ids`` (passage ids) and ``where``
-        (``{metadata field: value or list of values}``) restrict the passages returned, and ``k``
-        of them come back whenever ``k`` pass: every pipeline draws its candidates and seeds
+        (``{field: value}``, ``{field: {"$gte": 2000}}``, ``{"$or": [...]}`` ...) restrict the passages
+        returned, and ``k`` of them come back whenever ``k`` pass (a filter that passes none warns with
+        :class:`~hopgraph.engine.filters.EmptyFilterWarning`): every pipeline draws its candidates and seeds
         under the filter and masks its final ranking (a graph walk may pass through filtered
-        passages). Deleted passages (:meth:`~hopgraph.index.Index.delete`) are never returned.
+        passages). Deleted passages (:meth:`~hopgraph.index.Index.delete`) are never returned. A
+        ``k`` beyond the live passages is clamped to their number (nothing of size ``k`` is allocated).
 
         ``overrides`` are this call's search parameters (fit parameters select a variant, see
         :meth:`~hopgraph.index.Index.pipeline`). With

@@ -3,19 +3,24 @@ passage text and metadata of each hit. Imports no framework.
 
 A *source* is anything with ``search(questions, pipeline=..., k=..., **kwargs) -> list[list[Hit]]``:
 a :class:`hopgraph.Index` (local), a :class:`hopgraph.Client` (a ``hopgraph serve`` instance) or an
-asynchronous client whose ``search`` is a coroutine function (``hopgraph.AsyncClient``).
+asynchronous client whose ``search`` is a coroutine function (``hopgraph.AsyncClient``). A retriever
+holds a synchronous source, an asynchronous one, or both (:class:`Sources`): its synchronous calls
+use the synchronous source, else run the asynchronous one on the process's background event loop
+(:func:`hopgraph.client.run_sync`), and its asynchronous calls await the asynchronous source, else
+run the synchronous one in a worker thread. Either way any number of calls in a row, from code that
+runs an event loop or not.
 
 A retriever's ``search_kwargs`` mean the same for every source (:func:`search_arguments` maps them):
-``with_text`` and ``group_by_document`` (booleans, as in ``Index.search``), and pipeline parameters,
-given by name (``{"gamma": 0.05}``) or as ``{"params": {"gamma": 0.05}}``. A source whose ``search``
-has a ``params`` parameter (the clients) gets them as ``params={...}``, any other (``Index.search``)
-as keyword arguments.
+``k`` (overrides the retriever's ``k``), ``with_text`` and ``group_by_document`` (booleans, as in
+``Index.search``), the filters ``where`` and ``allowed_ids``, and pipeline parameters, given by
+name (``{"gamma": 0.05}``) or as ``{"params": {"gamma": 0.05}}``. A source whose ``search`` has a
+``params`` parameter (the clients) gets the parameters as ``params={...}``, any other
+(``Index.search``) as keyword arguments.
 """
 from __future__ import annotations
 
 import asyncio
 import inspect
-import threading
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from ..engine.errors import InputError
@@ -34,6 +39,42 @@ def require(module: str, extra: str, what: str) -> Any:
                                   name=e.name) from e
 
 
+class Sources:
+    """The sources of a retriever: ``sync`` (an Index or a Client) and / or ``asynchronous`` (an
+    AsyncClient); at least one."""
+
+    def __init__(self, sync: Any = None, asynchronous: Any = None) -> None:
+        self.sync, self.asynchronous = sync, asynchronous
+
+    @classmethod
+    def of(cls, index: Any = None, client: Any = None, async_client: Any = None) -> "Sources":
+        """The sources of a retriever's ``index=`` / ``client=`` (the same role: give one) and
+        ``async_client=``; an asynchronous ``index`` or ``client`` counts as ``async_client``.
+        InputError naming the argument for anything else."""
+        if index is not None and client is not None:
+            raise InputError("give index= or client= (the same role: the retriever's source), not both")
+        name, primary = ("client", client) if client is not None else ("index", index)
+        if async_client is not None and not is_async_source(async_client):
+            raise InputError(f"async_client must have an async search(...), got {type(async_client).__name__}")
+        if primary is None:
+            if async_client is None:
+                raise InputError("give index= (a hopgraph.Index), client= (a hopgraph.Client) and / or "
+                                 "async_client= (a hopgraph.AsyncClient)")
+            return cls(None, async_client)
+        check_source(primary, name)
+        if is_async_source(primary):
+            if async_client is not None:
+                raise InputError(f"{name}= is asynchronous and async_client= is given too: "
+                                 "give one asynchronous source")
+            return cls(None, primary)
+        return cls(primary, async_client)
+
+    @property
+    def any(self) -> Any:
+        """The synchronous source, else the asynchronous one (to read hits' passages from)."""
+        return self.sync if self.sync is not None else self.asynchronous
+
+
 def is_async_source(source: Any) -> bool:
     """True when ``source.search`` is a coroutine function (an asynchronous client)."""
     return inspect.iscoroutinefunction(getattr(source, "search", None))
@@ -48,15 +89,16 @@ def check_source(source: Any, name: str = "index") -> Any:
 
 
 #: ``search_kwargs`` passed to every source as they are (the rest are pipeline parameters)
-SEARCH_OPTIONS = ("with_text", "group_by_document")
+SEARCH_OPTIONS = ("with_text", "group_by_document", "where", "allowed_ids")
 #: what the retriever sets itself, so ``search_kwargs`` may not
-RETRIEVER_ARGUMENTS = ("questions", "queries", "pipeline", "k", "query_embeddings")
+RETRIEVER_ARGUMENTS = ("questions", "queries", "pipeline", "query_embeddings")
 
 
 def split_search_kwargs(search_kwargs: Mapping[str, Any] | None) -> tuple[dict[str, bool], dict[str, Any]]:
-    """``(options, pipeline parameters)`` of a retriever's ``search_kwargs``; InputError naming the
-    key for one the retriever sets itself, a non-boolean option, a ``params`` that is not a mapping,
-    or a parameter given twice. The parameters' names and values are checked by the search itself."""
+    """``(options, pipeline parameters)`` of a retriever's ``search_kwargs`` (``k`` checked, then left
+    to :func:`search_k`); InputError naming the key for one the retriever sets itself, a bad ``k`` or
+    option, a ``params`` that is not a mapping, or a parameter given twice. The parameters' names and
+    values, and the filters' content, are checked by the search itself."""
     if search_kwargs is None:
         return {}, {}
     if not isinstance(search_kwargs, Mapping):
@@ -66,9 +108,17 @@ def split_search_kwargs(search_kwargs: Mapping[str, Any] | None) -> tuple[dict[s
         if name in kwargs:
             raise InputError(f"search_kwargs may not set {name!r}: the retriever sets it "
                              "(give pipeline= and k= to the retriever)")
+    if "k" in kwargs:
+        k = kwargs.pop("k")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise InputError(f"search_kwargs['k'] must be a positive integer, got {k!r}")
     options = {name: kwargs.pop(name) for name in SEARCH_OPTIONS if name in kwargs}
     for name, value in options.items():
-        if not isinstance(value, bool):
+        if name == "where" and not isinstance(value, Mapping):
+            raise InputError(f"search_kwargs['where'] must be a filter object, got {type(value).__name__}")
+        if name == "allowed_ids" and (isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple))):
+            raise InputError(f"search_kwargs['allowed_ids'] must be a list of passage ids, got {type(value).__name__}")
+        if name in ("with_text", "group_by_document") and not isinstance(value, bool):
             raise InputError(f"search_kwargs[{name!r}] must be true or false, got {value!r}")
     nested = kwargs.pop("params", None)
     if nested is None:
@@ -105,55 +155,47 @@ def search_arguments(source: Any, search_kwargs: Mapping[str, Any] | None) -> di
     return {**options, "params": params} if takes_params(source) else {**options, **params}
 
 
+def search_k(k: int, search_kwargs: Mapping[str, Any] | None) -> int:
+    """``search_kwargs["k"]`` when given (checked by :func:`split_search_kwargs`), else ``k``."""
+    return int(search_kwargs["k"]) if search_kwargs and "k" in search_kwargs else k
+
+
 def wants_text(search_kwargs: Mapping[str, Any] | None) -> bool:
     """False when ``search_kwargs`` turn the passage text off (``with_text=False``)."""
     return split_search_kwargs(search_kwargs)[0].get("with_text", True)
 
 
-def _run_coroutine(coroutine: Any) -> Any:
-    """Run ``coroutine`` to completion from synchronous code, in a fresh thread with its own event loop
-    (so it also works when the caller's thread already runs a loop)."""
-    result: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            result["value"] = asyncio.run(coroutine)
-        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
-            result["error"] = e
-
-    thread = threading.Thread(target=target, name="hopgraph-async-search", daemon=True)
-    thread.start()
-    thread.join()
-    if "error" in result:
-        raise result["error"]
-    return result["value"]
-
-
-def search(source: Any, questions: Sequence[str], pipeline: str, k: int,
+def search(sources: Sources, questions: Sequence[str], pipeline: str, k: int,
            search_kwargs: Mapping[str, Any] | None = None) -> list[list[Any]]:
-    """One batched ``source.search`` for all ``questions`` (no call for an empty list), with
-    ``search_kwargs`` mapped by :func:`search_arguments`."""
+    """One batched search for all ``questions`` (no call for an empty list), with ``search_kwargs``
+    mapped by :func:`search_arguments`: on the synchronous source, else on the asynchronous one
+    run to completion by :func:`hopgraph.client.run_sync`."""
     questions = list(questions)
     if not questions:
         return []
-    call = source.search(questions, pipeline=pipeline, k=k, **search_arguments(source, search_kwargs))
-    results = _run_coroutine(call) if inspect.iscoroutine(call) else call
-    return _check_results(results, len(questions))
+    source = sources.sync if sources.sync is not None else sources.asynchronous
+    call = source.search(questions, pipeline=pipeline, k=search_k(k, search_kwargs),
+                         **search_arguments(source, search_kwargs))
+    if inspect.isawaitable(call):
+        from ..client import run_sync
+
+        call = run_sync(call)
+    return _check_results(call, len(questions))
 
 
-async def asearch(source: Any, questions: Sequence[str], pipeline: str, k: int,
-                  search_kwargs: Mapping[str, Any] | None = None, async_source: Any = None) -> list[list[Any]]:
-    """:func:`search` without blocking the event loop: awaited on ``async_source`` (or ``source``)
-    when its ``search`` is a coroutine function, else the synchronous search in a worker thread."""
+async def asearch(sources: Sources, questions: Sequence[str], pipeline: str, k: int,
+                  search_kwargs: Mapping[str, Any] | None = None) -> list[list[Any]]:
+    """:func:`search` without blocking the event loop: awaited on the asynchronous source, else the
+    synchronous search in a worker thread."""
     questions = list(questions)
     if not questions:
         return []
-    for candidate in (async_source, source):
-        if candidate is not None and is_async_source(candidate):
-            results = await candidate.search(questions, pipeline=pipeline, k=k,
-                                             **search_arguments(candidate, search_kwargs))
-            return _check_results(results, len(questions))
-    return await asyncio.to_thread(search, source, questions, pipeline, k, search_kwargs)
+    if sources.asynchronous is not None:
+        source = sources.asynchronous
+        results = await source.search(questions, pipeline=pipeline, k=search_k(k, search_kwargs),
+                                      **search_arguments(source, search_kwargs))
+        return _check_results(results, len(questions))
+    return await asyncio.to_thread(search, sources, questions, pipeline, k, search_kwargs)
 
 
 def _check_results(results: Any, n: int) -> list[list[Any]]:

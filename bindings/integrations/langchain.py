@@ -4,12 +4,14 @@
 >>> retriever = HopgraphRetriever(index=hopgraph.Index.load("my-index"), pipeline="hybrid", k=5)
 >>> retriever.invoke("Who designed the bridge in Peter Harlow's home city?")   # list[Document]
 >>> retriever.batch(questions)      # ONE batched hopgraph search for all the questions
+>>> HopgraphRetriever(async_client=hopgraph.AsyncClient(url), search_kwargs={"k": 3}).invoke("...")
 
-``index`` is a :class:`hopgraph.Index`, a :class:`hopgraph.Client` (a ``hopgraph serve``
-instance) or an asynchronous client (``search`` a coroutine function). Each ``Document`` has
-``id`` = the passage id, ``page_content`` = the passage text and ``metadata`` = the passage's
-own metadata plus ``id``, ``title``, ``score``, ``rank`` and ``pipeline``. A client whose hits
-carry no passage text gives ``page_content == ""`` (an Index always gives the text).
+The source is ``index=`` (a :class:`hopgraph.Index`) or ``client=`` (a :class:`hopgraph.Client`
+of a ``hopgraph serve`` instance), and / or ``async_client=`` (a :class:`hopgraph.AsyncClient`);
+every method works with any of them, synchronous or not (see ``hopgraph.integrations._source``). Each
+``Document`` has ``id`` = the passage id, ``page_content`` = the passage text and ``metadata`` =
+the passage's own metadata plus ``id``, ``title``, ``score``, ``rank`` and ``pipeline``. A client
+whose hits carry no passage text gives ``page_content == ""`` (an Index always gives the text).
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from langchain_core.documents import Document  # noqa: E402
 from langchain_core.retrievers import BaseRetriever  # noqa: E402
 from langchain_core.runnables import RunnableConfig  # noqa: E402
 from langchain_core.runnables.config import ensure_config, get_config_list  # noqa: E402
-from pydantic import ConfigDict, Field, field_validator  # noqa: E402
+from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator  # noqa: E402
 
 __all__ = ["HopgraphRetriever"]
 
@@ -39,30 +41,30 @@ class HopgraphRetriever(BaseRetriever):
     """A LangChain ``BaseRetriever`` over a hopgraph index, local or served.
 
     ``batch`` / ``abatch`` run ONE batched hopgraph search for all their questions (LangChain's
-    default would call ``invoke`` once per question); ``ainvoke`` awaits ``async_client`` (or
-    ``index`` when it is asynchronous), else runs the synchronous search in a worker thread.
-    ``search_kwargs``: query-time pipeline parameters (``{"gamma": 0.05}``, or ``{"params": {...}}``),
-    ``with_text`` (False: empty ``page_content``) and ``group_by_document``; the same for an Index
+    default would call ``invoke`` once per question); ``ainvoke`` / ``abatch`` await ``async_client``,
+    else run the synchronous search in a worker thread; ``invoke`` / ``batch`` use ``index`` /
+    ``client``, else run ``async_client`` to completion. ``search_kwargs``: ``k``, query-time pipeline
+    parameters (``{"gamma": 0.05}``, or ``{"params": {...}}``), ``with_text`` (False: empty
+    ``page_content``), ``group_by_document``, ``where`` and ``allowed_ids``; the same for an Index
     and a client (a client gets the parameters as ``params=``).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    index: Any
-    """A :class:`hopgraph.Index`, :class:`hopgraph.Client` or asynchronous client."""
+    index: Any = None
+    """A :class:`hopgraph.Index` (or any source: a client, an asynchronous client)."""
+    client: Any = None
+    """A :class:`hopgraph.Client` (the same role as ``index``: give one of them)."""
     pipeline: str = "g3rag"
     """The hopgraph pipeline to search with (``dense``, ``bm25``, ``hybrid``, ``g3rag``, ...)."""
     k: int = Field(default=5, gt=0)
     """Number of documents per question."""
     search_kwargs: dict[str, Any] = Field(default_factory=dict)
-    """Query-time pipeline parameters, ``with_text`` and ``group_by_document`` (see the class docstring)."""
+    """``k``, query-time pipeline parameters, ``with_text``, ``group_by_document``, ``where`` and
+    ``allowed_ids`` (see the class docstring)."""
     async_client: Any = None
-    """Optional asynchronous client (``hopgraph.AsyncClient``) used by ``ainvoke`` / ``abatch``."""
-
-    @field_validator("index")
-    @classmethod
-    def _check_index(cls, value: Any) -> Any:
-        return _source.check_source(value, "index")
+    """An asynchronous client (``hopgraph.AsyncClient``): awaited by ``ainvoke`` / ``abatch``; the
+    synchronous methods use it too when no ``index`` / ``client`` is given."""
 
     @field_validator("search_kwargs")
     @classmethod
@@ -70,28 +72,27 @@ class HopgraphRetriever(BaseRetriever):
         _source.split_search_kwargs(value)
         return value
 
-    @field_validator("async_client")
-    @classmethod
-    def _check_async_client(cls, value: Any) -> Any:
-        if value is not None and not _source.is_async_source(value):
-            raise ValueError(f"async_client must have an async search(...), got {type(value).__name__}")
-        return value
+    _sources: Any = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _check_sources(self) -> "HopgraphRetriever":
+        self._sources = _source.Sources.of(self.index, self.client, self.async_client)
+        return self
 
     # ------------------------------------------------------------------ documents
     def _documents(self, results: list[list[Any]]) -> list[list[Document]]:
         """hopgraph hits → one list of ``Document`` per question."""
-        return _source.convert_hits(self.index, results, self.pipeline, self.search_kwargs,
+        return _source.convert_hits(self._sources.any, results, self.pipeline, self.search_kwargs,
                                     lambda hit, text, meta: Document(id=hit.id, page_content=text, metadata=meta))
 
     def search_documents(self, queries: list[str]) -> list[list[Document]]:
         """Documents for each query from ONE batched search, without LangChain callbacks."""
-        return self._documents(_source.search(self.index, _texts(queries), self.pipeline, self.k,
+        return self._documents(_source.search(self._sources, _texts(queries), self.pipeline, self.k,
                                               self.search_kwargs))
 
     async def asearch_documents(self, queries: list[str]) -> list[list[Document]]:
         """:meth:`search_documents` without blocking the event loop."""
-        results = await _source.asearch(self.index, _texts(queries), self.pipeline, self.k, self.search_kwargs,
-                                        async_source=self.async_client)
+        results = await _source.asearch(self._sources, _texts(queries), self.pipeline, self.k, self.search_kwargs)
         return self._documents(results)
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun

@@ -4,9 +4,11 @@
 >>> retriever = HopgraphRetriever(hopgraph.Index.load("my-index"), pipeline="hybrid", k=5)
 >>> retriever.retrieve("Who designed the bridge in Peter Harlow's home city?")  # list[NodeWithScore]
 >>> retriever.retrieve_batch(questions)   # ONE batched hopgraph search (LlamaIndex has no batch API)
+>>> HopgraphRetriever(async_client=hopgraph.AsyncClient(url)).retrieve("...")
 
-``index`` is a :class:`hopgraph.Index`, a :class:`hopgraph.Client` (a ``hopgraph serve``
-instance) or an asynchronous client (``search`` a coroutine function). Each result is a
+The source is ``index`` (a :class:`hopgraph.Index`) or ``client=`` (a :class:`hopgraph.Client` of a
+``hopgraph serve`` instance), and / or ``async_client=`` (a :class:`hopgraph.AsyncClient`); every
+method works with any of them, synchronous or not (see ``hopgraph.integrations._source``). Each result is a
 ``NodeWithScore(node=TextNode(id_=passage id, text=passage text, metadata=...), score=...)``;
 the metadata holds the passage's own metadata plus ``id``, ``title``, ``score``, ``rank`` and
 ``pipeline``. A client whose hits carry no passage text gives ``text == ""``.
@@ -30,23 +32,23 @@ __all__ = ["HopgraphRetriever"]
 class HopgraphRetriever(BaseRetriever):
     """A LlamaIndex ``BaseRetriever`` over a hopgraph index, local or served.
 
-    ``retrieve`` / ``aretrieve`` answer one question (``aretrieve`` awaits ``async_client``, or
-    ``index`` when it is asynchronous, else runs the synchronous search in a worker thread);
-    :meth:`retrieve_batch` / :meth:`aretrieve_batch` answer many with ONE batched hopgraph search.
-    ``search_kwargs``: query-time pipeline parameters (``{"gamma": 0.05}``, or ``{"params": {...}}``),
-    ``with_text`` (False: empty node text) and ``group_by_document``; the same for an Index and a
-    client (a client gets the parameters as ``params=``).
+    ``retrieve`` / ``aretrieve`` answer one question (``aretrieve`` awaits ``async_client``, else
+    runs the synchronous search in a worker thread; ``retrieve`` uses ``index`` / ``client``, else
+    runs ``async_client`` to completion); :meth:`retrieve_batch` / :meth:`aretrieve_batch` answer
+    many with ONE batched hopgraph search. ``search_kwargs``: ``k``, query-time pipeline parameters
+    (``{"gamma": 0.05}``, or ``{"params": {...}}``), ``with_text`` (False: empty node text),
+    ``group_by_document``, ``where`` and ``allowed_ids``; the same for an Index and a client (a
+    client gets the parameters as ``params=``).
     The question text is searched (a ``QueryBundle``'s embedding, made by another model, is not used).
     """
 
-    def __init__(self, index: Any, pipeline: str = "g3rag", k: int = 5, *,
+    def __init__(self, index: Any = None, pipeline: str = "g3rag", k: int = 5, *, client: Any = None,
                  search_kwargs: Mapping[str, Any] | None = None, async_client: Any = None,
                  callback_manager: CallbackManager | None = None, verbose: bool = False) -> None:
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise InputError(f"k must be a positive integer, got {k!r}")
-        if async_client is not None and not _source.is_async_source(async_client):
-            raise InputError(f"async_client must have an async search(...), got {type(async_client).__name__}")
-        self.index = _source.check_source(index, "index")
+        self.sources = _source.Sources.of(index, client, async_client)
+        self.index, self.client = index, client
         self.pipeline = pipeline
         self.k = k
         _source.split_search_kwargs(search_kwargs)
@@ -56,18 +58,17 @@ class HopgraphRetriever(BaseRetriever):
 
     def _nodes(self, results: list[list[Any]]) -> list[list[NodeWithScore]]:
         """hopgraph hits → one list of ``NodeWithScore`` per question."""
-        return _source.convert_hits(self.index, results, self.pipeline, self.search_kwargs,
-                                    lambda hit, text, meta: NodeWithScore(node=TextNode(id_=hit.id, text=text, metadata=meta),
-                                                                          score=float(hit.score)))
+        return _source.convert_hits(self.sources.any, results, self.pipeline, self.search_kwargs,
+                                    lambda hit, text, meta: NodeWithScore(
+                                        node=TextNode(id_=hit.id, text=text, metadata=meta), score=float(hit.score)))
 
     def retrieve_batch(self, queries: Sequence[str | QueryBundle]) -> list[list[NodeWithScore]]:
         """Nodes for every query from ONE batched hopgraph search (no per-query callback events)."""
-        return self._nodes(_source.search(self.index, _texts(queries), self.pipeline, self.k, self.search_kwargs))
+        return self._nodes(_source.search(self.sources, _texts(queries), self.pipeline, self.k, self.search_kwargs))
 
     async def aretrieve_batch(self, queries: Sequence[str | QueryBundle]) -> list[list[NodeWithScore]]:
         """:meth:`retrieve_batch` without blocking the event loop."""
-        results = await _source.asearch(self.index, _texts(queries), self.pipeline, self.k, self.search_kwargs,
-                                        async_source=self.async_client)
+        results = await _source.asearch(self.sources, _texts(queries), self.pipeline, self.k, self.search_kwargs)
         return self._nodes(results)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:

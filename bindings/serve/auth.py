@@ -1,4 +1,4 @@
-"""Optional API-key check of ``hopgraph serve`` (issue 7): an ASGI middleware.
+"""Optional API-key check of ``hopgraph serve``: an ASGI middleware.
 
 Clients send ``Authorization: Bearer KEY`` or ``X-API-Key: KEY``; the key is compared
 in constant time (:func:`hmac.compare_digest`). Without a valid key every path but

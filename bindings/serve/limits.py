@@ -1,7 +1,7 @@
-"""Request limits of ``hopgraph serve`` and their command-line options (issue 7).
+"""Request limits of ``hopgraph serve`` and its command-line options.
 
-This module imports nothing heavy, so the CLI can declare ``serve``'s options
-without FastAPI installed.
+This module imports nothing heavy, so the CLI can declare ``serve``'s options without FastAPI
+installed. The serving bounds of the search parameters are in :mod:`hopgraph.serve.budget`.
 """
 from __future__ import annotations
 
@@ -14,25 +14,34 @@ from ..engine.errors import InputError
 
 @dataclass(frozen=True)
 class ServeLimits:
-    """What one request may ask of the service, and how requests are batched.
+    """What one request may ask of the service, how long it may run, and how requests are batched.
 
-    Requests beyond a limit get a 4xx answer naming the limit; the service itself
-    is not affected.
+    Requests beyond a limit get a 4xx answer naming the limit before they reach a search worker;
+    a search past ``request_timeout`` is stopped and answered 504.
     """
 
     max_batch: int = 256            #: queries in one request
     max_query_chars: int = 2000     #: characters in one question
-    max_k: int = 100                #: largest k
+    max_k: int = 100                #: largest k (a k beyond the live passages is clamped to them)
     max_body_bytes: int = 8 << 20   #: request body size (HTTP 413 above it)
-    max_pending: int = 8192         #: queries waiting for the search worker (HTTP 503 above it)
+    max_pending: int = 8192         #: queries waiting for the interactive search worker (HTTP 503 above it)
     batch_max_queries: int = 512    #: queries gathered into one micro-batch
     batch_wait_ms: float = 2.0      #: gathering window of a micro-batch, used only under concurrent load
-    #: question texts per embedder forward pass within a micro-batch, for embedders without the
-    #: padding-free path (engine/packed_bert.py). The embedder groups texts of similar length; small
-    #: groups keep the padding low: MiniLM's own encode, 32 HotpotQA questions, 2 CPU cores:
-    #: 3.5 ms/question with 8, 5.6 ms with 32 (one timing on a busy machine)
+    #: question texts per embedder call within a micro-batch, for embedders other than the packed
+    #: sentence-transformers path (whose rows never depend on their batch)
     embed_batch_size: int = 8
     max_add: int = 10_000           #: passages in one POST /passages
+    max_passage_chars: int = 100_000  #: characters of one added passage, title and text (HTTP 413 above it)
+    request_timeout: float = 5.0    #: seconds from a search's arrival to its answer (HTTP 504 after it)
+    max_request_mb: float = 1024.0  #: estimated memory of one search request, MiB (HTTP 422 above it)
+    #: estimated work, in default one-question searches of the pipeline, above which a request runs in
+    #: the bulk worker (its own queue, lowest CPU priority) instead of the interactive one
+    heavy_cost: float = 16.0
+    max_pending_bulk: int = 1024    #: queries waiting for the bulk search worker (HTTP 503 above it)
+    bulk_batch_size: int = 1        #: queries the bulk worker searches at a time (a cancellation checkpoint between)
+    max_where_fields: int = 16      #: metadata fields one ``where`` filter names
+    max_where_values: int = 1024    #: values one ``where`` filter lists, over all its fields
+    max_allowed_ids: int = 100_000  #: ids in one ``allowed_ids`` filter
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -40,6 +49,10 @@ class ServeLimits:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or \
                     (value == 0 and f.name != "batch_wait_ms"):
                 raise InputError(f"serve limit {f.name} must be a positive number, got {value!r}")
+
+    @property
+    def max_request_bytes(self) -> int:
+        return int(self.max_request_mb * (1 << 20))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -50,28 +63,47 @@ _HELP = {
     "max_query_chars": "most characters in one question",
     "max_k": "largest k a request may ask for",
     "max_body_bytes": "largest request body in bytes",
-    "max_pending": "most queries waiting for the search worker before answering 503",
+    "max_pending": "most queries waiting for the interactive search worker before answering 503",
     "batch_max_queries": "most queries run together in one micro-batch",
     "batch_wait_ms": "milliseconds a micro-batch waits for more requests under concurrent load",
-    "embed_batch_size": "question texts per embedding forward pass within a micro-batch",
+    "embed_batch_size": "question texts per embedder call within a micro-batch (embedders without the packed path)",
     "max_add": "most passages one POST /passages may add",
+    "max_passage_chars": "most characters (title and text) of one added passage; 413 above",
+    "request_timeout": "seconds a search may take from its arrival; then it is stopped and answered 504",
+    "max_request_mb": "largest estimated memory of one search request in MiB; 422 above",
+    "heavy_cost": "estimated work (in default one-question searches) above which a request runs in the "
+                  "bulk worker, beside the interactive one",
+    "max_pending_bulk": "most queries waiting for the bulk search worker before answering 503",
+    "bulk_batch_size": "queries the bulk search worker searches at a time",
+    "max_where_fields": "most metadata fields one where filter names",
+    "max_where_values": "most values one where filter lists",
+    "max_allowed_ids": "most ids in one allowed_ids filter",
 }
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``hopgraph serve``'s options (address, API key, pipelines, limits) to ``parser``."""
+    """Add ``hopgraph serve``'s options (address, API key, hosts, pipelines, limits) to ``parser``."""
     parser.add_argument("index", help="index directory (hopgraph index ... --out DIR)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     parser.add_argument("--port", type=int, default=8080, help="port to bind (0: any free port)")
     parser.add_argument("--api-key-file", help="file holding the API key clients must send "
                         "(Authorization: Bearer KEY or X-API-Key: KEY)")
+    parser.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                        help="without --api-key-file, also accept this Host header name (repeatable; '*': any); "
+                        "by default only loopback names are (a browser page cannot reach the server by DNS "
+                        "rebinding); browsers' cross-origin POST/DELETE are refused either way")
     parser.add_argument("--pipelines", type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
                         help="pipelines to serve (default: those fitted in the index); "
                         "missing ones are fitted at start")
-    parser.add_argument("--threads", type=int, help="CPU threads of torch and faiss in the search worker "
-                        "(default: the libraries' own choice; 1 avoids oversubscription on a busy machine)")
+    parser.add_argument("--threads", type=int, help="CPU threads of torch and faiss in the interactive search "
+                        "worker (default: the libraries' own choice; 1 avoids oversubscription on a busy machine)")
     parser.add_argument("--read-only", action="store_true",
                         help="refuse POST /passages and DELETE /passages/{id} (403); searches only")
+    parser.add_argument("--param-limits", metavar="FILE",
+                        help="JSON file of serving bounds of search parameters, {pipeline: {name: largest value}}, "
+                        "over the defaults (GET /info's param_limits lists them)")
+    parser.add_argument("--param-limit", action="append", default=[], metavar="PIPELINE.NAME=VALUE",
+                        help="one serving bound of a search parameter (repeatable; over --param-limits)")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     defaults = ServeLimits()
     for f in fields(ServeLimits):

@@ -1,4 +1,4 @@
-"""Running the service: ``hopgraph serve`` and an in-process background server (issue 7).
+"""Running the service: ``hopgraph serve`` and an in-process background server.
 
 The listening socket is bound before uvicorn starts, so ``--port 0`` picks a free
 port and the printed address is the real one.
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import logging
 import socket
-import sys
 import threading
 import time
 from pathlib import Path
@@ -21,7 +21,10 @@ from ..engine.errors import InputError
 from ..index import Index
 from .app import create_app
 from .auth import read_api_key
+from .budget import ParamLimits
 from .limits import ServeLimits, limits_from_args
+
+log = logging.getLogger("hopgraph.serve")
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -117,20 +120,28 @@ class BackgroundServer:
 def serve(index_dir: str | Path, host: str = "127.0.0.1", port: int = 8080, api_key_file: str | Path | None = None,
           limits: ServeLimits | None = None, pipelines: Sequence[str] | None = None, embedder: str | None = None,
           device: str = "auto", log_level: str = "info", progress: bool = True, threads: int | None = None,
-          read_only: bool = False) -> int:
-    """Load ``index_dir`` (memory-mapped) once and serve it until interrupted."""
+          read_only: bool = False, param_limits: ParamLimits | None = None, allowed_hosts: Sequence[str] = ()) -> int:
+    """Load ``index_dir`` (memory-mapped) once and serve it until interrupted. The load shows no
+    progress bars (a server's stderr is a log); with ``progress`` it is logged (INFO) instead, and
+    warnings are log records of the ``hopgraph.serve`` logger."""
     api_key = read_api_key(api_key_file) if api_key_file else None
-    if threads is not None:
-        set_cpu_threads(threads)
-    index = Index.load(index_dir, embedder=embedder, device=device, progress=progress)
-    app = create_app(index, limits, api_key=api_key, pipelines=pipelines, read_only=read_only)
+    t0 = time.perf_counter()
+    index = Index.load(index_dir, embedder=embedder, device=device, progress=False)  # no bars in a server log
+    app = create_app(index, limits, api_key=api_key, pipelines=pipelines, read_only=read_only,
+                     param_limits=param_limits, allowed_hosts=allowed_hosts)
+    if threads is not None:  # in the interactive worker, whose torch / faiss settings are its own
+        app.state.batcher.interactive.executor.submit(set_cpu_threads, threads).result()
     try:
         app.state.batcher.warm_up()  # load the query embedder before the first request
     except InputError as e:
-        print(f"hopgraph serve: warning: only embedding queries can be answered: {e}", file=sys.stderr)
+        log.warning("only embedding queries can be answered: %s", e)
+    if progress:
+        log.info("loaded %s (%d passages) and its query embedder in %.1f s", index_dir, index.n_live,
+                 time.perf_counter() - t0)
     sock = bind_socket(host, port)
     if not is_loopback(host) and api_key is None:
-        print(f"hopgraph serve: warning: listening on {host} without --api-key-file", file=sys.stderr)
+        names = ", ".join(allowed_hosts) if allowed_hosts else "loopback names only (add --allow-host NAME)"
+        log.warning("listening on %s without --api-key-file; Host names accepted: %s", host, names)
     print(f"hopgraph serve: {index.n_live} passages, pipelines {', '.join(app.state.pipelines)}"
           f"{' (read-only)' if read_only else ''}; "
           f"listening on {url_of(sock)}{' (API key required)' if api_key else ''}", flush=True)
@@ -140,7 +151,10 @@ def serve(index_dir: str | Path, host: str = "127.0.0.1", port: int = 8080, api_
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """``hopgraph serve`` (options from :func:`hopgraph.serve.limits.add_serve_arguments`)."""
+    if args.threads is not None and args.threads < 1:
+        raise InputError(f"--threads must be a positive integer, got {args.threads}")
     return serve(args.index, host=args.host, port=args.port, api_key_file=args.api_key_file,
                  limits=limits_from_args(args), pipelines=args.pipelines, embedder=args.embedder,
                  device=args.device, log_level=args.log_level, progress=not args.quiet, threads=args.threads,
-                 read_only=args.read_only)
+                 read_only=args.read_only, param_limits=ParamLimits.from_sources(args.param_limits, args.param_limit),
+                 allowed_hosts=args.allow_host)

@@ -1,11 +1,11 @@
-"""JSON schema of the ``hopgraph serve`` API (issue 7), as pydantic models.
+"""JSON schema of the ``hopgraph serve`` API, as pydantic models.
 
 A query is a question string, ``{"text": str}`` or ``{"embedding": [float, ...]}``.
 Types are strict (no string-to-number coercion) and embedding values must be
 finite: JSON has no NaN literal, but Python's json module reads ``NaN`` and
 ``Infinity``, so they are refused here explicitly. Size limits (batch, question
-length, k, embedding dimension) depend on the server's :class:`ServeLimits` and
-on the index, and are checked by the endpoint.
+length, k, embedding dimension, parameter bounds) depend on the server's
+:class:`ServeLimits` and :class:`ParamLimits` and on the index, and are checked by the endpoint.
 """
 from __future__ import annotations
 
@@ -55,14 +55,19 @@ class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     queries: list[Query] = Field(description="questions (a batch); see GET /info for the size limits")
     pipeline: StrictStr = Field(description="one of GET /info's 'pipelines' (g3rag, stitch, dmar, dense, bm25, hybrid)")
-    k: StrictInt = Field(5, description="passages per query, from 1 to GET /info's limits.max_k")
+    k: StrictInt = Field(5, description="passages per query, from 1 to GET /info's limits.max_k (fewer come back "
+                                        "when the index holds fewer live passages)")
     params: dict[StrictStr, Any] = Field(
         default_factory=dict,
         description="query-time parameters of the pipeline for this request (e.g. {\"gamma\": 0.05} for g3rag); "
-                    "GET /info's 'query_params' lists them with their allowed values")
+                    "GET /info's 'query_params' lists them with their allowed values, 'param_limits' the "
+                    "largest value this server accepts for each integer one")
     where: dict[StrictStr, Any] | None = Field(
-        None, description="only passages whose metadata field equals the value (or one of a list of values), "
-                          "e.g. {\"year\": 2020, \"lang\": [\"en\", \"de\"]}")
+        None, description="only passages whose metadata passes this filter: {field: value}, {field: [values]}, "
+                          "{field: {\"$eq\"|\"$ne\"|\"$gt\"|\"$gte\"|\"$lt\"|\"$lte\": value}}, "
+                          "{field: {\"$in\"|\"$nin\": [values]}}, {field: {\"$exists\": bool}}, "
+                          "{\"$and\"|\"$or\": [filters]}, {\"$not\": filter}; e.g. "
+                          "{\"year\": {\"$gte\": 2020}, \"lang\": [\"en\", \"de\"]}")
     allowed_ids: list[StrictStr] | None = Field(None, description="only these passages (ids the index holds)")
     with_text: StrictBool = Field(True, description="return each hit's passage text (false: 'text' is null; "
                                                     "'metadata' is always returned)")
@@ -138,6 +143,8 @@ class Timing(BaseModel):
     total_ms: float = Field(description="from the request's arrival to its answer")
     batch_queries: int = Field(description="queries in the micro-batch this request ran in")
     batch_requests: int = Field(description="requests in that micro-batch")
+    lane: str = Field(description="the search worker that ran it: 'interactive', or 'bulk' for a request whose "
+                                  "estimated work is above limits.heavy_cost")
 
 
 class SearchResponse(BaseModel):
@@ -145,6 +152,8 @@ class SearchResponse(BaseModel):
     k: int
     results: list[QueryResult] = Field(description="one entry per query, in request order")
     timing: Timing
+    warnings: list[str] = Field(default_factory=list, description="what to know about the answer, e.g. that "
+                                                                  "the filter passes no passage of the index")
 
 
 class ErrorResponse(BaseModel):

@@ -310,10 +310,13 @@ class Corpus:
 
 
 def read_corpus(path: str | Path, id_field: str | None = None, title_field: str | None = None,
-                text_field: str | None = None, metadata_fields: Sequence[str] | None = None) -> Corpus:
+                text_field: str | None = None, metadata_fields: Sequence[str] | None = None,
+                metadata_types: Mapping[str, str] | None = None) -> Corpus:
     """Read a corpus file or folder in any format :mod:`hopgraph.engine.ingest.readers` knows (JSON lines
     — hopgraph, BEIR, Pyserini —, a JSON array, CSV/TSV, Parquet, a folder of ``.txt``/``.md``),
-    fields detected or named; InputError naming the file and line or row of a problem."""
+    fields detected or named, metadata typed (``metadata_types``: ``{field: "int" | "float" | "bool" |
+    "str"}``; CSV/TSV columns inferred); InputError naming the file and line or row of a problem."""
     from ..ingest import readers
 
-    return Corpus(*readers.read_columns(path, id_field, title_field, text_field, metadata_fields), _validate=False)
+    return Corpus(*readers.read_columns(path, id_field, title_field, text_field, metadata_fields, metadata_types),
+                  _validate=False)

@@ -19,7 +19,7 @@ import numpy as np
 
 from .corpus import Corpus
 from .extraction import Extraction, extract
-from ..embedders.core import Embedder
+from ..embedders import Embedder
 from ..embedders.packed_bert import PackedBertEncoder
 from ..sparse import csr_from_keys
 

@@ -42,7 +42,7 @@ import numpy as np
 from .bm25 import BM25Index, BM25Params, Postings
 from .corpus import Corpus
 from .dense import DenseIndex, dense_method, dense_mode
-from ..embedders.core import Embedder
+from ..embedders import Embedder
 from ..errors import IndexFormatError, InputError
 from .extraction import (DELTA_FILES as EXTRACTION_DELTA_FILES, Extraction, apply_extraction_deltas,
                          extend_extraction, extract, extraction_delta, lower_words)

@@ -1,4 +1,4 @@
-"""Padding-free ("packed") query embedding for BERT-type sentence-transformers models (issue 7).
+"""Padding-free ("packed") embedding for BERT-type sentence-transformers models.
 
 A micro-batch of questions of different lengths, run through the model the usual way, is
 padded to its longest question, so much of the batch's compute goes to padding. Here the
@@ -7,17 +7,34 @@ layer (the bulk of the compute) is one large matrix product with no padding; onl
 runs per group of equally long questions. The result is the model's own embedding (mean
 pooling, L2-normalised) up to float rounding; :meth:`PackedBertEncoder.for_embedder` checks
 this on a probe batch and declines (returns ``None``) for any model it does not reproduce,
-so callers fall back to the embedder's ``encode``.
+so callers fall back to the embedder's ``encode``. :meth:`PackedBertEncoder.from_folder` runs the
+same computation from a model folder with torch, safetensors and tokenizers only (the default
+MiniLM embedder's path: no transformers / sentence-transformers import).
+
+A matrix product's rounding depends on its shape (the BLAS picks its kernels by the row count), so
+a text's packed embedding may move by ~1e-7 with the other texts of its batch. The
+**row-independent** mode (:func:`query_encoder`: how questions are embedded) runs every linear
+layer per text instead, so each text's embedding is a function of that text alone, bit for bit, in
+any batch; attention, layer norms and activations are already per text or per row. Why questions
+are packed: ``docs/decisions/packed-query-embedding.md``.
 """
 from __future__ import annotations
 
+import copy
 import itertools
 import sys
-from typing import Any, Sequence
+import threading
+import weakref
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from .core import Embedder, validate_embeddings
+from ..errors import InputError
+from .validation import validate_embeddings
+
+if TYPE_CHECKING:
+    from .protocol import Embedder
 
 #: largest |difference| from the embedder's own output accepted by the probe check
 PROBE_TOLERANCE = 1e-4
@@ -26,31 +43,86 @@ _PROBE_TEXTS = ["who wrote the book?", "a", "which city hosted the 1936 Summer O
 
 
 class PackedBertEncoder:
-    """Embed texts with a sentence-transformers ``[Transformer(BertModel), Pooling(mean), Normalize]``
-    model without padding. Build it with :meth:`for_embedder`."""
+    """Embed texts with a BERT encoder, mean pooling and L2 normalisation (a sentence-transformers
+    ``[Transformer(BertModel), Pooling(mean), Normalize]`` model) without padding. Built from a
+    sentence-transformers embedder (:meth:`for_embedder`) or from a model folder's
+    ``config.json``, ``model.safetensors`` and ``tokenizer.json`` (:meth:`from_folder`: torch,
+    safetensors and tokenizers only, no transformers)."""
 
-    def __init__(self, embedder: Embedder) -> None:
-        st = embedder.model  # type: ignore[attr-defined]
-        self.name, self.dim = embedder.name, int(embedder.dim)
-        self._st = st
-        self._bert = st[0].auto_model
-        cfg = self._bert.config
+    def __init__(self, name: str, dim: int, bert: Any, preprocess: Any, offsets: Any) -> None:
+        """``bert``: a module with a BertModel's ``embeddings`` and ``encoder.layer``; ``preprocess(texts)``:
+        padded ``input_ids`` / ``attention_mask`` / ``token_type_ids`` tensors as the model tokenises;
+        ``offsets(texts)``: each text's token character offsets (special tokens ``(0, 0)``)."""
+        self.name, self.dim = name, int(dim)
+        self._bert, self._preprocess, self._offsets = bert, preprocess, offsets
+        #: linear layers per text: each text's embedding does not depend on the rest of its batch
+        self.row_independent = False
+        cfg = bert.config
         self._heads = int(cfg.num_attention_heads)
         self._head_dim = int(cfg.hidden_size) // self._heads
 
     @classmethod
     def for_embedder(cls, embedder: Embedder) -> "PackedBertEncoder | None":
-        """A packed encoder equivalent to ``embedder.encode``, or ``None`` when the embedder is not a
-        supported model or the packed output differs from its own on a probe batch."""
+        """A packed encoder equivalent to ``embedder.encode``: the embedder's own when it has one
+        (``packed_encoder()``, e.g. :class:`~hopgraph.engine.embedders.minilm.MiniLMEmbedder`), else
+        one over its sentence-transformers model; ``None`` when the embedder is not a supported
+        model or the packed output differs from its own on a probe batch."""
+        own = getattr(embedder, "packed_encoder", None)
+        if callable(own):
+            return own()
         if not _supported(embedder):
             return None
         try:
-            enc = cls(embedder)
+            st = embedder.model  # type: ignore[attr-defined]
+
+            def offsets(texts: list[str]) -> list:
+                return st.tokenizer(texts, truncation=True, max_length=st.max_seq_length,
+                                    return_offsets_mapping=True)["offset_mapping"]
+
+            enc = cls(embedder.name, embedder.dim, st[0].auto_model, st.preprocess, offsets)
             ref = embedder.encode(_PROBE_TEXTS, progress=False)
             if float(np.abs(enc.encode(_PROBE_TEXTS) - ref).max()) > PROBE_TOLERANCE:
                 return None
         except Exception:  # an unexpected model layout: use the embedder's own path
             return None
+        return enc
+
+    @classmethod
+    def from_folder(cls, folder: str | Path, name: str, max_seq_length: int) -> "PackedBertEncoder":
+        """The encoder of a BERT sentence-transformers model folder (absolute positions, mean pooling,
+        normalisation), tokenised by its ``tokenizer.json`` truncated at ``max_seq_length`` tokens.
+        Raises InputError for another architecture."""
+        from tokenizers import Tokenizer
+
+        folder = Path(folder)
+        bert = _bert_from_folder(folder)
+        tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        tok.no_padding()
+        tok.enable_truncation(max_length=int(max_seq_length))
+
+        def preprocess(texts: list[str]) -> dict[str, Any]:
+            import torch
+
+            encs = tok.encode_batch(texts)
+            n = max((len(e.ids) for e in encs), default=0)
+            ids = torch.zeros((len(encs), n), dtype=torch.int64)
+            types = torch.zeros((len(encs), n), dtype=torch.int64)
+            mask = torch.zeros((len(encs), n), dtype=torch.int64)
+            for i, e in enumerate(encs):
+                ids[i, :len(e.ids)] = torch.tensor(e.ids)
+                types[i, :len(e.ids)] = torch.tensor(e.type_ids)
+                mask[i, :len(e.ids)] = 1
+            return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask}
+
+        def offsets(texts: list[str]) -> list:
+            return [e.offsets for e in tok.encode_batch(texts)]
+
+        return cls(name, int(bert.config.hidden_size), bert, preprocess, offsets)
+
+    def row_independent_copy(self) -> "PackedBertEncoder":
+        """This encoder in the row-independent mode (the same weights, shared)."""
+        enc = copy.copy(self)
+        enc.row_independent = True
         return enc
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
@@ -81,8 +153,7 @@ class PackedBertEncoder:
         if not len(texts):
             return np.zeros((0, self.dim), np.float32), out, ok
         texts = list(texts)
-        offsets = self._st.tokenizer(texts, truncation=True, max_length=self._st.max_seq_length,
-                                     return_offsets_mapping=True)["offset_mapping"]
+        offsets = self._offsets(texts)
         with torch.inference_mode():
             h, lengths, order = self._hidden(texts)
             X = validate_embeddings(self._pool(h, lengths, order).numpy(), f"{self.name} output", self.dim)
@@ -134,7 +205,7 @@ class PackedBertEncoder:
         import torch
         import torch.nn.functional as F
 
-        features = self._st.preprocess(texts)  # the model's own tokenisation (truncation, special tokens)
+        features = self._preprocess(texts)  # the model's own tokenisation (truncation, special tokens)
         mask = features["attention_mask"].bool()
         lengths = mask.sum(dim=1)
         order = torch.argsort(lengths, stable=True)  # equal lengths contiguous: attention per group
@@ -147,18 +218,55 @@ class PackedBertEncoder:
         h = emb.word_embeddings(ids) + emb.position_embeddings(positions) + emb.token_type_embeddings(types)
         h = emb.LayerNorm(h)
         groups = _length_groups(lengths.tolist())
+        linear = _per_text(lengths.tolist()) if self.row_independent else (lambda layer, x: layer(x))
         for layer in self._bert.encoder.layer:
             att = layer.attention
-            q, k, v = att.self.query(h), att.self.key(h), att.self.value(h)
+            q, k, v = linear(att.self.query, h), linear(att.self.key, h), linear(att.self.value, h)
             ctx = torch.empty_like(h)
             for start, stop, n in groups:
                 b = (stop - start) // n
                 heads = [x[start:stop].view(b, n, self._heads, self._head_dim).transpose(1, 2) for x in (q, k, v)]
                 ctx[start:stop] = F.scaled_dot_product_attention(*heads).transpose(1, 2).reshape(stop - start, -1)
-            h = att.output.LayerNorm(att.output.dense(ctx) + h)
-            h = layer.output.LayerNorm(layer.output.dense(layer.intermediate.intermediate_act_fn(
-                layer.intermediate.dense(h))) + h)
+            h = att.output.LayerNorm(linear(att.output.dense, ctx) + h)
+            h = layer.output.LayerNorm(linear(layer.output.dense, layer.intermediate.intermediate_act_fn(
+                linear(layer.intermediate.dense, h))) + h)
         return h, lengths, order
+
+
+def _per_text(lengths: list[int]) -> Any:
+    """``linear(layer, h)``: the linear ``layer`` applied to each text's rows of ``h`` by its own
+    matrix product (the same shape for a text alone or in any batch, hence the same rounding)."""
+    import torch
+
+    bounds = list(itertools.accumulate(lengths, initial=0))
+
+    def linear(layer: Any, h: Any) -> Any:
+        return torch.cat([layer(h[a:b]) for a, b in zip(bounds[:-1], bounds[1:])])
+
+    return linear
+
+
+_QUERY_ENCODERS: "weakref.WeakKeyDictionary[Any, PackedBertEncoder | None]" = weakref.WeakKeyDictionary()
+_QUERY_ENCODERS_LOCK = threading.Lock()
+
+
+def query_encoder(embedder: Embedder) -> PackedBertEncoder | None:
+    """The row-independent packed encoder of ``embedder`` (built and probed once per embedder
+    object, then reused), or None when :meth:`PackedBertEncoder.for_embedder` declines it."""
+    def build() -> PackedBertEncoder | None:
+        enc = PackedBertEncoder.for_embedder(embedder)
+        return None if enc is None else enc.row_independent_copy()
+
+    try:
+        with _QUERY_ENCODERS_LOCK:
+            if embedder in _QUERY_ENCODERS:
+                return _QUERY_ENCODERS[embedder]
+    except TypeError:  # not weak-referenceable or not hashable: not cached
+        return build()
+    enc = build()
+    with _QUERY_ENCODERS_LOCK:
+        _QUERY_ENCODERS[embedder] = enc
+    return enc
 
 
 def _length_groups(lengths: list[int]) -> list[tuple[int, int, int]]:
@@ -169,6 +277,55 @@ def _length_groups(lengths: list[int]) -> list[tuple[int, int, int]]:
         groups.append((start, stop, n))
         start = stop
     return groups
+
+
+def _bert_from_folder(folder: Path) -> Any:
+    """The weights of ``folder/model.safetensors`` in a BertModel's ``embeddings`` / ``encoder.layer``
+    structure, each part a callable doing what the torch module does (``F.embedding``, ``F.linear``,
+    ``F.layer_norm``, ``F.gelu``) — no module construction, whose weight initialisation alone costs
+    more than the forward pass of a question. InputError for a config that is not a BERT with
+    absolute positions and GELU."""
+    import json
+    from functools import partial
+    from types import SimpleNamespace as Node
+
+    import torch.nn.functional as F
+    from safetensors.torch import load_file
+
+    cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    if cfg.get("model_type") != "bert" or cfg.get("position_embedding_type", "absolute") != "absolute" \
+            or cfg.get("hidden_act", "gelu") != "gelu":
+        raise InputError(f"{folder}: not a BERT model with absolute positions and GELU (config.json)")
+    w = {k[len("bert."):] if k.startswith("bert.") else k: v
+         for k, v in load_file(str(folder / "model.safetensors")).items()}
+    eps = float(cfg.get("layer_norm_eps", 1e-12))
+
+    def linear(name: str) -> Any:
+        return partial(F.linear, weight=w[f"{name}.weight"], bias=w[f"{name}.bias"])
+
+    def norm(name: str) -> Any:
+        weight, bias = w[f"{name}.weight"], w[f"{name}.bias"]
+        return lambda x: F.layer_norm(x, weight.shape, weight, bias, eps)
+
+    def embedding(name: str) -> Any:
+        return partial(F.embedding, weight=w[f"{name}.weight"])
+
+    def layer(i: int) -> Any:
+        at = f"encoder.layer.{i}"
+        return Node(attention=Node(self=Node(query=linear(f"{at}.attention.self.query"),
+                                             key=linear(f"{at}.attention.self.key"),
+                                             value=linear(f"{at}.attention.self.value")),
+                                   output=Node(dense=linear(f"{at}.attention.output.dense"),
+                                               LayerNorm=norm(f"{at}.attention.output.LayerNorm"))),
+                    intermediate=Node(dense=linear(f"{at}.intermediate.dense"), intermediate_act_fn=F.gelu),
+                    output=Node(dense=linear(f"{at}.output.dense"), LayerNorm=norm(f"{at}.output.LayerNorm")))
+
+    return Node(embeddings=Node(word_embeddings=embedding("embeddings.word_embeddings"),
+                                position_embeddings=embedding("embeddings.position_embeddings"),
+                                token_type_embeddings=embedding("embeddings.token_type_embeddings"),
+                                LayerNorm=norm("embeddings.LayerNorm")),
+                encoder=Node(layer=[layer(i) for i in range(int(cfg["num_hidden_layers"]))]),
+                config=Node(num_attention_heads=int(cfg["num_attention_heads"]), hidden_size=int(cfg["hidden_size"])))
 
 
 def _supported(embedder: Embedder) -> bool:
@@ -207,13 +364,16 @@ def encode_bulk(embedder: Embedder, texts: Sequence[str], batch_size: int = 64, 
                 desc: str = "embed texts") -> np.ndarray:
     """Embed many texts: padding-free in chunks of :data:`BULK_CHUNK` when the embedder is a
     model :class:`PackedBertEncoder` reproduces, else ``embedder.encode``. The chunks are taken in
-    order of text length (characters, a free proxy of word pieces; issue 14), so a chunk holds few
+    order of text length (characters, a free proxy of word pieces), so a chunk holds few
     distinct token lengths and its attention runs as a few large groups instead of one small
     group per length; each text's embedding does not depend on its chunk (up to float rounding).
-    The build-time effect on STITCH is in ``bench/bench_build.py`` (README, issues 10 and 14)."""
+    Returns float32 ``[len(texts), dim]`` in input order. The build-time effect on STITCH:
+    ``docs/decisions/shared-components-build.md`` (``bench/bench_build.py``)."""
     packed = PackedBertEncoder.for_embedder(embedder)
     if packed is None or len(texts) == 0:
         return embedder.encode(list(texts), batch_size=batch_size, progress=progress)
+    if len(texts) <= BULK_CHUNK and not progress:  # one pass (a batch of questions)
+        return packed.encode(list(texts))
     from tqdm.auto import tqdm
 
     order = np.argsort(np.fromiter((len(t) for t in texts), np.int64, len(texts)), kind="stable")

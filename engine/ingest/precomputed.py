@@ -1,6 +1,6 @@
 """Precomputed passage embeddings at scale: one ``.npy`` file or a folder of ``.npy`` shards.
 
-Accepted layouts (issue 5; SPEC notation X = the N×d matrix of normalised rows):
+Accepted layouts (SPEC notation X = the N×d matrix of normalised rows):
 
 - ``X.npy``: row i = passage i of the corpus; or, with ids alongside
   (``X.ids.txt`` one id per line, or ``X.ids.npy`` a string/integer array),
@@ -27,6 +27,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from ..errors import InputError
+from ..storage.arrays import NPY_READ_ERRORS
 
 BLOCK_ROWS = 65_536
 NORM_ATOL = 1e-4
@@ -70,11 +71,14 @@ def ids_path(shard: Path) -> Path | None:
 
 
 def read_ids(path: Path) -> list[str]:
+    """The passage ids of an ``*.ids.txt`` (one a line) or ``*.ids.npy`` (string or integer array)
+    file, as strings; :class:`InputError` naming the file for an ``.npy`` that is not a 1-D array of
+    strings or integers."""
     if path.name.endswith(".ids.txt"):
         return path.read_text(encoding="utf-8").splitlines()
     try:
         arr = np.load(path, allow_pickle=False)
-    except ValueError as e:
+    except NPY_READ_ERRORS as e:
         raise InputError(f"ids file {path} is not a valid .npy array without objects: {e}") from None
     if arr.ndim != 1 or arr.dtype.kind not in "iuUS":
         raise InputError(f"ids file {path}: expected a 1-D array of strings or integers, got {arr.dtype} {arr.shape}")
@@ -85,7 +89,7 @@ def open_shard(path: Path, dim: int | None) -> Shard:
     """Memory-map one shard and check its shape, dtype and ids (not yet its values)."""
     try:
         X = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError, EOFError) as e:
+    except NPY_READ_ERRORS as e:
         raise InputError(f"embeddings shard {path} is not a valid .npy file: {e}") from None
     if X.ndim != 2:
         raise InputError(f"embeddings shard {path}: expected a 2-D matrix [n, dim], got shape {X.shape}")
@@ -114,6 +118,7 @@ def validate_block(block: np.ndarray, where: str, first_row: int) -> np.ndarray:
 
 
 def iter_blocks(X: np.ndarray, block_rows: int = BLOCK_ROWS) -> Iterator[tuple[int, np.ndarray]]:
+    """``(first row, rows)`` of ``X`` in blocks of ``block_rows`` read into memory one at a time."""
     for start in range(0, len(X), block_rows):
         yield start, np.asarray(X[start:start + block_rows])
 

@@ -18,11 +18,21 @@ Fields are detected from the first record: id ``id``, ``_id``, ``docid`` or ``do
 ``text``, ``contents``, ``content`` or ``body``; title ``title`` (optional in every record). ``id_field``,
 ``title_field`` and ``text_field`` override the detection. ``metadata_fields`` chooses which other
 fields become the passage's metadata (default: all other fields; a ``"metadata"`` field holding an
-object contributes its keys). Every record follows the rules of
+object contributes its keys).
+
+Metadata keeps its types: JSON's numbers, booleans, strings and lists as they are; Parquet's
+columns as Python values (dates and times as ISO 8601 text, decimals as floats); CSV/TSV cells,
+which are all text, by the type inferred for their column (:func:`infer_metadata_type`: int,
+float, bool, else str; an empty cell is a missing value). ``metadata_types`` (``{"year": "int",
+"zip": "str"}``) sets a field's type in any format, overriding the inference; a value that does
+not convert is an error naming its line and field.
+
+Every record follows the rules of
 :mod:`hopgraph.engine.components.records`, the one set every corpus input follows. Every error is an
 :class:`InputError` naming the file and the line (JSON, CSV) or row (Parquet): malformed JSON, a
 missing or empty id or text, a duplicate id (with the line of the first one), a CSV row with the
-wrong number of fields, text that is not UTF-8.
+wrong number of fields or a quote that is not closed (the line the row starts on), text that is not
+UTF-8.
 """
 from __future__ import annotations
 
@@ -30,7 +40,7 @@ import csv
 import json
 import re
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..components.records import (Columns, RecordFields, check_text, check_unicode, collect, decode_lines,
                                   iter_jsonl)
@@ -46,10 +56,12 @@ _SUFFIX_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv
 
 
 def read_columns(path: str | Path, id_field: str | None = None, title_field: str | None = None,
-                 text_field: str | None = None, metadata_fields: Sequence[str] | None = None) -> Columns:
+                 text_field: str | None = None, metadata_fields: Sequence[str] | None = None,
+                 metadata_types: Mapping[str, str] | None = None) -> Columns:
     """Read the corpus at ``path`` (a file or a folder of ``.txt``/``.md`` files; format detected,
     see the module docstring). ``id_field``/``title_field``/``text_field`` name the fields to use;
-    ``metadata_fields`` the fields kept as metadata (default all others; ``[]`` for none).
+    ``metadata_fields`` the fields kept as metadata (default all others; ``[]`` for none);
+    ``metadata_types`` the types of metadata fields (:func:`check_metadata_types`).
     Raises :class:`InputError` naming the file and the line or row of the first problem."""
     path = Path(path)
     if not path.exists():
@@ -67,14 +79,15 @@ def read_columns(path: str | Path, id_field: str | None = None, title_field: str
             raise InputError(f"corpus {path} is a folder of text files: id, title and text come from each "
                              "file (field options apply to JSON, CSV and Parquet corpora)")
         return read_folder(path)
+    types = check_metadata_types(metadata_types)
     fields = FieldMap(id_field, title_field, text_field, metadata_fields)
     if fmt == "jsonl":
-        return _build(path, _iter_jsonl(path), fields)
+        return _build(path, _iter_jsonl(path), fields, types)
     if fmt == "json":
-        return _build(path, _iter_json_array(path), fields)
+        return _build(path, _iter_json_array(path), fields, types)
     if fmt in ("csv", "tsv"):
-        return _build(path, _iter_csv(path, "\t" if fmt == "tsv" else ","), fields)
-    return _build(path, _iter_parquet(path), fields)
+        return _build(path, _iter_csv(path, "\t" if fmt == "tsv" else ","), fields, types, infer=True)
+    return _build(path, _iter_parquet(path), fields, types)
 
 
 def detect_format(path: Path) -> str:
@@ -131,16 +144,137 @@ class FieldMap(RecordFields):
         return super().metadata_of(record, where)
 
 
-def _build(path: Path, records: Iterator[tuple[str, Mapping[str, Any]]], fields: FieldMap) -> Columns:
+def _build(path: Path, records: Iterator[tuple[str, Mapping[str, Any]]], fields: FieldMap,
+           types: Mapping[str, str] | None = None, infer: bool = False) -> Columns:
     """A corpus from ``(location, record)`` pairs (:func:`~hopgraph.engine.components.records.collect`),
-    every chosen metadata field found in some record."""
-    columns = collect(records, fields, str(path))
+    every chosen metadata field found in some record, metadata typed by ``types`` and, with ``infer``
+    (text formats), the other fields by their inferred types (:func:`infer_metadata_type`)."""
+    locations: list[str] = []
+
+    def noted() -> Iterator[tuple[str, Mapping[str, Any]]]:
+        for location, record in records:
+            locations.append(location)
+            yield location, record
+
+    columns = collect(noted() if types or infer else records, fields, str(path))
+    if types or infer:
+        columns = columns._replace(metadata=_typed_metadata(columns.metadata, [f"{path} {at}" for at in locations],
+                                                           dict(types or {}), infer))
     if fields.metadata is not None:
         missing = [f for f in fields.metadata if f not in fields.seen_metadata and
                    f not in (fields.id, fields.title, fields.text)]
         if missing:
             raise InputError(f"{path}: metadata field(s) {', '.join(map(repr, missing))} appear in no record")
     return columns
+
+
+# ------------------------------------------------------------------------------------------ typed metadata
+#: the metadata types ``metadata_types`` may name
+METADATA_TYPES = ("int", "float", "bool", "str")
+_INT = re.compile(r"^[+-]?(0|[1-9][0-9]*)$")
+_FLOAT = re.compile(r"^[+-]?((0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?|\.[0-9]+)$")
+_BOOL = {"true": True, "false": False}
+
+
+def check_metadata_types(types: Mapping[str, str] | None) -> dict[str, str]:
+    """``{field: type}`` with each type one of :data:`METADATA_TYPES`; InputError naming a bad entry."""
+    if types is None:
+        return {}
+    if not isinstance(types, Mapping):
+        raise InputError(f"metadata_types must map field names to types, got {type(types).__name__}")
+    for name, kind in types.items():
+        if not isinstance(name, str) or not name or kind not in METADATA_TYPES:
+            raise InputError(f"metadata_types: {name!r}: {kind!r} is not a type; types: {', '.join(METADATA_TYPES)}")
+    return dict(types)
+
+
+def infer_metadata_type(values: Iterable[str]) -> str:
+    """The type of a text column (CSV/TSV) from its non-empty cells: ``int`` when every cell is an
+    integer without a leading zero (``"02134"`` stays text), else ``float`` when every cell is a
+    decimal number, else ``bool`` when every cell is ``true`` or ``false`` (any case), else ``str``."""
+    cells = [v.strip() for v in values]
+    if not cells:
+        return "str"
+    if all(_INT.match(c) for c in cells):
+        return "int"
+    if all(_FLOAT.match(c) for c in cells):
+        return "float"
+    if all(c.lower() in _BOOL for c in cells):
+        return "bool"
+    return "str"
+
+
+def convert_metadata(value: Any, kind: str, where: str) -> Any:
+    """``value`` as ``kind`` (:data:`METADATA_TYPES`): text is parsed (numbers, ``true``/``false``),
+    a number becomes an int only when it is whole; InputError naming ``where`` otherwise. A list
+    converts element by element."""
+    if isinstance(value, list):
+        return [convert_metadata(v, kind, where) for v in value]
+    if kind == "str":
+        return value if isinstance(value, str) else json.dumps(value) if isinstance(value, bool) else str(value)
+    text = value.strip() if isinstance(value, str) else None
+    try:
+        if kind == "bool":
+            if isinstance(value, bool):
+                return value
+            return _BOOL[text.lower()]  # type: ignore[union-attr]
+        if isinstance(value, bool):
+            raise ValueError
+        number = float(text) if text is not None else float(value)
+        if kind == "int":
+            if not number.is_integer():
+                raise ValueError
+            return int(text) if text is not None and _INT.match(text) else int(number)
+        return number
+    except (KeyError, ValueError, TypeError, AttributeError):
+        raise InputError(f"{where}: {value!r} is not a{'n' if kind == 'int' else ''} {kind}") from None
+
+
+def _jsonable(value: Any) -> Any:
+    """A metadata value as JSON holds it: dates and times as ISO 8601 text, decimals as floats,
+    numpy scalars as Python numbers (Parquet columns)."""
+    import datetime
+    import decimal
+
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
+        return value.item()
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def _typed_metadata(metadata: Sequence[str], where_of: list[str], types: dict[str, str], infer: bool
+                    ) -> tuple[str, ...]:
+    """The records' metadata (JSON object strings, ``""`` for none) typed: the fields of ``types``
+    converted (InputError naming the record and field of a bad value), and with ``infer`` every
+    other text field by its column's inferred type (an empty cell is a missing value)."""
+    meta = [json.loads(m) if m else {} for m in metadata]
+    if infer:
+        columns: dict[str, list[str]] = {}
+        for m in meta:
+            for k, v in m.items():
+                if isinstance(v, str) and k not in types:
+                    columns.setdefault(k, []).append(v)
+        for m in meta:
+            for k in [k for k, v in m.items() if isinstance(v, str) and not v.strip() and k not in types]:
+                del m[k]
+        inferred = {k: infer_metadata_type(v for v in vals if v.strip()) for k, vals in columns.items()}
+        types = {**{k: t for k, t in inferred.items() if t != "str"}, **types}
+    out = []
+    for m, where in zip(meta, where_of):
+        for k, kind in types.items():
+            if k in m and m[k] is not None and not (isinstance(m[k], str) and not m[k].strip() and infer):
+                m[k] = convert_metadata(m[k], kind, f"{where}: metadata field {k!r}")
+            elif k in m and infer:
+                del m[k]
+        out.append(json.dumps(m, ensure_ascii=False, sort_keys=True, default=str) if m else "")
+    return tuple(out)
 
 
 def _iter_jsonl(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
@@ -208,7 +342,9 @@ def _iter_csv(path: Path, delimiter: str) -> Iterator[tuple[str, Mapping[str, An
     old_limit = csv.field_size_limit()
     csv.field_size_limit(2**31 - 1)  # long documents (to be chunked) exceed the default 128 KiB per field
     try:
-        reader = csv.reader(decode_lines(path), delimiter=delimiter)
+        # strict: a quote that opens a field must close it before the next delimiter or line end, so a
+        # stray quote is an error naming its line instead of a field that swallows the following rows
+        reader = csv.reader(decode_lines(path), delimiter=delimiter, strict=True)
         start = 1
         try:
             header = next(reader, None)
@@ -227,7 +363,8 @@ def _iter_csv(path: Path, delimiter: str) -> Iterator[tuple[str, Mapping[str, An
                 yield where, dict(zip(header, row))
         except csv.Error as e:
             raise InputError(f"{path} line {start}: malformed {'TSV' if delimiter == chr(9) else 'CSV'} "
-                             f"row ({e})") from None
+                             f"row ({e}); a field that starts with a quote must end with one, and a quote "
+                             "inside it is doubled (\"\")") from None
     finally:
         csv.field_size_limit(old_limit)
 
@@ -246,7 +383,7 @@ def _iter_parquet(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
     for batch in pf.iter_batches(batch_size=8192):
         for rec in batch.to_pylist():
             row += 1
-            yield f"row {row}", rec
+            yield f"row {row}", _jsonable(rec)
 
 
 _HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$")

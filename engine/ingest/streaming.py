@@ -1,8 +1,9 @@
 """Streaming, resumable embedding of large corpora into a memory-mapped matrix.
 
 ``hopgraph index CORPUS --out DIR`` embeds passages in chunks of ``chunk_size``
-(default 16 × ``batch_size``; the embedder sees ``batch_size``) and writes each chunk straight into ``DIR.work/embeddings.npy`` (a ``.npy``
-opened with :func:`numpy.lib.format.open_memmap`), so the embedding matrix
+(default 16 × ``batch_size``; the embedder sees ``batch_size``) and writes each chunk straight
+into ``DIR.work/embeddings.npy`` (a ``.npy`` opened with :func:`numpy.lib.format.open_memmap`), so
+the embedding matrix
 (X in SPEC notation, 1.5 GB at 10⁶ × 384) never has to fit in memory next to
 the model. After every finished chunk the rows are flushed and
 ``DIR.work/state.json`` records how many rows are done, together with what
@@ -10,7 +11,7 @@ defines the result (corpus checksum, embedder name and dimension, N, chunk
 and batch size). ``--resume`` reopens that work directory and continues from the
 last finished chunk; since chunks keep the same boundaries and every chunk is
 embedded independently, the resumed matrix equals an uninterrupted run's
-(tested in ``tests/test_resume_index.py``). A state written for a different
+(``tests/engine/ingest/test_streaming.py``). A state written for a different
 corpus or embedder is refused. A work directory holds only its own files (:data:`WORK_FILES`);
 one holding anything else is refused and never deleted (:func:`check_work_dir`), and
 ``hopgraph index`` holds the output's write lock (:mod:`hopgraph.engine.storage`) for the whole
@@ -30,7 +31,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..components.corpus import Corpus
-from ..embedders.core import Embedder, validate_embeddings
+from ..embedders import Embedder, validate_embeddings
 from ..errors import InputError
 
 STATE_FILE = "state.json"
@@ -52,6 +53,7 @@ def work_dir_for(out: str | Path) -> Path:
 
 
 def read_state(work_dir: Path) -> dict[str, Any] | None:
+    """The resume state a work directory holds (:data:`STATE_FILE`), or None when it has none."""
     path = Path(work_dir) / STATE_FILE
     if not path.is_file():
         return None

@@ -28,10 +28,11 @@ from ...kernels.threads import torch_threads
 from ..components.corpus import Corpus
 from ..components.query_batch import QueryBatch
 from ..components.shared import Components
-from ..embedders.core import Embedder, validate_embeddings
+from ..embedders import Embedder, validate_embeddings
 from ..errors import IndexFormatError, InputError, NotFittedError
 from ..params import (DeprecatedParameterWarning, FitParams, InvalidParameter, RunSettings, SearchParams,
                       split_params)
+from ..cancel import checkpoint
 from ..ranking import PAD_ID, PAD_SCORE
 from ..timing import StageTimer
 
@@ -39,6 +40,12 @@ F = TypeVar("F", bound=FitParams)
 S = TypeVar("S", bound=SearchParams)
 #: the kinds of shared components a pipeline may declare in ``components_used``
 COMPONENT_KINDS = ("dense", "bm25", "extraction")
+
+
+def live_rows(components: Components) -> int:
+    """Rows a search over ``components`` may return: all rows minus the deleted ones."""
+    deleted = components.deleted
+    return len(components.X) - (int(np.count_nonzero(deleted)) if deleted is not None else 0)
 
 
 class RefitNeeded(InvalidParameter):
@@ -331,8 +338,9 @@ class Pipeline(ABC, Generic[F, S]):
     # ------------------------------------------------------------------ search
     def search(self, Q: np.ndarray, k: int = 5, query_texts: Sequence[str] | None = None, *,
                allowed: np.ndarray | None = None, **params: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` passages of each query: ``(ids int64 [B, k], scores float32 [B, k])``, best first,
-        padded with -1 / -inf when fewer exist.
+        """Top-``k`` passages of each query: ``(ids int64 [B, k'], scores float32 [B, k'])``, best first,
+        padded with -1 / -inf when fewer exist, where ``k' = min(k, live passages)``: a ``k`` beyond
+        the passages a search may return is clamped, never allocated.
 
         ``Q``: query embeddings [B, d] (or one row); ``query_texts``: the questions (pipelines whose
         ``needs.query_texts`` require them); ``allowed``: bool [N], the passages that may be
@@ -345,16 +353,21 @@ class Pipeline(ABC, Generic[F, S]):
             k = params.pop("top_k")
         sp = self.search_params(**params)
         Q, texts = self._check_queries(Q, k, query_texts)
+        n_live = live_rows(self.components)
+        k = min(int(k), n_live)
         self.timings = dict.fromkeys(self.stages, 0.0)
         timer = StageTimer(self.timings)
         steps = [step for step in self.rerank if step.active(sp, self.components)]
-        list_k = max([k] + [step.depth(sp) for step in steps])
+        list_k = min(max([k] + [step.depth(sp) for step in steps]), n_live)
         B = len(Q)
         ids = np.full((B, list_k), PAD_ID, np.int64)
         scores = np.full((B, list_k), PAD_SCORE, np.float32)
+        if k == 0:
+            return ids, scores
         size = self.settings.batch_size or self.default_batch_size or max(B, 1)
         with self._threads():
             for s in range(0, B, size):
+                checkpoint()
                 batch = self.components.batch(Q[s:s + size], None if texts is None else texts[s:s + size], allowed)
                 ids[s:s + size], scores[s:s + size] = self._search_batch(batch, list_k, sp, timer)
         for step in steps:

@@ -1,13 +1,20 @@
 """BM25 baseline: the shared BM25 component (bm25s, Lucene variant, English stop words by default;
 :mod:`hopgraph.engine.components.bm25`). Its fit parameters are the index's BM25 parameters, which
-every pipeline that uses BM25 shares; a pipeline fitted with other values gets its own BM25 index."""
+every pipeline that uses BM25 shares; a pipeline fitted with other values gets its own BM25 index.
+
+The passages sharing a term with the question come first, by BM25 score (ties toward the lower
+id); when fewer than ``k`` do, the list is completed with the lowest allowed ids among the others,
+score 0 (as a sort of every passage's score, zeros included, would rank them), so ``k`` results
+come back whenever ``k`` passages pass the filter."""
 from __future__ import annotations
+
 
 import numpy as np
 
 from ..components.bm25 import BM25Params
 from ..components.query_batch import QueryBatch
 from ..params import SearchParams
+from ..ranking import fill_lowest
 from ..timing import StageTimer
 from .base import Needs, Pipeline
 
@@ -15,7 +22,7 @@ BM25Search = SearchParams.none_for("bm25", "BM25Search", __name__)
 
 
 class BM25(Pipeline):
-    """Lexical top-k over ``"title: text"`` of each passage."""
+    """Lexical top-k over ``"title: text"`` of each passage (zero-score tail: module docstring)."""
 
     name = "bm25"
     FitParams = BM25Params
@@ -33,4 +40,5 @@ class BM25(Pipeline):
         with timer("tokenize"):
             tokens = bm25.tokenize(batch.texts)
         with timer("bm25"):
-            return bm25.topk(tokens, k, batch.allowed)
+            ids, scores = bm25.topk(tokens, k, batch.allowed)
+            return fill_lowest(ids, scores, batch.allowed, len(self.components.X))

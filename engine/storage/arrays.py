@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import mmap
 import os
+import tokenize
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from ..errors import IndexFormatError
+
+#: what ``np.load`` raises for a damaged or hostile ``.npy`` (a mangled header is parsed as a Python
+#: literal: its tokenizer's and parser's errors are among them)
+NPY_READ_ERRORS = (ValueError, OSError, EOFError, SyntaxError, tokenize.TokenError)
 
 
 

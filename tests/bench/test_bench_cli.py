@@ -1,4 +1,4 @@
-"""Issue 14 item 4: ``hopgraph bench`` — every table group at a tiny ``--scale`` writes the JSON
+"""``hopgraph bench``: every table group at a tiny ``--scale`` writes the JSON
 report (structure, positive finite figures, date and load average per table) and prints each
 table; bad input is one line without a traceback. Sizes are tiny: this checks the command,
 not speed."""
@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+
+import pytest
 
 from suite import GROUPS, QUICK
 from hopgraph.cli import main
@@ -17,6 +19,7 @@ def numbers(rows: list[dict]) -> list[float]:
     return [v for r in rows for v in r.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
 
 
+@pytest.mark.slow
 def test_bench_tiny_run_writes_every_table(tmp_path, capsys):
     out = tmp_path / "bench.json"
     assert main(["bench", "--quick", "--scale", "0.005", "--embedder", "hashing-32", "--json", str(out),
@@ -41,6 +44,7 @@ def test_bench_tiny_run_writes_every_table(tmp_path, capsys):
     assert "load average" in printed
 
 
+@pytest.mark.slow
 def test_bench_only_runs_the_named_groups(tmp_path):
     out = tmp_path / "k.json"
     assert main(["bench", "--scale", "0.005", "--only", "kernels", "--json", str(out), "-q"]) == 0

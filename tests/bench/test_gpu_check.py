@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "gpu_check.py"
 
@@ -23,6 +24,7 @@ def load_gpu_check():
     return module
 
 
+@pytest.mark.slow
 def test_interpret_quick_run_passes(tmp_path):
     env = {**os.environ, "OUT": str(tmp_path), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run([sys.executable, str(SCRIPT), "--interpret", "--quick"], env=env, capture_output=True,

@@ -1,10 +1,13 @@
+"""The ``hopgraph`` command line: index then search, eval (JSON schema, cache, ablations, plot, the
+shared HotpotQA set), user errors as one line with exit status 2, internal errors shown as such, and
+search results with text and metadata."""
 import json
 
 import pytest
 
 from conftest import shared_dataset
 from hopgraph.cli import main
-from hopgraph.engine.embedders.core import HashingEmbedder
+from hopgraph.engine.embedders import HashingEmbedder
 
 DEMO_QUESTIONS = [
     {"id": "q1", "question": "Who founded the company that acquired Tessellate Systems?",
@@ -52,11 +55,13 @@ def test_eval_json_schema_and_cache(demo_data, tmp_path, capsys, monkeypatch):
             "--cache-dir", str(cache), "--json", str(js), "-q"]
     assert main(args) == 0
     report = json.loads(js.read_text())
-    assert set(report) == {"dataset", "n_passages", "n_questions", "results"}
+    assert set(report) == {"schema_version", "dataset", "format", "split", "n_passages", "n_questions", "embedder",
+                           "depth", "measures", "results", "per_query", "recall_curve", "significance", "run_files"}
     assert report["dataset"] == "demo" and report["n_passages"] == 30 and report["n_questions"] == 2
+    measures = ["ndcg@10", "mrr@10", "map@100", "recall@1", "recall@3", "p@1", "p@3"]
+    assert report["measures"] == measures and report["format"] == "hopgraph" and report["depth"] == 100
     for r in report["results"].values():
-        assert set(r) == {"recall@1", "recall@1_stderr", "recall@3", "recall@3_stderr", "index_seconds",
-                          "queries_per_second"}
+        assert set(r) == {*measures, *(f"{m}_stderr" for m in measures), "index_seconds", "queries_per_second"}
         assert 0 <= r["recall@3"] <= 1 and r["queries_per_second"] > 0
     assert report["results"]["bm25"]["recall@3"] >= 0.5
     # second run: loads the cache, never embeds passages again
@@ -76,6 +81,7 @@ def test_eval_ablations_and_plot(demo_data, tmp_path, capsys):
     assert "± " in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_eval_on_shared_hotpotqa(tmp_path):
     data = shared_dataset("hotpotqa")
     js = tmp_path / "hp.json"
@@ -86,7 +92,7 @@ def test_eval_on_shared_hotpotqa(tmp_path):
     assert 0.6 < r["results"]["bm25"]["recall@5"] < 0.9  # bm25s on HotpotQA: about 0.76
 
 
-# ---------------------------------------------------------------- issue 11: one line, exit 2, for user errors
+# ---------------------------------------------------------------- one line, exit 2, for user errors
 def _index_args(corpus, tmp_path) -> list[str]:
     return ["index", str(corpus), "--out", str(tmp_path / "idx"), "--embedder", "hashing-8", "-q",
             "--pipelines", "dense"]

@@ -1,4 +1,4 @@
-"""Issue 12: CLI conventions — ``--version``, help with choices and defaults, names and parameters
+"""CLI conventions: ``--version``, help with choices and defaults, names and parameters
 checked before any work, ``search --k`` / ``eval --ks``, ``eval --json`` standard errors, the
 platform cache directory, and hopgraph's own progress bars (bm25s's folded in)."""
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,7 +82,7 @@ def test_help_lists_the_pipelines(capsys):
 def no_work(monkeypatch):
     """Embedding, loading or evaluating fails the test: a refusal must come before any of them."""
     from hopgraph import evaluate
-    from hopgraph.engine.embedders.core import HashingEmbedder
+    from hopgraph.engine.embedders import HashingEmbedder
     from hopgraph.index import Index
 
     def fail(*args, **kwargs):
@@ -162,8 +163,8 @@ def test_eval_json_has_the_table_standard_errors_and_uses_the_cache_env(eval_dat
                  "--json", str(js), "-q"]) == 0
     table = capsys.readouterr().out
     r = json.loads(js.read_text())["results"]["bm25"]
-    assert set(r) == {"recall@1", "recall@1_stderr", "recall@3", "recall@3_stderr", "index_seconds",
-                      "queries_per_second"}
+    assert {"recall@1", "recall@1_stderr", "recall@3", "recall@3_stderr", "index_seconds",
+            "queries_per_second"} <= set(r)
     for k in (1, 3):
         assert f"{r[f'recall@{k}']:.3f} ± {r[f'recall@{k}_stderr']:.3f}" in table
     assert r["recall@3_stderr"] >= 0
@@ -184,24 +185,19 @@ def test_eval_k_is_a_deprecated_alias_of_ks(eval_data, tmp_path, capsys):
     _refused(capsys, [*args, "--k", "1", "--ks", "2"], "give --ks only")
 
 
-@pytest.mark.parametrize("platform, environ, expected", [
-    ("linux", {}, "HOME/.cache/hopgraph"),
-    ("linux", {"XDG_CACHE_HOME": "/xdg"}, "/xdg/hopgraph"),
-    ("linux", {"XDG_CACHE_HOME": "relative"}, "HOME/.cache/hopgraph"),  # XDG: relative paths are ignored
-    ("darwin", {"XDG_CACHE_HOME": "/xdg"}, "HOME/Library/Caches/hopgraph"),
-    ("win32", {"LOCALAPPDATA": "/L"}, "/L/hopgraph/Cache"),
-    ("win32", {}, "HOME/AppData/Local/hopgraph/Cache"),
-])
-def test_platform_cache_dir(platform, environ, expected):
+def test_platform_cache_dir_is_platformdirs(monkeypatch, tmp_path):
+    import platformdirs
+
     from hopgraph.evaluate import platform_cache_dir
 
-    got = platform_cache_dir(platform, environ, home=Path("/home/u"))
-    assert got == Path(expected.replace("HOME", "/home/u"))
+    assert platform_cache_dir() == Path(platformdirs.user_cache_dir("hopgraph", appauthor=False))
+    if sys.platform.startswith("linux"):
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+        assert platform_cache_dir() == tmp_path / "hopgraph"
 
 
 def test_default_cache_dir_env_override(monkeypatch, tmp_path):
     from hopgraph.evaluate import default_cache_dir, platform_cache_dir
 
     assert default_cache_dir({"HOPGRAPH_CACHE_DIR": str(tmp_path)}) == tmp_path
-    assert default_cache_dir({"HOPGRAPH_CACHE_DIR": "", "XDG_CACHE_HOME": "/x"}) == platform_cache_dir(
-        environ={"XDG_CACHE_HOME": "/x"})
+    assert default_cache_dir({"HOPGRAPH_CACHE_DIR": ""}) == platform_cache_dir()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from hopgraph import Index
 from hopgraph.cli import main
@@ -21,6 +22,7 @@ QUESTIONS = [
 ]
 
 
+@pytest.mark.slow
 def test_train_gnn_and_gate_save_into_the_index(tmp_path, demo_corpus, capsys):
     idx = tmp_path / "idx"
     Index.build(demo_corpus, embedder="hashing-64", pipelines=["dmar"], progress=False,

@@ -1,5 +1,5 @@
-"""hopgraph.Client (issue 7): request encoding and error mapping without a server;
-the end-to-end behaviour is tested against the real server in test_server.py."""
+"""hopgraph.Client and AsyncClient: request encoding, error mapping and event-loop handling without a
+server; the end-to-end behaviour is tested against the real server in test_server.py."""
 from __future__ import annotations
 
 import numpy as np
@@ -57,10 +57,7 @@ def test_connection_refused_is_reported():
 
 def _mock_client(cls, handler):
     httpx = pytest.importorskip("httpx")
-    c = cls("http://hopgraph.test")
-    transport = httpx.MockTransport(handler)
-    c._http = (httpx.Client if cls is hopgraph.Client else httpx.AsyncClient)(base_url=c.url, transport=transport)
-    return c
+    return cls("http://hopgraph.test", transport=httpx.MockTransport(handler))
 
 
 def test_default_pipeline_asks_info_once_and_ids_are_percent_encoded():
@@ -114,3 +111,62 @@ def test_server_serving_nothing_is_reported():
 
     with pytest.raises(ServiceError, match="serves no pipeline"):
         _mock_client(hopgraph.Client, handler).search("q")
+
+
+def _echo_handler(seen: list):
+    def handler(request):
+        import json
+
+        import httpx
+
+        body = json.loads(request.content) if request.content else None
+        seen.append((request.url.path, body))
+        if request.url.path == "/passages":
+            return httpx.Response(200, json={"added": [p["id"] for p in body["passages"]], "replaced": [],
+                                             "passages": 3, "committed": True})
+        return httpx.Response(200, json={"results": [{"hits": []} for _ in body["queries"]]})
+    return handler
+
+
+def test_async_client_serves_many_event_loops_and_synchronous_code():
+    import asyncio
+
+    from hopgraph.client import run_sync
+
+    seen: list = []
+    ac = _mock_client(hopgraph.AsyncClient, _echo_handler(seen))
+    for _ in range(10):  # a new event loop each time: each gets its own connection pool
+        assert asyncio.run(ac.search(["q"], pipeline="dense")) == [[]]
+    for _ in range(10):  # the process's background loop, from plain synchronous code
+        assert run_sync(ac.search(["q", "r"], pipeline="dense")) == [[], []]
+
+    async def inside_a_running_loop():
+        return run_sync(ac.search(["q"], pipeline="dense"))  # blocks this loop, does not deadlock
+    assert asyncio.run(inside_a_running_loop()) == [[]]
+    assert len(seen) == 21
+    with pytest.raises(hopgraph.InputError):
+        run_sync(ac.search([3], pipeline="dense"))
+
+
+def test_add_takes_what_index_add_takes(tmp_path):
+    import asyncio
+
+    seen: list = []
+    c = _mock_client(hopgraph.Client, _echo_handler(seen))
+    assert c.add(["first text", "second text"])["added"] == ["0", "1"]
+    assert seen[-1][1]["passages"][1] == {"id": "1", "title": "", "text": "second text", "metadata": {}}
+    c.add("one text", upsert=True)
+    assert seen[-1][1] == {"passages": [{"id": "0", "title": "", "text": "one text", "metadata": {}}], "upsert": True}
+    c.add([{"id": "n1", "text": "x y", "year": 2001, "metadata": {"lang": "en"}}])
+    assert seen[-1][1]["passages"][0]["metadata"] == {"lang": "en", "year": 2001}
+    path = tmp_path / "more.jsonl"
+    path.write_text('{"id": "p1", "title": "T", "text": "from a file"}\n')
+    c.add(str(path))
+    assert seen[-1][1]["passages"][0]["id"] == "p1"
+    c.add(hopgraph.Corpus.from_strings(["a corpus"]))
+    with pytest.raises(hopgraph.InputError, match="empty text"):
+        c.add([{"id": "x", "text": " "}])
+    with pytest.raises(hopgraph.InputError, match="not one record"):
+        c.add({"id": "x", "text": "y"})
+    ac = _mock_client(hopgraph.AsyncClient, _echo_handler(seen))
+    assert asyncio.run(ac.add(["async text"]))["added"] == ["0"]

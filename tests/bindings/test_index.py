@@ -1,3 +1,6 @@
+"""``hopgraph.Index``: search hits, hybrid fusion, query embeddings, save/load round trip and refusals,
+precomputed embeddings, parameter variants, input checks before embedding, and hits carrying text
+and metadata read from the store."""
 import json
 
 import numpy as np
@@ -148,7 +151,7 @@ def test_sync_params_updates_query_params_and_drops_fit_params(demo_corpus, hash
     assert idx.pipeline("bm25").fit_params.k1 == 1.2
 
 
-# ---------------------------------------------------------------- issue 11: Index.build input checks
+# ---------------------------------------------------------------- Index.build input checks
 @pytest.mark.parametrize("corpus, kwargs, message", [
     ([], {}, "holds no passages"),
     ([{"id": "a", "title": 0, "text": "x"}], {}, r"record 0: 'title' must be a string"),
@@ -204,3 +207,16 @@ def test_hits_carry_text_and_metadata_read_from_the_store(tmp_path, demo_corpus,
                                           "text": demo_corpus.texts[3], "metadata": meta_of(3, meta_id(3))}
     with pytest.raises(KeyError, match="nope"):
         loaded.passage("nope")
+
+
+def test_pipeline_variants_stay_bounded_after_compact(demo_corpus):
+    from hopgraph.index.index import MAX_VARIANTS
+
+    idx = Index.build(demo_corpus, embedder="hashing-16", pipelines=["hybrid"], progress=False)
+    for round_ in range(2):  # before and after compact (which resets the variants)
+        for depth in range(1, MAX_VARIANTS + 10):
+            idx.pipeline("hybrid", fusion_depth=depth)
+        assert len(idx._variants) == MAX_VARIANTS
+        idx.delete([demo_corpus.ids[round_]])
+        idx.compact()
+        assert len(idx._variants) == 0

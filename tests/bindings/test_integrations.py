@@ -1,5 +1,5 @@
-"""Framework retrievers (issue 12): hopgraph.integrations.langchain / .llamaindex against the real
-langchain-core and llama-index-core, over a local Index and over a served index (Client)."""
+"""Framework retrievers: hopgraph.integrations.langchain / .llamaindex against the real langchain-core
+and llama-index-core, over a local Index and over a served index (Client, AsyncClient)."""
 from __future__ import annotations
 
 import asyncio
@@ -301,6 +301,7 @@ def _run(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_import_hopgraph_imports_no_framework():
     r = _run("import sys, hopgraph, hopgraph.integrations\n"
              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('langchain_core', 'llama_index')))")
@@ -308,6 +309,7 @@ def test_import_hopgraph_imports_no_framework():
     assert r.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module, blocked, extra", [("langchain", "langchain_core", "langchain"),
                                                     ("llamaindex", "llama_index", "llamaindex")])
 def test_missing_framework_names_the_extra(module, blocked, extra):
@@ -431,7 +433,8 @@ def test_search_arguments_map_parameters_per_source(index, client):
 
 
 @pytest.mark.parametrize("bad, message", [
-    ({"k": 3}, "may not set 'k'"),
+    ({"k": 0}, "search_kwargs['k'] must be a positive integer"),
+    ({"where": ["x"]}, "search_kwargs['where'] must be a filter object"),
     ({"pipeline": "dense"}, "may not set 'pipeline'"),
     ({"with_text": "no"}, "search_kwargs['with_text'] must be true or false"),
     ({"group_by_document": 1}, "search_kwargs['group_by_document'] must be true or false"),
@@ -453,3 +456,47 @@ def test_invalid_pipeline_parameter_is_named_by_index_and_server(index, client):
         li = hg_llamaindex.HopgraphRetriever(source, pipeline="hybrid", search_kwargs={"params": {"no_such": 1}})
         with pytest.raises(hopgraph.InputError, match="no_such"):
             li.retrieve("bridge")
+
+
+# ---------------------------------------------------------------- the real AsyncClient from synchronous code
+def test_sync_retrievers_over_an_async_client_ten_calls_in_a_row(server, index):
+    want = [[h.id for h in row] for row in index.search(QUESTIONS, pipeline="hybrid", k=K)]
+    ac = hopgraph.AsyncClient(server.url)
+    lc = hg_langchain.HopgraphRetriever(async_client=ac, pipeline="hybrid", k=K)
+    lc_index = hg_langchain.HopgraphRetriever(index=ac, pipeline="hybrid", k=K)  # an async index= is the same
+    li = hg_llamaindex.HopgraphRetriever(async_client=ac, pipeline="hybrid", k=K)
+    for i in range(10):
+        q = QUESTIONS[i % len(QUESTIONS)]
+        assert [d.id for d in lc.invoke(q)] == want[i % len(QUESTIONS)]
+        assert [d.id for d in lc_index.invoke(q)] == want[i % len(QUESTIONS)]
+        assert [n.node.node_id for n in li.retrieve(q)] == want[i % len(QUESTIONS)]
+    assert [[d.id for d in docs] for docs in lc.batch(QUESTIONS)] == want
+    for _ in range(3):  # and from asynchronous code, each time in a new event loop
+        assert [[d.id for d in docs] for docs in asyncio.run(lc.abatch(QUESTIONS))] == want
+        assert [n.node.node_id for n in asyncio.run(li.aretrieve(QUESTIONS[0]))] == want[0]
+
+    async def sync_call_inside_a_loop():
+        return lc.invoke(QUESTIONS[1])
+    assert [d.id for d in asyncio.run(sync_call_inside_a_loop())] == want[1]
+
+
+def test_retrievers_take_client_and_async_client_and_k_in_search_kwargs(server, index):
+    want = [h.id for h in index.search(QUESTIONS[:1], pipeline="dense", k=2)[0]]
+    with hopgraph.Client(server.url) as client:
+        ac = hopgraph.AsyncClient(server.url)
+        for kwargs in ({"client": client}, {"async_client": ac}, {"client": client, "async_client": ac}):
+            lc = hg_langchain.HopgraphRetriever(pipeline="dense", search_kwargs={"k": 2}, **kwargs)
+            li = hg_llamaindex.HopgraphRetriever(pipeline="dense", search_kwargs={"k": 2}, **kwargs)
+            assert [d.id for d in lc.invoke(QUESTIONS[0])] == want, kwargs
+            assert [d.id for d in asyncio.run(lc.ainvoke(QUESTIONS[0]))] == want, kwargs
+            assert [n.node.node_id for n in li.retrieve(QUESTIONS[0])] == want, kwargs
+            assert [n.node.node_id for n in asyncio.run(li.aretrieve(QUESTIONS[0]))] == want, kwargs
+        lc = hg_langchain.HopgraphRetriever(client=client, pipeline="dense", k=3,
+                                            search_kwargs={"where": {"$not": {"title": "Bristol"}}})
+        assert len(lc.invoke(QUESTIONS[0])) == 3
+        with pytest.raises(ValueError, match="index= or client="):
+            hg_langchain.HopgraphRetriever(index=index, client=client)
+        with pytest.raises(ValueError, match="give index="):
+            hg_langchain.HopgraphRetriever(pipeline="dense")
+        with pytest.raises(hopgraph.InputError, match="one asynchronous source"):
+            hg_llamaindex.HopgraphRetriever(client=ac, async_client=ac)

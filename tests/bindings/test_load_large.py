@@ -1,4 +1,4 @@
-"""A loaded large index is searched without copying X into memory (issue 5)."""
+"""A loaded large index is searched without copying X into memory."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,16 +1,19 @@
 """The code blocks of README.md and docs/ run as written.
 
-**Python.** A ```` ```python ```` block whose previous line is ``<!-- readme-test -->`` (invisible
-on GitHub and in the built docs) runs in a fresh interpreter whose working directory holds only
-``bindings/data`` (a link to the checkout's), so relative paths resolve as from the repository
-root and whatever a block writes (``my-index``) lands in a temporary folder. A block that cannot
-run here (it needs a running server or the benchmark data) says so on its previous line with
-``<!-- untested: REASON -->``; every Python block carries one of the two markers.
+**Marked blocks run.** A ```` ```python ```` or ```` ```sh ```` block whose previous line is
+``<!-- readme-test -->`` (invisible on GitHub and in the built docs) runs in a fresh interpreter
+(Python) or ``bash -e`` (shell, with the interpreter's ``bin`` folder first on ``PATH``, as after
+``. .venv/bin/activate``) whose working directory holds only ``bindings/data`` (a link to the
+checkout's), so relative paths resolve as from the repository root and whatever a block writes
+(``my-index``) lands in a temporary folder. A Python block that cannot run here (it needs a running
+server or the benchmark data) says so on its previous line with ``<!-- untested: REASON -->``;
+every Python block carries one of the two markers.
 
-**Shell.** Running the shell blocks would take minutes to hours (they index benchmark data), so
-the cheap checks are made instead: every ``hopgraph ...`` command line parses with the CLI's own
-parser (the sub-command and every option exist), and every repository file a page names
-(``bench/...py``, ``engine/...py`` ...) exists.
+**Every shell block is checked.** Running the unmarked shell blocks would take minutes to hours
+(they index benchmark data), so the cheap checks are made instead: every ``hopgraph ...`` command
+line parses with the CLI's own parser (the sub-command and every option exist; an option written
+as optional, ``[--upsert]``, is refused: copied as written it would be an argument), and every
+repository file a page names (``bench/...py``, ``engine/...py`` ...) exists.
 """
 from __future__ import annotations
 
@@ -50,8 +53,8 @@ def code_blocks(text: str, source: str = "README.md") -> list[Block]:
     blocks, i = [], 0
     while i < len(lines):
         line = lines[i].strip()
-        if line == MARK and not (i + 1 < len(lines) and lines[i + 1].strip() == "```python"):
-            raise ValueError(f"{source} line {i + 1}: {MARK} must be followed by a ```python fence")
+        if line == MARK and not (i + 1 < len(lines) and lines[i + 1].strip() in ("```python", "```sh")):
+            raise ValueError(f"{source} line {i + 1}: {MARK} must be followed by a ```python or ```sh fence")
         if line.startswith("```") and line != "```":
             for j in range(i + 1, len(lines)):
                 if lines[j].strip() == "```":
@@ -66,8 +69,8 @@ def code_blocks(text: str, source: str = "README.md") -> list[Block]:
 
 
 def marked_blocks(text: str, source: str = "README.md") -> list[Block]:
-    """The Python blocks preceded by :data:`MARK`."""
-    return [b for b in code_blocks(text, source) if b.lang == "python" and b.marker == MARK]
+    """The Python and shell blocks preceded by :data:`MARK`."""
+    return [b for b in code_blocks(text, source) if b.lang in ("python", "sh") and b.marker == MARK]
 
 
 def run_block(block: Block, cwd: Path, timeout: float = 180.0) -> subprocess.CompletedProcess:
@@ -76,14 +79,16 @@ def run_block(block: Block, cwd: Path, timeout: float = 180.0) -> subprocess.Com
     if not data.exists():
         data.parent.mkdir(parents=True, exist_ok=True)
         data.symlink_to(ROOT / "bindings" / "data", target_is_directory=True)
-    env = {**os.environ, "HOPGRAPH_CACHE_DIR": str(cwd / "cache"), "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, "-c", block.code], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    env = {**os.environ, "HOPGRAPH_CACHE_DIR": str(cwd / "cache"), "PYTHONUNBUFFERED": "1",
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    cmd = [sys.executable, "-c", block.code] if block.lang == "python" else ["bash", "-e", "-o", "pipefail", "-c",
+                                                                             block.code]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 BLOCKS = [b for page in PAGES for b in code_blocks(page.read_text(encoding="utf-8"), str(page.relative_to(ROOT)))]
 PYTHON = [b for b in BLOCKS if b.lang == "python"]
-MARKED = [b for b in PYTHON if b.marker == MARK]
+MARKED = [b for b in BLOCKS if b.lang in ("python", "sh") and b.marker == MARK]
 SHELL = [b for b in BLOCKS if b.lang in ("sh", "bash", "shell", "console")]
 
 
@@ -94,9 +99,13 @@ def test_every_python_block_is_marked():
     assert readme >= MIN_BLOCKS["README.md"], f"only {readme} README blocks are marked {MARK}"
     assert len(MARKED) - readme >= MIN_BLOCKS["docs"], f"only {len(MARKED) - readme} docs/ blocks are marked {MARK}"
     for block in MARKED:
-        assert "import " in block.code, f"{block.source} line {block.line}: a tested block must import what it uses"
+        assert block.lang != "python" or "import " in block.code, \
+            f"{block.source} line {block.line}: a tested block must import what it uses"
+    shell = {b.source for b in MARKED if b.lang == "sh"}
+    assert {"README.md", "docs/live-indexes.md", "docs/cli.md"} <= shell, f"marked shell blocks only in {shell}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", MARKED, ids=[f"{b.source}:{b.line}" for b in MARKED])
 def test_python_block_runs(block, tmp_path):
     r = run_block(block, tmp_path)
@@ -110,8 +119,12 @@ def test_a_raising_block_fails_and_markers_are_checked(tmp_path):
     r = run_block(bad, tmp_path)
     assert r.returncode != 0 and "boom" in r.stderr
     assert run_block(good, tmp_path).returncode == 0
+    sh_ok, sh_bad = marked_blocks(f"{MARK}\n```sh\nhopgraph --version\n```\n{MARK}\n```sh\nfalse\necho after\n```\n")
+    assert run_block(sh_ok, tmp_path).stdout.startswith("hopgraph ")  # the venv's hopgraph is on PATH
+    r = run_block(sh_bad, tmp_path)
+    assert r.returncode != 0 and "after" not in r.stdout  # a failing line fails the block
     with pytest.raises(ValueError, match=re.escape("README.md line 1: <!-- readme-test --> must be followed")):
-        marked_blocks(f"{MARK}\n```sh\nls\n```\n")
+        marked_blocks(f"{MARK}\n```bash\nls\n```\n")
     with pytest.raises(ValueError, match="line 2: the ```python block is never closed"):
         marked_blocks(f"{MARK}\n```python\nimport os\n")
 
@@ -121,8 +134,8 @@ def test_a_raising_block_fails_and_markers_are_checked(tmp_path):
 
 def hopgraph_commands(code: str) -> list[str]:
     """The ``hopgraph ...`` command lines of a shell block: continuations joined, comments and
-    whatever follows a ``&&``, ``|``, ``>``, ``;`` or a trailing ``&`` cut off, ``[--option]``
-    written as optional turned into ``--option``."""
+    whatever follows a ``&&``, ``|``, ``>``, ``;`` or a trailing ``&`` cut off (an ``[--option]``
+    written as optional stays as written, and fails to parse)."""
     joined = re.sub(r"\\\n\s*", " ", code)
     commands = []
     for line in joined.splitlines():
@@ -130,7 +143,7 @@ def hopgraph_commands(code: str) -> list[str]:
             part = re.split(r"\s#|\s\||\s>|\s&(?:\s|$)", " " + part.strip())[0].strip()
             part = re.sub(r"^(?:timeout (?:\S+ )*?)?(?:\S*python3? -m )?(?=hopgraph )", "", part)
             if part.startswith("hopgraph "):
-                commands.append(" ".join(re.sub(r"\[([^\]]*)\]", r"\1", part).split()))
+                commands.append(" ".join(part.split()))
     return commands
 
 
@@ -163,7 +176,8 @@ def test_hopgraph_command_lines_parse():
 def test_the_command_checks_can_fail():
     assert hopgraph_commands("hopgraph search idx 'q' --k 5 \\\n  --pipeline dense  # c\n") == [
         "hopgraph search idx 'q' --k 5 --pipeline dense"]
-    assert hopgraph_commands("x && hopgraph add i c.jsonl [--upsert] > log &") == ["hopgraph add i c.jsonl --upsert"]
+    assert hopgraph_commands("x && hopgraph add i c.jsonl --upsert > log &") == ["hopgraph add i c.jsonl --upsert"]
+    assert "unrecognized arguments: [--upsert]" in parse_cli("hopgraph add i c.jsonl [--upsert]")
     assert hopgraph_commands(".venv/bin/python -m hopgraph eval d\ntimeout -s INT 20 hopgraph index c") == [
         "hopgraph eval d", "hopgraph index c"]
     assert parse_cli("hopgraph search idx q --k 5") is None

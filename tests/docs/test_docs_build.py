@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # whole Sphinx builds
+
 pytest.importorskip("sphinx")
 pytest.importorskip("myst_parser")
 

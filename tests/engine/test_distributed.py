@@ -1,4 +1,4 @@
-"""Distributed build on a local Ray cluster started by the test (issue 5): the same index
+"""Distributed build on a local Ray cluster started by the test: the same index
 as a single-process build."""
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ ray = pytest.importorskip("ray", reason="Ray is the optional extra hopgraph[dist
 from hopgraph.engine import distributed  # noqa: E402
 from hopgraph.engine.pipelines.g3rag.ann_graph import ann_gain_knn  # noqa: E402
 from hopgraph.index import Index  # noqa: E402
+
+pytestmark = pytest.mark.slow  # a local Ray cluster
 
 
 @pytest.fixture(scope="module")

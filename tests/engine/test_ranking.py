@@ -1,3 +1,4 @@
+"""Ranking helpers: ``topk_rows`` order, ties toward the lower column and padding; reciprocal rank fusion."""
 import numpy as np
 
 from hopgraph.engine.ranking import reciprocal_rank_fusion, topk_rows

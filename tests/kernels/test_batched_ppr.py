@@ -10,6 +10,7 @@ import torch
 from suite.kernels import local_regions
 from hopgraph.engine.pipelines.stitch.hypergraph import column_stochastic
 from hopgraph.kernels import call
+from hopgraph.kernels.errors import InputError
 
 
 def random_graph(n: int, density: float, seed: int, dangling: tuple[int, ...] = ()) -> sp.csr_matrix:
@@ -67,6 +68,41 @@ def test_triton_parity(rng, n, B, dense):
                          backend="triton")
         np.testing.assert_allclose(tri.numpy(), cpu.numpy(), atol=1e-6)
         assert torch.equal(it_c, it_t)
+
+
+@pytest.mark.parametrize("B,dtype,regions,max_iter", [(20, np.float32, True, 37), (130, np.float64, False, 10)])
+def test_triton_parity_many_programs_columns_and_compactions(rng, B, dtype, regions, max_iter):
+    """More rows than one program takes, a hub row longer than a gather chunk, a third of the
+    columns stopping at the first iteration (frozen on the device, then compacted at the host's
+    check, the stride padded again to a multiple of 16), more columns than one program takes,
+    float32 and float64, with and without a region."""
+    from hopgraph.kernels.batched_ppr_triton import ROWS_PER_PROGRAM
+
+    n = ROWS_PER_PROGRAM + 26
+    W = sp.random(n, n, density=0.05, random_state=7, format="lil")
+    W[5, :] = 1.0  # a hub row: every chunk points to chunk 5
+    W[:, 11] = 0  # a dangling chunk
+    P = column_stochastic(W)
+    pri = priors_for(B, n, rng).astype(dtype)
+    pri[2:B // 2] = np.roll(pri[2:B // 2], 1, axis=1)  # various sparsity patterns: various stop times
+    pri[B // 2:B // 2 + B // 3] = 0  # a third stop at once: the block is compacted
+    pri[3] = np.eye(n)[11]  # all mass on the dangling chunk: a fixed point
+    region = rng.random((B, n)) < 0.8
+    for reg in (None, region) if regions else (None,):
+        cpu, it_c = call("batched_ppr", P, pri, d=0.7, tol=1e-4, max_iter=max_iter, region=reg, device="cpu")
+        tri, it_t = call("batched_ppr", P, pri, d=0.7, tol=1e-4, max_iter=max_iter, region=reg, device="cpu",
+                         backend="triton")
+        assert tri.dtype == cpu.dtype
+        np.testing.assert_allclose(tri.numpy(), cpu.numpy(), atol=1e-6)
+        assert torch.equal(it_c, it_t) and (it_c == 1).sum() >= B / 3 and (it_c > 8).any()
+
+
+@pytest.mark.parametrize("backend", [None, "triton"])
+@pytest.mark.parametrize("threads", [0, -1, 2.5, True, "2"])
+def test_threads_must_be_a_positive_integer(backend, threads):
+    P = random_graph(8, 0.3, 5)
+    with pytest.raises(InputError, match="threads must be an integer >= 1"):
+        call("batched_ppr", P, np.eye(8)[:2], threads=threads, device="cpu", backend=backend)
 
 
 def test_empty_batch_and_triple_input():

@@ -1,3 +1,6 @@
+"""The kernels' one dispatch point: device resolution, backend choice and overrides (environment
+variable, context manager), the op functions equal to ``call``, NumPy inputs at the kernel boundary,
+and importing the kernels without Triton."""
 import pytest
 
 from hopgraph.kernels import dispatch
@@ -221,7 +224,12 @@ def test_every_registered_op_is_a_function():
         assert inspect.cleandoc(op.cpu.__doc__) in fn.__doc__ and f"call({name!r}" in fn.__doc__
 
 
-@pytest.mark.parametrize("name", sorted(small_inputs()))
+#: ops whose interpreted Triton kernels take seconds on the small inputs
+SLOW_TRITON = ("batched_ppr", "shapley_mc")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_TRITON else n
+                                  for n in sorted(small_inputs())])
 def test_op_function_equals_call(name, monkeypatch):
     args = small_inputs()[name]
     if name in TORCH_OPS:
@@ -244,6 +252,7 @@ def test_op_function_validates_like_call():
         kernels.density(small_inputs()["density"][0], backend="opencl")
 
 
+@pytest.mark.slow
 def test_importing_kernels_does_not_import_triton():
     code = "import sys, hopgraph.kernels as k; k.OPS; assert 'triton' not in sys.modules, 'triton imported'"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -251,7 +260,7 @@ def test_importing_kernels_does_not_import_triton():
 
 
 # ---------------------------------------------------------------------- NumPy at the kernel boundary
-@pytest.mark.parametrize("backend", ["cpu", "triton"])
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("triton", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", TORCH_OPS)
 def test_numpy_and_torch_inputs_give_identical_results(name, backend):
     args = small_inputs()[name]

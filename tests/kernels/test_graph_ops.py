@@ -79,6 +79,7 @@ def test_density_sampled_is_the_mean_over_the_fixed_sample():
     np.testing.assert_allclose(full, call("density", X, device="cpu"), rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_density_sampled_is_unbiased_over_seeds():
     X = clustered_embeddings(60, 8, 3, seed=3)
     est = np.mean([call("density", X, mode="sampled", n_samples=10, seed=s, device="cpu") for s in range(300)], 0)
@@ -195,9 +196,58 @@ def test_triton_gain_knn_matches_cpu(name):
     k, lo, hi = (3, 0.3, 0.9) if name != "one_hot" else (20, 0.0, 1.0)
     cpu = call("gain_knn", X, k=k, sim_min=lo, sim_max=hi, penalty=pen, device="cpu")
     tri = call("gain_knn", X, k=k, sim_min=lo, sim_max=hi, penalty=pen, device="cpu", backend="triton")
+    assert_same_graph(tri, cpu)
+
+
+def assert_same_graph(tri, cpu):
+    """Edges equal; weights within gain_knn_triton's documented tolerance (1e-5 relative, 1e-6
+    absolute: the gain's slope is unbounded as the similarity nears 1)."""
     np.testing.assert_array_equal(tri.indptr, cpu.indptr)
     np.testing.assert_array_equal(tri.indices, cpu.indices)
-    np.testing.assert_allclose(tri.data, cpu.data, rtol=1e-5)
+    np.testing.assert_allclose(tri.data, cpu.data, rtol=1e-5, atol=1e-6)
+
+
+def test_triton_gain_knn_over_many_tiles_matches_cpu():
+    """100 rows span seven 16-column tiles of the interpreter's configuration: tiles whose hi·hi bound
+    cannot beat a row's k-th weight are skipped, the others are completed and selected."""
+    X = clustered_embeddings(100, 16, 6, seed=9)
+    pen = np.random.default_rng(3).uniform(0.3, 1, len(X)).astype(np.float32)
+    for k, lo, hi in ((1, 0.3, 0.9), (12, 0.0, 1.0)):
+        cpu = call("gain_knn", X, k=k, sim_min=lo, sim_max=hi, penalty=pen, device="cpu")
+        tri = call("gain_knn", X, k=k, sim_min=lo, sim_max=hi, penalty=pen, device="cpu", backend="triton")
+        assert_same_graph(tri, cpu)
+
+
+def test_triton_density_over_many_tiles_matches_cpu():
+    X = clustered_embeddings(150, 16, 6, seed=9)
+    for kw in ({"mode": "exact"}, {"mode": "sampled", "n_samples": 40, "seed": 2}):
+        cpu = call("density", X, device="cpu", **kw)
+        tri = call("density", X, device="cpu", backend="triton", **kw)
+        np.testing.assert_allclose(tri, cpu, rtol=1e-5, atol=1e-6)
+
+
+def test_triton_gain_knn_ties_go_to_the_lower_column_across_tiles():
+    X = np.tile(np.array([[1.0, 0.6]], np.float32), (40, 1))
+    X[::2, 1] *= -1  # two groups: equal similarity to every member of the other group
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    tri = call("gain_knn", X, k=3, sim_min=0.0, sim_max=0.99, device="cpu", backend="triton")
+    ref = ref_gain_knn(X, 3, 0.0, 0.99, np.ones(40, np.float32))
+    for i in range(40):
+        np.testing.assert_array_equal(row(tri, i), ref[i])
+
+
+@pytest.mark.parametrize("band", [(0.0, 1.0), (0.3, 0.9)])
+def test_triton_gain_knn_dense_path_matches_cpu(band):
+    """k above the register top-k's limit (the exact graph's k = n − 1) takes the dense weights kernel."""
+    from hopgraph.kernels.gain_knn_triton import SELECT_MAX_K
+
+    X = clustered_embeddings(SELECT_MAX_K + 6, 16, 3, seed=2)
+    pen = np.random.default_rng(4).uniform(0.3, 1, len(X)).astype(np.float32)
+    for k in (SELECT_MAX_K + 1, len(X) - 1):
+        cpu = call("gain_knn", X, k=k, sim_min=band[0], sim_max=band[1], penalty=pen, device="cpu")
+        tri = call("gain_knn", X, k=k, sim_min=band[0], sim_max=band[1], penalty=pen, device="cpu",
+                   backend="triton")
+        assert_same_graph(tri, cpu)
 
 
 def test_triton_sparse_diffusion_matches_cpu():
@@ -216,14 +266,54 @@ def test_triton_sparse_diffusion_matches_cpu():
                        normalise=normalise, device="cpu")
             tri = call("sparse_diffusion", seeds, weights, indptr, indices, data, len(X),
                        normalise=normalise, device="cpu", backend="triton")
-            np.testing.assert_allclose(tri, cpu, rtol=1e-5, atol=1e-7)
+            np.testing.assert_array_equal(tri, cpu)  # the same float64 sums in the same order
+            for top in (1, 3, 50):
+                want = call("sparse_diffusion", seeds, weights, indptr, indices, data, len(X),
+                            normalise=normalise, top=top, device="cpu")
+                got = call("sparse_diffusion", seeds, weights, indptr, indices, data, len(X),
+                           normalise=normalise, top=top, device="cpu", backend="triton")
+                for a, b in zip(got, want):
+                    np.testing.assert_array_equal(a, b)
     uniform = call("sparse_diffusion", seeds, None, indptr, indices, data, len(X), device="cpu")
     assert not uniform[2].any() and not uniform[3].any()  # all padding; a zero-sum row
     T = row_normalised(CSR(indptr, indices, data, len(X))).to_dense()
     np.testing.assert_allclose(uniform[4], T[2] / 3, rtol=1e-5, atol=1e-7)  # the empty row adds nothing
 
 
-# ---------------------------------------------------------------- gain_knn tile arithmetic (issue 14)
+def test_sparse_diffusion_top_is_the_best_reached_columns_of_the_dense_result():
+    """``top=k``: per query the k columns reached by a seed edge with the largest y, ties toward
+    the lower column, padded with -1 / -inf; rows without a valid seed are all padding."""
+    g = np.random.default_rng(5)
+    n = 30
+    W = (g.random((n, n)) < 0.2) * np.round(g.random((n, n)), 1)  # rounded weights: many ties
+    W = W.astype(np.float32)
+    indptr = np.r_[0, np.cumsum((W > 0).sum(1))].astype(np.int64)
+    indices = np.nonzero(W > 0)[1].astype(np.int32)
+    data = W[W > 0]
+    seeds = np.array([[0, 3, -1], [5, 5, 7], [-1, -1, -1], [9, 2, 11]])
+    dense = call("sparse_diffusion", seeds, None, indptr, indices, data, n, device="cpu")
+    for top in (1, 4, 40):
+        ids, vals = call("sparse_diffusion", seeds, None, indptr, indices, data, n, top=top, device="cpu")
+        assert ids.shape == vals.shape == (4, top) and ids.dtype == np.int64 and vals.dtype == np.float32
+        for b in range(4):
+            reached = np.unique(np.concatenate([indices[indptr[r]:indptr[r + 1]] for r in seeds[b] if r >= 0]
+                                               + [np.zeros(0, np.int32)]))
+            order = reached[np.lexsort((reached, -dense[b, reached]))][:top]
+            k = len(order)
+            np.testing.assert_array_equal(ids[b, :k], order)
+            np.testing.assert_array_equal(vals[b, :k], dense[b, order])
+            assert (ids[b, k:] == -1).all() and np.isneginf(vals[b, k:]).all()
+
+
+@pytest.mark.parametrize("backend", [None, "triton"])
+@pytest.mark.parametrize("top", [0, -2, 2.5, True])
+def test_sparse_diffusion_top_must_be_a_positive_integer(backend, top):
+    with pytest.raises(InputError, match="top must be an integer >= 1"):
+        call("sparse_diffusion", np.array([[0]]), None, np.array([0, 1]), np.array([0], np.int32),
+             np.array([1.0], np.float32), 1, top=top, device="cpu", backend=backend)
+
+
+# ---------------------------------------------------------------- gain_knn tile arithmetic
 def test_gain_weights_both_directions_equal_the_dense_formula_bit_for_bit():
     import torch
 

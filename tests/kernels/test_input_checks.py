@@ -1,4 +1,4 @@
-"""Issue 11: every kernel op validates its inputs once, in the CPU-side preparation shared by
+"""Every kernel op validates its inputs once, in the CPU-side preparation shared by
 both paths, and raises InputError naming the argument. Each fault is tried on the CPU path and
 on the Triton path (TRITON_INTERPRET=1); on the Triton path the kernel launch is replaced by a
 tripwire, so a check that ran after the launch (or not at all) fails the test."""
@@ -219,7 +219,7 @@ DIFFUSION_FAULTS = {
 def test_sparse_diffusion_refuses(fault, backend, no_launch):
     make, message = DIFFUSION_FAULTS[fault]
     with pytest.raises(InputError, match=message):
-        run("sparse_diffusion", backend, no_launch, ("_diffusion_kernel",), *make())
+        run("sparse_diffusion", backend, no_launch, ("_seed_terms_kernel", "_run_sums_kernel"), *make())
 
 
 # ---------------------------------------------------------------- gain_knn and density

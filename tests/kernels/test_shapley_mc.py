@@ -90,6 +90,45 @@ def test_triton_parity(case):
         np.testing.assert_allclose(x.numpy(), y.numpy(), atol=1e-5)
 
 
+@pytest.mark.parametrize("G,U,C", [(32, 70, 3), (9, 150, 40)])
+def test_triton_parity_wide_subgraph_sets_and_many_chunks(G, U, C):
+    """G = 32 (the wide blocks), U over several node chunks, C over several candidate blocks."""
+    sets, n_sub, cand, best = random_problem(2, G, U, C, seed=G)
+    n_sub[0] = G
+    cpu = call("shapley_mc", sets, n_sub, cand, best, T=3, seed=1, device="cpu", backend="cpu")
+    tri = call("shapley_mc", sets, n_sub, cand, best, T=3, seed=1, device="cpu", backend="triton")
+    for x, y in zip(cpu, tri):
+        np.testing.assert_allclose(x.numpy(), y.numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "triton"])
+@pytest.mark.parametrize("kwargs,words", [
+    ({"lam": "0.5"}, "lam must be a number"), ({"lam": True}, "lam must be a number"),
+    ({"T": 2.5}, "T .* must be an integer"), ({"T": "50"}, "T .* must be an integer"),
+    ({"seed": -1}, "seed must be an integer"), ({"seed": 1.5}, "seed must be an integer"),
+    ({"mode": "greedy"}, "mode must be one of"),
+])
+def test_bad_parameters_are_input_errors(backend, kwargs, words):
+    from hopgraph.kernels.errors import InputError
+
+    sets, n_sub, cand, best = random_problem(2, 3, 4, 5)
+    with pytest.raises(InputError, match=words):
+        call("shapley_mc", sets, n_sub, cand, best, device="cpu", backend=backend, **kwargs)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "triton"])
+def test_float_n_sub_and_non_membership_values_are_refused(backend):
+    from hopgraph.kernels.errors import InputError
+
+    sets, n_sub, cand, best = random_problem(2, 3, 4, 5)
+    with pytest.raises(InputError, match="n_sub must be an integer"):
+        call("shapley_mc", sets, n_sub.double(), cand, best, device="cpu", backend=backend)
+    for name, bad in (("node_sets", sets * 0.5), ("cand_nodes", cand * 2)):
+        args = {"node_sets": sets, "cand_nodes": cand, name: bad}
+        with pytest.raises(InputError, match=f"{name} must hold memberships"):
+            call("shapley_mc", args["node_sets"], n_sub, args["cand_nodes"], best, device="cpu", backend=backend)
+
+
 def test_empty_batch():
     phi, score = shapley_mc(torch.zeros((0, 3, 4)), torch.zeros(0, dtype=torch.long),
                             torch.zeros((0, 5, 4)), torch.zeros((0, 5, 3)))
@@ -106,10 +145,10 @@ def _take(problem, rows):
 
 
 @pytest.mark.parametrize("mode", ["independent", "shared"])
-@pytest.mark.parametrize("backend", ["cpu", "triton"])
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("triton", marks=pytest.mark.slow)])
 def test_query_estimates_do_not_depend_on_the_batch(mode, backend):
     """A query's Monte Carlo estimates are the same alone, at any position of any batch, and
-    whatever the batch's padding G (issue 11: draws depend on the seed and the query only)."""
+    whatever the batch's padding G (draws depend on the seed and the query only)."""
     problem = random_problem(5, 6, 14, 4, seed=9)
     problem[1][:] = torch.tensor([6, 2, 4, 1, 3])
     full = call("shapley_mc", *problem, T=8, seed=3, mode=mode, device="cpu", backend=backend)

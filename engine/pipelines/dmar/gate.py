@@ -46,12 +46,14 @@ class Gate(nn.Module):
                     torch.from_numpy(np.ascontiguousarray(d, np.float32))).numpy()
 
     def arrays(self) -> dict[str, np.ndarray]:
+        """The weights (``gate.NAME`` float32) and the trained flag, for the index's arrays."""
         out = {f"gate.{k}": v.detach().numpy().astype(np.float32) for k, v in self.state_dict().items()}
         out["gate.trained"] = np.asarray([int(self.trained)], np.int64)
         return out
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> "Gate":
+        """The gate :meth:`arrays` wrote; :class:`InputError` for missing or non-finite weights."""
         state = {k[5:]: torch.from_numpy(finite_weights(k, v)) for k, v in arrays.items()
                  if k.startswith("gate.") and k != "gate.trained"}
         if "mlp.0.weight" not in state:

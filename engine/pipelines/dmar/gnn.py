@@ -20,7 +20,7 @@
   width 64.
 
 Every ego subgraph is encoded once at index time (:func:`encode_all`); a query then
-costs only cosines between stored embeddings. When the knowledge graph grows (issue 13),
+costs only cosines between stored embeddings. When the knowledge graph grows (a live index's ``add``),
 :func:`changed_subgraphs` finds the subgraphs whose encoder input changed and
 :func:`encode_subgraphs` encodes only those.
 """
@@ -131,8 +131,8 @@ def ego_batch(ego: CSR, adj: CSR, features: np.ndarray, centres: np.ndarray,
                          torch.from_numpy(d_loc), torch.from_numpy(graph), len(centres))
 
 
-#: torch intra-op threads of GNN training and encoding: the GNN works on many small tensors;
-#: on a loaded 2-core machine the thread pool's synchronisation costs ~6x more than it saves
+#: torch intra-op threads of GNN training and encoding: the GNN works on many small tensors, on
+#: which a thread pool's synchronisation costs more than it saves (``docs/decisions/dmar-gnn-single-thread.md``)
 GNN_THREADS = 1
 
 

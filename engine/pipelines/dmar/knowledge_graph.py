@@ -22,7 +22,7 @@ happen to be names somewhere (``country``, ``state``) do not link (``"ngram"``: 
 filter); of the rest the ``max_query_entities`` (8) rarest (fewest passages) are kept.
 
 Everything is built with vectorised array code (sort/unique/CSR), linear up to the
-sorts in passages + entity states + incidences (issue #5); no per-entity Python lists.
+sorts in passages + entity states + incidences; no per-entity Python lists.
 """
 from __future__ import annotations
 
@@ -111,6 +111,7 @@ class KnowledgeGraph:
 
     @property
     def name_ids(self) -> dict[str, int]:
+        """``{canonical name: entity id}``, built on first use."""
         if self._name_ids is None:
             self._name_ids = {n: i for i, n in enumerate(self.names)}
         return self._name_ids
@@ -133,6 +134,7 @@ class KnowledgeGraph:
 
     # ------------------------------------------------------------------ persistence
     def arrays(self) -> dict[str, np.ndarray]:
+        """The graph as named arrays (``kg_*``) for the index's storage."""
         blob, offsets = pack_strings(self.names)
         return {"kg_names_blob": blob, "kg_names_offsets": offsets,
                 "kg_adj_indptr": self.adj.indptr, "kg_adj_indices": self.adj.indices, "kg_adj_data": self.adj.data,

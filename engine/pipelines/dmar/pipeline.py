@@ -7,58 +7,52 @@ knowledge graph (:mod:`hopgraph.engine.pipelines.dmar.knowledge_graph`), the Sia
 fusion gate (:mod:`hopgraph.engine.pipelines.dmar.gate`, untrained = equal weights). Saved: the knowledge
 graph, the encoder weights, the gate and the subgraph embeddings.
 
-GNN decision: when ``hopgraph train-gnn`` has not been run, ``fit`` pre-trains the encoder
-itself for ``gnn_steps = 60`` triplet steps (batch 64, seeded), so DMAR works out of the box
-in ``Index.build`` and ``hopgraph eval``; ``hopgraph train-gnn`` trains longer
+When ``hopgraph train-gnn`` has not been run, ``fit`` pre-trains the encoder itself for
+``gnn_steps`` (60) triplet steps (batch 64, seeded), so DMAR works out of the box in
+``Index.build`` and ``hopgraph eval``; ``hopgraph train-gnn`` trains longer
 (``train_gnn(steps=600)``) and re-encodes.
 
-Live indexes (issue 13): ``Index.add`` calls ``add`` (:meth:`DMAR._add`): the knowledge graph
-is rebuilt from the extended extraction, the trained encoder and the gate are kept (no
-retraining until ``Index.compact()``), and only the ego subgraphs whose input changed are
-encoded again.
+Live indexes: ``Index.add`` calls ``add`` (:meth:`DMAR._add`): the knowledge graph is rebuilt
+from the extended extraction, the trained encoder and the gate are kept (no retraining until
+``Index.compact()``), and only the ego subgraphs whose input changed are encoded again.
 
 Query (``search``), for a batch; each stage is timed in ``DMAR.timings`` (:data:`STAGES`):
 
-1. Candidate recall (SPEC §3 step 1), n = ``n_recall`` = 100: ``recall="bm25"`` (SPEC) or
-   ``"hybrid"`` (dense + BM25 reciprocal rank fusion, issue #6; the default).
+1. Candidate recall (SPEC §3 step 1), n = ``candidate_depth`` (100): ``candidate_source="bm25"``
+   (SPEC) or ``"hybrid"`` (dense + BM25 reciprocal rank fusion; the default).
 2. Dual-path score of every candidate (step 2): semantic ``cos(q, x_D)``; structural
    Score_ent = mean Shapley value of the query's subgraphs (:mod:`hopgraph.engine.pipelines.dmar.structural`,
-   op ``shapley_mc``, T = 50, λ = ``lam`` = 0.5), structsim = cosine of stored subgraph
-   embeddings. Adaptive fusion: a query linking fewer than ``min_query_entities`` (1)
-   entities uses the semantic path only; a candidate linking none gets a neutral structural
-   z-score (0). Scores are z-normalised within the candidate set and fused
+   op ``shapley_mc``, T = ``shapley_samples`` (50), λ = ``shapley_lambda`` (0.5)), structsim =
+   cosine of stored subgraph embeddings. Adaptive fusion: a query linking fewer than
+   ``min_query_entities`` (1) entities uses the semantic path only; a candidate linking none gets a
+   neutral structural z-score (0). Scores are z-normalised within the candidate set and fused
    ``α z_sem + β z_struct`` with ``[α, β]`` from the gate (``gate=False``: fixed 1/2, 1/2).
-   Option ``lexical`` (issue #6, default 0.5) adds ``lexical · z_bm25`` (the candidate's
-   BM25 score for Q); 0 = SPEC.
-3. Anchors (step 3): the top m = ``anchors`` = 3 fused candidates; ``mmr > 0`` picks them by
+   ``bm25_weight`` (0.5) adds ``bm25_weight · z_bm25`` (the candidate's BM25 score for Q); 0 = SPEC.
+3. Anchors (step 3): the top m = ``anchors`` (3) fused candidates; ``mmr > 0`` picks them by
    maximal marginal relevance (fused score minus ``mmr`` × max cosine to the anchors
    already chosen); default ``mmr = 0`` (plain top m).
 4. Reformulation (step 4, :mod:`hopgraph.engine.pipelines.dmar.reformulation`): the default rule (no
    generator: the query vector moved toward the anchors, ``shift`` = 1), or a ``generator``
    whose text Q′ is embedded.
-5. Second stage (step 5): top p = ``p`` = 20 of the shared dense index with Q′.
+5. Second stage (step 5): the top ``second_stage_depth`` (20) of the shared dense index with Q′
+   (the top k when k is larger, so that k passages come back whenever k pass).
 6. Fidelity rerank (step 6): the dual-path score again against the ORIGINAL Q, over the
-   stage-2 candidates (SPEC, ``union=0``) or those plus the ``union`` best fused stage-1
-   candidates (default ``union=20``, issue #6); top k.
+   stage-2 candidates (SPEC, ``union_depth=0``) or those plus the ``union_depth`` (20) best fused
+   stage-1 candidates; top k.
 
-Title bridge (issue 15, after the ranking; not in the SPEC, a query-time addition in the spirit of
-SPEC §3's second hop): the top ``bridge_depth`` (20) of the ranking are re-ranked by
-:func:`hopgraph.engine.pipelines.title_bridge.bridge_rerank` — + ``bridge`` (0.4) for the passages whose title
-the ``bridge_seeds`` (1) best passage mentions; ``bridge=0`` (the ``no_bridge`` ablation; also in
-``no_graph`` and the published parameters) switches it off.
+Then the title bridge (:mod:`hopgraph.engine.pipelines.title_bridge`; not in the SPEC, a query-time
+second hop in the spirit of SPEC §3); ``bridge=0`` switches it off.
 
 Query linking (``query_linking``): ``"capitalised"`` (default) or ``"ngram"``, see
 :mod:`hopgraph.engine.pipelines.dmar.knowledge_graph`.
 
-Defaults follow the SPEC (n = 100, m = 3, p = 20, T = 50, k = 5) plus the issue-#6 options,
-one set for every corpus: ``recall="hybrid"``, ``union=20``, ``lexical=0.5``,
-``query_linking="capitalised"``, ``mmr=0``. Published behaviour: ``DMARParams.published()``
-(= ``DMAR(published=True)``, a constructor shortcut; = ``DMAR.ablations["published"]``):
-BM25 recall, the stage-2 pool only in the rerank, no lexical term. ``no_graph`` (issue 15: the
-pipeline without its knowledge-graph path) is ``structural=False`` under the name every graph
-pipeline gives its no-graph ablation. Each option has an
-ablation (``hopgraph eval --pipelines dmar --ablations``); the measured Recall is in the
-README ("Defaults and the measurements behind them").
+Defaults: the SPEC's (n = 100, m = 3, p = 20, T = 50, k = 5) plus ``candidate_source="hybrid"``,
+``union_depth=20``, ``bm25_weight=0.5``, ``query_linking="capitalised"``, ``mmr=0``, one set for
+every corpus; the measurements behind them: ``docs/decisions/dmar-defaults.md``. Published
+behaviour: ``DMAR(published=True)`` (= ``DMAR.ablations["published"]``): BM25 recall, the stage-2
+pool only in the rerank, no lexical term. ``no_graph`` (the pipeline without its knowledge-graph
+path) is ``structural=False`` without the bridge, under the name every graph pipeline gives its
+no-graph ablation. Each option has an ablation (``hopgraph eval --pipelines dmar --ablations``).
 """
 from __future__ import annotations
 
@@ -71,7 +65,7 @@ import torch
 
 from ....kernels.shapley_mc import MODES as SHAPLEY_MODES
 from ...components.query_batch import QueryBatch
-from ...embedders.core import encode_queries
+from ...embedders.queries import encode_queries
 from ...errors import IndexFormatError, InputError
 from .gate import Gate, train_gate
 from .gnn import (SubgraphEncoder, changed_subgraphs, encode_all, encode_subgraphs, encoder_arrays,
@@ -90,7 +84,7 @@ from ..title_bridge import BridgeSearch, TitleBridge
 CANDIDATE_SOURCES = ("bm25", "hybrid")
 #: per-stage seconds of the last ``search`` (``DMAR.timings``): recall (BM25 / hybrid), query
 #: entity linking, subgraph/candidate node sets, GNN structsim cosines, Shapley kernel, semantic/
-#: lexical/gate fusion, anchors + reformulation + faiss second stage, final rerank, title bridge (issue 15)
+#: lexical/gate fusion, anchors + reformulation + faiss second stage, final rerank, title bridge
 STAGES = ("recall", "link", "subgraphs", "gnn", "shapley", "fusion", "second_stage", "rerank", "title_bridge")
 
 
@@ -217,7 +211,7 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
                                      fp.max_passage_entities, fp.max_query_entities)
 
     def _add(self, start: int, progress: bool) -> None:
-        """Passages ``[start, N)`` were appended (issue 13; SPEC §3 step 2 on the grown corpus): the
+        """Passages ``[start, N)`` were appended (SPEC §3 step 2 on the grown corpus): the
         knowledge graph is rebuilt from the extended shared extraction (arithmetic), the entity
         features recomputed, and with the **same** encoder (not retrained: ``Index.compact()`` or
         ``hopgraph train-gnn`` retrains it) only the ego subgraphs whose encoder input changed are
@@ -374,7 +368,7 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         with timer("second_stage"):
             anchors = self._anchors(cand, fused1, params)
             Q2 = self._reformulate(batch.Q, batch.texts, anchors, params)
-            ids2, _ = batch.dense_topk_of(Q2, params.second_stage_depth)
+            ids2, _ = batch.dense_topk_of(Q2, max(params.second_stage_depth, k))  # k hits whenever k pass
         with timer("rerank"):  # the dual-path stages nested here count in their own stages
             if params.union_depth > 0:
                 cols1, _ = topk_rows(np.where(cand >= 0, fused1, -np.inf), min(params.union_depth, cand.shape[1]))

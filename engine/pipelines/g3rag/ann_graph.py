@@ -18,7 +18,7 @@ exact kernel, and the unit that :mod:`hopgraph.engine.distributed` ships to Ray 
 
 Every candidate is rescored **exactly** (true cosine, band, gain, target penalty): the cells
 only decide *which* pairs are looked at, never a weight. Recall against the exact graph depends
-on the data: :func:`graph_recall` measures it.
+on the data: :func:`graph_recall` measures it (``docs/decisions/g3rag-ivf-graph.md``).
 
 Results are deterministic (seeded k-means, fixed processing order), and independent of how
 cells are grouped into tasks, so a Ray build equals a single-process build bit for bit.
@@ -39,8 +39,8 @@ from ...sparse import csr_from_keys, row_of_entries
 CELL_SIZE = 512
 #: graph cells probed per cell (its own and the nprobe - 1 nearest centroids)
 DEFAULT_NPROBE = 8
-#: G3RAG ``mode="auto"`` uses this ANN graph on the CPU from this many passages up
-#: (below it the exact blocked kernel takes under a minute here; above it O(N²) grows fast)
+#: G3RAG ``mode="auto"`` uses this ANN graph on the CPU from this many passages up (the exact
+#: blocked kernel's cost grows as N²; ``docs/decisions/g3rag-ivf-graph.md``)
 ANN_MIN_N = 50_000
 #: G3RAG ``density="auto"`` uses the sampled density estimate from this many passages up
 SAMPLED_DENSITY_MIN_N = 50_000
@@ -65,9 +65,11 @@ class IVFCells:
         return len(self.indptr) - 1
 
     def rows(self, c: int) -> np.ndarray:
+        """The rows of cell ``c``, sorted."""
         return self.members[self.indptr[c]:self.indptr[c + 1]]
 
     def candidates(self, c: int) -> np.ndarray:
+        """The rows of the cells cell ``c`` probes (its own included), sorted: its rows' candidates."""
         return np.sort(np.concatenate([self.rows(p) for p in np.unique(self.probes[c])]))
 
 

@@ -1,4 +1,4 @@
-"""Incremental update of the G3RAG gain graph when passages are appended (issue 13).
+"""Incremental update of the G3RAG gain graph when passages are appended.
 
 :meth:`hopgraph.engine.pipelines.g3rag.pipeline.G3RAG.add` is built on the three functions here.
 Rows ``[start, N)`` of X are new; rows ``[0, start)`` and their graph are unchanged input.

@@ -1,4 +1,4 @@
-"""Name links among a query's candidates: the shared name graph inside G3RAG's fused query (issue 15).
+"""Name links among a query's candidates: the shared name graph inside G3RAG's fused query.
 
 The zero-token extraction (:mod:`hopgraph.engine.components.extraction`, SPEC §2 "Index", shared with STITCH and
 DMAR) gives every passage a set of canonical names φ. Two passages are *name-linked* when they hold a
@@ -9,7 +9,7 @@ idf weights in place of its ``1 / (|g| − 1)``. *Title links*: when the shared 
 the target passage j (s names what j is about: the bridge of a multi-hop question), the link s → j
 weighs ``(1 + title_weight) · idf(n)`` instead (directed; passages without a title have none).
 
-G3RAG's fused scoring (SPEC §1 query step 2, issue #6) diffuses its seed vector p — a softmax over the
+G3RAG's fused scoring (SPEC §1 query step 2) diffuses its seed vector p — a softmax over the
 ``m`` candidates — one step over this graph *restricted to the candidates*: with ``A[s, j]`` the
 link weight of candidates s ≠ j and ``T = A`` row-normalised over the candidates (rows with no link
 stay zero), ``y = pᵀT``. A candidate gains when the likely-relevant candidates name what it names,
@@ -17,6 +17,7 @@ which is how the second passage of a multi-hop question (the one holding the bri
 
 Cost: the pairs are formed per query from the candidates' name lists only — O(B · Σ_n c_n²) with
 c_n ≤ m the number of a query's candidates holding name n — never an array of size N or N².
+The measurements behind the default weights: ``docs/decisions/g3rag-name-links.md``.
 """
 from __future__ import annotations
 

@@ -27,7 +27,8 @@ Search, two scorings (``scoring``):
   Only the candidates are ranked; ``expand=True`` also ranks the passages their rows reach
   (``cos + gamma · y / max y``).
 
-Then the title bridge (:mod:`hopgraph.engine.pipelines.title_bridge`).
+Then the title bridge (:mod:`hopgraph.engine.pipelines.title_bridge`). Why the fused scoring is
+the default: ``docs/decisions/g3rag-fused-scoring.md``.
 ``G3RAG(published=True)``: ``scoring="mask"``, dense seeds, ``n_seeds`` 3, no bridge (search
 defaults only, so a fitted graph is reused). The paper's full algorithm on a small corpus:
 ``G3RAG(published=True, mode="exact")``.
@@ -432,15 +433,16 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
 
     def _search_fused(self, batch: QueryBatch, top_k: int, params: G3RAGSearch, timer: StageTimer
                       ) -> tuple[np.ndarray, np.ndarray]:
-        """Issue #6 scoring: ``relevance + γ · y / max y`` with ``y = pᵀT`` (SPEC §1 query step 2),
+        """The fused scoring: ``relevance + γ · y / max y`` with ``y = pᵀT`` (SPEC §1 query step 2),
         ``p = softmax(relevance/τ)`` over the candidates, plus ``name_links · y_n / max y_n`` with
-        ``y_n`` the same p diffused over the name links among the candidates (issue 15). Only the candidates are ranked, so y is
-        computed at the candidates only (their CSR rows joined on their ids); with ``expand`` the
-        passages the candidates' rows reach are ranked too, scored ``cos + γ · y / max y`` with
-        the cosines of those pairs only. Passages outside both would be ranked by their cosine
-        alone, which never exceeds the last candidate's relevance (the candidates are the
-        ``max(n_candidates, top_k)`` most relevant), so they are left out (an exact tie with a
-        candidate, e.g. a duplicate passage, goes to the candidate)."""
+        ``y_n`` the same p diffused over the name links among the candidates. Only the candidates
+        are ranked, so y is computed at the candidates only (their CSR rows joined on their ids);
+        with ``expand`` the passages the candidates' rows reach are ranked too, scored
+        ``cos + γ · y / max y`` with the cosines of those pairs only. Passages outside both would be
+        ranked by their cosine alone, which never exceeds the last candidate's relevance (the
+        candidates are the ``max(candidate_depth, top_k)`` most relevant), so they are left out (an
+        exact tie with a candidate, e.g. a duplicate passage, goes to the candidate).
+        O(B · candidate_depth · n_neighbors)."""
         n, B = len(self.components.X), len(batch)
         m = min(max(params.candidate_depth, top_k), n)
         with timer("relevance"):

@@ -21,14 +21,14 @@ of the φ-induced chunk graph, bounded by ``max_group_chunks`` per state):
   the number of states;
 * ``text_emb[U, d]``: one embedding per distinct text (topic sentences and
   descriptions; ``node_text`` / ``edge_text`` index it), stored as **float16**
-  (:data:`TEXT_EMB_DTYPE`, issue 14: half the bytes of the largest STITCH array; the
-  rounding moves a cosine by < 1e-3, see the README's Recall check). Indexes saved before
-  issue 14 hold float32 rows and load as they are. A text equal to a passage's
+  (:data:`TEXT_EMB_DTYPE`: half the bytes of the largest STITCH array; the rounding moves a
+  cosine by < 1e-3; ``docs/decisions/stitch-text-float16.md``). Indexes saved with float32 rows
+  load as they are. A text equal to a passage's
   embedding text (the title state's description) reuses that passage's row of X
   instead of being embedded again. Similarities with questions are computed in float32
   row blocks (:func:`text_similarity`), so no float32 copy of the whole array is made.
 
-Live indexes (issue 13): the arrays are pure arithmetic on the extraction and the text
+Live indexes: the arrays are pure arithmetic on the extraction and the text
 embeddings, so an index that grows rebuilds them with :func:`build_hypergraph` from the
 extended extraction, after embedding only the texts that are new
 (:func:`extend_text_embeddings`).
@@ -44,7 +44,7 @@ import scipy.sparse as sp
 from tqdm.auto import tqdm
 
 from ...components.corpus import Corpus
-from ...embedders.core import Embedder, validate_embeddings
+from ...embedders import Embedder, validate_embeddings
 from ...errors import IndexFormatError, InputError
 from ...components.extraction import Extraction
 from ....kernels.csr import CSR, check_csr
@@ -151,7 +151,7 @@ class TopicHypergraph:
         """Out-mass of every chunk in P (1, or 0 for a dangling chunk; float64 [N]), computed once
         (by :meth:`validate` on load, else on first use) in blocks of :data:`COLUMN_SUM_BLOCK`
         entries, each block's pages dropped after it: no float64 copy of P and no mapped P in the
-        resident set (issue 14)."""
+        resident set."""
         if self._column_sums is None:
             P, sums = self.transition(), np.zeros(self.n_chunks)
             for s in range(0, P.nnz, COLUMN_SUM_BLOCK):
@@ -175,6 +175,7 @@ class TopicHypergraph:
         return [f.name for f in fields(cls) if f.init]
 
     def save(self, directory: Path) -> None:
+        """Write the stored arrays (:meth:`stored`) into ``directory``, one ``.npy`` each."""
         arrays = {name: getattr(self, name) for name in self.stored() if name != "n_chunks"}
         arrays["n_chunks"] = np.asarray([self.n_chunks], np.int64)
         save_arrays(directory, arrays)
@@ -235,7 +236,7 @@ class TopicHypergraph:
         return self
 
 
-#: storage type of the topic/description embeddings (module docstring, issue 14)
+#: storage type of the topic/description embeddings (module docstring)
 TEXT_EMB_DTYPE = np.float16
 #: rows per block when converting, multiplying or embedding text embeddings (bounds float32 temporaries)
 TEXT_BLOCK_ROWS = 1 << 16
@@ -272,7 +273,7 @@ def text_embedding_rows(n: int, d: int, work_dir: Path | None = None) -> np.ndar
     """A ``[n, d]`` :data:`TEXT_EMB_DTYPE` array to fill with text embeddings: in memory, or with a
     ``work_dir`` (a build's work directory, :mod:`hopgraph.engine.ingest.streaming`) a memory-mapped
     :data:`TEXT_EMB_FILE` there, whose filled pages :func:`embed_texts` releases from the resident
-    set block by block (issue 14: 3.9 M texts at 10⁶ passages are 3 GB)."""
+    set block by block (``docs/decisions/memory-at-a-million.md``)."""
     if work_dir is None:
         return np.empty((n, d), TEXT_EMB_DTYPE)
     path = Path(work_dir) / TEXT_EMB_FILE

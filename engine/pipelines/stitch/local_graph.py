@@ -1,4 +1,4 @@
-"""The local structures of STITCH's sparse query (SPEC §2 query steps 1–3 and 6; issue 14).
+"""The local structures of STITCH's sparse query (SPEC §2 query steps 1–3 and 6).
 
 A question activates a few description texts; everything its prior and its walk touch lies near
 them. These helpers cut, per batch, the parts of the index that the batch's activated states

@@ -1,4 +1,4 @@
-"""Rows of a ``[B, N]`` score matrix held on a few columns only (issue 14).
+"""Rows of a ``[B, N]`` score matrix held on a few columns only.
 
 A graph pipeline's per-question vectors — STITCH's relevance, prior, PPR scores (SPEC §2 query
 steps 5–7) — are zero outside a small set of passages (the candidates, the activated chunks).
@@ -37,6 +37,7 @@ class LocalRows:
 
     @classmethod
     def empty(cls, B: int, n: int, dtype=np.float64) -> "LocalRows":
+        """``B`` all-zero rows over no column."""
         return cls(np.zeros(0, np.int64), np.zeros((B, 0), dtype), n)
 
     @classmethod
@@ -63,6 +64,7 @@ class LocalRows:
 
     @property
     def is_full(self) -> bool:
+        """Whether the rows are held on every column (a dense ``[B, n]`` block)."""
         return len(self.cols) == self.n
 
     def on(self, cols: np.ndarray) -> "LocalRows":
@@ -83,6 +85,7 @@ class LocalRows:
         return LocalRows(self.cols, self.values[r], self.n)
 
     def with_values(self, values: np.ndarray) -> "LocalRows":
+        """The same columns with other ``values`` ``[B, len(cols)]``."""
         return LocalRows(self.cols, values, self.n)
 
     def dense(self) -> np.ndarray:

@@ -24,7 +24,8 @@ The activation, propagation and prior run on the sub-hypergraph the activated st
 (:func:`~hopgraph.engine.pipelines.stitch.local_graph.local_hypergraph`): nothing of size [B, n_states].
 
 ``STITCH(published=True)``: absolute δ = 0.5, ``n_seeds`` 8, no prior mixing, dense relevance, no
-bridge. Live updates keep the old text embeddings and embed only the new texts.
+bridge. Live updates keep the old text embeddings and embed only the new texts. The measurements
+behind the defaults: ``docs/decisions/stitch-*.md``.
 """
 from __future__ import annotations
 

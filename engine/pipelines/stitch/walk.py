@@ -30,7 +30,7 @@ from ....kernels.csr import CSR
 from ...params import FitParams, choice, flag, integer, path, real
 from ...ranking import reciprocal_rank_fusion, topk_rows
 from ...sparse import allowed_at
-from ...ranking import topk_entries
+from ...ranking import fill_lowest, topk_entries
 from ...timing import StageTimer
 from ..base import Needs, Pipeline
 from ..hybrid import RRF_K, hybrid_ranking
@@ -373,6 +373,7 @@ class ChunkGraphWalk(Pipeline[F, S]):
 
     @property
     def transition(self) -> CSR:
+        """The chunk graph's column-stochastic matrix P (SPEC §2 step 6), read once."""
         if "P" not in self._cache:
             self._cache["P"] = self.hypergraph_.transition()
         return self._cache["P"]
@@ -385,8 +386,8 @@ class ChunkGraphWalk(Pipeline[F, S]):
         """The chunk graph's symmetric adjacency (for ``region_hops``): P's own pattern. Two chunks
         are linked when they share a name group (SPEC §2 step 6), a symmetric relation, so the
         pattern of P (``Bᵀ D B`` column-normalised, :func:`~hopgraph.engine.pipelines.stitch.hypergraph.chunk_links`)
-        is that of ``P + Pᵀ`` (``tests/test_hypergraph.py`` checks it); forming the sum cost 3 s at
-        10⁶ passages on the first query."""
+        is that of ``P + Pᵀ`` (``tests/engine/pipelines/stitch/test_hypergraph.py`` checks it), and
+        the sum is never formed."""
         return self.transition
 
 
@@ -461,13 +462,4 @@ def rank_local(final: LocalRows, top_k: int, allowed: np.ndarray | None) -> tupl
     col = final.cols[j]
     ok = allowed_at(allowed, col)
     ids, scores = topk_entries(q[ok], col[ok], v[q[ok], j[ok]], len(final), top_k)
-    short = np.flatnonzero((ids >= 0).sum(1) < top_k)
-    if len(short):
-        pool = np.flatnonzero(allowed) if allowed is not None else np.arange(final.n)
-        for b in short.tolist():
-            have = int((ids[b] >= 0).sum())
-            fill = pool[:top_k + have]
-            fill = fill[~np.isin(fill, ids[b, :have])][:top_k - have]
-            ids[b, have:have + len(fill)] = fill
-            scores[b, have:have + len(fill)] = 0.0
-    return ids, scores
+    return fill_lowest(ids, scores, allowed, final.n)

@@ -1,4 +1,4 @@
-"""hopgraph serve (issue 7): end-to-end against the real uvicorn server on loopback,
+"""hopgraph serve: end-to-end against the real uvicorn server on loopback,
 one test per request limit, API key, micro-batching, CLI, and a hypothesis fuzz."""
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import sys
 import threading
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 pytest.importorskip("fastapi")
@@ -25,7 +24,7 @@ from hypothesis import strategies as st  # noqa: E402
 import hopgraph  # noqa: E402
 from hopgraph.client import RequestRejected, ServiceError  # noqa: E402
 from hopgraph.demo import DEMO_QUESTIONS  # noqa: E402
-from hopgraph.engine.embedders.core import CallableEmbedder, HashingEmbedder  # noqa: E402
+from hopgraph.engine.embedders import CallableEmbedder, HashingEmbedder  # noqa: E402
 from hopgraph.engine.pipelines import pipeline_names  # noqa: E402
 from hopgraph.serve import BackgroundServer, ServeLimits, create_app  # noqa: E402
 from hopgraph.serve.batcher import MicroBatcher  # noqa: E402
@@ -148,11 +147,12 @@ def test_health_info_openapi(http, client, index):
     assert "SearchRequest" in schema["components"]["schemas"]
 
 
-#: questions that link no entity in the demo knowledge graph (issue 11: DMAR answered 500 to them)
+#: questions that link no entity in the demo knowledge graph (DMAR once answered 500 to them)
 UNLINKED = ["who designed the bridge in the home city of peter harlow?",
             "Which of the two tornado outbreaks killed the most people?", "what is it?", "1999"]
 
 
+@pytest.mark.slow
 def test_dmar_questions_linking_no_entity_answer_200(demo_corpus):
     """A server with DMAR loaded answers 200, with the index's own results, to questions that
     link no entity: alone, all together, next to a linked question, and the empty batch."""
@@ -344,9 +344,9 @@ def test_micro_batcher_batches_and_isolates_failures(demo_corpus):
     assert [r.hits[0] for r in results] == index.search(qs, pipeline="dense", k=3)
 
 
-def test_micro_batcher_embeds_only_in_its_worker_thread(demo_corpus):
-    """warm_up and searches embed in the one worker thread (a second thread running torch would slow
-    both, see MicroBatcher.warm_up); embedders without the packed path get limits.embed_batch_size."""
+def test_micro_batcher_embeds_only_in_its_worker_threads(demo_corpus):
+    """warm_up embeds in both worker threads (each thread's torch settings are its own), a light
+    search in the interactive one; embedders without the packed path get limits.embed_batch_size."""
     hashing = HashingEmbedder(DIM)
     calls: list[tuple[str, int]] = []
 
@@ -370,7 +370,8 @@ def test_micro_batcher_embeds_only_in_its_worker_thread(demo_corpus):
             await batcher.stop()
 
     result = asyncio.run(scenario())
-    assert len(calls) == 2 and all(name.startswith("hopgraph-search") and bs == 3 for name, bs in calls)
+    assert [name for name, _ in calls] == ["hopgraph-search_0", "hopgraph-search-bulk_0", "hopgraph-search_0"]
+    assert all(bs == 3 for _, bs in calls)
     assert result.hits == index.search(questions(2), pipeline="dense", k=3)
 
 
@@ -405,6 +406,7 @@ def test_api_key(index, tmp_path):
 
 
 # ---------------------------------------------------------------- CLI
+@pytest.mark.slow
 def test_cli_serve_subprocess(index_dir, index, tmp_path):
     """`hopgraph serve INDEX --port 0 --api-key-file F` in a real subprocess."""
     key_file = tmp_path / "key"
@@ -434,6 +436,20 @@ def test_cli_serve_errors(index_dir, tmp_path):
     assert main(["serve", str(index_dir), "--api-key-file", str(empty)]) == 2
     assert main(["serve", str(index_dir), "--max-k", "0"]) == 2
     assert main(["serve", str(index_dir), "--pipelines", "nope", "--port", "0"]) == 2
+
+
+def test_cli_serve_param_limit_errors_are_one_line(index_dir, tmp_path, capsys):
+    from hopgraph.cli import main
+
+    bad = tmp_path / "limits.json"
+    bad.write_text('{"dmar": {"shapley_samples": "many"}}')
+    for argv, message in ((["--param-limits", str(bad)], "the bound of dmar.shapley_samples must be an integer"),
+                          (["--param-limit", "hybrid.rrf=3"], "'hybrid' has no search parameter 'rrf'"),
+                          (["--param-limits", str(tmp_path / "missing.json")], "cannot read it as JSON"),
+                          (["--request-timeout", "0"], "request_timeout must be a positive number")):
+        assert main(["serve", str(index_dir), "--port", "0", *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and message in err and "Traceback" not in err, err
 
 
 # ---------------------------------------------------------------- fuzz
@@ -508,7 +524,7 @@ def test_precomputed_index_answers_embeddings_refuses_texts(demo_corpus):
         assert c.health()["status"] == "ok"
 
 
-# ---------------------------------------------------------------- issue 11: one status per kind of fault
+# ---------------------------------------------------------------- one status per kind of fault
 @pytest.mark.parametrize("error, status, detail", [
     (hopgraph.IndexFormatError("pipeline dense: stored array X is damaged"), 422, "stored array X is damaged"),
     (hopgraph.InputError("batched_ppr: P must be column-stochastic"), 422, "P must be column-stochastic"),
@@ -541,7 +557,7 @@ def test_search_errors_map_to_one_status_per_kind(index_dir, monkeypatch, caplog
         assert post(http, {"queries": ["q"], "pipeline": "dense"}).status_code == 200  # still serving
 
 
-# ---------------------------------------------------------------- text and metadata (issue 12)
+# ---------------------------------------------------------------- text and metadata
 @pytest.fixture(scope="module")
 def meta_index(tmp_path_factory, demo_corpus) -> hopgraph.Index:
     from meta_corpus import write_meta_corpus
@@ -655,7 +671,7 @@ def test_client_default_pipeline_is_served_by_a_baseline_server(server, index):
         assert c.search("Orbis", k=2) == index.search("Orbis", pipeline=served[0], k=2)
 
 
-# ---------------------------------------------------------------- group_by_document (issue 12)
+# ---------------------------------------------------------------- group_by_document
 @pytest.fixture(scope="module")
 def chunked_index(demo_corpus) -> hopgraph.Index:
     """The demo corpus split into 8-word passages (2 shared): several passages per document."""

@@ -1,4 +1,4 @@
-"""hopgraph serve with a live index (issue 13): POST /passages, DELETE /passages/{id}, filters in
+"""hopgraph serve with a live index: POST /passages, DELETE /passages/{id}, filters in
 POST /search, writes behind the API key, read-only mode; the writes are committed to the index."""
 from __future__ import annotations
 
@@ -53,6 +53,19 @@ def test_add_delete_and_filtered_search_over_http_are_committed(index_dir):
             c.search("x", pipeline="dense", allowed_ids=["nope"])
         with pytest.raises(RequestRejected, match="HTTP 422.*filter values"):
             c.search("x", pipeline="dense", where={"part": {"nested": 1}})
+        for p in PIPES:  # the filter language over HTTP, k hits whenever k pass
+            hits = c.search("who designed the bridge", pipeline=p, k=5,
+                            where={"$or": [{"part": {"$gte": 2}}, {"part": {"$lt": 1}}]})[0]
+            assert len(hits) == 5 and all(h.metadata["part"] != 1 for h in hits), p
+        with pytest.raises(RequestRejected, match=r"HTTP 422.*unknown operator '\$regex'"):
+            c.search("x", pipeline="dense", where={"part": {"$regex": "1"}})
+        with httpx.Client(base_url=srv.url, trust_env=False) as h:
+            r = h.post("/search", json={"queries": ["x"], "pipeline": "bm25", "where": {"part": {"$gt": 100}}})
+            assert r.status_code == 200 and r.json()["results"] == [{"hits": []}]
+            assert r.json()["warnings"] == ['the filter where={"part": {"$gt": 100}} passes no passage of the index: '
+                                            'no results']
+            r = h.post("/search", json={"queries": ["x"], "pipeline": "bm25"})
+            assert r.json()["warnings"] == []
         assert c.delete("n1") == {"deleted": "n1", "passages": 24, "committed": True}
         with pytest.raises(PassageNotFound):
             c.delete("n1")
@@ -60,7 +73,7 @@ def test_add_delete_and_filtered_search_over_http_are_committed(index_dir):
             c.passage("n1")
         for p in PIPES:
             assert all(h.id != "n1" for h in c.search(["quokka"], pipeline=p, k=10)[0])
-        with pytest.raises(RequestRejected, match="HTTP 422"):
+        with pytest.raises(hopgraph.InputError, match="holds no passages"):  # checked as Index.add checks it
             c.add([])
         with httpx.Client(base_url=srv.url, trust_env=False) as h:
             bad = h.post("/passages", json={"passages": [{"id": "x", "text": 5}]})

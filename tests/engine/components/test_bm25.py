@@ -1,4 +1,4 @@
-"""BM25Index.topk (posting-list top-k, issue 14) against the dense reference: bm25s's own score row
+"""BM25Index.topk (posting-list top-k) against the dense reference: bm25s's own score row
 for every passage, ranked by ``topk_rows`` (ties toward the lower id, zero scores as padding)."""
 from __future__ import annotations
 

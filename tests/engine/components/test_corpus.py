@@ -1,3 +1,6 @@
+"""Corpus reading and checks: JSON-lines round trip and checksum, errors naming the file and line,
+hostile inputs (non-UTF-8, byte-order mark, bad titles, lone surrogates, empty or wrongly typed
+fields) and the metadata rules."""
 import json
 
 import pytest
@@ -59,7 +62,7 @@ def test_from_strings_and_records_validate():
         Corpus.from_strings(["q"]).position("zz")
 
 
-# ---------------------------------------------------------------- issue 11: hostile corpora
+# ---------------------------------------------------------------- hostile corpora
 def test_non_utf8_file_names_file_and_line(tmp_path):
     p = tmp_path / "latin1.jsonl"
     p.write_bytes(b'{"id": "a", "text": "ok"}\n\n{"id": "b", "text": "caf\xe9"}\n')

@@ -1,4 +1,4 @@
-"""Dense search with IVF candidates rescored exactly (issue 14), on small data with the threshold
+"""Dense search with IVF candidates rescored exactly, on small data with the threshold
 lowered: valid results, exact scores, the ordering rule, filters, live adds, persistence, and
 exact search below the threshold unchanged (bit for bit the faiss flat index)."""
 from __future__ import annotations

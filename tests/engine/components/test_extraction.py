@@ -1,8 +1,6 @@
 """Zero-token extractor and JSON-lines import (SPEC §2 "Index")."""
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 from conftest import shared_dataset, write_lines
@@ -137,13 +135,15 @@ def test_load_extractions_errors_name_the_line(tmp_path, line, message):
         load_extractions(p, small_corpus())
 
 
-def test_extract_speed_on_shared_corpus():
+@pytest.mark.slow
+def test_extract_on_shared_corpus():
+    """The shared MuSiQue corpus: more topics and states than passages, and every passage has at
+    least one topic and one entity state (its cost is measured by bench/bench_scale.py)."""
     corpus = Corpus.from_jsonl(shared_dataset("musique") / "corpus.jsonl")
-    t0 = time.perf_counter()
     ex = extract(corpus)
-    assert time.perf_counter() - t0 < 20  # ~0.5 s here; 10,000 passages take a few seconds
     assert ex.n_topics > len(corpus) and ex.n_nodes > len(corpus)
-    assert np.bincount(ex.node_chunk, minlength=len(corpus)).min() >= 0
+    assert np.bincount(ex.topic_chunk, minlength=len(corpus)).min() >= 1
+    assert np.bincount(ex.node_chunk, minlength=len(corpus)).min() >= 1
 
 
 def test_loaded_strings_stay_packed_and_bad_utf8_is_refused():

@@ -1,4 +1,4 @@
-"""Incremental zero-token extraction for live indexes (issue 13; SPEC §2 "Index" steps 1–4)."""
+"""Incremental zero-token extraction for live indexes (SPEC §2 "Index" steps 1–4)."""
 from __future__ import annotations
 
 import numpy as np
@@ -142,6 +142,7 @@ def test_merge_names():
     assert merge_names(["x"], [])[0] == ["x"] and merge_names([], ["x"])[2].tolist() == [0]
 
 
+@pytest.mark.slow
 def test_musique_extension_matches_the_documented_rule():
     """On a real corpus (80 % + 20 %) the extension is exactly the old passages extracted with their
     own words and the new ones with the grown corpus's words, and close to a full re-extraction."""

@@ -1,4 +1,4 @@
-"""Late-chunked STITCH texts (engine/late_pooling.py, issue 14 item 3): spans that reproduce the
+"""Late-chunked STITCH texts (engine/components/late_pooling.py): spans that reproduce the
 texts, span pooling equal to a reference over the model's own token embeddings, Index.build's one
 shared pass equal to a separate pass, and live adds equal to a fresh fit."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hopgraph.engine.components.corpus import Corpus
-from hopgraph.engine.embedders.core import HashingEmbedder
+from hopgraph.engine.embedders import HashingEmbedder
 from hopgraph.engine.components.extraction import extract
 from hopgraph.engine.components.late_pooling import embed_with_texts, late_texts, text_spans
 from hopgraph.engine.embedders.packed_bert import PackedBertEncoder
@@ -86,6 +86,7 @@ def reference_pool(minilm, text: str, ranges) -> np.ndarray | None:
     return v / np.linalg.norm(v)
 
 
+@pytest.mark.slow
 def test_encode_spans_equals_the_models_token_embeddings(minilm):
     enc = PackedBertEncoder.for_embedder(minilm)
     texts = ["Abbey Road: Abbey Road is an album. It was recorded in London.", "short",
@@ -102,6 +103,7 @@ def test_encode_spans_equals_the_models_token_embeddings(minilm):
     assert X0.shape == (0, minilm.dim) and len(e0) == len(ok0) == 0
 
 
+@pytest.mark.slow
 def test_build_pools_texts_in_the_passage_pass_equal_to_a_later_fit(minilm):
     c = corpus()
     built = Index.build(c, embedder=minilm, pipelines=["stitch"], progress=False)
@@ -125,6 +127,7 @@ def test_build_pools_texts_in_the_passage_pass_equal_to_a_later_fit(minilm):
                                np.asarray(sep.text_emb[long_tail[0]], np.float32), atol=2e-3)
 
 
+@pytest.mark.slow
 def test_add_late_texts_equal_a_fresh_fit(minilm):
     c = corpus()
     grown = Index.build(corpus(RECORDS[:3]), embedder=minilm, pipelines=["stitch"], progress=False)
@@ -135,6 +138,7 @@ def test_add_late_texts_equal_a_fresh_fit(minilm):
     np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), atol=2e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pooling", ["late", "separate"])
 def test_pooling_is_a_fit_time_parameter_kept_on_load(minilm, tmp_path, pooling):
     idx = Index.build(corpus(), embedder=minilm, pipelines=["stitch"], params={"stitch": {"text_pooling": pooling}},
@@ -147,8 +151,8 @@ def test_pooling_is_a_fit_time_parameter_kept_on_load(minilm, tmp_path, pooling)
 
 
 def test_work_dir_build_maps_text_embeddings_from_the_work_dir(tmp_path, demo_corpus):
-    """Index.build(work_dir=) writes STITCH's text embeddings to a memory-mapped file there (issue 14:
-    3 GB at 10⁶ passages), equal to an in-memory build; the work directory stays a hopgraph one."""
+    """Index.build(work_dir=) writes STITCH's text embeddings to a memory-mapped file there
+    (docs/decisions/memory-at-a-million.md), equal to an in-memory build; the work directory stays a hopgraph one."""
     from hopgraph.engine.ingest.streaming import TEXT_EMB_FILE, check_work_dir
 
     work = tmp_path / "i.work"

@@ -1,8 +1,7 @@
-"""Shared components (issue 10): one corpus store, dense index, BM25 index and extraction per
+"""Shared components: one corpus store, dense index, BM25 index and extraction per
 index, persisted once (index format 2, generations since format 3); the query batch computes shared quantities once."""
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest

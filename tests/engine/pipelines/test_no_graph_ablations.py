@@ -1,7 +1,7 @@
-"""Every graph pipeline's ``no_graph`` ablation (issue 15) is the pipeline without its graph:
-G3RAG without the gain graph and the name links (tests/test_g3rag_names.py), STITCH ranked by its
+"""Every graph pipeline's ``no_graph`` ablation is the pipeline without its graph:
+G3RAG without the gain graph and the name links (g3rag/test_name_links.py), STITCH ranked by its
 relevance alone (no influence prior, no PPR), DMAR without the knowledge-graph path; each also
-without the title bridge (tests/test_title_bridge.py)."""
+without the title bridge (test_title_bridge.py)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""The sparse query paths of hybrid, DMAR and STITCH (issue 14) against the dense computations
+"""The sparse query paths of hybrid, DMAR and STITCH against the dense computations
 they replaced (kept here only as references): hybrid's RRF over the two top lists instead of a
 ``[B, N]`` fusion array, DMAR's lexical term read at the candidates instead of a BM25 row per
 question. Same ids and bit-equal scores, on generated data and the demo corpus."""
@@ -62,7 +62,7 @@ def test_hybrid_equals_dense_reference(demo_index):
             b_ids, _ = batch.bm25_topk(max(pipe.search_defaults.fusion_depth, top_k))
             fused = reciprocal_rank_fusion([d_ids, b_ids], n, k=pipe.search_defaults.rrf_k)
             fused[fused == 0] = -np.inf
-            ref_ids, ref_scores = topk_rows(fused, top_k)
+            ref_ids, ref_scores = topk_rows(fused, min(top_k, n))  # k clamped to the passages
             ids, scores = pipe.search(Q, top_k, qs, allowed=allowed)
             np.testing.assert_array_equal(ids, ref_ids)
             np.testing.assert_array_equal(scores, ref_scores)
@@ -81,7 +81,7 @@ def test_bm25_at_candidates_equals_full_rows(demo_index, rng):
 
 
 # ---------------------------------------------------------------------- STITCH: the dense reference
-# STITCH's query as it was at 2bf91cf (before issue 14): Q @ text_embᵀ over every text, [B, n_nodes] channel
+# STITCH's dense query (the code of commit 2bf91cf): Q @ text_embᵀ over every text, [B, n_nodes] channel
 # inputs, [B, N] relevance, prior, walk and scores.
 def _reference_prior(pipe, batch) -> np.ndarray:
     import torch
@@ -162,7 +162,7 @@ def test_stitch_equals_dense_reference(demo_index, overrides):
     comp = demo_index.components
     qs = _questions()
     Q = demo_index.embed_queries(qs)
-    # the reference is the ranking before the title bridge (tests/test_title_bridge.py checks that step)
+    # the reference is the ranking before the title bridge (tests/engine/pipelines/test_title_bridge.py checks that step)
     pipe = demo_index.pipeline("stitch").with_search_defaults(description_depth=10**6, bridge=0.0, **overrides)
     n = len(comp.X)
     for allowed in (None, np.arange(n) % 4 != 1):
@@ -235,9 +235,10 @@ def _generated_corpus(n: int):
     return Corpus.from_records(recs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["stitch", "ppr_binary"])
 def test_graph_search_allocates_nothing_of_size_batch_by_n(hashing_embedder, name):
-    """Issue 14: the STITCH / PPRBinary search holds a few candidates and activated chunks per
+    """The STITCH / PPRBinary search holds a few candidates and activated chunks per
     question, never a [B, N] array (one [8, 40000] float64 array would be 2.6 MB)."""
     import tracemalloc
 

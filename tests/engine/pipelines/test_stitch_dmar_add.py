@@ -1,4 +1,4 @@
-"""Live indexes (issue 13): STITCH / ppr_binary and DMAR updated in place by ``Index.add``
+"""Live indexes: STITCH / ppr_binary and DMAR updated in place by ``Index.add``
 (SPEC §2 "Index", SPEC §3 step 2) against fits from scratch of the grown corpus."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The title bridge (issue 15, :mod:`hopgraph.engine.components.title_mentions`): the title mention graph, the
+"""The title bridge (:mod:`hopgraph.engine.components.title_mentions`): the title mention graph, the
 re-ranking, and its use as the last step of G3RAG, STITCH and DMAR (ablation ``no_bridge``)."""
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def test_bridge_parameters_are_checked_and_off_for_ppr_binary():
 
 def test_mention_graph_is_saved_and_not_rebuilt_on_load(tmp_path, demo_corpus, monkeypatch):
     """The graph is built at fit, saved with the components and memory-mapped on load: a loaded
-    index's first bridged search does not rebuild it (issue 14: no first-query tax at 10⁶)."""
+    index's first bridged search does not rebuild it (no first-query cost at 10⁶ passages)."""
     from hopgraph.engine.components import title_mentions as title_bridge
     from hopgraph.engine.errors import IndexFormatError
     from hopgraph.index import Index

@@ -26,6 +26,8 @@ from hopgraph.engine import storage
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 import fault_harness as fh  # noqa: E402  (the harness shared with bench/bench_faults.py)
 
+pytestmark = pytest.mark.slow  # SIGKILLed subprocess builds
+
 ALL = ("dense", "bm25", "hybrid", "g3rag", "stitch", "ppr_binary", "dmar")
 PARAMS = {"dmar": {"gnn_steps": 2}}
 #: files whose stored values are free numbers (or text) that no structural check can pin down: with

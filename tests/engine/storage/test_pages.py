@@ -1,4 +1,4 @@
-"""Load-time checks leave no pages of memory-mapped index arrays in the resident set (issue 14)."""
+"""Load-time checks leave no pages of memory-mapped index arrays in the resident set."""
 from __future__ import annotations
 
 import os

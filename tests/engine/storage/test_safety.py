@@ -1,9 +1,7 @@
-"""Index storage safety (issue 11): --out safety, the write lock, the commit point at every step of a
+"""Index storage safety: --out safety, the write lock, the commit point at every step of a
 replace, reader leases, clear load errors, ``hopgraph verify``."""
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 
@@ -13,7 +11,7 @@ import pytest
 from hopgraph import HashingEmbedder, Index, IndexFormatError, InputError
 from hopgraph.cli import main
 from hopgraph.engine import storage
-from hopgraph.engine.embedders.core import CallableEmbedder
+from hopgraph.engine.embedders import CallableEmbedder
 from hopgraph.engine.errors import IndexLockedError
 
 from conftest import rewrite_manifest
@@ -76,6 +74,7 @@ def test_out_never_deletes_user_files(small, tmp_path, demo_corpus, capsys):
     assert (tmp_path / "work.work" / "keep.txt").read_text() == "x" and not (tmp_path / "work").exists()
 
 
+@pytest.mark.slow
 def test_second_writer_is_refused_naming_the_holder(small, tmp_path):
     out = small.save(tmp_path / "idx")
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
@@ -154,6 +153,7 @@ def test_a_reader_keeps_its_commit_while_the_index_is_replaced(small, other, tmp
     assert len([p for p in out.iterdir() if p.name.startswith("seg-")]) == 1
 
 
+@pytest.mark.slow
 def test_load_errors_are_index_format_errors_naming_the_file(tmp_path, demo_corpus, capsys):
     index = Index.build(demo_corpus, embedder="hashing-32", pipelines=["bm25", "dmar"],
                         params={"dmar": {"gnn_steps": 2}}, progress=False)
@@ -182,6 +182,7 @@ def test_load_errors_are_index_format_errors_naming_the_file(tmp_path, demo_corp
         Index.load(out)
 
 
+@pytest.mark.slow
 def test_structural_validation_refuses_out_of_range_ids_without_checksums(tmp_path, demo_corpus):
     """The changes that crashed the process (segfault at the first query) are refused by the
     structural checks alone (``verify="fast"``), naming the file."""
@@ -295,7 +296,7 @@ def test_gather_rows_reads_any_dtype_from_the_file(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("shape,dtype", [((1000, 7), np.float16), ((33,), np.int64), ((5, 3, 2), np.float32)])
 def test_save_array_of_a_mapping_is_np_save_byte_for_byte(tmp_path, monkeypatch, shape, dtype):
-    """save_array copies a memory-mapped array in blocks of plain reads (issue 14: STITCH's text
+    """save_array copies a memory-mapped array in blocks of plain reads (STITCH's text
     embeddings from a work directory), writing exactly np.save's file."""
     import hopgraph.engine.storage.arrays as storage
 

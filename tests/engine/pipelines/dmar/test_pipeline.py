@@ -31,9 +31,10 @@ def test_search_shapes_and_ablations(fitted, demo_corpus):
     for name, overrides in DMAR.ablations.items():
         v_ids, _ = pipe.with_search_defaults(**overrides).search(Q, k=5, query_texts=QUESTIONS)
         assert v_ids.shape == (2, 5), name
-    # k larger than the final pool pads
-    ids, scores = pipe.with_search_defaults(union_depth=0, second_stage_depth=3, bridge=0.0).search(Q, k=6, query_texts=QUESTIONS)
-    assert (ids[:, 3:] == -1).all() and np.isneginf(scores[:, 3:]).all()
+    # k larger than the final pool: the second stage is read k deep, so k hits come back
+    small = pipe.with_search_defaults(union_depth=0, second_stage_depth=3, bridge=0.0)
+    ids, scores = small.search(Q, k=6, query_texts=QUESTIONS)
+    assert (ids >= 0).all() and np.isfinite(scores).all() and all(len(set(r)) == 6 for r in ids)
 
 
 def test_structural_path_changes_scores_and_is_seeded(fitted):
@@ -49,15 +50,15 @@ def test_structural_path_changes_scores_and_is_seeded(fitted):
     assert score[0, 0] > score[0, 3]  # passage 0 (Marisol Venn, comet Venn-Harlow) is on the chain
 
 
-#: questions that link no entity with the default "capitalised" query linking (issue 11): a
+#: questions that link no entity with the default "capitalised" query linking: a
 #: lowercase question, a real HotpotQA question, a vague one and a bare number
 UNLINKED = ["who designed the bridge in the home city of peter harlow?",
             "Which of the two tornado outbreaks killed the most people?", "what is it?", "1999"]
 
 
 def test_questions_linking_no_entity(fitted):
-    """Issue 11: DMAR raised "truth value of an array is ambiguous" when no question of the batch
-    linked an entity (scipy's empty point lookup). Such a question ranks by the semantic and
+    """A batch in which no question links an entity works (scipy's empty point lookup once raised
+    "truth value of an array is ambiguous"). Such a question ranks by the semantic and
     lexical paths only (adaptive fusion, SPEC §3 step 2) — exactly as with structural=False —
     alone, in a batch of its kind, next to a linked question, and the empty batch works."""
     pipe, X, _ = fitted
@@ -127,6 +128,7 @@ def test_helpers():
     np.testing.assert_array_equal(dedupe_rows(np.array([[3, 1, 3, -1, 1, 2]])), [[3, 1, -1, -1, -1, 2]])
 
 
+@pytest.mark.slow
 def test_gate_untrained_equal_then_learns():
     g = np.random.default_rng(0)
     B, C, d = 40, 12, 6

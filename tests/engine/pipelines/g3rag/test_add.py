@@ -1,4 +1,4 @@
-"""G3RAG incremental add (issue 13; SPEC §1 index steps 1-5): with the penalty vector held
+"""G3RAG incremental add (SPEC §1 index steps 1-5): with the penalty vector held
 fixed, extending a graph equals building it (``extend_gain_graph`` against ``gain_knn``), the
 new passages' density / penalty, the pipeline's ``add`` and ``Index.add`` then ``compact``.
 

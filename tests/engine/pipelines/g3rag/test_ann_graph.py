@@ -1,4 +1,4 @@
-"""IVF-candidate gain-kNN graph with exact rescoring (issue 5, SPEC §1 step 5)."""
+"""IVF-candidate gain-kNN graph with exact rescoring (SPEC §1 step 5)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""G3RAG's name links (issue 15, :mod:`hopgraph.engine.pipelines.g3rag.name_links`) against dense references:
+"""G3RAG's name links (:mod:`hopgraph.engine.pipelines.g3rag.name_links`) against dense references:
 the passages' names and idf from the shared extraction, the one-step diffusion over the name links
 among a query's candidates, the fused score that adds it, and the refresh after ``Index.add``."""
 from __future__ import annotations
@@ -88,7 +88,7 @@ def demo_index(demo_corpus, hashing_embedder):
 
 def test_fused_score_adds_the_normalised_name_link_support(demo_index):
     """The default search = the scores without name links + ``name_links · y / max y`` over the candidates."""
-    pipe = demo_index.pipeline("g3rag").with_search_defaults(bridge=0.0)  # the title bridge: tests/test_title_bridge.py
+    pipe = demo_index.pipeline("g3rag").with_search_defaults(bridge=0.0)  # the title bridge: tests/engine/pipelines/test_title_bridge.py
     assert pipe.search_defaults.scoring == "fused" and pipe.search_defaults.name_links > 0
     Q = demo_index.embed_queries(QUESTIONS)
     m = pipe.search_defaults.candidate_depth

@@ -1,5 +1,5 @@
 """G3RAG (SPEC §1): exact mode against an independent dense numpy implementation of the
-published algorithm, the scalable kNN mode, the issue-6 options, persistence."""
+published algorithm, the scalable kNN mode, the fused scoring's options, persistence."""
 from __future__ import annotations
 
 import numpy as np
@@ -71,12 +71,12 @@ def test_knn_graph_shape_and_batched_search_equals_single_queries():
     assert len(set(batch[0])) == 5  # no duplicates after seed masking and filling
 
 
-def test_fill_when_diffusion_reaches_too_few_and_padding_beyond_the_corpus():
+def test_fill_when_diffusion_reaches_too_few_and_k_beyond_the_corpus():
     X = np.eye(6, dtype=np.float32)  # orthogonal passages: the gain graph has no edge
     pipe = G3RAG(published=True, n_seeds=2, settings={"device": "cpu"}).fit(X)
-    ids, scores = pipe.search(X[[3]], k=8)
-    assert ids[0, 0] == 3 and sorted(ids[0, :6]) == list(range(6))
-    assert ids[0, 6:].tolist() == [-1, -1] and np.all(np.isneginf(scores[0, 6:]))
+    ids, scores = pipe.search(X[[3]], k=8)  # k is clamped to the 6 passages
+    assert ids.shape == scores.shape == (1, 6)
+    assert ids[0, 0] == 3 and sorted(ids[0].tolist()) == list(range(6)) and np.isfinite(scores).all()
 
 
 def test_fused_scoring_is_relevance_plus_normalised_graph_support():
@@ -114,7 +114,7 @@ def test_fused_scoring_uses_bm25_only_with_corpus_and_texts(demo_corpus, hashing
     np.testing.assert_array_equal(without[0], pipe.with_search_defaults(bm25_weight=0.0).search(Q, 5, query_texts=texts)[0])
     expand = pipe.with_search_defaults(expand=True).search(Q, 5, query_texts=texts)
     assert expand[0].shape == (2, 5)
-    # without the corpus there is neither BM25 nor the name links nor the title bridge (issue 15), which need no texts
+    # without the corpus there is neither BM25 nor the name links nor the title bridge, which need no texts
     alone = G3RAG(n_neighbors=8, settings={"device": "cpu"}).fit(X).search(Q, 5)[0]
     np.testing.assert_array_equal(alone, pipe.with_search_defaults(name_links=0.0, bridge=0.0).search(Q, 5)[0])
 

@@ -1,6 +1,6 @@
-"""G3RAG's sparse query path (issue 14) against the dense one it replaced.
+"""G3RAG's sparse query path against the dense computation.
 
-``reference_search`` below is G3RAG's search as it was at commit d495543 (before issue 14):
+``reference_search`` below is G3RAG's search as it was at commit d495543:
 dense ``[chunk, N]`` diffusion output from the ``sparse_diffusion`` op, a dense ``[chunk, N]``
 score matrix, ``QueryBatch.cosine`` for ``expand`` and ``QueryBatch.mask_scores`` for the
 filter. The sparse search must return the same ids, and the same scores within 1e-6, on random
@@ -138,6 +138,8 @@ def assert_same(pipe: G3RAG, Q: np.ndarray, top_k: int, query_texts=None, allowe
     candidates is faiss's choice). There, a differing id must be exactly tied in the reference's
     own score matrix (within 1e-6: the reference's cosines come from one GEMM)."""
     ids, scores = pipe.search(Q, top_k, query_texts=query_texts, allowed=allowed)
+    top_k = min(top_k, len(pipe.X))  # k is clamped to the passages
+    assert ids.shape == scores.shape == (len(Q), top_k)
     ref_ids, ref_scores, dense = reference_search(pipe, Q, top_k, query_texts, allowed)
     np.testing.assert_allclose(scores, ref_scores, rtol=0, atol=1e-6)
     if pipe.search_defaults.scoring == "fused" and pipe.search_defaults.expand:
@@ -225,7 +227,7 @@ def test_sparse_search_equals_dense_reference_on_random_graphs(seed, overrides):
     pipe.graph_ = random_graph(len(X), seed)
     pipe = _variant(pipe, overrides)
     for allowed in filter_masks(len(X), seed):
-        for top_k in (3, 10, len(X) + 4):  # top_k beyond N: padding
+        for top_k in (3, 10, len(X) + 4):  # top_k beyond N: clamped
             assert_same(pipe, Q, top_k, allowed=allowed)
 
 
@@ -234,8 +236,8 @@ def test_sparse_search_equals_dense_reference_on_random_graphs(seed, overrides):
 def test_sparse_search_equals_dense_reference_on_the_demo_index(overrides, tmp_path):
     """An index built by ``Index.build`` (hashing-64): lexical relevance and hybrid seeds from the
     query texts, a metadata-free filter mask and a deleted passage. The reference predates the
-    name links and the title bridge (issue 15), so they are off here; tests/test_g3rag_names.py and
-    tests/test_title_bridge.py check them."""
+    name links and the title bridge, so they are off here; tests/engine/pipelines/g3rag/test_name_links.py
+    and tests/engine/pipelines/test_title_bridge.py check them."""
     import hopgraph
     from hopgraph.demo import demo_corpus
 

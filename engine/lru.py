@@ -1,0 +1,59 @@
+"""A bounded least-recently-used mapping, for every cache whose keys come from user input (filter
+fields, query tokens): its size never depends on what requests ask for."""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Callable, Generic, Hashable, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class LRUCache(Generic[K, V]):
+    """At most ``maxsize`` entries; a hit makes its entry the most recent, an insertion beyond
+    ``maxsize`` drops the least recent. Thread-safe; O(1) per operation. A pickled cache (an
+    embedder sent to another process) arrives empty."""
+
+    def __init__(self, maxsize: int) -> None:
+        if maxsize < 1:
+            raise ValueError(f"maxsize must be >= 1, got {maxsize}")
+        self.maxsize = maxsize
+        self._data: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.maxsize,))
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def get(self, key: K) -> V | None:
+        """The value of ``key`` (now the most recent), or None."""
+        with self._lock:
+            value = self._data.get(key)
+            if value is not None:
+                self._data.move_to_end(key)
+            return value
+
+    def put(self, key: K, value: V) -> None:
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.maxsize:
+                self._data.popitem(last=False)
+
+    def get_or_make(self, key: K, make: Callable[[], V]) -> V:
+        """The value of ``key``, made by ``make()`` and kept when absent (``make`` runs unlocked)."""
+        value = self.get(key)
+        if value is None:
+            value = make()
+            self.put(key, value)
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()

@@ -1,0 +1,122 @@
+"""``hopgraph bench --gpu-compile`` / ``--gpu-model``: every Triton kernel compiled ahead of time for
+sm_80 and sm_90 at the configurations its wrapper launches (no GPU needed), and checked: it
+compiles, it does not spill, it keeps its occupancy within 128 registers, gain_knn and density run
+on tensor cores; the performance model built on the SASS meets its targets."""
+from __future__ import annotations
+
+import importlib
+import json
+import math
+
+import pytest
+from suite import gpu_compile, gpu_model, sass
+
+from hopgraph.cli import main
+from hopgraph.kernels import OPS
+
+TARGETS = ("sm_80", "sm_90")
+KEYS = {"kernel", "config", "target", "compiled", "registers", "spill_bytes", "shared_bytes", "num_warps",
+        "tensor_core"}
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gpu_compile")
+    out, keep = folder / "builds.json", folder / "cubins"
+    rc = main(["bench", "--gpu-compile", "--json", str(out), "--keep", str(keep)])
+    return rc, json.loads(out.read_text()), keep
+
+
+def test_every_shipped_build_compiles_for_sm80_and_sm90_and_passes(compiled):
+    rc, records, keep = compiled
+    builds = gpu_compile.all_builds()
+    assert {(r["kernel"], r["config"], r["target"]) for r in records} == \
+        {(b.kernel, b.config, t) for b in builds for t in TARGETS}
+    assert {b.kernel for b in builds} == set(OPS)
+    for r in records:
+        assert KEYS <= set(r), r
+        assert (keep / f"{r['kernel']}-{r['config']}-{r['target']}.cubin").stat().st_size > 0
+    problems = [v for r in records for v in gpu_compile.violations(gpu_compile.Record(**r))]
+    assert not problems and rc == 0, problems
+    assert all(r["tensor_core"] for r in records if r["kernel"] in gpu_compile.TENSOR_CORE_KERNELS)
+
+
+def test_every_triton_kernel_has_a_shipped_build():
+    """A @triton.jit kernel (a module-level ``_..._kernel``) that no launch_builds lists would escape the check."""
+    built = {b.fn for b in gpu_compile.all_builds()}
+    kernels = [f"{name}:{attr}" for name in gpu_compile.KERNEL_MODULES
+               for attr, value in vars(importlib.import_module(f"hopgraph.kernels.{name}")).items()
+               if type(value).__name__ in ("JITFunction", "InterpretedFunction") and attr.endswith("_kernel")]
+    assert len(kernels) >= 10
+    assert set(kernels) <= built, set(kernels) - built
+
+
+def test_violations_name_each_broken_rule():
+    ok = gpu_compile.Record("gain_knn", "c", "sm_90", True, registers=128, spill_bytes=0, shared_bytes=16384,
+                            num_warps=8, tensor_core=True, occupancy_warps=16)
+    assert gpu_compile.violations(ok) == []
+    spill = gpu_compile.Record(**{**ok.__dict__, "spill_bytes": 8})
+    assert "spills 8 bytes" in gpu_compile.violations(spill)[0]
+    regs = gpu_compile.Record(**{**ok.__dict__, "registers": 168,
+                                 "occupancy_warps": gpu_compile.occupancy(168, 16384, 8, "sm_90")})
+    assert "168 registers" in gpu_compile.violations(regs)[0]
+    four = gpu_compile.Record(**{**regs.__dict__, "num_warps": 4,
+                                 "occupancy_warps": gpu_compile.occupancy(168, 16384, 4, "sm_90")})
+    assert gpu_compile.violations(four) == []  # 3 CTAs of 4 warps: 12 of 16 warps, not halved
+    fp32 = gpu_compile.Record(**{**ok.__dict__, "tensor_core": False})
+    assert "no tensor-core" in gpu_compile.violations(fp32)[0]
+    broken = gpu_compile.Record("density", "c", "sm_80", False, error="CompilationError: at 3:4")
+    assert "does not compile" in gpu_compile.violations(broken)[0]
+
+
+LISTING = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   HMMA.1688.F32.TF32 R4, R8, R12, R4 ;
+        /*0020*/                   FFMA R2, R3, R4, R5 ;
+        /*0030*/                   HGMMA.64x64x16.F32 R24, gdesc[UR4], R24 ;
+        /*0040*/               @P0 BRA 0x20 ;
+        /*0050*/                   IADD3 R6, R6, 0x1, RZ ;
+        /*0060*/               @!P1 BRA 0x10 ;
+        /*0070*/                   EXIT ;
+        /*0080*/                   BRA 0x80;
+"""
+
+
+def test_sass_loops_and_mma_shapes():
+    listing = sass.parse(LISTING)
+    assert [(l.start, l.end, l.depth) for l in listing.loops] == [(0x10, 0x60, 1), (0x20, 0x40, 2)]
+    outer, inner = listing.loops
+    assert inner.ops == {"FFMA": 1, "HGMMA": 1, "BRA": 1} and outer.ops == {"HMMA": 1, "IADD3": 1, "BRA": 1}
+    assert listing.top == {"MOV": 1, "EXIT": 1, "BRA": 1}  # the closing self-branch is no loop
+    assert sass.mma_macs("HMMA.1688.F32.TF32") == 16 * 8 * 8
+    assert sass.mma_macs("HGMMA.64x64x16.F32") == 64 * 64 * 16 // 4
+    assert not listing.half_mma
+
+
+def test_gpu_model_records_and_targets(tmp_path):
+    out = tmp_path / "model.json"
+    assert main(["bench", "--gpu-model", "--json", str(out)]) == 0
+    records = {r["kernel"]: r for r in json.loads(out.read_text())}
+    assert set(records) == set(OPS)
+    for r in records.values():
+        assert {"kernel", "shape", "bytes", "flops", "roofline_s", "estimate_s"} <= set(r)
+        for field in ("roofline_s", "estimate_s"):
+            assert set(r[field]) == {"h100", "h200"} and all(math.isfinite(v) and v > 0 for v in r[field].values())
+        assert r["estimate_s"]["h100"] >= r["estimate_s"]["h200"]  # HBM 3.35 against 4.8 TB/s
+    assert records["gain_knn"]["shape"] == {"N": 10 ** 6, "d": 384, "k": 32}
+    assert records["gain_knn"]["estimate_s"]["h200"] <= 5.0
+    ppr = records["batched_ppr"]
+    assert ppr["shape"]["n"] == 10 ** 6 and ppr["shape"]["nnz"] == 10 ** 7 and ppr["shape"]["B"] == 256
+    assert ppr["estimate_s"]["h200"] <= 2 * ppr["roofline_s"]["h200"]
+
+
+def test_keep_needs_gpu_compile(tmp_path, capsys):
+    assert main(["bench", "--keep", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--keep" in err and "Traceback" not in err
+
+
+def test_model_constants_are_the_published_peaks():
+    h100, h200 = gpu_model.GPUS["h100"], gpu_model.GPUS["h200"]
+    assert (h100.hbm, h200.hbm) == (3.35e12, 4.8e12)
+    assert h100.fp32 == h200.fp32 == 67e12 and h100.tf32 == h200.tf32 == 495e12
