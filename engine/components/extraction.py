@@ -711,6 +711,7 @@ def extend_extraction(old: Extraction, corpus: Corpus, start: int, title_entitie
         texts=new.texts,
     ).validate(since=(old.n_topics, old.n_nodes, len(old.mention_node)))  # old ids: remapped in order
     ex.common_words = common
+    ex.text_index = new.text_index  # the stored table and the texts added since: no dict over every text
     ex.name_stable = stable
     ex.previous_names = (old.n_chunks, len(old.names), old_map)
     return ex

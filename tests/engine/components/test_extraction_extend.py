@@ -170,3 +170,16 @@ def test_merged_names_read_a_stored_vocabulary_without_copying_it():
     again, a2, b2 = merge_names(names, ["c", "h"])           # a second insertion flattens
     assert list(again) == ["a", "b", "c", "d", "e", "f", "g", "h"] and again.base is stored
     assert a.tolist() == [1, 2, 4] and b2.tolist() == [2, 7]
+
+
+def test_successive_adds_to_a_stored_extraction_never_build_a_dict_of_every_text(demo_corpus, monkeypatch):
+    """The stored texts' hash table travels with each extension: no add reads every text again."""
+    ex = extract(demo_corpus.take(np.arange(10)))
+    loaded = Extraction.from_arrays(ex.arrays(), 10)
+    assert loaded.text_index is not None and loaded.text_index.table is not None
+    monkeypatch.setattr(Extraction, "text_lookup", lambda self: pytest.fail("a dict over every text was built")
+                        if self.text_index is None else self.text_index)
+    for stop in (17, 25, 30):
+        loaded = extend_extraction(loaded, demo_corpus.take(np.arange(stop)), loaded.n_chunks)
+        assert loaded.text_index is not None and loaded.text_index.table is not None
+    assert_same(loaded, extract(demo_corpus))
