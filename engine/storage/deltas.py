@@ -370,14 +370,21 @@ class OverlayCSR:
 
 
 def overlay_changed_rows(old: Any, new: Any, n: int) -> np.ndarray | None:
-    """The rows ``r < n`` that differ between two :class:`OverlayCSR` over the same base (only the rows
-    either replaces can), or None when they are not such a pair."""
-    if not (isinstance(old, OverlayCSR) and isinstance(new, OverlayCSR) and old.base is new.base):
+    """The rows ``r < n`` that differ between ``old`` and an :class:`OverlayCSR` ``new`` made over it
+    (``old`` is its base, or an overlay over the same base): only the rows the overlays replace can
+    differ. None when they are not such a pair."""
+    if not isinstance(new, OverlayCSR):
         return None
-    cand = np.union1d(old.overridden[old.overridden < n], new.overridden[new.overridden < n])
+    if isinstance(old, OverlayCSR):
+        if old.base is not new.base:
+            return None
+        cand = np.union1d(old.overridden[old.overridden < n], new.overridden[new.overridden < n])
+    elif old.indices is new.base.indices and old.data is new.base.data \
+            and np.array_equal(np.asarray(old.indptr), np.asarray(new.base.indptr)):
+        cand = new.overridden[new.overridden < n]
+    else:
+        return None
     if not len(cand):
         return cand
-    o = old.rows_csr(cand)
-    w = new.rows_csr(cand)
-    diff = changed_rows(o, w, len(cand))
+    diff = changed_rows(_rows(*old[:3], cand), new.rows_csr(cand), len(cand))
     return cand[diff]

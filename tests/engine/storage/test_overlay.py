@@ -119,3 +119,27 @@ def test_changed_rows_of_graphs_whose_compared_rows_are_empty():
     np.testing.assert_array_equal(changed_rows(g, h, 4), [1, 3])
     empty = as_csr([[], []], 2)
     assert len(changed_rows(empty, empty, 2)) == 0
+
+
+def test_the_rows_an_overlay_changed_are_found_without_reading_the_others(tmp_path, monkeypatch):
+    from hopgraph.engine.storage import deltas
+
+    X = clustered_embeddings(200, 16, 5, seed=6)
+    pen = np.random.default_rng(6).uniform(0.3, 1.0, len(X)).astype(np.float32)
+    old = stored(tmp_path, call("gain_knn", X[:180], k=6, sim_min=0.3, sim_max=0.9, penalty=pen[:180], device="cpu"))
+    new = extend_gain_graph(old, X, 180, pen, 6, 0.3, 0.9, as_overlay=True)
+    want = deltas.changed_rows(old, CSR(*new.arrays().values(), 200), 180)
+    assert len(want)  # the reverse edges rewrote some rows
+    got = deltas.overlay_changed_rows(old, new, 180)  # a plain stored graph and an overlay made over it
+    np.testing.assert_array_equal(got, want)
+    assert set(got) <= set(new.overridden)
+    assert deltas.overlay_changed_rows(CSR(old.indptr, np.array(old.indices), old.data, 180), new, 180) is None
+    plain = extend_gain_graph(old, X, 180, pen, 6, 0.3, 0.9)
+    compared = []
+    real = deltas.changed_rows
+    monkeypatch.setattr(deltas, "changed_rows", lambda o, w, n: compared.append(n) or real(o, w, n))
+    d = deltas.topk_delta(old, new, 180, 200)
+    monkeypatch.undo()
+    assert compared == [len(new.overridden[new.overridden < 180])]  # the replaced rows only, not all 180
+    applied = apply_topk_deltas(old, [d], 200, "g3rag")
+    assert_reads_as(applied, plain, np.random.default_rng(3))
