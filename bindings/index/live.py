@@ -68,8 +68,7 @@ class IndexLive:
             if len(X_new) != len(new):
                 raise InputError(f"embeddings have {len(X_new)} rows for {len(new)} added passages")
         else:
-            X_new = self.embedder.encode(new.embedding_texts(), batch_size=batch_size, progress=self.progress)
-            X_new = validate_embeddings(np.asarray(X_new), f"embeddings of {new.source}", dim=dim)
+            X_new = self._embed_passages(new, batch_size)
         embed_seconds = time.perf_counter() - t0
         t0 = time.perf_counter()
         start = len(self.X)
@@ -85,6 +84,18 @@ class IndexLive:
         if self._ops is not None:
             self._ops.append(("add", new, X_new, upsert))
         return AddReport(list(new.ids), [p for p, _ in existing], embed_seconds, time.perf_counter() - t0)
+
+    def embed_passages(self, records: Corpus | str | Path | Sequence, batch_size: int = 64) -> np.ndarray:
+        """The embeddings :meth:`add` would compute for ``records`` (float32 [n, d], checked), without
+        changing the index: ``add(records, embeddings=...)`` then only updates it (what a server does
+        beside its searches). Raises :class:`InputError` for bad records or a bad ``batch_size``."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+        return self._embed_passages(Corpus.coerce(records), batch_size)
+
+    def _embed_passages(self, new: Corpus, batch_size: int) -> np.ndarray:
+        X_new = self.embedder.encode(new.embedding_texts(), batch_size=batch_size, progress=self.progress)
+        return validate_embeddings(np.asarray(X_new), f"embeddings of {new.source}", dim=int(self.X.shape[1]))
 
     def delete(self, ids: Sequence[str] | str) -> DeleteReport:
         """Delete passages: from now on no search returns them (tombstones; the structures drop

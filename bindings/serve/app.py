@@ -235,12 +235,16 @@ def _passage_routes(service: Service) -> APIRouter:
         check_writable()
         _check_add(request, limits)
         records = [p.model_dump() for p in request.passages]
+        embedded: list[Any] = []
+
+        async def embed() -> None:  # beside the searches; only the index update excludes them
+            embedded.append(await service.batcher.run_beside(lambda: index.embed_passages(records)))
 
         def run() -> dict[str, Any]:
-            report = index.add(records, upsert=request.upsert)
+            report = index.add(records, upsert=request.upsert, embeddings=embedded[0])
             return {"added": report.added, "replaced": report.replaced, "passages": index.n_live}
 
-        return JSONResponse(await _write(live, run, "POST /passages"))
+        return JSONResponse(await _write(live, run, "POST /passages", prepare=embed))
 
     @router.delete("/passages/{pid:path}", summary="delete one passage (no search returns it); committed",
                    response_model=None, responses={200: {"model": DeleteResponse}, 403: {"model": ErrorResponse},
@@ -277,12 +281,14 @@ def _check_add(request: AddRequest, limits: ServeLimits) -> None:
                                      f"is {limits.max_passage_chars} (split long documents into passages first)")
 
 
-async def _write(live: LiveWrites, run: Any, what: str) -> dict[str, Any]:
-    """Run an index update in the search worker and wait for its group commit
-    (:mod:`hopgraph.serve.commits`); 409 when another process holds the index's write lock too long,
-    an id is already there or another writer's commit conflicts, 422 for bad input, 500 (logged) for
-    anything else."""
+async def _write(live: LiveWrites, run: Any, what: str, prepare: Any = None) -> dict[str, Any]:
+    """Await ``prepare()`` (when given), run an index update in the search worker and wait for its
+    group commit (:mod:`hopgraph.serve.commits`); 409 when another process holds the index's write
+    lock too long, an id is already there or another writer's commit conflicts, 422 for bad input,
+    500 (logged) for anything else."""
     try:
+        if prepare is not None:
+            await prepare()
         return await live.write(run)
     except KeyError:
         raise

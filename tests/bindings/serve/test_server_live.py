@@ -178,3 +178,30 @@ def test_writes_within_the_window_share_a_commit_and_small_segments_are_merged(i
             assert {h.id for h in c.search(["ibis"], pipeline="bm25", k=40)[0]} >= {f"w{i}" for i in range(30)}
     loaded = hopgraph.Index.load(index_dir, progress=False)
     assert loaded.n_live == 24 + 30 and len(loaded.manifest["segments"]) < 30
+
+
+def test_added_passages_are_embedded_beside_the_searches(index_dir):
+    """POST /passages embeds in the bulk worker (searches go on meanwhile); only the index update
+    runs in the search worker, and the passages get the embeddings an add computes."""
+    import threading
+
+    import numpy as np
+
+    index = hopgraph.Index.load(index_dir, progress=False)
+    threads, real = [], index.embed_passages
+
+    def embed(records, batch_size=64):
+        threads.append(threading.current_thread().name)
+        return real(records, batch_size)
+
+    index.embed_passages = embed
+    new = [{"id": "n2", "title": "Numbat", "text": "The numbat eats termites in Western Australia."}]
+    with BackgroundServer(create_app(index, pipelines=PIPES)) as srv, hopgraph.Client(srv.url) as c:
+        assert c.add(new)["added"] == ["n2"]
+        assert c.search("numbat termites", pipeline="dense", k=1)[0][0].id == "n2"
+    assert len(threads) == 1 and threads[0].startswith("hopgraph-search-bulk")
+    np.testing.assert_array_equal(index.X[-1:], real(new))
+    from hopgraph.engine.errors import InputError
+
+    with pytest.raises(InputError, match="batch_size"):
+        index.embed_passages(new, batch_size=0)
