@@ -32,9 +32,9 @@ def test_damaged_npy_header_is_an_index_format_error(index_dir, tmp_path, old, n
 
     copy = tmp_path / "copy"
     shutil.copytree(index_dir, copy)
-    damage_header(storage.current_generation(copy) / "embeddings.npy", old, new)
+    damage_header(storage.segment_dirs(copy)[0] / "embeddings.npy", old, new)
     for verify in ("fast", "full"):
         with pytest.raises(IndexFormatError, match="embeddings.npy"):
             hopgraph.Index.load(copy, verify=verify, progress=False)
     with pytest.raises(InputError, match="not a valid .npy file"):
-        open_embeddings(storage.current_generation(copy) / "embeddings.npy")
+        open_embeddings(storage.segment_dirs(copy)[0] / "embeddings.npy")
