@@ -9,7 +9,7 @@ scanned from its ``.npy`` file in row blocks with ordinary reads
 (:class:`BlockedInnerProductIndex`: the OS page cache holds the file, the process one block).
 
 **Approximate candidates, exact scores** (from :data:`ANN_MIN_N` rows up with
-``mode="auto"``, the default, or always with ``mode="ann"``; issue 14): :class:`IVFIndex`, a
+``mode="auto"``, the default, or always with ``mode="ann"``): :class:`IVFIndex`, a
 faiss inverted file of about 4√N cells whose rows are stored as 8-bit scalar-quantised codes
 (``IndexIVFScalarQuantizer``, d bytes a row; 4-bit, d / 2 bytes, with ``code_bits=4``, as
 STITCH's text index uses), proposes :func:`rescore_candidates` ``(k)``
@@ -212,8 +212,7 @@ def gather_rows(X: np.ndarray, rows: np.ndarray) -> np.ndarray:
     rows or more, any dtype: the passages' float32 X, STITCH's float16 text embeddings) the rows are
     read from the file (:func:`~hopgraph.engine.storage.read_rows`): faulting them in through the
     mapping would map whole large page-cache folios (megabytes) around each row and leave them in
-    the process's resident set (issue 14: 2.2 GB of STITCH's text embeddings after one batch at 10⁶
-    passages)."""
+    the process's resident set (``docs/decisions/memory-at-a-million.md``)."""
     rows = np.asarray(rows, np.int64)
     if isinstance(X, StackedRows):
         return X.take(rows)

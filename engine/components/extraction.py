@@ -55,7 +55,7 @@ and referred to by index, so identical texts are embedded once. Their ids are
 prefix-stable: ordered by the first passage that creates or uses them, so the texts of
 the extraction of a corpus's first passages are the first texts of the whole corpus's.
 
-* :func:`extend_extraction` — live indexes (issue 13): the extraction of a corpus grown by
+* :func:`extend_extraction` — live indexes: the extraction of a corpus grown by
   appended passages, from the old extraction and the new passages only (old ids kept; one
   documented approximation for old passages until ``Index.compact()`` re-extracts).
 """
@@ -307,8 +307,8 @@ class Extraction:
     def from_arrays(cls, arrays: dict[str, np.ndarray], n_chunks: int, where: str = "extraction") -> "Extraction":
         """The inverse of :meth:`arrays` (validated; errors name ``where``). ``names`` and ``texts``
         stay packed (:class:`~hopgraph.engine.components.corpus.PackedStrings` over the memory-mapped bytes,
-        a string decoded when read): a query never reads the texts, and at 10⁶ passages decoding
-        the 4·10⁶ of them cost 4 s and half a gigabyte at every load (issue 14)."""
+        a string decoded when read): a query never reads the texts, and decoding them all would
+        cost every load time and memory in proportion to the corpus (``docs/decisions/memory-at-a-million.md``)."""
         ex = cls(n_chunks=n_chunks, **{a: np.asarray(arrays[a]) for a in cls.ARRAYS},
                  names=packed(arrays["names_blob"], arrays["names_offsets"], f"{where}/names_*.npy"),
                  texts=packed(arrays["texts_blob"], arrays["texts_offsets"], f"{where}/texts_*.npy")
@@ -424,7 +424,7 @@ class _Builder:
         # sort key (chunk, phase, sequence) of each text created here (id - n_base): phase 0 =
         # created while reading the chunk (sequence = id), phase 1 = a joined description (= node).
         # Per-text and per-mention columns are typed arrays (8 bytes an entry, not a Python int
-        # object each) and a mention's name is the id of its distinct name (issue 14: memory at 10⁶)
+        # object each) and a mention's name is the id of its distinct name (memory at scale: ``docs/decisions/memory-at-a-million.md``)
         self.key_chunk = array("q")
         self.key_phase = array("q")
         self.key_seq = array("q")
@@ -661,7 +661,7 @@ def query_names(texts: Sequence[str], name_ids: dict[str, int], max_words: int =
 def extend_extraction(old: Extraction, corpus: Corpus, start: int, title_entities: bool = True,
                       numbers: bool = True, progress: bool = False) -> Extraction:
     """The extraction of ``corpus`` after passages ``[start, N)`` were appended to the corpus
-    ``old`` was extracted from (issue 13, SPEC §2 "Index" steps 1–4 on the new passages only).
+    ``old`` was extracted from (SPEC §2 "Index" steps 1–4 on the new passages only).
 
     Only the new passages are read (the rules of :func:`extract`); the result is merged with
     ``old``, which is not changed: the old chunks keep their topics, states, mentions and

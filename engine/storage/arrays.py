@@ -72,7 +72,7 @@ def release_pages(*arrays: object) -> None:
     """Drop the resident pages of memory-mapped arrays from this process (``MADV_DONTNEED``; the OS
     page cache keeps them and the next read faults them back in): load-time validation reads whole
     arrays that a query reads a few rows of, and without this they stayed in the resident set
-    (issue 14: 1.5 GB of a 10⁶-passage index). Anything not memory-mapped (or an OS without
+    (``docs/decisions/memory-at-a-million.md``). Anything not memory-mapped (or an OS without
     ``madvise``) is left as it is."""
     if not hasattr(mmap, "MADV_DONTNEED"):
         return
@@ -98,8 +98,8 @@ def _row_bytes(arr: np.ndarray) -> int:
 class RowReader:
     """Rows ``[a, b)`` of a stored array as a fresh C-contiguous copy (``with RowReader(arr) as read:
     read(a, b)``). A memory-mapped array is read from its file with plain reads, so the mapping's
-    pages never enter the process's resident set (issue 14: copying a 1.5 GB IVF code array into
-    faiss through the mapping held both copies at once); any other array is sliced."""
+    pages never enter the process's resident set (copying a code array into faiss through the
+    mapping would hold both copies at once); any other array is sliced."""
 
     def __init__(self, arr: np.ndarray) -> None:
         self.arr = arr
@@ -140,8 +140,7 @@ def read_rows(arr: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``arr[rows]`` (any shape of row ids) as a fresh array. A C-contiguous memory-mapped ``arr`` is
     read row by row from its file with ``os.pread``: a scattered read through the mapping faults in
     the readahead window (up to megabytes of page-cache folios) around every row, and those pages
-    stay in the process's resident set (issue 14: sampling 4,096 rows of a 1.5 GB X for the
-    load-time unit check made 1.4 GB of it resident). Anything else is indexed."""
+    stay in the process's resident set (``docs/decisions/memory-at-a-million.md``). Anything else is indexed."""
     rows = np.asarray(rows, np.int64)
     if not _file_backed(arr):
         return np.asarray(arr[rows])
