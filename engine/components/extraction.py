@@ -424,7 +424,8 @@ class _Builder:
         # sort key (chunk, phase, sequence) of each text created here (id - n_base): phase 0 =
         # created while reading the chunk (sequence = id), phase 1 = a joined description (= node).
         # Per-text and per-mention columns are typed arrays (8 bytes an entry, not a Python int
-        # object each) and a mention's name is the id of its distinct name (memory at scale: ``docs/decisions/memory-at-a-million.md``)
+        # object each) and a mention's name is the id of its distinct name (memory at scale:
+        # docs/decisions/memory-at-a-million.md)
         self.key_chunk = array("q")
         self.key_phase = array("q")
         self.key_seq = array("q")
