@@ -185,36 +185,22 @@ class LiveWrites:
 
     async def _save(self, copy: Index) -> None:
         """Commit the writer's copy in the writer thread (rebased on another process's commit made
-        meanwhile), retrying while another process holds the write lock."""
-        loop = asyncio.get_running_loop()
-        deadline = time.monotonic() + LOCK_RETRY_SECONDS
-        while True:
-            try:
-                await loop.run_in_executor(self._writer, copy.save)
-                return
-            except IndexLockedError:
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.05)
+        meanwhile)."""
+        await _retry_locked(lambda: asyncio.get_running_loop().run_in_executor(self._writer, copy.save))
 
     async def _save_served(self) -> None:
         """Commit what the served index holds beyond its commit (pipelines fitted when the server
         started), so that a copy loaded from disk has it too: in the writer thread while searches go
         on; when another process committed meanwhile, in the search worker (the rebase changes what
         searches read)."""
-        loop = asyncio.get_running_loop()
-        deadline = time.monotonic() + LOCK_RETRY_SECONDS
-        while True:
+
+        async def save() -> None:
             try:
-                try:
-                    await loop.run_in_executor(self._writer, lambda: self.index.save(rebase=False))
-                except storage.StaleIndexError:
-                    await self.run_exclusive(self.index.save)
-                return
-            except IndexLockedError:
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.05)
+                await asyncio.get_running_loop().run_in_executor(self._writer, lambda: self.index.save(rebase=False))
+            except storage.StaleIndexError:
+                await self.run_exclusive(self.index.save)
+
+        await _retry_locked(save)
 
     # ------------------------------------------------------------------ others' commits
     async def refresh(self) -> None:
@@ -291,3 +277,17 @@ class LiveWrites:
             self._copy.close()
             self._copy = None
         self._writer.shutdown(wait=True)
+
+
+async def _retry_locked(commit: Callable[[], Awaitable[Any]]) -> None:
+    """Await ``commit()``, again while another process holds the index's write lock, for up to
+    :data:`LOCK_RETRY_SECONDS` (then :class:`~hopgraph.engine.errors.IndexLockedError` is raised)."""
+    deadline = time.monotonic() + LOCK_RETRY_SECONDS
+    while True:
+        try:
+            await commit()
+            return
+        except IndexLockedError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.05)
