@@ -4,8 +4,8 @@ processes.
 * **Copy-on-write.** A write (``POST /passages``, ``DELETE /passages/{id}``) never changes the index
   being searched. It is applied, in a writer thread of its own, to a second :class:`~hopgraph.index.Index`
   loaded from the index directory at the live commit (the one served: a write first takes in other
-  processes' commits), with the served index's embedder and device. Searches go on meanwhile and
-  see the last commit. The passages of an add are embedded beforehand in the bulk worker
+  processes' commits), with the served index's embedder and device; the writer thread has the
+  lowest CPU priority. Searches go on meanwhile and see the last commit. The passages of an add are embedded beforehand in the bulk worker
   (:meth:`~hopgraph.index.Index.embed_passages`).
 * **Group commit.** The writes that arrive within :data:`COMMIT_WINDOW_MS` of the first are applied to
   that copy in order and share one commit (:meth:`~hopgraph.index.Index.save`: one segment and
@@ -49,6 +49,7 @@ from ..engine import storage
 from ..engine.errors import IndexFormatError, IndexLockedError
 from ..index import Index
 from ..index.merge import MERGE_FACTOR, merge_range, next_merge
+from .batcher import lowest_priority
 
 log = logging.getLogger("hopgraph.serve")
 
@@ -70,7 +71,8 @@ class LiveWrites:
         self._lock: asyncio.Lock | None = None
         self._pending: list[asyncio.Future] = []
         self._flush_task: asyncio.Task | None = None
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hopgraph-write")
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hopgraph-write",
+                                          initializer=lowest_priority)  # the CPU the searches leave
         #: the copy the writes of the open window are applied to (None: no write since the last commit)
         self._copy: Index | None = None
         self._applied: list[Callable[[Index], Any]] = []
