@@ -4,8 +4,8 @@ Endpoints: ``POST /search`` (batched questions → hits with text and metadata, 
 ``where`` / ``allowed_ids`` filters), ``GET /passages/{id}`` (one passage's title, text and
 metadata), ``POST /passages`` (add passages) and ``DELETE /passages/{id}`` (delete one) — the
 writes: behind the API key when the server has one, refused with 403 in ``--read-only`` mode,
-run in the search worker between micro-batches and group-committed to the index directory
-(:mod:`hopgraph.serve.commits`) — ``GET /health`` (with the segment count and the commit served),
+applied to a copy of the index in a writer thread while searches go on, group-committed to the index
+directory and then served (:mod:`hopgraph.serve.commits`) — ``GET /health`` (with the segment count and the commit served),
 ``GET /info`` (index manifest, pipelines, embedder, device, limits, parameter bounds) and the
 OpenAPI schema at ``/openapi.json`` (browsable at ``/docs``).
 
@@ -237,12 +237,12 @@ def _passage_routes(service: Service) -> APIRouter:
         records = [p.model_dump() for p in request.passages]
         embedded: list[Any] = []
 
-        async def embed() -> None:  # beside the searches; only the index update excludes them
+        async def embed() -> None:  # beside the searches
             embedded.append(await service.batcher.run_beside(lambda: index.embed_passages(records)))
 
-        def run() -> dict[str, Any]:
-            report = index.add(records, upsert=request.upsert, embeddings=embedded[0])
-            return {"added": report.added, "replaced": report.replaced, "passages": index.n_live}
+        def run(target: Index) -> dict[str, Any]:
+            report = target.add(records, upsert=request.upsert, embeddings=embedded[0])
+            return {"added": report.added, "replaced": report.replaced, "passages": target.n_live}
 
         return JSONResponse(await _write(live, run, "POST /passages", prepare=embed))
 
@@ -254,11 +254,11 @@ def _passage_routes(service: Service) -> APIRouter:
     async def delete_passage(pid: str) -> JSONResponse:
         check_writable()
 
-        def run() -> dict[str, Any]:
-            report = index.delete([pid])
+        def run(target: Index) -> dict[str, Any]:
+            report = target.delete([pid])
             if report.unknown:
                 raise KeyError(pid)
-            return {"deleted": pid, "passages": index.n_live}
+            return {"deleted": pid, "passages": target.n_live}
 
         try:
             return JSONResponse(await _write(live, run, "DELETE /passages"))
@@ -282,8 +282,8 @@ def _check_add(request: AddRequest, limits: ServeLimits) -> None:
 
 
 async def _write(live: LiveWrites, run: Any, what: str, prepare: Any = None) -> dict[str, Any]:
-    """Await ``prepare()`` (when given), run an index update in the search worker and wait for its
-    group commit (:mod:`hopgraph.serve.commits`); 409 when another process holds the index's write
+    """Await ``prepare()`` (when given), apply the index update ``run(index)`` and wait for its group
+    commit (:mod:`hopgraph.serve.commits`); 409 when another process holds the index's write
     lock too long, an id is already there or another writer's commit conflicts, 422 for bad input,
     500 (logged) for anything else."""
     try:

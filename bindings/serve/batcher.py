@@ -194,13 +194,18 @@ def filter_warnings(index: Index, filters: dict[str, Any] | None) -> list[str]:
     return [empty_filter_message(filters.get("allowed_ids"), filters.get("where"))]
 
 
-def _bulk_thread_setup() -> None:
-    """The bulk worker: lowest CPU priority (Linux: per thread) and one torch / faiss thread, so it
-    takes the CPU the interactive worker leaves."""
+def lowest_priority() -> None:
+    """Give the calling thread the lowest CPU priority (Linux: per thread; elsewhere it stays)."""
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
     except (AttributeError, OSError):  # not Linux: the priority stays
         pass
+
+
+def _bulk_thread_setup() -> None:
+    """The bulk worker: lowest CPU priority and one torch / faiss thread, so it takes the CPU the
+    interactive worker leaves."""
+    lowest_priority()
     import torch
 
     torch.set_num_threads(1)

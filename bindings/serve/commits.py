@@ -1,11 +1,21 @@
-"""The write path of ``hopgraph serve``: group commit, merges, and commits made by other processes.
+"""The write path of ``hopgraph serve``: copy-on-write, group commit, merges, and commits made by other
+processes.
 
-* **Group commit.** A write (``POST /passages``, ``DELETE /passages/{id}``) is applied to the served
-  index in the search worker, between micro-batches, and is searchable from the next one. The
-  writes that arrive within :data:`COMMIT_WINDOW_MS` of the first share one commit
-  (:meth:`~hopgraph.index.Index.save`: one segment and deletes files), written by a thread of its
-  own while searches go on; each write is answered once that commit is durable (``"committed":
-  true``). A write waits while a commit is being written (the commit reads what it would change).
+* **Copy-on-write.** A write (``POST /passages``, ``DELETE /passages/{id}``) never changes the index
+  being searched. It is applied, in a writer thread of its own, to a second :class:`~hopgraph.index.Index`
+  loaded from the index directory at the live commit (the one served: a write first takes in other
+  processes' commits), with the served index's embedder and device; the writer thread has the
+  lowest CPU priority. Searches go on meanwhile and see the last commit. The passages of an add are embedded beforehand in the bulk worker
+  (:meth:`~hopgraph.index.Index.embed_passages`).
+* **Group commit.** The writes that arrive within :data:`COMMIT_WINDOW_MS` of the first are applied to
+  that copy in order and share one commit (:meth:`~hopgraph.index.Index.save`: one segment and
+  deletes files), written by the writer thread; the copy then becomes the served index, swapped in
+  between two micro-batches (a reference swap, :meth:`~hopgraph.index.Index._adopt`), and only then
+  is each write answered (``"committed": true``): a client that has the answer finds the change in
+  its next search. The next write loads a fresh copy from disk. A write waits while a commit is
+  being written (its copy is loaded from that commit). A write that fails leaves the served index
+  as it was: its copy is dropped, and the writes of the window applied before it are applied again
+  to a fresh copy.
 * **Merges.** After a commit, when the tiered policy (:func:`hopgraph.index.merge.next_merge`) finds
   segments to merge, one merge at a time runs in a background thread
   (:func:`hopgraph.index.merge.merge_range`: written beside the live commit, committed in place of
@@ -14,9 +24,13 @@
   micro-batches (the files of the replaced segments are then released).
 * **Commits of other processes.** Before each micro-batch and each write the server reads
   ``CURRENT``; when another process committed a change of content (``hopgraph add``, ``delete``,
-  ``compact``), the server loads that commit and serves it from that micro-batch on. Its own writes
-  not yet committed then are applied again on top of the other commit by its next commit (a rebase,
-  :meth:`~hopgraph.index.Index.save`).
+  ``compact``), the server loads that commit and serves it from that micro-batch on. Writes of the
+  server not yet committed then are applied again on top of the other commit when their copy is
+  committed (a rebase, :meth:`~hopgraph.index.Index.save`).
+
+An index with no directory (built in memory) has no commit to copy: its writes are applied to the
+served index itself in the search worker, between micro-batches, and are not committed
+(``"committed": false``).
 
 The index's write lock is held only while a commit or a merge's reservation and commit are written;
 another writer that finds it held retries for up to :data:`LOCK_RETRY_SECONDS`.
@@ -35,6 +49,7 @@ from ..engine import storage
 from ..engine.errors import IndexFormatError, IndexLockedError
 from ..index import Index
 from ..index.merge import MERGE_FACTOR, merge_range, next_merge
+from .batcher import lowest_priority
 
 log = logging.getLogger("hopgraph.serve")
 
@@ -56,7 +71,11 @@ class LiveWrites:
         self._lock: asyncio.Lock | None = None
         self._pending: list[asyncio.Future] = []
         self._flush_task: asyncio.Task | None = None
-        self._committer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hopgraph-commit")
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hopgraph-write",
+                                          initializer=lowest_priority)  # the CPU the searches leave
+        #: the copy the writes of the open window are applied to (None: no write since the last commit)
+        self._copy: Index | None = None
+        self._applied: list[Callable[[Index], Any]] = []
         self._merging: threading.Thread | None = None
         self._adopt: Index | None = None
         self.commits = 0
@@ -64,39 +83,98 @@ class LiveWrites:
         self.reopened = 0
 
     # ------------------------------------------------------------------ writes
-    async def write(self, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        """Apply the write ``fn`` in the search worker (after a commit being written, and after taking
-        in another process's commit), then wait for the group commit that holds it; returns ``fn``'s
-        answer with ``"committed"``."""
+    async def write(self, fn: Callable[[Index], dict[str, Any]]) -> dict[str, Any]:
+        """Apply the write ``fn(index)`` (after a commit being written, and after taking in another
+        process's commit) to the writer's copy of the served index, in the writer thread; then wait
+        for the group commit that holds it and makes the copy the served index. Returns ``fn``'s
+        answer with ``"committed"``; raises what ``fn`` raised (the served index is then unchanged)
+        or what the commit raised. Without an index directory, ``fn`` runs on the served index in
+        the search worker and the answer has ``"committed": false``."""
         if self._lock is None:
             self._lock = asyncio.Lock()
+        if self.index.path is None:
+            async with self._lock:
+                result = await self.run_exclusive(lambda: fn(self.index))
+            result["committed"] = False
+            return result
         async with self._lock:
             await self.refresh()
-            result = await self.run_exclusive(fn)
-        result["committed"] = await self.commit()
+            result = await self._apply(fn)
+            future = asyncio.get_running_loop().create_future()
+            self._pending.append(future)
+            if self._flush_task is None or self._flush_task.done():
+                self._flush_task = asyncio.get_running_loop().create_task(self._flush())
+        result["committed"] = await future
         return result
 
-    async def commit(self) -> bool:
-        """Wait for the commit of the current window (False: the index has no directory)."""
-        if self.index.path is None:
-            return False
-        future = asyncio.get_running_loop().create_future()
-        self._pending.append(future)
-        if self._flush_task is None or self._flush_task.done():
-            self._flush_task = asyncio.get_running_loop().create_task(self._flush())
-        return await future
+    def _load(self) -> Index:
+        """The live commit of the served index's directory, loaded with its embedder and device."""
+        index = self.index
+        return Index.load(index.path, embedder=index._embedder, device=index.device, progress=False, verify="fast")
+
+    async def _apply(self, fn: Callable[[Index], dict[str, Any]]) -> dict[str, Any]:
+        """``fn(copy)`` in the writer thread, the copy loaded first when the window has none. When
+        ``fn`` raises, the copy is dropped and the writes applied before it are applied to a fresh
+        one; then ``fn``'s exception is raised."""
+        loop = asyncio.get_running_loop()
+        if self._copy is None:
+            if self.index._pending():  # changes of the served index itself (pipelines fitted at start)
+                await self._save_served()
+            self._copy = await loop.run_in_executor(self._writer, self._load)
+        try:
+            result = await loop.run_in_executor(self._writer, fn, self._copy)
+        except BaseException:
+            await self._reapply()
+            raise
+        self._applied.append(fn)
+        return result
+
+    async def _reapply(self) -> None:
+        """Drop the copy; apply the window's writes applied so far to a fresh one (when this fails,
+        they fail with its exception: the served index then holds none of them)."""
+        copy, applied, self._copy, self._applied = self._copy, self._applied, None, []
+        if copy is not None:
+            copy.close()
+        if not applied:
+            return
+
+        def fresh() -> Index:
+            index = self._load()
+            try:
+                for fn in applied:
+                    fn(index)
+            except BaseException:
+                index.close()
+                raise
+            return index
+
+        try:
+            self._copy = await asyncio.get_running_loop().run_in_executor(self._writer, fresh)
+            self._applied = applied
+        except BaseException as e:
+            log.exception("applying the writes of the window again failed")
+            waiting, self._pending = self._pending, []
+            for f in waiting:
+                if not f.done():
+                    f.set_exception(e)
 
     async def _flush(self) -> None:
         await asyncio.sleep(self.window_ms / 1000)
-        if self._lock is None:
-            self._lock = asyncio.Lock()
+        assert self._lock is not None
         async with self._lock:
             waiting, self._pending = self._pending, []
+            copy, self._copy, self._applied = self._copy, None, []
             if not waiting:
+                if copy is not None:
+                    copy.close()
                 return
             try:
-                await self._save()
+                if copy is not None:
+                    await self._save(copy)
+                    await self.run_exclusive(lambda: self.index._adopt(copy))
             except BaseException as e:
+                if copy is not None:
+                    copy.close()
                 for f in waiting:
                     if not f.done():
                         f.set_exception(e)
@@ -107,22 +185,24 @@ class LiveWrites:
                     f.set_result(True)
         self._maybe_merge()
 
-    async def _save(self) -> None:
-        """Commit the index: in the commit thread while searches go on; when another process committed
-        meanwhile, in the search worker (the rebase changes what searches read)."""
-        loop = asyncio.get_running_loop()
-        deadline = time.monotonic() + LOCK_RETRY_SECONDS
-        while True:
+    async def _save(self, copy: Index) -> None:
+        """Commit the writer's copy in the writer thread (rebased on another process's commit made
+        meanwhile)."""
+        await _retry_locked(lambda: asyncio.get_running_loop().run_in_executor(self._writer, copy.save))
+
+    async def _save_served(self) -> None:
+        """Commit what the served index holds beyond its commit (pipelines fitted when the server
+        started), so that a copy loaded from disk has it too: in the writer thread while searches go
+        on; when another process committed meanwhile, in the search worker (the rebase changes what
+        searches read)."""
+
+        async def save() -> None:
             try:
-                try:
-                    await loop.run_in_executor(self._committer, lambda: self.index.save(rebase=False))
-                except storage.StaleIndexError:
-                    await self.run_exclusive(self.index.save)
-                return
-            except IndexLockedError:
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.05)
+                await asyncio.get_running_loop().run_in_executor(self._writer, lambda: self.index.save(rebase=False))
+            except storage.StaleIndexError:
+                await self.run_exclusive(self.index.save)
+
+        await _retry_locked(save)
 
     # ------------------------------------------------------------------ others' commits
     async def refresh(self) -> None:
@@ -149,15 +229,10 @@ class LiveWrites:
             content = json.loads((index.path / name).read_text()).get("content")
         except (OSError, ValueError):
             return
-        if content == index._committed.content or index._pending() or \
+        if content == index._committed.content or index._pending() or self._copy is not None or \
                 (self._flush_task is not None and not self._flush_task.done()):
             return  # a merge (same content), or our own writes to commit first: their commit rebases
-
-        def reopen() -> None:
-            index._adopt(Index.load(index.path, embedder=index._embedder, device=index.device, progress=False,
-                                    verify="fast"))
-
-        await self.run_exclusive(reopen)
+        await self.run_exclusive(lambda: index._adopt(self._load()))
         self.reopened += 1
 
     # ------------------------------------------------------------------ merges
@@ -179,8 +254,7 @@ class LiveWrites:
                 if step is None or merge_range(path, *step, Index) is None:
                     break
                 self.merges += 1
-            self._adopt = Index.load(path, embedder=self.index._embedder, device=self.index.device, progress=False,
-                                     verify="fast")
+            self._adopt = self._load()
         except (IndexLockedError, IndexFormatError, OSError) as e:
             log.warning("background merge of %s stopped: %s", path, e)
         except Exception:  # a merge failing must not stop the server; the index is left as it was
@@ -201,4 +275,21 @@ class LiveWrites:
             await self._flush_task
         if self._merging is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._merging.join, 60)
-        self._committer.shutdown(wait=True)
+        if self._copy is not None:
+            self._copy.close()
+            self._copy = None
+        self._writer.shutdown(wait=True)
+
+
+async def _retry_locked(commit: Callable[[], Awaitable[Any]]) -> None:
+    """Await ``commit()``, again while another process holds the index's write lock, for up to
+    :data:`LOCK_RETRY_SECONDS` (then :class:`~hopgraph.engine.errors.IndexLockedError` is raised)."""
+    deadline = time.monotonic() + LOCK_RETRY_SECONDS
+    while True:
+        try:
+            await commit()
+            return
+        except IndexLockedError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.05)

@@ -1,0 +1,125 @@
+"""hopgraph serve applies a write to a copy of the index in a writer thread: searches are answered
+meanwhile from the last commit, the served object is never changed by the write, and the copy is
+served (swapped in) before the write is answered."""
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("httpx")
+
+import hopgraph  # noqa: E402
+from hopgraph.client import RequestRejected  # noqa: E402
+from hopgraph.demo import demo_corpus  # noqa: E402
+from hopgraph.serve import BackgroundServer, create_app  # noqa: E402
+
+PIPES = ["dense", "bm25"]
+NEW = [{"id": "cow-1", "title": "Axolotl", "text": "The axolotl regrows its limbs in the lakes of Mexico City."}]
+QUESTION = "axolotl regrows limbs Mexico"
+
+
+@pytest.fixture
+def index_dir(tmp_path):
+    c = demo_corpus()
+    records = [{"id": c.ids[i], "title": c.titles[i], "text": c.texts[i]} for i in range(24)]
+    path = tmp_path / "index"
+    hopgraph.Index.build(records, embedder="hashing-64", pipelines=PIPES, progress=False).save(path)
+    return path
+
+
+def test_searches_are_answered_from_the_last_commit_while_a_write_is_applied(index_dir, monkeypatch):
+    served = hopgraph.Index.load(index_dir, progress=False)
+    entered, release, targets = threading.Event(), threading.Event(), []
+    real_add = hopgraph.Index.add
+
+    def add(self, *args, **kwargs):  # the index update of the write blocks until released
+        targets.append(self)
+        entered.set()
+        assert release.wait(60)
+        return real_add(self, *args, **kwargs)
+
+    monkeypatch.setattr(hopgraph.Index, "add", add)
+    X = served.X
+    X_before = np.array(X)
+    app = create_app(served, pipelines=PIPES)
+    with BackgroundServer(app) as srv, hopgraph.Client(srv.url) as c, \
+            concurrent.futures.ThreadPoolExecutor(1) as pool:
+        before = {p: [h.id for h in c.search(QUESTION, pipeline=p, k=5)[0]] for p in PIPES}
+        state = dict(served.__dict__)
+
+        def write() -> dict:
+            with hopgraph.Client(srv.url) as w:
+                return w.add(NEW)
+
+        answer = pool.submit(write)
+        assert entered.wait(60)
+        try:
+            for p in PIPES:  # answered while the write's update is in progress, from the last commit
+                assert [h.id for h in c.search(QUESTION, pipeline=p, k=5)[0]] == before[p], p
+            assert c.health()["passages"] == 24 and not answer.done()
+            assert targets[0] is not served                            # the update runs on a copy
+            assert served.__dict__.keys() == state.keys()              # the served object is untouched
+            assert [k for k, v in state.items() if served.__dict__[k] is not v] == []
+        finally:
+            release.set()
+        assert answer.result(60) == {"added": ["cow-1"], "replaced": [], "passages": 25, "committed": True}
+        for p in PIPES:  # read-your-writes: the copy is served before the answer
+            assert c.search(QUESTION, pipeline=p, k=1)[0][0].id == "cow-1", p
+        assert app.state.live.index is served and served.n_live == 25  # the same object, swapped state
+        assert served.X is not X
+    np.testing.assert_array_equal(X, X_before)                         # the old arrays were never written
+    assert len(targets) == 1
+
+
+def test_each_commit_loads_a_fresh_copy_and_a_failed_write_changes_nothing(index_dir, monkeypatch):
+    served = hopgraph.Index.load(index_dir, progress=False)
+    app = create_app(served, pipelines=PIPES, commit_window_ms=400)
+    live, copies = app.state.live, []
+    real_load = live._load
+
+    def load():
+        copies.append(real_load())
+        return copies[-1]
+
+    monkeypatch.setattr(live, "_load", load)
+    with BackgroundServer(app) as srv, hopgraph.Client(srv.url) as c:
+        assert c.add(NEW)["committed"] is True
+        assert c.delete("demo-1")["committed"] is True
+        assert len(copies) == 2 and copies[0] is not copies[1]         # the served copy is never written again
+        assert all(copy is not served for copy in copies)
+        state = dict(served.__dict__)
+        with pytest.raises(RequestRejected, match="HTTP 409.*'cow-1'"):
+            c.add(NEW)                                                 # a failing write: 409, nothing changed
+        assert all(served.__dict__[k] is v for k, v in state.items()) and served.n_live == 24
+
+        def write(records: list[dict]) -> dict:
+            with hopgraph.Client(srv.url) as w:
+                return w.add(records)
+
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:       # one window: a good write, then a bad one
+            good = pool.submit(write, [{"id": "cow-2", "text": "A tardigrade survives the vacuum of space."}])
+            time.sleep(0.15)
+            bad = pool.submit(write, [{"id": "demo-2", "text": "Already there."}])
+            with pytest.raises(RequestRejected, match="HTTP 409.*'demo-2'"):
+                bad.result(60)
+            assert good.result(60)["committed"] is True              # applied again to a fresh copy
+        assert c.search("tardigrade vacuum space", pipeline="bm25", k=1)[0][0].id == "cow-2"
+        assert c.health()["passages"] == 25
+    loaded = hopgraph.Index.load(index_dir, progress=False)
+    assert loaded.n_live == 25 and loaded.passage("cow-2")["text"].startswith("A tardigrade")
+    assert loaded.passage("demo-2")["text"] != "Already there."
+
+
+def test_an_index_in_memory_is_written_in_place(index_dir):
+    c = demo_corpus()
+    index = hopgraph.Index.build([{"id": c.ids[i], "text": c.texts[i]} for i in range(12)], embedder="hashing-64",
+                                 pipelines=["bm25"], progress=False)
+    with BackgroundServer(create_app(index, pipelines=["bm25"])) as srv, hopgraph.Client(srv.url) as client:
+        assert client.add(NEW) == {"added": ["cow-1"], "replaced": [], "passages": 13, "committed": False}
+        assert client.search(QUESTION, pipeline="bm25", k=1)[0][0].id == "cow-1"
+    assert index.n_live == 13
