@@ -23,7 +23,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import IndexFormatError, InputError
 from .checksum import HASH, data_files, file_digest
@@ -235,28 +235,12 @@ def _open_commit(path: Path, name: str, entry: dict[str, Any]) -> OpenedIndex | 
     """The commit ``name`` pinned, or None when it was replaced and removed meanwhile (read
     ``CURRENT`` again)."""
     cfile = path / name
-    try:
-        lease = Lease(_lease_file(cfile))
-    except FileNotFoundError:
-        return None
-    try:
-        if not cfile.is_file():
-            if read_current(path)[0] != name:
-                lease.close()
-                return None
-            raise IndexFormatError(f"{cfile} is missing")
-        _check_digest(cfile, entry, str(path / CURRENT))
-        manifest = _read_json(cfile)
-        if manifest.get("format") != FORMAT_NAME:
-            raise IndexFormatError(f"{cfile} is not a hopgraph index commit")
-        _check_version(path, manifest)
-        segments = []
-        for i, seg in enumerate(_list(manifest, "segments", cfile)):
-            segments.append(_open_segment(path, seg, cfile, i))
-        return OpenedIndex(path, name, manifest, segments, lease)
-    except BaseException:
-        lease.close()
-        raise
+
+    def segments(manifest: dict[str, Any]) -> list[SegmentRef]:
+        return [_open_segment(path, seg, cfile, i) for i, seg in enumerate(_list(manifest, "segments", cfile))]
+
+    return _pinned(path, name, entry, _lease_file(cfile), cfile, "a hopgraph index commit",
+                   lambda manifest, lease: OpenedIndex(path, name, manifest, segments(manifest), lease))
 
 
 def _list(manifest: dict[str, Any], key: str, where: Path) -> list:
@@ -298,25 +282,36 @@ def _open_segment(path: Path, seg: Any, cfile: Path, i: int) -> SegmentRef:
 def _open_generation(path: Path, name: str, entry: dict[str, Any]) -> OpenedIndex | None:
     """A format-3 generation pinned as one base segment, or None when replaced meanwhile."""
     gen_dir = path / name
+
+    def opened(manifest: dict[str, Any], lease: Lease) -> OpenedIndex:
+        n = int((manifest.get("corpus") or {}).get("n_passages", 0))
+        return OpenedIndex(path, name, manifest, [SegmentRef(name, gen_dir, 0, n, manifest)], lease, version=3)
+
+    return _pinned(path, name, entry, gen_dir / READERS_FILE, gen_dir / MANIFEST, "a hopgraph index manifest",
+                   opened)
+
+
+def _pinned(path: Path, name: str, entry: dict[str, Any], lease_file: Path, mfile: Path, what: str,
+            opened: Callable[[dict[str, Any], Lease], OpenedIndex]) -> OpenedIndex | None:
+    """Lease ``lease_file``, check ``mfile`` against ``entry`` (its digest in ``CURRENT``), its format
+    and version, and return ``opened(manifest, lease)``; None when ``name`` was replaced and removed
+    meanwhile. The lease is released on any error."""
     try:
-        lease = Lease(gen_dir / READERS_FILE)
+        lease = Lease(lease_file)
     except FileNotFoundError:
         return None
     try:
-        mpath = gen_dir / MANIFEST
-        if not mpath.is_file():
+        if not mfile.is_file():
             if read_current(path)[0] != name:
                 lease.close()
                 return None
-            raise IndexFormatError(f"{mpath} is missing")
-        _check_digest(mpath, entry, str(path / CURRENT))
-        manifest = _read_json(mpath)
+            raise IndexFormatError(f"{mfile} is missing")
+        _check_digest(mfile, entry, str(path / CURRENT))
+        manifest = _read_json(mfile)
         if manifest.get("format") != FORMAT_NAME:
-            raise IndexFormatError(f"{mpath} is not a hopgraph index manifest")
+            raise IndexFormatError(f"{mfile} is not {what}")
         _check_version(path, manifest)
-        n = int((manifest.get("corpus") or {}).get("n_passages", 0))
-        seg = SegmentRef(name, gen_dir, 0, n, manifest)
-        return OpenedIndex(path, name, manifest, [seg], lease, version=3)
+        return opened(manifest, lease)
     except BaseException:
         lease.close()
         raise
