@@ -76,6 +76,20 @@ def connection(url: str) -> http.client.HTTPConnection:
     return conn
 
 
+def warmed_search_bodies(url: str, pipelines: list[str], questions: list[str],
+                         per_pipeline: int) -> list[tuple[str, bytes]]:
+    """``(pipeline, /search body)`` of one question each, the pipelines in turn; the first
+    ``per_pipeline`` of each pipeline are sent once to warm the server up."""
+    bodies = [(pipelines[i % len(pipelines)],
+               json.dumps({"queries": [q], "pipeline": pipelines[i % len(pipelines)], "k": 5}).encode())
+              for i, q in enumerate(questions)]
+    warm = connection(url)
+    for _, body in bodies[:per_pipeline * len(pipelines)]:
+        send(warm, "POST", "/search", body)
+    warm.close()
+    return bodies
+
+
 def send(conn: http.client.HTTPConnection, method: str, path: str, body: bytes | None = None,
          headers: dict[str, str] | None = None) -> tuple[int, bytes]:
     conn.request(method, path, body=body, headers={"Content-Type": "application/json", **(headers or {})})
@@ -313,13 +327,7 @@ def main() -> int:
                                              *args.server_arg])
         watch = RssWatch(proc.pid)
         try:
-            bodies = [(served[i % len(served)],
-                       json.dumps({"queries": [q], "pipeline": served[i % len(served)], "k": 5}).encode())
-                      for i, q in enumerate(questions)]
-            warm = connection(url)
-            for _, body in bodies[:2 * len(served)]:
-                send(warm, "POST", "/search", body)
-            warm.close()
+            bodies = warmed_search_bodies(url, served, questions, per_pipeline=2)
             rss = {"start": watch.rss_mb(), "idle": 0.0, "abuse": 0.0}
             abuse = [a for a in abuse_requests(served, questions[0], urlsplit(url).netloc)
                      if not args.skip or not any(word in a[0] for word in args.skip)]

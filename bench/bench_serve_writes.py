@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench_abuse import Honest, connection, honest_client, percentile, send
+from bench_abuse import Honest, connection, honest_client, percentile, send, warmed_search_bodies
 from bench_serve import load_average, start_server
 from hopgraph.engine.components.corpus import Corpus
 from hopgraph.engine.ingest.chunking import PassageLengthWarning
@@ -106,13 +106,7 @@ def main() -> int:
         proc, url = start_server(index_dir, ["--pipelines", ",".join(pipelines), "--threads", "1"])
         try:
             questions = [r.get("title") or r["text"][:80] for r in records[:2000]]
-            bodies = [(pipelines[i % len(pipelines)],
-                       json.dumps({"queries": [q], "pipeline": pipelines[i % len(pipelines)], "k": 5}).encode())
-                      for i, q in enumerate(questions)]
-            warm = connection(url)
-            for _, body in bodies[:4 * len(pipelines)]:
-                send(warm, "POST", "/search", body)
-            warm.close()
+            bodies = warmed_search_bodies(url, pipelines, questions, per_pipeline=4)
             idle, busy, adds = Honest(), Honest(), []
             for r in range(args.rounds):
                 until = time.perf_counter() + args.idle_seconds
