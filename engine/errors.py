@@ -7,7 +7,7 @@ kernels raise them and import nothing above themselves); they are re-exported he
 from ..kernels.errors import DeviceUnavailable, HopgraphError, InputError
 
 __all__ = ["DeviceUnavailable", "DuplicateIdError", "HopgraphError", "InputError", "IndexFormatError", "NotFittedError",
-           "IndexLockedError"]
+           "IndexLockedError", "ShardUnavailableError"]
 
 
 class IndexFormatError(HopgraphError):
@@ -25,3 +25,11 @@ class DuplicateIdError(InputError):
 
 class NotFittedError(HopgraphError, RuntimeError):
     """A pipeline was searched, saved or updated before ``fit`` (the message names it)."""
+
+
+class ShardUnavailableError(HopgraphError):
+    """A shard of a sharded index has no replica that answers (the message names the shard)."""
+
+    def __init__(self, shard: int, reason: str) -> None:
+        super().__init__(f"shard {shard} is unavailable: {reason}")
+        self.shard = shard

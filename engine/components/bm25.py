@@ -207,19 +207,40 @@ def lucene_idf(n_docs: int, df: int) -> np.float32:
     return np.float32(math.log(1 + (n_docs - df + 0.5) / (df + 0.5)))
 
 
+@dataclass(frozen=True)
+class TermStats:
+    """The corpus statistics BM25 scores with — passage count, total length, and the document
+    frequency of each query token — summed over every part of a corpus held in several places
+    (the shards of a sharded index: :meth:`BM25Index.term_stats` of each, added with :meth:`plus`)."""
+
+    n_docs: int
+    total_len: int
+    df: dict[str, int]
+
+    def plus(self, other: "TermStats") -> "TermStats":
+        df = dict(self.df)
+        for t, n in other.df.items():
+            df[t] = df.get(t, 0) + n
+        return TermStats(self.n_docs + other.n_docs, self.total_len + other.total_len, df)
+
+
 class BM25Index:
     """BM25 over the passages' ``"title: text"`` (module docstring): ``parts`` are the postings of
-    consecutive row ranges (segments) in row order; queries come as token lists (:mod:`.tokenizer`)."""
+    consecutive row ranges (segments) in row order; queries come as token lists (:mod:`.tokenizer`).
+    ``stats``: score with these corpus statistics instead of this index's own (a shard scoring as
+    the whole corpus would: :class:`TermStats`); the passages searched are still this index's."""
 
-    def __init__(self, parts: Sequence[Postings], params: BM25Params) -> None:
+    def __init__(self, parts: Sequence[Postings], params: BM25Params, stats: TermStats | None = None) -> None:
         self.parts = list(parts) or [Postings.empty()]
         self.params = params
         self.first = np.zeros(len(self.parts) + 1, np.int64)
         np.cumsum([p.n_docs for p in self.parts], out=self.first[1:])
         self.n_docs = int(self.first[-1])
         self.total_len = sum(p.total_len for p in self.parts)
+        self.stats = stats
+        n, total = (self.n_docs, self.total_len) if stats is None else (stats.n_docs, stats.total_len)
         #: the average passage length, as bm25s computes it (an exact sum, one division)
-        self.avgdl = np.float64(self.total_len) / np.float64(max(self.n_docs, 1))
+        self.avgdl = np.float64(total) / np.float64(max(n, 1))
 
     @classmethod
     def build(cls, texts: Sequence[str], params: BM25Params, progress: bool = False) -> "BM25Index":
@@ -228,7 +249,18 @@ class BM25Index:
 
     def with_params(self, params: BM25Params) -> "BM25Index":
         """The same postings scored with other ``k1`` / ``b`` (same stop words)."""
-        return BM25Index(self.parts, params)
+        return BM25Index(self.parts, params, self.stats)
+
+    def with_stats(self, stats: TermStats | None) -> "BM25Index":
+        """The same postings scored with the corpus statistics ``stats`` (None: their own)."""
+        return BM25Index(self.parts, self.params, stats)
+
+    def term_stats(self, tokens: Sequence[Sequence[str]]) -> TermStats:
+        """This index's own statistics for the tokens of ``tokens`` (lists of query tokens)."""
+        wanted = list(dict.fromkeys(t for query in tokens for t in query))
+        df = {t: sum(h for h in hits) for t, hits in
+              zip(wanted, ([self.parts[p].df(i) for p, i in found] for found in self._token_postings(wanted)))}
+        return TermStats(self.n_docs, self.total_len, df)
 
     def extended(self, texts: Sequence[str], progress: bool = False, join_below: int = 4096) -> "BM25Index":
         """This index with the passages ``texts`` appended (their postings only are built; a last
@@ -260,10 +292,11 @@ class BM25Index:
         """Per known query token (in order, repeats kept): ``(global docs ascending, scores float32)``."""
         out = []
         k1, b = float(self.params.k1), float(self.params.b)
-        for hits in self._token_postings(tokens):
+        for token, hits in zip(tokens, self._token_postings(tokens)):
             if not hits:
                 continue
-            idf = lucene_idf(self.n_docs, sum(self.parts[p].df(t) for p, t in hits))
+            idf = lucene_idf(self.n_docs, sum(self.parts[p].df(t) for p, t in hits)) if self.stats is None \
+                else lucene_idf(self.stats.n_docs, self.stats.df[token])
             docs, scores = [], []
             for p, t in hits:
                 d, tf = self.parts[p].posting(t)
@@ -334,6 +367,14 @@ class BM25Index:
         out = np.zeros(self.n_docs, np.float32)
         for d, v in self._scored(tokens):
             out[d] += v
+        return out
+
+    def scores_at_batch(self, tokens: Sequence[list[str]], docs: np.ndarray) -> np.ndarray:
+        """:meth:`scores_at` of ``docs[b]`` for query ``tokens[b]`` (float32 [B, C])."""
+        docs = np.asarray(docs, np.int64)
+        out = np.zeros(docs.shape, np.float32)
+        for b in range(len(docs)):
+            out[b] = self.scores_at(tokens[b], docs[b])
         return out
 
     def scores_at(self, tokens: list[str], docs: np.ndarray) -> np.ndarray:

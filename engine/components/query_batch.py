@@ -76,11 +76,7 @@ class QueryBatch:
     def bm25_of(self, cand: np.ndarray) -> np.ndarray:
         """BM25 score of candidate rows ``cand`` [B, C] (-1 = padding → 0): read at the candidates
         only (:meth:`BM25Index.scores_at`; no ``[N]`` score row per question)."""
-        out = np.zeros(cand.shape, np.float32)
-        bm25 = self.components.bm25()
-        for b in range(len(cand)):
-            out[b] = bm25.scores_at(self.tokens[b], cand[b])
-        return out
+        return self.components.bm25().scores_at_batch(self.tokens, cand)
 
     def cosine(self) -> np.ndarray:
         """``Q @ X.T`` [B, N] float32 (kept for the batch when it is small enough)."""

@@ -490,7 +490,7 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
             self._generator_fn, self._generator_key = resolve_generator(params.generator), params.generator
         gen = self._generator_fn
         if gen is None:
-            return rule_vectors(Q, self.components.X, anchors, params.shift)
+            return rule_vectors(Q, self.components.dense.rows, anchors, params.shift)
         if self.components.embedder is None:
             raise InputError("a reformulation generator needs the index's embedder to embed Q′")
         new_texts = generate_texts(gen, texts, anchor_snippets(self.components.corpus, anchors))

@@ -43,11 +43,13 @@ def anchor_snippets(corpus: Corpus, anchor_ids: np.ndarray, chars: int = SNIPPET
     return out
 
 
-def rule_vectors(Q: np.ndarray, X: np.ndarray, anchor_ids: np.ndarray, shift: float = 1.0) -> np.ndarray:
-    """Default rule, vector part: ``normalise(q + shift · mean anchor embedding)`` (float32 [B, d])."""
+def rule_vectors(Q: np.ndarray, rows: Callable[[np.ndarray], np.ndarray], anchor_ids: np.ndarray,
+                 shift: float = 1.0) -> np.ndarray:
+    """Default rule, vector part: ``normalise(q + shift · mean anchor embedding)`` (float32 [B, d]);
+    ``rows(ids)`` reads the passages' embeddings (``X[ids]``)."""
     anchor_ids = np.asarray(anchor_ids)
     valid = anchor_ids >= 0
-    A = np.asarray(X)[np.where(valid, anchor_ids, 0)] * valid[..., None]
+    A = rows(np.where(valid, anchor_ids, 0)) * valid[..., None]
     mean = A.sum(1) / np.maximum(valid.sum(1, keepdims=True), 1)
     out = Q + shift * mean
     norms = np.linalg.norm(out, axis=1, keepdims=True)

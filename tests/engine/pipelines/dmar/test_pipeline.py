@@ -153,7 +153,7 @@ def test_gate_untrained_equal_then_learns():
 def test_rule_reformulation(demo_corpus):
     Q = np.array([[1.0, 0.0, 0.0]], np.float32)
     X = np.array([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], np.float32)
-    out = rule_vectors(Q, X, np.array([[0, -1]]), shift=1.0)
+    out = rule_vectors(Q, X.__getitem__, np.array([[0, -1]]), shift=1.0)
     np.testing.assert_allclose(out, [[0.70710677, 0.70710677, 0]], atol=1e-6)
-    np.testing.assert_allclose(rule_vectors(Q, X, np.array([[-1, -1]])), Q)
+    np.testing.assert_allclose(rule_vectors(Q, X.__getitem__, np.array([[-1, -1]])), Q)
     assert rule_texts(["Q?"], demo_corpus, np.array([[0, 0, -1]])) == ["Q? Marisol Venn"]

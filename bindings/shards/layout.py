@@ -1,0 +1,59 @@
+"""The on-disk layout of a sharded index (``hopgraph shard INDEX --shards S --out DIR``)::
+
+    DIR/shards.json        the shard count, each shard's directory and passage count, the owner rule
+    DIR/shard-000/ ...     one normal hopgraph index per shard: its passages (corpus, embeddings,
+                           dense index, BM25 postings), searchable on its own
+    DIR/router/            what the router holds: manifest.json (its manifest, with every file's size and
+                           checksum), the passage ids and titles, the owner shard and local row of
+                           every passage, the extraction, the title mentions and every pipeline's
+                           fitted state (graphs, hypergraph, knowledge graph, models)
+
+A passage id lives in exactly one shard: a new id goes to shard ``crc32(id) mod S``
+(:func:`owner_of`), a replaced one stays where it is.
+"""
+from __future__ import annotations
+
+import json
+import zlib
+from pathlib import Path
+from typing import Any
+
+from ..engine.errors import IndexFormatError, InputError
+
+SHARDS_FILE = "shards.json"
+ROUTER_DIR = "router"
+ROUTER_FILE = "manifest.json"  # the name storage.verify_files expects
+FORMAT = "hopgraph-shards"
+VERSION = 1
+
+
+def shard_dir_name(shard: int) -> str:
+    return f"shard-{shard:03d}"
+
+
+def owner_of(pid: str, n_shards: int) -> int:
+    """The shard a new passage id goes to: ``crc32(utf-8 id) mod n_shards``."""
+    return zlib.crc32(pid.encode("utf-8")) % n_shards
+
+
+def read_shards(directory: str | Path) -> dict[str, Any]:
+    """``DIR/shards.json``, checked; InputError when ``directory`` is not a sharded index."""
+    directory = Path(directory)
+    f = directory / SHARDS_FILE
+    if not f.is_file():
+        raise InputError(f"{directory} is not a sharded hopgraph index (no {SHARDS_FILE}; make one with "
+                         "hopgraph shard INDEX --shards S --out DIR)")
+    try:
+        meta = json.loads(f.read_text(encoding="utf-8"))
+        if meta.get("format") != FORMAT or int(meta["version"]) != VERSION:
+            raise IndexFormatError(f"{f}: not a {FORMAT} version {VERSION} file")
+        n = int(meta["n_shards"])
+        dirs = [str(s["dir"]) for s in meta["shards"]]
+    except (ValueError, KeyError, TypeError) as e:
+        raise IndexFormatError(f"{f}: unreadable ({type(e).__name__}: {e})") from None
+    if n < 1 or len(dirs) != n:
+        raise IndexFormatError(f"{f}: {len(dirs)} shard directories for {n} shards")
+    for d in dirs + [ROUTER_DIR]:
+        if not (directory / d).is_dir():
+            raise IndexFormatError(f"{f}: directory {directory / d} is missing")
+    return meta

@@ -1,0 +1,28 @@
+"""Shards reached in this process (tests, tools, and a single-machine router): each call runs
+:class:`~.service.ShardService`'s method directly."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .layout import read_shards
+from .service import ShardService
+
+
+class LocalShards:
+    """:class:`~hopgraph.engine.components.sharded.ShardCalls` over services in this process."""
+
+    def __init__(self, services: Sequence[ShardService]) -> None:
+        self.services = list(services)
+        self.n_shards = len(self.services)
+        #: calls made and results' bytes, per method (what a router would send over the network)
+        self.calls: dict[str, int] = {}
+
+    @classmethod
+    def open(cls, directory: str | Path, verify: str = "full") -> "LocalShards":
+        meta = read_shards(directory)
+        return cls([ShardService(Path(directory) / s["dir"], verify=verify) for s in meta["shards"]])
+
+    def map(self, method: str, calls: Mapping[int, tuple]) -> dict[int, Any]:
+        self.calls[method] = self.calls.get(method, 0) + len(calls)
+        return {s: getattr(self.services[s], method)(*args) for s, args in calls.items()}

@@ -1,0 +1,88 @@
+"""One shard of a sharded index, as its router calls it: a normal index (its passages' corpus,
+embeddings, dense index and BM25 postings) answering the router's reads by local row, and taking
+the writes of the passages it owns (committed to its own directory)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..engine.components.bm25 import BM25Params, TermStats
+from ..engine.errors import InputError
+from ..index import Index
+
+#: the corpus fields a router may read from a shard
+FIELDS = ("texts", "metadata")
+
+
+class ShardService:
+    """The reads and writes a router sends to one shard (:mod:`hopgraph.engine.components.sharded`);
+    every row is local to this shard."""
+
+    def __init__(self, path: str | Path, verify: str = "full") -> None:
+        self.path = Path(path)
+        self.index = Index.load(self.path, progress=False, verify=verify)
+
+    def info(self) -> dict[str, Any]:
+        """Passages held (deleted ones included) and live."""
+        return {"passages": len(self.index.X), "live": self.index.n_live, "path": str(self.path)}
+
+    def dense_topk(self, Q: np.ndarray, k: int, allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        return self.index.components.dense.topk(Q, k, self._allowed(allowed))
+
+    def rows(self, rows: np.ndarray) -> np.ndarray:
+        return self.index.components.dense.rows(np.asarray(rows, np.int64))
+
+    def term_stats(self, tokens: Sequence[Sequence[str]], params: BM25Params) -> TermStats:
+        return self.index.components.bm25(params).term_stats(tokens)
+
+    def bm25_topk(self, tokens: list[list[str]], k: int, allowed: np.ndarray | None, stats: TermStats,
+                  params: BM25Params) -> tuple[np.ndarray, np.ndarray]:
+        return self.index.components.bm25(params).with_stats(stats).topk(tokens, k, self._allowed(allowed))
+
+    def bm25_scores(self, tokens: Sequence[list[str]], rows: np.ndarray, stats: TermStats,
+                    params: BM25Params) -> np.ndarray:
+        """BM25 score of local row ``rows[i]`` for query ``tokens[i]`` (float32 [n])."""
+        bm25 = self.index.components.bm25(params).with_stats(stats)
+        rows = np.asarray(rows, np.int64)
+        out = np.zeros(len(rows), np.float32)
+        groups: dict[tuple[str, ...], list[int]] = {}
+        for i, t in enumerate(tokens):
+            groups.setdefault(tuple(t), []).append(i)
+        for t, at in groups.items():
+            out[at] = bm25.scores_at(list(t), rows[at])
+        return out
+
+    def strings(self, field: str, rows: np.ndarray) -> list[str]:
+        if field not in FIELDS:
+            raise InputError(f"field must be one of {FIELDS}, got {field!r}")
+        values = getattr(self.index.corpus, field)
+        return [values[int(r)] for r in np.asarray(rows, np.int64).tolist()]
+
+    def filter_mask(self, allowed_ids: Sequence[str] | None, where: Mapping[str, Any] | None) -> np.ndarray | None:
+        """The local rows the filters pass (bool [n]; None: no filter). Deleted rows are not removed
+        here: the router holds the deletes."""
+        return self.index.filter_mask(allowed_ids, where)
+
+    def add(self, records: list[dict[str, Any]], embeddings: np.ndarray, upsert: bool) -> int:
+        """Append the passages (embedded by the router) and commit; returns the first new local row."""
+        start = len(self.index.X)
+        self.index.add(records, embeddings=embeddings, upsert=upsert)
+        self.index.save()
+        return start
+
+    def delete(self, ids: Sequence[str]) -> list[str]:
+        """Delete passages and commit; returns the ids deleted."""
+        report = self.index.delete(list(ids))
+        if report.deleted:
+            self.index.save()
+        return list(report.deleted)
+
+    def _allowed(self, allowed: np.ndarray | None) -> np.ndarray | None:
+        if allowed is None:
+            return None
+        allowed = np.asarray(allowed, bool)
+        if allowed.shape != (len(self.index.X),):
+            raise InputError(f"allowed mask of {allowed.shape} for a shard of {len(self.index.X)} passages")
+        return allowed

@@ -1,0 +1,112 @@
+"""``hopgraph shard``: split an index by passage into shard indexes and a router state
+(:mod:`.layout`)."""
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..engine import storage
+from ..engine.components.corpus import Corpus
+from ..engine.errors import InputError
+from ..index import Index
+from .layout import FORMAT, ROUTER_DIR, ROUTER_FILE, SHARDS_FILE, VERSION, owner_of, shard_dir_name
+
+#: the pipelines each shard fits for itself (its dense index and BM25 postings)
+SHARD_PIPELINES = ("dense", "bm25")
+
+
+def assign_owners(ids: Any, n_shards: int) -> np.ndarray:
+    """The owner shard of each passage id (:func:`~.layout.owner_of`)."""
+    return np.fromiter((owner_of(pid, n_shards) for pid in ids), np.int32, len(ids))
+
+
+def shard_index(index: Index, n_shards: int, out: str | Path, progress: bool = False) -> Path:
+    """Write ``index`` as ``n_shards`` shard indexes plus the router state under ``out`` (which must
+    not exist or be empty; it is written beside and renamed into place, so ``out`` never holds a
+    partial result). The index must hold no deleted passage (``compact`` it first).
+    Returns ``out``."""
+    if isinstance(n_shards, bool) or not isinstance(n_shards, int) or n_shards < 1:
+        raise InputError(f"--shards must be a positive integer, got {n_shards!r}")
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise InputError(f"--out {out} exists and is not an empty directory")
+    deleted = index.components.deleted
+    if deleted is not None and deleted.any():
+        raise InputError(f"the index holds {int(deleted.sum())} deleted passages: compact it first "
+                         "(hopgraph compact INDEX)")
+    n = len(index.X)
+    if n_shards > n:
+        raise InputError(f"--shards {n_shards} is more than the index's {n} passages")
+    for name in index.pipelines:
+        index.pipeline(name)
+    owner = assign_owners(index.corpus.ids, n_shards)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        shards = [_write_shard(index, np.flatnonzero(owner == s), tmp / shard_dir_name(s), progress)
+                  for s in range(n_shards)]
+        local = np.zeros(n, np.int64)
+        for s in range(n_shards):
+            rows = np.flatnonzero(owner == s)
+            local[rows] = np.arange(len(rows))
+        _write_router(index, owner, local, n_shards, tmp / ROUTER_DIR)
+        storage.write_json(tmp / SHARDS_FILE, {
+            "format": FORMAT, "version": VERSION, "n_shards": n_shards, "passages": n, "owner_rule": "crc32(id) % S",
+            "shards": [{"dir": shard_dir_name(s), "passages": p} for s, p in enumerate(shards)],
+            "router": ROUTER_DIR})
+        storage.fsync_tree(tmp)
+        if out.exists():
+            out.rmdir()
+        os.replace(tmp, out)
+        storage.fsync_dir(out.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _write_shard(index: Index, rows: np.ndarray, path: Path, progress: bool) -> int:
+    corpus = index.corpus.take(rows)
+    X = np.ascontiguousarray(index.components.dense.rows(rows), np.float32)
+    sub = Index(corpus, X, None, index.embedder_name, device=index.device,
+                params={"bm25": index.params.get("bm25", {})}, progress=progress, stored_params=True)
+    sub.embedder_entry = index.embedder_entry
+    sub._embedder = index._embedder
+    for name in SHARD_PIPELINES:
+        sub.pipeline(name)
+    sub.save(path)
+    sub.close()
+    return len(rows)
+
+
+def _write_router(index: Index, owner: np.ndarray, local: np.ndarray, n_shards: int, path: Path) -> None:
+    """The router state (:mod:`.layout`): arrays, components without the sharded parts, pipelines."""
+    path.mkdir()
+    n = len(owner)
+    blank = ("",) * n
+    corpus_entry = Corpus(index.corpus.ids, index.corpus.titles, blank, index.corpus.source, blank,
+                          _validate=False).save(path / "corpus")
+    storage.save_arrays(path / "map", {"owner": owner, "local": local})
+    comp = copy.copy(index.components)
+    comp._postings, comp._bm25, comp._dense, comp.dense_mode = {}, {}, None, "exact"
+    components_entry = comp.save(path / "components")
+    pipelines = {}
+    for name, pipe in index.pipelines.items():
+        pipe.save(path / "pipelines" / name)
+        pipelines[name] = {"params": pipe.fit_params.to_dict(), "fit_seconds": index.fit_seconds.get(name, 0.0)}
+    emb = index.embedder_entry or {"name": index.embedder_name, "dim": int(index.X.shape[1])}
+    manifest = {
+        "format": FORMAT, "version": VERSION, "n_shards": n_shards, "passages": n, "dim": int(index.X.shape[1]),
+        "embedder": emb, "embedder_name": index.embedder_name, "params": index.params, "pipelines": pipelines,
+        "components": components_entry, "corpus": {"n_passages": n, "source": index.corpus.source},
+        "corpus_entry": corpus_entry, "checksum_algorithm": storage.HASH,
+        "checksums": {p.as_posix(): {"size": (path / p).stat().st_size, "digest": storage.file_digest(path / p)}
+                      for p in storage.data_files(path)},
+    }
+    storage.write_json(path / ROUTER_FILE, manifest)

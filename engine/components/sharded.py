@@ -1,0 +1,334 @@
+"""The shared components of a sharded index, as its router sees them: the passages' embeddings,
+texts, metadata and BM25 postings live in the shards; the router holds the passage ids and
+titles, the extraction, the title mentions and every pipeline's fitted state, and reads the rest
+through :class:`ShardCalls` (one call per shard a batch needs, run side by side).
+
+* :class:`ShardMap` — the owner shard and local row of every global row;
+* :class:`ShardedRows` — X as rows gathered from their owners (``X[rows]``; never all of X);
+* :class:`ShardedDense` — dense top-k: each shard's own top-k under the filter, merged exactly
+  (score, then the lower global row);
+* :class:`ShardedBM25` — BM25 with global statistics: each batch first gathers the passage count,
+  total length and document frequency of its tokens from every shard (:class:`TermStats`), then the
+  shards score their passages with them, so the scores equal one index over all passages;
+* :class:`RemoteStrings` — a corpus field (texts, metadata) read from the owners;
+* :class:`ShardedComponents` — :class:`~hopgraph.engine.components.shared.Components` over these.
+
+Pipelines run unchanged on the router over them: what a search reads is fetched from the shards
+that own it, and every fetched value is the one the single index would have read.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Iterator, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from ..errors import InputError
+from ..ranking import PAD_ID, PAD_SCORE
+from .bm25 import BM25Params, TermStats
+from .shared import Components
+from .tokenizer import tokenize
+
+#: term statistics kept per router for recent token sets (a batch asks for them several times)
+STATS_CACHE = 256
+
+
+class ShardCalls(Protocol):
+    """How a router reaches its shards: ``map(method, {shard: args})`` calls ``method(*args)`` on each
+    named shard (side by side) and returns ``{shard: result}``; a shard with no live replica raises
+    :class:`~hopgraph.engine.errors.ShardUnavailableError` naming it."""
+
+    n_shards: int
+
+    def map(self, method: str, calls: Mapping[int, tuple]) -> dict[int, Any]: ...
+
+
+class ShardMap:
+    """Owner shard (``owner`` int [N]) and row within it (``local`` int64 [N]) of every global row;
+    ``rows_of[s]``: the global rows of shard ``s`` in local order."""
+
+    def __init__(self, owner: np.ndarray, local: np.ndarray, n_shards: int) -> None:
+        self.owner, self.local, self.n_shards = np.asarray(owner, np.int32), np.asarray(local, np.int64), n_shards
+        if self.owner.shape != self.local.shape:
+            raise InputError("shard map: owner and local rows differ in length")
+        self.rows_of: list[np.ndarray] = []
+        for s in range(n_shards):
+            rows = np.flatnonzero(self.owner == s)
+            out = np.empty(len(rows), np.int64)
+            out[self.local[rows]] = rows
+            self.rows_of.append(out)
+
+    def __len__(self) -> int:
+        return len(self.owner)
+
+    def extended(self, owners: np.ndarray) -> "ShardMap":
+        """This map with new global rows owned by ``owners`` appended (each after its shard's rows)."""
+        owners = np.asarray(owners, np.int32)
+        counts = np.array([len(r) for r in self.rows_of], np.int64)
+        local = np.empty(len(owners), np.int64)
+        for i, s in enumerate(owners.tolist()):
+            local[i] = counts[s]
+            counts[s] += 1
+        return ShardMap(np.concatenate([self.owner, owners]), np.concatenate([self.local, local]), self.n_shards)
+
+    def split(self, rows: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """``{shard: (positions in rows, local rows)}`` for global ``rows`` (1-D)."""
+        rows = np.asarray(rows, np.int64)
+        owner = self.owner[rows]
+        return {s: (pos, self.local[rows[pos]]) for s in range(self.n_shards)
+                for pos in [np.flatnonzero(owner == s)] if len(pos)}
+
+    def local_mask(self, allowed: np.ndarray | None, shard: int) -> np.ndarray | None:
+        """A global row mask (bool [N]) restricted to shard ``shard``, in its local order."""
+        return None if allowed is None else np.ascontiguousarray(allowed[self.rows_of[shard]])
+
+    def to_global(self, shard: int, local_ids: np.ndarray) -> np.ndarray:
+        """Global rows of a shard's local row ids (-1 stays -1)."""
+        local_ids = np.asarray(local_ids, np.int64)
+        return np.where(local_ids >= 0, self.rows_of[shard][np.maximum(local_ids, 0)], PAD_ID)
+
+
+class ShardSet:
+    """A router's shards: the ``calls`` that reach them and the current :class:`ShardMap` (replaced,
+    never changed in place, when passages are added). Every proxy of one index shares it."""
+
+    def __init__(self, calls: ShardCalls, shard_map: ShardMap) -> None:
+        if calls.n_shards != shard_map.n_shards:
+            raise InputError(f"{calls.n_shards} shards reachable, the shard map has {shard_map.n_shards}")
+        self.calls, self.map = calls, shard_map
+
+    @property
+    def n_shards(self) -> int:
+        return self.map.n_shards
+
+    def map_calls(self, method: str, calls: Mapping[int, tuple]) -> dict[int, Any]:
+        return self.calls.map(method, calls) if calls else {}
+
+    def holding(self) -> list[int]:
+        """The shards that hold at least one passage."""
+        return [s for s in range(self.map.n_shards) if len(self.map.rows_of[s])]
+
+
+def merge_topk(parts: Sequence[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The best ``k`` of several top lists ``(global ids [B, k_s], scores [B, k_s])`` per query:
+    higher score first, ties toward the lower row; padding (-1) last."""
+    ids = np.concatenate([p[0] for p in parts], axis=1)
+    scores = np.concatenate([p[1] for p in parts], axis=1).astype(np.float32)
+    B = len(ids)
+    out_ids = np.full((B, k), PAD_ID, np.int64)
+    out_scores = np.full((B, k), PAD_SCORE, np.float32)
+    for b in range(B):
+        keep = ids[b] >= 0
+        i, s = ids[b][keep], scores[b][keep]
+        order = np.lexsort((i, -s))[:k]
+        out_ids[b, :len(order)], out_scores[b, :len(order)] = i[order], s[order]
+    return out_ids, out_scores
+
+
+class ShardedRows:
+    """The embeddings X of a sharded index: ``len``, ``shape``, ``dtype`` and ``X[rows]`` (rows read
+    from their owners, one call per shard). Never materialised whole (``np.asarray`` raises)."""
+
+    ndim = 2
+    dtype = np.dtype(np.float32)
+
+    def __init__(self, shards: ShardSet, dim: int) -> None:
+        self.shards, self.dim = shards, int(dim)
+
+    @property
+    def map(self) -> ShardMap:
+        return self.shards.map
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (len(self.map), self.dim)
+
+    def __len__(self) -> int:
+        return len(self.map)
+
+    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        raise InputError("a sharded index never gathers all its embeddings in one place; this operation "
+                         "needs them (run it on an unsharded index)")
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """``X[rows]`` (any shape of row ids) float32."""
+        rows = np.asarray(rows, np.int64)
+        flat = rows.reshape(-1)
+        out = np.empty((len(flat), self.dim), np.float32)
+        if len(flat):
+            if flat.min() < 0 or flat.max() >= len(self.map):
+                raise IndexError(f"rows out of range [0, {len(self.map)})")
+            uniq, inverse = np.unique(flat, return_inverse=True)
+            got = np.empty((len(uniq), self.dim), np.float32)
+            parts = self.map.split(uniq)
+            results = self.shards.map_calls("rows", {s: (local,) for s, (_, local) in parts.items()})
+            for s, (pos, _) in parts.items():
+                got[pos] = results[s]
+            out = got[inverse]
+        return out.reshape(rows.shape + (self.dim,))
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        if isinstance(key, slice):
+            return self.take(np.arange(len(self))[key])
+        if isinstance(key, (int, np.integer)):
+            return self.take(np.array([int(key)]))[0]
+        return self.take(np.asarray(key))
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        raise InputError("a sharded index's embeddings are read by rows, not iterated")
+
+
+class ShardedDense:
+    """Dense top-k over a sharded X (module docstring): each shard searches its own rows the way a
+    single index of them would (exact, or its IVF index at scale), the lists merged exactly."""
+
+    method = "exact"
+
+    def __init__(self, X: ShardedRows) -> None:
+        self.X = X
+
+    def topk(self, Q: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        Q = np.ascontiguousarray(Q, np.float32)
+        m = self.X.map
+        calls = {s: (Q, k, m.local_mask(allowed, s)) for s in self.X.shards.holding()}
+        results = self.X.shards.map_calls("dense_topk", calls)
+        return merge_topk([(m.to_global(s, ids), scores) for s, (ids, scores) in results.items()]
+                          or [(np.full((len(Q), k), PAD_ID, np.int64), np.full((len(Q), k), PAD_SCORE, np.float32))], k)
+
+    def rows(self, rows: np.ndarray) -> np.ndarray:
+        return self.X.take(rows)
+
+    @property
+    def ivf(self) -> Any:
+        raise InputError("a sharded index has no IVF index at the router (each shard has its own)")
+
+
+class ShardedBM25:
+    """BM25 over the shards with global statistics (module docstring); the interface of
+    :class:`~hopgraph.engine.components.bm25.BM25Index` that searches use."""
+
+    def __init__(self, shards: ShardSet, params: BM25Params) -> None:
+        self.shards, self.params = shards, params
+        self._stats: OrderedDict[tuple, TermStats] = OrderedDict()
+
+    @property
+    def map(self) -> ShardMap:
+        return self.shards.map
+
+    @property
+    def n_docs(self) -> int:
+        return len(self.map)
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[str]]:
+        return tokenize(texts, self.params.stopwords)
+
+    def term_stats(self, tokens: Sequence[Sequence[str]]) -> TermStats:
+        """The statistics of every shard for these tokens, summed (cached for recent token sets)."""
+        key = (len(self.map), *sorted({t for q in tokens for t in q}))
+        if key in self._stats:
+            self._stats.move_to_end(key)
+            return self._stats[key]
+        wanted = list(key[1:])
+        parts = self.shards.map_calls("term_stats", {s: ([wanted], self.params) for s in self.shards.holding()})
+        total = TermStats(0, 0, {t: 0 for t in wanted})
+        for s in sorted(parts):
+            total = total.plus(parts[s])
+        self._stats[key] = total
+        while len(self._stats) > STATS_CACHE:
+            self._stats.popitem(last=False)
+        return total
+
+    def topk(self, tokens: list[list[str]], k: int, allowed: np.ndarray | None = None
+             ) -> tuple[np.ndarray, np.ndarray]:
+        stats = self.term_stats(tokens)
+        m = self.map
+        results = self.shards.map_calls("bm25_topk", {s: (tokens, k, m.local_mask(allowed, s), stats, self.params)
+                                                      for s in self.shards.holding()})
+        parts = [(m.to_global(s, ids), scores) for s, (ids, scores) in results.items()]
+        if not parts:
+            return np.full((len(tokens), k), PAD_ID, np.int64), np.full((len(tokens), k), PAD_SCORE, np.float32)
+        ids, scores = merge_topk(parts, k)
+        scores[ids < 0] = PAD_SCORE
+        return ids, scores
+
+    def scores_at_batch(self, tokens: Sequence[list[str]], docs: np.ndarray) -> np.ndarray:
+        """BM25 score of ``docs[b]`` for query ``b`` (float32, ``docs``' shape; -1 → 0)."""
+        docs = np.asarray(docs, np.int64)
+        out = np.zeros(docs.shape, np.float32)
+        stats = self.term_stats(tokens)
+        valid = docs >= 0
+        parts = self.map.split(docs[valid])
+        query = np.nonzero(valid)[0]
+        calls = {}
+        for s, (pos, local) in parts.items():
+            q = query[pos]
+            calls[s] = ([tokens[b] for b in q.tolist()], local, stats, self.params)
+        results = self.shards.map_calls("bm25_scores", calls)
+        flat = np.zeros(int(valid.sum()), np.float32)
+        for s, (pos, _) in parts.items():
+            flat[pos] = results[s]
+        out[valid] = flat
+        return out
+
+    def scores_at(self, tokens: list[str], docs: np.ndarray) -> np.ndarray:
+        docs = np.asarray(docs, np.int64)
+        return self.scores_at_batch([tokens], docs.reshape(1, -1)).reshape(docs.shape)
+
+
+class RemoteStrings(Sequence[str]):
+    """A corpus field (``"texts"`` or ``"metadata"``) of a sharded index, read from the owners."""
+
+    def __init__(self, shards: ShardSet, field: str) -> None:
+        self.shards, self.field = shards, field
+
+    @property
+    def map(self) -> ShardMap:
+        return self.shards.map
+
+    def __len__(self) -> int:
+        return len(self.map)
+
+    def take(self, rows: Sequence[int]) -> list[str]:
+        """The field of ``rows``, one call per owner shard."""
+        rows = np.asarray(list(rows), np.int64)
+        out: list[str] = [""] * len(rows)
+        parts = self.map.split(rows)
+        results = self.shards.map_calls("strings", {s: (self.field, local) for s, (_, local) in parts.items()})
+        for s, (pos, _) in parts.items():
+            for p, value in zip(pos.tolist(), results[s]):
+                out[p] = value
+        return out
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return self.take(range(*i.indices(len(self))))
+        i = int(i)
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"row {i} out of range")
+        return self.take([i])[0]
+
+    def __iter__(self) -> Iterator[str]:
+        step = 4096
+        for lo in range(0, len(self), step):
+            yield from self.take(range(lo, min(lo + step, len(self))))
+
+
+class ShardedComponents(Components):
+    """:class:`~hopgraph.engine.components.shared.Components` of a router (module docstring): X, the dense
+    index and BM25 read from the shards; the extraction and title mentions held here. Build with
+    :meth:`Components.load_segments` over a :class:`ShardedRows` X, then :meth:`attach`."""
+
+    shards: ShardSet
+
+    def attach(self, shards: ShardSet) -> "ShardedComponents":
+        self.shards = shards
+        self._dense = ShardedDense(self.X)  # type: ignore[assignment]
+        return self
+
+    def bm25(self, params: BM25Params | None = None, who: str = "bm25") -> ShardedBM25:  # type: ignore[override]
+        params = self.bm25_params if params is None else params
+        if params not in self._bm25:
+            self._bm25[params] = ShardedBM25(self.shards, params)  # type: ignore[assignment]
+        return self._bm25[params]  # type: ignore[return-value]
