@@ -71,19 +71,23 @@ class IndexLive:
             X_new = self._embed_passages(new, batch_size)
         embed_seconds = time.perf_counter() - t0
         t0 = time.perf_counter()
+        self._append(new, X_new, [row for _, row in existing])
+        if self._ops is not None:
+            self._ops.append(("add", new, X_new, upsert))
+        return AddReport(list(new.ids), [p for p, _ in existing], embed_seconds, time.perf_counter() - t0)
+
+    def _append(self, new: Corpus, X_new: np.ndarray, replaced: Sequence[int]) -> None:
+        """Append the checked passages ``new`` with their embeddings, tombstone the ``replaced`` rows
+        and update every component and pipeline (the update half of :meth:`add`)."""
         start = len(self.X)
         X = stack_rows([self.X, np.ascontiguousarray(X_new, np.float32)])
         corpus = self.corpus.concat(new)
         self.components.extend(X, corpus, start)
         self.X, self.corpus, self._metadata = X, corpus, None
-        if existing:
-            self._tombstone([row for _, row in existing])
+        self._tombstone(replaced)
         for pipe in self.pipelines.values():
             pipe.add(start, progress=self.progress)
         self._variants.clear()
-        if self._ops is not None:
-            self._ops.append(("add", new, X_new, upsert))
-        return AddReport(list(new.ids), [p for p, _ in existing], embed_seconds, time.perf_counter() - t0)
 
     def embed_passages(self, records: Corpus | str | Path | Sequence, batch_size: int = 64) -> np.ndarray:
         """The embeddings :meth:`add` would compute for ``records`` (float32 [n, d], checked), without

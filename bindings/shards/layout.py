@@ -3,25 +3,29 @@
     DIR/shards.json        the shard count, each shard's directory and passage count, the owner rule
     DIR/shard-000/ ...     one normal hopgraph index per shard: its passages (corpus, embeddings,
                            dense index, BM25 postings), searchable on its own
-    DIR/router/            what the router holds: manifest.json (its manifest, with every file's size and
+    DIR/router-000000/     what the router holds: manifest.json (its manifest, with every file's size and
                            checksum), the passage ids and titles, the owner shard and local row of
                            every passage, the extraction, the title mentions and every pipeline's
                            fitted state (graphs, hypergraph, knowledge graph, models)
 
 A passage id lives in exactly one shard: a new id goes to shard ``crc32(id) mod S``
-(:func:`owner_of`), a replaced one stays where it is.
+(:func:`owner_of`; a replaced id has the same owner). A write through the router commits the
+owner shard (a segment, as any index) and then a new router directory, named in a new
+``shards.json`` (replaced atomically); the old router directory is then removed.
 """
 from __future__ import annotations
 
 import json
+import os
 import zlib
 from pathlib import Path
 from typing import Any
 
+from ..engine import storage
 from ..engine.errors import IndexFormatError, InputError
 
 SHARDS_FILE = "shards.json"
-ROUTER_DIR = "router"
+ROUTER_PREFIX = "router-"
 ROUTER_FILE = "manifest.json"  # the name storage.verify_files expects
 FORMAT = "hopgraph-shards"
 VERSION = 1
@@ -31,9 +35,24 @@ def shard_dir_name(shard: int) -> str:
     return f"shard-{shard:03d}"
 
 
+def router_dir_name(generation: int) -> str:
+    """The router state written by the ``generation``-th commit (0: ``hopgraph shard``'s)."""
+    return f"{ROUTER_PREFIX}{generation:06d}"
+
+
 def owner_of(pid: str, n_shards: int) -> int:
     """The shard a new passage id goes to: ``crc32(utf-8 id) mod n_shards``."""
     return zlib.crc32(pid.encode("utf-8")) % n_shards
+
+
+def write_shards(directory: Path, meta: dict[str, Any]) -> None:
+    """Replace ``DIR/shards.json`` atomically (the commit point of a router write)."""
+    tmp = directory / f".{SHARDS_FILE}.tmp-{os.getpid()}"
+    storage.write_json(tmp, meta)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, directory / SHARDS_FILE)
+    storage.fsync_dir(directory)
 
 
 def read_shards(directory: str | Path) -> dict[str, Any]:
@@ -53,7 +72,9 @@ def read_shards(directory: str | Path) -> dict[str, Any]:
         raise IndexFormatError(f"{f}: unreadable ({type(e).__name__}: {e})") from None
     if n < 1 or len(dirs) != n:
         raise IndexFormatError(f"{f}: {len(dirs)} shard directories for {n} shards")
-    for d in dirs + [ROUTER_DIR]:
+    if not isinstance(meta.get("router"), str) or "/" in meta["router"] or meta["router"].startswith("."):
+        raise IndexFormatError(f"{f}: bad router directory name {meta.get('router')!r}")
+    for d in dirs + [meta["router"]]:
         if not (directory / d).is_dir():
             raise IndexFormatError(f"{f}: directory {directory / d} is missing")
     return meta

@@ -5,6 +5,7 @@ ids and scores; filters and deletes apply across shards; adds and deletes go to 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -18,14 +19,18 @@ from ..engine.pipelines import pipeline_class
 from ..index import Index
 from ..index.params import validate_params
 from ..index.reports import Hit
-from .layout import FORMAT, ROUTER_DIR, ROUTER_FILE, VERSION, read_shards
+from .layout import FORMAT, ROUTER_FILE, ROUTER_PREFIX, VERSION, owner_of, read_shards, router_dir_name, write_shards
 
 
 class ShardedIndex(Index):
     """A router over shards (module docstring). Opened by :func:`open_router`; ``shards`` reach them."""
 
     shards: ShardSet
-    router_dir: Path
+    #: the sharded index's directory and its ``shards.json`` as last committed
+    root: Path
+    meta: dict[str, Any]
+    #: the router directory the state was opened from
+    opened: str
 
     # ------------------------------------------------------------------ reads
     def filter_mask(self, allowed_ids: Sequence[str] | None = None,
@@ -56,6 +61,58 @@ class ShardedIndex(Index):
                  for r, (j, s) in enumerate(zip(row_ids.tolist(), row_scores.tolist())) if j >= 0]
                 for row_ids, row_scores in zip(ids, np.asarray(scores))]
 
+    # ------------------------------------------------------------------ writes
+    def _append(self, new: Corpus, X_new: np.ndarray, replaced: Sequence[int]) -> None:
+        """Each new passage to its owner shard (committed there), then the router's state updated as an
+        unsharded index's would be (its pipelines read the new rows from the shards) and committed."""
+        n_shards = self.shards.n_shards
+        owners = np.fromiter((owner_of(pid, n_shards) for pid in new.ids), np.int32, len(new))
+        calls = {}
+        for s in np.unique(owners).tolist():
+            at = np.flatnonzero(owners == s).tolist()
+            records = [{"id": new.ids[i], "title": new.titles[i], "text": new.texts[i],
+                        **({"metadata": json.loads(new.metadata[i])} if new.metadata[i] else {})} for i in at]
+            calls[s] = (records, np.ascontiguousarray(X_new[at], np.float32), True)
+        self.shards.map_calls("add", calls)
+        start = len(self.X)
+        corpus = self.corpus.concat(new)
+        self.shards.map = self.shards.map.extended(owners)
+        corpus.texts, corpus.metadata = self.corpus.texts, self.corpus.metadata  # remote, now over the grown map
+        self.components.extend(self.X, corpus, start)
+        self.corpus, self._metadata = corpus, None
+        self._tombstone(replaced)
+        for pipe in self.pipelines.values():
+            pipe.add(start, progress=self.progress)
+        self._variants.clear()
+        self._commit_router()
+
+    def delete(self, ids: Sequence[str] | str) -> Any:
+        """:meth:`Index.delete` at the router, then in the owner shards, then committed."""
+        report = super().delete(ids)
+        if report.deleted:
+            n_shards = self.shards.n_shards
+            by_shard: dict[int, list[str]] = {}
+            for pid in report.deleted:
+                by_shard.setdefault(owner_of(pid, n_shards), []).append(pid)
+            self.shards.map_calls("delete", {s: (pids,) for s, pids in by_shard.items()})
+            self._commit_router()
+        return report
+
+    def _commit_router(self) -> None:
+        """Write the router state as a new directory, point ``shards.json`` at it, drop the old one."""
+        from .split import write_router
+
+        generation = int(self.meta.get("generation", 0)) + 1
+        name = router_dir_name(generation)
+        write_router(self, self.shards.map, self.root / name)
+        old = self.meta["router"]
+        meta = {**self.meta, "router": name, "generation": generation, "passages": len(self.X),
+                "shards": [{**s, "passages": len(self.shards.map.rows_of[i])} for i, s in enumerate(self.meta["shards"])]}
+        write_shards(self.root, meta)
+        self.meta = meta
+        if old != self.opened:  # the state opened is memory-mapped from its directory: kept while open
+            shutil.rmtree(self.root / old, ignore_errors=True)
+
     # ------------------------------------------------------------------ not at the router
     def save(self, path: str | Path | None = None, overwrite: bool = False, *, rebase: bool = True) -> Path:
         raise InputError("a sharded index is committed by its shards and its router (hopgraph shard); "
@@ -67,13 +124,14 @@ class ShardedIndex(Index):
 
 
 def open_router(directory: str | Path, calls: ShardCalls, embedder: Any = None, device: str = "auto",
-                verify: str = "full") -> ShardedIndex:
+                verify: str = "full", cleanup: bool = False) -> ShardedIndex:
     """The router of the sharded index at ``directory`` (``hopgraph shard``'s output) over the shards
     ``calls`` reaches. Every router file is checked against its size and checksum
-    (``verify="fast"``: sizes only); IndexFormatError names a bad one."""
+    (``verify="fast"``: sizes only); IndexFormatError names a bad one. ``cleanup``: remove the
+    router directories of earlier commits (a router that writes: no other router may still read them)."""
     directory = Path(directory)
     meta = read_shards(directory)
-    path = directory / ROUTER_DIR
+    path = directory / meta["router"]
     try:
         manifest = json.loads((path / ROUTER_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
@@ -85,7 +143,7 @@ def open_router(directory: str | Path, calls: ShardCalls, embedder: Any = None, 
         raise IndexFormatError(f"router {path} is corrupt: {problems[0]}")
     try:
         n, dim, n_shards = int(manifest["passages"]), int(manifest["dim"]), int(manifest["n_shards"])
-        arrays = storage.load_arrays(path / "map", ["owner", "local"])
+        arrays = storage.load_arrays(path / "map", ["owner", "local", "deleted"])
         params = validate_params(manifest.get("params") or {}, stored=True)
         pipelines = dict(manifest["pipelines"])
         emb_entry = dict(manifest["embedder"])
@@ -97,6 +155,9 @@ def open_router(directory: str | Path, calls: ShardCalls, embedder: Any = None, 
     shard_map = ShardMap(owner, np.asarray(arrays["local"]), n_shards)
     if len(shard_map) != n:
         raise IndexFormatError(f"{path}/map: {len(shard_map)} rows for {n} passages")
+    deleted = np.asarray(arrays["deleted"])
+    if deleted.shape != (n,) or deleted.dtype != bool:
+        raise IndexFormatError(f"{path}/map/deleted.npy: expected {n} booleans")
     shards = ShardSet(calls, shard_map)
     stored = Corpus.load(path / "corpus", n, str(path / "corpus"))
     corpus = Corpus(stored.ids, stored.titles, RemoteStrings(shards, "texts"), str(directory),
@@ -113,7 +174,13 @@ def open_router(directory: str | Path, calls: ShardCalls, embedder: Any = None, 
 
         index._embedder = resolve_embedder(embedder)
         components.embedder = index._embedder
-    index.shards, index.router_dir = shards, path
+    if deleted.any():
+        components.deleted = np.array(deleted)
+    index.shards, index.root, index.meta, index.opened = shards, directory, meta, meta["router"]
+    if cleanup:
+        for old in directory.glob(f"{ROUTER_PREFIX}*"):
+            if old.name != meta["router"] and old.is_dir():
+                shutil.rmtree(old, ignore_errors=True)
     for name, entry in pipelines.items():
         try:
             pipe = pipeline_class(name).load(path / "pipelines" / name, entry["params"], components, index.settings)

@@ -12,9 +12,10 @@ import numpy as np
 
 from ..engine import storage
 from ..engine.components.corpus import Corpus
+from ..engine.components.sharded import ShardMap
 from ..engine.errors import InputError
 from ..index import Index
-from .layout import FORMAT, ROUTER_DIR, ROUTER_FILE, SHARDS_FILE, VERSION, owner_of, shard_dir_name
+from .layout import FORMAT, ROUTER_FILE, SHARDS_FILE, VERSION, owner_of, router_dir_name, shard_dir_name
 
 #: the pipelines each shard fits for itself (its dense index and BM25 postings)
 SHARD_PIPELINES = ("dense", "bm25")
@@ -55,11 +56,11 @@ def shard_index(index: Index, n_shards: int, out: str | Path, progress: bool = F
         for s in range(n_shards):
             rows = np.flatnonzero(owner == s)
             local[rows] = np.arange(len(rows))
-        _write_router(index, owner, local, n_shards, tmp / ROUTER_DIR)
+        write_router(index, ShardMap(owner, local, n_shards), tmp / router_dir_name(0))
         storage.write_json(tmp / SHARDS_FILE, {
             "format": FORMAT, "version": VERSION, "n_shards": n_shards, "passages": n, "owner_rule": "crc32(id) % S",
             "shards": [{"dir": shard_dir_name(s), "passages": p} for s, p in enumerate(shards)],
-            "router": ROUTER_DIR})
+            "router": router_dir_name(0), "generation": 0})
         storage.fsync_tree(tmp)
         if out.exists():
             out.rmdir()
@@ -85,14 +86,18 @@ def _write_shard(index: Index, rows: np.ndarray, path: Path, progress: bool) -> 
     return len(rows)
 
 
-def _write_router(index: Index, owner: np.ndarray, local: np.ndarray, n_shards: int, path: Path) -> None:
-    """The router state (:mod:`.layout`): arrays, components without the sharded parts, pipelines."""
+def write_router(index: Index, shard_map: ShardMap, path: Path) -> None:
+    """Write the router state of ``index`` over ``shard_map`` to the new directory ``path``
+    (:mod:`.layout`): passage ids and titles, the map and the deletes, the components without the
+    sharded parts, every pipeline's state, and the manifest with every file's checksum."""
     path.mkdir()
-    n = len(owner)
+    n, n_shards = len(shard_map), shard_map.n_shards
     blank = ("",) * n
     corpus_entry = Corpus(index.corpus.ids, index.corpus.titles, blank, index.corpus.source, blank,
                           _validate=False).save(path / "corpus")
-    storage.save_arrays(path / "map", {"owner": owner, "local": local})
+    deleted = index.components.deleted
+    storage.save_arrays(path / "map", {"owner": shard_map.owner, "local": shard_map.local,
+                                       "deleted": np.zeros(n, bool) if deleted is None else deleted})
     comp = copy.copy(index.components)
     comp._postings, comp._bm25, comp._dense, comp.dense_mode = {}, {}, None, "exact"
     components_entry = comp.save(path / "components")
@@ -110,3 +115,4 @@ def _write_router(index: Index, owner: np.ndarray, local: np.ndarray, n_shards: 
                       for p in storage.data_files(path)},
     }
     storage.write_json(path / ROUTER_FILE, manifest)
+    storage.fsync_tree(path)

@@ -131,6 +131,8 @@ class ShardedRows:
 
     ndim = 2
     dtype = np.dtype(np.float32)
+    #: read by rows only (``X[rows]``): code that would read all of X reads the rows it needs
+    rows_only = True
 
     def __init__(self, shards: ShardSet, dim: int) -> None:
         self.shards, self.dim = shards, int(dim)
@@ -197,6 +199,9 @@ class ShardedDense:
 
     def rows(self, rows: np.ndarray) -> np.ndarray:
         return self.X.take(rows)
+
+    def add(self, X: ShardedRows, start: int) -> None:
+        """Nothing to do: the owner shards index the rows they are sent."""
 
     @property
     def ivf(self) -> Any:

@@ -84,8 +84,15 @@ class SubgraphBatch:
 
 
 def entity_features(passage_entities: CSR, X: np.ndarray) -> np.ndarray:
-    """Mean embedding of the passages mentioning each entity, L2-normalised (float32 [E, d])."""
-    F = np.asarray(passage_entities.to_scipy().T.tocsr() @ np.asarray(X, np.float32), np.float32)
+    """Mean embedding of the passages mentioning each entity, L2-normalised (float32 [E, d]). An X
+    read by rows only (a sharded index's, ``rows_only``) is read at the passages that mention an
+    entity (the same sums, in the same order)."""
+    PT = passage_entities.to_scipy().T.tocsr()
+    if getattr(X, "rows_only", False):
+        used = np.unique(PT.indices)
+        F = np.asarray(PT[:, used] @ X[used], np.float32)
+    else:
+        F = np.asarray(PT @ np.asarray(X, np.float32), np.float32)
     norms = np.linalg.norm(F, axis=1, keepdims=True)
     return np.divide(F, norms, out=np.zeros_like(F), where=norms > 0)
 
