@@ -295,8 +295,9 @@ async def _write(live: LiveWrites, run: Any, what: str, prepare: Any = None) -> 
     except (IndexLockedError, DuplicateIdError, StaleIndexError) as e:
         raise HTTPException(409, str(e)) from None
     except Exception as e:
-        if search_error_status(e) < 500:
-            raise HTTPException(422, str(e)) from None
+        status = search_error_status(e)
+        if status < 500 or status == 503:
+            raise HTTPException(422 if status < 500 else 503, str(e)) from None
         log.exception("%s failed (%s)", what, type(e).__name__)
         raise HTTPException(500, f"internal error during {what} ({type(e).__name__}); the server log has the "
                                  "details") from None

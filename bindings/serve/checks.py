@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from ..engine.embedders import validate_embeddings
-from ..engine.errors import HopgraphError, InputError
+from ..engine.errors import HopgraphError, InputError, ShardUnavailableError
 from ..engine.params import RUN_SETTINGS
 from ..engine.pipelines import pipeline_class, pipeline_names
 from ..engine.pipelines.base import RefitNeeded
@@ -52,10 +52,14 @@ def search_error_status(e: BaseException) -> int:
     * 422 for :class:`HopgraphError` (``InputError`` and ``InvalidParameter`` — every
       ``ValueError`` hopgraph raises on purpose is one —, ``IndexFormatError``) and
       ``NotImplementedError``: the request cannot be answered as asked;
+    * 503 for :class:`~hopgraph.engine.errors.ShardUnavailableError` (a sharded index's shard with no
+      live replica: retry later);
     * 500 (logged with its traceback) for anything else, a bare ``ValueError`` from a
       library included: a valid request that fails there is a bug of the server, and a
       4xx would tell the client to change a request that was fine.
     """
+    if isinstance(e, ShardUnavailableError):
+        return 503
     if isinstance(e, (HopgraphError, NotImplementedError)):
         return 422
     return 500

@@ -25,4 +25,4 @@ class LocalShards:
 
     def map(self, method: str, calls: Mapping[int, tuple]) -> dict[int, Any]:
         self.calls[method] = self.calls.get(method, 0) + len(calls)
-        return {s: getattr(self.services[s], method)(*args) for s, args in calls.items()}
+        return {s: self.services[s].call(method, *args) for s, args in calls.items()}

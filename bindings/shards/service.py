@@ -8,12 +8,16 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..engine import storage
 from ..engine.components.bm25 import BM25Params, TermStats
 from ..engine.errors import InputError
 from ..index import Index
 
 #: the corpus fields a router may read from a shard
 FIELDS = ("texts", "metadata")
+#: what a router may call on a shard
+CALLS = ("info", "dense_topk", "rows", "term_stats", "bm25_topk", "bm25_scores", "strings", "filter_mask", "add",
+         "delete")
 
 
 class ShardService:
@@ -21,8 +25,25 @@ class ShardService:
     every row is local to this shard."""
 
     def __init__(self, path: str | Path, verify: str = "full") -> None:
-        self.path = Path(path)
+        self.path, self.verify = Path(path), verify
         self.index = Index.load(self.path, progress=False, verify=verify)
+        self.current = storage.read_current(self.path)[0]
+
+    def fresh(self) -> None:
+        """Take in a commit another replica of this shard made (the shard's ``CURRENT`` moved): every
+        call starts with it, so a replica never answers from an older commit than the router wrote."""
+        current = storage.read_current(self.path)[0]
+        if current != self.current:
+            self.index.close()
+            self.index = Index.load(self.path, progress=False, verify=self.verify)
+            self.current = current
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Run one of :data:`CALLS` on the shard's latest commit (:meth:`fresh` first)."""
+        if method not in CALLS:
+            raise InputError(f"a shard answers {', '.join(CALLS)}; not {method!r}")
+        self.fresh()
+        return getattr(self, method)(*args)
 
     def info(self) -> dict[str, Any]:
         """Passages held (deleted ones included) and live."""
@@ -70,6 +91,7 @@ class ShardService:
         start = len(self.index.X)
         self.index.add(records, embeddings=embeddings, upsert=upsert)
         self.index.save()
+        self.current = storage.read_current(self.path)[0]
         return start
 
     def delete(self, ids: Sequence[str]) -> list[str]:
@@ -77,6 +99,7 @@ class ShardService:
         report = self.index.delete(list(ids))
         if report.deleted:
             self.index.save()
+            self.current = storage.read_current(self.path)[0]
         return list(report.deleted)
 
     def _allowed(self, allowed: np.ndarray | None) -> np.ndarray | None:

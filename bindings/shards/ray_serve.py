@@ -1,0 +1,132 @@
+"""``hopgraph serve --ray ADDRESS --shards DIR --replicas R``: a sharded index served by Ray Serve.
+
+One deployment per shard (``shard-000`` ...), ``R`` replicas each, every replica a
+:class:`~.service.ShardService` over the shard's directory (replicas of one shard share it and take
+in each other's commits before every call); one router deployment, the ingress, serving the same
+HTTP API as ``hopgraph serve`` (:func:`hopgraph.serve.create_app` over the router,
+:mod:`.router`), so clients, auth and limits are unchanged.
+
+The router reaches a shard through its deployment handle (:class:`RayShards`): Ray Serve picks a
+replica; a call that fails because its replica died (killed, node lost) is sent again, to another
+replica, for up to :data:`RETRY_SECONDS`; a shard none of whose replicas answers by then gives
+:class:`~hopgraph.engine.errors.ShardUnavailableError` naming it (HTTP 503). Ray Serve starts a
+replacement for a dead replica, which joins the deployment once it has loaded its shard.
+
+Ray and Ray Serve are imported only here (``pip install 'hopgraph[distributed]'``).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..engine.distributed import connect, import_ray
+from ..engine.errors import InputError, ShardUnavailableError
+from .layout import read_shards, shard_dir_name
+
+#: how long a call to a shard is retried on other replicas before the shard counts as unavailable
+RETRY_SECONDS = 10.0
+#: the application name and the router deployment's name
+APP_NAME = "hopgraph"
+ROUTER_NAME = "router"
+
+
+class RayShards:
+    """:class:`~hopgraph.engine.components.sharded.ShardCalls` over Ray Serve deployment handles."""
+
+    def __init__(self, handles: list[Any], retry_seconds: float = RETRY_SECONDS) -> None:
+        self.handles, self.n_shards, self.retry_seconds = handles, len(handles), retry_seconds
+
+    def map(self, method: str, calls: Mapping[int, tuple]) -> dict[int, Any]:
+        """Send every call at once, then collect; a call whose replica failed is sent again."""
+        pending = {s: self.handles[s].call.remote(method, *args) for s, args in calls.items()}
+        return {s: self._result(s, response, method, calls[s]) for s, response in pending.items()}
+
+    def _result(self, shard: int, response: Any, method: str, args: tuple) -> Any:
+        ray = import_ray()
+        from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
+
+        deadline = time.monotonic() + self.retry_seconds
+        while True:
+            try:
+                return response.result()
+            except ray.exceptions.RayTaskError as e:  # the shard raised: its own error, as raised
+                cause = getattr(e, "cause", None)
+                raise (cause if isinstance(cause, BaseException) else e) from None
+            except (ray.exceptions.RayError, BackPressureError, DeploymentUnavailableError) as e:
+                if time.monotonic() >= deadline:
+                    raise ShardUnavailableError(shard, f"no replica answered within {self.retry_seconds:g} s "
+                                                       f"({type(e).__name__})") from None
+                time.sleep(0.2)
+                response = self.handles[shard].call.remote(method, *args)
+
+
+def shard_deployment(name: str, path: str, replicas: int) -> Any:
+    """The Ray Serve deployment of one shard (``replicas`` replicas over ``path``)."""
+    from ray import serve
+
+    @serve.deployment(name=name, num_replicas=replicas, ray_actor_options={"num_cpus": 0},
+                      health_check_period_s=2, graceful_shutdown_timeout_s=2)
+    class Shard:
+        def __init__(self, shard_path: str) -> None:
+            from .service import ShardService
+
+            self.service = ShardService(shard_path)
+
+        def call(self, method: str, *args: Any) -> Any:
+            return self.service.call(method, *args)
+
+    return Shard.bind(path)
+
+
+def router_app_builder(directory: str, shard_names: list[str], serve_options: dict[str, Any]) -> Any:
+    """A function building the router's FastAPI app on its replica (Ray Serve's ASGI builder)."""
+
+    def build() -> Any:
+        from ray import serve
+
+        from ..serve import create_app
+        from .router import open_router
+
+        handles = [serve.get_deployment_handle(name, app_name=APP_NAME) for name in shard_names]
+        router = open_router(directory, RayShards(handles), embedder=serve_options.get("embedder"),
+                             cleanup=True)
+        return create_app(router, **{k: v for k, v in serve_options.items() if k != "embedder"})
+
+    return build
+
+
+def serve_sharded(address: str, directory: str | Path, replicas: int = 2, host: str = "127.0.0.1",
+                  port: int = 8000, blocking: bool = True, **serve_options: Any) -> Any:
+    """Deploy the sharded index at ``directory`` on the Ray cluster at ``address``: one deployment
+    per shard with ``replicas`` replicas, and the router at ``http://host:port`` (``serve_options``:
+    :func:`hopgraph.serve.create_app`'s keywords, and ``embedder``). Returns the router's handle
+    (``blocking``: serves until interrupted)."""
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        raise InputError(f"--replicas must be a positive integer, got {replicas!r}")
+    directory = Path(directory).resolve()
+    meta = read_shards(directory)
+    connect(address)
+    from ray import serve
+
+    serve.start(http_options={"host": host, "port": port})
+    names = [shard_dir_name(s) for s in range(int(meta["n_shards"]))]
+    shards = [shard_deployment(name, str(directory / s["dir"]), replicas) for name, s in zip(names, meta["shards"])]
+    router = serve.deployment(serve.ingress(router_app_builder(str(directory), names, serve_options))(_Router),
+                              name=ROUTER_NAME, ray_actor_options={"num_cpus": 0})
+    handle = serve.run(router.bind(*shards), name=APP_NAME, route_prefix="/", blocking=False)
+    if blocking:
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            serve.delete(APP_NAME)
+    return handle
+
+
+class _Router:
+    """The router deployment's class: its app is built by :func:`router_app_builder`; the shard
+    deployments are bound as arguments so that they are deployed with it."""
+
+    def __init__(self, *shards: Any) -> None:
+        self.shards = shards
