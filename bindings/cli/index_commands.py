@@ -127,6 +127,19 @@ def cmd_compact(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_shard(args: argparse.Namespace) -> int:
+    """Split an index by passage into shard indexes and a router state (:mod:`hopgraph.shards`)."""
+    from ..index import Index
+    from ..shards import shard_index
+
+    t0 = time.perf_counter()
+    index = Index.load(args.index, embedder=args.embedder, progress=not args.quiet)
+    out = shard_index(index, args.shards, args.out, progress=not args.quiet)
+    print(f"sharded {args.index} ({len(index.X)} passages, {', '.join(index.pipelines)}) into {args.shards} shards "
+          f"in {out} in {time.perf_counter() - t0:.1f} s; serve it with hopgraph serve --ray ADDRESS --shards {out}")
+    return 0
+
+
 def cmd_merge(args: argparse.Namespace) -> int:
     """Merge an index's segments by the tiered policy (``--max-segments 1``: compact)."""
     from ..index import Index
@@ -184,6 +197,14 @@ def register(sub: argparse._SubParsersAction, known: str) -> None:
     p.add_argument("index", help="index directory")
     common(p, embedder_default=None)
     p.set_defaults(func=cmd_compact)
+
+    p = sub.add_parser("shard", help="split an index by passage into S shard indexes and a router state "
+                       "(served by hopgraph serve --ray ADDRESS --shards DIR)")
+    p.add_argument("index", help="index directory (no deleted passages: compact it first)")
+    p.add_argument("--shards", type=int, required=True, metavar="S", help="number of shards")
+    p.add_argument("--out", required=True, metavar="DIR", help="new directory for the shards and the router")
+    common(p, embedder_default=None)
+    p.set_defaults(func=cmd_shard)
 
     p = sub.add_parser("merge", help="merge an index's segments (a tiered policy; a new commit)")
     p.add_argument("index", help="index directory")

@@ -83,7 +83,11 @@ _HELP = {
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``hopgraph serve``'s options (address, API key, hosts, pipelines, limits) to ``parser``."""
-    parser.add_argument("index", help="index directory (hopgraph index ... --out DIR)")
+    parser.add_argument("index", nargs="?", help="index directory (hopgraph index ... --out DIR)")
+    parser.add_argument("--ray", metavar="ADDRESS", help="serve a sharded index (--shards) on this Ray cluster "
+                        "('auto', 'ray://host:10001', 'local'; needs the [distributed] extra)")
+    parser.add_argument("--shards", metavar="DIR", help="with --ray: the sharded index (hopgraph shard ... --out DIR)")
+    parser.add_argument("--replicas", type=int, default=2, help="with --ray: replicas of each shard (default 2)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     parser.add_argument("--port", type=int, default=8080, help="port to bind (0: any free port)")
     parser.add_argument("--api-key-file", help="file holding the API key clients must send "

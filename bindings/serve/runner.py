@@ -153,8 +153,32 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """``hopgraph serve`` (options from :func:`hopgraph.serve.limits.add_serve_arguments`)."""
     if args.threads is not None and args.threads < 1:
         raise InputError(f"--threads must be a positive integer, got {args.threads}")
+    if args.ray is not None or args.shards is not None:
+        return _serve_sharded(args)
+    if args.index is None:
+        raise InputError("give the index directory to serve (or --ray ADDRESS --shards DIR)")
     return serve(args.index, host=args.host, port=args.port, api_key_file=args.api_key_file,
                  limits=limits_from_args(args), pipelines=args.pipelines, embedder=args.embedder,
                  device=args.device, log_level=args.log_level, progress=not args.quiet, threads=args.threads,
                  read_only=args.read_only, param_limits=ParamLimits.from_sources(args.param_limits, args.param_limit),
                  allowed_hosts=args.allow_host)
+
+
+def _serve_sharded(args: argparse.Namespace) -> int:
+    """``hopgraph serve --ray ADDRESS --shards DIR --replicas R`` (:mod:`hopgraph.shards.ray_serve`)."""
+    if args.ray is None or args.shards is None:
+        raise InputError("a sharded index is served with both --ray ADDRESS and --shards DIR")
+    if args.index is not None:
+        raise InputError("give either an index directory or --shards DIR, not both")
+    from ..shards.layout import read_shards
+    from ..shards.ray_serve import serve_sharded
+
+    meta = read_shards(args.shards)
+    api_key = read_api_key(args.api_key_file) if args.api_key_file else None
+    print(f"hopgraph serve: {meta['passages']} passages in {meta['n_shards']} shards x {args.replicas} replicas "
+          f"on Ray {args.ray}; listening on http://{args.host}:{args.port}", flush=True)
+    serve_sharded(args.ray, args.shards, replicas=args.replicas, host=args.host, port=args.port,
+                  limits=limits_from_args(args), api_key=api_key, pipelines=args.pipelines, read_only=args.read_only,
+                  param_limits=ParamLimits.from_sources(args.param_limits, args.param_limit),
+                  allowed_hosts=args.allow_host, embedder=args.embedder)
+    return 0

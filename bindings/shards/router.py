@@ -15,6 +15,7 @@ from ..engine import storage
 from ..engine.components.corpus import Corpus
 from ..engine.components.sharded import RemoteStrings, ShardCalls, ShardedComponents, ShardedRows, ShardMap, ShardSet
 from ..engine.errors import IndexFormatError, InputError
+from ..engine.filters import ids_mask
 from ..engine.pipelines import pipeline_class
 from ..index import Index
 from ..index.params import validate_params
@@ -35,18 +36,21 @@ class ShardedIndex(Index):
     # ------------------------------------------------------------------ reads
     def filter_mask(self, allowed_ids: Sequence[str] | None = None,
                     where: Mapping[str, Any] | None = None) -> np.ndarray | None:
-        """The filters evaluated by every shard on its passages, assembled over the global rows (and
-        the deletes removed)."""
+        """``allowed_ids`` looked up here (the router holds the ids), ``where`` evaluated by every
+        shard on its passages' metadata and assembled over the global rows; deleted rows removed."""
         if allowed_ids is None and where is None:
             return None
-        m = self.shards.map
-        parts = self.shards.map_calls("filter_mask", {s: (allowed_ids, where) for s in self.shards.holding()})
-        mask = np.zeros(len(m), bool)
-        for s, local in parts.items():
-            if local is not None:
-                mask[m.rows_of[s]] = np.asarray(local, bool)
-        if self.components.deleted is not None:
-            mask &= ~self.components.deleted
+        deleted = self.components.deleted
+        mask = None if allowed_ids is None else ids_mask(self.corpus, allowed_ids, deleted)
+        if where is not None:
+            m = self.shards.map
+            parts = self.shards.map_calls("filter_mask", {s: (None, where) for s in self.shards.holding()})
+            passed = np.zeros(len(m), bool)
+            for s, local in parts.items():
+                passed[m.rows_of[s]] = np.asarray(local, bool)
+            mask = passed if mask is None else mask & passed
+        if deleted is not None:
+            mask &= ~deleted
         return mask
 
     def hits(self, ids: np.ndarray, scores: np.ndarray, with_text: bool = True) -> list[list[Hit]]:
@@ -81,6 +85,10 @@ class ShardedIndex(Index):
         self.components.extend(self.X, corpus, start)
         self.corpus, self._metadata = corpus, None
         self._tombstone(replaced)
+        try:
+            self.components.embedder = self.embedder  # STITCH embeds the new topic texts with it
+        except InputError:
+            pass
         for pipe in self.pipelines.values():
             pipe.add(start, progress=self.progress)
         self._variants.clear()

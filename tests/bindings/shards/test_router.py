@@ -1,0 +1,141 @@
+"""A sharded index searched through its router (shards in this process) returns the single index's ids
+and scores for every pipeline, with filters, after adds and deletes through the router, and after
+reopening."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from hopgraph import Index
+from hopgraph.engine.errors import IndexFormatError, InputError
+from hopgraph.shards import LocalShards, open_router, owner_of, read_shards, shard_index
+
+from shard_corpus import ALL, QUESTIONS, same_results
+
+NEW = [{"id": f"new-{i}", "title": f"Harbor Bridge {i}", "text": f"The Harbor Bridge {i} over the river was "
+        f"designed by Marisol Venn in {1990 + i} for the University of Valparaíso.", "metadata": {"group": i % 3}}
+       for i in range(5)]
+
+
+def sharded(saved_index, tmp_path, n_shards=2):
+    single = Index.load(saved_index, progress=False)
+    out = shard_index(single, n_shards, tmp_path / "shards")
+    calls = LocalShards.open(out)
+    return single, open_router(out, calls), calls, out
+
+
+@pytest.mark.parametrize("n_shards", [2, 3])
+def test_every_pipeline_equals_the_single_index(saved_index, tmp_path, n_shards):
+    single, router, calls, _ = sharded(saved_index, tmp_path, n_shards)
+    for name in ALL:
+        same_results(single, router, name)
+    assert calls.calls["dense_topk"] > 0 and calls.calls["bm25_topk"] > 0
+
+
+def test_filters_across_shards(saved_index, tmp_path):
+    single, router, _, _ = sharded(saved_index, tmp_path)
+    for name in ALL:
+        same_results(single, router, name, where={"group": {"$in": [0, 2]}})
+        same_results(single, router, name, allowed_ids=[single.corpus.ids[i] for i in range(0, 30, 4)])
+    np.testing.assert_array_equal(single.filter_mask(where={"even": True}), router.filter_mask(where={"even": True}))
+
+
+def test_hits_read_texts_and_metadata_from_the_shards(saved_index, tmp_path):
+    single, router, _, _ = sharded(saved_index, tmp_path)
+    assert single.search(QUESTIONS, "hybrid", k=4) == router.search(QUESTIONS, "hybrid", k=4)
+
+
+def test_each_passage_lives_in_exactly_one_shard(saved_index, tmp_path):
+    single, router, calls, out = sharded(saved_index, tmp_path, 3)
+    held = [list(s.index.corpus.ids) for s in calls.services]
+    assert sorted(sum(held, [])) == sorted(single.corpus.ids)
+    for s, ids in enumerate(held):
+        assert all(owner_of(pid, 3) == s for pid in ids)
+    meta = read_shards(out)
+    assert [x["passages"] for x in meta["shards"]] == [len(h) for h in held]
+
+
+def test_writes_through_the_router_equal_the_same_writes_on_the_single_index(saved_index, tmp_path):
+    single, router, calls, out = sharded(saved_index, tmp_path)
+    E = single.embed_passages(NEW)
+    changed = {**NEW[0], "id": single.corpus.ids[5], "text": "Marisol Venn rebuilt the Harbor Bridge."}
+    for index in (single, router):
+        index.add(NEW, embeddings=E)
+        index.add([changed], upsert=True)
+        index.delete([single.corpus.ids[1], "new-3"])
+    for name in ALL:
+        same_results(single, router, name)
+    for s in calls.services:  # each write committed in its owner shard only
+        assert all(owner_of(pid, 2) == calls.services.index(s) for pid in s.index.corpus.ids)
+    reopened = open_router(out, LocalShards.open(out))
+    for name in ALL:
+        same_results(single, reopened, name)
+    assert reopened.n_live == single.n_live
+    with pytest.raises(KeyError):
+        reopened.passage("new-3")
+    assert reopened.passage("new-1") == single.passage("new-1")
+
+
+def test_router_never_gathers_every_embedding(saved_index, tmp_path):
+    _, router, _, _ = sharded(saved_index, tmp_path)
+    with pytest.raises(InputError, match="never gathers all its embeddings"):
+        np.asarray(router.X)
+    assert router.X[[3, 1]].shape == (2, 64)
+
+
+def test_bad_input_and_damaged_router(saved_index, tmp_path):
+    single = Index.load(saved_index, progress=False)
+    with pytest.raises(InputError, match="positive integer"):
+        shard_index(single, 0, tmp_path / "a")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("keep me")
+    with pytest.raises(InputError, match="not an empty directory"):
+        shard_index(single, 2, tmp_path / "full")
+    assert (tmp_path / "full" / "x").read_text() == "keep me"
+    with pytest.raises(InputError, match="not a sharded hopgraph index"):
+        open_router(saved_index, LocalShards([]))
+    out = shard_index(single, 2, tmp_path / "ok")
+    meta = read_shards(out)
+    graph = next((out / meta["router"] / "pipelines" / "g3rag").rglob("*.npy"))
+    data = bytearray(graph.read_bytes())
+    data[-1] ^= 0xFF
+    graph.write_bytes(bytes(data))
+    with pytest.raises(IndexFormatError, match="checksum mismatch"):
+        open_router(out, LocalShards.open(out))
+    single.delete([single.corpus.ids[0]])
+    with pytest.raises(InputError, match="compact it first"):
+        shard_index(single, 2, tmp_path / "b")
+    assert not (tmp_path / "b").exists()
+
+
+def test_shard_cli(saved_index, tmp_path, capsys):
+    from hopgraph.cli import main
+
+    assert main(["shard", str(saved_index), "--shards", "2", "--out", str(tmp_path / "s"), "-q"]) == 0
+    assert "into 2 shards" in capsys.readouterr().out
+    assert main(["shard", str(saved_index), "--shards", "2", "--out", str(tmp_path / "s"), "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not an empty directory" in err[0]
+
+
+def test_a_shard_without_replicas_is_a_503_naming_it(saved_index, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from hopgraph.engine.errors import ShardUnavailableError
+    from hopgraph.serve import create_app
+
+    single, router, calls, _ = sharded(saved_index, tmp_path)
+
+    class Down(LocalShards):
+        def map(self, method, calls_):
+            if 1 in calls_:
+                raise ShardUnavailableError(1, "no replica answered within 10 s (ActorDiedError)")
+            return super().map(method, calls_)
+
+    router.shards.calls = Down(calls.services)
+    with TestClient(create_app(router, pipelines=["dense"]), base_url="http://127.0.0.1") as client:
+        r = client.post("/search", json={"queries": ["comet"], "pipeline": "dense", "k": 3})
+    assert r.status_code == 503 and "shard 1 is unavailable" in r.json()["detail"]
