@@ -200,6 +200,8 @@ def _search_routes(service: Service) -> APIRouter:
 
 def _search_failure(e: Exception, pipeline: str) -> HTTPException:
     status = search_error_status(e)
+    if status == 503:  # a shard with no live replica: a temporary fault, named
+        return HTTPException(503, str(e), headers={"Retry-After": "1"})
     if status >= 500:
         log.exception("search failed (%s on pipeline %r)", type(e).__name__, pipeline, exc_info=e)
         return HTTPException(status, f"internal error while searching ({type(e).__name__}); "
