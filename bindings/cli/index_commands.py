@@ -33,6 +33,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     out = output_dir(args.out)
     work_dir = streaming.work_dir_for(out)
+    if args.shards is not None:
+        return _index_sharded(args, out, work_dir, t0)
     # the output's write lock is held from before the build to the commit: a second build to the same
     # --out (and its OUT.work) is refused at once, and an --out that may not be replaced before any work
     with storage.TargetGuard(out, overwrite=args.overwrite, flag="--overwrite"):
@@ -45,6 +47,28 @@ def cmd_index(args: argparse.Namespace) -> int:
         streaming.finish(work_dir)
     print(f"indexed {len(index.corpus)} passages ({', '.join(index.pipelines)}) into {args.out} "
           f"in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def _index_sharded(args: argparse.Namespace, out: Path, work_dir: Path, t0: float) -> int:
+    """``hopgraph index ... --shards S``: build (on Ray with ``--ray``), then write it sharded
+    (:func:`hopgraph.shards.shard_index`) instead of as one index."""
+    from ..engine.ingest import streaming
+    from ..index import Index
+    from ..shards import shard_index
+
+    if args.overwrite:
+        raise InputError("--overwrite does not go with --shards: a sharded index is written to a new directory")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise InputError(f"--out {out} exists and is not an empty directory")
+    index = Index.build(read_corpus_args(args), embedder=args.embedder, embeddings=args.embeddings,
+                        device=args.device, pipelines=args.pipelines, params=cli_params(args),
+                        progress=not args.quiet, batch_size=args.batch_size, work_dir=work_dir, resume=args.resume,
+                        ray_address=args.ray, chunk_tokens=args.chunk_tokens, chunk_overlap=args.chunk_overlap)
+    shard_index(index, args.shards, out, progress=not args.quiet)
+    streaming.finish(work_dir)
+    print(f"indexed {len(index.corpus)} passages ({', '.join(index.pipelines)}) into {args.shards} shards in "
+          f"{args.out} in {time.perf_counter() - t0:.1f} s")
     return 0
 
 
@@ -171,6 +195,8 @@ def register(sub: argparse._SubParsersAction, known: str) -> None:
     p.add_argument("--batch-size", type=int, default=64, help="passages per embedder forward pass")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted build from its last finished batch (work dir OUT.work)")
+    p.add_argument("--shards", type=int, metavar="S", help="write the index as S shards and a router "
+                   "(hopgraph shard's output, served by hopgraph serve --ray ADDRESS --shards DIR)")
     p.add_argument("--ray", metavar="ADDRESS", help="build on a Ray cluster ('auto', 'ray://host:port', 'local'); "
                    "needs hopgraph[distributed]")
     param_option(p, "stored in the index (fit parameters)")

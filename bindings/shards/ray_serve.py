@@ -85,7 +85,7 @@ def router_app_builder(directory: str, shard_names: list[str], serve_options: di
     def build() -> Any:
         from ray import serve
 
-        from ..serve import create_app
+        from ..serve.app import create_app
         from .router import open_router
 
         handles = [serve.get_deployment_handle(name, app_name=APP_NAME) for name in shard_names]

@@ -86,6 +86,8 @@ RESCORE_MIN_EXTRA = 16
 RETRAIN_GROWTH = 2.0
 #: a filter passing at most this fraction of the rows is searched by scoring only those rows
 SUBSET_MAX_FRACTION = 0.05
+#: rows an exact faiss search asks for beyond k, to order ties at the k-th place toward the lower row
+TIE_MARGIN = 16
 #: faiss's scalar quantiser per code width (bits a dimension)
 CODE_BITS = {8: faiss.ScalarQuantizer.QT_8bit, 4: faiss.ScalarQuantizer.QT_4bit}
 #: the saved IVF index's manifest kind per code width, and back
@@ -229,20 +231,26 @@ def _selector(allowed: np.ndarray) -> tuple[faiss.IDSelectorBitmap, np.ndarray]:
 def faiss_topk(index: faiss.Index, Q: np.ndarray, k: int, allowed: np.ndarray | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
     """faiss search with hopgraph's padding convention (-1 / -inf); ``allowed`` (bool [ntotal])
-    restricts the result to those rows (a faiss ``IDSelectorBitmap``)."""
+    restricts the result to those rows (a faiss ``IDSelectorBitmap``). Equal scores are ordered
+    toward the lower row (faiss leaves their order to its heap): :data:`TIE_MARGIN` more rows are
+    asked for and the list re-sorted, so a tie across the k-th place also goes to the lower row
+    unless more than that many rows tie there (the order then does not depend on how the rows
+    are split, e.g. over shards)."""
     if len(Q) == 0:
         return np.zeros((0, k), np.int64), np.zeros((0, k), np.float32)
     Q = np.ascontiguousarray(Q, dtype=np.float32)
+    wide = k + TIE_MARGIN
     if allowed is None:
-        scores, ids = index.search(Q, k)
+        scores, ids = index.search(Q, wide)
     elif isinstance(index, BlockedInnerProductIndex):
-        scores, ids = index.search(Q, k, allowed)
+        scores, ids = index.search(Q, wide, allowed)
     else:
         selector, _bits = _selector(allowed)
-        scores, ids = index.search(Q, k, params=faiss.SearchParameters(sel=selector))
+        scores, ids = index.search(Q, wide, params=faiss.SearchParameters(sel=selector))
     ids = ids.astype(np.int64)
     scores = np.where(ids >= 0, scores, PAD_SCORE).astype(np.float32)
-    return ids, scores
+    order = np.lexsort((np.where(ids >= 0, ids, np.iinfo(np.int64).max), -scores), axis=1)[:, :k]
+    return np.take_along_axis(ids, order, axis=1), np.take_along_axis(scores, order, axis=1)
 
 
 def rescore_candidates(k: int, bits: int = 8) -> int:

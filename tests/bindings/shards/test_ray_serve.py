@@ -4,6 +4,7 @@ single index's ids and scores; a replica killed mid-traffic costs no request; ad
 the owning shards."""
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -14,7 +15,8 @@ import pytest
 from hopgraph import Client, Index
 from hopgraph.shards import shard_index
 
-from shard_corpus import ALL, QUESTIONS
+from conftest import SHARED_DATA
+from shard_corpus import ALL, PARAMS, QUESTIONS
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("ray.serve")
@@ -27,15 +29,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def source_index(saved_index, tmp_path_factory) -> tuple[Index, list[str]]:
+    """The shared HotpotQA set's seven-pipeline index and questions when ``../shared`` is there, else
+    the demo corpus's."""
+    data = SHARED_DATA / "hotpotqa"
+    if not (data / "corpus.jsonl").is_file():
+        return Index.load(saved_index, progress=False), QUESTIONS
+    path = tmp_path_factory.mktemp("hotpotqa") / "index"
+    Index.build(data / "corpus.jsonl", embedder="hashing-64", pipelines=ALL, params=PARAMS, progress=False).save(path)
+    questions = [json.loads(line)["question"] for line in (data / "questions.jsonl").read_text().splitlines()]
+    return Index.load(path, progress=False), questions
+
+
 @pytest.fixture(scope="module")
 def cluster(saved_index, tmp_path_factory):
-    """(single index, router URL, sharded directory) on a head + worker Ray cluster, S = 2, R = 2."""
+    """(single index, router URL, sharded directory, questions) on a head + worker Ray cluster,
+    S = 2, R = 2, over the shared HotpotQA set (the demo corpus without it)."""
     from ray import serve
     from ray.cluster_utils import Cluster
 
     from hopgraph.shards.ray_serve import serve_sharded
 
-    single = Index.load(saved_index, progress=False)
+    single, questions = source_index(saved_index, tmp_path_factory)
     out = shard_index(single, 2, tmp_path_factory.mktemp("ray") / "shards")
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     c.add_node(num_cpus=1)
@@ -43,7 +58,7 @@ def cluster(saved_index, tmp_path_factory):
     port = free_port()
     try:
         serve_sharded(c.address, out, replicas=2, port=port, blocking=False, embedder="hashing-64")
-        yield single, f"http://127.0.0.1:{port}", out
+        yield single, f"http://127.0.0.1:{port}", out, questions
     finally:
         serve.shutdown()
         ray.shutdown()
@@ -56,26 +71,30 @@ def expected(single: Index, pipeline: str, questions=QUESTIONS, k: int = 8):
         [[float(s) for j, s in zip(row, srow) if j >= 0] for row, srow in zip(ids, scores)]
 
 
-def check_equal(single: Index, client: Client, pipeline: str) -> None:
-    hits = client.search(QUESTIONS, pipeline, k=8)
-    ids, scores = expected(single, pipeline)
+def check_equal(single: Index, client: Client, pipeline: str, questions=QUESTIONS) -> None:
+    hits = client.search(questions, pipeline, k=8)
+    ids, scores = expected(single, pipeline, questions)
     assert [[h.id for h in row] for row in hits] == ids, pipeline
     for got, want in zip(hits, scores):
         np.testing.assert_allclose([h.score for h in got], want, rtol=0, atol=1e-6, err_msg=pipeline)
 
 
 def test_every_pipeline_equals_the_single_index(cluster):
-    single, url, _ = cluster
+    single, url, _, questions = cluster
     with Client(url) as client:
         assert client.health()["passages"] == single.n_live
         for name in ALL:
-            check_equal(single, client, name)
+            check_equal(single, client, name, questions)
+        allowed = [single.corpus.ids[i] for i in range(0, len(single.X), 2)]
+        hits = client.search(questions[:5], "g3rag", k=8, allowed_ids=allowed)
+        ids, _ = single.search_arrays(questions[:5], "g3rag", k=8, allowed_ids=allowed)
+        assert [[h.id for h in row] for row in hits] == [[single.corpus.ids[j] for j in row if j >= 0] for row in ids]
 
 
 def test_a_replica_killed_mid_traffic_costs_no_request(cluster):
     from ray import serve
 
-    single, url, _ = cluster
+    single, url, _, _ = cluster
     ids, _ = expected(single, "hybrid")
     errors, answers = [], []
     stop = threading.Event()
@@ -108,7 +127,7 @@ def test_a_replica_killed_mid_traffic_costs_no_request(cluster):
 
 
 def test_add_and_delete_through_the_router(cluster):
-    single, url, out = cluster
+    single, url, out, _ = cluster
     new = [{"id": f"ray-{i}", "title": f"Harbor Bridge {i}", "text": f"The Harbor Bridge {i} was designed by "
             f"Marisol Venn in {2000 + i}."} for i in range(3)]
     with Client(url) as client:

@@ -139,3 +139,39 @@ def test_a_shard_without_replicas_is_a_503_naming_it(saved_index, tmp_path):
     with TestClient(create_app(router, pipelines=["dense"]), base_url="http://127.0.0.1") as client:
         r = client.post("/search", json={"queries": ["comet"], "pipeline": "dense", "k": 3})
     assert r.status_code == 503 and "shard 1 is unavailable" in r.json()["detail"]
+
+
+def test_sharded_build_from_the_cli(tmp_path, capsys):
+    from hopgraph.cli import main
+
+    from shard_corpus import demo_records
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in demo_records()))
+    args = ["index", str(corpus), "--embedder", "hashing-64", "--pipelines", "dense,bm25,g3rag", "-q"]
+    assert main([*args, "--out", str(tmp_path / "one")]) == 0
+    assert main([*args, "--out", str(tmp_path / "many"), "--shards", "2"]) == 0
+    assert "into 2 shards" in capsys.readouterr().out
+    single = Index.load(tmp_path / "one", progress=False)
+    router = open_router(tmp_path / "many", LocalShards.open(tmp_path / "many"))
+    for name in ("dense", "bm25", "g3rag"):
+        same_results(single, router, name)
+    assert main([*args, "--out", str(tmp_path / "many"), "--shards", "2"]) == 2
+    assert "not an empty directory" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dataset", ["hotpotqa", "musique"])
+def test_shared_sets_equal_the_single_index(dataset, tmp_path):
+    from conftest import shared_dataset
+
+    data = shared_dataset(dataset)
+    single = Index.build(data / "corpus.jsonl", embedder="hashing-64", pipelines=ALL, params={"dmar": {"gnn_steps": 2}},
+                         progress=False)
+    single.save(tmp_path / "index")
+    single = Index.load(tmp_path / "index", progress=False)
+    out = shard_index(single, 3, tmp_path / "shards")
+    router = open_router(out, LocalShards.open(out))
+    questions = [json.loads(line)["question"] for line in (data / "questions.jsonl").read_text().splitlines()]
+    for name in ALL:
+        same_results(single, router, name, questions=questions, k=10)
