@@ -88,6 +88,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         "('auto', 'ray://host:10001', 'local'; needs the [distributed] extra)")
     parser.add_argument("--shards", metavar="DIR", help="with --ray: the sharded index (hopgraph shard ... --out DIR)")
     parser.add_argument("--replicas", type=int, default=2, help="with --ray: replicas of each shard (default 2)")
+    parser.add_argument("--router-replicas", type=int, default=1, help="with --ray: router replicas (default 1)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     parser.add_argument("--port", type=int, default=8080, help="port to bind (0: any free port)")
     parser.add_argument("--api-key-file", help="file holding the API key clients must send "

@@ -177,7 +177,8 @@ def _serve_sharded(args: argparse.Namespace) -> int:
     api_key = read_api_key(args.api_key_file) if args.api_key_file else None
     print(f"hopgraph serve: {meta['passages']} passages in {meta['n_shards']} shards x {args.replicas} replicas "
           f"on Ray {args.ray}; listening on http://{args.host}:{args.port}", flush=True)
-    serve_sharded(args.ray, args.shards, replicas=args.replicas, host=args.host, port=args.port,
+    serve_sharded(args.ray, args.shards, replicas=args.replicas, router_replicas=args.router_replicas,
+                  host=args.host, port=args.port,
                   limits=limits_from_args(args), api_key=api_key, pipelines=args.pipelines, read_only=args.read_only,
                   param_limits=ParamLimits.from_sources(args.param_limits, args.param_limit),
                   allowed_hosts=args.allow_host, embedder=args.embedder)

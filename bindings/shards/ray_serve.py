@@ -97,13 +97,15 @@ def router_app_builder(directory: str, shard_names: list[str], serve_options: di
 
 
 def serve_sharded(address: str, directory: str | Path, replicas: int = 2, host: str = "127.0.0.1",
-                  port: int = 8000, blocking: bool = True, **serve_options: Any) -> Any:
+                  port: int = 8000, blocking: bool = True, router_replicas: int = 1, **serve_options: Any) -> Any:
     """Deploy the sharded index at ``directory`` on the Ray cluster at ``address``: one deployment
-    per shard with ``replicas`` replicas, and the router at ``http://host:port`` (``serve_options``:
-    :func:`hopgraph.serve.create_app`'s keywords, and ``embedder``). Returns the router's handle
-    (``blocking``: serves until interrupted)."""
-    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
-        raise InputError(f"--replicas must be a positive integer, got {replicas!r}")
+    per shard with ``replicas`` replicas, and ``router_replicas`` routers at ``http://host:port``
+    (``serve_options``: :func:`hopgraph.serve.create_app`'s keywords, and ``embedder``). Routers
+    share the router state on disk: each takes in the others' commits before every request.
+    Returns the router's handle (``blocking``: serves until interrupted)."""
+    for name, value in (("--replicas", replicas), ("--router-replicas", router_replicas)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"{name} must be a positive integer, got {value!r}")
     directory = Path(directory).resolve()
     meta = read_shards(directory)
     connect(address)
@@ -113,7 +115,7 @@ def serve_sharded(address: str, directory: str | Path, replicas: int = 2, host: 
     names = [shard_dir_name(s) for s in range(int(meta["n_shards"]))]
     shards = [shard_deployment(name, str(directory / s["dir"]), replicas) for name, s in zip(names, meta["shards"])]
     router = serve.deployment(serve.ingress(router_app_builder(str(directory), names, serve_options))(_Router),
-                              name=ROUTER_NAME, ray_actor_options={"num_cpus": 0})
+                              name=ROUTER_NAME, num_replicas=router_replicas, ray_actor_options={"num_cpus": 0})
     handle = serve.run(router.bind(*shards), name=APP_NAME, route_prefix="/", blocking=False)
     if blocking:
         try:

@@ -23,6 +23,11 @@ from ..index.reports import Hit
 from .layout import FORMAT, ROUTER_FILE, ROUTER_PREFIX, VERSION, owner_of, read_shards, router_dir_name, write_shards
 
 
+#: router directories kept after a commit (the newest ones): another router still reading an older one
+#: takes in the newest before its next request
+KEEP_ROUTERS = 2
+
+
 class ShardedIndex(Index):
     """A router over shards (module docstring). Opened by :func:`open_router`; ``shards`` reach them."""
 
@@ -30,8 +35,24 @@ class ShardedIndex(Index):
     #: the sharded index's directory and its ``shards.json`` as last committed
     root: Path
     meta: dict[str, Any]
-    #: the router directory the state was opened from
+    #: the router directory the state was opened from (memory-mapped: kept while open)
     opened: str
+
+    # ------------------------------------------------------------------ other routers' commits
+    def take_in_commits(self) -> bool:
+        """Reopen from the newest router state when another router committed since this one's
+        (``shards.json`` names a later generation); True when it did. Every search and write starts
+        with it, so routers of one sharded index (replicas) answer from the latest commit."""
+        meta = read_shards(self.root)
+        if int(meta.get("generation", 0)) == int(self.meta.get("generation", 0)):
+            return False
+        fresh = open_router(self.root, self.shards.calls, device=self.device, verify="fast")
+        self._adopt(fresh)
+        return True
+
+    def search_arrays(self, *args: Any, **kwargs: Any) -> tuple[np.ndarray, np.ndarray]:
+        self.take_in_commits()
+        return super().search_arrays(*args, **kwargs)
 
     # ------------------------------------------------------------------ reads
     def filter_mask(self, allowed_ids: Sequence[str] | None = None,
@@ -94,8 +115,21 @@ class ShardedIndex(Index):
         self._variants.clear()
         self._commit_router()
 
+    def add(self, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`Index.add` through the router (:meth:`_append`), under the sharded index's write
+        lock, after taking in other routers' commits."""
+        with storage.WriteLock(self.root):
+            self.take_in_commits()
+            return super().add(*args, **kwargs)
+
     def delete(self, ids: Sequence[str] | str) -> Any:
-        """:meth:`Index.delete` at the router, then in the owner shards, then committed."""
+        """:meth:`Index.delete` at the router, then in the owner shards, then committed (under the
+        write lock, after taking in other routers' commits)."""
+        with storage.WriteLock(self.root):
+            self.take_in_commits()
+            return self._delete(ids)
+
+    def _delete(self, ids: Sequence[str] | str) -> Any:
         report = super().delete(ids)
         if report.deleted:
             n_shards = self.shards.n_shards
@@ -118,8 +152,10 @@ class ShardedIndex(Index):
                 "shards": [{**s, "passages": len(self.shards.map.rows_of[i])} for i, s in enumerate(self.meta["shards"])]}
         write_shards(self.root, meta)
         self.meta = meta
-        if old != self.opened:  # the state opened is memory-mapped from its directory: kept while open
-            shutil.rmtree(self.root / old, ignore_errors=True)
+        for stale in self.root.glob(f"{ROUTER_PREFIX}*"):
+            number = stale.name[len(ROUTER_PREFIX):]
+            if number.isdigit() and int(number) < generation - KEEP_ROUTERS + 1 and stale.name != self.opened:
+                shutil.rmtree(stale, ignore_errors=True)
 
     # ------------------------------------------------------------------ not at the router
     def save(self, path: str | Path | None = None, overwrite: bool = False, *, rebase: bool = True) -> Path:
@@ -185,6 +221,7 @@ def open_router(directory: str | Path, calls: ShardCalls, embedder: Any = None, 
     if deleted.any():
         components.deleted = np.array(deleted)
     index.shards, index.root, index.meta, index.opened = shards, directory, meta, meta["router"]
+    index._ops = None  # a router commits every write at once: nothing to replay
     if cleanup:
         for old in directory.glob(f"{ROUTER_PREFIX}*"):
             if old.name != meta["router"] and old.is_dir():

@@ -175,3 +175,20 @@ def test_shared_sets_equal_the_single_index(dataset, tmp_path):
     questions = [json.loads(line)["question"] for line in (data / "questions.jsonl").read_text().splitlines()]
     for name in ALL:
         same_results(single, router, name, questions=questions, k=10)
+
+
+def test_routers_of_one_sharded_index_see_each_others_writes(saved_index, tmp_path):
+    single, a, _, out = sharded(saved_index, tmp_path)
+    b = open_router(out, LocalShards.open(out))
+    E = single.embed_passages(NEW)
+    a.add(NEW[:2], embeddings=E[:2])
+    b.add(NEW[2:], embeddings=E[2:])  # takes in a's commit first: nothing lost
+    a.delete(["new-0"])
+    single.add(NEW[:2], embeddings=E[:2])  # the same adds: G3RAG's added rows depend on what is added together
+    single.add(NEW[2:], embeddings=E[2:])
+    single.delete(["new-0"])
+    for name in ALL:
+        same_results(single, a, name)
+        same_results(single, b, name)
+    routers = sorted(p.name for p in out.glob("router-*"))
+    assert len(routers) <= 3 and read_shards(out)["router"] == routers[-1]
