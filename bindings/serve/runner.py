@@ -174,6 +174,9 @@ def _serve_sharded(args: argparse.Namespace) -> int:
     from ..shards.ray_serve import serve_sharded
 
     meta = read_shards(args.shards)
+    for name, value in (("--replicas", args.replicas), ("--router-replicas", args.router_replicas)):
+        if value < 1:
+            raise InputError(f"{name} must be a positive integer, got {value}")
     api_key = read_api_key(args.api_key_file) if args.api_key_file else None
     print(f"hopgraph serve: {meta['passages']} passages in {meta['n_shards']} shards x {args.replicas} replicas "
           f"on Ray {args.ray}; listening on http://{args.host}:{args.port}", flush=True)

@@ -192,3 +192,16 @@ def test_routers_of_one_sharded_index_see_each_others_writes(saved_index, tmp_pa
         same_results(single, b, name)
     routers = sorted(p.name for p in out.glob("router-*"))
     assert len(routers) <= 3 and read_shards(out)["router"] == routers[-1]
+
+
+def test_serve_ray_arguments_are_checked_before_any_cluster_starts(saved_index, tmp_path, capsys):
+    from hopgraph.cli import main
+
+    out = shard_index(Index.load(saved_index, progress=False), 2, tmp_path / "s")
+    for args, message in ((["--shards", str(out)], "both --ray ADDRESS and --shards DIR"),
+                          (["--ray", "local"], "both --ray ADDRESS and --shards DIR"),
+                          (["--ray", "local", "--shards", str(saved_index)], "not a sharded hopgraph index"),
+                          (["--ray", "local", "--shards", str(out), "--replicas", "0"], "--replicas must be")):
+        assert main(["serve", *args]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
