@@ -13,7 +13,8 @@ import numpy as np
 
 from ..engine import storage
 from ..engine.components.corpus import Corpus
-from ..engine.components.sharded import RemoteStrings, ShardCalls, ShardedComponents, ShardedRows, ShardMap, ShardSet
+from ..engine.components.sharded import (RemoteStrings, ShardCalls, ShardedComponents, ShardedRows, ShardMap, ShardSet,
+                                         read_fields)
 from ..engine.errors import IndexFormatError, InputError
 from ..engine.filters import ids_mask
 from ..engine.pipelines import pipeline_class
@@ -78,8 +79,10 @@ class ShardedIndex(Index):
         """:meth:`Index.hits`, the hits' texts and metadata read from their shards in one call each."""
         ids = np.asarray(ids)
         rows = sorted({int(j) for j in ids.ravel().tolist() if j >= 0})
-        texts = dict(zip(rows, self.corpus.texts.take(rows))) if with_text and rows else {}
-        meta = dict(zip(rows, self.corpus.metadata.take(rows))) if rows else {}
+        fields = ("metadata", "texts") if with_text else ("metadata",)
+        read = read_fields(self.shards, fields, rows) if rows else [[] for _ in fields]
+        meta = dict(zip(rows, read[0]))
+        texts = dict(zip(rows, read[1])) if with_text else {}
         corpus = self.corpus
         return [[Hit(corpus.ids[j], float(s), r + 1, corpus.titles[j], texts.get(j) if with_text else None,
                      json.loads(meta[j]) if meta.get(j) else {})

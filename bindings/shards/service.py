@@ -75,11 +75,13 @@ class ShardService:
             out[at] = bm25.scores_at(list(t), rows[at])
         return out
 
-    def strings(self, field: str, rows: np.ndarray) -> list[str]:
-        if field not in FIELDS:
-            raise InputError(f"field must be one of {FIELDS}, got {field!r}")
-        values = getattr(self.index.corpus, field)
-        return [values[int(r)] for r in np.asarray(rows, np.int64).tolist()]
+    def strings(self, fields: Sequence[str], rows: np.ndarray) -> list[list[str]]:
+        """Per field of ``fields`` (:data:`FIELDS`), its values at the local ``rows``."""
+        bad = [f for f in fields if f not in FIELDS]
+        if bad:
+            raise InputError(f"fields must be among {FIELDS}, got {bad[0]!r}")
+        rows = np.asarray(rows, np.int64).tolist()
+        return [[getattr(self.index.corpus, f)[r] for r in rows] for f in fields]
 
     def filter_mask(self, allowed_ids: Sequence[str] | None, where: Mapping[str, Any] | None) -> np.ndarray | None:
         """The local rows the filters pass (bool [n]; None: no filter). Deleted rows are not removed

@@ -280,6 +280,21 @@ class ShardedBM25:
         return self.scores_at_batch([tokens], docs.reshape(1, -1)).reshape(docs.shape)
 
 
+def read_fields(shards: ShardSet, fields: Sequence[str], rows: Sequence[int]) -> list[list[str]]:
+    """Corpus ``fields`` (``"texts"``, ``"metadata"``) of global ``rows``, read from their owners in
+    one call per shard: one list per field, in the order of ``rows``."""
+    rows = np.asarray(list(rows), np.int64)
+    out: list[list[str]] = [[""] * len(rows) for _ in fields]
+    parts = shards.map.split(rows)
+    results = shards.map_calls("strings", {s: (tuple(fields), local) for s, (_, local) in parts.items()})
+    for s, (pos, _) in parts.items():
+        at = pos.tolist()
+        for f, values in enumerate(results[s]):
+            for p, value in zip(at, values):
+                out[f][p] = value
+    return out
+
+
 class RemoteStrings(Sequence[str]):
     """A corpus field (``"texts"`` or ``"metadata"``) of a sharded index, read from the owners."""
 
@@ -295,14 +310,7 @@ class RemoteStrings(Sequence[str]):
 
     def take(self, rows: Sequence[int]) -> list[str]:
         """The field of ``rows``, one call per owner shard."""
-        rows = np.asarray(list(rows), np.int64)
-        out: list[str] = [""] * len(rows)
-        parts = self.map.split(rows)
-        results = self.shards.map_calls("strings", {s: (self.field, local) for s, (_, local) in parts.items()})
-        for s, (pos, _) in parts.items():
-            for p, value in zip(pos.tolist(), results[s]):
-                out[p] = value
-        return out
+        return read_fields(self.shards, (self.field,), rows)[0]
 
     def __getitem__(self, i):  # type: ignore[override]
         if isinstance(i, slice):
