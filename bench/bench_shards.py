@@ -11,7 +11,8 @@ the router and ``--shards`` × ``--replicas`` shard replicas on a local Ray clus
 worker node), over HTTP, against the single index served over HTTP by ``create_app`` on this
 process. Prints, per pipeline: whether ids are equal and the largest score difference; the bytes
 gathered from the shards per question (the pickled results of every shard call; what crosses the
-network); median and mean ms per question and the ratio to the single index. Query embedding is
+network; the router keeps the embeddings it read, up to 16,384 rows, unless ``--no-row-cache``); median ms
+per question and the ratio to the single index. Query embedding is
 included in every column (same embedder). Prints the load average.
 """
 from __future__ import annotations
@@ -77,6 +78,7 @@ def main() -> int:
     ap.add_argument("--embedder", default="hashing-384")
     ap.add_argument("--ray", action="store_true")
     ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--no-row-cache", action="store_true", help="the in-process router keeps no embeddings it read")
     args = ap.parse_args()
     print(f"# bench_shards {datetime.date.today()} load average {os.getloadavg()} "
           f"shards {args.shards} embedder {args.embedder} k {args.k}", flush=True)
@@ -90,6 +92,8 @@ def main() -> int:
         out = shard_index(single, args.shards, work / "shards")
         calls = CountingShards(LocalShards.open(out).services)
         router = open_router(out, calls)
+        if args.no_row_cache:
+            router.X.cache_rows = 0
         questions = questions_of(data / "questions.jsonl")
         print(f"\n## {name}: {len(single.X)} passages, {len(questions)} questions")
         print("| pipeline | ids equal | max score diff | bytes gathered / question | bytes sent / question | "

@@ -18,6 +18,7 @@ that own it, and every fetched value is the one the single index would have read
 """
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Any, Iterator, Mapping, Protocol, Sequence
 
@@ -31,6 +32,8 @@ from .tokenizer import tokenize
 
 #: term statistics kept per router for recent token sets (a batch asks for them several times)
 STATS_CACHE = 256
+#: embeddings a router keeps of the rows it read (float32: 24 MB at d = 384)
+ROW_CACHE = 16_384
 
 
 class ShardCalls(Protocol):
@@ -134,12 +137,35 @@ class ShardedRows:
     #: read by rows only (``X[rows]``): code that would read all of X reads the rows it needs
     rows_only = True
 
-    def __init__(self, shards: ShardSet, dim: int) -> None:
-        self.shards, self.dim = shards, int(dim)
+    def __init__(self, shards: ShardSet, dim: int, cache_rows: int = ROW_CACHE) -> None:
+        self.shards, self.dim, self.cache_rows = shards, int(dim), int(cache_rows)
+        #: rows read before (sorted global rows and their embeddings): a row's embedding never changes
+        #: (a replaced passage gets a new row), so what was read stays valid; cleared when full
+        self._cached_ids = np.zeros(0, np.int64)
+        self._cached = np.zeros((0, self.dim), np.float32)
+        self._lock = threading.Lock()
 
     @property
     def map(self) -> ShardMap:
         return self.shards.map
+
+    def _from_cache(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(found mask, positions in the cache, cache values)`` for sorted unique ``rows``."""
+        with self._lock:
+            ids, values = self._cached_ids, self._cached
+        pos = np.minimum(np.searchsorted(ids, rows), max(len(ids) - 1, 0))
+        found = (ids[pos] == rows) if len(ids) else np.zeros(len(rows), bool)
+        return found, pos, values
+
+    def _remember(self, rows: np.ndarray, values: np.ndarray) -> None:
+        with self._lock:
+            if len(self._cached_ids) + len(rows) > self.cache_rows:
+                self._cached_ids, self._cached = np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
+            if len(rows) > self.cache_rows:
+                return
+            ids = np.concatenate([self._cached_ids, rows])
+            order = np.argsort(ids, kind="stable")
+            self._cached_ids, self._cached = ids[order], np.concatenate([self._cached, values])[order]
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -162,10 +188,15 @@ class ShardedRows:
                 raise IndexError(f"rows out of range [0, {len(self.map)})")
             uniq, inverse = np.unique(flat, return_inverse=True)
             got = np.empty((len(uniq), self.dim), np.float32)
-            parts = self.map.split(uniq)
+            found, at, values = self._from_cache(uniq)
+            got[found] = values[at[found]]
+            missing = np.flatnonzero(~found)
+            parts = self.map.split(uniq[missing])
             results = self.shards.map_calls("rows", {s: (local,) for s, (_, local) in parts.items()})
             for s, (pos, _) in parts.items():
-                got[pos] = results[s]
+                got[missing[pos]] = results[s]
+            if len(missing):
+                self._remember(uniq[missing], got[missing])
             out = got[inverse]
         return out.reshape(rows.shape + (self.dim,))
 

@@ -73,8 +73,15 @@ def test_sharded_rows_read_each_row_from_its_owner_in_one_call_per_batch():
     rows = ShardedRows(ShardSet(calls, m), 4)
     np.testing.assert_array_equal(rows[[4, 0, 4]], X[[4, 0, 4]])
     np.testing.assert_array_equal(rows.take(np.array([[1, 2], [3, 3]])), X[[[1, 2], [3, 3]]])
-    np.testing.assert_array_equal(rows[2], X[2])
-    assert calls.calls == 3 and rows.shape == (5, 4)
+    np.testing.assert_array_equal(rows[2], X[2])  # read before: from the router's cache
+    assert calls.calls == 2 and rows.shape == (5, 4)
+    np.testing.assert_array_equal(rows[[0, 4, 2]], X[[0, 4, 2]])
+    assert calls.calls == 2
+    small = ShardedRows(ShardSet(calls, m), 4, cache_rows=2)
+    np.testing.assert_array_equal(small[[0, 1, 3]], X[[0, 1, 3]])  # more than the cache holds: not kept
+    np.testing.assert_array_equal(small[[0, 1]], X[[0, 1]])
+    np.testing.assert_array_equal(small[[1, 0]], X[[1, 0]])
+    assert calls.calls == 4
     with pytest.raises(IndexError):
         rows[[5]]
     with pytest.raises(InputError, match="never gathers"):
