@@ -34,16 +34,18 @@ class IndexSearch:
                       k: int = 5, query_embeddings: np.ndarray | None = None, *,
                       embed: Callable[[list[str]], np.ndarray] | None = None, group_by_document: bool = False,
                       allowed_ids: Sequence[str] | None = None, where: Mapping[str, Any] | None = None,
-                      warn_empty: bool = True, **overrides: Any) -> tuple[np.ndarray, np.ndarray]:
+                      warn_empty: bool = True, mask: np.ndarray | None = None,
+                      **overrides: Any) -> tuple[np.ndarray, np.ndarray]:
         """Like :meth:`~hopgraph.index.Index.search` but returns the raw ``(rows int64 [B,k], scores float32 [B,k])``.
         ``overrides``: search parameters of this call; fit parameters select a variant (:meth:`~hopgraph.index.Index.pipeline`).
         ``warn_empty=False``: no :class:`~hopgraph.engine.filters.EmptyFilterWarning` (a caller that
-        reports it otherwise, as the server does in its answer).
+        reports it otherwise, as the server does in its answer). ``mask``: the :meth:`filter_mask` of
+        these filters computed before (a caller searching several chunks with one filter).
 
         ``questions`` may also mix question strings and 1-D embedding rows (the pipeline then
         gets no texts); ``embed`` (default :meth:`embed_queries`) embeds the strings, in one call.
         """
-        allowed = self.filter_mask(allowed_ids, where)
+        allowed = mask if mask is not None else self.filter_mask(allowed_ids, where)
         if warn_empty and allowed is not None and not self.components.allowed(allowed).any():
             warnings.warn(empty_filter_message(allowed_ids, where), EmptyFilterWarning, stacklevel=3)
         cls = pipeline_class(pipeline)

@@ -155,7 +155,8 @@ class ReadWriteLock:
 
 def run_search(index: Index, pipeline: str, k: int, queries: Sequence[str | np.ndarray],
                embed: Callable[[list[str]], np.ndarray] | None = None, *, group_by_document: bool = False,
-               filters: dict[str, Any] | None = None, **overrides: Any) -> tuple[list[list[Hit]], float, float]:
+               filters: dict[str, Any] | None = None, mask: np.ndarray | None = None,
+               **overrides: Any) -> tuple[list[list[Hit]], float, float]:
     """Search a mixed list of question texts and embedding rows with :meth:`Index.search_arrays`;
     returns (hits, embed_s, search_s).
 
@@ -164,7 +165,7 @@ def run_search(index: Index, pipeline: str, k: int, queries: Sequence[str | np.n
     ``overrides``), as for ``Index.search``; all texts: the pipeline sees ``query_texts``;
     ``group_by_document``: one hit per document, as in ``Index.search``; ``filters``:
     ``Index.search``'s ``where`` / ``allowed_ids`` (a filter that passes nothing is reported by
-    :func:`filter_warnings`, not warned).
+    :func:`filter_warnings`, not warned); ``mask``: their mask, computed once for a group.
     """
     embed_s = 0.0
 
@@ -177,18 +178,20 @@ def run_search(index: Index, pipeline: str, k: int, queries: Sequence[str | np.n
 
     t0 = time.perf_counter()
     ids, scores = index.search_arrays(list(queries), pipeline, k, embed=timed_embed,
-                                      group_by_document=group_by_document, warn_empty=False, **(filters or {}),
-                                      **overrides)
+                                      group_by_document=group_by_document, warn_empty=False, mask=mask,
+                                      **(filters or {}), **overrides)
     return index.hits(ids, scores), embed_s, time.perf_counter() - t0 - embed_s
 
 
-def filter_warnings(index: Index, filters: dict[str, Any] | None) -> list[str]:
-    """The warnings of a request's filters: one when they pass no passage of the index."""
+def filter_warnings(index: Index, filters: dict[str, Any] | None, mask: np.ndarray | None = None) -> list[str]:
+    """The warnings of a request's filters (``mask``: their mask, when computed already): one when
+    they pass no passage of the index."""
     if not filters:
         return []
     from ..index.search import empty_filter_message
 
-    mask = index.filter_mask(filters.get("allowed_ids"), filters.get("where"))
+    if mask is None:
+        mask = index.filter_mask(filters.get("allowed_ids"), filters.get("where"))
     if mask is None or index.components.allowed(mask).any():
         return []
     return [empty_filter_message(filters.get("allowed_ids"), filters.get("where"))]
@@ -451,14 +454,16 @@ class MicroBatcher:
         step = chunk or max(len(queries), 1)
         hits: list[list[Hit]] = []
         embed_s = search_s = 0.0
+        filters = first.filters or {}
+        mask = self.index.filter_mask(filters.get("allowed_ids"), filters.get("where")) if filters else None
         for start in range(0, len(queries), step):  # results never depend on the batch: chunks change nothing
             checkpoint()
             h, e, s = run_search(self.index, first.pipeline, first.k, queries[start:start + step], self.embed_texts,
-                                 group_by_document=first.group_by_document, filters=first.filters,
+                                 group_by_document=first.group_by_document, filters=first.filters, mask=mask,
                                  **dict(first.overrides))
             hits.extend(h)
             embed_s, search_s = embed_s + e, search_s + s
-        notes = filter_warnings(self.index, first.filters)
+        notes = filter_warnings(self.index, first.filters, mask)
         timing = {"embed_ms": embed_s * 1000, "search_ms": search_s * 1000,
                   "batch_queries": len(queries), "batch_requests": len(group)}
         out, start = [], 0

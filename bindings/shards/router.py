@@ -52,7 +52,8 @@ class ShardedIndex(Index):
         return True
 
     def search_arrays(self, *args: Any, **kwargs: Any) -> tuple[np.ndarray, np.ndarray]:
-        self.take_in_commits()
+        if self.take_in_commits():
+            kwargs["mask"] = None  # a filter mask computed before is of the state just replaced
         return super().search_arrays(*args, **kwargs)
 
     # ------------------------------------------------------------------ reads
