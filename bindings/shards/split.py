@@ -1,5 +1,5 @@
 """``hopgraph shard``: split an index by passage into shard indexes and a router state
-(:mod:`.layout`)."""
+(:mod:`hopgraph.shards.layout`)."""
 from __future__ import annotations
 
 import copy
@@ -88,8 +88,9 @@ def _write_shard(index: Index, rows: np.ndarray, path: Path, progress: bool) -> 
 
 def write_router(index: Index, shard_map: ShardMap, path: Path) -> None:
     """Write the router state of ``index`` over ``shard_map`` to the new directory ``path``
-    (:mod:`.layout`): passage ids and titles, the map and the deletes, the components without the
-    sharded parts, every pipeline's state, and the manifest with every file's checksum."""
+    (:mod:`hopgraph.shards.layout`): passage ids and titles, the map and the deletes, the
+    components without the sharded parts, every pipeline's state, and the manifest with every
+    file's checksum."""
     path.mkdir()
     n, n_shards = len(shard_map), shard_map.n_shards
     blank = ("",) * n
