@@ -129,7 +129,7 @@ def _service(index: Index, limits: ServeLimits, pipelines: Sequence[str] | None,
         index.pipeline(name)
     batcher = MicroBatcher(index, limits)
     live = LiveWrites(index, batcher.run_exclusive, commit_window_ms, merge=merge and not read_only,
-                      process=write_process)
+                      process=write_process, pipelines=served)
     batcher.refresh = live.refresh
     return Service(index, limits, served, param_limits or ParamLimits.default(), read_only, batcher, live)
 

@@ -44,13 +44,13 @@ import json
 import logging
 import threading
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Sequence
 
 from ..engine import storage
 from ..engine.errors import IndexFormatError, IndexLockedError
 from ..index import Index
 from ..index.merge import MERGE_FACTOR, merge_range, next_merge
-from .writer import ProcessWriter, ThreadWriter, load_live, process_embedder_entry
+from .writer import ProcessWriter, ThreadWriter, load_live, process_embedder_entry, warm_up
 
 log = logging.getLogger("hopgraph.serve")
 
@@ -63,12 +63,13 @@ LOCK_RETRY_SECONDS = 10.0
 class LiveWrites:
     """The write path of one served index (module docstring). ``run_exclusive(fn)`` runs ``fn`` in
     the search worker between micro-batches (the batcher's); ``merge``: run the merge policy after
-    commits."""
+    commits; ``process``: a writer process when the embedder allows; ``pipelines``: those served (each
+    searched once on a commit before it is swapped in, :func:`~hopgraph.serve.writer.warm_up`)."""
 
     def __init__(self, index: Index, run_exclusive: Callable[[Callable[[], Any]], Awaitable[Any]],
                  window_ms: float = COMMIT_WINDOW_MS, merge: bool = True, merge_factor: int = MERGE_FACTOR,
-                 process: bool = True) -> None:
-        self.index, self.run_exclusive = index, run_exclusive
+                 process: bool = True, pipelines: Sequence[str] = ()) -> None:
+        self.index, self.run_exclusive, self.pipelines = index, run_exclusive, list(pipelines)
         self.window_ms, self.merge, self.merge_factor = float(window_ms), merge, merge_factor
         self._lock: asyncio.Lock | None = None
         self._pending: list[asyncio.Future] = []
@@ -167,6 +168,7 @@ class LiveWrites:
                 if self.writer.is_open:
                     await _retry_locked(self.writer.save)
                     fresh = await self.writer.take()
+                    await self.writer.call(lambda: self._warm(fresh))
                     await self.run_exclusive(lambda: self.index._adopt(fresh))
             except BaseException as e:
                 await self.writer.drop()
@@ -181,6 +183,14 @@ class LiveWrites:
                 if not f.done():
                     f.set_result(True)
         self._maybe_merge()
+
+    def _warm(self, index: Index) -> None:
+        """:func:`~hopgraph.serve.writer.warm_up` of a committed index; a failure is logged (the write
+        is committed: its answer does not depend on it)."""
+        try:
+            warm_up(index, self.pipelines)
+        except Exception:
+            log.exception("the warm-up search of a new commit failed")
 
     async def _save_served(self) -> None:
         """Commit what the served index holds beyond its commit (pipelines fitted when the server
@@ -246,7 +256,9 @@ class LiveWrites:
                 if step is None or merge_range(path, *step, Index) is None:
                     break
                 self.merges += 1
-            self._adopt = self._load()
+            merged = self._load()
+            self._warm(merged)
+            self._adopt = merged
         except (IndexLockedError, IndexFormatError, OSError) as e:
             log.warning("background merge of %s stopped: %s", path, e)
         except Exception:  # a merge failing must not stop the server; the index is left as it was

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from ..engine.embedders.resolve import embedder_entry, embedder_from_entry, is_resolvable
+from ..engine.pipelines import pipeline_class
 from ..index import Index
 from .batcher import lowest_priority
 
@@ -51,6 +52,15 @@ def apply_delete(index: Index, pid: str) -> dict[str, Any]:
 def load_live(index: Index) -> Index:
     """The live commit of ``index``'s directory, loaded with its embedder and device."""
     return Index.load(index.path, embedder=index._embedder, device=index.device, progress=False, verify="fast")
+
+
+def warm_up(index: Index, pipelines: Sequence[str]) -> None:
+    """One search of each of ``pipelines`` on ``index`` (just loaded or written), so that what a first
+    search builds (the exact dense index over X, ...) is built before the index is served, not in a
+    client's search. Cost: one search a pipeline (and one question embedded for those that need texts)."""
+    for name in pipelines:
+        query = "warm-up question" if pipeline_class(name).needs.query_texts else index.X[0]
+        index.search_arrays([query], name, 1, warn_empty=False)
 
 
 def process_embedder_entry(index: Index) -> dict[str, Any] | None:

@@ -117,6 +117,7 @@ def test_searches_are_answered_from_the_last_commit_while_the_writer_process_app
         finally:
             (gate / "release").touch()
         assert answer.result(60) == {"added": ["cow-1"], "replaced": [], "passages": 25, "committed": True}
+        assert served.components.dense._index is not None             # warmed up before it was served
         for p in PIPES:  # read-your-writes: the commit is served before the answer
             assert c.search(QUESTION, pipeline=p, k=1)[0][0].id == "cow-1", p
         assert app.state.live.index is served and served.n_live == 25
