@@ -202,9 +202,9 @@ def lowest_priority() -> None:
         pass
 
 
-def _bulk_thread_setup() -> None:
-    """The bulk worker: lowest CPU priority and one torch / faiss thread, so it takes the CPU the
-    interactive worker leaves."""
+def background_thread_setup() -> None:
+    """The calling thread (the bulk worker, the writer process): lowest CPU priority and one torch /
+    faiss thread, so it takes the CPU the interactive worker leaves."""
     lowest_priority()
     import torch
 
@@ -333,7 +333,7 @@ class MicroBatcher:
         self.limits = limits
         self.lock = ReadWriteLock()
         self.interactive = Lane(self, "interactive", limits.max_pending, "hopgraph-search")
-        self.bulk = Lane(self, "bulk", limits.max_pending_bulk, "hopgraph-search-bulk", _bulk_thread_setup,
+        self.bulk = Lane(self, "bulk", limits.max_pending_bulk, "hopgraph-search-bulk", background_thread_setup,
                          chunk=limits.bulk_batch_size)
         self.bulk.yield_to = self.interactive.idle
         self.batches = 0

@@ -4,14 +4,14 @@
 A write is an *op*: a picklable callable ``op(index) -> dict`` (:func:`apply_add`,
 :func:`apply_delete`) applied to the copy, which is loaded from the index directory at its live
 commit. Either writer offers the same four steps to :class:`~hopgraph.serve.commits.LiveWrites`:
-``open`` a copy, ``apply`` an op to it (an add embeds its passages there), ``commit`` it (one new
-segment; rebased on another process's commit made meanwhile) and return the committed index to
+``open`` a copy, ``apply`` an op to it (an add embeds its passages there), ``save`` it (one new
+segment; rebased on another process's commit made meanwhile) and ``take`` the committed index to
 serve, or ``drop`` it. Searches never wait for any of them.
 
 * :class:`ProcessWriter` keeps the copy, its embedder and all the work of a write (tokenising and
   embedding the passages, BM25 postings, extraction, graph rows, the commit) in one child process
-  (``spawn``), at the lowest CPU priority with one torch thread: the server's interpreter lock and
-  one core stay with the searches. The server then loads the commit it wrote (memory-mapped) and
+  (``spawn``, from the low-priority writer thread), at the lowest CPU priority with one torch and
+  faiss thread: the server's interpreter lock and one core stay with the searches. The server then loads the commit it wrote (memory-mapped) and
   serves it. A child that dies fails the write it was doing (the served index is unchanged: a
   commit is atomic) and a new one is started for the next write. Used when the child can re-create
   the served index's embedder from its spec (``minilm``, ``hashing-DIM``, ``st:``, ``openai:``).
@@ -23,13 +23,14 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import pickle
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from ..engine.embedders.resolve import embedder_entry, embedder_from_entry, is_resolvable
 from ..engine.pipelines import pipeline_class
 from ..index import Index
-from .batcher import lowest_priority
+from .batcher import background_thread_setup, lowest_priority
 
 #: seconds a stopping server waits for its writer process before it is terminated
 STOP_SECONDS = 30.0
@@ -229,10 +230,7 @@ class ProcessWriter(ThreadWriter):
 def _writer_main(conn: Any, path: str, entry: dict[str, Any], device: str) -> None:
     """The writer process: answer ``(kind, arg)`` requests (open / apply / commit / drop / stop) with
     ``(True, value)`` or ``(False, exception)`` until told to stop or the server is gone."""
-    lowest_priority()  # threads started from here (torch's) inherit it
-    import torch
-
-    torch.set_num_threads(1)  # one core stays with the searches
+    background_thread_setup()  # one core stays with the searches
     embedder = embedder_from_entry(entry, f"index {path}")
     copy: Index | None = None
     while True:
@@ -260,6 +258,7 @@ def _writer_main(conn: Any, path: str, entry: dict[str, Any], device: str) -> No
                 break
             conn.send((True, value))
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the server
+            e.add_note("in the writer process:\n" + "".join(traceback.format_exception(e)))
             conn.send((False, _picklable(e)))
     if copy is not None:
         copy.close()
