@@ -238,14 +238,14 @@ def _writer_main(conn: Any, path: str, entry: dict[str, Any], device: str) -> No
             kind, arg = conn.recv()
         except (EOFError, OSError):  # the server is gone
             break
+        answer: tuple[bool, Any] = (True, None)
         try:
-            value = None
             if kind == "open":
                 if copy is not None:
                     copy.close()
                 copy = Index.load(path, embedder=embedder, device=device, progress=False, verify="fast")
             elif kind == "apply":
-                value = arg(copy)
+                answer = (True, arg(copy))
             elif kind == "commit":
                 copy.save()
                 copy.close()
@@ -256,10 +256,13 @@ def _writer_main(conn: Any, path: str, entry: dict[str, Any], device: str) -> No
                 copy = None
             elif kind == "stop":
                 break
-            conn.send((True, value))
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the server
             e.add_note("in the writer process:\n" + "".join(traceback.format_exception(e)))
-            conn.send((False, _picklable(e)))
+            answer = (False, _picklable(e))
+        try:
+            conn.send(answer)
+        except OSError:  # the server is gone
+            break
     if copy is not None:
         copy.close()
 
