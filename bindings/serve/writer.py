@@ -11,10 +11,12 @@ serve, or ``drop`` it. Searches never wait for any of them.
 * :class:`ProcessWriter` keeps the copy, its embedder and all the work of a write (tokenising and
   embedding the passages, BM25 postings, extraction, graph rows, the commit) in one child process
   (``spawn``, from the low-priority writer thread), at the lowest CPU priority with one torch and
-  faiss thread: the server's interpreter lock and one core stay with the searches. The server then loads the commit it wrote (memory-mapped) and
-  serves it. A child that dies fails the write it was doing (the served index is unchanged: a
-  commit is atomic) and a new one is started for the next write. Used when the child can re-create
-  the served index's embedder from its spec (``minilm``, ``hashing-DIM``, ``st:``, ``openai:``).
+  faiss thread: the server's interpreter lock and one core stay with the searches. The server then
+  loads the commit it wrote (memory-mapped), searches it once (:func:`warm_up`) and serves it. A
+  child that dies fails the write it was doing (the served index is unchanged: a commit is atomic)
+  and a new one is started for the next write. Used when the child can re-create the served
+  index's embedder from its spec (``minilm``, ``hashing-DIM``, ``st:``, ``openai:``). Measured:
+  ``docs/decisions/serve-writes-process.md``.
 * :class:`ThreadWriter` applies the ops in a thread of the server at the lowest CPU priority (an
   embedder given as a Python object, or ``create_app(..., write_process=False)``).
 """
