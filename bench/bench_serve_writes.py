@@ -10,9 +10,9 @@ and runs ``--clients`` honest clients, each sending one question a request at ``
 (open loop, cycling through the served pipelines; the questions are the corpus's titles). Each of
 ``--rounds`` rounds first measures an idle window of ``--idle-seconds``, then sends one
 ``POST /passages`` of ``--add`` new passages (the corpus's next ones, fresh ids) and measures the
-searches sent while that request is in flight: the server embeds the passages (in its bulk
-worker), applies them to a copy of the index and commits it (in its writer thread), then swaps
-the copy in between two micro-batches; the searches go on meanwhile.
+searches sent while that request is in flight: the server's writer process embeds the passages,
+applies them to a copy of the index and commits it; the server then loads that commit, searches it
+once with each pipeline and swaps it in between two micro-batches; the searches go on meanwhile.
 Prints p50 / p99 / max latency of both phases, their ratio (the target: during ≤ 2 × idle), the
 add's duration and the load average.
 """
@@ -57,7 +57,7 @@ def during_add(url: str, bodies: list[tuple[str, bytes]], args: argparse.Namespa
 
     def writer() -> None:
         conn = connection(url)
-        conn.timeout = 3600
+        conn.sock.settimeout(3600)
         t0 = time.perf_counter()
         answer["status"], answer["body"] = send(conn, "POST", "/passages", payload)
         answer["seconds"] = time.perf_counter() - t0

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -39,6 +40,7 @@ from .checks import check_search, query_params_info, refused, search_error_statu
 from .commits import COMMIT_WINDOW_MS, LiveWrites
 from .guard import HostOriginMiddleware
 from .limits import ServeLimits
+from .writer import apply_add, apply_delete
 from .schema import AddRequest, AddResponse, DeleteResponse, ErrorResponse, PassageOut, SearchRequest, SearchResponse
 
 log = logging.getLogger("hopgraph.serve")
@@ -83,7 +85,7 @@ class Service:
 def create_app(index: Index, limits: ServeLimits | None = None, api_key: str | None = None,
                pipelines: Sequence[str] | None = None, read_only: bool = False,
                param_limits: ParamLimits | None = None, allowed_hosts: Sequence[str] = (),
-               commit_window_ms: float = COMMIT_WINDOW_MS, merge: bool = True) -> FastAPI:
+               commit_window_ms: float = COMMIT_WINDOW_MS, merge: bool = True, write_process: bool = True) -> FastAPI:
     """The FastAPI app serving ``index``.
 
     ``pipelines`` (default: those fitted in the index) are fitted now if needed, so no request
@@ -93,9 +95,12 @@ def create_app(index: Index, limits: ServeLimits | None = None, api_key: str | N
     parameters (default :meth:`ParamLimits.default`). Writes to an index loaded from a directory are
     committed there before they are answered, the writes of one ``commit_window_ms`` sharing a
     commit; ``merge``: merge small segments in the background; commits of other processes are taken
-    in before the next search or write (:mod:`hopgraph.serve.commits`).
+    in before the next search or write (:mod:`hopgraph.serve.commits`); ``write_process``: apply the
+    writes in a writer process when the embedder allows (else in a writer thread,
+    :mod:`hopgraph.serve.writer`).
     """
-    service = _service(index, limits or ServeLimits(), pipelines, read_only, param_limits, commit_window_ms, merge)
+    service = _service(index, limits or ServeLimits(), pipelines, read_only, param_limits, commit_window_ms, merge,
+                       write_process)
     app = FastAPI(title="hopgraph", version=__version__, lifespan=_lifespan(service),
                   max_body_size=service.limits.max_body_bytes,
                   description="Multi-hop graph retrieval over one hopgraph index. "
@@ -116,14 +121,15 @@ def create_app(index: Index, limits: ServeLimits | None = None, api_key: str | N
 
 def _service(index: Index, limits: ServeLimits, pipelines: Sequence[str] | None, read_only: bool,
              param_limits: ParamLimits | None, commit_window_ms: float = COMMIT_WINDOW_MS,
-             merge: bool = True) -> Service:
+             merge: bool = True, write_process: bool = True) -> Service:
     served = list(dict.fromkeys(pipelines or index.pipelines))
     if not served:
         raise InputError("the index has no fitted pipeline: give the pipelines to serve (--pipelines)")
     for name in served:
         index.pipeline(name)
     batcher = MicroBatcher(index, limits)
-    live = LiveWrites(index, batcher.run_exclusive, commit_window_ms, merge=merge and not read_only)
+    live = LiveWrites(index, batcher.run_exclusive, commit_window_ms, merge=merge and not read_only,
+                      process=write_process, pipelines=served)
     batcher.refresh = live.refresh
     return Service(index, limits, served, param_limits or ParamLimits.default(), read_only, batcher, live)
 
@@ -237,16 +243,8 @@ def _passage_routes(service: Service) -> APIRouter:
         check_writable()
         _check_add(request, limits)
         records = [p.model_dump() for p in request.passages]
-        embedded: list[Any] = []
-
-        async def embed() -> None:  # beside the searches
-            embedded.append(await service.batcher.run_beside(lambda: index.embed_passages(records)))
-
-        def run(target: Index) -> dict[str, Any]:
-            report = target.add(records, upsert=request.upsert, embeddings=embedded[0])
-            return {"added": report.added, "replaced": report.replaced, "passages": target.n_live}
-
-        return JSONResponse(await _write(live, run, "POST /passages", prepare=embed))
+        return JSONResponse(await _write(live, partial(apply_add, records=records, upsert=request.upsert),
+                                         "POST /passages"))
 
     @router.delete("/passages/{pid:path}", summary="delete one passage (no search returns it); committed",
                    response_model=None, responses={200: {"model": DeleteResponse}, 403: {"model": ErrorResponse},
@@ -255,15 +253,8 @@ def _passage_routes(service: Service) -> APIRouter:
                                                    **_ERRORS})
     async def delete_passage(pid: str) -> JSONResponse:
         check_writable()
-
-        def run(target: Index) -> dict[str, Any]:
-            report = target.delete([pid])
-            if report.unknown:
-                raise KeyError(pid)
-            return {"deleted": pid, "passages": target.n_live}
-
         try:
-            return JSONResponse(await _write(live, run, "DELETE /passages"))
+            return JSONResponse(await _write(live, partial(apply_delete, pid=pid), "DELETE /passages"))
         except KeyError:
             raise HTTPException(404, f"no passage with id {pid!r} in this index") from None
 
@@ -283,15 +274,13 @@ def _check_add(request: AddRequest, limits: ServeLimits) -> None:
                                      f"is {limits.max_passage_chars} (split long documents into passages first)")
 
 
-async def _write(live: LiveWrites, run: Any, what: str, prepare: Any = None) -> dict[str, Any]:
-    """Await ``prepare()`` (when given), apply the index update ``run(index)`` and wait for its group
-    commit (:mod:`hopgraph.serve.commits`); 409 when another process holds the index's write
-    lock too long, an id is already there or another writer's commit conflicts, 422 for bad input,
-    500 (logged) for anything else."""
+async def _write(live: LiveWrites, op: Any, what: str) -> dict[str, Any]:
+    """Apply the write ``op(index)`` (:mod:`hopgraph.serve.writer`) and wait for its group commit
+    (:mod:`hopgraph.serve.commits`); 409 when another process holds the index's write lock too
+    long, an id is already there or another writer's commit conflicts, 422 for bad input, 500
+    (logged) for anything else."""
     try:
-        if prepare is not None:
-            await prepare()
-        return await live.write(run)
+        return await live.write(op)
     except KeyError:
         raise
     except (IndexLockedError, DuplicateIdError, StaleIndexError) as e:

@@ -205,9 +205,9 @@ def lowest_priority() -> None:
         pass
 
 
-def _bulk_thread_setup() -> None:
-    """The bulk worker: lowest CPU priority and one torch / faiss thread, so it takes the CPU the
-    interactive worker leaves."""
+def background_thread_setup() -> None:
+    """The calling thread (the bulk worker, the writer process): lowest CPU priority and one torch /
+    faiss thread, so it takes the CPU the interactive worker leaves."""
     lowest_priority()
     import torch
 
@@ -336,7 +336,7 @@ class MicroBatcher:
         self.limits = limits
         self.lock = ReadWriteLock()
         self.interactive = Lane(self, "interactive", limits.max_pending, "hopgraph-search")
-        self.bulk = Lane(self, "bulk", limits.max_pending_bulk, "hopgraph-search-bulk", _bulk_thread_setup,
+        self.bulk = Lane(self, "bulk", limits.max_pending_bulk, "hopgraph-search-bulk", background_thread_setup,
                          chunk=limits.bulk_batch_size)
         self.bulk.yield_to = self.interactive.idle
         self.batches = 0
@@ -364,11 +364,6 @@ class MicroBatcher:
             parts.append(self.index.embed_queries(texts[start:start + EMBED_CHUNK],
                                                   batch_size=self.limits.embed_batch_size))
         return np.concatenate(parts) if parts else np.zeros((0, self.index.X.shape[1]), np.float32)
-
-    async def run_beside(self, fn: Callable[[], Any]) -> Any:
-        """Run ``fn`` (work for a write that does not change the index, e.g. embedding the added
-        passages) in the bulk worker thread, at its low priority: searches go on meanwhile."""
-        return await asyncio.get_running_loop().run_in_executor(self.bulk.executor, fn)
 
     async def run_exclusive(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` (an index update) in the interactive worker thread, between its micro-batches,

@@ -2,20 +2,22 @@
 processes.
 
 * **Copy-on-write.** A write (``POST /passages``, ``DELETE /passages/{id}``) never changes the index
-  being searched. It is applied, in a writer thread of its own, to a second :class:`~hopgraph.index.Index`
-  loaded from the index directory at the live commit (the one served: a write first takes in other
-  processes' commits), with the served index's embedder and device; the writer thread has the
-  lowest CPU priority. Searches go on meanwhile and see the last commit. The passages of an add are embedded beforehand in the bulk worker
-  (:meth:`~hopgraph.index.Index.embed_passages`).
+  being searched. It is applied to a second :class:`~hopgraph.index.Index` loaded from the index
+  directory at the live commit (the one served: a write first takes in other processes' commits),
+  held by the writer (:mod:`hopgraph.serve.writer`): in a writer process of its own, which also
+  embeds the added passages, so that none of a write's work holds the server's interpreter lock
+  (or, for an embedder given as a Python object, in a writer thread of the server); either runs
+  at the lowest CPU priority. Searches go on meanwhile and see the last commit.
 * **Group commit.** The writes that arrive within :data:`COMMIT_WINDOW_MS` of the first are applied to
   that copy in order and share one commit (:meth:`~hopgraph.index.Index.save`: one segment and
-  deletes files), written by the writer thread; the copy then becomes the served index, swapped in
-  between two micro-batches (a reference swap, :meth:`~hopgraph.index.Index._adopt`), and only then
-  is each write answered (``"committed": true``): a client that has the answer finds the change in
-  its next search. The next write loads a fresh copy from disk. A write waits while a commit is
-  being written (its copy is loaded from that commit). A write that fails leaves the served index
-  as it was: its copy is dropped, and the writes of the window applied before it are applied again
-  to a fresh copy.
+  deletes files), written by the writer; the commit (loaded by the server, memory-mapped, when the
+  writer is a process) then becomes the served index, swapped in between two micro-batches (a
+  reference swap, :meth:`~hopgraph.index.Index._adopt`), and only then is each write answered
+  (``"committed": true``): a client that has the answer finds the change in its next search. The
+  next write loads a fresh copy from disk. A write waits while a commit is being written (its copy
+  is loaded from that commit). A write that fails (or whose writer process dies) leaves the served
+  index as it was: its copy is dropped, and the writes of the window applied before it are applied
+  again to a fresh copy.
 * **Merges.** After a commit, when the tiered policy (:func:`hopgraph.index.merge.next_merge`) finds
   segments to merge, one merge at a time runs in a background thread
   (:func:`hopgraph.index.merge.merge_range`: written beside the live commit, committed in place of
@@ -42,14 +44,13 @@ import json
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Sequence
 
 from ..engine import storage
 from ..engine.errors import IndexFormatError, IndexLockedError
 from ..index import Index
 from ..index.merge import MERGE_FACTOR, merge_range, next_merge
-from .batcher import lowest_priority
+from .writer import ProcessWriter, ThreadWriter, load_live, process_embedder_entry, warm_up
 
 log = logging.getLogger("hopgraph.serve")
 
@@ -62,19 +63,21 @@ LOCK_RETRY_SECONDS = 10.0
 class LiveWrites:
     """The write path of one served index (module docstring). ``run_exclusive(fn)`` runs ``fn`` in
     the search worker between micro-batches (the batcher's); ``merge``: run the merge policy after
-    commits."""
+    commits; ``process``: a writer process when the embedder allows; ``pipelines``: those served (each
+    searched once on a commit before it is swapped in, :func:`~hopgraph.serve.writer.warm_up`)."""
 
     def __init__(self, index: Index, run_exclusive: Callable[[Callable[[], Any]], Awaitable[Any]],
-                 window_ms: float = COMMIT_WINDOW_MS, merge: bool = True, merge_factor: int = MERGE_FACTOR) -> None:
-        self.index, self.run_exclusive = index, run_exclusive
+                 window_ms: float = COMMIT_WINDOW_MS, merge: bool = True, merge_factor: int = MERGE_FACTOR,
+                 process: bool = True, pipelines: Sequence[str] = ()) -> None:
+        self.index, self.run_exclusive, self.pipelines = index, run_exclusive, list(pipelines)
         self.window_ms, self.merge, self.merge_factor = float(window_ms), merge, merge_factor
         self._lock: asyncio.Lock | None = None
         self._pending: list[asyncio.Future] = []
         self._flush_task: asyncio.Task | None = None
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hopgraph-write",
-                                          initializer=lowest_priority)  # the CPU the searches leave
-        #: the copy the writes of the open window are applied to (None: no write since the last commit)
-        self._copy: Index | None = None
+        entry = process_embedder_entry(index) if process and index.path is not None else None
+        #: holds the copy the writes of the open window are applied to (:mod:`hopgraph.serve.writer`)
+        self.writer = ProcessWriter(index, entry) if entry is not None else ThreadWriter(index)
+        #: the window's writes applied so far
         self._applied: list[Callable[[Index], Any]] = []
         self._merging: threading.Thread | None = None
         self._adopt: Index | None = None
@@ -84,12 +87,12 @@ class LiveWrites:
 
     # ------------------------------------------------------------------ writes
     async def write(self, fn: Callable[[Index], dict[str, Any]]) -> dict[str, Any]:
-        """Apply the write ``fn(index)`` (after a commit being written, and after taking in another
-        process's commit) to the writer's copy of the served index, in the writer thread; then wait
-        for the group commit that holds it and makes the copy the served index. Returns ``fn``'s
-        answer with ``"committed"``; raises what ``fn`` raised (the served index is then unchanged)
-        or what the commit raised. Without an index directory, ``fn`` runs on the served index in
-        the search worker and the answer has ``"committed": false``."""
+        """Apply the write ``fn(index)`` (an op of :mod:`hopgraph.serve.writer`: picklable), after a
+        commit being written and after taking in another process's commit, to the writer's copy of
+        the served index; then wait for the group commit that holds it and makes it the served index.
+        Returns ``fn``'s answer with ``"committed"``; raises what ``fn`` raised (the served index is
+        then unchanged) or what the commit raised. Without an index directory, ``fn`` runs on the
+        served index in the search worker and the answer has ``"committed": false``."""
         if self._lock is None:
             self._lock = asyncio.Lock()
         if self.index.path is None:
@@ -107,22 +110,25 @@ class LiveWrites:
         result["committed"] = await future
         return result
 
+    def start_writer(self) -> None:
+        """Start the writer process before the first write (:meth:`ProcessWriter.start`)."""
+        if self.index.path is not None:
+            self.writer.start()
+
     def _load(self) -> Index:
         """The live commit of the served index's directory, loaded with its embedder and device."""
-        index = self.index
-        return Index.load(index.path, embedder=index._embedder, device=index.device, progress=False, verify="fast")
+        return load_live(self.index)
 
     async def _apply(self, fn: Callable[[Index], dict[str, Any]]) -> dict[str, Any]:
-        """``fn(copy)`` in the writer thread, the copy loaded first when the window has none. When
-        ``fn`` raises, the copy is dropped and the writes applied before it are applied to a fresh
-        one; then ``fn``'s exception is raised."""
-        loop = asyncio.get_running_loop()
-        if self._copy is None:
+        """``fn(copy)`` in the writer, the copy loaded first when the window has none. When ``fn``
+        raises, the copy is dropped and the writes applied before it are applied to a fresh one;
+        then ``fn``'s exception is raised."""
+        if not self.writer.is_open:
             if self.index._pending():  # changes of the served index itself (pipelines fitted at start)
                 await self._save_served()
-            self._copy = await loop.run_in_executor(self._writer, self._load)
+            await self.writer.open()
         try:
-            result = await loop.run_in_executor(self._writer, fn, self._copy)
+            result = await self.writer.apply(fn)
         except BaseException:
             await self._reapply()
             raise
@@ -132,26 +138,17 @@ class LiveWrites:
     async def _reapply(self) -> None:
         """Drop the copy; apply the window's writes applied so far to a fresh one (when this fails,
         they fail with its exception: the served index then holds none of them)."""
-        copy, applied, self._copy, self._applied = self._copy, self._applied, None, []
-        if copy is not None:
-            copy.close()
+        applied, self._applied = self._applied, []
+        await self.writer.drop()
         if not applied:
             return
-
-        def fresh() -> Index:
-            index = self._load()
-            try:
-                for fn in applied:
-                    fn(index)
-            except BaseException:
-                index.close()
-                raise
-            return index
-
         try:
-            self._copy = await asyncio.get_running_loop().run_in_executor(self._writer, fresh)
+            await self.writer.open()
+            for fn in applied:
+                await self.writer.apply(fn)
             self._applied = applied
         except BaseException as e:
+            await self.writer.drop()
             log.exception("applying the writes of the window again failed")
             waiting, self._pending = self._pending, []
             for f in waiting:
@@ -162,19 +159,21 @@ class LiveWrites:
         await asyncio.sleep(self.window_ms / 1000)
         assert self._lock is not None
         async with self._lock:
-            waiting, self._pending = self._pending, []
-            copy, self._copy, self._applied = self._copy, None, []
+            waiting, self._pending, self._applied = self._pending, [], []
             if not waiting:
-                if copy is not None:
-                    copy.close()
+                await self.writer.drop()
                 return
+            fresh = None
             try:
-                if copy is not None:
-                    await self._save(copy)
-                    await self.run_exclusive(lambda: self.index._adopt(copy))
+                if self.writer.is_open:
+                    await _retry_locked(self.writer.save)
+                    fresh = await self.writer.take()
+                    await self.writer.call(lambda: self._warm(fresh))
+                    await self.run_exclusive(lambda: self.index._adopt(fresh))
             except BaseException as e:
-                if copy is not None:
-                    copy.close()
+                await self.writer.drop()
+                if fresh is not None:
+                    fresh.close()
                 for f in waiting:
                     if not f.done():
                         f.set_exception(e)
@@ -185,10 +184,13 @@ class LiveWrites:
                     f.set_result(True)
         self._maybe_merge()
 
-    async def _save(self, copy: Index) -> None:
-        """Commit the writer's copy in the writer thread (rebased on another process's commit made
-        meanwhile)."""
-        await _retry_locked(lambda: asyncio.get_running_loop().run_in_executor(self._writer, copy.save))
+    def _warm(self, index: Index) -> None:
+        """:func:`~hopgraph.serve.writer.warm_up` of a committed index; a failure is logged (the write
+        is committed: its answer does not depend on it)."""
+        try:
+            warm_up(index, self.pipelines)
+        except Exception:
+            log.exception("the warm-up search of a new commit failed")
 
     async def _save_served(self) -> None:
         """Commit what the served index holds beyond its commit (pipelines fitted when the server
@@ -198,7 +200,7 @@ class LiveWrites:
 
         async def save() -> None:
             try:
-                await asyncio.get_running_loop().run_in_executor(self._writer, lambda: self.index.save(rebase=False))
+                await self.writer.call(lambda: self.index.save(rebase=False))
             except storage.StaleIndexError:
                 await self.run_exclusive(self.index.save)
 
@@ -229,7 +231,7 @@ class LiveWrites:
             content = json.loads((index.path / name).read_text()).get("content")
         except (OSError, ValueError):
             return
-        if content == index._committed.content or index._pending() or self._copy is not None or \
+        if content == index._committed.content or index._pending() or self.writer.is_open or \
                 (self._flush_task is not None and not self._flush_task.done()):
             return  # a merge (same content), or our own writes to commit first: their commit rebases
         await self.run_exclusive(lambda: index._adopt(self._load()))
@@ -254,7 +256,9 @@ class LiveWrites:
                 if step is None or merge_range(path, *step, Index) is None:
                     break
                 self.merges += 1
-            self._adopt = self._load()
+            merged = self._load()
+            self._warm(merged)
+            self._adopt = merged
         except (IndexLockedError, IndexFormatError, OSError) as e:
             log.warning("background merge of %s stopped: %s", path, e)
         except Exception:  # a merge failing must not stop the server; the index is left as it was
@@ -275,10 +279,7 @@ class LiveWrites:
             await self._flush_task
         if self._merging is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._merging.join, 60)
-        if self._copy is not None:
-            self._copy.close()
-            self._copy = None
-        self._writer.shutdown(wait=True)
+        await self.writer.stop()
 
 
 async def _retry_locked(commit: Callable[[], Awaitable[Any]]) -> None:

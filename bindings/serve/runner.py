@@ -6,6 +6,7 @@ port and the printed address is the real one.
 from __future__ import annotations
 
 import argparse
+import gc
 import ipaddress
 import logging
 import socket
@@ -135,6 +136,9 @@ def serve(index_dir: str | Path, host: str = "127.0.0.1", port: int = 8080, api_
         app.state.batcher.warm_up()  # load the query embedder before the first request
     except InputError as e:
         log.warning("only embedding queries can be answered: %s", e)
+    if not read_only:
+        app.state.live.start_writer()  # the writer process loads beside the first searches
+    gc.freeze()  # what the start loaded (libraries, model, index) leaves the collector's full passes
     if progress:
         log.info("loaded %s (%d passages) and its query embedder in %.1f s", index_dir, index.n_live,
                  time.perf_counter() - t0)

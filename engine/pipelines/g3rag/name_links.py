@@ -109,7 +109,8 @@ class ChunkNames:
         df = np.bincount(all_names, minlength=v)
         idf = np.log(n / np.maximum(df, 1)) if n else np.zeros(v)
         old_title = np.asarray(self.title, np.int64)
-        new_title = np.array([_name_id(ex.names, canonical_name(t)) if t else -1 for t in titles], np.int64)
+        vocab = ex.names if len(titles) * DECODE_ALL_FACTOR < len(ex.names) else list(ex.names)
+        new_title = np.array([_name_id(vocab, canonical_name(t)) if t else -1 for t in titles], np.int64)
         if len(new_title) != n - start:
             new_title = np.full(n - start, -1, np.int64)
         title = np.concatenate([np.where(old_title >= 0, name_map[np.maximum(old_title, 0)], -1), new_title])
@@ -132,6 +133,11 @@ class ChunkNames:
         indptr = check_indptr(a["indptr"], n_chunks, len(names), f"{where} names_indptr")
         title = check_ids(np.asarray(a["title"]) + 1, len(idf) + 1, f"{where} names_title", n_chunks) - 1
         return cls(indptr, names, idf, title)
+
+
+#: the new titles' names are looked up in the vocabulary decoded once (not by a binary search over the
+#: stored strings, each probe decoding one) when the vocabulary holds fewer than this many names a title
+DECODE_ALL_FACTOR = 100
 
 
 def _name_id(names: Sequence[str], name: str) -> int:

@@ -1,11 +1,15 @@
-"""hopgraph serve applies a write to a copy of the index in a writer thread: searches are answered
-meanwhile from the last commit, the served object is never changed by the write, and the copy is
-served (swapped in) before the write is answered."""
+"""hopgraph serve applies a write to a copy of the index in a writer process (or a writer thread):
+searches are answered meanwhile from the last commit, the served object is never changed by the
+write, and the commit is served (swapped in) before the write is answered; a writer process that
+dies fails its write and changes nothing."""
 from __future__ import annotations
 
 import concurrent.futures
+import os
+import signal
 import threading
 import time
+from functools import partial
 
 import numpy as np
 import pytest
@@ -14,9 +18,12 @@ pytest.importorskip("fastapi")
 pytest.importorskip("httpx")
 
 import hopgraph  # noqa: E402
-from hopgraph.client import RequestRejected  # noqa: E402
+import hopgraph.serve.app as serve_app  # noqa: E402
+from gated_writes import gated_add  # noqa: E402
+from hopgraph.client import RequestRejected, ServiceError  # noqa: E402
 from hopgraph.demo import demo_corpus  # noqa: E402
 from hopgraph.serve import BackgroundServer, create_app  # noqa: E402
+from hopgraph.serve.writer import ProcessWriter, ThreadWriter, process_embedder_entry  # noqa: E402
 
 PIPES = ["dense", "bm25"]
 NEW = [{"id": "cow-1", "title": "Axolotl", "text": "The axolotl regrows its limbs in the lakes of Mexico City."}]
@@ -32,7 +39,7 @@ def index_dir(tmp_path):
     return path
 
 
-def test_searches_are_answered_from_the_last_commit_while_a_write_is_applied(index_dir, monkeypatch):
+def test_searches_are_answered_from_the_last_commit_while_a_writer_thread_applies_a_write(index_dir, monkeypatch):
     served = hopgraph.Index.load(index_dir, progress=False)
     entered, release, targets = threading.Event(), threading.Event(), []
     real_add = hopgraph.Index.add
@@ -46,7 +53,8 @@ def test_searches_are_answered_from_the_last_commit_while_a_write_is_applied(ind
     monkeypatch.setattr(hopgraph.Index, "add", add)
     X = served.X
     X_before = np.array(X)
-    app = create_app(served, pipelines=PIPES)
+    app = create_app(served, pipelines=PIPES, write_process=False)
+    assert isinstance(app.state.live.writer, ThreadWriter)
     with BackgroundServer(app) as srv, hopgraph.Client(srv.url) as c, \
             concurrent.futures.ThreadPoolExecutor(1) as pool:
         before = {p: [h.id for h in c.search(QUESTION, pipeline=p, k=5)[0]] for p in PIPES}
@@ -76,21 +84,83 @@ def test_searches_are_answered_from_the_last_commit_while_a_write_is_applied(ind
     assert len(targets) == 1
 
 
-def test_each_commit_loads_a_fresh_copy_and_a_failed_write_changes_nothing(index_dir, monkeypatch):
-    served = hopgraph.Index.load(index_dir, progress=False)
-    app = create_app(served, pipelines=PIPES, commit_window_ms=400)
-    live, copies = app.state.live, []
-    real_load = live._load
+def wait_for(path, seconds: float = 60.0) -> str:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.02)
+    return path.read_text()
 
-    def load():
+
+def test_searches_are_answered_from_the_last_commit_while_the_writer_process_applies_a_write(
+        index_dir, tmp_path, monkeypatch):
+    served = hopgraph.Index.load(index_dir, progress=False)
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    monkeypatch.setattr(serve_app, "apply_add", partial(gated_add, gate=str(gate)))  # run by the writer process
+    X = served.X
+    X_before = np.array(X)
+    app = create_app(served, pipelines=PIPES)
+    assert isinstance(app.state.live.writer, ProcessWriter)
+    with BackgroundServer(app) as srv, hopgraph.Client(srv.url) as c, \
+            concurrent.futures.ThreadPoolExecutor(1) as pool:
+        before = {p: [h.id for h in c.search(QUESTION, pipeline=p, k=5)[0]] for p in PIPES}
+        state = dict(served.__dict__)
+        answer = pool.submit(lambda: hopgraph.Client(srv.url).add(NEW))
+        pid = int(wait_for(gate / "entered"))
+        try:
+            assert pid != os.getpid()                                  # the update runs in another process
+            for p in PIPES:  # answered while the write's update is in progress, from the last commit
+                assert [h.id for h in c.search(QUESTION, pipeline=p, k=5)[0]] == before[p], p
+            assert c.health()["passages"] == 24 and not answer.done()
+            assert [k for k, v in state.items() if served.__dict__.get(k) is not v] == []
+        finally:
+            (gate / "release").touch()
+        assert answer.result(60) == {"added": ["cow-1"], "replaced": [], "passages": 25, "committed": True}
+        assert served.components.dense._index is not None             # warmed up before it was served
+        for p in PIPES:  # read-your-writes: the commit is served before the answer
+            assert c.search(QUESTION, pipeline=p, k=1)[0][0].id == "cow-1", p
+        assert app.state.live.index is served and served.n_live == 25
+    np.testing.assert_array_equal(X, X_before)
+    assert hopgraph.Index.load(index_dir, progress=False).passage("cow-1")["title"] == "Axolotl"
+
+
+def test_a_writer_process_killed_during_a_write_fails_it_and_changes_nothing(index_dir, tmp_path, monkeypatch):
+    served = hopgraph.Index.load(index_dir, progress=False)
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    monkeypatch.setattr(serve_app, "apply_add", partial(gated_add, gate=str(gate)))
+    app = create_app(served, pipelines=PIPES)
+    with BackgroundServer(app) as srv, hopgraph.Client(srv.url) as c, \
+            concurrent.futures.ThreadPoolExecutor(1) as pool:
+        answer = pool.submit(lambda: hopgraph.Client(srv.url).add(NEW))
+        os.kill(int(wait_for(gate / "entered")), signal.SIGKILL)
+        with pytest.raises(ServiceError, match="HTTP 500.*POST /passages.*WriterProcessDied"):
+            answer.result(60)
+        assert c.health()["passages"] == 24 and c.search(QUESTION, pipeline="bm25", k=1)[0][0].id != "cow-1"
+        assert hopgraph.Index.load(index_dir, progress=False).n_live == 24
+        monkeypatch.undo()                                             # a new writer process takes the next write
+        assert c.add(NEW) == {"added": ["cow-1"], "replaced": [], "passages": 25, "committed": True}
+        assert c.search(QUESTION, pipeline="bm25", k=1)[0][0].id == "cow-1"
+    assert hopgraph.Index.load(index_dir, progress=False).n_live == 25
+
+
+@pytest.mark.parametrize("write_process", [False, True])
+def test_each_commit_loads_a_fresh_copy_and_a_failed_write_changes_nothing(index_dir, monkeypatch, write_process):
+    served = hopgraph.Index.load(index_dir, progress=False)
+    app = create_app(served, pipelines=PIPES, commit_window_ms=400, write_process=write_process)
+    writer, copies = app.state.live.writer, []
+    real_load = writer._load
+
+    def load():  # the writer thread's copies (the writer process loads its own)
         copies.append(real_load())
         return copies[-1]
 
-    monkeypatch.setattr(live, "_load", load)
+    monkeypatch.setattr(writer, "_load", load)
     with BackgroundServer(app) as srv, hopgraph.Client(srv.url) as c:
         assert c.add(NEW)["committed"] is True
         assert c.delete("demo-1")["committed"] is True
-        assert len(copies) == 2 and copies[0] is not copies[1]         # the served copy is never written again
+        assert len(copies) == 2 and copies[0] is not copies[1]         # a fresh copy each commit (or its load)
         assert all(copy is not served for copy in copies)
         state = dict(served.__dict__)
         with pytest.raises(RequestRejected, match="HTTP 409.*'cow-1'"):

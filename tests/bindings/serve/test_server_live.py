@@ -104,7 +104,7 @@ def test_async_client_writes(index_dir):
 def test_writes_need_the_api_key_and_read_only_refuses_them(index_dir):
     index = hopgraph.Index.load(index_dir, progress=False)
     with BackgroundServer(create_app(index, api_key="k3y", pipelines=["dense"])) as srv, \
-            httpx.Client(base_url=srv.url, trust_env=False) as h:
+            httpx.Client(base_url=srv.url, trust_env=False, timeout=60) as h:  # the first write starts the writer
         r = h.post("/passages", json={"passages": [{"id": "z", "text": "zz"}]})
         assert r.status_code == 401
         assert h.delete("/passages/demo-1").status_code == 401
@@ -180,27 +180,24 @@ def test_writes_within_the_window_share_a_commit_and_small_segments_are_merged(i
     assert loaded.n_live == 24 + 30 and len(loaded.manifest["segments"]) < 30
 
 
-def test_added_passages_are_embedded_beside_the_searches(index_dir):
-    """POST /passages embeds in the bulk worker (searches go on meanwhile); only the index update
-    runs in the search worker, and the passages get the embeddings an add computes."""
-    import threading
+def test_added_passages_are_embedded_in_the_writer_process(index_dir):
+    """POST /passages embeds and adds in the writer process (searches go on meanwhile); the
+    passages get the embeddings an add computes."""
+    import os
 
     import numpy as np
 
+    from hopgraph.serve.writer import ProcessWriter
+
     index = hopgraph.Index.load(index_dir, progress=False)
-    threads, real = [], index.embed_passages
-
-    def embed(records, batch_size=64):
-        threads.append(threading.current_thread().name)
-        return real(records, batch_size)
-
-    index.embed_passages = embed
     new = [{"id": "n2", "title": "Numbat", "text": "The numbat eats termites in Western Australia."}]
-    with BackgroundServer(create_app(index, pipelines=PIPES)) as srv, hopgraph.Client(srv.url) as c:
+    app = create_app(index, pipelines=PIPES)
+    with BackgroundServer(app) as srv, hopgraph.Client(srv.url) as c:
         assert c.add(new)["added"] == ["n2"]
         assert c.search("numbat termites", pipeline="dense", k=1)[0][0].id == "n2"
-    assert len(threads) == 1 and threads[0].startswith("hopgraph-search-bulk")
-    np.testing.assert_array_equal(index.X[-1:], real(new))
+        writer = app.state.live.writer
+        assert isinstance(writer, ProcessWriter) and writer._process.pid != os.getpid()
+    np.testing.assert_array_equal(index.X[-1:], index.embed_passages(new))
     from hopgraph.engine.errors import InputError
 
     with pytest.raises(InputError, match="batch_size"):

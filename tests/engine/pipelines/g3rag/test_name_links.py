@@ -170,11 +170,15 @@ def test_names_are_built_at_fit_and_saved_with_the_index(demo_corpus, hashing_em
         ChunkNames.from_arrays(built.arrays(), built.n_chunks + 1, "idx")
 
 
-def test_names_extended_after_an_add_equal_names_made_from_scratch(demo_corpus):
+@pytest.mark.parametrize("decode_all", [0, 10**9])  # titles looked up by binary search / in the decoded vocabulary
+def test_names_extended_after_an_add_equal_names_made_from_scratch(demo_corpus, monkeypatch, decode_all):
     """An add extends the passages' names from the new passages' states only (the stored rows'
     name ids follow the grown vocabulary; every idf from the new counts): the same arrays as
     names made from the grown extraction."""
     from hopgraph.engine.components.extraction import extend_extraction, extract
+    from hopgraph.engine.pipelines.g3rag import name_links
+
+    monkeypatch.setattr(name_links, "DECODE_ALL_FACTOR", decode_all)
 
     for start in (5, 17, 29):
         old_ex = extract(demo_corpus.take(np.arange(start)))
