@@ -92,13 +92,14 @@ class LiveWrites:
         the served index; then wait for the group commit that holds it and makes it the served index.
         Returns ``fn``'s answer with ``"committed"``; raises what ``fn`` raised (the served index is
         then unchanged) or what the commit raised. Without an index directory, ``fn`` runs on the
-        served index in the search worker and the answer has ``"committed": false``."""
+        served index in the search worker and the answer has ``"committed": false`` (true for an
+        index that commits its own writes, ``commits_writes``: a sharded index's router)."""
         if self._lock is None:
             self._lock = asyncio.Lock()
         if self.index.path is None:
             async with self._lock:
                 result = await self.run_exclusive(lambda: fn(self.index))
-            result["committed"] = False
+            result["committed"] = bool(getattr(self.index, "commits_writes", False))
             return result
         async with self._lock:
             await self.refresh()

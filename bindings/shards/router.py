@@ -32,6 +32,8 @@ KEEP_ROUTERS = 2
 class ShardedIndex(Index):
     """A router over shards (module docstring). Opened by :func:`open_router`; ``shards`` reach them."""
 
+    #: every add and delete is committed (owner shards, then the router state) before it returns
+    commits_writes = True
     shards: ShardSet
     #: the sharded index's directory and its ``shards.json`` as last committed
     root: Path

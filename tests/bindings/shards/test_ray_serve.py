@@ -149,7 +149,8 @@ def test_add_and_delete_through_the_router(cluster):
     new = [{"id": f"ray-{i}", "title": f"Harbor Bridge {i}", "text": f"The Harbor Bridge {i} was designed by "
             f"Marisol Venn in {2000 + i}."} for i in range(3)]
     with Client(url) as client:
-        assert client.add(new)["added"] == [r["id"] for r in new]
+        answer = client.add(new)
+        assert answer["added"] == [r["id"] for r in new] and answer["committed"] is True
         client.delete("ray-1")
         client.delete(single.corpus.ids[2])
         single.add(new)
