@@ -184,16 +184,32 @@ class GatherBuffer:
         return out
 
 
+#: a memory-mapped part of fewer rows than this (a small segment's) is read into memory by
+#: :func:`stack_rows`, while the rows so read stay within :data:`SMALL_PARTS_MAX_ROWS`
+SMALL_PART_ROWS = 4096
+#: the rows of small memory-mapped parts :func:`stack_rows` reads into memory at most
+SMALL_PARTS_MAX_ROWS = 65_536
+
+
 def stack_rows(parts: Sequence[np.ndarray]) -> "np.ndarray | StackedRows":
     """``parts`` as one row array: the part itself when there is one, a concatenation when none is
     memory-mapped (small, in-memory rows), else :class:`StackedRows` (nested ones flattened,
-    consecutive in-memory parts joined)."""
+    consecutive in-memory parts joined). Memory-mapped parts of fewer than :data:`SMALL_PART_ROWS`
+    rows (the segments of single adds) are read into memory first, up to
+    :data:`SMALL_PARTS_MAX_ROWS` rows in all, so that an index of many small segments is read as a
+    few parts (a gather visits each part it reads from)."""
     flat: list[np.ndarray] = []
     for p in parts:
         flat.extend(p.parts if isinstance(p, StackedRows) else [p])
     flat = [p for p in flat if len(p)] or flat[:1]
     if len(flat) == 1:
         return flat[0]
+    budget = SMALL_PARTS_MAX_ROWS
+    for i, p in enumerate(flat):
+        if isinstance(p, np.memmap) and len(p) < SMALL_PART_ROWS and len(p) <= budget:
+            with RowReader(p) as read:
+                flat[i] = read(0, len(p))
+            budget -= len(p)
     if not any(isinstance(p, np.memmap) for p in flat):
         return np.concatenate(flat)
     joined: list[np.ndarray] = []

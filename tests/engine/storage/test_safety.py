@@ -272,7 +272,7 @@ def test_read_rows_reads_scattered_rows_from_the_file_of_a_mapped_array(tmp_path
 @pytest.mark.parametrize("gather_min", [4, 1 << 30])
 def test_gather_buffer_equals_indexing_for_every_kind_of_row_array(tmp_path, gather_min):
     import hopgraph.engine.storage.arrays as arrays
-    from hopgraph.engine.storage import GatherBuffer, load_array, save_arrays, stack_rows
+    from hopgraph.engine.storage import GatherBuffer, StackedRows, load_array, save_arrays
 
     rng = np.random.default_rng(2)
     a = rng.standard_normal((60, 5)).astype(np.float32)
@@ -284,7 +284,7 @@ def test_gather_buffer_equals_indexing_for_every_kind_of_row_array(tmp_path, gat
                rng.integers(0, 67, 200)]
     with pytest.MonkeyPatch.context() as mp:  # gather_min 4: through the mapping; else plain reads
         mp.setattr(arrays, "MAPPED_GATHER_MIN", gather_min)
-        for X, ref in ((a, a), (mapped, a), (stack_rows([mapped, tail]), whole), (whole, whole)):
+        for X, ref in ((a, a), (mapped, a), (StackedRows([mapped, tail]), whole), (whole, whole)):
             with GatherBuffer(X, 8) as gather:  # the 67- and 200-row gathers grow the buffer
                 for rows in gathers:
                     rows = rows[rows < len(ref)]
@@ -307,6 +307,28 @@ def test_gather_buffer_reads_a_file_cut_short_with_plain_reads(tmp_path):
         np.testing.assert_array_equal(gather(np.arange(5)), a[:5])
         with pytest.raises(IndexFormatError, match="shorter"):  # not SIGBUS
             gather(np.arange(40))
+
+
+def test_stack_rows_reads_small_mapped_parts_into_memory_within_a_budget(tmp_path, monkeypatch):
+    import hopgraph.engine.storage.rows as rows
+    from hopgraph.engine.storage import StackedRows, load_array, save_arrays, stack_rows
+
+    rng = np.random.default_rng(4)
+    arrays = {f"p{i}": rng.standard_normal((n, 3)).astype(np.float32) for i, n in enumerate([20, 2, 3, 4, 1])}
+    save_arrays(tmp_path, arrays)
+    mapped = [load_array(tmp_path, name) for name in arrays]
+    whole = np.concatenate(list(arrays.values()))
+    monkeypatch.setattr(rows, "SMALL_PART_ROWS", 10)
+    monkeypatch.setattr(rows, "SMALL_PARTS_MAX_ROWS", 6)
+    X = stack_rows(mapped)  # the 20-row part stays mapped; 2 + 3 rows are read, 4 more would pass 6
+    assert isinstance(X, StackedRows) and [type(p) for p in X.parts] == [np.memmap, np.ndarray, np.memmap, np.ndarray]
+    assert [len(p) for p in X.parts] == [20, 5, 4, 1]
+    np.testing.assert_array_equal(np.asarray(X), whole)
+    np.testing.assert_array_equal(X[np.array([29, 0, 21, 25])], whole[[29, 0, 21, 25]])
+    monkeypatch.setattr(rows, "SMALL_PARTS_MAX_ROWS", 100)
+    X = stack_rows(mapped[1:])  # every part read: one in-memory array
+    assert type(X) is np.ndarray
+    np.testing.assert_array_equal(X, whole[20:])
 
 
 def test_release_pages_keeps_a_mapped_array_readable(tmp_path):
