@@ -271,7 +271,7 @@ def files(path):
     return {p: p.stat().st_size for p in __import__("pathlib").Path(path).rglob("*") if p.is_file()}
 
 t0 = time.perf_counter()
-index = Index.load(op["index"], progress=False, verify="fast")
+index = Index.load(op["index"], embedder=op.get("embedder"), progress=False, verify="fast")
 load_s = time.perf_counter() - t0
 out = {"load_s": load_s, "times": []}
 recs = [json.loads(line) for line in open(op["records"])] if op.get("records") else []
@@ -310,7 +310,7 @@ import json, sys, time
 import numpy as np
 from hopgraph import Index
 op = json.loads(sys.argv[1])
-index = Index.load(op["index"], progress=False, verify="fast")
+index = Index.load(op["index"], embedder=op.get("embedder"), progress=False, verify="fast")
 Q = np.load(op["Q"])
 questions = json.loads(open(op["questions"]).read())
 out = {"segments": len(index.manifest["segments"])}
@@ -358,19 +358,20 @@ def _new_passages(data: Path, n: int, seed: int, work: Path) -> tuple[Path, Path
     return rec_path, x_path, sum(len(json.dumps(r)) for r in recs) + X.nbytes
 
 
-def run_segments(index: Path, data: Path, work: Path, pipelines: list[str], singles: int = 100) -> dict:
+def run_segments(index: Path, data: Path, work: Path, pipelines: list[str], singles: int = 100,
+                 embedder: str | None = None) -> dict:
     res: dict = {"n": None, "ops": {}, "load_avg": []}
     work.mkdir(parents=True, exist_ok=True)
     from hopgraph.engine import storage
 
     res["n"] = storage.read_manifest(index)["corpus"]["n_passages"]
     qps_op = {"index": str(index), "Q": str(data / "Q.npy"), "questions": str(data / "questions.json"),
-              "pipelines": pipelines}
+              "pipelines": pipelines, "embedder": embedder}
     res["qps_built"] = _run(QPS, qps_op)
     res["disk_built"] = _disk(index)
     for name, n, kind in (("add 1 passage", 1, "add"), ("add 1,000 passages", 1000, "add"),
                           ("delete 1 passage", 1, "delete")):
-        op = {"index": str(index), "kind": kind, "n": n, "repeat": 1}
+        op = {"index": str(index), "kind": kind, "n": n, "repeat": 1, "embedder": embedder}
         data_bytes = 0
         if kind == "add":
             rec, x, data_bytes = _new_passages(data, n, seed=len(res["ops"]) + 1, work=work)
@@ -386,14 +387,14 @@ def run_segments(index: Path, data: Path, work: Path, pipelines: list[str], sing
     before = _disk(index)
     rec, x, data_bytes = _new_passages(data, singles, seed=99, work=work)
     r = _run(WRITER, {"index": str(index), "kind": "add", "n": 1, "repeat": singles, "records": str(rec),
-                      "embeddings": str(x)})
+                      "embeddings": str(x), "embedder": embedder})
     r["data_bytes"] = data_bytes
     res["singles"] = {**r, "disk_before": before, "disk_after": _disk(index)}
     res["qps_segments"] = _run(QPS, qps_op)
     t0 = time.perf_counter()
     from hopgraph import Index
 
-    merged = Index.load(index, progress=False, verify="fast")
+    merged = Index.load(index, embedder=embedder, progress=False, verify="fast")
     report = merged.merge(max_segments=2)
     merged.close()
     res["merge"] = {"seconds": time.perf_counter() - t0, "segments": [report.segments_before, report.segments_after],
@@ -460,6 +461,8 @@ def main() -> int:
     g.add_argument("--copy", action="store_true", help="work on a copy of the index")
     g.add_argument("--pipelines", default="dense,bm25,hybrid,g3rag")
     g.add_argument("--singles", type=int, default=100)
+    g.add_argument("--embedder", default=None, help="the embedder the index is loaded with (one whose STITCH or "
+                                                    "DMAR embeds the added passages' texts: e.g. hashing-384)")
     g.add_argument("--work", default=None)
     g.add_argument("--json")
     args = ap.parse_args()
@@ -478,7 +481,7 @@ def main() -> int:
             shutil.copytree(index, work / "index")
             os.sync()  # the copy's writeback would otherwise compete with the first write's fsyncs
             index = work / "index"
-        res = run_segments(index, Path(args.data), work, pipelines, args.singles)
+        res = run_segments(index, Path(args.data), work, pipelines, args.singles, args.embedder)
         print_segments(res)
     else:
         res = run_recall([Path(args.data) / d for d in args.datasets.split(",")], pipelines, args.share, args.seed,

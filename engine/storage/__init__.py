@@ -9,7 +9,7 @@ from .commit import (CommitWriter, NewSegment, OpenedIndex, SegmentRef, StaleInd
 from .layout import (CURRENT, FORMAT_NAME, FORMAT_VERSION, GEN_PREFIX, LEGACY_NAMES, LOCK_FILE, MANIFEST, READ_VERSIONS,
                      READERS_FILE, SEGMENT_MANIFEST)
 from .arrays import RowReader, SAVE_BLOCK_BYTES, check_array, load_array, load_arrays, read_rows, release_pages, save_array, save_arrays
-from .rows import StackedRows, stack_rows
+from .rows import GatherBuffer, StackedRows, stack_rows
 from .validate import UNIT_CHECK_FULL, UNIT_CHECK_SAMPLE, UNIT_TOL, check_finite, check_ids, check_indptr, check_unit_rows
 from .strings import HashTable, check_packed, check_utf8, pack_strings, string_hashes, unpack_strings
 
@@ -19,6 +19,7 @@ __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "GEN_PREFIX",
+    "GatherBuffer",
     "HASH",
     "HashTable",
     "LEGACY_NAMES",

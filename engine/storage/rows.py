@@ -2,11 +2,13 @@
 read as one ``[N, ...]`` array without copying them into one buffer."""
 from __future__ import annotations
 
+import os
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from .arrays import RowReader, _file_backed, read_rows
+from . import arrays
+from .arrays import RowReader, _file_backed, read_rows, release_pages
 
 
 class StackedRows:
@@ -129,16 +131,85 @@ class StackedRows:
                     yield lo + s, np.asarray(part[s:s + block_rows])
 
 
+class GatherBuffer:
+    """Many gathers of rows of one row array (an ndarray, ``np.memmap`` or :class:`StackedRows`) into one
+    reused buffer: ``with GatherBuffer(X, rows) as gather: block = gather(ids)``; ``block`` is a view of
+    the buffer (``rows`` rows, grown when a gather needs more), valid until the next call.
+
+    A gather of fewer than :data:`~hopgraph.engine.storage.arrays.MAPPED_GATHER_MIN` rows uses plain
+    reads (:func:`read_rows`: nothing mapped). A larger one reads a memory-mapped part through its
+    mapping, and the mapped pages stay mapped until the ``with`` block ends (then released,
+    :func:`release_pages`): a pass that gathers most rows of X in many gathers maps each page once
+    and fills one buffer, where a fresh buffer per gather and pages dropped after each cost page
+    faults of the whole file per gather (``docs/decisions/segmented-writes.md``). Meanwhile the
+    resident set holds the mapped pages (at most the file). Complexity: O(rows · row bytes) plus a
+    page fault per page of X touched."""
+
+    def __init__(self, X: "np.ndarray | StackedRows", rows: int = 0) -> None:
+        self.X = X
+        self.parts = X.parts if isinstance(X, StackedRows) else [X]
+        self.offsets = X.offsets if isinstance(X, StackedRows) else np.array([0, len(X)], np.int64)
+        self.buffer = np.empty((int(rows),) + tuple(X.shape[1:]), X.dtype)
+        # a file cut short would raise SIGBUS through the mapping: such a part is read with plain reads
+        self.mapped = all(os.stat(p.filename).st_size >= int(p.offset) + p.nbytes
+                          for p in self.parts if _file_backed(p))
+
+    def __enter__(self) -> "GatherBuffer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        release_pages(*self.parts)
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        """``X[rows]`` (int64 row ids in ``[0, N)``, 1-D) as a view of the buffer (grown when too small)."""
+        rows = np.asarray(rows, np.int64)
+        if len(rows) > len(self.buffer):
+            self.buffer = np.empty((len(rows),) + self.buffer.shape[1:], self.buffer.dtype)
+        out = self.buffer[:len(rows)]
+        if not len(rows):
+            return out
+        if len(rows) < arrays.MAPPED_GATHER_MIN or not self.mapped:  # plain reads, nothing mapped
+            out[...] = self.X.take(rows) if isinstance(self.X, StackedRows) else read_rows(self.X, rows)
+            return out
+        part = np.searchsorted(self.offsets, rows, side="right") - 1
+        counts = np.bincount(part, minlength=len(self.parts))
+        most = int(counts.argmax())
+        # the part holding most rows is read into every position (the others' ids clipped into its
+        # range), then the other parts' rows overwrite theirs: no temporary of the buffer's size
+        np.take(self.parts[most], rows - self.offsets[most], axis=0, out=out, mode="clip")
+        for p in np.flatnonzero(counts).tolist():
+            if p != most:
+                sel = np.flatnonzero(part == p)
+                out[sel] = self.parts[p][rows[sel] - self.offsets[p]]
+        return out
+
+
+#: a memory-mapped part of fewer rows than this (a small segment's) is read into memory by
+#: :func:`stack_rows`, while the rows so read stay within :data:`SMALL_PARTS_MAX_ROWS`
+SMALL_PART_ROWS = 4096
+#: the rows of small memory-mapped parts :func:`stack_rows` reads into memory at most
+SMALL_PARTS_MAX_ROWS = 65_536
+
+
 def stack_rows(parts: Sequence[np.ndarray]) -> "np.ndarray | StackedRows":
     """``parts`` as one row array: the part itself when there is one, a concatenation when none is
     memory-mapped (small, in-memory rows), else :class:`StackedRows` (nested ones flattened,
-    consecutive in-memory parts joined)."""
+    consecutive in-memory parts joined). Memory-mapped parts of fewer than :data:`SMALL_PART_ROWS`
+    rows (the segments of single adds) are read into memory first, up to
+    :data:`SMALL_PARTS_MAX_ROWS` rows in all, so that an index of many small segments is read as a
+    few parts (a gather visits each part it reads from)."""
     flat: list[np.ndarray] = []
     for p in parts:
         flat.extend(p.parts if isinstance(p, StackedRows) else [p])
     flat = [p for p in flat if len(p)] or flat[:1]
     if len(flat) == 1:
         return flat[0]
+    budget = SMALL_PARTS_MAX_ROWS
+    for i, p in enumerate(flat):
+        if isinstance(p, np.memmap) and len(p) < SMALL_PART_ROWS and len(p) <= budget:
+            with RowReader(p) as read:
+                flat[i] = read(0, len(p))
+            budget -= len(p)
     if not any(isinstance(p, np.memmap) for p in flat):
         return np.concatenate(flat)
     joined: list[np.ndarray] = []

@@ -52,6 +52,7 @@ from ....kernels.density import sample_columns
 from ....kernels.gain_knn import (as_embedding_tensor, check_gain_knn_inputs, select_topk, tile_candidates,
                                 weights_function)
 from ...components.dense import gather_rows, row_blocks
+from ...storage import GatherBuffer
 from ...storage.deltas import OverlayCSR
 from ...errors import InputError
 from ....kernels.csr import CSR, check_csr
@@ -142,7 +143,8 @@ def added_density(X: np.ndarray, start: int, mode: str = "exact", n_build: int |
             raise InputError(f"added_density: n_build = {n_build} exceeds start = {start}")
         cols = sample_columns(n_build, n_samples, seed)
         C = as_embedding_tensor(gather_rows(X, cols), "X", "added_density")
-        for b0, b1 in _blocks(_row_blocks(start, n, block_entries), progress, "density (added rows)"):
+        blocks = _blocks(_row_blocks(start, n, block_entries), progress, "density (added rows)")
+        for b0, b1 in _one_thread(blocks):  # [rows, samples] tiles are small: one thread
             (_, R), = _similarities(X, b0, b1, [(0, C)])
             R = R.clamp_(min=0.0)
             out[b0 - start:b1 - start] = (R.sum(1, dtype=torch.float64) / len(cols)).numpy()
@@ -301,10 +303,10 @@ def extend_gain_graph(graph: CSR, X: np.ndarray, start: int, penalty: np.ndarray
                 cur = torch.from_numpy(fwd - start)
                 v, c = select_topk(torch.cat([top_vals[cur], vals], 1), torch.cat([top_cols[cur], cols], 1), k)
                 top_vals[cur], top_cols[cur] = v, c
-            is_old = members < start
-            if len(rev) and is_old.any():  # [old rows, added rows]: above a row's threshold it takes the edge
-                rows_o = members[is_old]
-                R = weights(M[torch.from_numpy(np.flatnonzero(is_old))] @ A_new[rev - start].T, pen[torch.from_numpy(rev)],
+            n_old = int(np.searchsorted(members, start))  # members are sorted: the old rows first
+            if len(rev) and n_old:  # [old rows, added rows]: above a row's threshold it takes the edge
+                rows_o = members[:n_old]
+                R = weights(M[:n_old] @ A_new[rev - start].T, pen[torch.from_numpy(rev)],
                             sim_min, sim_max)
                 r, c = (R > thr_t[torch.from_numpy(rows_o), None]).nonzero(as_tuple=True)
                 if len(r):
@@ -350,22 +352,24 @@ GROUP_READ_ROWS = 65_536
 def _read_groups(X: np.ndarray, groups: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]
                  ) -> Iterator[tuple[np.ndarray, torch.Tensor, np.ndarray, np.ndarray]]:
     """``(rows, X[rows] float32, a, b)`` for each group ``(rows, a, b)``, the rows of consecutive
-    groups read together, about :data:`GROUP_READ_ROWS` at a time (one gather: a large one reads
-    through the mapping, :func:`~hopgraph.engine.storage.read_rows`)."""
+    groups read together, about :data:`GROUP_READ_ROWS` at a time, into one reused buffer whose
+    pages and the mapped pages of X are faulted in once for the whole pass
+    (:class:`~hopgraph.engine.storage.GatherBuffer`); a yielded block is valid until the next one."""
     batch: list = []
     size = 0
-    for g in [*groups, None]:
-        if g is not None:
-            batch.append(g)
-            size += len(g[0])
-        if batch and (g is None or size >= GROUP_READ_ROWS):
-            rows = np.concatenate([b[0] for b in batch])
-            block = torch.from_numpy(np.ascontiguousarray(gather_rows(X, rows), dtype=np.float32))
-            at = 0
-            for members, a, b in batch:
-                yield members, block[at:at + len(members)], a, b
-                at += len(members)
-            batch, size = [], 0
+    with GatherBuffer(X, GROUP_READ_ROWS) as gather:
+        for g in [*groups, None]:
+            if g is not None:
+                batch.append(g)
+                size += len(g[0])
+            if batch and (g is None or size >= GROUP_READ_ROWS):
+                rows = np.concatenate([b[0] for b in batch])
+                block = torch.from_numpy(np.ascontiguousarray(gather(rows), dtype=np.float32))
+                at = 0
+                for members, a, b in batch:
+                    yield members, block[at:at + len(members)], a, b
+                    at += len(members)
+                batch, size = [], 0
 
 
 def _one_thread(items: Iterable) -> Iterator:

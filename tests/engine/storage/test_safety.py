@@ -269,6 +269,68 @@ def test_read_rows_reads_scattered_rows_from_the_file_of_a_mapped_array(tmp_path
         read_rows(mapped, np.array([3, 40]))
 
 
+@pytest.mark.parametrize("gather_min", [4, 1 << 30])
+def test_gather_buffer_equals_indexing_for_every_kind_of_row_array(tmp_path, gather_min):
+    import hopgraph.engine.storage.arrays as arrays
+    from hopgraph.engine.storage import GatherBuffer, StackedRows, load_array, save_arrays
+
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((60, 5)).astype(np.float32)
+    tail = rng.standard_normal((7, 5)).astype(np.float32)
+    save_arrays(tmp_path, {"a": a})
+    mapped = load_array(tmp_path, "a")
+    whole = np.concatenate([a, tail])
+    gathers = [np.array([66, 0, 59, 60, 3, 3]), np.arange(67)[::-1], np.zeros(0, np.int64), np.array([61, 62]),
+               rng.integers(0, 67, 200)]
+    with pytest.MonkeyPatch.context() as mp:  # gather_min 4: through the mapping; else plain reads
+        mp.setattr(arrays, "MAPPED_GATHER_MIN", gather_min)
+        for X, ref in ((a, a), (mapped, a), (StackedRows([mapped, tail]), whole), (whole, whole)):
+            with GatherBuffer(X, 8) as gather:  # the 67- and 200-row gathers grow the buffer
+                for rows in gathers:
+                    rows = rows[rows < len(ref)]
+                    got = gather(rows)
+                    assert got.shape == (len(rows), 5) and got.dtype == np.float32
+                    np.testing.assert_array_equal(got, ref[rows])
+
+
+def test_gather_buffer_reads_a_file_cut_short_with_plain_reads(tmp_path):
+    import hopgraph.engine.storage.arrays as arrays
+    from hopgraph.engine.storage import GatherBuffer, load_array, save_arrays
+
+    a = np.random.default_rng(3).standard_normal((50, 4)).astype(np.float32)
+    save_arrays(tmp_path, {"a": a})
+    mapped = load_array(tmp_path, "a")
+    with open(mapped.filename, "r+b") as f:
+        f.truncate(mapped.offset + 10 * a[0].nbytes)
+    with pytest.MonkeyPatch.context() as mp, GatherBuffer(mapped, 8) as gather:
+        mp.setattr(arrays, "MAPPED_GATHER_MIN", 4)
+        np.testing.assert_array_equal(gather(np.arange(5)), a[:5])
+        with pytest.raises(IndexFormatError, match="shorter"):  # not SIGBUS
+            gather(np.arange(40))
+
+
+def test_stack_rows_reads_small_mapped_parts_into_memory_within_a_budget(tmp_path, monkeypatch):
+    import hopgraph.engine.storage.rows as rows
+    from hopgraph.engine.storage import StackedRows, load_array, save_arrays, stack_rows
+
+    rng = np.random.default_rng(4)
+    arrays = {f"p{i}": rng.standard_normal((n, 3)).astype(np.float32) for i, n in enumerate([20, 2, 3, 4, 1])}
+    save_arrays(tmp_path, arrays)
+    mapped = [load_array(tmp_path, name) for name in arrays]
+    whole = np.concatenate(list(arrays.values()))
+    monkeypatch.setattr(rows, "SMALL_PART_ROWS", 10)
+    monkeypatch.setattr(rows, "SMALL_PARTS_MAX_ROWS", 6)
+    X = stack_rows(mapped)  # the 20-row part stays mapped; 2 + 3 rows are read, 4 more would pass 6
+    assert isinstance(X, StackedRows) and [type(p) for p in X.parts] == [np.memmap, np.ndarray, np.memmap, np.ndarray]
+    assert [len(p) for p in X.parts] == [20, 5, 4, 1]
+    np.testing.assert_array_equal(np.asarray(X), whole)
+    np.testing.assert_array_equal(X[np.array([29, 0, 21, 25])], whole[[29, 0, 21, 25]])
+    monkeypatch.setattr(rows, "SMALL_PARTS_MAX_ROWS", 100)
+    X = stack_rows(mapped[1:])  # every part read: one in-memory array
+    assert type(X) is np.ndarray
+    np.testing.assert_array_equal(X, whole[20:])
+
+
 def test_release_pages_keeps_a_mapped_array_readable(tmp_path):
     from hopgraph.engine.storage import load_array, release_pages, save_arrays
 
