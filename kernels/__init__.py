@@ -14,17 +14,36 @@ Importing this package imports the CPU modules of the ops (torch, numpy, scipy),
 triton. Note that ``hopgraph.kernels.<op>`` is the op *function*; the op's module is
 reached with ``from hopgraph.kernels.<op> import ...`` or ``importlib.import_module``.
 """
-from .dispatch import BACKEND_ENV, call, op_function, registered_ops, resolve_device, use_backend
+if __name__ == "kernels":
+    # This source folder was found as a top-level module named ``kernels``: Python started in the
+    # repository's root has it on sys.path, and transformers imports the distribution of that name
+    # (Hugging Face's ``kernels``). Hand the name over to that distribution; hopgraph imports this
+    # folder only as ``hopgraph.kernels``.
+    import importlib.machinery
+    import importlib.util
+    import os
+    import sys
 
-density = op_function("density")
-gain_knn = op_function("gain_knn")
-sparse_diffusion = op_function("sparse_diffusion")
-hyperedge_max_propagate = op_function("hyperedge_max_propagate")
-group_decay_propagate = op_function("group_decay_propagate")
-batched_ppr = op_function("batched_ppr")
-shapley_mc = op_function("shapley_mc")
+    _here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    _spec = importlib.machinery.PathFinder.find_spec(
+        "kernels", [p for p in sys.path if os.path.abspath(p or os.curdir) != _here])
+    if _spec is None or _spec.loader is None:
+        raise ImportError("no module named 'kernels' (hopgraph's kernels are hopgraph.kernels)", name="kernels")
+    _module = importlib.util.module_from_spec(_spec)
+    sys.modules["kernels"] = _module
+    _spec.loader.exec_module(_module)
+else:
+    from .dispatch import BACKEND_ENV, call, op_function, registered_ops, resolve_device, use_backend
 
-OPS = ("density", "gain_knn", "sparse_diffusion", "hyperedge_max_propagate", "group_decay_propagate",
-       "batched_ppr", "shapley_mc")
+    density = op_function("density")
+    gain_knn = op_function("gain_knn")
+    sparse_diffusion = op_function("sparse_diffusion")
+    hyperedge_max_propagate = op_function("hyperedge_max_propagate")
+    group_decay_propagate = op_function("group_decay_propagate")
+    batched_ppr = op_function("batched_ppr")
+    shapley_mc = op_function("shapley_mc")
 
-__all__ = ["BACKEND_ENV", "OPS", "call", "registered_ops", "resolve_device", "use_backend", *OPS]
+    OPS = ("density", "gain_knn", "sparse_diffusion", "hyperedge_max_propagate", "group_decay_propagate",
+           "batched_ppr", "shapley_mc")
+
+    __all__ = ["BACKEND_ENV", "OPS", "call", "registered_ops", "resolve_device", "use_backend", *OPS]
