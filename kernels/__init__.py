@@ -14,24 +14,24 @@ Importing this package imports the CPU modules of the ops (torch, numpy, scipy),
 triton. Note that ``hopgraph.kernels.<op>`` is the op *function*; the op's module is
 reached with ``from hopgraph.kernels.<op> import ...`` or ``importlib.import_module``.
 """
+_other = None
 if __name__ == "kernels":
     # This source folder was found as a top-level module named ``kernels``: Python started in the
     # repository's root has it on sys.path, and transformers imports the distribution of that name
-    # (Hugging Face's ``kernels``). Hand the name over to that distribution; hopgraph imports this
-    # folder only as ``hopgraph.kernels``.
+    # (Hugging Face's ``kernels``) when installed. Hand the name over to that distribution if there
+    # is one (hopgraph imports this folder only as ``hopgraph.kernels``); else load as before.
     import importlib.machinery
     import importlib.util
     import os
     import sys
 
     _here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    _spec = importlib.machinery.PathFinder.find_spec(
+    _other = importlib.machinery.PathFinder.find_spec(
         "kernels", [p for p in sys.path if os.path.abspath(p or os.curdir) != _here])
-    if _spec is None or _spec.loader is None:
-        raise ImportError("no module named 'kernels' (hopgraph's kernels are hopgraph.kernels)", name="kernels")
-    _module = importlib.util.module_from_spec(_spec)
+if _other is not None and _other.loader is not None:
+    _module = importlib.util.module_from_spec(_other)
     sys.modules["kernels"] = _module
-    _spec.loader.exec_module(_module)
+    _other.loader.exec_module(_module)
 else:
     from .dispatch import BACKEND_ENV, call, op_function, registered_ops, resolve_device, use_backend
 
