@@ -243,8 +243,12 @@ def _passage_routes(service: Service) -> APIRouter:
         check_writable()
         _check_add(request, limits)
         records = [p.model_dump() for p in request.passages]
+
+        async def embed_beside() -> dict[str, Any]:  # an in-place add: embedded beside the searches first
+            return {"embeddings": await service.batcher.run_beside(lambda: index.embed_passages(records))}
+
         return JSONResponse(await _write(live, partial(apply_add, records=records, upsert=request.upsert),
-                                         "POST /passages"))
+                                         "POST /passages", prepare=embed_beside if live.in_place else None))
 
     @router.delete("/passages/{pid:path}", summary="delete one passage (no search returns it); committed",
                    response_model=None, responses={200: {"model": DeleteResponse}, 403: {"model": ErrorResponse},
@@ -274,12 +278,15 @@ def _check_add(request: AddRequest, limits: ServeLimits) -> None:
                                      f"is {limits.max_passage_chars} (split long documents into passages first)")
 
 
-async def _write(live: LiveWrites, op: Any, what: str) -> dict[str, Any]:
+async def _write(live: LiveWrites, op: Any, what: str, prepare: Any = None) -> dict[str, Any]:
     """Apply the write ``op(index)`` (:mod:`hopgraph.serve.writer`) and wait for its group commit
-    (:mod:`hopgraph.serve.commits`); 409 when another process holds the index's write lock too
-    long, an id is already there or another writer's commit conflicts, 422 for bad input, 500
-    (logged) for anything else."""
+    (:mod:`hopgraph.serve.commits`); ``prepare()`` (when given) is awaited first and gives more
+    keywords of ``op``. 409 when another process holds the index's write lock too long, an id is
+    already there or another writer's commit conflicts, 422 for bad input, 500 (logged) for
+    anything else."""
     try:
+        if prepare is not None:
+            op = partial(op, **(await prepare()))
         return await live.write(op)
     except KeyError:
         raise

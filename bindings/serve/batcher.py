@@ -365,6 +365,11 @@ class MicroBatcher:
                                                   batch_size=self.limits.embed_batch_size))
         return np.concatenate(parts) if parts else np.zeros((0, self.index.X.shape[1]), np.float32)
 
+    async def run_beside(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` (work for a write that does not change the index, e.g. embedding the passages of
+        an in-place add) in the bulk worker thread, at its low priority: searches go on meanwhile."""
+        return await asyncio.get_running_loop().run_in_executor(self.bulk.executor, fn)
+
     async def run_exclusive(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` (an index update) in the interactive worker thread, between its micro-batches,
         holding the write lock: it never overlaps a search of either lane."""

@@ -96,7 +96,7 @@ class LiveWrites:
         index that commits its own writes, ``commits_writes``: a sharded index's router)."""
         if self._lock is None:
             self._lock = asyncio.Lock()
-        if self.index.path is None:
+        if self.in_place:
             async with self._lock:
                 result = await self.run_exclusive(lambda: fn(self.index))
             result["committed"] = bool(getattr(self.index, "commits_writes", False))
@@ -110,6 +110,12 @@ class LiveWrites:
                 self._flush_task = asyncio.get_running_loop().create_task(self._flush())
         result["committed"] = await future
         return result
+
+    @property
+    def in_place(self) -> bool:
+        """Whether writes are applied to the served index itself, in the search worker (an index with
+        no directory): their preparation (embedding) then belongs beside the searches."""
+        return self.index.path is None
 
     def start_writer(self) -> None:
         """Start the writer process before the first write (:meth:`ProcessWriter.start`)."""

@@ -29,6 +29,8 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from ..engine.embedders.resolve import embedder_entry, embedder_from_entry, is_resolvable
 from ..engine.pipelines import pipeline_class
 from ..index import Index
@@ -38,9 +40,11 @@ from .batcher import background_thread_setup, lowest_priority
 STOP_SECONDS = 30.0
 
 
-def apply_add(index: Index, records: Sequence[dict[str, Any]], upsert: bool) -> dict[str, Any]:
-    """The op of ``POST /passages``: add ``records`` to ``index`` (embedding them)."""
-    report = index.add(list(records), upsert=upsert)
+def apply_add(index: Index, records: Sequence[dict[str, Any]], upsert: bool,
+              embeddings: np.ndarray | None = None) -> dict[str, Any]:
+    """The op of ``POST /passages``: add ``records`` to ``index`` (embedding them, unless their
+    ``embeddings`` are given)."""
+    report = index.add(list(records), upsert=upsert, embeddings=embeddings)
     return {"added": report.added, "replaced": report.replaced, "passages": index.n_live}
 
 
