@@ -100,16 +100,22 @@ class IndexSearch:
     def hits(self, ids: np.ndarray, scores: np.ndarray, with_text: bool = True) -> list[list[Hit]]:
         """Turn a pipeline's ``(rows [B,k], scores [B,k])`` into :class:`Hit` lists (padding dropped).
 
-        Only the hit rows are read from the corpus store (memory-mapped once saved): id, title,
-        metadata and, with ``with_text``, the text.
+        Only the hit rows are read from the corpus store (memory-mapped once saved), each once: id,
+        title, metadata and, with ``with_text``, the text.
         """
+        ids = np.asarray(ids)
+        texts, meta = self._hit_fields(sorted({int(j) for j in ids.ravel().tolist() if j >= 0}), with_text)
         corpus = self.corpus
         return [
-            [Hit(corpus.ids[j], float(s), r + 1, corpus.titles[j], corpus.texts[j] if with_text else None,
-                 corpus.meta(j))
+            [Hit(corpus.ids[j], float(s), r + 1, corpus.titles[j], texts.get(j), meta[j])
              for r, (j, s) in enumerate(zip(row_ids.tolist(), row_scores.tolist())) if j >= 0]
-            for row_ids, row_scores in zip(np.asarray(ids), np.asarray(scores))
+            for row_ids, row_scores in zip(ids, np.asarray(scores))
         ]
+
+    def _hit_fields(self, rows: list[int], with_text: bool) -> tuple[dict[int, str], dict[int, dict]]:
+        """The texts (with ``with_text``; else none) and metadata of the hit ``rows``, by row."""
+        corpus = self.corpus
+        return ({j: corpus.texts[j] for j in rows} if with_text else {}), {j: corpus.meta(j) for j in rows}
 
     def passage(self, pid: str) -> dict[str, Any]:
         """``{"id", "title", "text", "metadata"}`` of passage ``pid`` (read from the corpus store);

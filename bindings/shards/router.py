@@ -20,7 +20,6 @@ from ..engine.filters import ids_mask
 from ..engine.pipelines import pipeline_class
 from ..index import Index
 from ..index.params import validate_params
-from ..index.reports import Hit
 from .layout import FORMAT, ROUTER_FILE, ROUTER_PREFIX, VERSION, owner_of, read_shards, router_dir_name, write_shards
 
 
@@ -62,7 +61,8 @@ class ShardedIndex(Index):
     def filter_mask(self, allowed_ids: Sequence[str] | None = None,
                     where: Mapping[str, Any] | None = None) -> np.ndarray | None:
         """``allowed_ids`` looked up here (the router holds the ids), ``where`` evaluated by every
-        shard on its passages' metadata and assembled over the global rows; deleted rows removed."""
+        shard on its passages' metadata and assembled over the global rows (as
+        :meth:`Index.filter_mask`: deleted ids are refused, searches drop the deleted rows)."""
         if allowed_ids is None and where is None:
             return None
         deleted = self.components.deleted
@@ -74,23 +74,14 @@ class ShardedIndex(Index):
             for s, local in parts.items():
                 passed[m.rows_of[s]] = np.asarray(local, bool)
             mask = passed if mask is None else mask & passed
-        if deleted is not None:
-            mask &= ~deleted
         return mask
 
-    def hits(self, ids: np.ndarray, scores: np.ndarray, with_text: bool = True) -> list[list[Hit]]:
-        """:meth:`Index.hits`, the hits' texts and metadata read from their shards in one call each."""
-        ids = np.asarray(ids)
-        rows = sorted({int(j) for j in ids.ravel().tolist() if j >= 0})
+    def _hit_fields(self, rows: list[int], with_text: bool) -> tuple[dict[int, str], dict[int, dict]]:
+        """The hits' texts and metadata, read from their shards in one call each."""
         fields = ("metadata", "texts") if with_text else ("metadata",)
-        read = read_fields(self.shards, fields, rows) if rows else [[] for _ in fields]
-        meta = dict(zip(rows, read[0]))
-        texts = dict(zip(rows, read[1])) if with_text else {}
-        corpus = self.corpus
-        return [[Hit(corpus.ids[j], float(s), r + 1, corpus.titles[j], texts.get(j) if with_text else None,
-                     json.loads(meta[j]) if meta.get(j) else {})
-                 for r, (j, s) in enumerate(zip(row_ids.tolist(), row_scores.tolist())) if j >= 0]
-                for row_ids, row_scores in zip(ids, np.asarray(scores))]
+        read = read_fields(self.shards, fields, rows)
+        meta = {j: json.loads(m) if m else {} for j, m in zip(rows, read[0])}
+        return (dict(zip(rows, read[1])) if with_text else {}), meta
 
     # ------------------------------------------------------------------ writes
     def _append(self, new: Corpus, X_new: np.ndarray, replaced: Sequence[int]) -> None:
@@ -100,10 +91,8 @@ class ShardedIndex(Index):
         owners = np.fromiter((owner_of(pid, n_shards) for pid in new.ids), np.int32, len(new))
         calls = {}
         for s in np.unique(owners).tolist():
-            at = np.flatnonzero(owners == s).tolist()
-            records = [{"id": new.ids[i], "title": new.titles[i], "text": new.texts[i],
-                        **({"metadata": json.loads(new.metadata[i])} if new.metadata[i] else {})} for i in at]
-            calls[s] = (records, np.ascontiguousarray(X_new[at], np.float32), True)
+            at = np.flatnonzero(owners == s)
+            calls[s] = (new.take(at), np.ascontiguousarray(X_new[at], np.float32), True)
         self.shards.map_calls("add", calls)
         start = len(self.X)
         corpus = self.corpus.concat(new)

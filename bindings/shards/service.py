@@ -10,6 +10,7 @@ import numpy as np
 
 from ..engine import storage
 from ..engine.components.bm25 import BM25Params, TermStats
+from ..engine.components.corpus import Corpus
 from ..engine.errors import InputError
 from ..index import Index
 
@@ -88,8 +89,9 @@ class ShardService:
         here: the router holds the deletes."""
         return self.index.filter_mask(allowed_ids, where)
 
-    def add(self, records: list[dict[str, Any]], embeddings: np.ndarray, upsert: bool) -> int:
-        """Append the passages (embedded by the router) and commit; returns the first new local row."""
+    def add(self, records: Corpus, embeddings: np.ndarray, upsert: bool) -> int:
+        """Append the passages ``records`` (embedded by the router) and commit; returns the first new
+        local row."""
         start = len(self.index.X)
         self.index.add(records, embeddings=embeddings, upsert=upsert)
         self.index.save()

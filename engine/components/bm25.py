@@ -258,8 +258,7 @@ class BM25Index:
     def term_stats(self, tokens: Sequence[Sequence[str]]) -> TermStats:
         """This index's own statistics for the tokens of ``tokens`` (lists of query tokens)."""
         wanted = list(dict.fromkeys(t for query in tokens for t in query))
-        df = {t: sum(h for h in hits) for t, hits in
-              zip(wanted, ([self.parts[p].df(i) for p, i in found] for found in self._token_postings(wanted)))}
+        df = {t: self._own_df(hits) for t, hits in zip(wanted, self._token_postings(wanted))}
         return TermStats(self.n_docs, self.total_len, df)
 
     def extended(self, texts: Sequence[str], progress: bool = False, join_below: int = 4096) -> "BM25Index":
@@ -288,6 +287,10 @@ class BM25Index:
                 found[i].append((p, int(ids[i])))
         return found
 
+    def _own_df(self, hits: Sequence[tuple[int, int]]) -> int:
+        """A token's document frequency in these postings (its ``(part, vocabulary id)`` pairs)."""
+        return sum(self.parts[p].df(t) for p, t in hits)
+
     def _scored(self, tokens: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per known query token (in order, repeats kept): ``(global docs ascending, scores float32)``."""
         out = []
@@ -295,7 +298,7 @@ class BM25Index:
         for token, hits in zip(tokens, self._token_postings(tokens)):
             if not hits:
                 continue
-            idf = lucene_idf(self.n_docs, sum(self.parts[p].df(t) for p, t in hits)) if self.stats is None \
+            idf = lucene_idf(self.n_docs, self._own_df(hits)) if self.stats is None \
                 else lucene_idf(self.stats.n_docs, self.stats.df[token])
             docs, scores = [], []
             for p, t in hits:

@@ -112,12 +112,12 @@ class ShardSet:
         return [s for s in range(self.map.n_shards) if len(self.map.rows_of[s])]
 
 
-def merge_topk(parts: Sequence[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The best ``k`` of several top lists ``(global ids [B, k_s], scores [B, k_s])`` per query:
-    higher score first, ties toward the lower row; padding (-1) last."""
-    ids = np.concatenate([p[0] for p in parts], axis=1)
-    scores = np.concatenate([p[1] for p in parts], axis=1).astype(np.float32)
-    B = len(ids)
+def merge_topk(parts: Sequence[tuple[np.ndarray, np.ndarray]], k: int, B: int) -> tuple[np.ndarray, np.ndarray]:
+    """The best ``k`` of several top lists ``(global ids [B, k_s], scores [B, k_s])`` of ``B`` queries:
+    higher score first, ties toward the lower row; padding (-1 / -inf) last (all of it when there is
+    no list)."""
+    ids = np.concatenate([p[0] for p in parts] or [np.zeros((B, 0), np.int64)], axis=1)
+    scores = np.concatenate([p[1] for p in parts] or [np.zeros((B, 0), np.float32)], axis=1).astype(np.float32)
     out_ids = np.full((B, k), PAD_ID, np.int64)
     out_scores = np.full((B, k), PAD_SCORE, np.float32)
     for b in range(B):
@@ -225,8 +225,7 @@ class ShardedDense:
         m = self.X.map
         calls = {s: (Q, k, m.local_mask(allowed, s)) for s in self.X.shards.holding()}
         results = self.X.shards.map_calls("dense_topk", calls)
-        return merge_topk([(m.to_global(s, ids), scores) for s, (ids, scores) in results.items()]
-                          or [(np.full((len(Q), k), PAD_ID, np.int64), np.full((len(Q), k), PAD_SCORE, np.float32))], k)
+        return merge_topk([(m.to_global(s, ids), scores) for s, (ids, scores) in results.items()], k, len(Q))
 
     def rows(self, rows: np.ndarray) -> np.ndarray:
         return self.X.take(rows)
@@ -280,12 +279,7 @@ class ShardedBM25:
         m = self.map
         results = self.shards.map_calls("bm25_topk", {s: (tokens, k, m.local_mask(allowed, s), stats, self.params)
                                                       for s in self.shards.holding()})
-        parts = [(m.to_global(s, ids), scores) for s, (ids, scores) in results.items()]
-        if not parts:
-            return np.full((len(tokens), k), PAD_ID, np.int64), np.full((len(tokens), k), PAD_SCORE, np.float32)
-        ids, scores = merge_topk(parts, k)
-        scores[ids < 0] = PAD_SCORE
-        return ids, scores
+        return merge_topk([(m.to_global(s, ids), scores) for s, (ids, scores) in results.items()], k, len(tokens))
 
     def scores_at_batch(self, tokens: Sequence[list[str]], docs: np.ndarray) -> np.ndarray:
         """BM25 score of ``docs[b]`` for query ``b`` (float32, ``docs``' shape; -1 → 0)."""

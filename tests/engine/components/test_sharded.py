@@ -47,10 +47,12 @@ def test_shard_map_split_extend_and_global_rows():
 def test_merge_topk_orders_ties_toward_the_lower_row_and_pads():
     a = (np.array([[7, 2, -1]]), np.array([[0.9, 0.5, -np.inf]], np.float32))
     b = (np.array([[3, 5, 1]]), np.array([[0.9, 0.5, 0.1]], np.float32))
-    ids, scores = merge_topk([a, b], 4)
+    ids, scores = merge_topk([a, b], 4, 1)
     assert ids.tolist() == [[3, 7, 2, 5]]
-    ids, scores = merge_topk([a], 4)
+    ids, scores = merge_topk([a], 4, 1)
     assert ids.tolist() == [[7, 2, -1, -1]] and np.isneginf(scores[0, 2:]).all()
+    ids, scores = merge_topk([], 2, 3)
+    assert (ids == -1).all() and np.isneginf(scores).all() and ids.shape == (3, 2)
 
 
 class TwoShards:
