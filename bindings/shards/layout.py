@@ -3,6 +3,9 @@
     DIR/shards.json        the shard count, each shard's directory and passage count, the owner rule
     DIR/shard-000/ ...     one normal hopgraph index per shard: its passages (corpus, embeddings,
                            dense index, BM25 postings), searchable on its own
+    DIR/graph-000/ ...     the rows of the graphs the router splits (G3RAG's gain graph, ...) that
+                           belong to the shard: a passage's rows with its owner, a node's with
+                           shard ``node mod S``; manifest.json with every file's checksum
     DIR/router-000000/     what the router holds: manifest.json (its manifest, with every file's size and
                            checksum), the passage ids and titles, the owner shard and local row of
                            every passage, the extraction, the title mentions and every pipeline's
@@ -28,11 +31,17 @@ SHARDS_FILE = "shards.json"
 ROUTER_PREFIX = "router-"
 ROUTER_FILE = "manifest.json"  # the name storage.verify_files expects
 FORMAT = "hopgraph-shards"
+GRAPH_FORMAT = "hopgraph-shard-graphs"
 VERSION = 1
 
 
 def shard_dir_name(shard: int) -> str:
     return f"shard-{shard:03d}"
+
+
+def graph_dir_name(shard: int) -> str:
+    """The graph rows shard ``shard`` holds (:mod:`hopgraph.engine.components.sharded_graph`)."""
+    return f"graph-{shard:03d}"
 
 
 def router_dir_name(generation: int) -> str:
@@ -74,7 +83,8 @@ def read_shards(directory: str | Path) -> dict[str, Any]:
         raise IndexFormatError(f"{f}: {len(dirs)} shard directories for {n} shards")
     if not isinstance(meta.get("router"), str) or "/" in meta["router"] or meta["router"].startswith("."):
         raise IndexFormatError(f"{f}: bad router directory name {meta.get('router')!r}")
-    for d in dirs + [meta["router"]]:
+    graphs = [str(s["graph"]) for s in meta["shards"] if s.get("graph")]
+    for d in dirs + graphs + [meta["router"]]:
         if not (directory / d).is_dir():
             raise IndexFormatError(f"{f}: directory {directory / d} is missing")
     return meta

@@ -21,7 +21,9 @@ class LocalShards:
     @classmethod
     def open(cls, directory: str | Path, verify: str = "full") -> "LocalShards":
         meta = read_shards(directory)
-        return cls([ShardService(Path(directory) / s["dir"], verify=verify) for s in meta["shards"]])
+        return cls([ShardService(Path(directory) / s["dir"], verify=verify,
+                                 graphs=Path(directory) / s["graph"] if s.get("graph") else None)
+                     for s in meta["shards"]])
 
     def map(self, method: str, calls: Mapping[int, tuple]) -> dict[int, Any]:
         self.calls[method] = self.calls.get(method, 0) + len(calls)

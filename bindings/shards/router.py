@@ -15,6 +15,7 @@ from ..engine import storage
 from ..engine.components.corpus import Corpus
 from ..engine.components.sharded import (RemoteStrings, ShardCalls, ShardedComponents, ShardedRows, ShardMap, ShardSet,
                                          read_fields)
+from ..engine.components.sharded_graph import reading_rows
 from ..engine.errors import IndexFormatError, InputError
 from ..engine.filters import ids_mask
 from ..engine.pipelines import pipeline_class
@@ -203,8 +204,9 @@ def open_router(directory: str | Path, calls: ShardCalls, embedder: Any = None, 
                     RemoteStrings(shards, "metadata"), _validate=False)
     corpus._id_parts = stored._id_parts
     X = ShardedRows(shards, dim)
-    components = ShardedComponents.load_segments([(path / "components", manifest["components"], 0, n)], X, corpus,
-                                                 None, params.get("bm25"), False).attach(shards)
+    with reading_rows(shards):
+        components = ShardedComponents.load_segments([(path / "components", manifest["components"], 0, n)], X,
+                                                     corpus, None, params.get("bm25"), False).attach(shards)
     index = ShardedIndex(corpus, X, None, str(manifest["embedder_name"]), device=device, params=params,
                          progress=False, components=components, stored_params=True)
     index.embedder_entry = emb_entry
@@ -223,7 +225,9 @@ def open_router(directory: str | Path, calls: ShardCalls, embedder: Any = None, 
                 shutil.rmtree(old, ignore_errors=True)
     for name, entry in pipelines.items():
         try:
-            pipe = pipeline_class(name).load(path / "pipelines" / name, entry["params"], components, index.settings)
+            with reading_rows(shards):
+                pipe = pipeline_class(name).load(path / "pipelines" / name, entry["params"], components,
+                                                 index.settings)
         except (InputError, KeyError, TypeError, ValueError, IndexError, OSError, RuntimeError) as e:
             raise IndexFormatError(f"router {path}: pipeline {name} is corrupt or unreadable: "
                                    f"{type(e).__name__}: {e}") from None

@@ -12,23 +12,27 @@ from ..engine import storage
 from ..engine.components.bm25 import BM25Params, TermStats
 from ..engine.components.corpus import Corpus
 from ..engine.errors import InputError
+from ..engine.storage.deltas import _rows
 from ..index import Index
 
 #: the corpus fields a router may read from a shard
 FIELDS = ("texts", "metadata")
 #: what a router may call on a shard
-CALLS = ("info", "dense_topk", "rows", "term_stats", "bm25_topk", "bm25_scores", "strings", "filter_mask", "add",
-         "delete")
+CALLS = ("info", "dense_topk", "rows", "term_stats", "bm25_topk", "bm25_scores", "strings", "filter_mask", "graph_rows",
+         "add", "delete")
 
 
 class ShardService:
     """The reads and writes a router sends to one shard (:mod:`hopgraph.engine.components.sharded`);
     every row is local to this shard."""
 
-    def __init__(self, path: str | Path, verify: str = "full") -> None:
+    def __init__(self, path: str | Path, verify: str = "full", graphs: str | Path | None = None) -> None:
+        """``path``: the shard's index; ``graphs``: its graph rows directory (``DIR/graph-SSS``; None:
+        the sharded index keeps its graphs at the router)."""
         self.path, self.verify = Path(path), verify
         self.index = Index.load(self.path, progress=False, verify=verify)
         self.current = storage.read_current(self.path)[0]
+        self.graphs = None if graphs is None else ShardGraphs(Path(graphs), verify)
 
     def fresh(self) -> None:
         """Take in a commit another replica of this shard made (the shard's ``CURRENT`` moved): every
@@ -89,6 +93,13 @@ class ShardService:
         here: the router holds the deletes."""
         return self.index.filter_mask(allowed_ids, where)
 
+    def graph_rows(self, name: str, rows: np.ndarray) -> Any:
+        """Rows (local, in this shard's order of graph ``name``) of a graph held here:
+        ``(lengths, indices, data)`` with the rows' entries concatenated."""
+        if self.graphs is None:
+            raise InputError(f"shard {self.path} holds no graph rows")
+        return self.graphs.rows(name, rows)
+
     def add(self, records: Corpus, embeddings: np.ndarray, upsert: bool) -> int:
         """Append the passages ``records`` (embedded by the router) and commit; returns the first new
         local row."""
@@ -113,3 +124,52 @@ class ShardService:
         if allowed.shape != (len(self.index.X),):
             raise InputError(f"allowed mask of {allowed.shape} for a shard of {len(self.index.X)} passages")
         return allowed
+
+
+class ShardGraphs:
+    """The graph rows one shard holds (``DIR/graph-SSS``, written by ``hopgraph shard``, never
+    changed): each graph as ``indptr`` / ``indices`` / ``data`` over the shard's rows, memory-mapped
+    and checked against the manifest's sizes and checksums (``verify="fast"``: sizes)."""
+
+    def __init__(self, path: Path, verify: str = "full") -> None:
+        import json
+
+        from ..engine.errors import IndexFormatError
+        from ..kernels.csr import CSR
+        from .layout import GRAPH_FORMAT, ROUTER_FILE
+
+        self.path = path
+        try:
+            manifest = json.loads((path / ROUTER_FILE).read_text(encoding="utf-8"))
+            names = [str(n) for n in manifest["graphs"]]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise IndexFormatError(f"{path / ROUTER_FILE}: unreadable ({type(e).__name__}: {e})") from None
+        if manifest.get("format") != GRAPH_FORMAT:
+            raise IndexFormatError(f"{path / ROUTER_FILE}: not a {GRAPH_FORMAT} manifest")
+        problems = storage.verify_files(path, manifest, verify)
+        if problems:
+            raise IndexFormatError(f"graph rows {path} are corrupt: {problems[0]}")
+        self.graphs: dict[str, CSR | np.ndarray] = {}
+        for name in names:
+            if (path / name / "values.npy").is_file():
+                self.graphs[name] = storage.load_array(path / name, "values")
+                continue
+            a = storage.load_arrays(path / name, ["indptr", "indices", "data"])
+            ptr = storage.check_indptr(a["indptr"], len(a["indptr"]) - 1, len(a["indices"]), f"{path / name} indptr")
+            if len(a["data"]) != len(a["indices"]):
+                raise IndexFormatError(f"{path / name}: indices and data differ in length")
+            self.graphs[name] = CSR(ptr, a["indices"], a["data"], 0)
+
+    def rows(self, name: str, rows: np.ndarray) -> Any:
+        """A graph's rows as ``(lengths, indices, data)``; a row-per-node array's rows as an array."""
+        graph = self.graphs.get(name)
+        if graph is None:
+            raise InputError(f"no graph {name!r} in {self.path}")
+        rows = np.asarray(rows, np.int64)
+        n_rows = len(graph) if isinstance(graph, np.ndarray) else graph.n_rows
+        if len(rows) and (rows.min() < 0 or rows.max() >= n_rows):
+            raise InputError(f"graph {name}: rows out of range [0, {n_rows})")
+        if isinstance(graph, np.ndarray):
+            return np.ascontiguousarray(graph[rows])
+        ptr, ind, dat = _rows(graph.indptr, graph.indices, graph.data, rows)
+        return np.diff(ptr), ind, dat

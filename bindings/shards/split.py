@@ -13,9 +13,13 @@ import numpy as np
 from ..engine import storage
 from ..engine.components.corpus import Corpus
 from ..engine.components.sharded import ShardMap
+from ..engine.components.sharded_graph import owners_of, sending_rows
+from ..engine.sparse import take_rows
 from ..engine.errors import InputError
 from ..index import Index
-from .layout import FORMAT, ROUTER_FILE, SHARDS_FILE, VERSION, owner_of, router_dir_name, shard_dir_name
+from ..kernels.csr import CSR
+from .layout import (FORMAT, GRAPH_FORMAT, ROUTER_FILE, SHARDS_FILE, VERSION, graph_dir_name, owner_of, router_dir_name,
+                     shard_dir_name)
 
 #: the pipelines each shard fits for itself (its dense index and BM25 postings)
 SHARD_PIPELINES = ("dense", "bm25")
@@ -56,10 +60,15 @@ def shard_index(index: Index, n_shards: int, out: str | Path, progress: bool = F
         for s in range(n_shards):
             rows = np.flatnonzero(owner == s)
             local[rows] = np.arange(len(rows))
-        write_router(index, ShardMap(owner, local, n_shards), tmp / router_dir_name(0))
+        shard_map = ShardMap(owner, local, n_shards)
+        sink = GraphRowWriter(tmp, tmp / router_dir_name(0), shard_map)
+        with sending_rows(sink):
+            write_router(index, shard_map, tmp / router_dir_name(0))
+        sink.finish()
         storage.write_json(tmp / SHARDS_FILE, {
             "format": FORMAT, "version": VERSION, "n_shards": n_shards, "passages": n, "owner_rule": "crc32(id) % S",
-            "shards": [{"dir": shard_dir_name(s), "passages": p} for s, p in enumerate(shards)],
+            "shards": [{"dir": shard_dir_name(s), "passages": p, "graph": graph_dir_name(s)}
+                       for s, p in enumerate(shards)],
             "router": router_dir_name(0), "generation": 0})
         storage.fsync_tree(tmp)
         if out.exists():
@@ -70,6 +79,48 @@ def shard_index(index: Index, n_shards: int, out: str | Path, progress: bool = F
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+class GraphRowWriter:
+    """``hopgraph shard``'s :class:`~hopgraph.engine.components.sharded_graph.RowSink`: each shard's
+    rows of every graph the router saves go to ``DIR/graph-SSS/NAME/`` (``indptr``, ``indices``,
+    ``data`` over the shard's rows in its local order, global column ids); :meth:`finish` writes
+    each graph directory's manifest with every file's checksum."""
+
+    def __init__(self, out: Path, router: Path, shard_map: ShardMap) -> None:
+        self.out, self.router, self.names = out, router, []
+        self.shards = _MapHolder(shard_map)
+
+    def send(self, directory: Path, key: str, item: Any, owners: str) -> str:
+        name = f"{Path(directory).relative_to(self.router).as_posix()}/{key}"
+        rule = owners_of(owners, self.shards)
+        if isinstance(item, np.ndarray):  # a row per node
+            for s in range(self.shards.map.n_shards):
+                storage.save_arrays(self.out / graph_dir_name(s) / name,
+                                    {"values": np.ascontiguousarray(item[rule.rows_of(s, len(item))])})
+        else:
+            whole = CSR(np.asarray(item[0], np.int64), np.asarray(item[1]), np.asarray(item[2]), int(item[3]))
+            for s in range(self.shards.map.n_shards):
+                part = take_rows(whole, rule.rows_of(s, whole.n_rows))
+                storage.save_arrays(self.out / graph_dir_name(s) / name,
+                                    {"indptr": part.indptr, "indices": part.indices, "data": part.data})
+        self.names.append(name)
+        return name
+
+    def finish(self) -> None:
+        for s in range(self.shards.map.n_shards):
+            path = self.out / graph_dir_name(s)
+            path.mkdir(exist_ok=True)
+            storage.write_json(path / ROUTER_FILE, {
+                "format": GRAPH_FORMAT, "version": VERSION, "shard": s, "graphs": self.names,
+                "checksum_algorithm": storage.HASH,
+                "checksums": {p.as_posix(): {"size": (path / p).stat().st_size, "digest": storage.file_digest(path / p)}
+                              for p in storage.data_files(path)}})
+
+
+class _MapHolder:
+    def __init__(self, shard_map: ShardMap) -> None:
+        self.map = shard_map
 
 
 def _write_shard(index: Index, rows: np.ndarray, path: Path, progress: bool) -> int:

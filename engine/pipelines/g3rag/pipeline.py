@@ -49,8 +49,9 @@ import numpy as np
 
 from ....kernels import call
 from ...components.query_batch import QueryBatch
+from ...components.sharded_graph import load_graph, save_graph
 from ...errors import IndexFormatError, InputError
-from ....kernels.csr import CSR, check_csr
+from ....kernels.csr import CSR
 from ...params import FitParams, choice, flag, integer, real
 from ...ranking import PAD_ID, PAD_SCORE, topk_entries
 from ...sparse import allowed_at, join
@@ -251,7 +252,8 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         self.penalty_ = pen
 
     def _save(self, directory: Path) -> None:
-        arrays = self.graph_.arrays()
+        save_graph(directory, "", self.graph_)
+        arrays = {}
         if self.penalty_ is not None and self.density_build_ is not None:
             arrays.update(penalty=np.asarray(self.penalty_, np.float32), density_build=self.density_build_.array())
         if self._chunk_names is not None and self._chunk_names.n_chunks == len(self.components.X):
@@ -259,7 +261,8 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         if self.density_build_ is not None:
             held = self._candidates.arrays() if self._candidates is not None else self._cells_stored
             arrays.update(held or {})
-        save_arrays(directory, arrays)
+        if arrays:
+            save_arrays(directory, arrays)
 
     def _added_row_candidates(self, n_build: int) -> AddedRowCandidates:
         """The candidates of added rows by the build's IVF cells (kept while the IVF index is the same)."""
@@ -319,8 +322,7 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         present (an index saved without them refits on its first ``add``); the passages' names when
         saved (else built on the first query that uses them)."""
         n = self._stored_rows
-        arrays = load_arrays(directory, ["indptr", "indices", "data"])
-        self.graph_ = check_csr(arrays["indptr"], arrays["indices"], arrays["data"], n, f"{directory} graph")
+        self.graph_ = load_graph(directory, "", n, f"{directory} graph")
         self._graph_stored = True
         self._candidates = self._cells_stored = None
         if all((directory / f"{name}.npy").is_file() for name in AddedRowCandidates.ARRAY_FILES):
