@@ -292,6 +292,11 @@ def reading_rows(shards: Any) -> Iterator[None]:
         _SOURCE.reset(token)
 
 
+def sending_rows_now() -> bool:
+    """Whether graphs saved now send their rows to the shards (inside :func:`sending_rows`)."""
+    return _SINK.get() is not None
+
+
 def _files(prefix: str, names: tuple[str, ...]) -> list[str]:
     return [f"{prefix}{n}" for n in names]
 
@@ -330,10 +335,9 @@ def graph_arrays(graph: Any) -> dict[str, np.ndarray]:
     return {"indptr": np.asarray(graph[0]), "indices": np.asarray(graph[1]), "data": np.asarray(graph[2])}
 
 
-def holds_graph(directory: Path, prefix: str) -> bool:
-    """Whether ``directory`` holds a graph saved under ``prefix`` (whole or as a reference)."""
-    return (directory / f"{prefix}{REF_SUFFIX}").is_file() or \
-        all((directory / f"{f}.npy").is_file() for f in _files(prefix, ("indptr", "indices", "data")))
+def held_by_shards(directory: Path, prefix: str) -> bool:
+    """Whether the graph saved in ``directory`` under ``prefix`` has its rows in the shards."""
+    return (directory / f"{prefix}{REF_SUFFIX}").is_file()
 
 
 def load_graph(directory: Path, prefix: str, n_cols: int, where: str) -> CSR | ShardedCSR | OverlayCSR:

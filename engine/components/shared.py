@@ -49,7 +49,7 @@ from .extraction import (DELTA_FILES as EXTRACTION_DELTA_FILES, Extraction, appl
 from .late_pooling import LateTexts
 from ..storage import load_arrays, save_arrays
 from .query_batch import QueryBatch
-from .title_mentions import TitleForms, TitleMentions
+from .title_mentions import TitleMentions
 
 #: folder of the saved title mention graph (:meth:`Components.title_mentions`)
 TITLE_MENTIONS_DIR = "title-mentions"
@@ -273,7 +273,7 @@ class Components:
                     save_arrays(directory / TITLE_MENTIONS_DIR, M.tail_arrays(start, stop))
                     entry["title_mentions"] = {"dir": TITLE_MENTIONS_DIR, "state": "tail"}
             else:
-                save_arrays(directory / TITLE_MENTIONS_DIR, M.arrays())
+                M.save(directory / TITLE_MENTIONS_DIR)
                 entry["title_mentions"] = {"dir": TITLE_MENTIONS_DIR, "state": "full"}
         return entry
 
@@ -380,9 +380,7 @@ class Components:
         if full is None:
             return
         sub, n = full[0], full[2] + full[3]
-        names = list(TitleMentions.ARRAY_FILES) + [f for f in ("horizon", *TitleForms.ARRAY_FILES)
-                                                   if (sub / f"{f}.npy").is_file()]
-        M = TitleMentions.from_arrays(load_arrays(sub, names), n, str(sub), corpus)
+        M = TitleMentions.load(sub, n, corpus)
         if tails:
             M = M.with_tails([load_arrays(d, TitleMentions.TAIL_FILES) for d, _, _, _ in tails], corpus, str(sub))
         if M.n_chunks != len(self.X):

@@ -30,7 +30,8 @@ import numpy as np
 from ...kernels.csr import CSR
 from .extraction import canonical_name
 from ..sparse import unit_weights
-from ..storage import RowReader, check_ids, check_indptr, string_hashes
+from ..storage import RowReader, check_ids, check_indptr, load_arrays, save_arrays, string_hashes
+from .sharded_graph import ShardedCSR, held_by_shards, load_graph, save_graph, sending_rows_now, sharded_base
 
 #: the longest title (in canonical words) that is looked for in a passage text
 MAX_TITLE_WORDS = 8
@@ -186,6 +187,9 @@ class TitleMentions:
         memory-mapped M (a loaded index) is read with plain reads (:class:`~.storage.RowReader`), so
         the rows read do not stay in the resident set. A row whose horizon is below N gets the
         mentions of the later titles (module docstring)."""
+        seeds = [int(s) for s in seeds]
+        if isinstance(self.graph, ShardedCSR):  # the stored rows from their shards, one call each
+            self.graph.fetch_rows(np.asarray([s for s in seeds if s < self.n_stored], np.int64))
         with RowReader(self.graph.indices) as read:
             parts = [self._row(read, s) for s in seeds]
         return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
@@ -328,6 +332,51 @@ class TitleMentions:
         if self.corpus is not None:
             out.update(TitleForms.build(self.corpus.titles[:self.n_chunks]).arrays())
         return out
+
+    def save(self, directory: Any) -> None:
+        """Save M whole (:meth:`arrays`); in a sharded index, its rows go to (or stay in) the shards
+        that own their passages and ``directory`` keeps the row pointer, the reference, the rows
+        appended since (``tail_*``), the horizons and the title forms
+        (:mod:`~hopgraph.engine.components.sharded_graph`)."""
+        base = sharded_base(self.graph)
+        if base is None and not sending_rows_now():
+            save_arrays(directory, self.arrays())
+            return
+        out = self.arrays() if base is None else {}
+        graph = CSR(out["indptr"], out["indices"], unit_weights(len(out["indices"])), self.n_chunks) \
+            if base is None else self.graph
+        save_graph(directory, "", graph)
+        if base is not None:
+            if self.tail is not None:
+                out.update({f"tail_{k}": v for k, v in self.tail_arrays(self.n_stored, self.n_chunks).items()})
+            if self.horizon is not None:
+                out["horizon"] = self.horizons()
+            if self.corpus is not None:
+                out.update(TitleForms.build(self.corpus.titles[:self.n_chunks]).arrays())
+        save_arrays(directory, {k: v for k, v in out.items() if k not in ("indptr", "indices")})
+
+    @classmethod
+    def load(cls, directory: Any, n_chunks: int, corpus: Any = None) -> "TitleMentions":
+        """M as :meth:`save` left it in ``directory`` (``n_chunks`` passages in all), checked."""
+        optional = [f for f in ("horizon", *TitleForms.ARRAY_FILES) if (directory / f"{f}.npy").is_file()]
+        if not held_by_shards(directory, ""):
+            return cls.from_arrays(load_arrays(directory, list(cls.ARRAY_FILES) + optional), n_chunks,
+                                   str(directory), corpus)
+        tail = {k: load_arrays(directory, [f"tail_{k}"])[f"tail_{k}"] for k in cls.TAIL_FILES
+                if (directory / f"tail_{k}.npy").is_file()}
+        n_stored = n_chunks - (len(tail["horizon"]) if tail else 0)
+        graph = load_graph(directory, "", n_stored, str(directory))
+        arrays = load_arrays(directory, optional)
+        forms = TitleForms.from_arrays(arrays, n_chunks, corpus.titles, str(directory)) \
+            if corpus is not None and all(f in arrays for f in TitleForms.ARRAY_FILES) else None
+        horizon = None
+        if "horizon" in arrays:
+            horizon = np.asarray(check_ids(arrays["horizon"], n_chunks + 1, f"{directory}/horizon.npy", n_chunks), np.int64)
+        M = cls(graph, horizon[:n_stored] if horizon is not None else None, corpus, None, forms)
+        if tail:
+            M = M.with_tails([tail], corpus, str(directory))
+            M = TitleMentions(M.graph, horizon, corpus, M.tail, forms)
+        return M
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], n_chunks: int, where: str,
