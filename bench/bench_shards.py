@@ -11,7 +11,7 @@ the router and ``--shards`` × ``--replicas`` shard replicas on a local Ray clus
 worker node), over HTTP, against the single index served over HTTP by ``create_app`` on this
 process. Prints, per pipeline: whether ids are equal and the largest score difference; the bytes
 gathered from the shards per question (the pickled results of every shard call; what crosses the
-network; the router keeps the embeddings it read, up to 16,384 rows, unless ``--no-row-cache``); median ms
+network; the router keeps the embeddings and graph rows it read, unless ``--no-row-cache``); median ms
 per question and the ratio to the single index. Query embedding is
 included in every column (same embedder). Prints the load average.
 """
@@ -50,6 +50,29 @@ class CountingShards(LocalShards):
         return out
 
 
+def tree_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def disk_table(single: Path, sharded: Path) -> None:
+    """Bytes on disk: the single index, and the sharded index's router state (by part), the shards'
+    graph rows and the shard indexes."""
+    meta = json.loads((sharded / "shards.json").read_text())
+    router = sharded / meta["router"]
+    parts = {"ids, titles, shard map": [router / "corpus", router / "map"]}
+    for sub in sorted((router / "components").iterdir()):
+        parts[f"components/{sub.name}"] = [sub]
+    for sub in sorted((router / "pipelines").iterdir()):
+        parts[f"pipelines/{sub.name}"] = [sub]
+    print(f"\nbytes on disk: single index {tree_bytes(single):,}; sharded: router {tree_bytes(router):,}, "
+          f"graph rows in the shards {sum(tree_bytes(sharded / s['graph']) for s in meta['shards'] if s.get('graph')):,}, "
+          f"shard indexes {sum(tree_bytes(sharded / s['dir']) for s in meta['shards']):,}")
+    print("| router part | bytes |\n|---|---:|")
+    for part, paths in parts.items():
+        print(f"| {part} | {sum(tree_bytes(p) if p.is_dir() else 0 for p in paths):,} |")
+    print()
+
+
 def questions_of(path: Path) -> list[str]:
     return [json.loads(line)["question"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
@@ -78,7 +101,7 @@ def main() -> int:
     ap.add_argument("--embedder", default="hashing-384")
     ap.add_argument("--ray", action="store_true")
     ap.add_argument("--k", type=int, default=10)
-    ap.add_argument("--no-row-cache", action="store_true", help="the in-process router keeps no embeddings it read")
+    ap.add_argument("--no-row-cache", action="store_true", help="the in-process router forgets the embeddings and graph rows it read before each question")
     args = ap.parse_args()
     print(f"# bench_shards {datetime.date.today()} load average {os.getloadavg()} "
           f"shards {args.shards} embedder {args.embedder} k {args.k}", flush=True)
@@ -92,10 +115,9 @@ def main() -> int:
         out = shard_index(single, args.shards, work / "shards")
         calls = CountingShards(LocalShards.open(out).services)
         router = open_router(out, calls)
-        if args.no_row_cache:
-            router.X.cache_rows = 0
         questions = questions_of(data / "questions.jsonl")
         print(f"\n## {name}: {len(single.X)} passages, {len(questions)} questions")
+        disk_table(work / "index", out)
         print("| pipeline | ids equal | max score diff | bytes gathered / question | bytes sent / question | "
               "single ms (median) | router ms (median) | router / single |")
         print("|---|---|---:|---:|---:|---:|---:|---:|")
@@ -104,7 +126,12 @@ def main() -> int:
             router.search_arrays(questions[:2], p, k=args.k)
             a, ta = timed(lambda q: single.search_arrays([q], p, k=args.k), questions)
             calls.sent = calls.received = 0
-            b, tb = timed(lambda q: router.search_arrays([q], p, k=args.k), questions)
+
+            def ask(q):
+                if args.no_row_cache:  # each question reads what it needs afresh
+                    router.shards.forget_rows()
+                return router.search_arrays([q], p, k=args.k)
+            b, tb = timed(ask, questions)
             equal = all(np.array_equal(x[0], y[0]) for x, y in zip(a, b))
             diff = max(float(np.max(np.abs(np.where(np.isfinite(x[1]), x[1] - y[1], 0)))) for x, y in zip(a, b))
             print(f"| {p} | {'yes' if equal else 'NO'} | {diff:.1e} | {calls.received / len(questions):,.0f} | "

@@ -19,6 +19,7 @@ that own it, and every fetched value is the one the single index would have read
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from typing import Any, Iterator, Mapping, Protocol, Sequence
 
@@ -99,6 +100,13 @@ class ShardSet:
         if calls.n_shards != shard_map.n_shards:
             raise InputError(f"{calls.n_shards} shards reachable, the shard map has {shard_map.n_shards}")
         self.calls, self.map = calls, shard_map
+        #: what keeps rows read from the shards (each with a ``forget()``): :meth:`forget_rows`
+        self.caches: weakref.WeakSet = weakref.WeakSet()
+
+    def forget_rows(self) -> None:
+        """Drop every row the router keeps of what it read (embeddings, graph rows)."""
+        for cache in list(self.caches):
+            cache.forget()
 
     @property
     def n_shards(self) -> int:
@@ -144,6 +152,12 @@ class ShardedRows:
         self._cached_ids = np.zeros(0, np.int64)
         self._cached = np.zeros((0, self.dim), np.float32)
         self._lock = threading.Lock()
+        if getattr(shards, "caches", None) is not None:
+            shards.caches.add(self)
+
+    def forget(self) -> None:
+        with self._lock:
+            self._cached_ids, self._cached = np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
 
     @property
     def map(self) -> ShardMap:

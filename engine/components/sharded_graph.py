@@ -94,6 +94,13 @@ class PassageOwners:
         return rows[:int(np.searchsorted(rows, n_rows))] if len(rows) and rows[-1] >= n_rows else rows
 
 
+def _register(shards: Any, cache: Any) -> None:
+    """Let ``shards.forget_rows()`` drop what ``cache`` keeps."""
+    caches = getattr(shards, "caches", None)
+    if caches is not None:
+        caches.add(cache)
+
+
 def owners_of(kind: str, shards: Any) -> RowOwners:
     if kind == PassageOwners.kind:
         return PassageOwners(shards)
@@ -124,6 +131,12 @@ class ShardedCSR:
         self._lock = threading.Lock()
         #: entries fetched from the shards (both fields; what the cache saved is not counted)
         self.fetched = 0
+        _register(shards, self)
+
+    def forget(self) -> None:
+        with self._lock:
+            self._rows.clear()
+            self._held = 0
 
     @property
     def n_rows(self) -> int:
@@ -388,6 +401,11 @@ class ShardedMatrix:
         self._lock = threading.Lock()
         #: rows fetched from the shards (what the cache saved is not counted)
         self.fetched = 0
+        _register(shards, self)
+
+    def forget(self) -> None:
+        with self._lock:
+            self._rows.clear()
 
     @property
     def size(self) -> int:

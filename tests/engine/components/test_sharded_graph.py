@@ -151,3 +151,21 @@ def test_sharded_matrix_rows(setup, tmp_path):
     plain.mkdir()
     save_matrix(plain, "emb", M)  # no shards: saved whole
     np.testing.assert_array_equal(load_matrix(plain, "emb"), M)
+
+
+def test_forget_rows_drops_what_the_router_kept(setup, tmp_path):
+    rng, shards, fake = setup
+    graph = random_graph(rng, 41, 41)
+    with sending_rows(Sink(shards, fake)):
+        save_graph(tmp_path, "", graph)
+        save_matrix(tmp_path, "emb", rng.random((41, 3)).astype(np.float32))
+    with reading_rows(shards):
+        remote, emb = load_graph(tmp_path, "", 41, "g"), load_matrix(tmp_path, "emb")
+    rows = np.array([1, 2, 3, 39])
+    remote.rows_csr(rows), emb[rows]
+    calls = fake.calls
+    remote.rows_csr(rows), emb[rows]
+    assert fake.calls == calls
+    shards.forget_rows()
+    remote.rows_csr(rows), emb[rows]
+    assert fake.calls > calls
