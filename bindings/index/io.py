@@ -296,7 +296,7 @@ class IndexIO:
     # ------------------------------------------------------------------ load
     @classmethod
     def load(cls, path: str | Path, embedder: Embedder | Callable | str | None = None, device: str = "auto",
-             progress: bool = True, verify: str = "full") -> "Index":
+             progress: bool = True, verify: str = "full", dense: str | None = None) -> "Index":
         """Open the live commit of a saved index (arrays memory-mapped).
 
         ``verify="full"`` (default) checks the size and checksum of every file of every segment;
@@ -304,7 +304,8 @@ class IndexIO:
         check). Either way every stored array is checked structurally (index ranges, CSR offsets,
         finite unit embeddings, ...), so a corrupt index raises :class:`IndexFormatError` naming
         the file — as do missing files or manifest keys and indexes of an unreadable format
-        version (with the command that rebuilds them). An ``embedder`` other than the one the index
+        version (with the command that rebuilds them). ``dense``: the dense search mode
+        (``"auto" | "exact" | "ann"``; None: the ``HOPGRAPH_DENSE`` environment variable, else auto). An ``embedder`` other than the one the index
         was built with raises :class:`InputError`. The loaded index holds a lease on its commit, so
         a writer replacing or merging the index does not remove the files it reads."""
         path = Path(path)
@@ -312,7 +313,7 @@ class IndexIO:
             raise InputError(f"verify must be one of {storage.VERIFY_LEVELS}, got {verify!r}")
         opened = storage.open_index(path)
         try:
-            index = cls._open(opened, embedder, device, progress, verify)
+            index = cls._open(opened, embedder, device, progress, verify, dense=dense)
         except BaseException:
             opened.close()
             raise
@@ -321,7 +322,7 @@ class IndexIO:
 
     @classmethod
     def _open(cls, opened: storage.OpenedIndex, embedder: Embedder | Callable | str | None,
-              device: str, progress: bool, verify: str, upto: int | None = None) -> "Index":
+              device: str, progress: bool, verify: str, upto: int | None = None, dense: str | None = None) -> "Index":
         """:meth:`~hopgraph.index.Index.load` of the pinned commit ``opened``; with ``upto``, of its first
         ``upto`` segments only (the index as it was before the later ones: a merge's base state;
         pipelines not stored in them are left out)."""
@@ -373,7 +374,7 @@ class IndexIO:
         X = storage.stack_rows(parts)
         components = Components.load_segments(
             [(seg.dir / "components", f["components"], seg.first_row, seg.n_rows)
-             for seg, f in zip(segments, segs)], X, corpus, emb, params.get("bm25"), progress)
+             for seg, f in zip(segments, segs)], X, corpus, emb, params.get("bm25"), progress, dense)
         if deleted.any():
             components.deleted = deleted
         index = cls(corpus, X, emb, emb_name, device=device, params=params, progress=progress,

@@ -21,8 +21,9 @@ class LocalShards:
     @classmethod
     def open(cls, directory: str | Path, verify: str = "full") -> "LocalShards":
         meta = read_shards(directory)
+        dense = "ann" if meta.get("ivf_bits") else None
         return cls([ShardService(Path(directory) / s["dir"], verify=verify,
-                                 graphs=Path(directory) / s["graph"] if s.get("graph") else None)
+                                 graphs=Path(directory) / s["graph"] if s.get("graph") else None, dense=dense)
                      for s in meta["shards"]])
 
     def map(self, method: str, calls: Mapping[int, tuple]) -> dict[int, Any]:

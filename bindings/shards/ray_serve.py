@@ -61,23 +61,23 @@ class RayShards:
                 response = self.handles[shard].call.remote(method, *args)
 
 
-def shard_deployment(name: str, path: str, replicas: int, graphs: str | None = None) -> Any:
+def shard_deployment(name: str, path: str, replicas: int, graphs: str | None = None, dense: str | None = None) -> Any:
     """The Ray Serve deployment of one shard (``replicas`` replicas over ``path``, its graph rows in
-    ``graphs``)."""
+    ``graphs``, its dense search mode ``dense``)."""
     from ray import serve
 
     @serve.deployment(name=name, num_replicas=replicas, ray_actor_options={"num_cpus": 0},
                       health_check_period_s=2, graceful_shutdown_timeout_s=2)
     class Shard:
-        def __init__(self, shard_path: str, graph_path: str | None) -> None:
+        def __init__(self, shard_path: str, graph_path: str | None, dense_mode: str | None) -> None:
             from .service import ShardService
 
-            self.service = ShardService(shard_path, graphs=graph_path)
+            self.service = ShardService(shard_path, graphs=graph_path, dense=dense_mode)
 
         def call(self, method: str, *args: Any) -> Any:
             return self.service.call(method, *args)
 
-    return Shard.bind(path, graphs)
+    return Shard.bind(path, graphs, dense)
 
 
 def router_app_builder(directory: str, shard_names: list[str], serve_options: dict[str, Any]) -> Any:
@@ -115,7 +115,8 @@ def serve_sharded(address: str, directory: str | Path, replicas: int = 2, host: 
     serve.start(http_options={"host": host, "port": port})
     names = [shard_dir_name(s) for s in range(int(meta["n_shards"]))]
     shards = [shard_deployment(name, str(directory / s["dir"]), replicas,
-                               str(directory / s["graph"]) if s.get("graph") else None)
+                               str(directory / s["graph"]) if s.get("graph") else None,
+                               "ann" if meta.get("ivf_bits") else None)
               for name, s in zip(names, meta["shards"])]
     router = serve.deployment(serve.ingress(router_app_builder(str(directory), names, serve_options))(_Router),
                               name=ROUTER_NAME, num_replicas=router_replicas, ray_actor_options={"num_cpus": 0})

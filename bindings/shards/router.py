@@ -206,7 +206,8 @@ def open_router(directory: str | Path, calls: ShardCalls, embedder: Any = None, 
     X = ShardedRows(shards, dim)
     with reading_rows(shards):
         components = ShardedComponents.load_segments([(path / "components", manifest["components"], 0, n)], X,
-                                                     corpus, None, params.get("bm25"), False).attach(shards)
+                                                     corpus, None, params.get("bm25"), False).attach(
+            shards, int(meta["ivf_bits"]) if meta.get("ivf_bits") else None)
     index = ShardedIndex(corpus, X, None, str(manifest["embedder_name"]), device=device, params=params,
                          progress=False, components=components, stored_params=True)
     index.embedder_entry = emb_entry

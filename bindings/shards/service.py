@@ -18,19 +18,21 @@ from ..index import Index
 #: the corpus fields a router may read from a shard
 FIELDS = ("texts", "metadata")
 #: what a router may call on a shard
-CALLS = ("info", "dense_topk", "rows", "term_stats", "bm25_topk", "bm25_scores", "strings", "filter_mask", "graph_rows",
-         "add", "delete")
+CALLS = ("info", "dense_topk", "dense_exact", "ivf_candidates", "rows", "term_stats", "bm25_topk", "bm25_scores",
+         "strings", "filter_mask", "graph_rows", "add", "delete")
 
 
 class ShardService:
     """The reads and writes a router sends to one shard (:mod:`hopgraph.engine.components.sharded`);
     every row is local to this shard."""
 
-    def __init__(self, path: str | Path, verify: str = "full", graphs: str | Path | None = None) -> None:
+    def __init__(self, path: str | Path, verify: str = "full", graphs: str | Path | None = None,
+                 dense: str | None = None) -> None:
         """``path``: the shard's index; ``graphs``: its graph rows directory (``DIR/graph-SSS``; None:
-        the sharded index keeps its graphs at the router)."""
-        self.path, self.verify = Path(path), verify
-        self.index = Index.load(self.path, progress=False, verify=verify)
+        the sharded index keeps its graphs at the router); ``dense``: ``"ann"`` when the shard holds
+        its part of the sharded index's IVF index (None: the process's dense mode)."""
+        self.path, self.verify, self.dense = Path(path), verify, dense
+        self.index = Index.load(self.path, progress=False, verify=verify, dense=dense)
         self.current = storage.read_current(self.path)[0]
         self.graphs = None if graphs is None else ShardGraphs(Path(graphs), verify)
 
@@ -40,7 +42,7 @@ class ShardService:
         current = storage.read_current(self.path)[0]
         if current != self.current:
             self.index.close()
-            self.index = Index.load(self.path, progress=False, verify=self.verify)
+            self.index = Index.load(self.path, progress=False, verify=self.verify, dense=self.dense)
             self.current = current
 
     def call(self, method: str, *args: Any) -> Any:
@@ -55,7 +57,25 @@ class ShardService:
         return {"passages": len(self.index.X), "live": self.index.n_live, "path": str(self.path)}
 
     def dense_topk(self, Q: np.ndarray, k: int, allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        return self.index.components.dense.topk(Q, k, self._allowed(allowed))
+        """The exact top-``k`` of the shard's rows under the filter."""
+        return self.index.components.dense.exact_topk(Q, k, self._allowed(allowed))
+
+    def dense_exact(self, Q: np.ndarray, k: int, allowed: np.ndarray | None, subset: bool
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top-``k`` of the shard's rows: among the ``allowed`` ones only (``subset``), else by a
+        blocked scan under the filter (how the single index searches a narrow filter, and a query
+        its IVF search leaves short)."""
+        dense = self.index.components.dense
+        allowed = self._allowed(allowed)
+        if subset:
+            return dense.subset_topk(Q, k, allowed if allowed is not None else np.ones(len(self.index.X), bool))
+        return dense.scan_topk(Q, k, allowed)
+
+    def ivf_candidates(self, Q: np.ndarray, n: int, nprobe: int, allowed: np.ndarray | None
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        """The shard's best ``n`` IVF candidates (local rows) and their code scores
+        (:meth:`~hopgraph.engine.components.dense.IVFIndex.scored_candidates`)."""
+        return self.index.components.dense.ivf.scored_candidates(Q, n, nprobe, self._allowed(allowed))
 
     def rows(self, rows: np.ndarray) -> np.ndarray:
         return self.index.components.dense.rows(np.asarray(rows, np.int64))

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..engine import storage
 from ..engine.components.corpus import Corpus
+from ..engine.components.dense import DenseIndex, IVFIndex
 from ..engine.components.sharded import ShardMap
 from ..engine.components.sharded_graph import owners_of, sending_rows
 from ..engine.sparse import take_rows
@@ -54,7 +55,9 @@ def shard_index(index: Index, n_shards: int, out: str | Path, progress: bool = F
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        shards = [_write_shard(index, np.flatnonzero(owner == s), tmp / shard_dir_name(s), progress)
+        dense = index.components.dense
+        ivf = dense.ivf if dense.method == "ann" else None
+        shards = [_write_shard(index, np.flatnonzero(owner == s), tmp / shard_dir_name(s), ivf, progress)
                   for s in range(n_shards)]
         local = np.zeros(n, np.int64)
         for s in range(n_shards):
@@ -69,7 +72,7 @@ def shard_index(index: Index, n_shards: int, out: str | Path, progress: bool = F
             "format": FORMAT, "version": VERSION, "n_shards": n_shards, "passages": n, "owner_rule": "crc32(id) % S",
             "shards": [{"dir": shard_dir_name(s), "passages": p, "graph": graph_dir_name(s)}
                        for s, p in enumerate(shards)],
-            "router": router_dir_name(0), "generation": 0})
+            "router": router_dir_name(0), "generation": 0, **({"ivf_bits": ivf.bits} if ivf is not None else {})})
         storage.fsync_tree(tmp)
         if out.exists():
             out.rmdir()
@@ -123,13 +126,20 @@ class _MapHolder:
         self.map = shard_map
 
 
-def _write_shard(index: Index, rows: np.ndarray, path: Path, progress: bool) -> int:
+def _write_shard(index: Index, rows: np.ndarray, path: Path, ivf: IVFIndex | None, progress: bool) -> int:
+    """Write the shard index of ``rows``; with ``ivf`` (the index searches an IVF index), the shard's
+    part of it: the same cells and code ranges, its rows' codes (so the shards' candidates merge
+    into the single index's)."""
     corpus = index.corpus.take(rows)
     X = np.ascontiguousarray(index.components.dense.rows(rows), np.float32)
     sub = Index(corpus, X, None, index.embedder_name, device=index.device,
                 params={"bm25": index.params.get("bm25", {})}, progress=progress, stored_params=True)
     sub.embedder_entry = index.embedder_entry
     sub._embedder = index._embedder
+    if ivf is not None:
+        sub.components.dense_mode = "ann"
+        sub.components._dense = DenseIndex(sub.X, "ann", code_bits=ivf.bits)
+        sub.components._dense._ivf = ivf.with_rows(X)
     for name in SHARD_PIPELINES:
         sub.pipeline(name)
     sub.save(path)

@@ -253,6 +253,25 @@ def faiss_topk(index: faiss.Index, Q: np.ndarray, k: int, allowed: np.ndarray | 
     return np.take_along_axis(ids, order, axis=1), np.take_along_axis(scores, order, axis=1)
 
 
+def ann_nprobe(nprobe: int, n: int, passing: int) -> int:
+    """Cells an IVF search probes: ``nprobe``, or ``nprobe · n / passing`` when a filter passes
+    ``passing`` of the ``n`` rows."""
+    return nprobe if passing >= n else math.ceil(nprobe * n / max(passing, 1))
+
+
+def rescore(Q: np.ndarray, cand: np.ndarray, k: int, rows: Callable[[np.ndarray], np.ndarray]
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-``k`` of each query among its candidate rows ``cand`` [B, C] (-1 = none):
+    ``Q · X[cand]`` (``rows(ids)`` = ``X[ids]``), best first, ties toward the lower row."""
+    order = np.argsort(np.where(cand >= 0, cand, np.iinfo(np.int64).max), axis=1, kind="stable")
+    cand = np.take_along_axis(cand, order, axis=1)       # ascending rows: ties go to the lower one
+    sims = np.einsum("bd,bcd->bc", Q, rows(np.maximum(cand, 0)))
+    sims[cand < 0] = -np.inf
+    cols, scores = topk_rows(sims, k)
+    ids = np.take_along_axis(cand, np.maximum(cols, 0), axis=1)
+    return np.where(cols >= 0, ids, PAD_ID), scores
+
+
 def rescore_candidates(k: int, bits: int = 8) -> int:
     """Candidates the IVF index proposes per query for an exact top-``k``:
     ``max(RESCORE_FACTOR · k, k + extra)``, the extra rows :data:`RESCORE_MIN_EXTRA` from 8-bit codes
@@ -411,15 +430,38 @@ class IVFIndex:
         return offsets, rows
 
     def candidates(self, Q: np.ndarray, n: int, nprobe: int, allowed: np.ndarray | None = None) -> np.ndarray:
-        """Up to ``n`` candidate rows per query (int64 [B, n], -1 padding) from its ``nprobe``
-        nearest cells, only ``allowed`` rows (bool [ntotal]) when given."""
+        """Up to ``n`` candidate rows per query (int64 [B, n], -1 padding): :meth:`scored_candidates`."""
+        return self.scored_candidates(Q, n, nprobe, allowed)[0]
+
+    def scored_candidates(self, Q: np.ndarray, n: int, nprobe: int, allowed: np.ndarray | None = None
+                          ) -> tuple[np.ndarray, np.ndarray]:
+        """Up to ``n`` candidate rows per query from its ``nprobe`` nearest cells, only ``allowed``
+        rows (bool [ntotal]) when given, with their code scores: ``(ids int64 [B, n], scores float32
+        [B, n])``, -1 / -inf padding, best score first and equal scores toward the lower row
+        (:data:`TIE_MARGIN` more asked for, as :func:`faiss_topk`), so the candidates do not depend
+        on how the rows are split (a sharded index's shards hold this index's cells and codes)."""
         params = faiss.SearchParametersIVF()
         params.nprobe = int(min(max(nprobe, 1), self.nlist))
         _bits = None
         if allowed is not None:
             params.sel, _bits = _selector(allowed)
-        _, ids = self.index.search(np.ascontiguousarray(Q, dtype=np.float32), n, params=params)
-        return ids.astype(np.int64)
+        scores, ids = self.index.search(np.ascontiguousarray(Q, dtype=np.float32), n + TIE_MARGIN, params=params)
+        ids = ids.astype(np.int64)
+        scores = np.where(ids >= 0, scores, PAD_SCORE).astype(np.float32)
+        order = np.lexsort((np.where(ids >= 0, ids, np.iinfo(np.int64).max), -scores), axis=1)[:, :n]
+        return np.take_along_axis(ids, order, axis=1), np.take_along_axis(scores, order, axis=1)
+
+    def with_rows(self, X: np.ndarray) -> "IVFIndex":
+        """An IVF index with this one's cells and code ranges holding the rows of X (ids from 0):
+        each row in the cell, and with the code, this index gives it (a shard's part of a sharded
+        index's IVF index; trained on at most its rows, for :data:`RETRAIN_GROWTH`)."""
+        enc = self._empty(self._index.d, self.nlist, self.bits)
+        enc.quantizer.add(self.centroids())
+        faiss.copy_array_to_vector(faiss.vector_to_array(self._index.sq.trained), enc.sq.trained)
+        enc.is_trained = True
+        for _, block in row_blocks(X):
+            enc.add(np.ascontiguousarray(block, dtype=np.float32))
+        return IVFIndex(enc, max(1, min(self.n_trained, len(X))))
 
     # ------------------------------------------------------------------ persistence
     #: the arrays :meth:`tail_arrays` returns (the rows of one segment)
@@ -584,13 +626,20 @@ class DenseIndex:
         of them come back whenever ``k`` pass: a filter passing at most
         :data:`SUBSET_MAX_FRACTION` of the rows scores only them (exact, ``Q @ X[rows]ᵀ``),
         a wider one searches the whole index with a faiss ID selector."""
+        if self.method == "exact":
+            return self.exact_topk(Q, k, allowed)
+        if allowed is not None and np.count_nonzero(allowed) <= SUBSET_MAX_FRACTION * len(self.X):
+            return self._subset_topk(Q, k, np.flatnonzero(allowed))
+        return self._ann_topk(Q, k, allowed)
+
+    def exact_topk(self, Q: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The exact top-``k`` whatever the mode: only the ``allowed`` rows scored when they are few,
+        else the exact index under the filter."""
         if allowed is not None:
             rows = np.flatnonzero(allowed)
             if len(rows) <= SUBSET_MAX_FRACTION * len(self.X):
                 return self._subset_topk(Q, k, rows)
-        if self.method == "exact":
-            return faiss_topk(self.index, Q, k, allowed)
-        return self._ann_topk(Q, k, allowed)
+        return faiss_topk(self.index, Q, k, allowed)
 
     def _subset_topk(self, Q: np.ndarray, k: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Exact top-``k`` among ``rows`` only (sorted row ids)."""
@@ -607,25 +656,23 @@ class DenseIndex:
         if len(Q) == 0:
             return np.zeros((0, k), np.int64), np.zeros((0, k), np.float32)
         passing = len(self.X) if allowed is None else int(allowed.sum())
-        nprobe = self.nprobe if allowed is None else math.ceil(self.nprobe * len(self.X) / max(passing, 1))
-        cand = self.ivf.candidates(Q, rescore_candidates(k, self.ivf.bits), nprobe, allowed)
-        ids, scores = self._rescore(Q, cand, k)
+        cand = self.ivf.candidates(Q, rescore_candidates(k, self.ivf.bits), ann_nprobe(self.nprobe, len(self.X), passing),
+                                   allowed)
+        ids, scores = rescore(Q, cand, k, self.rows)
         short = np.flatnonzero((ids >= 0).sum(axis=1) < min(k, passing))
         if len(short):
-            s_scores, s_ids = blocked_topk(Q[short], k, row_blocks(self.X), allowed)
-            ids[short], scores[short] = s_ids, s_scores
+            ids[short], scores[short] = self.scan_topk(Q[short], k, allowed)
         return ids, scores
 
-    def _rescore(self, Q: np.ndarray, cand: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Exact top-``k`` of each query among its candidate rows ``cand`` [B, C] (-1 = none):
-        ``Q · X[cand]``, best first, ties toward the lower row."""
-        order = np.argsort(np.where(cand >= 0, cand, np.iinfo(np.int64).max), axis=1, kind="stable")
-        cand = np.take_along_axis(cand, order, axis=1)       # ascending rows: ties go to the lower one
-        sims = np.einsum("bd,bcd->bc", Q, self.rows(np.maximum(cand, 0)))
-        sims[cand < 0] = -np.inf
-        cols, scores = topk_rows(sims, k)
-        ids = np.take_along_axis(cand, np.maximum(cols, 0), axis=1)
-        return np.where(cols >= 0, ids, PAD_ID), scores
+    def scan_topk(self, Q: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top-``k`` by a blocked scan of X (the IVF search's fallback for a query it leaves
+        short): ``(ids, scores)``."""
+        s_scores, s_ids = blocked_topk(np.ascontiguousarray(Q, dtype=np.float32), k, row_blocks(self.X), allowed)
+        return s_ids, s_scores
+
+    def subset_topk(self, Q: np.ndarray, k: int, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top-``k`` among the ``allowed`` rows only (how a narrow filter is searched)."""
+        return self._subset_topk(Q, k, np.flatnonzero(allowed))
 
     def add(self, X: np.ndarray, start: int) -> None:
         """The index over ``X``, whose rows ``[start, N)`` are new (the others unchanged): a faiss

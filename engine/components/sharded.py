@@ -28,6 +28,7 @@ import numpy as np
 from ..errors import InputError
 from ..ranking import PAD_ID, PAD_SCORE
 from .bm25 import BM25Params, TermStats
+from .dense import DEFAULT_NPROBE, SUBSET_MAX_FRACTION, ann_nprobe, dense_method, rescore, rescore_candidates
 from .shared import Components
 from .tokenizer import tokenize
 
@@ -226,19 +227,47 @@ class ShardedRows:
 
 
 class ShardedDense:
-    """Dense top-k over a sharded X (module docstring): each shard searches its own rows the way a
-    single index of them would (exact, or its IVF index at scale), the lists merged exactly."""
+    """Dense top-k over a sharded X (module docstring), searched as the single index searches:
+    exactly (each shard's exact top-k under the filter, merged: score, then the lower global row),
+    or — when the single index would search its IVF index (``dense_method`` of the global row
+    count) and the shards hold their parts of it (``ivf``: the code width; same cells and code
+    ranges) — by the IVF search split in two phases: every shard's best candidates by code score
+    in the same probed cells, merged into the single index's candidate list, rescored exactly with
+    their rows; a narrow filter, and a query the IVF search leaves short, searched exactly."""
 
-    method = "exact"
+    def __init__(self, X: ShardedRows, mode: str = "exact", ivf_bits: int | None = None,
+                 nprobe: int = DEFAULT_NPROBE) -> None:
+        self.X, self.mode, self.ivf_bits, self.nprobe = X, mode, ivf_bits, int(nprobe)
 
-    def __init__(self, X: ShardedRows) -> None:
-        self.X = X
+    @property
+    def method(self) -> str:
+        return dense_method(self.mode, len(self.X)) if self.ivf_bits is not None else "exact"
 
     def topk(self, Q: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         Q = np.ascontiguousarray(Q, np.float32)
+        if self.method == "exact":
+            return self._gather("dense_topk", Q, k, allowed)
+        n = len(self.X)
+        passing = n if allowed is None else int(np.count_nonzero(allowed))
+        if allowed is not None and passing <= SUBSET_MAX_FRACTION * n:
+            return self._gather("dense_exact", Q, k, allowed, True)
         m = self.X.map
-        calls = {s: (Q, k, m.local_mask(allowed, s)) for s in self.X.shards.holding()}
-        results = self.X.shards.map_calls("dense_topk", calls)
+        wanted = rescore_candidates(k, self.ivf_bits)
+        parts = self.X.shards.map_calls("ivf_candidates", {
+            s: (Q, wanted, ann_nprobe(self.nprobe, n, passing), m.local_mask(allowed, s)) for s in self.X.shards.holding()})
+        cand, _ = merge_topk([(m.to_global(s, ids), scores) for s, (ids, scores) in parts.items()], wanted, len(Q))
+        ids, scores = rescore(Q, cand, k, self.X.take)
+        short = np.flatnonzero((ids >= 0).sum(axis=1) < min(k, passing))
+        if len(short):
+            ids[short], scores[short] = self._gather("dense_exact", Q[short], k, allowed, False)
+        return ids, scores
+
+    def _gather(self, method: str, Q: np.ndarray, k: int, allowed: np.ndarray | None, *extra: Any
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """Every shard's top-``k`` by ``method`` under the filter, merged."""
+        m = self.X.map
+        calls = {s: (Q, k, m.local_mask(allowed, s), *extra) for s in self.X.shards.holding()}
+        results = self.X.shards.map_calls(method, calls)
         return merge_topk([(m.to_global(s, ids), scores) for s, (ids, scores) in results.items()], k, len(Q))
 
     def rows(self, rows: np.ndarray) -> np.ndarray:
@@ -249,7 +278,7 @@ class ShardedDense:
 
     @property
     def ivf(self) -> Any:
-        raise InputError("a sharded index has no IVF index at the router (each shard has its own)")
+        raise InputError("a sharded index has no IVF index at the router (each shard holds its part)")
 
 
 class ShardedBM25:
@@ -374,9 +403,11 @@ class ShardedComponents(Components):
 
     shards: ShardSet
 
-    def attach(self, shards: ShardSet) -> "ShardedComponents":
+    def attach(self, shards: ShardSet, ivf_bits: int | None = None) -> "ShardedComponents":
+        """Reach the shards; ``ivf_bits``: the code width of the IVF index parts they hold (None:
+        none; the dense search is then exact)."""
         self.shards = shards
-        self._dense = ShardedDense(self.X)  # type: ignore[assignment]
+        self._dense = ShardedDense(self.X, self.dense_mode, ivf_bits)  # type: ignore[assignment]
         return self
 
     def bm25(self, params: BM25Params | None = None, who: str = "bm25") -> ShardedBM25:  # type: ignore[override]

@@ -205,3 +205,36 @@ def test_serve_ray_arguments_are_checked_before_any_cluster_starts(saved_index, 
         assert main(["serve", *args]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
+
+
+def test_an_ivf_searched_index_gives_the_same_results_sharded(tmp_path, monkeypatch):
+    """With the dense search on its IVF index, the shards hold its cells and codes: their candidates
+    merge into the single index's, unfiltered, under a wide filter (more cells probed), a narrow one
+    (exact among the rows passing), and for queries the probed cells leave short (exact scan)."""
+    monkeypatch.setenv("HOPGRAPH_DENSE", "ann")
+    rng = np.random.default_rng(5)
+    words = [f"w{i}" for i in range(300)]
+    records = [{"id": f"p{i}", "title": f"T{i}", "text": " ".join(rng.choice(words, 12)), "metadata": {"g": i % 20}}
+               for i in range(3000)]
+    single = Index.build(records, embedder="hashing-64", pipelines=["dense", "hybrid", "g3rag"], progress=False)
+    single.save(tmp_path / "index")
+    single = Index.load(tmp_path / "index", progress=False)
+    assert single.components.dense.method == "ann" and single.components.dense.ivf.nlist > 64
+    out = shard_index(single, 3, tmp_path / "shards")
+    calls = LocalShards.open(out)
+    router = open_router(out, calls)
+    questions = [" ".join(rng.choice(words, 4)) for _ in range(12)]
+    single.components.dense.nprobe = router.components.dense.nprobe = 6  # an approximate search
+    exact = single.components.dense.exact_topk(single.embed_queries(questions), 10)[0]
+    assert (single.search_arrays(questions, "dense", k=10)[0] != exact).any()
+    for name in ("dense", "hybrid", "g3rag"):
+        same_results(single, router, name, questions, k=10)
+        same_results(single, router, name, questions, k=10, where={"g": {"$in": list(range(12))}})
+        same_results(single, router, name, questions, k=10, where={"g": 3})
+        same_results(single, router, name, questions, k=200, where={"g": {"$in": [1, 2, 3]}})
+    assert calls.calls["ivf_candidates"] > 0 and calls.calls["dense_exact"] > 0
+    before = calls.calls["dense_exact"]
+    same_results(single, router, "dense", questions, k=300)  # 6 cells hold fewer: the exact scan
+    assert calls.calls["dense_exact"] > before
+    shard = Index.load(out / "shard-000", progress=False, dense="ann")
+    np.testing.assert_array_equal(shard.components.dense.ivf.centroids(), single.components.dense.ivf.centroids())
