@@ -88,6 +88,7 @@ class ShardedIndex(Index):
     def _append(self, new: Corpus, X_new: np.ndarray, replaced: Sequence[int]) -> None:
         """Each new passage to its owner shard (committed there), then the router's state updated as an
         unsharded index's would be (its pipelines read the new rows from the shards) and committed."""
+        self.components.read_extractions()
         n_shards = self.shards.n_shards
         owners = np.fromiter((owner_of(pid, n_shards) for pid in new.ids), np.int32, len(new))
         calls = {}

@@ -403,6 +403,26 @@ class ShardedComponents(Components):
 
     shards: ShardSet
 
+    @property  # type: ignore[override]
+    def _extractions(self) -> dict:
+        """The extractions, read from their files on first use: a router's searches never read them
+        (its writes do), so opening a router does not."""
+        pending = self.__dict__.pop("_extraction_segments", None)
+        if pending is not None:
+            super()._load_extractions(pending)
+        return self.__dict__["_extraction_dict"]
+
+    @_extractions.setter
+    def _extractions(self, value: dict) -> None:
+        self.__dict__["_extraction_dict"] = value
+
+    def _load_extractions(self, segments: Sequence[tuple[Any, dict[str, Any], int, int]]) -> None:
+        self.__dict__["_extraction_segments"] = list(segments)
+
+    def read_extractions(self) -> None:
+        """Read the stored extractions now (before a write grows the rows they are checked against)."""
+        self._extractions
+
     def attach(self, shards: ShardSet, ivf_bits: int | None = None) -> "ShardedComponents":
         """Reach the shards; ``ivf_bits``: the code width of the IVF index parts they hold (None:
         none; the dense search is then exact)."""

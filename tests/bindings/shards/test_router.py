@@ -238,3 +238,15 @@ def test_an_ivf_searched_index_gives_the_same_results_sharded(tmp_path, monkeypa
     assert calls.calls["dense_exact"] > before
     shard = Index.load(out / "shard-000", progress=False, dense="ann")
     np.testing.assert_array_equal(shard.components.dense.ivf.centroids(), single.components.dense.ivf.centroids())
+
+
+def test_a_router_reads_the_extraction_only_when_a_write_needs_it(saved_index, tmp_path):
+    single, router, _, _ = sharded(saved_index, tmp_path)
+    for name in ALL:
+        router.search_arrays(QUESTIONS, name, k=5)
+    assert "_extraction_segments" in router.components.__dict__  # searches never read it
+    router.add(NEW[:1])
+    assert "_extraction_segments" not in router.components.__dict__
+    single.add(NEW[:1])
+    for name in ALL:
+        same_results(single, router, name)
