@@ -21,7 +21,8 @@ from ..engine.filters import ids_mask
 from ..engine.pipelines import pipeline_class
 from ..index import Index
 from ..index.params import validate_params
-from .layout import FORMAT, ROUTER_FILE, ROUTER_PREFIX, VERSION, owner_of, read_shards, router_dir_name, write_shards
+from .layout import (FORMAT, ROUTER_FILE, ROUTER_PREFIX, SHARDS_FILE, VERSION, owner_of, read_shards, router_dir_name,
+                     write_shards)
 
 
 #: router directories kept after a commit (the newest ones): another router still reading an older one
@@ -40,14 +41,20 @@ class ShardedIndex(Index):
     meta: dict[str, Any]
     #: the router directory the state was opened from (memory-mapped: kept while open)
     opened: str
+    #: ``shards.json``'s inode, modification time and size when last read (:meth:`take_in_commits`)
+    _stamp: tuple[int, int, int] | None = None
 
     # ------------------------------------------------------------------ other routers' commits
     def take_in_commits(self) -> bool:
         """Reopen from the newest router state when another router committed since this one's
         (``shards.json`` names a later generation); True when it did. Every search and write starts
         with it, so routers of one sharded index (replicas) answer from the latest commit."""
+        stamp = _stamp(self.root)
+        if stamp == self._stamp:
+            return False
         meta = read_shards(self.root)
         if int(meta.get("generation", 0)) == int(self.meta.get("generation", 0)):
+            self._stamp = stamp
             return False
         fresh = open_router(self.root, self.shards.calls, device=self.device, verify="fast")
         self._adopt(fresh)
@@ -164,6 +171,16 @@ class ShardedIndex(Index):
                          "shard again; the router cannot rebuild the graphs without every embedding")
 
 
+def _stamp(root: Path) -> tuple[int, int, int] | None:
+    """What changes when ``shards.json`` is replaced (inode, modification time, size): read before
+    every request instead of the file."""
+    try:
+        st = (root / SHARDS_FILE).stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
 def open_router(directory: str | Path, calls: ShardCalls, embedder: Any = None, device: str = "auto",
                 verify: str = "full", cleanup: bool = False) -> ShardedIndex:
     """The router of the sharded index at ``directory`` (``hopgraph shard``'s output) over the shards
@@ -171,6 +188,7 @@ def open_router(directory: str | Path, calls: ShardCalls, embedder: Any = None, 
     (``verify="fast"``: sizes only); IndexFormatError names a bad one. ``cleanup``: remove the
     router directories of earlier commits (a router that writes: no other router may still read them)."""
     directory = Path(directory)
+    stamp = _stamp(directory)
     meta = read_shards(directory)
     path = directory / meta["router"]
     try:
@@ -220,6 +238,7 @@ def open_router(directory: str | Path, calls: ShardCalls, embedder: Any = None, 
     if deleted.any():
         components.deleted = np.array(deleted)
     index.shards, index.root, index.meta, index.opened = shards, directory, meta, meta["router"]
+    index._stamp = stamp
     index._ops = None  # a router commits every write at once: nothing to replay
     if cleanup:
         for old in directory.glob(f"{ROUTER_PREFIX}*"):
