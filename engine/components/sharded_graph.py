@@ -32,7 +32,7 @@ import numpy as np
 from ...kernels.csr import CSR, check_csr
 from ..errors import IndexFormatError, InputError
 from ..storage import check_indptr, load_array, load_arrays, save_arrays, write_json
-from ..storage.deltas import OverlayCSR
+from ..storage.deltas import CSRView, OverlayCSR
 
 #: the file naming a graph whose rows are in the shards (``{prefix}rows.json`` beside its ``indptr``)
 REF_SUFFIX = "rows.json"
@@ -94,11 +94,41 @@ class PassageOwners:
         return rows[:int(np.searchsorted(rows, n_rows))] if len(rows) and rows[-1] >= n_rows else rows
 
 
-def _register(shards: Any, cache: Any) -> None:
-    """Let ``shards.forget_rows()`` drop what ``cache`` keeps."""
-    caches = getattr(shards, "caches", None)
-    if caches is not None:
-        caches.add(cache)
+class RowCache:
+    """The rows a router read of one stored item (a stored row never changes), most recently used
+    kept up to ``limit`` in ``size(value)`` units; registered with the shards (``forget_rows``)."""
+
+    def __init__(self, shards: Any, limit: int, size: Any = lambda value: 1) -> None:
+        self.limit, self.size, self.held = int(limit), size, 0
+        self._rows: OrderedDict[int, Any] = OrderedDict()
+        self._lock = threading.Lock()
+        caches = getattr(shards, "caches", None)
+        if caches is not None:
+            caches.add(self)
+
+    def get(self, rows: list[int]) -> dict[int, Any]:
+        """The kept ones of distinct ``rows``."""
+        out = {}
+        with self._lock:
+            for r in rows:
+                value = self._rows.get(r)
+                if value is not None:
+                    self._rows.move_to_end(r)
+                    out[r] = value
+        return out
+
+    def put(self, values: Mapping[int, Any]) -> None:
+        with self._lock:
+            for r, v in values.items():
+                self._rows[r] = v
+                self.held += self.size(v)
+            while self.held > self.limit and self._rows:
+                self.held -= self.size(self._rows.popitem(last=False)[1])
+
+    def forget(self) -> None:
+        with self._lock:
+            self._rows.clear()
+            self.held = 0
 
 
 def owners_of(kind: str, shards: Any) -> RowOwners:
@@ -109,7 +139,7 @@ def owners_of(kind: str, shards: Any) -> RowOwners:
     raise IndexFormatError(f"unknown graph row owners {kind!r}")
 
 
-class ShardedCSR:
+class ShardedCSR(CSRView):
     """A CSR whose ``indptr`` is held here and whose rows' entries are held by the shards (module
     docstring). ``name``: the graph's name in the shards' graph directories. Reads fetch whole rows
     (both fields, one call per shard) and keep them; ``arrays()`` refuses (never gathered whole)."""
@@ -126,34 +156,9 @@ class ShardedCSR:
             self._local_start[rows] = np.cumsum(lengths[rows]) - lengths[rows]
         self.indices = RemoteEntries(self, "indices", np.dtype(dtypes["indices"]))
         self.data = RemoteEntries(self, "data", np.dtype(dtypes["data"]))
-        self._rows: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._held, self._cache_entries = 0, int(cache_entries)
-        self._lock = threading.Lock()
+        self.cache = RowCache(shards, cache_entries, lambda value: len(value[0]))
         #: entries fetched from the shards (both fields; what the cache saved is not counted)
         self.fetched = 0
-        _register(shards, self)
-
-    def forget(self) -> None:
-        with self._lock:
-            self._rows.clear()
-            self._held = 0
-
-    @property
-    def n_rows(self) -> int:
-        return len(self.indptr) - 1
-
-    @property
-    def nnz(self) -> int:
-        return int(self.indptr[-1])
-
-    def __iter__(self) -> Iterator[Any]:  # as a CSR tuple: indptr, indices, data, n_cols
-        return iter((self.indptr, self.indices, self.data, self.n_cols))
-
-    def __getitem__(self, i: int) -> Any:
-        return (self.indptr, self.indices, self.data, self.n_cols)[i]
-
-    def __len__(self) -> int:
-        return 4
 
     def arrays(self) -> dict[str, np.ndarray]:
         raise InputError(f"graph {self.name} is held by the shards of a sharded index; it is never read whole")
@@ -169,13 +174,7 @@ class ShardedCSR:
         rows = np.unique(np.asarray(rows, np.int64))
         if len(rows) and (rows[0] < 0 or rows[-1] >= self.n_rows):
             raise IndexError(f"graph {self.name}: rows out of range [0, {self.n_rows})")
-        out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        with self._lock:
-            for r in rows.tolist():
-                got = self._rows.get(r)
-                if got is not None:
-                    self._rows.move_to_end(r)
-                    out[r] = got
+        out = self.cache.get(rows.tolist())
         missing = np.array([r for r in rows.tolist() if r not in out], np.int64)
         if not len(missing):
             return out
@@ -193,12 +192,7 @@ class ShardedCSR:
                                            f"the router's indptr {int(self.indptr[r + 1] - self.indptr[r])}")
                 fresh[r] = (ind[a:b], dat[a:b])
         self.fetched += sum(len(i) for i, _ in fresh.values())
-        with self._lock:
-            for r, v in fresh.items():
-                self._rows[r] = v
-                self._held += len(v[0])
-            while self._held > self._cache_entries and self._rows:
-                self._held -= len(self._rows.popitem(last=False)[1][0])
+        self.cache.put(fresh)
         out.update(fresh)
         return out
 
@@ -396,16 +390,10 @@ class ShardedMatrix:
     def __init__(self, name: str, shape: tuple[int, int], dtype: Any, owners: RowOwners, shards: Any,
                  cache_rows: int = 65_536) -> None:
         self.name, self.shape, self.dtype = name, (int(shape[0]), int(shape[1])), np.dtype(dtype)
-        self.owners, self.shards, self.cache_rows = owners, shards, int(cache_rows)
-        self._rows: OrderedDict[int, np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
+        self.owners, self.shards = owners, shards
+        self.cache = RowCache(shards, cache_rows)
         #: rows fetched from the shards (what the cache saved is not counted)
         self.fetched = 0
-        _register(shards, self)
-
-    def forget(self) -> None:
-        with self._lock:
-            self._rows.clear()
 
     @property
     def size(self) -> int:
@@ -433,12 +421,11 @@ class ShardedMatrix:
             raise IndexError(f"{self.name}: rows out of range [0, {self.shape[0]})")
         uniq, inverse = np.unique(flat, return_inverse=True)
         got = np.empty((len(uniq), self.shape[1]), self.dtype)
-        with self._lock:
-            held = [self._rows.get(r) for r in uniq.tolist()]
-        missing = np.array([i for i, h in enumerate(held) if h is None], np.int64)
-        for i, h in enumerate(held):
-            if h is not None:
-                got[i] = h
+        held = self.cache.get(uniq.tolist())
+        missing = np.array([i for i, r in enumerate(uniq.tolist()) if r not in held], np.int64)
+        for i, r in enumerate(uniq.tolist()):
+            if r in held:
+                got[i] = held[r]
         if len(missing):
             parts = self.owners.split(uniq[missing])
             results = self.shards.map_calls("graph_rows", {s: (self.name, local) for s, (_, local) in parts.items()})
@@ -449,11 +436,7 @@ class ShardedMatrix:
                                            f"expected {(len(pos), self.shape[1])}")
                 got[missing[pos]] = values
             self.fetched += len(missing)
-            with self._lock:
-                for i in missing.tolist():
-                    self._rows[int(uniq[i])] = got[i].copy()
-                while len(self._rows) > self.cache_rows:
-                    self._rows.popitem(last=False)
+            self.cache.put({int(uniq[i]): got[i].copy() for i in missing.tolist()})
         return got[inverse.ravel()].reshape(rows.shape + (self.shape[1],))
 
     def __getitem__(self, key: Any) -> np.ndarray:

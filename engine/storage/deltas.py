@@ -274,7 +274,34 @@ class RowsArray:
         return out if dtype is None else out.astype(dtype, copy=False)
 
 
-class OverlayCSR:
+class CSRView:
+    """What a graph stored otherwise than as three arrays shares with :class:`CSR`: ``indptr``,
+    ``indices`` / ``data`` read by position, ``n_cols``, and unpacking as the CSR tuple."""
+
+    indptr: np.ndarray
+    indices: Any
+    data: Any
+    n_cols: int
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.indptr) - 1
+
+    @property
+    def nnz(self) -> int:
+        return int(self.indptr[-1])
+
+    def __iter__(self):  # as a CSR tuple: indptr, indices, data, n_cols
+        return iter((self.indptr, self.indices, self.data, self.n_cols))
+
+    def __getitem__(self, i: int) -> Any:
+        return (self.indptr, self.indices, self.data, self.n_cols)[i]
+
+    def __len__(self) -> int:
+        return 4
+
+
+class OverlayCSR(CSRView):
     """A CSR graph kept as a stored one (``base``, memory-mapped, never copied) with some rows
     replaced and rows appended, both held in memory: what a graph that grows by appends is between
     two compactions. ``indptr`` is a real array over a virtual entry order (row after row);
@@ -309,23 +336,6 @@ class OverlayCSR:
                                     base_ptr[np.minimum(starts, n0)])
         self.indices = RowsArray(self, base.indices, np.asarray(over_indices))
         self.data = RowsArray(self, base.data, np.asarray(over_data))
-
-    @property
-    def n_rows(self) -> int:
-        return len(self.indptr) - 1
-
-    @property
-    def nnz(self) -> int:
-        return int(self.indptr[-1])
-
-    def __iter__(self):  # as a CSR tuple: indptr, indices, data, n_cols
-        return iter((self.indptr, self.indices, self.data, self.n_cols))
-
-    def __getitem__(self, i: int) -> Any:
-        return (self.indptr, self.indices, self.data, self.n_cols)[i]
-
-    def __len__(self) -> int:
-        return 4
 
     def sources(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For virtual positions, ``(position in the source, read from the in-memory rows?)``."""
