@@ -250,3 +250,28 @@ def test_a_router_reads_the_extraction_only_when_a_write_needs_it(saved_index, t
     single.add(NEW[:1])
     for name in ALL:
         same_results(single, router, name)
+
+
+def test_the_graph_rows_live_in_the_shards_of_their_passages(saved_index, tmp_path):
+    """G3RAG's gain graph and the title mention graph leave the router: each shard holds the rows of
+    its passages (global column ids), the router their row pointers; a search reads the rows it
+    reaches."""
+    single, router, calls, out = sharded(saved_index, tmp_path)
+    meta = read_shards(out)
+    router_dir = out / meta["router"]
+    for part, whole in (("pipelines/g3rag", single.pipeline("g3rag").graph_),
+                        ("components/title-mentions", single.components.title_mentions().graph)):
+        assert (router_dir / part / "indptr.npy").is_file() and not (router_dir / part / "indices.npy").exists()
+        held = 0
+        for s, shard in enumerate(meta["shards"]):
+            a = np.load(out / shard["graph"] / part / "graph" / "indices.npy")
+            ptr = np.load(out / shard["graph"] / part / "graph" / "indptr.npy")
+            rows = router.shards.map.rows_of[s]
+            assert len(ptr) == len(rows) + 1
+            for local, r in enumerate(rows.tolist()):
+                np.testing.assert_array_equal(a[ptr[local]:ptr[local + 1]],
+                                              np.asarray(whole.indices[whole.indptr[r]:whole.indptr[r + 1]]))
+            held += len(a)
+        assert held == int(whole.indptr[-1])
+    router.search_arrays(QUESTIONS, "g3rag", k=5)
+    assert calls.calls["graph_rows"] > 0
