@@ -174,11 +174,12 @@ class ShardGraphs:
             if (path / name / "values.npy").is_file():
                 self.graphs[name] = storage.load_array(path / name, "values")
                 continue
-            a = storage.load_arrays(path / name, ["indptr", "indices", "data"])
+            weighted = (path / name / "data.npy").is_file()  # unweighted graphs store no weights
+            a = storage.load_arrays(path / name, ["indptr", "indices", *(("data",) if weighted else ())])
             ptr = storage.check_indptr(a["indptr"], len(a["indptr"]) - 1, len(a["indices"]), f"{path / name} indptr")
-            if len(a["data"]) != len(a["indices"]):
+            if weighted and len(a["data"]) != len(a["indices"]):
                 raise IndexFormatError(f"{path / name}: indices and data differ in length")
-            self.graphs[name] = CSR(ptr, a["indices"], a["data"], 0)
+            self.graphs[name] = CSR(ptr, a["indices"], a["data"] if weighted else None, 0)
 
     def rows(self, name: str, rows: np.ndarray) -> Any:
         """A graph's rows as ``(lengths, indices, data)``; a row-per-node array's rows as an array."""
@@ -191,5 +192,8 @@ class ShardGraphs:
             raise InputError(f"graph {name}: rows out of range [0, {n_rows})")
         if isinstance(graph, np.ndarray):
             return np.ascontiguousarray(graph[rows])
+        if graph.data is None:
+            ptr, ind, _ = _rows(graph.indptr, graph.indices, graph.indices, rows)
+            return np.diff(ptr), ind, None
         ptr, ind, dat = _rows(graph.indptr, graph.indices, graph.data, rows)
         return np.diff(ptr), ind, dat

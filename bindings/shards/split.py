@@ -102,11 +102,15 @@ class GraphRowWriter:
                 storage.save_arrays(self.out / graph_dir_name(s) / name,
                                     {"values": np.ascontiguousarray(item[rule.rows_of(s, len(item))])})
         else:
-            whole = CSR(np.asarray(item[0], np.int64), np.asarray(item[1]), np.asarray(item[2]), int(item[3]))
+            weighted = item[2] is not None  # an unweighted graph: no weights stored
+            indices = np.asarray(item[1])
+            whole = CSR(np.asarray(item[0], np.int64), indices,
+                        np.asarray(item[2]) if weighted else np.zeros(len(indices), np.int8), int(item[3]))
             for s in range(self.shards.map.n_shards):
                 part = take_rows(whole, rule.rows_of(s, whole.n_rows))
+                arrays = {"indptr": part.indptr, "indices": part.indices}
                 storage.save_arrays(self.out / graph_dir_name(s) / name,
-                                    {"indptr": part.indptr, "indices": part.indices, "data": part.data})
+                                    {**arrays, "data": part.data} if weighted else arrays)
         self.names.append(name)
         return name
 

@@ -145,8 +145,10 @@ class ShardedCSR(CSRView):
     (both fields, one call per shard) and keep them; ``arrays()`` refuses (never gathered whole)."""
 
     def __init__(self, name: str, indptr: np.ndarray, n_cols: int, owners: RowOwners, shards: Any,
-                 dtypes: Mapping[str, str], cache_entries: int = ROW_CACHE_ENTRIES) -> None:
+                 dtypes: Mapping[str, str], cache_entries: int = ROW_CACHE_ENTRIES, weighted: bool = True) -> None:
+        """``weighted=False``: the shards store no weights (each is 1)."""
         self.name, self.n_cols, self.owners, self.shards = name, int(n_cols), owners, shards
+        self.weighted = bool(weighted)
         self.indptr = np.asarray(indptr, np.int64)
         lengths = np.diff(self.indptr)
         #: where each row's entries start in its shard's arrays
@@ -166,7 +168,8 @@ class ShardedCSR(CSRView):
     def ref(self) -> dict[str, Any]:
         """What a router's directory records of it (:func:`save_graph`)."""
         return {"name": self.name, "owners": self.owners.kind, "n_rows": self.n_rows, "n_cols": self.n_cols,
-                "nnz": self.nnz, "dtypes": {"indices": self.indices.dtype.str, "data": self.data.dtype.str}}
+                "nnz": self.nnz, "weighted": self.weighted,
+                "dtypes": {"indices": self.indices.dtype.str, "data": self.data.dtype.str}}
 
     def fetch_rows(self, rows: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """``{row: (indices, data)}`` of distinct ``rows``: kept ones from the cache, the others from
@@ -183,6 +186,8 @@ class ShardedCSR(CSRView):
         fresh: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for s, (pos, _) in parts.items():
             lengths, ind, dat = results[s]
+            if dat is None and not self.weighted:
+                dat = np.ones(len(ind), self.data.dtype)
             ends = np.cumsum(np.asarray(lengths, np.int64))
             if len(lengths) != len(pos) or (len(ends) and (ends[-1] != len(ind) or len(ind) != len(dat))):
                 raise IndexFormatError(f"shard {s}: graph {self.name} rows do not fit the request")
@@ -308,11 +313,13 @@ def _files(prefix: str, names: tuple[str, ...]) -> list[str]:
     return [f"{prefix}{n}" for n in names]
 
 
-def save_graph(directory: Path, prefix: str, graph: Any, owners: str = PassageOwners.kind) -> None:
+def save_graph(directory: Path, prefix: str, graph: Any, owners: str = PassageOwners.kind,
+               weighted: bool = True) -> None:
     """Save ``graph`` in ``directory`` as ``{prefix}indptr`` / ``indices`` / ``data``; inside
     :func:`sending_rows`, its rows go to the shards and ``directory`` keeps ``indptr`` and the
     reference; a graph whose rows are in the shards keeps its reference and the rows changed since
-    (``owners``: ``"passage"`` for a graph over passages, ``"modulo"`` over other nodes)."""
+    (``owners``: ``"passage"`` for a graph over passages, ``"modulo"`` over other nodes;
+    ``weighted=False``: every weight is 1 and the shards store none)."""
     base = sharded_base(graph)
     sink = _SINK.get()
     if base is None and sink is None:
@@ -320,8 +327,9 @@ def save_graph(directory: Path, prefix: str, graph: Any, owners: str = PassageOw
         return
     if base is None:
         indptr = np.asarray(graph[0], np.int64)
-        ref = {"name": sink.send(directory, f"{prefix}graph", graph, owners), "owners": owners, "n_rows": len(indptr) - 1,
-               "n_cols": int(graph[3]), "nnz": int(indptr[-1]),
+        sent = graph if weighted else CSR(indptr, graph[1], None, int(graph[3]))
+        ref = {"name": sink.send(directory, f"{prefix}graph", sent, owners), "owners": owners, "n_rows": len(indptr) - 1,
+               "n_cols": int(graph[3]), "nnz": int(indptr[-1]), "weighted": bool(weighted),
                "dtypes": {"indices": np.asarray(graph[1][:0]).dtype.str, "data": np.asarray(graph[2][:0]).dtype.str}}
         save_arrays(directory, {f"{prefix}indptr": indptr})
     else:
@@ -366,7 +374,8 @@ def load_graph(directory: Path, prefix: str, n_cols: int, where: str) -> CSR | S
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise IndexFormatError(f"{ref_file}: unreadable ({type(e).__name__}: {e})") from None
     indptr = check_indptr(load_array(directory, f"{prefix}indptr", mmap=False), n_rows, nnz, f"{where} indptr")
-    base = ShardedCSR(name, indptr, base_cols, owners_of(kind, shards), shards, dtypes)
+    base = ShardedCSR(name, indptr, base_cols, owners_of(kind, shards), shards, dtypes,
+                      weighted=bool(ref.get("weighted", True)))
     if not (directory / f"{prefix}over_rows.npy").is_file():
         if base_cols != n_cols:
             raise IndexFormatError(f"{where}: {base_cols} columns, expected {n_cols}")

@@ -345,7 +345,7 @@ class TitleMentions:
         out = self.arrays() if base is None else {}
         graph = CSR(out["indptr"], out["indices"], unit_weights(len(out["indices"])), self.n_chunks) \
             if base is None else self.graph
-        save_graph(directory, "", graph)
+        save_graph(directory, "", graph, weighted=False)
         if base is not None:
             if self.tail is not None:
                 out.update({f"tail_{k}": v for k, v in self.tail_arrays(self.n_stored, self.n_chunks).items()})

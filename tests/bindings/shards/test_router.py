@@ -272,6 +272,7 @@ def test_the_graph_rows_live_in_the_shards_of_their_passages(saved_index, tmp_pa
                 np.testing.assert_array_equal(a[ptr[local]:ptr[local + 1]],
                                               np.asarray(whole.indices[whole.indptr[r]:whole.indptr[r + 1]]))
             held += len(a)
+            assert (out / shard["graph"] / part / "graph" / "data.npy").is_file() == (part == "pipelines/g3rag")
         assert held == int(whole.indptr[-1])
     router.search_arrays(QUESTIONS, "g3rag", k=5)
     assert calls.calls["graph_rows"] > 0

@@ -31,8 +31,9 @@ class FakeShards:
             if isinstance(item, np.ndarray):
                 out[s] = item[np.asarray(rows)]
             else:
-                sub = take_rows(item, np.asarray(rows))
-                out[s] = (np.diff(sub.indptr), sub.indices, sub.data)
+                graph, weighted = item
+                sub = take_rows(graph, np.asarray(rows))
+                out[s] = (np.diff(sub.indptr), sub.indices, sub.data if weighted else None)
         return out
 
 
@@ -47,8 +48,10 @@ class Sink:
             if isinstance(item, np.ndarray):
                 self.fake.parts[s][name] = item[rule.rows_of(s, len(item))]
             else:
-                whole = CSR(np.asarray(item[0]), np.asarray(item[1]), np.asarray(item[2]), int(item[3]))
-                self.fake.parts[s][name] = take_rows(whole, rule.rows_of(s, whole.n_rows))
+                weighted = item[2] is not None
+                data = np.asarray(item[2]) if weighted else np.zeros(len(item[1]), np.int8)
+                whole = CSR(np.asarray(item[0]), np.asarray(item[1]), data, int(item[3]))
+                self.fake.parts[s][name] = (take_rows(whole, rule.rows_of(s, whole.n_rows)), weighted)
         return name
 
 
@@ -169,3 +172,18 @@ def test_forget_rows_drops_what_the_router_kept(setup, tmp_path):
     shards.forget_rows()
     remote.rows_csr(rows), emb[rows]
     assert fake.calls > calls
+
+
+def test_an_unweighted_graph_stores_no_weights_in_the_shards(setup, tmp_path):
+    rng, shards, fake = setup
+    graph = random_graph(rng, 41, 41)
+    ones = CSR(graph.indptr, graph.indices, np.ones(graph.nnz, np.float32), 41)
+    with sending_rows(Sink(shards, fake)):
+        save_graph(tmp_path, "", ones, weighted=False)
+    assert not any(weighted for part in fake.parts for _, weighted in part.values())
+    with reading_rows(shards):
+        remote = load_graph(tmp_path, "", 41, "g")
+    pos = np.arange(graph.nnz)
+    np.testing.assert_array_equal(remote.indices[pos], graph.indices)
+    np.testing.assert_array_equal(remote.data[pos], np.ones(graph.nnz, np.float32))
+    assert remote.data[pos].dtype == np.float32
