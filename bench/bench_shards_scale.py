@@ -37,14 +37,17 @@ def main() -> int:
     ap.add_argument("--questions", type=int, default=200)
     ap.add_argument("--pipelines", default="dense,bm25,hybrid,g3rag")
     ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--embedder", default=None, help="the index's embedder, when an add needs one (STITCH's texts)")
     ap.add_argument("--workdir", default=None, help="where the sharded index goes (default: a temporary directory)")
+    ap.add_argument("--add", default="", help="comma-separated passage counts added through the router (and to the "
+                    "single index, in memory) after the searches, e.g. 1,100: time, bytes written, equality after")
     args = ap.parse_args()
     data = Path(args.data)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="shards-scale-"))
     out = work / "shards"
     print(f"# bench_shards_scale {datetime.date.today()} load average {os.getloadavg()} shards {args.shards} "
           f"k {args.k}", flush=True)
-    single = Index.load(data / "index", progress=False, verify="fast")
+    single = Index.load(data / "index", embedder=args.embedder, progress=False, verify="fast")
     n = len(single.X)
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
@@ -53,7 +56,7 @@ def main() -> int:
           f"(dense {single.components.dense.method})", flush=True)
     disk_table(data / "index", out)
     calls = CountingShards(LocalShards.open(out, verify="fast").services)
-    router = open_router(out, calls, verify="fast")
+    router = open_router(out, calls, embedder=args.embedder, verify="fast")
     questions = json.loads((data / "questions.json").read_text())[:args.questions]
     Q = np.load(data / "Q.npy")[:len(questions)]
     print("| pipeline | ids equal | max score diff | bytes gathered / question | bytes sent / question | "
@@ -75,10 +78,49 @@ def main() -> int:
         m = len(questions)
         print(f"| {p} | {'yes' if equal else 'NO'} | {diff:.1e} | {calls.received / m:,.0f} | {calls.sent / m:,.0f} | "
               f"{fetched / m:,.0f} |", flush=True)
+    if args.add:
+        add_table(single, router, out, questions, Q, args)
     print(f"\nload average at the end {os.getloadavg()}")
     if args.workdir is None:
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def tree_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def add_table(single: Index, router, out: Path, questions: list[str], Q: np.ndarray, args) -> None:
+    """Adds through the router (each a router commit: the owner shards' segments, a new router
+    directory) and the same adds to the single index in memory; then every pipeline's results compared."""
+    rng = np.random.default_rng(0)
+    dim = single.X.shape[1]
+    print("\n| passages added | router add (s) | single add, in memory (s) | new router directory (bytes) | "
+          "shard indexes grew (bytes) |")
+    print("|---:|---:|---:|---:|---:|")
+    for n in (int(x) for x in args.add.split(",")):
+        x = rng.standard_normal((n, dim)).astype(np.float32)
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        recs = [{"id": f"added-{n}-{i}", "title": f"Added {n} {i}", "text": f"{questions[i % len(questions)]} "
+                 f"An added passage, number {i}."} for i in range(n)]
+        meta = json.loads((out / "shards.json").read_text())
+        shards_before = sum(tree_bytes(out / s["dir"]) for s in meta["shards"])
+        t0 = time.perf_counter()
+        router.add(recs, embeddings=x)
+        t_router = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        single.add(recs, embeddings=x)
+        t_single = time.perf_counter() - t0
+        meta = json.loads((out / "shards.json").read_text())
+        grew = sum(tree_bytes(out / s["dir"]) for s in meta["shards"]) - shards_before
+        print(f"| {n} | {t_router:.2f} | {t_single:.2f} | {tree_bytes(out / meta['router']):,} | {grew:,} |", flush=True)
+    for p in args.pipelines.split(","):
+        a = single.search_arrays(questions, p, k=args.k, query_embeddings=Q)
+        b = router.search_arrays(questions, p, k=args.k, query_embeddings=Q)
+        finite = np.isfinite(a[1])
+        diff = float(np.max(np.abs(np.where(finite, a[1] - b[1], 0)), initial=0))
+        print(f"after the adds, {p}: ids {'equal' if np.array_equal(a[0], b[0]) else 'DIFFERENT'}, "
+              f"largest score difference {diff:.1e}", flush=True)
 
 
 def _fetched(router) -> int:

@@ -13,8 +13,8 @@ import numpy as np
 
 from ..engine import storage
 from ..engine.components.corpus import Corpus
-from ..engine.components.sharded import (RemoteStrings, ShardCalls, ShardedComponents, ShardedRows, ShardMap, ShardSet,
-                                         read_fields)
+from ..engine.components.sharded import (Pending, RemoteStrings, ShardCalls, ShardedComponents, ShardedRows, ShardMap,
+                                         ShardSet, read_fields)
 from ..engine.components.sharded_graph import reading_rows
 from ..engine.errors import IndexFormatError, InputError
 from ..engine.filters import ids_mask
@@ -93,30 +93,47 @@ class ShardedIndex(Index):
 
     # ------------------------------------------------------------------ writes
     def _append(self, new: Corpus, X_new: np.ndarray, replaced: Sequence[int]) -> None:
-        """Each new passage to its owner shard (committed there), then the router's state updated as an
-        unsharded index's would be (its pipelines read the new rows from the shards) and committed."""
+        """The router's state updated as an unsharded index's add does (its pipelines read the new
+        passages from the router, :class:`~hopgraph.engine.components.sharded.Pending`, the old ones
+        from the shards), then each new passage sent to its owner shard (committed there), then the
+        router's state committed. A failure before the shards commit changes nothing: the router
+        reopens its last commit."""
         self.components.read_extractions()
         n_shards = self.shards.n_shards
         owners = np.fromiter((owner_of(pid, n_shards) for pid in new.ids), np.int32, len(new))
+        start = len(self.X)
+        expected = {s: len(self.shards.map.rows_of[s]) for s in np.unique(owners).tolist()}
         calls = {}
-        for s in np.unique(owners).tolist():
+        for s in expected:
             at = np.flatnonzero(owners == s)
             calls[s] = (new.take(at), np.ascontiguousarray(X_new[at], np.float32), True)
-        self.shards.map_calls("add", calls)
-        start = len(self.X)
-        corpus = self.corpus.concat(new)
-        self.shards.map = self.shards.map.extended(owners)
-        corpus.texts, corpus.metadata = self.corpus.texts, self.corpus.metadata  # remote, now over the grown map
-        self.components.extend(self.X, corpus, start)
-        self.corpus, self._metadata = corpus, None
-        self._tombstone(replaced)
+        self.shards.pending = Pending(start, new, X_new)
         try:
-            self.components.embedder = self.embedder  # STITCH embeds the new topic texts with it
-        except InputError:
-            pass
-        for pipe in self.pipelines.values():
-            pipe.add(start, progress=self.progress)
-        self._variants.clear()
+            corpus = self.corpus.concat(new)
+            self.shards.map = self.shards.map.extended(owners)
+            corpus.texts, corpus.metadata = self.corpus.texts, self.corpus.metadata  # remote, now over the grown map
+            self.components.extend(self.X, corpus, start)
+            self.corpus, self._metadata = corpus, None
+            self._tombstone(replaced)
+            try:
+                self.components.embedder = self.embedder  # STITCH embeds the new topic texts with it
+            except InputError:
+                pass
+            for pipe in self.pipelines.values():
+                pipe.add(start, progress=self.progress)
+            self._variants.clear()
+        except BaseException:
+            self.shards.pending = None
+            self._adopt(open_router(self.root, self.shards.calls, embedder=self._embedder, device=self.device,
+                                    verify="fast"))
+            raise
+        self.shards.pending = None
+        firsts = self.shards.map_calls("add", calls)
+        behind = {s: (int(firsts[s]), expected[s]) for s in expected if int(firsts[s]) != expected[s]}
+        if behind:
+            s, (first, known) = next(iter(behind.items()))
+            raise IndexFormatError(f"shard {s} holds {first - known} passages its router does not know (a write "
+                                   f"stopped between the shard's commit and the router's): shard the index again")
         self._commit_router()
 
     def add(self, *args: Any, **kwargs: Any) -> Any:
@@ -226,7 +243,7 @@ def open_router(directory: str | Path, calls: ShardCalls, embedder: Any = None, 
     with reading_rows(shards):
         components = ShardedComponents.load_segments([(path / "components", manifest["components"], 0, n)], X,
                                                      corpus, None, params.get("bm25"), False).attach(
-            shards, int(meta["ivf_bits"]) if meta.get("ivf_bits") else None)
+            shards, int(meta["ivf_bits"]) if meta.get("ivf_bits") else None, int(meta.get("ivf_trained", 0)))
     index = ShardedIndex(corpus, X, None, str(manifest["embedder_name"]), device=device, params=params,
                          progress=False, components=components, stored_params=True)
     index.embedder_entry = emb_entry

@@ -18,7 +18,7 @@ from ..index import Index
 #: the corpus fields a router may read from a shard
 FIELDS = ("texts", "metadata")
 #: what a router may call on a shard
-CALLS = ("info", "dense_topk", "dense_exact", "ivf_candidates", "rows", "term_stats", "bm25_topk", "bm25_scores",
+CALLS = ("info", "dense_topk", "dense_exact", "ivf_candidates", "ivf_centroids", "ivf_cell_rows", "rows", "term_stats", "bm25_topk", "bm25_scores",
          "strings", "filter_mask", "graph_rows", "add", "delete")
 
 
@@ -76,6 +76,14 @@ class ShardService:
         """The shard's best ``n`` IVF candidates (local rows) and their code scores
         (:meth:`~hopgraph.engine.components.dense.IVFIndex.scored_candidates`)."""
         return self.index.components.dense.ivf.scored_candidates(Q, n, nprobe, self._allowed(allowed))
+
+    def ivf_centroids(self) -> np.ndarray:
+        """The cells' centroids of the shard's IVF index (the sharded index's)."""
+        return self.index.components.dense.ivf.centroids()
+
+    def ivf_cell_rows(self, cells: np.ndarray) -> np.ndarray:
+        """The shard's rows (local, sorted) in the given IVF cells."""
+        return self.index.components.dense.ivf.cell_members(np.asarray(cells, np.int64))
 
     def rows(self, rows: np.ndarray) -> np.ndarray:
         return self.index.components.dense.rows(np.asarray(rows, np.int64))

@@ -72,7 +72,7 @@ def shard_index(index: Index, n_shards: int, out: str | Path, progress: bool = F
             "format": FORMAT, "version": VERSION, "n_shards": n_shards, "passages": n, "owner_rule": "crc32(id) % S",
             "shards": [{"dir": shard_dir_name(s), "passages": p, "graph": graph_dir_name(s)}
                        for s, p in enumerate(shards)],
-            "router": router_dir_name(0), "generation": 0, **({"ivf_bits": ivf.bits} if ivf is not None else {})})
+            "router": router_dir_name(0), "generation": 0, **({"ivf_bits": ivf.bits, "ivf_trained": ivf.n_trained} if ivf is not None else {})})
         storage.fsync_tree(tmp)
         if out.exists():
             out.rmdir()

@@ -93,6 +93,17 @@ class ShardMap:
         return np.where(local_ids >= 0, self.rows_of[shard][np.maximum(local_ids, 0)], PAD_ID)
 
 
+class Pending:
+    """The passages a router write adds (global rows from ``start``: their corpus ``records`` and
+    embeddings ``X``), read from the router while it updates its state, before the shards hold them."""
+
+    def __init__(self, start: int, records: Any, X: np.ndarray) -> None:
+        self.start, self.records, self.X = int(start), records, np.asarray(X, np.float32)
+
+    def field(self, name: str, row: int) -> str:
+        return getattr(self.records, name)[row - self.start]
+
+
 class ShardSet:
     """A router's shards: the ``calls`` that reach them and the current :class:`ShardMap` (replaced,
     never changed in place, when passages are added). Every proxy of one index shares it."""
@@ -103,6 +114,8 @@ class ShardSet:
         self.calls, self.map = calls, shard_map
         #: what keeps rows read from the shards (each with a ``forget()``): :meth:`forget_rows`
         self.caches: weakref.WeakSet = weakref.WeakSet()
+        #: passages a write is adding, read from here until the shards hold them (:class:`Pending`)
+        self.pending: Pending | None = None
 
     def forget_rows(self) -> None:
         """Drop every row the router keeps of what it read (embeddings, graph rows)."""
@@ -205,6 +218,11 @@ class ShardedRows:
             got = np.empty((len(uniq), self.dim), np.float32)
             found, at, values = self._from_cache(uniq)
             got[found] = values[at[found]]
+            pending = self.shards.pending
+            if pending is not None:  # a write's new rows: from the router until the shards hold them
+                new = uniq >= pending.start
+                got[new] = pending.X[uniq[new] - pending.start]
+                found = found | new
             missing = np.flatnonzero(~found)
             parts = self.map.split(uniq[missing])
             results = self.shards.map_calls("rows", {s: (local,) for s, (_, local) in parts.items()})
@@ -236,8 +254,9 @@ class ShardedDense:
     their rows; a narrow filter, and a query the IVF search leaves short, searched exactly."""
 
     def __init__(self, X: ShardedRows, mode: str = "exact", ivf_bits: int | None = None,
-                 nprobe: int = DEFAULT_NPROBE) -> None:
+                 nprobe: int = DEFAULT_NPROBE, ivf_trained: int = 0) -> None:
         self.X, self.mode, self.ivf_bits, self.nprobe = X, mode, ivf_bits, int(nprobe)
+        self._ivf = None if ivf_bits is None else ShardedIVF(X, ivf_bits, ivf_trained)
 
     @property
     def method(self) -> str:
@@ -277,8 +296,50 @@ class ShardedDense:
         """Nothing to do: the owner shards index the rows they are sent."""
 
     @property
-    def ivf(self) -> Any:
-        raise InputError("a sharded index has no IVF index at the router (each shard holds its part)")
+    def ivf(self) -> "ShardedIVF":
+        if self._ivf is None:
+            raise InputError("this sharded index's shards hold no IVF index (it searched exactly when sharded)")
+        return self._ivf
+
+
+class ShardedIVF:
+    """The IVF index of a sharded index as the router's writes read it (G3RAG's candidates of added
+    rows): the cells' centroids (every shard holds the same; read once from one), the cell of a
+    row (its nearest centroid, as faiss files it), the rows of given cells gathered from the shards."""
+
+    def __init__(self, X: ShardedRows, bits: int, n_trained: int) -> None:
+        self.X, self.bits, self.n_trained = X, int(bits), int(n_trained)
+        self._centroids: np.ndarray | None = None
+
+    def centroids(self) -> np.ndarray:
+        if self._centroids is None:
+            holding = self.X.shards.holding()[:1]
+            self._centroids = np.asarray(self.X.shards.map_calls("ivf_centroids", {s: () for s in holding})[holding[0]],
+                                         np.float32)
+        return self._centroids
+
+    @property
+    def nlist(self) -> int:
+        return len(self.centroids())
+
+    def assign(self, X: np.ndarray) -> np.ndarray:
+        import faiss
+
+        quantizer = faiss.IndexFlatIP(self.centroids().shape[1])
+        quantizer.add(self.centroids())
+        _, cells = quantizer.search(np.ascontiguousarray(X, dtype=np.float32), 1)
+        return cells[:, 0].astype(np.int64)
+
+    def cell_members(self, cells: np.ndarray) -> np.ndarray:
+        """The rows of the given cells (global, sorted)."""
+        cells = np.unique(np.asarray(cells, np.int64))
+        m = self.X.map
+        parts = self.X.shards.map_calls("ivf_cell_rows", {s: (cells,) for s in self.X.shards.holding()})
+        rows = [m.to_global(s, local) for s, local in parts.items()]
+        pending = self.X.shards.pending
+        if pending is not None and len(pending.X):  # a write's new rows, before the shards hold them
+            rows.append(pending.start + np.flatnonzero(np.isin(self.assign(pending.X), cells)))
+        return np.sort(np.concatenate(rows)) if rows else np.zeros(0, np.int64)
 
 
 class ShardedBM25:
@@ -353,7 +414,14 @@ def read_fields(shards: ShardSet, fields: Sequence[str], rows: Sequence[int]) ->
     one call per shard: one list per field, in the order of ``rows``."""
     rows = np.asarray(list(rows), np.int64)
     out: list[list[str]] = [[""] * len(rows) for _ in fields]
-    parts = shards.map.split(rows)
+    pending = shards.pending
+    if pending is not None:  # a write's new passages: from the router until the shards hold them
+        for i in np.flatnonzero(rows >= pending.start).tolist():
+            for f, name in enumerate(fields):
+                out[f][i] = pending.field(name, int(rows[i]))
+        rows = np.where(rows >= pending.start, -1, rows)
+    at_shards = np.flatnonzero(rows >= 0)
+    parts = {s: (at_shards[pos], local) for s, (pos, local) in shards.map.split(rows[at_shards]).items()}
     results = shards.map_calls("strings", {s: (tuple(fields), local) for s, (_, local) in parts.items()})
     for s, (pos, _) in parts.items():
         at = pos.tolist()
@@ -423,11 +491,11 @@ class ShardedComponents(Components):
         """Read the stored extractions now (before a write grows the rows they are checked against)."""
         self._extractions
 
-    def attach(self, shards: ShardSet, ivf_bits: int | None = None) -> "ShardedComponents":
+    def attach(self, shards: ShardSet, ivf_bits: int | None = None, ivf_trained: int = 0) -> "ShardedComponents":
         """Reach the shards; ``ivf_bits``: the code width of the IVF index parts they hold (None:
-        none; the dense search is then exact)."""
+        none; the dense search is then exact), ``ivf_trained``: the rows it was trained on."""
         self.shards = shards
-        self._dense = ShardedDense(self.X, self.dense_mode, ivf_bits)  # type: ignore[assignment]
+        self._dense = ShardedDense(self.X, self.dense_mode, ivf_bits, ivf_trained=ivf_trained)  # type: ignore[assignment]
         return self
 
     def bm25(self, params: BM25Params | None = None, who: str = "bm25") -> ShardedBM25:  # type: ignore[override]

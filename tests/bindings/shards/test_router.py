@@ -276,3 +276,26 @@ def test_the_graph_rows_live_in_the_shards_of_their_passages(saved_index, tmp_pa
         assert held == int(whole.indptr[-1])
     router.search_arrays(QUESTIONS, "g3rag", k=5)
     assert calls.calls["graph_rows"] > 0
+
+
+def test_a_router_write_that_fails_changes_no_shard(saved_index, tmp_path, monkeypatch):
+    """The router updates its state before any shard commits (the new passages read from the router
+    meanwhile): a write failing there leaves every shard and the router's last commit as they were,
+    and the same write then succeeds."""
+    single, router, calls, out = sharded(saved_index, tmp_path)
+    sizes = [s.info()["passages"] for s in calls.services]
+    g3rag = type(router.pipelines["g3rag"])
+
+    def broken(self, start, progress):
+        raise RuntimeError("disk full")
+    with monkeypatch.context() as m:
+        m.setattr(g3rag, "_add", broken)
+        with pytest.raises(RuntimeError, match="disk full"):
+            router.add(NEW)
+    assert [s.info()["passages"] for s in calls.services] == sizes and len(router.X) == len(single.X)
+    for name in ALL:
+        same_results(single, router, name)
+    router.add(NEW)
+    single.add(NEW)
+    for name in ALL:
+        same_results(single, router, name)
