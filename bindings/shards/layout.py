@@ -8,8 +8,8 @@
                            shard ``node mod S``; manifest.json with every file's checksum
     DIR/router-000000/     what the router holds: manifest.json (its manifest, with every file's size and
                            checksum), the passage ids and titles, the owner shard and local row of
-                           every passage, the extraction, the title mentions and every pipeline's
-                           fitted state (graphs, hypergraph, knowledge graph, models)
+                           every passage, the extraction, and every pipeline's state but the graph
+                           rows the shards hold (their row pointers, the rows changed since, models)
 
 A passage id lives in exactly one shard: a new id goes to shard ``crc32(id) mod S``
 (:func:`owner_of`; a replaced id has the same owner). A write through the router commits the

@@ -1,16 +1,21 @@
 """The shared components of a sharded index, as its router sees them: the passages' embeddings,
-texts, metadata and BM25 postings live in the shards; the router holds the passage ids and
-titles, the extraction, the title mentions and every pipeline's fitted state, and reads the rest
+texts, metadata, dense index and BM25 postings live in the shards, and so do the rows of the
+pipelines' graphs (:mod:`.sharded_graph`); the router holds the passage ids and titles, the shard
+map, the extraction (read by writes only) and the pipelines' small state, and reads the rest
 through :class:`ShardCalls` (one call per shard a batch needs, run side by side).
 
 * :class:`ShardMap` — the owner shard and local row of every global row;
 * :class:`ShardedRows` — X as rows gathered from their owners (``X[rows]``; never all of X);
-* :class:`ShardedDense` — dense top-k: each shard's own top-k under the filter, merged exactly
-  (score, then the lower global row);
+* :class:`ShardedDense` — dense top-k searched as the single index searches: each shard's exact
+  top-k under the filter, merged (score, then the lower global row); or, with the single index's
+  IVF index split over the shards (:class:`ShardedIVF`), the shards' best candidates by code score
+  merged into its candidate list, then rescored exactly;
 * :class:`ShardedBM25` — BM25 with global statistics: each batch first gathers the passage count,
   total length and document frequency of its tokens from every shard (:class:`TermStats`), then the
   shards score their passages with them, so the scores equal one index over all passages;
 * :class:`RemoteStrings` — a corpus field (texts, metadata) read from the owners;
+* :class:`Pending` — the passages a router write adds, read from the router until the shards hold
+  them;
 * :class:`ShardedComponents` — :class:`~hopgraph.engine.components.shared.Components` over these.
 
 Pipelines run unchanged on the router over them: what a search reads is fetched from the shards
