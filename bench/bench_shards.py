@@ -59,12 +59,14 @@ def disk_table(single: Path, sharded: Path) -> None:
     graph rows and the shard indexes."""
     meta = json.loads((sharded / "shards.json").read_text())
     router = sharded / meta["router"]
-    parts = {"ids, titles, shard map": [router / "corpus", router / "map"]}
-    for sub in sorted((router / "components").iterdir()):
-        parts[f"components/{sub.name}"] = [sub]
+    held = sorted((sharded / "parts").iterdir())  # the router's parts: ids, titles, components
+    parts = {"ids, titles, shard map": [router / "map"] + [p / "corpus" for p in held]}
+    for sub in sorted({c.name for p in held for c in (p / "components").iterdir() if c.is_dir()}):
+        parts[f"components/{sub}"] = [p / "components" / sub for p in held]
     for sub in sorted((router / "pipelines").iterdir()):
         parts[f"pipelines/{sub.name}"] = [sub]
-    print(f"\nbytes on disk: single index {tree_bytes(single):,}; sharded: router {tree_bytes(router):,}, "
+    router_bytes = tree_bytes(router) + tree_bytes(sharded / "parts")
+    print(f"\nbytes on disk: single index {tree_bytes(single):,}; sharded: router {router_bytes:,}, "
           f"graph rows in the shards {sum(tree_bytes(sharded / s['graph']) for s in meta['shards'] if s.get('graph')):,}, "
           f"shard indexes {sum(tree_bytes(sharded / s['dir']) for s in meta['shards']):,}")
     print("| router part | bytes |\n|---|---:|")

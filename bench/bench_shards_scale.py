@@ -95,7 +95,7 @@ def add_table(single: Index, router, out: Path, questions: list[str], Q: np.ndar
     directory) and the same adds to the single index in memory; then every pipeline's results compared."""
     rng = np.random.default_rng(0)
     dim = single.X.shape[1]
-    print("\n| passages added | router add (s) | single add, in memory (s) | new router directory (bytes) | "
+    print("\n| passages added | router add (s) | single add, in memory (s) | router commit written (bytes) | "
           "shard indexes grew (bytes) |")
     print("|---:|---:|---:|---:|---:|")
     for n in (int(x) for x in args.add.split(",")):
@@ -113,7 +113,8 @@ def add_table(single: Index, router, out: Path, questions: list[str], Q: np.ndar
         t_single = time.perf_counter() - t0
         meta = json.loads((out / "shards.json").read_text())
         grew = sum(tree_bytes(out / s["dir"]) for s in meta["shards"]) - shards_before
-        print(f"| {n} | {t_router:.2f} | {t_single:.2f} | {tree_bytes(out / meta['router']):,} | {grew:,} |", flush=True)
+        written = tree_bytes(out / meta["router"]) + tree_bytes(out / router.parts[-1]["dir"])
+        print(f"| {n} | {t_router:.2f} | {t_single:.2f} | {written:,} | {grew:,} |", flush=True)
     for p in args.pipelines.split(","):
         a = single.search_arrays(questions, p, k=args.k, query_embeddings=Q)
         b = router.search_arrays(questions, p, k=args.k, query_embeddings=Q)

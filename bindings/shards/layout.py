@@ -29,10 +29,13 @@ from ..engine.errors import IndexFormatError, InputError
 
 SHARDS_FILE = "shards.json"
 ROUTER_PREFIX = "router-"
+#: the router's parts (ids, titles and components of the rows each router commit added)
+PARTS_DIR = "parts"
+PART_PREFIX = "part-"
 ROUTER_FILE = "manifest.json"  # the name storage.verify_files expects
 FORMAT = "hopgraph-shards"
 GRAPH_FORMAT = "hopgraph-shard-graphs"
-VERSION = 1
+VERSION = 2
 
 
 def shard_dir_name(shard: int) -> str:

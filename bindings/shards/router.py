@@ -43,6 +43,8 @@ class ShardedIndex(Index):
     opened: str
     #: ``shards.json``'s inode, modification time and size when last read (:meth:`take_in_commits`)
     _stamp: tuple[int, int, int] | None = None
+    #: the router's parts in row order (:func:`~.split.write_router_part`)
+    parts: list[dict[str, Any]]
 
     # ------------------------------------------------------------------ other routers' commits
     def take_in_commits(self) -> bool:
@@ -99,6 +101,7 @@ class ShardedIndex(Index):
         router's state committed. A failure before the shards commit changes nothing: the router
         reopens its last commit."""
         self.components.read_extractions()
+        since = self.components.snapshot()  # the components as last committed
         n_shards = self.shards.n_shards
         owners = np.fromiter((owner_of(pid, n_shards) for pid in new.ids), np.int32, len(new))
         start = len(self.X)
@@ -134,7 +137,7 @@ class ShardedIndex(Index):
             s, (first, known) = next(iter(behind.items()))
             raise IndexFormatError(f"shard {s} holds {first - known} passages its router does not know (a write "
                                    f"stopped between the shard's commit and the router's): shard the index again")
-        self._commit_router()
+        self._commit_router(since, start)
 
     def add(self, *args: Any, **kwargs: Any) -> Any:
         """:meth:`Index.add` through the router (:meth:`_append`), under the sharded index's write
@@ -161,14 +164,17 @@ class ShardedIndex(Index):
             self._commit_router()
         return report
 
-    def _commit_router(self) -> None:
-        """Write the router state as a new directory, point ``shards.json`` at it, drop the old one."""
-        from .split import write_router
+    def _commit_router(self, since: Any = None, start: int | None = None) -> None:
+        """Commit the router state: the part the rows from ``start`` add to the components ``since``
+        (:func:`~.split.write_router_part`; none for a delete), then a new router directory naming
+        every part, then ``shards.json`` pointing at it (the commit point); old directories go."""
+        from .split import write_router, write_router_part
 
         generation = int(self.meta.get("generation", 0)) + 1
         name = router_dir_name(generation)
-        write_router(self, self.shards.map, self.root / name)
-        old = self.meta["router"]
+        if start is not None:
+            self.parts = self.parts + [write_router_part(self, self.root, generation, start, since)]
+        write_router(self, self.shards.map, self.root / name, self.parts)
         meta = {**self.meta, "router": name, "generation": generation, "passages": len(self.X),
                 "shards": [{**s, "passages": len(self.shards.map.rows_of[i])} for i, s in enumerate(self.meta["shards"])]}
         write_shards(self.root, meta)
@@ -196,6 +202,32 @@ def _stamp(root: Path) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def _parts(directory: Path, manifest: dict[str, Any], n: int, verify: str) -> list[dict[str, Any]]:
+    """The router's parts (:func:`~.split.write_router_part`), each checked against its manifest's
+    sizes and checksums, consecutive from row 0 to ``n``."""
+    try:
+        parts = [dict(p) for p in manifest["parts"]]
+        first = 0
+        for p in parts:
+            if int(p["first_row"]) != first or "/" not in p["dir"] or ".." in p["dir"]:
+                raise ValueError(f"part {p['dir']} starts at row {p['first_row']}, expected {first}")
+            first += int(p["n_rows"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise IndexFormatError(f"{directory}: the router's parts are invalid: {e}") from None
+    if first != n:
+        raise IndexFormatError(f"{directory}: the router's parts hold {first} passages, the router {n}")
+    for p in parts:
+        path = directory / p["dir"]
+        try:
+            part_manifest = json.loads((path / ROUTER_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise IndexFormatError(f"{path / ROUTER_FILE}: unreadable ({type(e).__name__}: {e})") from None
+        problems = storage.verify_files(path, part_manifest, verify)
+        if problems:
+            raise IndexFormatError(f"router part {path} is corrupt: {problems[0]}")
+    return parts
 
 
 def open_router(directory: str | Path, calls: ShardCalls, embedder: Any = None, device: str = "auto",
@@ -227,6 +259,7 @@ def open_router(directory: str | Path, calls: ShardCalls, embedder: Any = None, 
         raise IndexFormatError(f"{path / ROUTER_FILE}: missing or invalid entry {e}") from None
     if n_shards != int(meta["n_shards"]):
         raise IndexFormatError(f"{path / ROUTER_FILE}: {n_shards} shards, {directory} has {meta['n_shards']}")
+    parts = _parts(directory, manifest, n, verify)
     owner = storage.check_ids(np.asarray(arrays["owner"]), n_shards, f"{path}/map/owner.npy")
     shard_map = ShardMap(owner, np.asarray(arrays["local"]), n_shards)
     if len(shard_map) != n:
@@ -235,14 +268,18 @@ def open_router(directory: str | Path, calls: ShardCalls, embedder: Any = None, 
     if deleted.shape != (n,) or deleted.dtype != bool:
         raise IndexFormatError(f"{path}/map/deleted.npy: expected {n} booleans")
     shards = ShardSet(calls, shard_map)
-    stored = Corpus.load(path / "corpus", n, str(path / "corpus"))
+    stored = None
+    for part in parts:
+        rows = Corpus.load(directory / part["dir"] / "corpus", int(part["n_rows"]), str(directory / part["dir"] / "corpus"))
+        stored = rows if stored is None else stored.concat(rows)
     corpus = Corpus(stored.ids, stored.titles, RemoteStrings(shards, "texts"), str(directory),
                     RemoteStrings(shards, "metadata"), _validate=False)
     corpus._id_parts = stored._id_parts
     X = ShardedRows(shards, dim)
     with reading_rows(shards):
-        components = ShardedComponents.load_segments([(path / "components", manifest["components"], 0, n)], X,
-                                                     corpus, None, params.get("bm25"), False).attach(
+        components = ShardedComponents.load_segments(
+            [(directory / p["dir"] / "components", p["components"], int(p["first_row"]), int(p["n_rows"])) for p in parts],
+            X, corpus, None, params.get("bm25"), False).attach(
             shards, int(meta["ivf_bits"]) if meta.get("ivf_bits") else None, int(meta.get("ivf_trained", 0)))
     index = ShardedIndex(corpus, X, None, str(manifest["embedder_name"]), device=device, params=params,
                          progress=False, components=components, stored_params=True)
@@ -255,6 +292,7 @@ def open_router(directory: str | Path, calls: ShardCalls, embedder: Any = None, 
     if deleted.any():
         components.deleted = np.array(deleted)
     index.shards, index.root, index.meta, index.opened = shards, directory, meta, meta["router"]
+    index.parts = parts
     index._stamp = stamp
     index._ops = None  # a router commits every write at once: nothing to replay
     if cleanup:

@@ -19,8 +19,8 @@ from ..engine.sparse import take_rows
 from ..engine.errors import InputError
 from ..index import Index
 from ..kernels.csr import CSR
-from .layout import (FORMAT, GRAPH_FORMAT, ROUTER_FILE, SHARDS_FILE, VERSION, graph_dir_name, owner_of, router_dir_name,
-                     shard_dir_name)
+from .layout import (FORMAT, GRAPH_FORMAT, PART_PREFIX, PARTS_DIR, ROUTER_FILE, SHARDS_FILE, VERSION, graph_dir_name,
+                     owner_of, router_dir_name, shard_dir_name)
 
 #: the pipelines each shard fits for itself (its dense index and BM25 postings)
 SHARD_PIPELINES = ("dense", "bm25")
@@ -64,9 +64,10 @@ def shard_index(index: Index, n_shards: int, out: str | Path, progress: bool = F
             rows = np.flatnonzero(owner == s)
             local[rows] = np.arange(len(rows))
         shard_map = ShardMap(owner, local, n_shards)
-        sink = GraphRowWriter(tmp, tmp / router_dir_name(0), shard_map)
+        sink = GraphRowWriter(tmp, shard_map)
         with sending_rows(sink):
-            write_router(index, shard_map, tmp / router_dir_name(0))
+            part = write_router_part(index, tmp, 0, 0)
+            write_router(index, shard_map, tmp / router_dir_name(0), [part])
         sink.finish()
         storage.write_json(tmp / SHARDS_FILE, {
             "format": FORMAT, "version": VERSION, "n_shards": n_shards, "passages": n, "owner_rule": "crc32(id) % S",
@@ -90,12 +91,13 @@ class GraphRowWriter:
     ``data`` over the shard's rows in its local order, global column ids); :meth:`finish` writes
     each graph directory's manifest with every file's checksum."""
 
-    def __init__(self, out: Path, router: Path, shard_map: ShardMap) -> None:
-        self.out, self.router, self.names = out, router, []
+    def __init__(self, out: Path, shard_map: ShardMap) -> None:
+        self.out, self.names = out, []
         self.shards = _MapHolder(shard_map)
 
     def send(self, directory: Path, key: str, item: Any, owners: str) -> str:
-        name = f"{Path(directory).relative_to(self.router).as_posix()}/{key}"
+        where = Path(directory).relative_to(self.out).parts  # under router-NNNNNN/ or parts/part-NNNNNN/
+        name = "/".join([*where[2 if where[0] == PARTS_DIR else 1:], key])
         rule = owners_of(owners, self.shards)
         if isinstance(item, np.ndarray):  # a row per node
             for s in range(self.shards.map.n_shards):
@@ -151,22 +153,17 @@ def _write_shard(index: Index, rows: np.ndarray, path: Path, ivf: IVFIndex | Non
     return len(rows)
 
 
-def write_router(index: Index, shard_map: ShardMap, path: Path) -> None:
+def write_router(index: Index, shard_map: ShardMap, path: Path, parts: list[dict[str, Any]]) -> None:
     """Write the router state of ``index`` over ``shard_map`` to the new directory ``path``
-    (:mod:`hopgraph.shards.layout`): passage ids and titles, the map and the deletes, the
-    components without the sharded parts, every pipeline's state, and the manifest with every
-    file's checksum."""
+    (:mod:`hopgraph.shards.layout`): the map and the deletes, every pipeline's state (the graph rows
+    the shards hold by reference), and the manifest naming the router's ``parts``
+    (:func:`write_router_part`: passage ids, titles and components, in row order) with every file's
+    checksum."""
     path.mkdir()
     n, n_shards = len(shard_map), shard_map.n_shards
-    blank = ("",) * n
-    corpus_entry = Corpus(index.corpus.ids, index.corpus.titles, blank, index.corpus.source, blank,
-                          _validate=False).save(path / "corpus")
     deleted = index.components.deleted
     storage.save_arrays(path / "map", {"owner": shard_map.owner, "local": shard_map.local,
                                        "deleted": np.zeros(n, bool) if deleted is None else deleted})
-    comp = copy.copy(index.components)
-    comp._postings, comp._bm25, comp._dense, comp.dense_mode = {}, {}, None, "exact"
-    components_entry = comp.save(path / "components")
     pipelines = {}
     for name, pipe in index.pipelines.items():
         pipe.save(path / "pipelines" / name)
@@ -175,10 +172,36 @@ def write_router(index: Index, shard_map: ShardMap, path: Path) -> None:
     manifest = {
         "format": FORMAT, "version": VERSION, "n_shards": n_shards, "passages": n, "dim": int(index.X.shape[1]),
         "embedder": emb, "embedder_name": index.embedder_name, "params": index.params, "pipelines": pipelines,
-        "components": components_entry, "corpus": {"n_passages": n, "source": index.corpus.source},
-        "corpus_entry": corpus_entry, "checksum_algorithm": storage.HASH,
-        "checksums": {p.as_posix(): {"size": (path / p).stat().st_size, "digest": storage.file_digest(path / p)}
-                      for p in storage.data_files(path)},
+        "parts": parts, "corpus": {"n_passages": n, "source": index.corpus.source},
+        "checksum_algorithm": storage.HASH, "checksums": _checksums(path),
     }
     storage.write_json(path / ROUTER_FILE, manifest)
     storage.fsync_tree(path)
+
+
+def write_router_part(index: Index, root: Path, generation: int, start: int, since: Any = None) -> dict[str, Any]:
+    """Write what the router's rows ``[start, N)`` add since the components ``since`` (None: all of
+    them, whole) as ``root/parts/part-GGGGGG``: the rows' ids and titles, and the components' new
+    part (extraction delta, title mention rows; none of what the shards hold), with its own
+    manifest of checksums. Returns the router manifest's entry for it. A router commit writes one
+    (O(rows added)); the router reads the chain of them in order."""
+    name = f"{PARTS_DIR}/{PART_PREFIX}{generation:06d}"
+    path = root / name
+    path.mkdir(parents=True)
+    stop = len(index.X)
+    rows = index.corpus.rows(start, stop) if start else index.corpus
+    blank = ("",) * (stop - start)
+    corpus_entry = Corpus(rows.ids, rows.titles, blank, index.corpus.source, blank, _validate=False).save(path / "corpus")
+    comp = copy.copy(index.components)
+    comp._postings, comp._bm25, comp._dense, comp.dense_mode = {}, {}, None, "exact"
+    components_entry = comp.save_segment(path / "components", since, start, stop)
+    storage.write_json(path / ROUTER_FILE, {"format": FORMAT, "version": VERSION, "checksum_algorithm": storage.HASH,
+                                            "checksums": _checksums(path)})
+    storage.fsync_tree(path)
+    return {"dir": name, "first_row": start, "n_rows": stop - start, "corpus": corpus_entry,
+            "components": components_entry}
+
+
+def _checksums(path: Path) -> dict[str, dict[str, Any]]:
+    return {p.as_posix(): {"size": (path / p).stat().st_size, "digest": storage.file_digest(path / p)}
+            for p in storage.data_files(path)}

@@ -112,9 +112,9 @@ class ChainedStrings(Sequence[str]):
 
 
 def chain(a: Sequence[str], b: Sequence[str]) -> Sequence[str]:
-    """``a`` followed by ``b`` as one sequence: a tuple when both are small in-memory sequences, else
-    :class:`ChainedStrings` (nothing of ``a`` is copied or decoded)."""
-    if not isinstance(a, (PackedStrings, ChainedStrings)) and not isinstance(b, (PackedStrings, ChainedStrings)):
+    """``a`` followed by ``b`` as one sequence: a tuple when both are in-memory tuples or lists, else
+    :class:`ChainedStrings` (nothing of ``a`` is copied, decoded or read from where it lives)."""
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         return tuple(a) + tuple(b)
     return ChainedStrings([a, b])
 

@@ -300,6 +300,10 @@ class ShardedDense:
     def add(self, X: ShardedRows, start: int) -> None:
         """Nothing to do: the owner shards index the rows they are sent."""
 
+    def ivf_state(self) -> None:
+        """No IVF index at the router to commit (the shards commit theirs)."""
+        return None
+
     @property
     def ivf(self) -> "ShardedIVF":
         if self._ivf is None:

@@ -150,9 +150,10 @@ class GatherBuffer:
         self.parts = X.parts if isinstance(X, StackedRows) else [X]
         self.offsets = X.offsets if isinstance(X, StackedRows) else np.array([0, len(X)], np.int64)
         self.buffer = np.empty((int(rows),) + tuple(X.shape[1:]), X.dtype)
-        # a file cut short would raise SIGBUS through the mapping: such a part is read with plain reads
-        self.mapped = all(os.stat(p.filename).st_size >= int(p.offset) + p.nbytes
-                          for p in self.parts if _file_backed(p))
+        # a file cut short would raise SIGBUS through the mapping: such a part is read with plain reads;
+        # rows read only by ``X[rows]`` (a sharded index's) are read so
+        self.mapped = not getattr(X, "rows_only", False) and all(
+            os.stat(p.filename).st_size >= int(p.offset) + p.nbytes for p in self.parts if _file_backed(p))
 
     def __enter__(self) -> "GatherBuffer":
         return self

@@ -258,9 +258,9 @@ def test_the_graph_rows_live_in_the_shards_of_their_passages(saved_index, tmp_pa
     reaches."""
     single, router, calls, out = sharded(saved_index, tmp_path)
     meta = read_shards(out)
-    router_dir = out / meta["router"]
-    for part, whole in (("pipelines/g3rag", single.pipeline("g3rag").graph_),
-                        ("components/title-mentions", single.components.title_mentions().graph)):
+    for part, whole, router_dir in (("pipelines/g3rag", single.pipeline("g3rag").graph_, out / meta["router"]),
+                                    ("components/title-mentions", single.components.title_mentions().graph,
+                                     out / "parts" / "part-000000")):
         assert (router_dir / part / "indptr.npy").is_file() and not (router_dir / part / "indices.npy").exists()
         held = 0
         for s, shard in enumerate(meta["shards"]):
@@ -299,3 +299,24 @@ def test_a_router_write_that_fails_changes_no_shard(saved_index, tmp_path, monke
     single.add(NEW)
     for name in ALL:
         same_results(single, router, name)
+
+
+def test_a_router_commit_writes_what_the_write_added(saved_index, tmp_path):
+    """An add commits a router part of the rows it added (their ids, titles, the extraction's delta,
+    the title mentions' new rows), not the router's components again; a delete commits none."""
+    def size(path):
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+    single, router, _, out = sharded(saved_index, tmp_path)
+    router.add(NEW[:2])
+    router.delete([NEW[0]["id"]])
+    assert [p["dir"] for p in router.parts] == ["parts/part-000000", "parts/part-000001"]
+    assert [p["n_rows"] for p in router.parts] == [len(single.X), 2]
+    added = router.parts[1]["components"]
+    assert [e["state"] for e in added["extraction"]] == ["delta"] and added["title_mentions"]["state"] == "tail"
+    assert size(out / "parts" / "part-000001") < size(out / "parts" / "part-000000")
+    single.add(NEW[:2])
+    single.delete([NEW[0]["id"]])
+    again = open_router(out, LocalShards.open(out))
+    for name in ALL:
+        same_results(single, again, name)
