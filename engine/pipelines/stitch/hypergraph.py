@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import scipy.sparse as sp
@@ -49,11 +49,20 @@ from ...errors import IndexFormatError, InputError
 from ...components.extraction import Extraction
 from ....kernels.csr import CSR, check_csr
 from ...components.late_pooling import LateTexts
-from ...sparse import csr_from_keys, csr_from_scipy
+from ...components.sharded_graph import REF_SUFFIX, load_graph, save_graph, sharded_base
+from ...sparse import csr_from_keys, csr_from_scipy, row_edge_positions
 from ...embedders.packed_bert import encode_bulk
 from ...ingest.streaming import TEXT_EMB_FILE
-from ...storage import (check_ids, check_indptr, check_packed, check_unit_rows, load_arrays, pack_strings, release_pages,
-                      save_arrays, unpack_strings)
+from ...storage import (check_ids, check_indptr, check_packed, check_unit_rows, load_array, load_arrays, pack_strings,
+                      release_pages, save_arrays, unpack_strings)
+from ...storage.deltas import OverlayCSR, _rows
+
+
+#: the saved fields of the chunk graph P (``{GRAPH_PREFIX}indptr`` / ``indices`` / ``data``)
+GRAPH_PREFIX = "graph_"
+GRAPH_FIELDS = tuple(f"{GRAPH_PREFIX}{k}" for k in ("indptr", "indices", "data"))
+#: P's column sums, saved beside a P whose rows the shards hold (the router never reads all of P)
+COLUMN_SUMS_FILE = "graph_column_sums"
 
 
 #: entries of P per block of its column sums (:meth:`TopicHypergraph.column_sums`)
@@ -87,6 +96,44 @@ def chunk_links(indptr: np.ndarray, member_chunks: np.ndarray, n_chunks: int, ma
     W.setdiag(0.0)
     W.eliminate_zeros()
     return csr_from_scipy(W, np.float64)
+
+
+def holds_sharded_graph(directory: Path, prefix: str) -> bool:
+    """Whether ``directory`` keeps a reference to a graph whose rows the shards hold."""
+    return (Path(directory) / f"{prefix}{REF_SUFFIX}").is_file()
+
+
+def check_column_sums(sums: np.ndarray, n_chunks: int, where: str) -> np.ndarray:
+    """Stored column sums of P: float64 [n_chunks], each in [0, 1 + 1e-4] (IndexFormatError otherwise)."""
+    sums = np.asarray(sums)
+    if sums.shape != (n_chunks,) or sums.dtype != np.float64 or not np.isfinite(sums).all() \
+            or (len(sums) and (sums.min() < 0 or sums.max() > 1 + 1e-4)):
+        raise IndexFormatError(f"{where}: expected {n_chunks} column sums in [0, 1]")
+    return sums
+
+
+def changed_chunk_rows(old: "TopicHypergraph", new: "TopicHypergraph", P: CSR) -> np.ndarray:
+    """The chunks below ``old.n_chunks`` whose row of P may differ between ``old`` and ``new`` (built
+    from a grown extraction; P = ``new``'s): the chunks C of every name group whose (state, chunk)
+    membership changed, old or new, and their neighbours in ``new``'s P. A link weight ``W[i, j]``
+    sums over the groups holding both chunks, so it changes only when i and j are in C; a column sum
+    only for j in C; P[i, j] = W[i, j] / sum_j then only for i in C or a neighbour of C. O(V + links of C)."""
+    index = {name: i for i, name in enumerate(new.names())}
+    old_names = old.names()
+    to_new = np.fromiter((index.get(name, -1) for name in old_names), np.int64, len(old_names))
+    og = np.asarray(old.node_group, np.int64)
+    og = np.where(to_new[og] >= 0, to_new[og], -1 - og)  # a name gone: its own key
+    oc, nc = np.asarray(old.node_chunk, np.int64), np.asarray(new.node_chunk, np.int64)
+    ng, span = np.asarray(new.node_group, np.int64), np.int64(new.n_chunks + 1)
+    diff = np.setxor1d(og * span + oc, ng * span + nc)
+    groups = np.unique(np.floor_divide(diff, span))
+    C = np.union1d(oc[np.isin(og, groups)], nc[np.isin(ng, groups)])
+    rows = np.union1d(C, np.asarray(P.indices[row_edge_positions(P.indptr, C)[1]], np.int64))
+    return rows[rows < old.n_chunks]
+
+
+def _take_csr_rows(P: CSR, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return _rows(P.indptr, P.indices, P.data, np.asarray(rows, np.int64))
 
 
 def column_stochastic(W: sp.spmatrix) -> sp.csr_matrix:
@@ -123,8 +170,13 @@ class TopicHypergraph:
     text_emb: np.ndarray
     names_data: np.ndarray
     names_offsets: np.ndarray
-    #: the column sums of P once computed (:meth:`column_sums`; not saved)
+    #: the column sums of P once computed (:meth:`column_sums`; saved only beside a P whose rows the
+    #: shards hold, :data:`COLUMN_SUMS_FILE`)
     _column_sums: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
+    #: P when its rows are held by the shards of a sharded index (a
+    #: :class:`~hopgraph.engine.components.sharded_graph.ShardedCSR`, or an overlay of the rows changed
+    #: since over one); None: P is the ``graph_*`` arrays
+    _graph: Any = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def n_nodes(self) -> int:
@@ -143,7 +195,10 @@ class TopicHypergraph:
 
     def transition(self) -> CSR:
         """The column-stochastic chunk-graph matrix P (row = target chunk, SPEC §2 step 6) as the
-        engine's one sparse-graph type, validated."""
+        engine's one sparse-graph type, validated; at a router, P whose rows the shards hold (read by
+        rows; the shards checked their files)."""
+        if self._graph is not None:
+            return self._graph
         return check_csr(self.graph_indptr, self.graph_indices, self.graph_data, self.n_chunks,
                          "STITCH chunk graph")
 
@@ -153,6 +208,8 @@ class TopicHypergraph:
         entries, each block's pages dropped after it: no float64 copy of P and no mapped P in the
         resident set."""
         if self._column_sums is None:
+            if self._graph is not None:
+                raise IndexFormatError("the column sums of a chunk graph held by the shards are saved with it")
             P, sums = self.transition(), np.zeros(self.n_chunks)
             for s in range(0, P.nnz, COLUMN_SUM_BLOCK):
                 e = min(P.nnz, s + COLUMN_SUM_BLOCK)
@@ -175,22 +232,57 @@ class TopicHypergraph:
         return [f.name for f in fields(cls) if f.init]
 
     def save(self, directory: Path) -> None:
-        """Write the stored arrays (:meth:`stored`) into ``directory``, one ``.npy`` each."""
-        arrays = {name: getattr(self, name) for name in self.stored() if name != "n_chunks"}
+        """Write the stored arrays (:meth:`stored`) into ``directory``, one ``.npy`` each; P by
+        :func:`~hopgraph.engine.components.sharded_graph.save_graph` (whole, the same files; or its
+        rows to the shards of a sharded index, with its column sums kept beside the reference)."""
+        arrays = {name: getattr(self, name) for name in self.stored() if name not in ("n_chunks",) + GRAPH_FIELDS}
         arrays["n_chunks"] = np.asarray([self.n_chunks], np.int64)
         save_arrays(directory, arrays)
+        P = self._graph if self._graph is not None else \
+            (self.graph_indptr, self.graph_indices, self.graph_data, self.n_chunks)
+        save_graph(directory, GRAPH_PREFIX, P, owners="passage")
+        if holds_sharded_graph(directory, GRAPH_PREFIX):
+            save_arrays(directory, {COLUMN_SUMS_FILE: self.column_sums()})
 
     @classmethod
     def load(cls, directory: Path, mmap: bool = True, n_chunks: int | None = None) -> "TopicHypergraph":
-        """Open saved arrays (memory-mapped) and :meth:`validate` them (IndexFormatError naming the file)."""
-        names = cls.stored()
+        """Open saved arrays (memory-mapped) and :meth:`validate` them (IndexFormatError naming the file);
+        at a router, P whose rows the shards hold (:func:`~hopgraph.engine.components.sharded_graph.load_graph`)."""
+        sharded = holds_sharded_graph(directory, GRAPH_PREFIX)
+        names = [n for n in cls.stored() if not (sharded and n in GRAPH_FIELDS)]
         arrays = load_arrays(directory, names, mmap=mmap)
         stored = check_ids(arrays["n_chunks"], np.iinfo(np.int64).max, f"{directory / 'n_chunks.npy'}", length=1)
         arrays["n_chunks"] = int(stored[0])
         if n_chunks is not None and arrays["n_chunks"] != n_chunks:
             raise IndexFormatError(f"{directory / 'n_chunks.npy'}: hypergraph has {arrays['n_chunks']} chunks, "
                                    f"the index {n_chunks}")
-        return cls(**arrays).validate(directory)
+        if not sharded:
+            return cls(**arrays).validate(directory)
+        P = load_graph(directory, GRAPH_PREFIX, arrays["n_chunks"], f"{directory} chunk graph")
+        H = cls(**arrays, graph_indptr=P.indptr, graph_indices=P.indices, graph_data=P.data)
+        H._graph = P
+        H._column_sums = check_column_sums(load_array(directory, COLUMN_SUMS_FILE, mmap=False), H.n_chunks,
+                                           str(directory / f"{COLUMN_SUMS_FILE}.npy"))
+        return H.validate(directory)
+
+    def with_graph_base(self, old: "TopicHypergraph") -> "TopicHypergraph":
+        """This hypergraph (built whole from an extraction grown since ``old``) with P kept as ``old``'s
+        rows in the shards plus, in memory, the rows that differ (:func:`changed_chunk_rows`) and the
+        appended ones, when ``old``'s P is held by the shards; else itself. Its column sums are
+        computed first (from the whole new P)."""
+        base = sharded_base(old._graph) if old._graph is not None else None
+        if base is None:
+            return self
+        sums = self.column_sums()
+        P = self.transition()
+        rows = np.union1d(changed_chunk_rows(old, self, P), np.arange(base.n_rows, self.n_chunks))
+        if isinstance(old._graph, OverlayCSR):
+            rows = np.union1d(rows, old._graph.overridden)
+        ptr, ind, dat = _take_csr_rows(P, rows)
+        graph = OverlayCSR(base, rows, ptr, ind, dat, self.n_chunks)
+        self.graph_indptr, self.graph_indices, self.graph_data = graph.indptr, graph.indices, graph.data
+        self._graph, self._column_sums = graph, sums
+        return self
 
     def validate(self, directory: Path | str = "hypergraph") -> "TopicHypergraph":
         """Check every array against what it indexes (ids in range, CSR offsets, the two incidence
@@ -219,11 +311,14 @@ class TopicHypergraph:
         if not np.array_equal(np.asarray(self.edge_nodes)[self.node_incidence],
                               np.repeat(np.arange(V), np.diff(self.node_indptr))):
             raise IndexFormatError(f"{f('node_incidence')}: does not invert edge_nodes")
-        try:
-            P = self.transition()
-        except InputError as e:
-            raise IndexFormatError(f"{d}/graph_*.npy: {e}") from None
-        if P.nnz:
+        if self._graph is not None:  # rows held by the shards: their files are checksummed there
+            pass
+        else:
+            try:
+                P = self.transition()
+            except InputError as e:
+                raise IndexFormatError(f"{d}/graph_*.npy: {e}") from None
+        if self._graph is None and P.nnz:
             col = self.column_sums()
             if np.abs(col[col > 0] - 1.0).max() > 1e-4:
                 raise IndexFormatError(f"{f('graph_data')}: chunk graph columns must sum to 1")
