@@ -49,7 +49,8 @@ from ...errors import IndexFormatError, InputError
 from ...components.extraction import Extraction
 from ....kernels.csr import CSR, check_csr
 from ...components.late_pooling import LateTexts
-from ...components.sharded_graph import REF_SUFFIX, load_graph, save_graph, sharded_base
+from ...components.sharded_graph import (REF_SUFFIX, load_graph, load_matrix, row_held, save_graph, save_matrix,
+                                         sharded_base, with_rows_appended)
 from ...sparse import csr_from_keys, csr_from_scipy, row_edge_positions
 from ...embedders.packed_bert import encode_bulk
 from ...ingest.streaming import TEXT_EMB_FILE
@@ -63,6 +64,10 @@ GRAPH_PREFIX = "graph_"
 GRAPH_FIELDS = tuple(f"{GRAPH_PREFIX}{k}" for k in ("indptr", "indices", "data"))
 #: P's column sums, saved beside a P whose rows the shards hold (the router never reads all of P)
 COLUMN_SUMS_FILE = "graph_column_sums"
+#: beside text embeddings whose rows the shards hold: which of their texts were some state's
+#: description when they were sent ([U, 1] uint8, held by the shards: their top-k is searched among
+#: those) and the texts whose flag changed since (held here)
+TEXT_MASK, TEXT_FLIPS = "text_node_mask", "text_mask_flips"
 
 
 #: entries of P per block of its column sums (:meth:`TopicHypergraph.column_sums`)
@@ -177,6 +182,10 @@ class TopicHypergraph:
     #: :class:`~hopgraph.engine.components.sharded_graph.ShardedCSR`, or an overlay of the rows changed
     #: since over one); None: P is the ``graph_*`` arrays
     _graph: Any = field(default=None, init=False, repr=False, compare=False)
+    #: with text embeddings held by the shards: the shards' description flags (:data:`TEXT_MASK`, a
+    #: :class:`~hopgraph.engine.components.sharded_graph.ShardedMatrix`) and the rows whose flag changed since
+    _text_mask: Any = field(default=None, init=False, repr=False, compare=False)
+    _text_flips: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def n_nodes(self) -> int:
@@ -219,6 +228,12 @@ class TopicHypergraph:
             self._column_sums = sums
         return self._column_sums
 
+    def node_text_mask(self) -> np.ndarray:
+        """Which texts are some state's description (bool [U])."""
+        mask = np.zeros(len(self.text_emb), bool)
+        mask[np.asarray(self.node_text, np.int64)] = True
+        return mask
+
     def group_alpha(self) -> np.ndarray:
         """α_G = |G| / mean group size (SPEC §2.3), float32 [G]."""
         if self.n_groups == 0:
@@ -235,7 +250,9 @@ class TopicHypergraph:
         """Write the stored arrays (:meth:`stored`) into ``directory``, one ``.npy`` each; P by
         :func:`~hopgraph.engine.components.sharded_graph.save_graph` (whole, the same files; or its
         rows to the shards of a sharded index, with its column sums kept beside the reference)."""
-        arrays = {name: getattr(self, name) for name in self.stored() if name not in ("n_chunks",) + GRAPH_FIELDS}
+        split_texts = self.text_emb.shape[1] > 0  # text embeddings go to the shards (none: kept as is)
+        arrays = {name: getattr(self, name) for name in self.stored()
+                  if name not in ("n_chunks",) + GRAPH_FIELDS + (("text_emb",) if split_texts else ())}
         arrays["n_chunks"] = np.asarray([self.n_chunks], np.int64)
         save_arrays(directory, arrays)
         P = self._graph if self._graph is not None else \
@@ -243,33 +260,56 @@ class TopicHypergraph:
         save_graph(directory, GRAPH_PREFIX, P, owners="passage")
         if holds_sharded_graph(directory, GRAPH_PREFIX):
             save_arrays(directory, {COLUMN_SUMS_FILE: self.column_sums()})
+        if split_texts:
+            save_matrix(directory, "text_emb", self.text_emb, owners="modulo")
+        if split_texts and holds_sharded_graph(directory, "text_emb."):
+            mask = self._text_mask if self._text_mask is not None else self.node_text_mask()[:, None].astype(np.uint8)
+            save_matrix(directory, TEXT_MASK, mask, owners="modulo")
+            save_arrays(directory, {TEXT_FLIPS: self._text_flips if self._text_flips is not None
+                                    else np.zeros(0, np.int64)})
 
     @classmethod
     def load(cls, directory: Path, mmap: bool = True, n_chunks: int | None = None) -> "TopicHypergraph":
         """Open saved arrays (memory-mapped) and :meth:`validate` them (IndexFormatError naming the file);
         at a router, P whose rows the shards hold (:func:`~hopgraph.engine.components.sharded_graph.load_graph`)."""
         sharded = holds_sharded_graph(directory, GRAPH_PREFIX)
-        names = [n for n in cls.stored() if not (sharded and n in GRAPH_FIELDS)]
+        shard_texts = holds_sharded_graph(directory, "text_emb.")
+        names = [n for n in cls.stored() if not (sharded and n in GRAPH_FIELDS) and not (shard_texts and n == "text_emb")]
         arrays = load_arrays(directory, names, mmap=mmap)
+        if shard_texts:
+            arrays["text_emb"] = load_matrix(directory, "text_emb")
         stored = check_ids(arrays["n_chunks"], np.iinfo(np.int64).max, f"{directory / 'n_chunks.npy'}", length=1)
         arrays["n_chunks"] = int(stored[0])
         if n_chunks is not None and arrays["n_chunks"] != n_chunks:
             raise IndexFormatError(f"{directory / 'n_chunks.npy'}: hypergraph has {arrays['n_chunks']} chunks, "
                                    f"the index {n_chunks}")
         if not sharded:
-            return cls(**arrays).validate(directory)
-        P = load_graph(directory, GRAPH_PREFIX, arrays["n_chunks"], f"{directory} chunk graph")
-        H = cls(**arrays, graph_indptr=P.indptr, graph_indices=P.indices, graph_data=P.data)
-        H._graph = P
-        H._column_sums = check_column_sums(load_array(directory, COLUMN_SUMS_FILE, mmap=False), H.n_chunks,
-                                           str(directory / f"{COLUMN_SUMS_FILE}.npy"))
+            H = cls(**arrays)
+        else:
+            P = load_graph(directory, GRAPH_PREFIX, arrays["n_chunks"], f"{directory} chunk graph")
+            H = cls(**arrays, graph_indptr=P.indptr, graph_indices=P.indices, graph_data=P.data)
+            H._graph = P
+            H._column_sums = check_column_sums(load_array(directory, COLUMN_SUMS_FILE, mmap=False), H.n_chunks,
+                                               str(directory / f"{COLUMN_SUMS_FILE}.npy"))
+        if shard_texts:
+            H._text_mask = load_matrix(directory, TEXT_MASK)
+            U0 = len(getattr(H.text_emb, "base", H.text_emb))
+            if H._text_mask.shape != (U0, 1):
+                raise IndexFormatError(f"{directory / TEXT_MASK}: shape {H._text_mask.shape}, expected {(U0, 1)}")
+            H._text_flips = check_ids(load_array(directory, TEXT_FLIPS, mmap=False), U0,
+                                      str(directory / f"{TEXT_FLIPS}.npy"))
         return H.validate(directory)
 
     def with_graph_base(self, old: "TopicHypergraph") -> "TopicHypergraph":
-        """This hypergraph (built whole from an extraction grown since ``old``) with P kept as ``old``'s
-        rows in the shards plus, in memory, the rows that differ (:func:`changed_chunk_rows`) and the
-        appended ones, when ``old``'s P is held by the shards; else itself. Its column sums are
-        computed first (from the whole new P)."""
+        """This hypergraph (built from an extraction grown since ``old``) with what the shards hold
+        of ``old`` kept there: P as ``old``'s rows in the shards plus, in memory, the rows that differ
+        (:func:`changed_chunk_rows`) and the appended ones (its column sums computed first, from the
+        whole new P); the text description flags with the texts whose flag changed since. Else itself."""
+        if old._text_mask is not None and row_held(self.text_emb):
+            U0 = old._text_mask.shape[0]
+            was = old.node_text_mask()[:U0]
+            was[old._text_flips] ^= True  # the flags as the shards hold them
+            self._text_mask, self._text_flips = old._text_mask, np.flatnonzero(self.node_text_mask()[:U0] != was)
         base = sharded_base(old._graph) if old._graph is not None else None
         if base is None:
             return self
@@ -324,8 +364,10 @@ class TopicHypergraph:
                 raise IndexFormatError(f"{f('graph_data')}: chunk graph columns must sum to 1")
         if self.text_emb.ndim != 2:
             raise IndexFormatError(f"{f('text_emb')}: must be 2-D")
-        if self.text_emb.shape[1]:
+        if self.text_emb.shape[1] and not row_held(self.text_emb):
             check_unit_rows(self.text_emb, f("text_emb"))
+        elif self.text_emb.shape[1] and len(getattr(self.text_emb, "tail", ())):  # the rows appended at a router
+            check_unit_rows(self.text_emb.tail, f("text_emb.tail"))
         check_packed(self.names_data, self.names_offsets, f"{d}/names_*.npy", G)
         release_pages(*(getattr(self, name) for name in self.stored()))  # what the checks read stays on disk
         return self
@@ -341,6 +383,8 @@ TEXT_BLOCK_ROWS = 1 << 16
 def as_text_embeddings(E: np.ndarray) -> np.ndarray:
     """``E`` [U, d] as the stored text-embedding type (:data:`TEXT_EMB_DTYPE`), converted in
     row blocks (no float32 temporary of the whole array); already-converted input is returned as is."""
+    if row_held(E):  # at a router: rows held by the shards, already stored as such
+        return E
     E = np.asarray(E) if not isinstance(E, np.memmap) else E
     if E.ndim != 2:
         raise InputError(f"text embeddings must be 2-D, got shape {list(E.shape)}")
@@ -433,6 +477,10 @@ def extend_text_embeddings(old_emb: np.ndarray, texts: list[str], corpus: Corpus
         raise InputError(f"{len(texts)} extraction texts, fewer than the {U} already embedded")
     if old_emb.shape[1] == 0:
         return np.zeros((len(texts), 0), TEXT_EMB_DTYPE)
+    if row_held(old_emb):  # at a router: the old rows stay in the shards, the new ones are held here
+        return old_emb if len(texts) == U else with_rows_appended(
+            old_emb, as_text_embeddings(embed_texts(texts[U:], corpus, X, embedder, progress, batch_size,
+                                                    None if late is None else (lambda: late(U)))))
     old = as_text_embeddings(old_emb)
     if len(texts) == U:
         return np.array(old) if isinstance(old, np.memmap) else old
