@@ -234,11 +234,13 @@ class TopicHypergraph:
         mask[np.asarray(self.node_text, np.int64)] = True
         return mask
 
-    def group_alpha(self) -> np.ndarray:
-        """α_G = |G| / mean group size (SPEC §2.3), float32 [G]."""
+    def group_alpha(self, groups: np.ndarray | None = None) -> np.ndarray:
+        """α_G = |G| / mean group size (SPEC §2.3), float32, of ``groups`` (None: all [G]). The mean
+        is ``V / G`` (the sizes sum to V), so a few groups cost O(their count)."""
         if self.n_groups == 0:
             return np.zeros(0, np.float32)
-        return (self.group_size / self.group_size.mean()).astype(np.float32)
+        sizes = self.group_size if groups is None else np.asarray(self.group_size[np.asarray(groups, np.int64)])
+        return (sizes / (self.n_nodes / self.n_groups)).astype(np.float32)
 
     # ------------------------------------------------------------------ persistence
     @classmethod

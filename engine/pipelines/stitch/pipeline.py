@@ -218,18 +218,18 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
         act_q, act_v, act_val = qb[seg], nodes, sims[qb, text_seg][seg]
         if not len(act_v):
             return LocalRows.empty(B, n)
-        L = local_hypergraph(H, t["inc_edge"], t["alpha"], act_v)
+        L = local_hypergraph(H, act_v)
         A = np.zeros((B, len(L.nodes)), np.float32)
         A[act_q, np.searchsorted(L.nodes, act_v)] = act_val
         A = as_tensor(A, device=dev)
-        S = as_tensor(np.maximum(Q @ self._text_rows(np.asarray(H.edge_text)[L.edges]).T, 0.0), device=dev)
+        S = as_tensor(np.maximum(Q @ self._text_rows(np.asarray(H.edge_text[L.edges])).T, 0.0), device=dev)
         as_t = lambda a, dt=torch.int64: as_tensor(a, dt, dev)  # noqa: E731
         channels = [A]
         if params.spatial:
             channels.append(kernels.call("hyperedge_max_propagate", A, S, as_t(L.edge_indptr),
                                          as_t(L.edge_nodes, torch.int32), as_t(L.node_indptr),
                                          as_t(L.node_incidence, torch.int32), device=self.device))
-        node_chunk = np.asarray(H.node_chunk, np.int64)[L.nodes]
+        node_chunk = np.asarray(H.node_chunk[L.nodes], np.int64)
         chunks, chunk_of = np.unique(node_chunk, return_inverse=True)
         if params.temporal:
             chunk_sim = np.maximum(Q @ np.asarray(self.components.dense.rows(chunks), np.float32).T, 0.0)
@@ -241,7 +241,7 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
                                          as_t(L.group_nodes, torch.int32), as_t(L.alpha, torch.float32),
                                          device=self.device))
         a = torch.stack(channels).mean(0)
-        log_group = np.log1p(np.asarray(H.group_size)[np.asarray(H.node_group)[L.nodes]]).astype(np.float32)
+        log_group = np.log1p(np.asarray(H.group_size[np.asarray(H.node_group[L.nodes])])).astype(np.float32)
         I = torch.zeros((B, len(chunks)), dtype=torch.float64, device=dev)
         I.index_add_(1, as_t(chunk_of), (a * as_tensor(log_group, device=dev)).to(torch.float64))
         return LocalRows(chunks.astype(np.int64), I.cpu().numpy(), n)
@@ -266,8 +266,7 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
     def _index_arrays(self) -> dict[str, Any]:
         """Query-side views of the hypergraph, built once: the text index over ``H.text_emb`` (a
         :class:`~hopgraph.engine.components.dense.DenseIndex`, searched under the mask of the texts
-        that are some state's description), text → states CSR, the edge of each incidence,
-        α per group."""
+        that are some state's description), text → states CSR."""
         if "arrays" not in self._cache:
             H = self.hypergraph_
             node_text = np.asarray(H.node_text, np.int64)
@@ -278,8 +277,6 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
                 "text_index": self.text_index, "node_text_mask": None if mask.all() else mask,
                 "n_node_texts": max(int(mask.sum()), 1),
                 "text_indptr": text_indptr, "text_nodes": text_nodes,
-                "inc_edge": np.repeat(np.arange(H.n_edges), np.diff(np.asarray(H.edge_indptr))),
-                "alpha": H.group_alpha(),
             }
         return self._cache["arrays"]
 
