@@ -292,6 +292,11 @@ def reading_rows(shards: Any) -> Iterator[None]:
         _SOURCE.reset(token)
 
 
+def sending() -> bool:
+    """Whether saves now send their rows to the shards (inside :func:`sending_rows`)."""
+    return _SINK.get() is not None
+
+
 def _files(prefix: str, names: tuple[str, ...]) -> list[str]:
     return [f"{prefix}{n}" for n in names]
 
@@ -490,6 +495,26 @@ class AppendedRows:
     def appended(self, rows: np.ndarray) -> "AppendedRows":
         """These rows followed by ``rows``."""
         return AppendedRows(self.base, np.concatenate([self.tail, np.asarray(rows, self.dtype)]))
+
+
+class MatrixColumn:
+    """Column ``column`` of a row-per-node array the shards hold, read as a 1-D array by position
+    (``v[rows]``; the rows are fetched with all their columns, and kept); never read whole."""
+
+    ndim = 1
+
+    def __init__(self, matrix: ShardedMatrix, column: int) -> None:
+        self.matrix, self.column = matrix, int(column)
+        self.dtype, self.shape = matrix.dtype, (matrix.shape[0],)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.matrix[key][..., self.column]
+
+    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        raise InputError(f"{self.matrix.name} is held by the shards of a sharded index; it is read by rows, never whole")
 
 
 def with_rows_appended(matrix: "ShardedMatrix | AppendedRows", rows: np.ndarray) -> AppendedRows:

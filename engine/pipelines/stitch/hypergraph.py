@@ -49,8 +49,8 @@ from ...errors import IndexFormatError, InputError
 from ...components.extraction import Extraction
 from ....kernels.csr import CSR, check_csr
 from ...components.late_pooling import LateTexts
-from ...components.sharded_graph import (REF_SUFFIX, load_graph, load_matrix, row_held, save_graph, save_matrix,
-                                         sharded_base, with_rows_appended)
+from ...components.sharded_graph import (REF_SUFFIX, MatrixColumn, RemoteEntries, load_graph, load_matrix, row_held,
+                                         save_graph, save_matrix, sending, sharded_base, with_rows_appended)
 from ...sparse import csr_from_keys, csr_from_scipy, row_edge_positions
 from ...embedders.packed_bert import encode_bulk
 from ...ingest.streaming import TEXT_EMB_FILE
@@ -68,6 +68,13 @@ COLUMN_SUMS_FILE = "graph_column_sums"
 #: description when they were sent ([U, 1] uint8, held by the shards: their top-k is searched among
 #: those) and the texts whose flag changed since (held here)
 TEXT_MASK, TEXT_FLIPS = "text_node_mask", "text_mask_flips"
+#: the per-state arrays, held by the shards as the columns of one [V, 3] int32 array (``node_columns``)
+NODE_COLUMNS = ("node_chunk", "node_group", "node_text")
+#: the hypergraph's CSRs (no values) whose rows the shards hold, by save prefix: (row pointer, entries)
+ROW_CSRS = {"group_": ("group_indptr", "group_nodes"), "edge_": ("edge_indptr", "edge_nodes"),
+            "node_": ("node_indptr", "node_incidence")}
+#: the text → states CSR, saved with the rows the shards hold (an unsharded index derives it from node_text)
+TEXT_STATES = "text_"
 
 
 #: entries of P per block of its column sums (:meth:`TopicHypergraph.column_sums`)
@@ -118,21 +125,16 @@ def check_column_sums(sums: np.ndarray, n_chunks: int, where: str) -> np.ndarray
 
 
 def changed_chunk_rows(old: "TopicHypergraph", new: "TopicHypergraph", P: CSR) -> np.ndarray:
-    """The chunks below ``old.n_chunks`` whose row of P may differ between ``old`` and ``new`` (built
-    from a grown extraction; P = ``new``'s): the chunks C of every name group whose (state, chunk)
-    membership changed, old or new, and their neighbours in ``new``'s P. A link weight ``W[i, j]``
-    sums over the groups holding both chunks, so it changes only when i and j are in C; a column sum
-    only for j in C; P[i, j] = W[i, j] / sum_j then only for i in C or a neighbour of C. O(V + links of C)."""
-    index = {name: i for i, name in enumerate(new.names())}
-    old_names = old.names()
-    to_new = np.fromiter((index.get(name, -1) for name in old_names), np.int64, len(old_names))
-    og = np.asarray(old.node_group, np.int64)
-    og = np.where(to_new[og] >= 0, to_new[og], -1 - og)  # a name gone: its own key
-    oc, nc = np.asarray(old.node_chunk, np.int64), np.asarray(new.node_chunk, np.int64)
-    ng, span = np.asarray(new.node_group, np.int64), np.int64(new.n_chunks + 1)
-    diff = np.setxor1d(og * span + oc, ng * span + nc)
-    groups = np.unique(np.floor_divide(diff, span))
-    C = np.union1d(oc[np.isin(og, groups)], nc[np.isin(ng, groups)])
+    """The chunks below ``old.n_chunks`` whose row of P may differ between ``old`` and ``new``, built
+    from ``old``'s extraction grown by appending (:func:`~hopgraph.engine.components.extraction.extend_extraction`:
+    ``old``'s states are ``new``'s first ones, unchanged): the chunks C of every name group that gained
+    a state, and their neighbours in ``new``'s P (= P). A link weight ``W[i, j]`` sums over the groups
+    holding both chunks, so it changes only when i and j are in C; a column sum only for j in C;
+    P[i, j] = W[i, j] / sum_j then only for i in C or a neighbour of C. O(V + links of C); reads
+    nothing of ``old`` but its state count (its rows may be in the shards)."""
+    ng = np.asarray(new.node_group, np.int64)
+    groups = np.unique(ng[old.n_nodes:])
+    C = np.unique(np.asarray(new.node_chunk, np.int64)[np.isin(ng, groups)])
     rows = np.union1d(C, np.asarray(P.indices[row_edge_positions(P.indptr, C)[1]], np.int64))
     return rows[rows < old.n_chunks]
 
@@ -186,6 +188,13 @@ class TopicHypergraph:
     #: :class:`~hopgraph.engine.components.sharded_graph.ShardedMatrix`) and the rows whose flag changed since
     _text_mask: Any = field(default=None, init=False, repr=False, compare=False)
     _text_flips: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
+    #: with the states held by the shards: the text → states CSR (its row pointer here, its rows there)
+    _texts: Any = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def rows_held(self) -> bool:
+        """Whether the states, hyperedges and groups are held by the shards (a router's hypergraph)."""
+        return isinstance(self.node_chunk, MatrixColumn)
 
     @property
     def n_nodes(self) -> int:
@@ -230,6 +239,8 @@ class TopicHypergraph:
 
     def node_text_mask(self) -> np.ndarray:
         """Which texts are some state's description (bool [U])."""
+        if self._texts is not None:
+            return np.diff(self._texts.indptr) > 0
         mask = np.zeros(len(self.text_emb), bool)
         mask[np.asarray(self.node_text, np.int64)] = True
         return mask
@@ -253,8 +264,10 @@ class TopicHypergraph:
         :func:`~hopgraph.engine.components.sharded_graph.save_graph` (whole, the same files; or its
         rows to the shards of a sharded index, with its column sums kept beside the reference)."""
         split_texts = self.text_emb.shape[1] > 0  # text embeddings go to the shards (none: kept as is)
+        split_rows = sending() or self.rows_held
+        held = NODE_COLUMNS + ("edge_text",) + tuple(f for pair in ROW_CSRS.values() for f in pair) if split_rows else ()
         arrays = {name: getattr(self, name) for name in self.stored()
-                  if name not in ("n_chunks",) + GRAPH_FIELDS + (("text_emb",) if split_texts else ())}
+                  if name not in ("n_chunks",) + GRAPH_FIELDS + held + (("text_emb",) if split_texts else ())}
         arrays["n_chunks"] = np.asarray([self.n_chunks], np.int64)
         save_arrays(directory, arrays)
         P = self._graph if self._graph is not None else \
@@ -262,6 +275,8 @@ class TopicHypergraph:
         save_graph(directory, GRAPH_PREFIX, P, owners="passage")
         if holds_sharded_graph(directory, GRAPH_PREFIX):
             save_arrays(directory, {COLUMN_SUMS_FILE: self.column_sums()})
+        if split_rows:
+            self._save_rows(directory)
         if split_texts:
             save_matrix(directory, "text_emb", self.text_emb, owners="modulo")
         if split_texts and holds_sharded_graph(directory, "text_emb."):
@@ -270,14 +285,59 @@ class TopicHypergraph:
             save_arrays(directory, {TEXT_FLIPS: self._text_flips if self._text_flips is not None
                                     else np.zeros(0, np.int64)})
 
+    def _save_rows(self, directory: Path) -> None:
+        """The states' arrays, the hyperedges' texts, the CSRs of :data:`ROW_CSRS` and the text →
+        states CSR as rows the shards hold (sent now, or the references of those loaded so)."""
+        if self.rows_held:
+            save_matrix(directory, "node_columns", self.node_chunk.matrix)
+            save_matrix(directory, "edge_text", self.edge_text.matrix)
+        else:
+            save_matrix(directory, "node_columns",
+                        np.stack([np.asarray(getattr(self, n), np.int32) for n in NODE_COLUMNS], axis=1), owners="modulo")
+            save_matrix(directory, "edge_text", np.asarray(self.edge_text, np.int32)[:, None], owners="modulo")
+        n_cols = {"group_": self.n_nodes, "edge_": self.n_nodes, "node_": len(self.edge_nodes)}
+        for prefix, (ptr, entries) in ROW_CSRS.items():
+            ind = getattr(self, entries)
+            graph = ind.csr if isinstance(ind, RemoteEntries) else \
+                (np.asarray(getattr(self, ptr), np.int64), ind, np.zeros(len(ind), np.uint8), n_cols[prefix])
+            save_graph(directory, prefix, graph, owners="modulo")
+        texts = self._texts
+        if texts is None:
+            ptr, nodes = csr_from_keys(np.asarray(self.node_text, np.int64), len(self.text_emb))
+            texts = (ptr, nodes.astype(np.int32), np.zeros(len(nodes), np.uint8), self.n_nodes)
+        save_graph(directory, TEXT_STATES, texts, owners="modulo")
+
+    @classmethod
+    def _load_rows(cls, directory: Path, arrays: dict[str, Any]) -> Any:
+        """What :meth:`_save_rows` wrote, into ``arrays``; returns the text → states CSR."""
+        nodes, edge_text = load_matrix(directory, "node_columns"), load_matrix(directory, "edge_text")
+        V, T, G = nodes.shape[0], edge_text.shape[0], len(arrays["group_size"])
+        if nodes.shape[1] != len(NODE_COLUMNS) or edge_text.shape[1] != 1:
+            raise IndexFormatError(f"{directory}: node_columns / edge_text of shapes {nodes.shape}, {edge_text.shape}")
+        arrays.update({n: MatrixColumn(nodes, i) for i, n in enumerate(NODE_COLUMNS)}, edge_text=MatrixColumn(edge_text, 0))
+        edge = load_graph(directory, "edge_", V, f"{directory} hyperedges")
+        rows = {"group_": (G, V), "edge_": (T, V), "node_": (V, edge.nnz), TEXT_STATES: (None, V)}
+        graphs = {p: edge if p == "edge_" else load_graph(directory, p, n_cols, f"{directory} {p}rows")
+                  for p, (_, n_cols) in rows.items()}
+        for p, (n_rows, _) in rows.items():
+            if n_rows is not None and graphs[p].n_rows != n_rows:
+                raise IndexFormatError(f"{directory}: {p}rows has {graphs[p].n_rows} rows, expected {n_rows}")
+        for p, (ptr, entries) in ROW_CSRS.items():
+            arrays[ptr], arrays[entries] = graphs[p].indptr, graphs[p].indices
+        return graphs[TEXT_STATES]
+
     @classmethod
     def load(cls, directory: Path, mmap: bool = True, n_chunks: int | None = None) -> "TopicHypergraph":
         """Open saved arrays (memory-mapped) and :meth:`validate` them (IndexFormatError naming the file);
         at a router, P whose rows the shards hold (:func:`~hopgraph.engine.components.sharded_graph.load_graph`)."""
         sharded = holds_sharded_graph(directory, GRAPH_PREFIX)
         shard_texts = holds_sharded_graph(directory, "text_emb.")
-        names = [n for n in cls.stored() if not (sharded and n in GRAPH_FIELDS) and not (shard_texts and n == "text_emb")]
+        shard_rows = holds_sharded_graph(directory, "node_columns.")
+        rows_fields = NODE_COLUMNS + ("edge_text",) + tuple(f for pair in ROW_CSRS.values() for f in pair)
+        names = [n for n in cls.stored() if not (sharded and n in GRAPH_FIELDS) and not (shard_texts and n == "text_emb")
+                 and not (shard_rows and n in rows_fields)]
         arrays = load_arrays(directory, names, mmap=mmap)
+        texts = cls._load_rows(directory, arrays) if shard_rows else None
         if shard_texts:
             arrays["text_emb"] = load_matrix(directory, "text_emb")
         stored = check_ids(arrays["n_chunks"], np.iinfo(np.int64).max, f"{directory / 'n_chunks.npy'}", length=1)
@@ -293,6 +353,9 @@ class TopicHypergraph:
             H._graph = P
             H._column_sums = check_column_sums(load_array(directory, COLUMN_SUMS_FILE, mmap=False), H.n_chunks,
                                                str(directory / f"{COLUMN_SUMS_FILE}.npy"))
+        H._texts = texts
+        if texts is not None and texts.n_rows != len(H.text_emb):
+            raise IndexFormatError(f"{directory}: text_rows has {texts.n_rows} rows, {len(H.text_emb)} texts")
         if shard_texts:
             H._text_mask = load_matrix(directory, TEXT_MASK)
             U0 = len(getattr(H.text_emb, "base", H.text_emb))
@@ -332,6 +395,33 @@ class TopicHypergraph:
         embeddings): stored arrays are trusted by the kernels, so a corrupt one must not pass."""
         d = Path(directory)
         f = lambda name: str(d / f"{name}.npy")  # noqa: E731
+        if self.rows_held:  # the rows are in the shards, whose files are checksummed: what is held here
+            if not np.array_equal(np.asarray(self.group_size), np.diff(self.group_indptr)):
+                raise IndexFormatError(f"{f('group_size')}: groups do not match group_indptr")
+        else:
+            self._validate_rows(d)
+        if self._graph is None:
+            try:
+                P = self.transition()
+            except InputError as e:
+                raise IndexFormatError(f"{d}/graph_*.npy: {e}") from None
+            if P.nnz:
+                col = self.column_sums()
+                if np.abs(col[col > 0] - 1.0).max() > 1e-4:
+                    raise IndexFormatError(f"{f('graph_data')}: chunk graph columns must sum to 1")
+        if self.text_emb.ndim != 2:
+            raise IndexFormatError(f"{f('text_emb')}: must be 2-D")
+        if self.text_emb.shape[1] and not row_held(self.text_emb):
+            check_unit_rows(self.text_emb, f("text_emb"))
+        elif self.text_emb.shape[1] and len(getattr(self.text_emb, "tail", ())):  # the rows appended at a router
+            check_unit_rows(self.text_emb.tail, f("text_emb.tail"))
+        check_packed(self.names_data, self.names_offsets, f"{d}/names_*.npy", len(self.group_size))
+        release_pages(*(getattr(self, name) for name in self.stored()))  # what the checks read stays on disk
+        return self
+
+    def _validate_rows(self, d: Path) -> None:
+        """The checks of :meth:`validate` on the states, hyperedges and groups (held whole)."""
+        f = lambda name: str(d / f"{name}.npy")  # noqa: E731
         N, V, T, G, U = self.n_chunks, len(self.node_chunk), len(self.edge_text), len(self.group_size), len(self.text_emb)
         check_ids(self.node_chunk, N, f("node_chunk"))
         if V and np.diff(self.node_chunk).min() < 0:
@@ -353,26 +443,6 @@ class TopicHypergraph:
         if not np.array_equal(np.asarray(self.edge_nodes)[self.node_incidence],
                               np.repeat(np.arange(V), np.diff(self.node_indptr))):
             raise IndexFormatError(f"{f('node_incidence')}: does not invert edge_nodes")
-        if self._graph is not None:  # rows held by the shards: their files are checksummed there
-            pass
-        else:
-            try:
-                P = self.transition()
-            except InputError as e:
-                raise IndexFormatError(f"{d}/graph_*.npy: {e}") from None
-        if self._graph is None and P.nnz:
-            col = self.column_sums()
-            if np.abs(col[col > 0] - 1.0).max() > 1e-4:
-                raise IndexFormatError(f"{f('graph_data')}: chunk graph columns must sum to 1")
-        if self.text_emb.ndim != 2:
-            raise IndexFormatError(f"{f('text_emb')}: must be 2-D")
-        if self.text_emb.shape[1] and not row_held(self.text_emb):
-            check_unit_rows(self.text_emb, f("text_emb"))
-        elif self.text_emb.shape[1] and len(getattr(self.text_emb, "tail", ())):  # the rows appended at a router
-            check_unit_rows(self.text_emb.tail, f("text_emb.tail"))
-        check_packed(self.names_data, self.names_offsets, f"{d}/names_*.npy", G)
-        release_pages(*(getattr(self, name) for name in self.stored()))  # what the checks read stays on disk
-        return self
 
 
 #: storage type of the topic/description embeddings (module docstring)

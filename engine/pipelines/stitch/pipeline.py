@@ -269,10 +269,11 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
         that are some state's description), text → states CSR."""
         if "arrays" not in self._cache:
             H = self.hypergraph_
-            node_text = np.asarray(H.node_text, np.int64)
-            mask = np.zeros(len(H.text_emb), bool)
-            mask[node_text] = True
-            text_indptr, text_nodes = csr_from_keys(node_text, len(H.text_emb))
+            mask = H.node_text_mask()
+            if H._texts is not None:  # at a router: the row pointer here, the rows in the shards
+                text_indptr, text_nodes = H._texts.indptr, H._texts.indices
+            else:
+                text_indptr, text_nodes = csr_from_keys(np.asarray(H.node_text, np.int64), len(H.text_emb))
             self._cache["arrays"] = {
                 "text_index": self.text_index, "node_text_mask": None if mask.all() else mask,
                 "n_node_texts": max(int(mask.sum()), 1),

@@ -81,16 +81,23 @@ def test_writes_through_the_router_equal_the_same_writes_on_the_single_index(sav
 
 def test_the_chunk_graph_and_text_embeddings_live_in_the_shards(saved_index, tmp_path):
     single, router, _, out = sharded(saved_index, tmp_path)
-    moved = {"stitch": ["graph_indices", "graph_data", "text_emb"], "ppr_binary": ["graph_indices", "graph_data"]}
+    states = ["node_chunk", "node_group", "node_text", "group_nodes", "edge_text", "edge_nodes", "node_incidence"]
+    moved = {"stitch": ["graph_indices", "graph_data", "text_emb", *states],
+             "ppr_binary": ["graph_indices", "graph_data", *states]}
     for name, arrays in moved.items():
         held = out / read_shards(out)["router"] / "pipelines" / name / "hypergraph"
         assert not [a for a in arrays if (held / f"{a}.npy").exists()], name
         assert (held / "graph_indptr.npy").is_file() and (held / "graph_column_sums.npy").is_file()
+        for part in ("node_columns/values", "edge_text/values", "group_graph/indices", "edge_graph/indices",
+                     "node_graph/indices", "text_graph/indices"):
+            assert all((out / f"graph-{s:03d}" / "pipelines" / name / "hypergraph" / f"{part}.npy").is_file()
+                       for s in range(2)), part
         parts = [out / f"graph-{s:03d}" / "pipelines" / name / "hypergraph" for s in range(2)]
         stored = np.load(saved_index / "seg-000001" / "pipelines" / name / "hypergraph" / "graph_indices.npy")
         assert sum(len(np.load(p / "graph_graph" / "indices.npy")) for p in parts) == len(stored)
-        with pytest.raises(InputError, match="held by the shards"):
-            np.asarray(router.pipelines[name].hypergraph_.graph_indices)
+        for field in ("graph_indices", "node_group", "edge_nodes"):
+            with pytest.raises(InputError, match="held by the shards"):
+                np.asarray(getattr(router.pipelines[name].hypergraph_, field))
     texts = [np.load(out / f"graph-{s:03d}" / "pipelines/stitch/hypergraph/text_emb/values.npy") for s in range(2)]
     whole = np.load(saved_index / "seg-000001/pipelines/stitch/hypergraph/text_emb.npy")
     np.testing.assert_array_equal(texts[0], whole[0::2])
