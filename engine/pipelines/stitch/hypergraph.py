@@ -49,7 +49,7 @@ from ...errors import IndexFormatError, InputError
 from ...components.extraction import Extraction
 from ....kernels.csr import CSR, check_csr
 from ...components.late_pooling import LateTexts
-from ...components.sharded_graph import (REF_SUFFIX, MatrixColumn, RemoteEntries, load_graph, load_matrix, row_held,
+from ...components.sharded_graph import (REF_SUFFIX, MatrixColumn, load_graph, load_matrix, row_held,
                                          save_graph, save_matrix, sending, sharded_base, with_rows_appended)
 from ...sparse import csr_from_keys, csr_from_scipy, row_edge_positions
 from ...embedders.packed_bert import encode_bulk
@@ -188,8 +188,9 @@ class TopicHypergraph:
     #: :class:`~hopgraph.engine.components.sharded_graph.ShardedMatrix`) and the rows whose flag changed since
     _text_mask: Any = field(default=None, init=False, repr=False, compare=False)
     _text_flips: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
-    #: with the states held by the shards: the text → states CSR (its row pointer here, its rows there)
-    _texts: Any = field(default=None, init=False, repr=False, compare=False)
+    #: with the states held by the shards: the CSRs of :data:`ROW_CSRS` and the text → states CSR
+    #: (:data:`TEXT_STATES`) by prefix (row pointers here, rows there, the rows changed since here)
+    _row_graphs: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def rows_held(self) -> bool:
@@ -239,8 +240,8 @@ class TopicHypergraph:
 
     def node_text_mask(self) -> np.ndarray:
         """Which texts are some state's description (bool [U])."""
-        if self._texts is not None:
-            return np.diff(self._texts.indptr) > 0
+        if self._row_graphs is not None:
+            return np.diff(self._row_graphs[TEXT_STATES].indptr) > 0
         mask = np.zeros(len(self.text_emb), bool)
         mask[np.asarray(self.node_text, np.int64)] = True
         return mask
@@ -291,30 +292,36 @@ class TopicHypergraph:
         if self.rows_held:
             save_matrix(directory, "node_columns", self.node_chunk.matrix)
             save_matrix(directory, "edge_text", self.edge_text.matrix)
+            if not isinstance(self.node_group, MatrixColumn):  # renumbered by an add at the router
+                save_arrays(directory, {"node_group": np.asarray(self.node_group)})
         else:
             save_matrix(directory, "node_columns",
                         np.stack([np.asarray(getattr(self, n), np.int32) for n in NODE_COLUMNS], axis=1), owners="modulo")
             save_matrix(directory, "edge_text", np.asarray(self.edge_text, np.int32)[:, None], owners="modulo")
-        n_cols = {"group_": self.n_nodes, "edge_": self.n_nodes, "node_": len(self.edge_nodes)}
-        for prefix, (ptr, entries) in ROW_CSRS.items():
-            ind = getattr(self, entries)
-            graph = ind.csr if isinstance(ind, RemoteEntries) else \
-                (np.asarray(getattr(self, ptr), np.int64), ind, np.zeros(len(ind), np.uint8), n_cols[prefix])
+        for prefix, graph in (self._row_graphs or self._whole_row_graphs()).items():
             save_graph(directory, prefix, graph, owners="modulo")
-        texts = self._texts
-        if texts is None:
-            ptr, nodes = csr_from_keys(np.asarray(self.node_text, np.int64), len(self.text_emb))
-            texts = (ptr, nodes.astype(np.int32), np.zeros(len(nodes), np.uint8), self.n_nodes)
-        save_graph(directory, TEXT_STATES, texts, owners="modulo")
+
+    def _whole_row_graphs(self) -> dict[str, tuple]:
+        """The CSRs :meth:`_save_rows` sends, from the whole arrays (entries only: uint8 zero values)."""
+        n_cols = {"group_": self.n_nodes, "edge_": self.n_nodes, "node_": len(self.edge_nodes)}
+        out: dict[str, tuple] = {}
+        for prefix, (ptr, entries) in ROW_CSRS.items():
+            ind = np.asarray(getattr(self, entries))
+            out[prefix] = (np.asarray(getattr(self, ptr), np.int64), ind, np.zeros(len(ind), np.uint8), n_cols[prefix])
+        ptr, nodes = csr_from_keys(np.asarray(self.node_text, np.int64), len(self.text_emb))
+        out[TEXT_STATES] = (ptr, nodes.astype(np.int32), np.zeros(len(nodes), np.uint8), self.n_nodes)
+        return out
 
     @classmethod
-    def _load_rows(cls, directory: Path, arrays: dict[str, Any]) -> Any:
-        """What :meth:`_save_rows` wrote, into ``arrays``; returns the text → states CSR."""
+    def _load_rows(cls, directory: Path, arrays: dict[str, Any]) -> dict[str, Any]:
+        """What :meth:`_save_rows` wrote, into ``arrays``; returns the CSRs by prefix."""
         nodes, edge_text = load_matrix(directory, "node_columns"), load_matrix(directory, "edge_text")
         V, T, G = nodes.shape[0], edge_text.shape[0], len(arrays["group_size"])
         if nodes.shape[1] != len(NODE_COLUMNS) or edge_text.shape[1] != 1:
             raise IndexFormatError(f"{directory}: node_columns / edge_text of shapes {nodes.shape}, {edge_text.shape}")
         arrays.update({n: MatrixColumn(nodes, i) for i, n in enumerate(NODE_COLUMNS)}, edge_text=MatrixColumn(edge_text, 0))
+        if (directory / "node_group.npy").is_file():  # held whole here since an add renumbered the groups
+            arrays["node_group"] = check_ids(load_array(directory, "node_group"), G, str(directory / "node_group.npy"), V)
         edge = load_graph(directory, "edge_", V, f"{directory} hyperedges")
         rows = {"group_": (G, V), "edge_": (T, V), "node_": (V, edge.nnz), TEXT_STATES: (None, V)}
         graphs = {p: edge if p == "edge_" else load_graph(directory, p, n_cols, f"{directory} {p}rows")
@@ -324,7 +331,7 @@ class TopicHypergraph:
                 raise IndexFormatError(f"{directory}: {p}rows has {graphs[p].n_rows} rows, expected {n_rows}")
         for p, (ptr, entries) in ROW_CSRS.items():
             arrays[ptr], arrays[entries] = graphs[p].indptr, graphs[p].indices
-        return graphs[TEXT_STATES]
+        return graphs
 
     @classmethod
     def load(cls, directory: Path, mmap: bool = True, n_chunks: int | None = None) -> "TopicHypergraph":
@@ -337,7 +344,7 @@ class TopicHypergraph:
         names = [n for n in cls.stored() if not (sharded and n in GRAPH_FIELDS) and not (shard_texts and n == "text_emb")
                  and not (shard_rows and n in rows_fields)]
         arrays = load_arrays(directory, names, mmap=mmap)
-        texts = cls._load_rows(directory, arrays) if shard_rows else None
+        row_graphs = cls._load_rows(directory, arrays) if shard_rows else None
         if shard_texts:
             arrays["text_emb"] = load_matrix(directory, "text_emb")
         stored = check_ids(arrays["n_chunks"], np.iinfo(np.int64).max, f"{directory / 'n_chunks.npy'}", length=1)
@@ -353,9 +360,10 @@ class TopicHypergraph:
             H._graph = P
             H._column_sums = check_column_sums(load_array(directory, COLUMN_SUMS_FILE, mmap=False), H.n_chunks,
                                                str(directory / f"{COLUMN_SUMS_FILE}.npy"))
-        H._texts = texts
-        if texts is not None and texts.n_rows != len(H.text_emb):
-            raise IndexFormatError(f"{directory}: text_rows has {texts.n_rows} rows, {len(H.text_emb)} texts")
+        H._row_graphs = row_graphs
+        if row_graphs is not None and row_graphs[TEXT_STATES].n_rows != len(H.text_emb):
+            raise IndexFormatError(f"{directory}: text_rows has {row_graphs[TEXT_STATES].n_rows} rows, "
+                                   f"{len(H.text_emb)} texts")
         if shard_texts:
             H._text_mask = load_matrix(directory, TEXT_MASK)
             U0 = len(getattr(H.text_emb, "base", H.text_emb))
@@ -375,9 +383,15 @@ class TopicHypergraph:
             was = old.node_text_mask()[:U0]
             was[old._text_flips] ^= True  # the flags as the shards hold them
             self._text_mask, self._text_flips = old._text_mask, np.flatnonzero(self.node_text_mask()[:U0] != was)
+        self._keep_chunk_graph(old)
+        self._keep_state_rows(old)
+        return self
+
+    def _keep_chunk_graph(self, old: "TopicHypergraph") -> None:
+        """P as ``old``'s rows in the shards plus the rows changed since (:meth:`with_graph_base`)."""
         base = sharded_base(old._graph) if old._graph is not None else None
         if base is None:
-            return self
+            return
         sums = self.column_sums()
         P = self.transition()
         rows = np.union1d(changed_chunk_rows(old, self, P), np.arange(base.n_rows, self.n_chunks))
@@ -387,7 +401,46 @@ class TopicHypergraph:
         graph = OverlayCSR(base, rows, ptr, ind, dat, self.n_chunks)
         self.graph_indptr, self.graph_indices, self.graph_data = graph.indptr, graph.indices, graph.data
         self._graph, self._column_sums = graph, sums
-        return self
+
+    def _keep_state_rows(self, old: "TopicHypergraph") -> None:
+        """The states' chunks and texts, the hyperedges' texts and the hyperedge, incidence and text →
+        states CSRs as ``old``'s rows in the shards plus the rows changed or appended since, when
+        ``old``'s are held by the shards: the extraction grew by appending, so ``old``'s states,
+        hyperedges and incidences are the first ones, unchanged, and the text rows that change are
+        those of the texts that gained a state. The name groups are renumbered (names are kept
+        sorted), so ``node_group`` and the group CSR are held whole here from then on."""
+        if not old.rows_held or not isinstance(self.node_chunk, np.ndarray):
+            return
+        V0, T0 = old.n_nodes, old.n_edges
+        if not np.array_equal(np.asarray(self.edge_indptr[:T0 + 1]), np.asarray(old.edge_indptr)) or \
+                not np.array_equal(np.asarray(self.node_indptr[:V0 + 1]), np.asarray(old.node_indptr)):
+            return  # not grown by appending (never from extend_extraction): held whole here
+        texts = np.asarray(self.node_text[V0:], np.int64)
+        changed = {"edge_": np.zeros(0, np.int64), "node_": np.zeros(0, np.int64),
+                   TEXT_STATES: np.unique(texts[texts < len(old.text_emb)])}
+        graphs: dict[str, Any] = {}
+        for prefix, whole in self._whole_row_graphs().items():
+            if prefix == "group_":
+                graphs[prefix] = CSR(*whole)
+                continue
+            kept = old._row_graphs[prefix]
+            base = sharded_base(kept)
+            rows = np.union1d(changed[prefix], np.arange(base.n_rows, len(whole[0]) - 1))
+            if isinstance(kept, OverlayCSR):
+                rows = np.union1d(rows, kept.overridden)
+            ptr, ind, dat = _rows(whole[0], whole[1], whole[2], rows)
+            graphs[prefix] = OverlayCSR(base, rows, ptr, ind, dat, whole[3])
+        nodes = with_rows_appended(old.node_chunk.matrix,
+                                   np.stack([np.asarray(getattr(self, n)[V0:], np.int32) for n in NODE_COLUMNS], axis=1))
+        edge_text = with_rows_appended(old.edge_text.matrix, np.asarray(self.edge_text[T0:], np.int32)[:, None])
+        for i, name in enumerate(NODE_COLUMNS):
+            if name != "node_group":  # held whole (renumbered); its column in the shards is not read
+                setattr(self, name, MatrixColumn(nodes, i))
+        self.edge_text = MatrixColumn(edge_text, 0)
+        for prefix, (ptr, entries) in ROW_CSRS.items():
+            setattr(self, ptr, graphs[prefix].indptr)
+            setattr(self, entries, graphs[prefix].indices)
+        self._row_graphs = graphs
 
     def validate(self, directory: Path | str = "hypergraph") -> "TopicHypergraph":
         """Check every array against what it indexes (ids in range, CSR offsets, the two incidence

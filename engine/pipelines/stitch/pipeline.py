@@ -51,7 +51,7 @@ from ...params import choice, flag, integer, real
 from ...ranking import PAD_ID, topk_rows
 from ...sparse import csr_from_keys, row_entries
 from ..base import Needs
-from .hypergraph import TopicHypergraph, embed_texts, extend_text_embeddings
+from .hypergraph import TEXT_STATES, TopicHypergraph, embed_texts, extend_text_embeddings
 from .local_graph import local_hypergraph
 from .local_rows import LocalRows
 from .walk import ChunkGraphFit, ChunkGraphWalk, WalkSearch
@@ -270,8 +270,9 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
         if "arrays" not in self._cache:
             H = self.hypergraph_
             mask = H.node_text_mask()
-            if H._texts is not None:  # at a router: the row pointer here, the rows in the shards
-                text_indptr, text_nodes = H._texts.indptr, H._texts.indices
+            if H._row_graphs is not None:  # at a router: the row pointer here, the rows in the shards
+                texts = H._row_graphs[TEXT_STATES]
+                text_indptr, text_nodes = texts.indptr, texts.indices
             else:
                 text_indptr, text_nodes = csr_from_keys(np.asarray(H.node_text, np.int64), len(H.text_emb))
             self._cache["arrays"] = {

@@ -113,6 +113,12 @@ def test_the_chunk_graph_and_text_embeddings_live_in_the_shards(saved_index, tmp
     changed = np.load(held / "graph_over_rows.npy")  # only the rows the add changed, and the new ones
     assert set(range(len(single.X) - len(NEW), len(single.X))) <= set(changed.tolist()) and len(changed) < len(single.X)
     assert not (held / "graph_indices.npy").exists() and len(np.load(held / "text_emb.tail.npy")) > 0
+    # the states' chunks and texts, the hyperedges and incidences: the shards' rows and the appended ones
+    assert not [a for a in ("node_chunk", "node_text", "edge_text", "edge_nodes", "node_incidence")
+                if (held / f"{a}.npy").exists()]
+    in_shards = sum(len(np.load(out / f"graph-{s:03d}/pipelines/stitch/hypergraph/node_columns/values.npy"))
+                    for s in range(2))
+    assert in_shards + len(np.load(held / "node_columns.tail.npy")) == single.pipelines["stitch"].hypergraph_.n_nodes
     reopened = open_router(out, LocalShards.open(out))
     for name in moved:
         same_results(single, reopened, name, questions=QUESTIONS + ["zzzz qqq"])
