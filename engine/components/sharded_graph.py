@@ -450,14 +450,12 @@ class ShardedMatrix:
         raise InputError(f"{self.name} is held by the shards of a sharded index; it is read by rows, never whole")
 
 
-class AppendedRows:
+class AppendedRows(ShardedMatrix):
     """A :class:`ShardedMatrix` (``base``) with rows appended since, held here (``tail``): what a
     row-per-node array that grows by appends is at a router. ``M[rows]`` reads each row from its
     place; never read whole."""
 
-    ndim = 2
-
-    def __init__(self, base: ShardedMatrix, tail: np.ndarray) -> None:
+    def __init__(self, base: ShardedMatrix, tail: np.ndarray) -> None:  # the base holds the shards and the cache
         tail = np.asarray(tail)
         if tail.ndim != 2 or tail.shape[1] != base.shape[1]:
             raise IndexFormatError(f"{base.name}: appended rows of shape {tail.shape}, expected [*, {base.shape[1]}]")
@@ -468,8 +466,8 @@ class AppendedRows:
     def name(self) -> str:
         return self.base.name
 
-    def __len__(self) -> int:
-        return self.shape[0]
+    def ref(self) -> dict[str, Any]:
+        return self.base.ref()
 
     def take(self, rows: np.ndarray) -> np.ndarray:
         rows = np.asarray(rows, np.int64)
@@ -481,16 +479,6 @@ class AppendedRows:
         out[old] = self.base.take(flat[old])
         out[~old] = self.tail[flat[~old] - self.base.shape[0]]
         return out.reshape(rows.shape + (self.shape[1],))
-
-    def __getitem__(self, key: Any) -> np.ndarray:
-        if isinstance(key, slice):
-            return self.take(np.arange(self.shape[0])[key])
-        if isinstance(key, (int, np.integer)):
-            return self.take(np.array([int(key)]))[0]
-        return self.take(np.asarray(key))
-
-    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
-        raise InputError(f"{self.name} is held by the shards of a sharded index; it is read by rows, never whole")
 
     def appended(self, rows: np.ndarray) -> "AppendedRows":
         """These rows followed by ``rows``."""
@@ -526,7 +514,7 @@ def with_rows_appended(matrix: "ShardedMatrix | AppendedRows", rows: np.ndarray)
 
 def row_held(matrix: Any) -> bool:
     """Whether ``matrix`` is a row-per-node array whose rows the shards hold (read by rows only)."""
-    return isinstance(matrix, (ShardedMatrix, AppendedRows))
+    return isinstance(matrix, ShardedMatrix)
 
 
 def matrix_topk(matrix: ShardedMatrix, mask: ShardedMatrix, Q: np.ndarray, k: int, exclude: np.ndarray
@@ -559,8 +547,7 @@ def save_matrix(directory: Path, name: str, matrix: Any, owners: str = ModuloOwn
     sink = _SINK.get()
     if isinstance(matrix, AppendedRows):
         save_arrays(directory, {f"{name}.tail": matrix.tail})
-        ref = matrix.base.ref()
-    elif isinstance(matrix, ShardedMatrix):
+    if isinstance(matrix, ShardedMatrix):
         ref = matrix.ref()
     elif sink is not None:
         matrix = np.asarray(matrix)

@@ -75,6 +75,8 @@ ROW_CSRS = {"group_": ("group_indptr", "group_nodes"), "edge_": ("edge_indptr", 
             "node_": ("node_indptr", "node_incidence")}
 #: the text → states CSR, saved with the rows the shards hold (an unsharded index derives it from node_text)
 TEXT_STATES = "text_"
+#: the fields whose rows the shards hold with the states (not saved as ``.npy`` files at a router)
+ROW_FIELDS = NODE_COLUMNS + ("edge_text",) + tuple(f for pair in ROW_CSRS.values() for f in pair)
 
 
 #: entries of P per block of its column sums (:meth:`TopicHypergraph.column_sums`)
@@ -266,7 +268,7 @@ class TopicHypergraph:
         rows to the shards of a sharded index, with its column sums kept beside the reference)."""
         split_texts = self.text_emb.shape[1] > 0  # text embeddings go to the shards (none: kept as is)
         split_rows = sending() or self.rows_held
-        held = NODE_COLUMNS + ("edge_text",) + tuple(f for pair in ROW_CSRS.values() for f in pair) if split_rows else ()
+        held = ROW_FIELDS if split_rows else ()
         arrays = {name: getattr(self, name) for name in self.stored()
                   if name not in ("n_chunks",) + GRAPH_FIELDS + held + (("text_emb",) if split_texts else ())}
         arrays["n_chunks"] = np.asarray([self.n_chunks], np.int64)
@@ -340,9 +342,8 @@ class TopicHypergraph:
         sharded = holds_sharded_graph(directory, GRAPH_PREFIX)
         shard_texts = holds_sharded_graph(directory, "text_emb.")
         shard_rows = holds_sharded_graph(directory, "node_columns.")
-        rows_fields = NODE_COLUMNS + ("edge_text",) + tuple(f for pair in ROW_CSRS.values() for f in pair)
         names = [n for n in cls.stored() if not (sharded and n in GRAPH_FIELDS) and not (shard_texts and n == "text_emb")
-                 and not (shard_rows and n in rows_fields)]
+                 and not (shard_rows and n in ROW_FIELDS)]
         arrays = load_arrays(directory, names, mmap=mmap)
         row_graphs = cls._load_rows(directory, arrays) if shard_rows else None
         if shard_texts:

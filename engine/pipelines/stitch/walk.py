@@ -382,7 +382,7 @@ class ChunkGraphWalk(Pipeline[F, S]):
     def whole_transition(self) -> CSR:
         """P with every row in memory, for the unlocalised walk (``localise=False``): :attr:`transition`;
         at a router whose P the shards hold, every row gathered from them for this call (all of P,
-        O(links) bytes; not kept)."""
+        O(links) bytes; the router's row cache keeps at most its bound of them)."""
         P = self.transition
         if sharded_base(P) is None:
             return P
