@@ -18,8 +18,8 @@ from ..index import Index
 #: the corpus fields a router may read from a shard
 FIELDS = ("texts", "metadata")
 #: what a router may call on a shard
-CALLS = ("info", "dense_topk", "dense_exact", "ivf_candidates", "ivf_centroids", "ivf_cell_rows", "rows", "term_stats", "bm25_topk", "bm25_scores",
-         "strings", "filter_mask", "graph_rows", "add", "delete")
+CALLS = ("info", "dense_topk", "dense_exact", "ivf_candidates", "ivf_centroids", "ivf_cell_rows", "rows", "term_stats",
+         "bm25_topk", "bm25_scores", "strings", "filter_mask", "graph_rows", "matrix_topk", "add", "delete")
 
 
 class ShardService:
@@ -128,6 +128,14 @@ class ShardService:
             raise InputError(f"shard {self.path} holds no graph rows")
         return self.graphs.rows(name, rows)
 
+    def matrix_topk(self, name: str, mask: str, Q: np.ndarray, k: int, exclude: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """Exact cosine top-``k`` (local rows, scores) over the rows of the row-per-node array ``name``
+        held here whose row of ``mask`` is non-zero, except the local rows ``exclude``."""
+        if self.graphs is None:
+            raise InputError(f"shard {self.path} holds no graph rows")
+        return self.graphs.topk(name, mask, Q, k, exclude)
+
     def add(self, records: Corpus, embeddings: np.ndarray, upsert: bool) -> int:
         """Append the passages ``records`` (embedded by the router) and commit; returns the first new
         local row."""
@@ -178,6 +186,7 @@ class ShardGraphs:
         if problems:
             raise IndexFormatError(f"graph rows {path} are corrupt: {problems[0]}")
         self.graphs: dict[str, CSR | np.ndarray] = {}
+        self._exact: dict[str, Any] = {}
         for name in names:
             if (path / name / "values.npy").is_file():
                 self.graphs[name] = storage.load_array(path / name, "values")
@@ -205,3 +214,20 @@ class ShardGraphs:
             return np.diff(ptr), ind, None
         ptr, ind, dat = _rows(graph.indptr, graph.indices, graph.data, rows)
         return np.diff(ptr), ind, dat
+
+    def topk(self, name: str, mask: str, Q: np.ndarray, k: int, exclude: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Exact cosine top-``k`` over the rows of the array ``name`` whose row of ``mask`` is non-zero,
+        except the rows ``exclude`` (:class:`~hopgraph.engine.components.dense.DenseIndex`, exact)."""
+        from ..engine.components.dense import DenseIndex
+
+        values, flags = self.graphs.get(name), self.graphs.get(mask)
+        if not isinstance(values, np.ndarray) or not isinstance(flags, np.ndarray) or len(flags) != len(values):
+            raise InputError(f"no row-per-node array {name!r} with mask {mask!r} in {self.path}")
+        if name not in self._exact:
+            self._exact[name] = DenseIndex(values, mode="exact")
+        allowed = np.asarray(flags).reshape(len(flags), -1)[:, 0] != 0
+        exclude = np.asarray(exclude, np.int64)
+        if len(exclude):
+            allowed = allowed.copy()
+            allowed[exclude] = False
+        return self._exact[name].topk(np.asarray(Q, np.float32), int(k), None if allowed.all() else allowed)

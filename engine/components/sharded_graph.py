@@ -459,11 +459,103 @@ class ShardedMatrix:
         raise InputError(f"{self.name} is held by the shards of a sharded index; it is read by rows, never whole")
 
 
+class AppendedRows(ShardedMatrix):
+    """A :class:`ShardedMatrix` (``base``) with rows appended since, held here (``tail``): what a
+    row-per-node array that grows by appends is at a router. ``M[rows]`` reads each row from its
+    place; never read whole."""
+
+    def __init__(self, base: ShardedMatrix, tail: np.ndarray) -> None:  # the base holds the shards and the cache
+        tail = np.asarray(tail)
+        if tail.ndim != 2 or tail.shape[1] != base.shape[1]:
+            raise IndexFormatError(f"{base.name}: appended rows of shape {tail.shape}, expected [*, {base.shape[1]}]")
+        self.base, self.tail = base, tail.astype(base.dtype, copy=False)
+        self.shape, self.dtype = (base.shape[0] + len(tail), base.shape[1]), base.dtype
+
+    @property
+    def name(self) -> str:
+        return self.base.name
+
+    def ref(self) -> dict[str, Any]:
+        return self.base.ref()
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        rows = np.asarray(rows, np.int64)
+        flat = np.where(rows.reshape(-1) < 0, rows.reshape(-1) + self.shape[0], rows.reshape(-1))
+        if len(flat) and (flat.min() < 0 or flat.max() >= self.shape[0]):
+            raise IndexError(f"{self.name}: rows out of range [0, {self.shape[0]})")
+        out = np.empty((len(flat), self.shape[1]), self.dtype)
+        old = flat < self.base.shape[0]
+        out[old] = self.base.take(flat[old])
+        out[~old] = self.tail[flat[~old] - self.base.shape[0]]
+        return out.reshape(rows.shape + (self.shape[1],))
+
+    def appended(self, rows: np.ndarray) -> "AppendedRows":
+        """These rows followed by ``rows``."""
+        return AppendedRows(self.base, np.concatenate([self.tail, np.asarray(rows, self.dtype)]))
+
+
+class MatrixColumn:
+    """Column ``column`` of a row-per-node array the shards hold, read as a 1-D array by position
+    (``v[rows]``; the rows are fetched with all their columns, and kept); never read whole."""
+
+    ndim = 1
+
+    def __init__(self, matrix: ShardedMatrix, column: int) -> None:
+        self.matrix, self.column = matrix, int(column)
+        self.dtype, self.shape = matrix.dtype, (matrix.shape[0],)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.matrix[key][..., self.column]
+
+    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        raise InputError(f"{self.matrix.name} is held by the shards of a sharded index; it is read by rows, never whole")
+
+
+def with_rows_appended(matrix: "ShardedMatrix | AppendedRows", rows: np.ndarray) -> AppendedRows:
+    """A row-per-node array held by the shards with ``rows`` appended (held here)."""
+    if isinstance(matrix, AppendedRows):
+        return matrix.appended(rows)
+    return AppendedRows(matrix, np.asarray(rows, matrix.dtype).reshape(-1, matrix.shape[1]))
+
+
+def row_held(matrix: Any) -> bool:
+    """Whether ``matrix`` is a row-per-node array whose rows the shards hold (read by rows only)."""
+    return isinstance(matrix, ShardedMatrix)
+
+
+def matrix_topk(matrix: ShardedMatrix, mask: ShardedMatrix, Q: np.ndarray, k: int, exclude: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Exact cosine top-``k`` of ``Q`` over the rows of ``matrix`` held by the shards whose row of
+    ``mask`` (a ``[n, 1]`` array stored beside it) is non-zero, except the rows ``exclude``: each
+    shard's top ``k`` among its rows (one ``matrix_topk`` call per shard), merged (higher score
+    first, ties toward the lower row; -1 / -inf padding)."""
+    from .sharded import merge_topk
+
+    Q = np.ascontiguousarray(Q, np.float32)
+    n_shards = matrix.owners.n_shards
+    split = matrix.owners.split(np.asarray(exclude, np.int64))
+    calls = {s: (matrix.name, mask.name, Q, int(k), split[s][1] if s in split else np.zeros(0, np.int64))
+             for s in range(n_shards)}
+    parts = []
+    for s, (local, scores) in matrix.shards.map_calls("matrix_topk", calls).items():
+        local = np.asarray(local, np.int64)
+        rows = matrix.owners.rows_of(s, matrix.shape[0])
+        parts.append((np.where(local >= 0, rows[np.maximum(local, 0)] if len(rows) else -1, -1),
+                      np.asarray(scores, np.float32)))
+    return merge_topk(parts, k, len(Q))
+
+
 def save_matrix(directory: Path, name: str, matrix: Any, owners: str = ModuloOwners.kind) -> None:
     """Save a 2-D array as ``{name}.npy`` in ``directory``; inside :func:`sending_rows` its rows go
     to the shards and ``directory`` keeps a reference (``{name}.rows.json``), as a
-    :class:`ShardedMatrix` does."""
+    :class:`ShardedMatrix` does; an :class:`AppendedRows` keeps its reference and its appended rows
+    (``{name}.tail.npy``)."""
     sink = _SINK.get()
+    if isinstance(matrix, AppendedRows):
+        save_arrays(directory, {f"{name}.tail": matrix.tail})
     if isinstance(matrix, ShardedMatrix):
         ref = matrix.ref()
     elif sink is not None:
@@ -498,4 +590,7 @@ def load_matrix(directory: Path, name: str, mmap: bool = True) -> "np.ndarray | 
         raise IndexFormatError(f"{ref_file}: unreadable ({type(e).__name__}: {e})") from None
     if len(shape) != 2:
         raise IndexFormatError(f"{ref_file}: shape {shape} is not 2-D")
-    return ShardedMatrix(key, shape, dtype, owners_of(kind, shards), shards)
+    matrix = ShardedMatrix(key, shape, dtype, owners_of(kind, shards), shards)
+    if (directory / f"{name}.tail.npy").is_file():
+        return AppendedRows(matrix, load_array(directory, f"{name}.tail", mmap=False))
+    return matrix

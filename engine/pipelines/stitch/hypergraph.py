@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import scipy.sparse as sp
@@ -49,11 +49,34 @@ from ...errors import IndexFormatError, InputError
 from ...components.extraction import Extraction
 from ....kernels.csr import CSR, check_csr
 from ...components.late_pooling import LateTexts
-from ...sparse import csr_from_keys, csr_from_scipy
+from ...components.sharded_graph import (REF_SUFFIX, MatrixColumn, load_graph, load_matrix, row_held,
+                                         save_graph, save_matrix, sending_rows_now, sharded_base, with_rows_appended)
+from ...sparse import csr_from_keys, csr_from_scipy, row_edge_positions
 from ...embedders.packed_bert import encode_bulk
 from ...ingest.streaming import TEXT_EMB_FILE
-from ...storage import (check_ids, check_indptr, check_packed, check_unit_rows, load_arrays, pack_strings, release_pages,
-                      save_arrays, unpack_strings)
+from ...storage import (check_ids, check_indptr, check_packed, check_unit_rows, load_array, load_arrays, pack_strings,
+                      release_pages, save_arrays, unpack_strings)
+from ...storage.deltas import OverlayCSR, _rows
+
+
+#: the saved fields of the chunk graph P (``{GRAPH_PREFIX}indptr`` / ``indices`` / ``data``)
+GRAPH_PREFIX = "graph_"
+GRAPH_FIELDS = tuple(f"{GRAPH_PREFIX}{k}" for k in ("indptr", "indices", "data"))
+#: P's column sums, saved beside a P whose rows the shards hold (the router never reads all of P)
+COLUMN_SUMS_FILE = "graph_column_sums"
+#: beside text embeddings whose rows the shards hold: which of their texts were some state's
+#: description when they were sent ([U, 1] uint8, held by the shards: their top-k is searched among
+#: those) and the texts whose flag changed since (held here)
+TEXT_MASK, TEXT_FLIPS = "text_node_mask", "text_mask_flips"
+#: the per-state arrays, held by the shards as the columns of one [V, 3] int32 array (``node_columns``)
+NODE_COLUMNS = ("node_chunk", "node_group", "node_text")
+#: the hypergraph's CSRs (no values) whose rows the shards hold, by save prefix: (row pointer, entries)
+ROW_CSRS = {"group_": ("group_indptr", "group_nodes"), "edge_": ("edge_indptr", "edge_nodes"),
+            "node_": ("node_indptr", "node_incidence")}
+#: the text → states CSR, saved with the rows the shards hold (an unsharded index derives it from node_text)
+TEXT_STATES = "text_"
+#: the fields whose rows the shards hold with the states (not saved as ``.npy`` files at a router)
+ROW_FIELDS = NODE_COLUMNS + ("edge_text",) + tuple(f for pair in ROW_CSRS.values() for f in pair)
 
 
 #: entries of P per block of its column sums (:meth:`TopicHypergraph.column_sums`)
@@ -87,6 +110,39 @@ def chunk_links(indptr: np.ndarray, member_chunks: np.ndarray, n_chunks: int, ma
     W.setdiag(0.0)
     W.eliminate_zeros()
     return csr_from_scipy(W, np.float64)
+
+
+def holds_sharded_graph(directory: Path, prefix: str) -> bool:
+    """Whether ``directory`` keeps a reference to a graph whose rows the shards hold."""
+    return (Path(directory) / f"{prefix}{REF_SUFFIX}").is_file()
+
+
+def check_column_sums(sums: np.ndarray, n_chunks: int, where: str) -> np.ndarray:
+    """Stored column sums of P: float64 [n_chunks], each in [0, 1 + 1e-4] (IndexFormatError otherwise)."""
+    sums = np.asarray(sums)
+    if sums.shape != (n_chunks,) or sums.dtype != np.float64 or not np.isfinite(sums).all() \
+            or (len(sums) and (sums.min() < 0 or sums.max() > 1 + 1e-4)):
+        raise IndexFormatError(f"{where}: expected {n_chunks} column sums in [0, 1]")
+    return sums
+
+
+def changed_chunk_rows(old: "TopicHypergraph", new: "TopicHypergraph", P: CSR) -> np.ndarray:
+    """The chunks below ``old.n_chunks`` whose row of P may differ between ``old`` and ``new``, built
+    from ``old``'s extraction grown by appending (:func:`~hopgraph.engine.components.extraction.extend_extraction`:
+    ``old``'s states are ``new``'s first ones, unchanged): the chunks C of every name group that gained
+    a state, and their neighbours in ``new``'s P (= P). A link weight ``W[i, j]`` sums over the groups
+    holding both chunks, so it changes only when i and j are in C; a column sum only for j in C;
+    P[i, j] = W[i, j] / sum_j then only for i in C or a neighbour of C. O(V + links of C); reads
+    nothing of ``old`` but its state count (its rows may be in the shards)."""
+    ng = np.asarray(new.node_group, np.int64)
+    groups = np.unique(ng[old.n_nodes:])
+    C = np.unique(np.asarray(new.node_chunk, np.int64)[np.isin(ng, groups)])
+    rows = np.union1d(C, np.asarray(P.indices[row_edge_positions(P.indptr, C)[1]], np.int64))
+    return rows[rows < old.n_chunks]
+
+
+def _take_csr_rows(P: CSR, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return _rows(P.indptr, P.indices, P.data, np.asarray(rows, np.int64))
 
 
 def column_stochastic(W: sp.spmatrix) -> sp.csr_matrix:
@@ -123,8 +179,25 @@ class TopicHypergraph:
     text_emb: np.ndarray
     names_data: np.ndarray
     names_offsets: np.ndarray
-    #: the column sums of P once computed (:meth:`column_sums`; not saved)
+    #: the column sums of P once computed (:meth:`column_sums`; saved only beside a P whose rows the
+    #: shards hold, :data:`COLUMN_SUMS_FILE`)
     _column_sums: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
+    #: P when its rows are held by the shards of a sharded index (a
+    #: :class:`~hopgraph.engine.components.sharded_graph.ShardedCSR`, or an overlay of the rows changed
+    #: since over one); None: P is the ``graph_*`` arrays
+    _graph: Any = field(default=None, init=False, repr=False, compare=False)
+    #: with text embeddings held by the shards: the shards' description flags (:data:`TEXT_MASK`, a
+    #: :class:`~hopgraph.engine.components.sharded_graph.ShardedMatrix`) and the rows whose flag changed since
+    _text_mask: Any = field(default=None, init=False, repr=False, compare=False)
+    _text_flips: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
+    #: with the states held by the shards: the CSRs of :data:`ROW_CSRS` and the text → states CSR
+    #: (:data:`TEXT_STATES`) by prefix (row pointers here, rows there, the rows changed since here)
+    _row_graphs: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def rows_held(self) -> bool:
+        """Whether the states, hyperedges and groups are held by the shards (a router's hypergraph)."""
+        return isinstance(self.node_chunk, MatrixColumn)
 
     @property
     def n_nodes(self) -> int:
@@ -143,7 +216,10 @@ class TopicHypergraph:
 
     def transition(self) -> CSR:
         """The column-stochastic chunk-graph matrix P (row = target chunk, SPEC §2 step 6) as the
-        engine's one sparse-graph type, validated."""
+        engine's one sparse-graph type, validated; at a router, P whose rows the shards hold (read by
+        rows; the shards checked their files)."""
+        if self._graph is not None:
+            return self._graph
         return check_csr(self.graph_indptr, self.graph_indices, self.graph_data, self.n_chunks,
                          "STITCH chunk graph")
 
@@ -153,6 +229,8 @@ class TopicHypergraph:
         entries, each block's pages dropped after it: no float64 copy of P and no mapped P in the
         resident set."""
         if self._column_sums is None:
+            if self._graph is not None:
+                raise IndexFormatError("the column sums of a chunk graph held by the shards are saved with it")
             P, sums = self.transition(), np.zeros(self.n_chunks)
             for s in range(0, P.nnz, COLUMN_SUM_BLOCK):
                 e = min(P.nnz, s + COLUMN_SUM_BLOCK)
@@ -162,11 +240,21 @@ class TopicHypergraph:
             self._column_sums = sums
         return self._column_sums
 
-    def group_alpha(self) -> np.ndarray:
-        """α_G = |G| / mean group size (SPEC §2.3), float32 [G]."""
+    def node_text_mask(self) -> np.ndarray:
+        """Which texts are some state's description (bool [U])."""
+        if self._row_graphs is not None:
+            return np.diff(self._row_graphs[TEXT_STATES].indptr) > 0
+        mask = np.zeros(len(self.text_emb), bool)
+        mask[np.asarray(self.node_text, np.int64)] = True
+        return mask
+
+    def group_alpha(self, groups: np.ndarray | None = None) -> np.ndarray:
+        """α_G = |G| / mean group size (SPEC §2.3), float32, of ``groups`` (None: all [G]). The mean
+        is ``V / G`` (the sizes sum to V), so a few groups cost O(their count)."""
         if self.n_groups == 0:
             return np.zeros(0, np.float32)
-        return (self.group_size / self.group_size.mean()).astype(np.float32)
+        sizes = self.group_size if groups is None else np.asarray(self.group_size[np.asarray(groups, np.int64)])
+        return (sizes / (self.n_nodes / self.n_groups)).astype(np.float32)
 
     # ------------------------------------------------------------------ persistence
     @classmethod
@@ -175,28 +263,218 @@ class TopicHypergraph:
         return [f.name for f in fields(cls) if f.init]
 
     def save(self, directory: Path) -> None:
-        """Write the stored arrays (:meth:`stored`) into ``directory``, one ``.npy`` each."""
-        arrays = {name: getattr(self, name) for name in self.stored() if name != "n_chunks"}
+        """Write the stored arrays (:meth:`stored`) into ``directory``, one ``.npy`` each; P by
+        :func:`~hopgraph.engine.components.sharded_graph.save_graph` (whole, the same files; or its
+        rows to the shards of a sharded index, with its column sums kept beside the reference)."""
+        split_texts = self.text_emb.shape[1] > 0  # text embeddings go to the shards (none: kept as is)
+        split_rows = sending_rows_now() or self.rows_held
+        held = ROW_FIELDS if split_rows else ()
+        arrays = {name: getattr(self, name) for name in self.stored()
+                  if name not in ("n_chunks",) + GRAPH_FIELDS + held + (("text_emb",) if split_texts else ())}
         arrays["n_chunks"] = np.asarray([self.n_chunks], np.int64)
         save_arrays(directory, arrays)
+        P = self._graph if self._graph is not None else \
+            (self.graph_indptr, self.graph_indices, self.graph_data, self.n_chunks)
+        save_graph(directory, GRAPH_PREFIX, P, owners="passage")
+        if holds_sharded_graph(directory, GRAPH_PREFIX):
+            save_arrays(directory, {COLUMN_SUMS_FILE: self.column_sums()})
+        if split_rows:
+            self._save_rows(directory)
+        if split_texts:
+            save_matrix(directory, "text_emb", self.text_emb, owners="modulo")
+        if split_texts and holds_sharded_graph(directory, "text_emb."):
+            mask = self._text_mask if self._text_mask is not None else self.node_text_mask()[:, None].astype(np.uint8)
+            save_matrix(directory, TEXT_MASK, mask, owners="modulo")
+            save_arrays(directory, {TEXT_FLIPS: self._text_flips if self._text_flips is not None
+                                    else np.zeros(0, np.int64)})
+
+    def _save_rows(self, directory: Path) -> None:
+        """The states' arrays, the hyperedges' texts, the CSRs of :data:`ROW_CSRS` and the text →
+        states CSR as rows the shards hold (sent now, or the references of those loaded so)."""
+        if self.rows_held:
+            save_matrix(directory, "node_columns", self.node_chunk.matrix)
+            save_matrix(directory, "edge_text", self.edge_text.matrix)
+            if not isinstance(self.node_group, MatrixColumn):  # renumbered by an add at the router
+                save_arrays(directory, {"node_group": np.asarray(self.node_group)})
+        else:
+            save_matrix(directory, "node_columns",
+                        np.stack([np.asarray(getattr(self, n), np.int32) for n in NODE_COLUMNS], axis=1), owners="modulo")
+            save_matrix(directory, "edge_text", np.asarray(self.edge_text, np.int32)[:, None], owners="modulo")
+        for prefix, graph in (self._row_graphs or self._whole_row_graphs()).items():
+            save_graph(directory, prefix, graph, owners="modulo")
+
+    def _whole_row_graphs(self) -> dict[str, tuple]:
+        """The CSRs :meth:`_save_rows` sends, from the whole arrays (entries only: uint8 zero values)."""
+        n_cols = {"group_": self.n_nodes, "edge_": self.n_nodes, "node_": len(self.edge_nodes)}
+        out: dict[str, tuple] = {}
+        for prefix, (ptr, entries) in ROW_CSRS.items():
+            ind = np.asarray(getattr(self, entries))
+            out[prefix] = (np.asarray(getattr(self, ptr), np.int64), ind, np.zeros(len(ind), np.uint8), n_cols[prefix])
+        ptr, nodes = csr_from_keys(np.asarray(self.node_text, np.int64), len(self.text_emb))
+        out[TEXT_STATES] = (ptr, nodes.astype(np.int32), np.zeros(len(nodes), np.uint8), self.n_nodes)
+        return out
+
+    @classmethod
+    def _load_rows(cls, directory: Path, arrays: dict[str, Any]) -> dict[str, Any]:
+        """What :meth:`_save_rows` wrote, into ``arrays``; returns the CSRs by prefix."""
+        nodes, edge_text = load_matrix(directory, "node_columns"), load_matrix(directory, "edge_text")
+        V, T, G = nodes.shape[0], edge_text.shape[0], len(arrays["group_size"])
+        if nodes.shape[1] != len(NODE_COLUMNS) or edge_text.shape[1] != 1:
+            raise IndexFormatError(f"{directory}: node_columns / edge_text of shapes {nodes.shape}, {edge_text.shape}")
+        arrays.update({n: MatrixColumn(nodes, i) for i, n in enumerate(NODE_COLUMNS)}, edge_text=MatrixColumn(edge_text, 0))
+        if (directory / "node_group.npy").is_file():  # held whole here since an add renumbered the groups
+            arrays["node_group"] = check_ids(load_array(directory, "node_group"), G, str(directory / "node_group.npy"), V)
+        edge = load_graph(directory, "edge_", V, f"{directory} hyperedges")
+        rows = {"group_": (G, V), "edge_": (T, V), "node_": (V, edge.nnz), TEXT_STATES: (None, V)}
+        graphs = {p: edge if p == "edge_" else load_graph(directory, p, n_cols, f"{directory} {p}rows")
+                  for p, (_, n_cols) in rows.items()}
+        for p, (n_rows, _) in rows.items():
+            if n_rows is not None and graphs[p].n_rows != n_rows:
+                raise IndexFormatError(f"{directory}: {p}rows has {graphs[p].n_rows} rows, expected {n_rows}")
+        for p, (ptr, entries) in ROW_CSRS.items():
+            arrays[ptr], arrays[entries] = graphs[p].indptr, graphs[p].indices
+        return graphs
 
     @classmethod
     def load(cls, directory: Path, mmap: bool = True, n_chunks: int | None = None) -> "TopicHypergraph":
-        """Open saved arrays (memory-mapped) and :meth:`validate` them (IndexFormatError naming the file)."""
-        names = cls.stored()
+        """Open saved arrays (memory-mapped) and :meth:`validate` them (IndexFormatError naming the file);
+        at a router, P whose rows the shards hold (:func:`~hopgraph.engine.components.sharded_graph.load_graph`)."""
+        sharded = holds_sharded_graph(directory, GRAPH_PREFIX)
+        shard_texts = holds_sharded_graph(directory, "text_emb.")
+        shard_rows = holds_sharded_graph(directory, "node_columns.")
+        names = [n for n in cls.stored() if not (sharded and n in GRAPH_FIELDS) and not (shard_texts and n == "text_emb")
+                 and not (shard_rows and n in ROW_FIELDS)]
         arrays = load_arrays(directory, names, mmap=mmap)
+        row_graphs = cls._load_rows(directory, arrays) if shard_rows else None
+        if shard_texts:
+            arrays["text_emb"] = load_matrix(directory, "text_emb")
         stored = check_ids(arrays["n_chunks"], np.iinfo(np.int64).max, f"{directory / 'n_chunks.npy'}", length=1)
         arrays["n_chunks"] = int(stored[0])
         if n_chunks is not None and arrays["n_chunks"] != n_chunks:
             raise IndexFormatError(f"{directory / 'n_chunks.npy'}: hypergraph has {arrays['n_chunks']} chunks, "
                                    f"the index {n_chunks}")
-        return cls(**arrays).validate(directory)
+        if not sharded:
+            H = cls(**arrays)
+        else:
+            P = load_graph(directory, GRAPH_PREFIX, arrays["n_chunks"], f"{directory} chunk graph")
+            H = cls(**arrays, graph_indptr=P.indptr, graph_indices=P.indices, graph_data=P.data)
+            H._graph = P
+            H._column_sums = check_column_sums(load_array(directory, COLUMN_SUMS_FILE, mmap=False), H.n_chunks,
+                                               str(directory / f"{COLUMN_SUMS_FILE}.npy"))
+        H._row_graphs = row_graphs
+        if row_graphs is not None and row_graphs[TEXT_STATES].n_rows != len(H.text_emb):
+            raise IndexFormatError(f"{directory}: text_rows has {row_graphs[TEXT_STATES].n_rows} rows, "
+                                   f"{len(H.text_emb)} texts")
+        if shard_texts:
+            H._text_mask = load_matrix(directory, TEXT_MASK)
+            U0 = len(getattr(H.text_emb, "base", H.text_emb))
+            if H._text_mask.shape != (U0, 1):
+                raise IndexFormatError(f"{directory / TEXT_MASK}: shape {H._text_mask.shape}, expected {(U0, 1)}")
+            H._text_flips = check_ids(load_array(directory, TEXT_FLIPS, mmap=False), U0,
+                                      str(directory / f"{TEXT_FLIPS}.npy"))
+        return H.validate(directory)
+
+    def with_graph_base(self, old: "TopicHypergraph") -> "TopicHypergraph":
+        """This hypergraph (built from an extraction grown since ``old``) with what the shards hold
+        of ``old`` kept there: P as ``old``'s rows in the shards plus, in memory, the rows that differ
+        (:func:`changed_chunk_rows`) and the appended ones (its column sums computed first, from the
+        whole new P); the text description flags with the texts whose flag changed since. Else itself."""
+        if old._text_mask is not None and row_held(self.text_emb):
+            U0 = old._text_mask.shape[0]
+            was = old.node_text_mask()[:U0]
+            was[old._text_flips] ^= True  # the flags as the shards hold them
+            self._text_mask, self._text_flips = old._text_mask, np.flatnonzero(self.node_text_mask()[:U0] != was)
+        self._keep_chunk_graph(old)
+        self._keep_state_rows(old)
+        return self
+
+    def _keep_chunk_graph(self, old: "TopicHypergraph") -> None:
+        """P as ``old``'s rows in the shards plus the rows changed since (:meth:`with_graph_base`)."""
+        base = sharded_base(old._graph) if old._graph is not None else None
+        if base is None:
+            return
+        sums = self.column_sums()
+        P = self.transition()
+        rows = np.union1d(changed_chunk_rows(old, self, P), np.arange(base.n_rows, self.n_chunks))
+        if isinstance(old._graph, OverlayCSR):
+            rows = np.union1d(rows, old._graph.overridden)
+        ptr, ind, dat = _take_csr_rows(P, rows)
+        graph = OverlayCSR(base, rows, ptr, ind, dat, self.n_chunks)
+        self.graph_indptr, self.graph_indices, self.graph_data = graph.indptr, graph.indices, graph.data
+        self._graph, self._column_sums = graph, sums
+
+    def _keep_state_rows(self, old: "TopicHypergraph") -> None:
+        """The states' chunks and texts, the hyperedges' texts and the hyperedge, incidence and text →
+        states CSRs as ``old``'s rows in the shards plus the rows changed or appended since, when
+        ``old``'s are held by the shards: the extraction grew by appending, so ``old``'s states,
+        hyperedges and incidences are the first ones, unchanged, and the text rows that change are
+        those of the texts that gained a state. The name groups are renumbered (names are kept
+        sorted), so ``node_group`` and the group CSR are held whole here from then on."""
+        if not old.rows_held or not isinstance(self.node_chunk, np.ndarray):
+            return
+        V0, T0 = old.n_nodes, old.n_edges
+        if not np.array_equal(np.asarray(self.edge_indptr[:T0 + 1]), np.asarray(old.edge_indptr)) or \
+                not np.array_equal(np.asarray(self.node_indptr[:V0 + 1]), np.asarray(old.node_indptr)):
+            return  # not grown by appending (never from extend_extraction): held whole here
+        texts = np.asarray(self.node_text[V0:], np.int64)
+        changed = {"edge_": np.zeros(0, np.int64), "node_": np.zeros(0, np.int64),
+                   TEXT_STATES: np.unique(texts[texts < len(old.text_emb)])}
+        graphs: dict[str, Any] = {}
+        for prefix, whole in self._whole_row_graphs().items():
+            if prefix == "group_":
+                graphs[prefix] = CSR(*whole)
+                continue
+            kept = old._row_graphs[prefix]
+            base = sharded_base(kept)
+            rows = np.union1d(changed[prefix], np.arange(base.n_rows, len(whole[0]) - 1))
+            if isinstance(kept, OverlayCSR):
+                rows = np.union1d(rows, kept.overridden)
+            ptr, ind, dat = _rows(whole[0], whole[1], whole[2], rows)
+            graphs[prefix] = OverlayCSR(base, rows, ptr, ind, dat, whole[3])
+        nodes = with_rows_appended(old.node_chunk.matrix,
+                                   np.stack([np.asarray(getattr(self, n)[V0:], np.int32) for n in NODE_COLUMNS], axis=1))
+        edge_text = with_rows_appended(old.edge_text.matrix, np.asarray(self.edge_text[T0:], np.int32)[:, None])
+        for i, name in enumerate(NODE_COLUMNS):
+            if name != "node_group":  # held whole (renumbered); its column in the shards is not read
+                setattr(self, name, MatrixColumn(nodes, i))
+        self.edge_text = MatrixColumn(edge_text, 0)
+        for prefix, (ptr, entries) in ROW_CSRS.items():
+            setattr(self, ptr, graphs[prefix].indptr)
+            setattr(self, entries, graphs[prefix].indices)
+        self._row_graphs = graphs
 
     def validate(self, directory: Path | str = "hypergraph") -> "TopicHypergraph":
         """Check every array against what it indexes (ids in range, CSR offsets, the two incidence
         directions and the groups consistent, a column-stochastic chunk graph, finite unit text
         embeddings): stored arrays are trusted by the kernels, so a corrupt one must not pass."""
         d = Path(directory)
+        f = lambda name: str(d / f"{name}.npy")  # noqa: E731
+        if self.rows_held:  # the rows are in the shards, whose files are checksummed: what is held here
+            if not np.array_equal(np.asarray(self.group_size), np.diff(self.group_indptr)):
+                raise IndexFormatError(f"{f('group_size')}: groups do not match group_indptr")
+        else:
+            self._validate_rows(d)
+        if self._graph is None:
+            try:
+                P = self.transition()
+            except InputError as e:
+                raise IndexFormatError(f"{d}/graph_*.npy: {e}") from None
+            if P.nnz:
+                col = self.column_sums()
+                if np.abs(col[col > 0] - 1.0).max() > 1e-4:
+                    raise IndexFormatError(f"{f('graph_data')}: chunk graph columns must sum to 1")
+        if self.text_emb.ndim != 2:
+            raise IndexFormatError(f"{f('text_emb')}: must be 2-D")
+        if self.text_emb.shape[1] and not row_held(self.text_emb):
+            check_unit_rows(self.text_emb, f("text_emb"))
+        elif self.text_emb.shape[1] and len(getattr(self.text_emb, "tail", ())):  # the rows appended at a router
+            check_unit_rows(self.text_emb.tail, f("text_emb.tail"))
+        check_packed(self.names_data, self.names_offsets, f"{d}/names_*.npy", len(self.group_size))
+        release_pages(*(getattr(self, name) for name in self.stored()))  # what the checks read stays on disk
+        return self
+
+    def _validate_rows(self, d: Path) -> None:
+        """The checks of :meth:`validate` on the states, hyperedges and groups (held whole)."""
         f = lambda name: str(d / f"{name}.npy")  # noqa: E731
         N, V, T, G, U = self.n_chunks, len(self.node_chunk), len(self.edge_text), len(self.group_size), len(self.text_emb)
         check_ids(self.node_chunk, N, f("node_chunk"))
@@ -219,21 +497,6 @@ class TopicHypergraph:
         if not np.array_equal(np.asarray(self.edge_nodes)[self.node_incidence],
                               np.repeat(np.arange(V), np.diff(self.node_indptr))):
             raise IndexFormatError(f"{f('node_incidence')}: does not invert edge_nodes")
-        try:
-            P = self.transition()
-        except InputError as e:
-            raise IndexFormatError(f"{d}/graph_*.npy: {e}") from None
-        if P.nnz:
-            col = self.column_sums()
-            if np.abs(col[col > 0] - 1.0).max() > 1e-4:
-                raise IndexFormatError(f"{f('graph_data')}: chunk graph columns must sum to 1")
-        if self.text_emb.ndim != 2:
-            raise IndexFormatError(f"{f('text_emb')}: must be 2-D")
-        if self.text_emb.shape[1]:
-            check_unit_rows(self.text_emb, f("text_emb"))
-        check_packed(self.names_data, self.names_offsets, f"{d}/names_*.npy", G)
-        release_pages(*(getattr(self, name) for name in self.stored()))  # what the checks read stays on disk
-        return self
 
 
 #: storage type of the topic/description embeddings (module docstring)
@@ -246,6 +509,8 @@ TEXT_BLOCK_ROWS = 1 << 16
 def as_text_embeddings(E: np.ndarray) -> np.ndarray:
     """``E`` [U, d] as the stored text-embedding type (:data:`TEXT_EMB_DTYPE`), converted in
     row blocks (no float32 temporary of the whole array); already-converted input is returned as is."""
+    if row_held(E):  # at a router: rows held by the shards, already stored as such
+        return E
     E = np.asarray(E) if not isinstance(E, np.memmap) else E
     if E.ndim != 2:
         raise InputError(f"text embeddings must be 2-D, got shape {list(E.shape)}")
@@ -338,6 +603,10 @@ def extend_text_embeddings(old_emb: np.ndarray, texts: list[str], corpus: Corpus
         raise InputError(f"{len(texts)} extraction texts, fewer than the {U} already embedded")
     if old_emb.shape[1] == 0:
         return np.zeros((len(texts), 0), TEXT_EMB_DTYPE)
+    if row_held(old_emb):  # at a router: the old rows stay in the shards, the new ones are held here
+        return old_emb if len(texts) == U else with_rows_appended(
+            old_emb, as_text_embeddings(embed_texts(texts[U:], corpus, X, embedder, progress, batch_size,
+                                                    None if late is None else (lambda: late(U)))))
     old = as_text_embeddings(old_emb)
     if len(texts) == U:
         return np.array(old) if isinstance(old, np.memmap) else old

@@ -27,11 +27,11 @@ from .hypergraph import TopicHypergraph
 from ...sparse import row_edge_positions, row_entries
 
 
-def incident_edges(H: TopicHypergraph, inc_edge: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(segment, edge)``: every hyperedge of each of ``nodes`` (``inc_edge``: the edge of each
-    incidence position, see :meth:`TopicHypergraph`'s ``edge_nodes``)."""
+def incident_edges(H: TopicHypergraph, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(segment, edge)``: every hyperedge of each of ``nodes`` (the edge holding each incidence
+    position, found in ``edge_indptr``: O(log T) each, no array over all incidences)."""
     seg, inc = row_entries(H.node_indptr, H.node_incidence, nodes)
-    return seg, inc_edge[inc]
+    return seg, np.searchsorted(H.edge_indptr, inc, side="right").astype(np.int64) - 1
 
 
 def edge_members(H: TopicHypergraph, edges: np.ndarray) -> np.ndarray:
@@ -69,17 +69,16 @@ def _renumber(sorted_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return np.searchsorted(sorted_ids, ids).astype(np.int64)
 
 
-def local_hypergraph(H: TopicHypergraph, inc_edge: np.ndarray, alpha: np.ndarray,
-                     active_nodes: np.ndarray) -> LocalHypergraph:
+def local_hypergraph(H: TopicHypergraph, active_nodes: np.ndarray) -> LocalHypergraph:
     """The sub-hypergraph of the activated states ``active_nodes`` (module docstring): its edges
     are those incident to an activated state or to a member of an activated name group (the
     latter give the members' best hyperedge score, SPEC §2 step 3), its nodes all their members
     and the groups' members. On it, both channels equal the full index's at every local node,
-    and every node where a channel is non-zero is local."""
+    and every node where a channel is non-zero is local. Reads the rows it reaches only."""
     active = np.unique(np.asarray(active_nodes, np.int64))
-    groups = np.unique(np.asarray(H.node_group)[active]).astype(np.int64)
+    groups = np.unique(np.asarray(H.node_group[active])).astype(np.int64)
     members = np.unique(group_members(H, groups))
-    edges = np.unique(incident_edges(H, inc_edge, np.union1d(active, members))[1])
+    edges = np.unique(incident_edges(H, np.union1d(active, members))[1])
     nodes = np.unique(np.concatenate([active, members, edge_members(H, edges)]))
     # edge → nodes CSR over the local edges (members in the index's order)
     e_seg, e_nodes = row_entries(H.edge_indptr, H.edge_nodes, edges)
@@ -99,7 +98,8 @@ def local_hypergraph(H: TopicHypergraph, inc_edge: np.ndarray, alpha: np.ndarray
     node_group[local_g] = g_seg
     others = np.flatnonzero(~in_group)
     node_group[others] = len(groups) + np.arange(len(others))
-    sizes = np.concatenate([np.diff(np.asarray(H.group_indptr))[groups], np.ones(len(others), np.int64)])
+    group_sizes = np.asarray(H.group_indptr[groups + 1], np.int64) - np.asarray(H.group_indptr[groups], np.int64)
+    sizes = np.concatenate([group_sizes, np.ones(len(others), np.int64)])
     group_indptr = np.zeros(len(sizes) + 1, np.int64)
     np.cumsum(sizes, out=group_indptr[1:])
     group_nodes = np.concatenate([local_g, others])
@@ -107,7 +107,7 @@ def local_hypergraph(H: TopicHypergraph, inc_edge: np.ndarray, alpha: np.ndarray
         nodes=nodes, edges=edges, groups=groups, edge_indptr=edge_indptr, edge_nodes=edge_nodes,
         node_indptr=node_indptr, node_incidence=order.astype(np.int64), inc_node=edge_nodes,
         inc_edge=e_seg, node_group=node_group, group_indptr=group_indptr, group_nodes=group_nodes,
-        alpha=np.concatenate([alpha[groups], np.zeros(len(others), np.float32)]).astype(np.float32))
+        alpha=np.concatenate([H.group_alpha(groups), np.zeros(len(others), np.float32)]).astype(np.float32))
 
 
 def local_transition(P: CSR, col_sums: np.ndarray, chunks: np.ndarray) -> CSR:

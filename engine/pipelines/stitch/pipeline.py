@@ -44,11 +44,14 @@ from ...components.dense import DenseIndex, gather_rows
 from ...components.extraction import Extraction
 from ...components.late_pooling import LateTexts, late_texts
 from ...components.query_batch import QueryBatch
+from ...components.sharded import merge_topk
+from ...components.sharded_graph import AppendedRows, matrix_topk, row_held
 from ...errors import IndexFormatError
 from ...params import choice, flag, integer, real
+from ...ranking import PAD_ID, topk_rows
 from ...sparse import csr_from_keys, row_entries
 from ..base import Needs
-from .hypergraph import embed_texts, extend_text_embeddings
+from .hypergraph import TEXT_STATES, TopicHypergraph, embed_texts, extend_text_embeddings
 from .local_graph import local_hypergraph
 from .local_rows import LocalRows
 from .walk import ChunkGraphFit, ChunkGraphWalk, WalkSearch
@@ -215,18 +218,18 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
         act_q, act_v, act_val = qb[seg], nodes, sims[qb, text_seg][seg]
         if not len(act_v):
             return LocalRows.empty(B, n)
-        L = local_hypergraph(H, t["inc_edge"], t["alpha"], act_v)
+        L = local_hypergraph(H, act_v)
         A = np.zeros((B, len(L.nodes)), np.float32)
         A[act_q, np.searchsorted(L.nodes, act_v)] = act_val
         A = as_tensor(A, device=dev)
-        S = as_tensor(np.maximum(Q @ self._text_rows(np.asarray(H.edge_text)[L.edges]).T, 0.0), device=dev)
+        S = as_tensor(np.maximum(Q @ self._text_rows(np.asarray(H.edge_text[L.edges])).T, 0.0), device=dev)
         as_t = lambda a, dt=torch.int64: as_tensor(a, dt, dev)  # noqa: E731
         channels = [A]
         if params.spatial:
             channels.append(kernels.call("hyperedge_max_propagate", A, S, as_t(L.edge_indptr),
                                          as_t(L.edge_nodes, torch.int32), as_t(L.node_indptr),
                                          as_t(L.node_incidence, torch.int32), device=self.device))
-        node_chunk = np.asarray(H.node_chunk, np.int64)[L.nodes]
+        node_chunk = np.asarray(H.node_chunk[L.nodes], np.int64)
         chunks, chunk_of = np.unique(node_chunk, return_inverse=True)
         if params.temporal:
             chunk_sim = np.maximum(Q @ np.asarray(self.components.dense.rows(chunks), np.float32).T, 0.0)
@@ -238,7 +241,7 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
                                          as_t(L.group_nodes, torch.int32), as_t(L.alpha, torch.float32),
                                          device=self.device))
         a = torch.stack(channels).mean(0)
-        log_group = np.log1p(np.asarray(H.group_size)[np.asarray(H.node_group)[L.nodes]]).astype(np.float32)
+        log_group = np.log1p(np.asarray(H.group_size[np.asarray(H.node_group[L.nodes])])).astype(np.float32)
         I = torch.zeros((B, len(chunks)), dtype=torch.float64, device=dev)
         I.index_add_(1, as_t(chunk_of), (a * as_tensor(log_group, device=dev)).to(torch.float64))
         return LocalRows(chunks.astype(np.int64), I.cpu().numpy(), n)
@@ -248,30 +251,62 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
         return np.asarray(gather_rows(self.hypergraph_.text_emb, rows), np.float32)
 
     @property
-    def text_index(self) -> DenseIndex:
+    def text_index(self) -> "DenseIndex | ShardedTextIndex":
         """Cosine top-k over ``H.text_emb`` (step 1): exact, or IVF with exact rescoring from the
         dense index's ANN threshold up (:data:`TEXT_CODE_BITS`-bit codes); loaded with the index when
-        saved, else built on first use."""
+        saved, else built on first use. At a router whose text embeddings the shards hold: exact,
+        each shard searching its rows (:class:`ShardedTextIndex`); above the ANN threshold, the IVF
+        index kept at the router, its candidates' rows gathered from the shards to rescore them."""
         if self._text_index is None:
-            self._text_index = DenseIndex(self.hypergraph_.text_emb, code_bits=TEXT_CODE_BITS)
+            index = DenseIndex(self.hypergraph_.text_emb, code_bits=TEXT_CODE_BITS)
+            exact_in_shards = row_held(self.hypergraph_.text_emb) and index.method == "exact"
+            self._text_index = ShardedTextIndex(self.hypergraph_) if exact_in_shards else index
         return self._text_index
 
     def _index_arrays(self) -> dict[str, Any]:
         """Query-side views of the hypergraph, built once: the text index over ``H.text_emb`` (a
         :class:`~hopgraph.engine.components.dense.DenseIndex`, searched under the mask of the texts
-        that are some state's description), text → states CSR, the edge of each incidence,
-        α per group."""
+        that are some state's description), text → states CSR."""
         if "arrays" not in self._cache:
             H = self.hypergraph_
-            node_text = np.asarray(H.node_text, np.int64)
-            mask = np.zeros(len(H.text_emb), bool)
-            mask[node_text] = True
-            text_indptr, text_nodes = csr_from_keys(node_text, len(H.text_emb))
+            mask = H.node_text_mask()
+            if H._row_graphs is not None:  # at a router: the row pointer here, the rows in the shards
+                texts = H._row_graphs[TEXT_STATES]
+                text_indptr, text_nodes = texts.indptr, texts.indices
+            else:
+                text_indptr, text_nodes = csr_from_keys(np.asarray(H.node_text, np.int64), len(H.text_emb))
             self._cache["arrays"] = {
                 "text_index": self.text_index, "node_text_mask": None if mask.all() else mask,
                 "n_node_texts": max(int(mask.sum()), 1),
                 "text_indptr": text_indptr, "text_nodes": text_nodes,
-                "inc_edge": np.repeat(np.arange(H.n_edges), np.diff(np.asarray(H.edge_indptr))),
-                "alpha": H.group_alpha(),
             }
         return self._cache["arrays"]
+
+
+class ShardedTextIndex:
+    """Exact cosine top-k over text embeddings whose rows the shards hold (a router's STITCH):
+    each shard's top-k among its rows that were descriptions when sent
+    (:func:`~hopgraph.engine.components.sharded_graph.matrix_topk`), except the rows whose flag
+    changed since, merged with the router's own top-k over the rows flagged since and the rows
+    appended since (their embeddings gathered). Equal to the single index's exact search (ties toward
+    the lower row)."""
+
+    method = "exact"
+
+    def __init__(self, H: TopicHypergraph) -> None:
+        self.H = H
+
+    def topk(self, Q: np.ndarray, k: int, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` texts per question among ``mask`` (bool [U]; None: every text): ids, scores."""
+        H, Q = self.H, np.ascontiguousarray(Q, np.float32)
+        emb = H.text_emb
+        base = emb.base if isinstance(emb, AppendedRows) else emb
+        U0 = base.shape[0]
+        now = np.ones(len(emb), bool) if mask is None else np.asarray(mask, bool)
+        flips = H._text_flips
+        extra = np.concatenate([flips[now[flips]], U0 + np.flatnonzero(now[U0:])]).astype(np.int64)
+        parts = [matrix_topk(base, H._text_mask, Q, k, flips[~now[flips]])]
+        if len(extra):
+            cols, scores = topk_rows(Q @ np.asarray(emb.take(extra), np.float32).T, min(k, len(extra)))
+            parts.append((np.where(cols >= 0, extra[np.maximum(cols, 0)], PAD_ID), scores))
+        return merge_topk(parts, k, len(Q))

@@ -8,10 +8,10 @@ embeddings are kept.
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 
 from ...components.extraction import Extraction, query_names
 from ...components.query_batch import QueryBatch
+from ...sparse import row_entries
 from .local_rows import LocalRows
 from .walk import ChunkGraphFit, ChunkGraphWalk, WalkSearch, top_k_distribution
 
@@ -31,20 +31,18 @@ class PPRBinary(ChunkGraphWalk[ChunkGraphFit, WalkSearch]):
         return 0
 
     def prior_rows(self, batch: QueryBatch, rel: LocalRows, params: WalkSearch) -> tuple[LocalRows, np.ndarray]:
-        """p = 1 on chunks holding a state of a name the question mentions (normalised);
-        questions with no match fall back to the ``seed_k`` most relevant chunks."""
+        """p = 1 on chunks holding a state of a name the question mentions (normalised; the chunks read
+        from the matched name groups' rows only); questions with no match fall back to the ``seed_k``
+        most relevant chunks."""
         H = self.hypergraph_
         if "name_ids" not in self._cache:
             self._cache["name_ids"] = {n: i for i, n in enumerate(H.names())}
-            M = sp.csr_matrix((np.ones(H.n_nodes, np.float32), (np.asarray(H.node_group), np.asarray(H.node_chunk))),
-                              shape=(H.n_groups, H.n_chunks))
-            self._cache["group_chunks"] = M
         texts = batch.texts
         matched = query_names(texts, self._cache["name_ids"])
         rows = np.repeat(np.arange(len(texts)), [len(m) for m in matched])
-        cols = np.concatenate(matched) if matched else np.zeros(0, np.int32)
-        hits = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(texts), H.n_groups))
-        q, c = (hits @ self._cache["group_chunks"]).nonzero()
+        groups = np.concatenate(matched).astype(np.int64) if matched else np.zeros(0, np.int64)
+        seg, nodes = row_entries(H.group_indptr, H.group_nodes, groups)  # the matched groups' states
+        q, c = rows[seg], np.asarray(H.node_chunk[nodes], np.int64)
         p = LocalRows.from_entries(q, c, 1.0, len(texts), H.n_chunks).on(np.union1d(np.unique(c), rel.cols))
         values = p.values
         none = values.sum(1) == 0

@@ -25,6 +25,7 @@ import numpy as np
 from .... import kernels
 from ...components.extraction import Extraction, load_extractions
 from ...components.query_batch import QueryBatch
+from ...components.sharded_graph import sharded_base
 from ...errors import IndexFormatError, InputError
 from ....kernels.csr import CSR
 from ...params import FitParams, choice, flag, integer, path, real
@@ -160,7 +161,7 @@ class ChunkGraphWalk(Pipeline[F, S]):
             raise InputError(f"{self.name}: the extraction covers {ex.n_chunks} passages and {len(ex.texts)} texts, "
                              f"the index {n} passages and {len(old)} embedded texts")
         self.hypergraph_ = build_hypergraph(ex, self._text_embeddings(ex, progress, old),
-                                            self.fit_params.max_group_chunks)
+                                            self.fit_params.max_group_chunks).with_graph_base(self.hypergraph_)
         self.components.bm25(who=self.name)
         self._reset_caches()
 
@@ -338,7 +339,7 @@ class ChunkGraphWalk(Pipeline[F, S]):
         params = params or self.search_defaults
         if not params.localise:
             full = p.on(np.arange(p.n, dtype=np.int64))
-            pi, _ = kernels.call("batched_ppr", self.transition, full.values, d=params.damping, tol=params.tol,
+            pi, _ = kernels.call("batched_ppr", self.whole_transition(), full.values, d=params.damping, tol=params.tol,
                                  max_iter=params.max_iter, device=self.device)
             return full.with_values(pi.cpu().numpy())
         reg = self.region(p, params)
@@ -377,6 +378,16 @@ class ChunkGraphWalk(Pipeline[F, S]):
         if "P" not in self._cache:
             self._cache["P"] = self.hypergraph_.transition()
         return self._cache["P"]
+
+    def whole_transition(self) -> CSR:
+        """P with every row in memory, for the unlocalised walk (``localise=False``): :attr:`transition`;
+        at a router whose P the shards hold, every row gathered from them for this call (all of P,
+        O(links) bytes; the router's row cache keeps at most its bound of them)."""
+        P = self.transition
+        if sharded_base(P) is None:
+            return P
+        ptr, ind, dat = P.rows_csr(np.arange(P.n_rows, dtype=np.int64))
+        return CSR(ptr, ind, dat, P.n_cols)
 
     def _column_sums(self) -> np.ndarray:
         """Out-mass of every chunk in P (1, or 0 for a dangling chunk), float64 [N]."""

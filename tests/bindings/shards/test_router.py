@@ -79,6 +79,70 @@ def test_writes_through_the_router_equal_the_same_writes_on_the_single_index(sav
     assert reopened.passage("new-1") == single.passage("new-1")
 
 
+def test_the_chunk_graph_and_text_embeddings_live_in_the_shards(saved_index, tmp_path):
+    single, router, _, out = sharded(saved_index, tmp_path)
+    states = ["node_chunk", "node_group", "node_text", "group_nodes", "edge_text", "edge_nodes", "node_incidence"]
+    moved = {"stitch": ["graph_indices", "graph_data", "text_emb", *states],
+             "ppr_binary": ["graph_indices", "graph_data", *states]}
+    for name, arrays in moved.items():
+        held = out / read_shards(out)["router"] / "pipelines" / name / "hypergraph"
+        assert not [a for a in arrays if (held / f"{a}.npy").exists()], name
+        assert (held / "graph_indptr.npy").is_file() and (held / "graph_column_sums.npy").is_file()
+        for part in ("node_columns/values", "edge_text/values", "group_graph/indices", "edge_graph/indices",
+                     "node_graph/indices", "text_graph/indices"):
+            assert all((out / f"graph-{s:03d}" / "pipelines" / name / "hypergraph" / f"{part}.npy").is_file()
+                       for s in range(2)), part
+        parts = [out / f"graph-{s:03d}" / "pipelines" / name / "hypergraph" for s in range(2)]
+        stored = np.load(saved_index / "seg-000001" / "pipelines" / name / "hypergraph" / "graph_indices.npy")
+        assert sum(len(np.load(p / "graph_graph" / "indices.npy")) for p in parts) == len(stored)
+        for field in ("graph_indices", "node_group", "edge_nodes"):
+            with pytest.raises(InputError, match="held by the shards"):
+                np.asarray(getattr(router.pipelines[name].hypergraph_, field))
+    texts = [np.load(out / f"graph-{s:03d}" / "pipelines/stitch/hypergraph/text_emb/values.npy") for s in range(2)]
+    whole = np.load(saved_index / "seg-000001/pipelines/stitch/hypergraph/text_emb.npy")
+    np.testing.assert_array_equal(texts[0], whole[0::2])
+    np.testing.assert_array_equal(texts[1], whole[1::2])
+    with pytest.raises(InputError, match="held by the shards"):
+        np.asarray(router.pipelines["stitch"].hypergraph_.text_emb)
+    for name in moved:  # the unlocalised walk gathers P for the call; the results stay the single index's
+        same_results(single, router, name, questions=QUESTIONS + ["zzzz qqq"], localise=False)
+    E = single.embed_passages(NEW)
+    for index in (single, router):
+        index.add(NEW, embeddings=E)
+    held = out / read_shards(out)["router"] / "pipelines" / "stitch" / "hypergraph"
+    changed = np.load(held / "graph_over_rows.npy")  # only the rows the add changed, and the new ones
+    assert set(range(len(single.X) - len(NEW), len(single.X))) <= set(changed.tolist()) and len(changed) < len(single.X)
+    assert not (held / "graph_indices.npy").exists() and len(np.load(held / "text_emb.tail.npy")) > 0
+    # the states' chunks and texts, the hyperedges and incidences: the shards' rows and the appended ones
+    assert not [a for a in ("node_chunk", "node_text", "edge_text", "edge_nodes", "node_incidence")
+                if (held / f"{a}.npy").exists()]
+    in_shards = sum(len(np.load(out / f"graph-{s:03d}/pipelines/stitch/hypergraph/node_columns/values.npy"))
+                    for s in range(2))
+    assert in_shards + len(np.load(held / "node_columns.tail.npy")) == single.pipelines["stitch"].hypergraph_.n_nodes
+    reopened = open_router(out, LocalShards.open(out))
+    for name in moved:
+        same_results(single, reopened, name, questions=QUESTIONS + ["zzzz qqq"])
+
+
+def test_text_top_k_from_the_shards_equals_the_exact_search(saved_index, tmp_path):
+    from hopgraph.engine.components.dense import DenseIndex
+
+    single, router, calls, _ = sharded(saved_index, tmp_path, 3)
+    H, whole = router.pipelines["stitch"].hypergraph_, single.pipelines["stitch"].hypergraph_.text_emb
+    index = router.pipelines["stitch"].text_index
+    Q = single.embed_queries(QUESTIONS)
+    base = H.node_text_mask()
+    flipped = np.array([int(np.flatnonzero(base)[3]), int(np.flatnonzero(~base)[0])])
+    for mask, flips in ((base, flipped[:0]), (base ^ np.isin(np.arange(len(base)), flipped), flipped),
+                        (None, np.flatnonzero(~base))):
+        H._text_flips = flips  # as after an add that changed these texts' flags
+        for k in (1, 5, len(base) + 3):
+            want = DenseIndex(whole).topk(Q, k, mask)
+            got = index.topk(Q, k, mask)
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_allclose(got[1], want[1], atol=1e-6)
+
+
 def test_router_never_gathers_every_embedding(saved_index, tmp_path):
     _, router, _, _ = sharded(saved_index, tmp_path)
     with pytest.raises(InputError, match="never gathers all its embeddings"):
