@@ -29,15 +29,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from ...errors import InputError
 from ....kernels.csr import CSR, check_csr
 from ...components.extraction import FUNCTION_WORDS, Extraction, canonical_name, query_names
+from ...components.sharded_graph import (REF_SUFFIX, load_graph, read_all_rows, rows_go_to_shards, save_graph,
+                                           sharded_base)
 from ...sparse import csr_from_scipy, row_of_entries
-from ...storage import pack_strings, unpack_strings
+from ...storage import load_arrays, pack_strings, save_arrays, unpack_strings
 
 
 LINK_MODES = ("capitalised", "ngram")
@@ -144,35 +146,93 @@ class KnowledgeGraph:
                 "kg_meta": np.asarray([self.max_query_entities], np.int64)}
 
     @classmethod
-    def from_arrays(cls, a: dict[str, np.ndarray], n_passages: int, where: str = "knowledge graph") -> "KnowledgeGraph":
+    def from_arrays(cls, a: dict[str, np.ndarray], n_passages: int, where: str = "knowledge graph",
+                    held: dict[str, Any] | None = None) -> "KnowledgeGraph":
         """The inverse of :meth:`arrays`, validated: every graph a CSR with ids in range and the
         expected rows, ``adj`` symmetric, each ego row holding its entity, ``df`` [E] at least the
-        passages linking each entity, ``kg_meta`` >= 1. Errors (InputError) name ``where`` and the array."""
+        passages linking each entity, ``kg_meta`` >= 1. ``held``: ``pe`` / ``ego`` graphs whose rows the
+        shards hold (:meth:`load`), checked by their row count only (their rows are never read whole).
+        Errors (InputError) name ``where`` and the array."""
         names = unpack_strings(a["kg_names_blob"], a["kg_names_offsets"], f"{where} kg_names_*")
         E = len(names)
+        held = held or {}
 
-        def graph(name: str, n_rows: int, data: np.ndarray | None = None) -> CSR:
+        def graph(name: str, n_rows: int, data: np.ndarray | None = None) -> Any:
             """A stored graph validated as the engine's one CSR type (weights 1 when none are stored)."""
-            indptr, indices = a[f"kg_{name}_indptr"], a[f"kg_{name}_indices"]
-            data = np.ones(len(indices), np.float32) if data is None else data
-            g = check_csr(indptr, indices, data, E, f"{where} kg_{name}_*")
-            if g.n_rows != n_rows:
-                raise InputError(f"{where} kg_{name}_*: {g.n_rows} rows, expected {n_rows}")
+            if name in held:
+                g = held[name]
+            else:
+                indptr, indices = a[f"kg_{name}_indptr"], a[f"kg_{name}_indices"]
+                data = np.ones(len(indices), np.float32) if data is None else data
+                g = check_csr(indptr, indices, data, E, f"{where} kg_{name}_*")
+            if len(g[0]) - 1 != n_rows:
+                raise InputError(f"{where} kg_{name}_*: {len(g[0]) - 1} rows, expected {n_rows}")
             return g
 
         adj, pe, ego = graph("adj", E, a["kg_adj_data"]), graph("pe", n_passages), graph("ego", E)
         A = adj.to_scipy()
         if adj.nnz and abs(A - A.T).max() > 0:
             raise InputError(f"{where} kg_adj_*: the co-occurrence graph must be symmetric")
-        own = np.bincount(ego.indices[row_of_entries(ego.indptr) == ego.indices], minlength=E)
-        if (own != 1).any():
-            raise InputError(f"{where} kg_ego_*: every ego subgraph must hold its own entity")
+        if "ego" not in held:
+            own = np.bincount(ego.indices[row_of_entries(ego.indptr) == ego.indices], minlength=E)
+            if (own != 1).any():
+                raise InputError(f"{where} kg_ego_*: every ego subgraph must hold its own entity")
         df, meta = np.asarray(a["kg_df"]), np.asarray(a["kg_meta"])
-        if df.shape != (E,) or df.dtype.kind not in "iu" or (E and (df < np.bincount(pe.indices, minlength=E)).any()):
+        if df.shape != (E,) or df.dtype.kind not in "iu" or \
+                (E and "pe" not in held and (df < np.bincount(pe.indices, minlength=E)).any()):
             raise InputError(f"{where} kg_df: must hold, for each of the {E} entities, at least the passages linking it")
         if meta.shape != (1,) or meta.dtype.kind not in "iu" or int(meta[0]) < 1:
             raise InputError(f"{where} kg_meta: must hold max_query_entities >= 1")
         return cls(names=names, adj=adj, passage_entities=pe, ego=ego, df=df, max_query_entities=int(meta[0]))
+
+    #: the graphs whose rows a sharded index's shards hold: passage → entities by passage owner,
+    #: the ego subgraphs by entity (``e mod S``); ``adj`` stays whole where the names are (no search
+    #: reads it; every add reads it whole)
+    SHARDED_GRAPHS = {"pe": "passage", "ego": "modulo"}
+
+    def save(self, directory: Path) -> None:
+        """Save the arrays of :meth:`arrays`; inside ``hopgraph shard`` (or when their rows are in the
+        shards already) the rows of :attr:`SHARDED_GRAPHS` go to / stay in the shards and
+        ``directory`` keeps their ``indptr`` and a reference
+        (:func:`~hopgraph.engine.components.sharded_graph.save_graph`; weights are ones, sent as bool)."""
+        graphs = {"pe": self.passage_entities, "ego": self.ego}
+        remote = {k: g for k, g in graphs.items() if rows_go_to_shards(g)}
+        arrays = self.arrays()
+        for k, g in remote.items():
+            del arrays[f"kg_{k}_indptr"], arrays[f"kg_{k}_indices"]
+            if sharded_base(g) is None:  # whole: its rows are sent, weights as bool ones
+                g = CSR(np.asarray(g[0], np.int64), np.asarray(g[1]), np.ones(len(g[1]), bool), int(g[3]))
+            save_graph(directory, f"kg_{k}_", g, self.SHARDED_GRAPHS[k])
+        save_arrays(directory, arrays)
+
+    @classmethod
+    def load(cls, directory: Path, n_passages: int, where: str) -> "KnowledgeGraph":
+        """A graph saved by :meth:`save` (:meth:`from_arrays`' checks; graphs whose rows are in the
+        shards read through them, inside ``reading_rows``)."""
+        remote = [k for k in cls.SHARDED_GRAPHS if (directory / f"kg_{k}_{REF_SUFFIX}").is_file()]
+        names = [n for n in cls.ARRAY_NAMES if not any(n.startswith(f"kg_{k}_") for k in remote)]
+        a = load_arrays(directory, names)
+        if not remote:
+            return cls.from_arrays(a, n_passages, where)
+        E = len(a["kg_names_offsets"]) - 1
+        held = {k: load_graph(directory, f"kg_{k}_", E, f"{where} kg_{k}_*") for k in remote}
+        return cls.from_arrays(a, n_passages, where, held)
+
+    def read_whole(self) -> "KnowledgeGraph":
+        """This graph with every graph in memory (rows the shards hold read from them, weights ones as
+        :meth:`from_arrays` makes them): what a write at a sharded index's router reads."""
+        pe, ego = (self._whole(g) for g in (self.passage_entities, self.ego))
+        if pe is self.passage_entities and ego is self.ego:
+            return self
+        return KnowledgeGraph(names=self.names, adj=self.adj, passage_entities=pe, ego=ego, df=self.df,
+                              max_query_entities=self.max_query_entities, _name_ids=self._name_ids)
+
+    @staticmethod
+    def _whole(graph: Any) -> Any:
+        whole = read_all_rows(graph)
+        if whole is graph:
+            return graph
+        return CSR(whole.indptr, whole.indices, np.ones(len(whole.indices), np.float32), whole.n_cols)
 
     ARRAY_NAMES = ("kg_names_blob", "kg_names_offsets", "kg_adj_indptr", "kg_adj_indices", "kg_adj_data",
                    "kg_pe_indptr", "kg_pe_indices", "kg_ego_indptr", "kg_ego_indices", "kg_df", "kg_meta")

@@ -65,6 +65,7 @@ import torch
 
 from ....kernels.shapley_mc import MODES as SHAPLEY_MODES
 from ...components.query_batch import QueryBatch
+from ...components.sharded_graph import ShardedMatrix, load_matrix, read_all_rows, save_matrix
 from ...embedders.queries import encode_queries
 from ...errors import IndexFormatError, InputError
 from .gate import Gate, train_gate
@@ -220,8 +221,11 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         nodes); the others keep their embeddings. The gate is kept. The result equals a fit on the
         grown corpus whose encoder has these weights (given the extraction's documented
         approximation). When an old entity's id moves out of order (a name known only from the
-        ``edge_list`` that the corpus now mentions), every subgraph is encoded again."""
-        old_kg, old_emb = self.knowledge_graph_, np.asarray(self.subgraph_emb_)
+        ``edge_list`` that the corpus now mentions), every subgraph is encoded again. At a sharded
+        index's router the old graphs and embeddings whose rows the shards hold are read whole from
+        them first (:meth:`KnowledgeGraph.read_whole`; the new ones are then held and saved whole by
+        the router)."""
+        old_kg, old_emb = self.knowledge_graph_.read_whole(), read_all_rows(self.subgraph_emb_)
         kg = self.knowledge_graph_ = self._build_kg()
         features = entity_features(kg.passage_entities, self.components.X)
         ids = kg.name_ids
@@ -243,7 +247,7 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
                   log: Callable[[str], None] | None = None) -> list[float]:
         """(Re)train the Siamese encoder from scratch with the triplet loss and re-encode every
         ego subgraph (SPEC §3); returns the per-step losses."""
-        kg = self.knowledge_graph_
+        kg = self.knowledge_graph_.read_whole()
         seed = self.search_defaults.random_state if seed is None else seed
         features = entity_features(kg.passage_entities, self.components.X)
         torch.manual_seed(seed)  # seeds the initial weights too
@@ -276,9 +280,12 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         self.changed()
 
     def _save(self, directory: Path) -> None:
-        arrays = {**self.knowledge_graph_.arrays(), **encoder_arrays(self.encoder_), **self.gate_.arrays(),
-                  "subgraph_emb": self.subgraph_emb_}
-        save_arrays(directory, arrays)
+        """The knowledge graph (:meth:`KnowledgeGraph.save`), the encoder and gate weights and the
+        subgraph embeddings; inside ``hopgraph shard`` the embeddings' rows go to the shards by entity
+        (:func:`~hopgraph.engine.components.sharded_graph.save_matrix`)."""
+        self.knowledge_graph_.save(directory)
+        save_arrays(directory, {**encoder_arrays(self.encoder_), **self.gate_.arrays()})
+        save_matrix(directory, "subgraph_emb", self.subgraph_emb_, "modulo")
 
     def _snapshot(self) -> tuple[KnowledgeGraph, np.ndarray, dict[str, np.ndarray]]:
         return self.knowledge_graph_, self.subgraph_emb_, {**encoder_arrays(self.encoder_), **self.gate_.arrays()}
@@ -343,9 +350,9 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
     def _load(self, directory: Path) -> None:
         """Open the saved KG, GNN, gate and subgraph embeddings, checked against each other and X."""
         weights = sorted(p.stem for p in directory.glob("*.npy") if p.stem.startswith(("gnn.", "gate.")))
-        arrays = load_arrays(directory, [*KnowledgeGraph.ARRAY_NAMES, "subgraph_emb", *weights])
+        arrays = load_arrays(directory, weights)
         X = self.components.X
-        self.knowledge_graph_ = KnowledgeGraph.from_arrays(arrays, self._stored_rows, str(directory))
+        self.knowledge_graph_ = KnowledgeGraph.load(directory, self._stored_rows, str(directory))
         self.encoder_ = encoder_from_arrays(arrays)
         self.gate_ = Gate.from_arrays(arrays)
         d = X.shape[1]
@@ -353,8 +360,15 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         if d_in != d or self.gate_.mlp[0].in_features != 2 * d:
             raise IndexFormatError(f"{directory}: GNN input {d_in} / gate input {self.gate_.mlp[0].in_features} "
                                    f"do not fit embeddings of dimension {d}")
-        self.subgraph_emb_ = check_unit_rows(arrays["subgraph_emb"], str(directory / "subgraph_emb.npy"),
-                                             rows=self.knowledge_graph_.n_entities, dim=d_out, allow_zero=True)
+        emb = load_matrix(directory, "subgraph_emb")
+        if isinstance(emb, ShardedMatrix):  # rows in the shards (checksummed there): shape and type only
+            if emb.shape != (self.knowledge_graph_.n_entities, d_out) or emb.dtype != np.float32:
+                raise IndexFormatError(f"{directory} subgraph_emb: {emb.dtype} {list(emb.shape)} in the shards, "
+                                       f"expected float32 [{self.knowledge_graph_.n_entities}, {d_out}]")
+            self.subgraph_emb_ = emb
+        else:
+            self.subgraph_emb_ = check_unit_rows(emb, str(directory / "subgraph_emb.npy"),
+                                                 rows=self.knowledge_graph_.n_entities, dim=d_out, allow_zero=True)
 
     # ------------------------------------------------------------------ search
     def _search_batch(self, batch: QueryBatch, k: int, params: DMARSearch, timer: StageTimer
