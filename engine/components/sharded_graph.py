@@ -601,15 +601,3 @@ def rows_go_to_shards(item: Any) -> bool:
     (inside :func:`sending_rows`, or rows already held there) rather than save it whole."""
     return _SINK.get() is not None or sharded_base(item) is not None or isinstance(item, ShardedMatrix)
 
-
-def read_all_rows(item: Any) -> Any:
-    """``item`` read whole: a graph (a :class:`ShardedCSR`, or an overlay over one) as a
-    :class:`CSR`, a :class:`ShardedMatrix` as an array, every row fetched from the shards; anything
-    else as it is. For a write at a router that needs a whole graph (O(rows) through the shards);
-    a search never calls it."""
-    if isinstance(item, ShardedMatrix):
-        return item.take(np.arange(item.shape[0], dtype=np.int64))
-    if sharded_base(item) is None:
-        return item
-    ptr, ind, dat = item.rows_csr(np.arange(len(item[0]) - 1, dtype=np.int64))
-    return CSR(ptr, ind, dat, int(item[3]))

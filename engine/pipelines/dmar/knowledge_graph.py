@@ -36,8 +36,7 @@ import numpy as np
 from ...errors import InputError
 from ....kernels.csr import CSR, check_csr
 from ...components.extraction import FUNCTION_WORDS, Extraction, canonical_name, query_names
-from ...components.sharded_graph import (REF_SUFFIX, load_graph, read_all_rows, rows_go_to_shards, save_graph,
-                                           sharded_base)
+from ...components.sharded_graph import REF_SUFFIX, load_graph, rows_go_to_shards, save_graph
 from ...sparse import csr_from_scipy, row_of_entries
 from ...storage import load_arrays, pack_strings, save_arrays, unpack_strings
 
@@ -194,45 +193,58 @@ class KnowledgeGraph:
         """Save the arrays of :meth:`arrays`; inside ``hopgraph shard`` (or when their rows are in the
         shards already) the rows of :attr:`SHARDED_GRAPHS` go to / stay in the shards and
         ``directory`` keeps their ``indptr`` and a reference
-        (:func:`~hopgraph.engine.components.sharded_graph.save_graph`; weights are ones, sent as bool)."""
+        (:func:`~hopgraph.engine.components.sharded_graph.save_graph`; weights are ones, sent as bool),
+        after an add at the router also the rows held since and the entities' current ids
+        (:mod:`~hopgraph.engine.pipelines.dmar.held_rows`)."""
+        from .held_rows import save_entity_ids, save_held, stored_graph
+
         graphs = {"pe": self.passage_entities, "ego": self.ego}
-        remote = {k: g for k, g in graphs.items() if rows_go_to_shards(g)}
+        remote = {k: g for k, g in graphs.items() if rows_go_to_shards(g) or stored_graph(g) is not None}
         arrays = self.arrays()
         for k, g in remote.items():
             del arrays[f"kg_{k}_indptr"], arrays[f"kg_{k}_indices"]
-            if sharded_base(g) is None:  # whole: its rows are sent, weights as bool ones
+            stored = stored_graph(g)
+            if stored is None:  # whole: its rows are sent, weights as bool ones
                 g = CSR(np.asarray(g[0], np.int64), np.asarray(g[1]), np.ones(len(g[1]), bool), int(g[3]))
-            save_graph(directory, f"kg_{k}_", g, self.SHARDED_GRAPHS[k])
+            save_graph(directory, f"kg_{k}_", stored if stored is not None else g, self.SHARDED_GRAPHS[k])
+            if stored is not None and stored is not g:
+                save_held(directory, f"kg_{k}_", g)
+                save_entity_ids(directory, g.base.col_ids)
         save_arrays(directory, arrays)
 
     @classmethod
     def load(cls, directory: Path, n_passages: int, where: str) -> "KnowledgeGraph":
         """A graph saved by :meth:`save` (:meth:`from_arrays`' checks; graphs whose rows are in the
-        shards read through them, inside ``reading_rows``)."""
+        shards read through them, inside ``reading_rows``, under the rows held since)."""
+        from .held_rows import load_entity_ids, load_held
+
         remote = [k for k in cls.SHARDED_GRAPHS if (directory / f"kg_{k}_{REF_SUFFIX}").is_file()]
         names = [n for n in cls.ARRAY_NAMES if not any(n.startswith(f"kg_{k}_") for k in remote)]
         a = load_arrays(directory, names)
         if not remote:
             return cls.from_arrays(a, n_passages, where)
         E = len(a["kg_names_offsets"]) - 1
-        held = {k: load_graph(directory, f"kg_{k}_", E, f"{where} kg_{k}_*") for k in remote}
+        base_ids = load_entity_ids(directory, E, where)
+        held = {}
+        for k in remote:
+            g = load_graph(directory, f"kg_{k}_", E if base_ids is None else len(base_ids), f"{where} kg_{k}_*")
+            if base_ids is not None:
+                g = load_held(directory, f"kg_{k}_", g, base_ids, k == "ego", E if k == "ego" else n_passages, E,
+                              where)
+            held[k] = g
         return cls.from_arrays(a, n_passages, where, held)
 
     def read_whole(self) -> "KnowledgeGraph":
         """This graph with every graph in memory (rows the shards hold read from them, weights ones as
-        :meth:`from_arrays` makes them): what a write at a sharded index's router reads."""
-        pe, ego = (self._whole(g) for g in (self.passage_entities, self.ego))
+        :meth:`from_arrays` makes them): what a write at a sharded index's router that needs them
+        whole reads."""
+        from .held_rows import read_whole_graph
+
+        pe, ego = (read_whole_graph(g) for g in (self.passage_entities, self.ego))
         if pe is self.passage_entities and ego is self.ego:
             return self
         return KnowledgeGraph(names=self.names, adj=self.adj, passage_entities=pe, ego=ego, df=self.df,
                               max_query_entities=self.max_query_entities, _name_ids=self._name_ids)
-
-    @staticmethod
-    def _whole(graph: Any) -> Any:
-        whole = read_all_rows(graph)
-        if whole is graph:
-            return graph
-        return CSR(whole.indptr, whole.indices, np.ones(len(whole.indices), np.float32), whole.n_cols)
 
     ARRAY_NAMES = ("kg_names_blob", "kg_names_offsets", "kg_adj_indptr", "kg_adj_indices", "kg_adj_data",
                    "kg_pe_indptr", "kg_pe_indices", "kg_ego_indptr", "kg_ego_indices", "kg_df", "kg_meta")
