@@ -185,6 +185,35 @@ def test_dmar_knowledge_graph_rows_and_subgraph_embeddings_live_in_the_shards(sa
     same_results(single, router, "dmar")
 
 
+def test_dmar_adds_through_the_router_hold_only_the_rows_they_change(saved_index, tmp_path):
+    single, router, _, out = sharded(saved_index, tmp_path)
+    more = [{"id": f"more-{i}", "title": f"Venn Observatory {i}",
+             "text": f"The Venn Observatory {i} near Harbor Bridge 2 hosts comet studies by Marisol Venn."} for i in range(3)]
+    E, E2 = single.embed_passages(NEW), single.embed_passages(more)
+    for index in (single, router):
+        index.add(NEW, embeddings=E)
+    router = open_router(out, LocalShards.open(out))  # the held rows survive a commit and a reopen
+    for index in (single, router):
+        index.add(more, embeddings=E2)
+    want, got = single.pipelines["dmar"], router.pipelines["dmar"]
+    kg = got.knowledge_graph_
+    for graph, whole in ((kg.ego, want.knowledge_graph_.ego), (kg.passage_entities, want.knowledge_graph_.passage_entities)):
+        assert 0 < len(graph.overridden) < graph.n_rows  # the rows that differ from the shards' rows
+        ptr, ind, _ = graph.rows_csr(np.arange(graph.n_rows))
+        np.testing.assert_array_equal(ptr, whole.indptr)
+        np.testing.assert_array_equal(ind, whole.indices)
+    assert 0 < len(got.subgraph_emb_.held_rows) < kg.n_entities
+    np.testing.assert_array_equal(got.subgraph_emb_.take(np.arange(kg.n_entities)), np.asarray(want.subgraph_emb_))
+    files = {p.name for p in (out / read_shards(out)["router"] / "pipelines" / "dmar").iterdir()}
+    assert not files & {"kg_pe_indices.npy", "kg_ego_indices.npy", "subgraph_emb.npy"}
+    reopened = open_router(out, LocalShards.open(out))
+    same_results(single, reopened, "dmar", questions=QUESTIONS[:1], k=3, candidate_depth=4, second_stage_depth=3,
+                 union_depth=2)
+    stored = reopened.pipelines["dmar"].knowledge_graph_.ego.base.base
+    assert 0 < stored.fetched < stored.nnz  # the rows a search reaches, read from the shards
+    same_results(single, reopened, "dmar")
+
+
 def test_bad_input_and_damaged_router(saved_index, tmp_path):
     single = Index.load(saved_index, progress=False)
     with pytest.raises(InputError, match="positive integer"):
