@@ -98,31 +98,30 @@ def stored_graph(graph: Any) -> ShardedCSR | None:
     return None
 
 
-class HeldRowsMatrix:
+class HeldRowsMatrix(ShardedMatrix):
     """Subgraph embeddings: row ``r`` is ``held_values[i]`` when ``held_rows[i] == r``, else stored row
     ``row_base[r]`` of a :class:`ShardedMatrix` (read from the shards, one call per shard); never
-    read whole."""
-
-    ndim = 2
+    read whole (a :class:`ShardedMatrix` of the current rows, whose reference is the stored one's)."""
 
     def __init__(self, base: ShardedMatrix, row_base: np.ndarray, held_rows: np.ndarray,
                  held_values: np.ndarray) -> None:
-        self.base, self.row_base = base, np.asarray(row_base, np.int64)
+        self.base, self.name, self.dtype = base, base.name, base.dtype
+        self.row_base = np.asarray(row_base, np.int64)
         self.held_rows, self.held_values = np.asarray(held_rows, np.int64), np.asarray(held_values, base.dtype)
-        self.shape, self.dtype = (len(self.row_base), base.shape[1]), base.dtype
+        self.shape = (len(self.row_base), base.shape[1])
 
     @property
     def fetched(self) -> int:
         return self.base.fetched
 
-    def __len__(self) -> int:
-        return self.shape[0]
+    def ref(self) -> dict[str, Any]:
+        return self.base.ref()
 
     def take(self, rows: np.ndarray) -> np.ndarray:
         rows = np.asarray(rows, np.int64)
         flat = rows.reshape(-1)
         if len(flat) and (flat.min() < 0 or flat.max() >= self.shape[0]):
-            raise IndexError(f"{self.base.name}: rows out of range [0, {self.shape[0]})")
+            raise IndexError(f"{self.name}: rows out of range [0, {self.shape[0]})")
         at = np.minimum(np.searchsorted(self.held_rows, flat), max(len(self.held_rows) - 1, 0))
         held = self.held_rows[at] == flat if len(self.held_rows) else np.zeros(len(flat), bool)
         out = np.empty((len(flat), self.shape[1]), self.dtype)
@@ -131,21 +130,12 @@ class HeldRowsMatrix:
             out[~held] = self.base.take(self.row_base[flat[~held]])
         return out.reshape(rows.shape + (self.shape[1],))
 
-    def __getitem__(self, key: Any) -> np.ndarray:
-        if isinstance(key, slice):
-            return self.take(np.arange(self.shape[0])[key])
-        if isinstance(key, (int, np.integer)):
-            return self.take(np.array([int(key)]))[0]
-        return self.take(np.asarray(key))
-
-    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
-        raise InputError(f"{self.base.name} is held by the shards of a sharded index; it is read by rows, never whole")
-
 
 def stored_matrix(matrix: Any) -> ShardedMatrix | None:
-    if isinstance(matrix, ShardedMatrix):
-        return matrix
-    return matrix.base if isinstance(matrix, HeldRowsMatrix) else None
+    """The :class:`ShardedMatrix` of the stored rows under current embeddings (or None: whole)."""
+    if isinstance(matrix, HeldRowsMatrix):
+        return matrix.base
+    return matrix if isinstance(matrix, ShardedMatrix) else None
 
 
 # ---------------------------------------------------------------------- an add
@@ -228,6 +218,9 @@ def load_held(directory: Path, prefix: str, base: ShardedCSR, base_ids: np.ndarr
         raise IndexFormatError(f"{where} {prefix}held_rows: not sorted distinct rows below {n_rows}")
     if len(ind) and (ind.dtype.kind not in "iu" or ind.min() < 0 or ind.max() >= n_cols):
         raise IndexFormatError(f"{where} {prefix}held_indices: entity ids out of [0, {n_cols})")
+    if (entity_rows and base.n_rows != len(base_ids)) or base.n_rows > n_rows:
+        raise IndexFormatError(f"{where} {prefix}*: {base.n_rows} stored rows do not fit {n_rows} rows "
+                               f"and {len(base_ids)} stored entities")
     row_base = np.full(n_rows, -1, np.int64)
     if entity_rows:
         row_base[base_ids] = np.arange(len(base_ids))

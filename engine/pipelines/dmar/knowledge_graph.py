@@ -100,8 +100,10 @@ class KnowledgeGraph:
 
     names: list[str]
     adj: CSR  # [E, E] float32, symmetric co-occurrence weights, columns sorted in a row
-    passage_entities: CSR  # [N, E] unit weights, the linked entities of each passage (rarest first capped)
-    ego: CSR  # [E, E] unit weights, row e = nodes of e's capped ego subgraph (e included)
+    #: [N, E] unit weights, the linked entities of each passage (rarest first capped); at a sharded
+    #: index's router a graph whose rows the shards hold (:meth:`load`), read by rows
+    passage_entities: CSR
+    ego: CSR  # [E, E] unit weights, row e = nodes of e's capped ego subgraph (e included); as above
     df: np.ndarray  # int32 [E] passages mentioning each entity
     max_query_entities: int = 8
     _name_ids: dict[str, int] | None = field(default=None, repr=False)
