@@ -195,7 +195,7 @@ class KnowledgeGraph:
         """Save the arrays of :meth:`arrays`; inside ``hopgraph shard`` (or when their rows are in the
         shards already) the rows of :attr:`SHARDED_GRAPHS` go to / stay in the shards and
         ``directory`` keeps their ``indptr`` and a reference
-        (:func:`~hopgraph.engine.components.sharded_graph.save_graph`; weights are ones, sent as bool),
+        (:func:`~hopgraph.engine.components.sharded_graph.save_graph`; every weight is 1: none stored),
         after an add at the router also the rows held since and the entities' current ids
         (:mod:`~hopgraph.engine.pipelines.dmar.held_rows`)."""
         from .held_rows import save_entity_ids, save_held, stored_graph
@@ -206,9 +206,8 @@ class KnowledgeGraph:
         for k, g in remote.items():
             del arrays[f"kg_{k}_indptr"], arrays[f"kg_{k}_indices"]
             stored = stored_graph(g)
-            if stored is None:  # whole: its rows are sent, weights as bool ones
-                g = CSR(np.asarray(g[0], np.int64), np.asarray(g[1]), np.ones(len(g[1]), bool), int(g[3]))
-            save_graph(directory, f"kg_{k}_", stored if stored is not None else g, self.SHARDED_GRAPHS[k])
+            save_graph(directory, f"kg_{k}_", stored if stored is not None else g, self.SHARDED_GRAPHS[k],
+                       weighted=False)
             if stored is not None and stored is not g:
                 save_held(directory, f"kg_{k}_", g)
                 save_entity_ids(directory, g.base.col_ids)
