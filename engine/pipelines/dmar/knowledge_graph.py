@@ -38,7 +38,7 @@ from ....kernels.csr import CSR, check_csr
 from ...components.extraction import FUNCTION_WORDS, Extraction, canonical_name, query_names
 from ...components.sharded_graph import REF_SUFFIX, load_graph, rows_go_to_shards, save_graph
 from ...sparse import csr_from_scipy, row_of_entries
-from ...storage import load_arrays, pack_strings, save_arrays, unpack_strings
+from ...storage import check_indptr, load_arrays, pack_strings, save_arrays, unpack_strings
 
 
 LINK_MODES = ("capitalised", "ngram")
@@ -152,7 +152,8 @@ class KnowledgeGraph:
         """The inverse of :meth:`arrays`, validated: every graph a CSR with ids in range and the
         expected rows, ``adj`` symmetric, each ego row holding its entity, ``df`` [E] at least the
         passages linking each entity, ``kg_meta`` >= 1. ``held``: ``pe`` / ``ego`` graphs whose rows the
-        shards hold (:meth:`load`), checked by their row count only (their rows are never read whole).
+        shards hold (:meth:`load`, at a router), checked by their row count only (their rows are never
+        read whole); ``adj`` is then checked by its row pointer only (read by writes, never by a search).
         Errors (InputError) name ``where`` and the array."""
         names = unpack_strings(a["kg_names_blob"], a["kg_names_offsets"], f"{where} kg_names_*")
         E = len(names)
@@ -170,10 +171,17 @@ class KnowledgeGraph:
                 raise InputError(f"{where} kg_{name}_*: {len(g[0]) - 1} rows, expected {n_rows}")
             return g
 
-        adj, pe, ego = graph("adj", E, a["kg_adj_data"]), graph("pe", n_passages), graph("ego", E)
-        A = adj.to_scipy()
-        if adj.nnz and abs(A - A.T).max() > 0:
-            raise InputError(f"{where} kg_adj_*: the co-occurrence graph must be symmetric")
+        pe, ego = graph("pe", n_passages), graph("ego", E)
+        if held:  # a router's: no search reads adj, the router's files are checksummed; its row pointer checked
+            indptr = check_indptr(a["kg_adj_indptr"], E, len(a["kg_adj_indices"]), f"{where} kg_adj_indptr")
+            if len(a["kg_adj_data"]) != len(a["kg_adj_indices"]):
+                raise InputError(f"{where} kg_adj_*: indices and data differ in length")
+            adj = CSR(indptr, a["kg_adj_indices"], a["kg_adj_data"], E)
+        else:
+            adj = graph("adj", E, a["kg_adj_data"])
+            A = adj.to_scipy()
+            if adj.nnz and abs(A - A.T).max() > 0:
+                raise InputError(f"{where} kg_adj_*: the co-occurrence graph must be symmetric")
         if "ego" not in held:
             own = np.bincount(ego.indices[row_of_entries(ego.indptr) == ego.indices], minlength=E)
             if (own != 1).any():
