@@ -594,10 +594,3 @@ def load_matrix(directory: Path, name: str, mmap: bool = True) -> "np.ndarray | 
     if (directory / f"{name}.tail.npy").is_file():
         return AppendedRows(matrix, load_array(directory, f"{name}.tail", mmap=False))
     return matrix
-
-
-def rows_go_to_shards(item: Any) -> bool:
-    """Whether :func:`save_graph` / :func:`save_matrix` would keep ``item``'s rows in the shards
-    (inside :func:`sending_rows`, or rows already held there) rather than save it whole."""
-    return _SINK.get() is not None or sharded_base(item) is not None or isinstance(item, ShardedMatrix)
-

@@ -36,7 +36,7 @@ import numpy as np
 from ...errors import InputError
 from ....kernels.csr import CSR, check_csr
 from ...components.extraction import FUNCTION_WORDS, Extraction, canonical_name, query_names
-from ...components.sharded_graph import REF_SUFFIX, load_graph, rows_go_to_shards, save_graph
+from ...components.sharded_graph import held_by_shards, load_graph, save_graph, sending_rows_now
 from ...sparse import csr_from_scipy, row_of_entries
 from ...storage import check_indptr, load_arrays, pack_strings, save_arrays, unpack_strings
 
@@ -209,7 +209,7 @@ class KnowledgeGraph:
         from .held_rows import save_entity_ids, save_held, stored_graph
 
         graphs = {"pe": self.passage_entities, "ego": self.ego}
-        remote = {k: g for k, g in graphs.items() if rows_go_to_shards(g) or stored_graph(g) is not None}
+        remote = {k: g for k, g in graphs.items() if sending_rows_now() or stored_graph(g) is not None}
         arrays = self.arrays()
         for k, g in remote.items():
             del arrays[f"kg_{k}_indptr"], arrays[f"kg_{k}_indices"]
@@ -227,7 +227,7 @@ class KnowledgeGraph:
         shards read through them, inside ``reading_rows``, under the rows held since)."""
         from .held_rows import load_entity_ids, load_held
 
-        remote = [k for k in cls.SHARDED_GRAPHS if (directory / f"kg_{k}_{REF_SUFFIX}").is_file()]
+        remote = [k for k in cls.SHARDED_GRAPHS if held_by_shards(directory, f"kg_{k}_")]
         names = [n for n in cls.ARRAY_NAMES if not any(n.startswith(f"kg_{k}_") for k in remote)]
         a = load_arrays(directory, names)
         if not remote:
