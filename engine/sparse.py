@@ -93,6 +93,17 @@ def take_rows(graph: CSR, rows: np.ndarray) -> CSR:
     return CSR(indptr, np.asarray(graph.indices[pos]), np.asarray(graph.data[pos]), graph.n_cols)
 
 
+def take_rows_once(graph: CSR, rows: np.ndarray) -> CSR:
+    """:func:`take_rows` reading each distinct row of ``graph`` once (repeats are copied from the
+    rows read): for a graph whose rows are costly to read (memory-mapped, held by shards) and row
+    lists with many repeats. Same result. O(r log r + entries)."""
+    rows = np.asarray(rows, np.int64)
+    uniq, inverse = np.unique(rows, return_inverse=True)
+    if len(uniq) == len(rows):
+        return take_rows(graph, rows)
+    return take_rows(take_rows(graph, uniq), inverse.ravel())
+
+
 def join(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Where each of ``keys`` is in the increasing, duplicate-free ``sorted_keys``:
     ``(position int64, found bool)``, both of ``keys``' shape (position is 0 where not found)."""

@@ -3,7 +3,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from hopgraph.engine.sparse import (csr_from_keys, csr_from_scipy, join, row_entries, row_normalised, take_rows,
-                                    unit_weights)
+                                    take_rows_once, unit_weights)
 from hopgraph.kernels.csr import CSR, check_csr
 
 
@@ -34,6 +34,27 @@ def test_take_rows_is_scipys_row_selection():
         np.testing.assert_array_equal(got.indptr, want.indptr)
         np.testing.assert_array_equal(got.indices, want.indices)
         np.testing.assert_array_equal(got.data, want.data)
+
+
+def test_take_rows_once_reads_each_distinct_row_once_and_equals_take_rows():
+    g = csr_from_scipy(random_csr(9, 6, 2))
+    read = []
+
+    class Counting:
+        def __init__(self, values):
+            self.values = values
+
+        def __getitem__(self, pos):
+            read.extend(np.asarray(pos).ravel().tolist())
+            return self.values[pos]
+
+    counted = CSR(g.indptr, Counting(g.indices), g.data, g.n_cols)
+    for rows in ([], [3], [8, 0, 3, 3, 8, 8], [5, 5, 5], list(range(9))[::-1]):
+        read.clear()
+        got, want = take_rows_once(counted, np.array(rows, np.int64)), take_rows(g, np.array(rows, np.int64))
+        for a, b in zip(got[:3], want[:3]):
+            np.testing.assert_array_equal(a, b)
+        assert got.indices.dtype == want.indices.dtype and len(read) == len(set(read))
 
 
 def test_row_entries_and_keys():

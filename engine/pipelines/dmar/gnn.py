@@ -83,11 +83,39 @@ class SubgraphBatch:
     n_graphs: int
 
 
-def entity_features(passage_entities: CSR, X: np.ndarray) -> np.ndarray:
+class EntityRows:
+    """Features of some entities (``values[i]`` of entity ``ids[i]``, ids sorted) read as the rows of
+    an [E, d] array (``F[nodes]``) by :func:`ego_batch` without perturbation; a row not held raises."""
+
+    def __init__(self, ids: np.ndarray, values: np.ndarray, n_entities: int) -> None:
+        self.ids, self.values, self.n = np.asarray(ids, np.int64), values, int(n_entities)
+        self.shape = (self.n, values.shape[1])
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
+        rows = np.asarray(rows, np.int64)
+        at = np.minimum(np.searchsorted(self.ids, rows), max(len(self.ids) - 1, 0))
+        if len(rows) and (not len(self.ids) or (self.ids[at] != rows).any()):
+            raise IndexError("entity features: a row not computed was read")
+        return self.values[at]
+
+
+def entity_features(passage_entities: CSR, X: np.ndarray, entities: np.ndarray | None = None) -> "np.ndarray | EntityRows":
     """Mean embedding of the passages mentioning each entity, L2-normalised (float32 [E, d]). An X
     read by rows only (a sharded index's, ``rows_only``) is read at the passages that mention an
-    entity (the same sums, in the same order)."""
+    entity (the same sums, in the same order). ``entities`` (sorted ids): those entities' rows only
+    (an :class:`EntityRows`; each row's sum as in the whole array)."""
     PT = passage_entities.to_scipy().T.tocsr()
+    if entities is not None:
+        entities = np.asarray(entities, np.int64)
+        sub = PT[entities]
+        used = np.unique(sub.indices)
+        F = np.asarray(sub[:, used] @ np.asarray(X[used], np.float32), np.float32) if len(used) else \
+            np.zeros((len(entities), X.shape[1]), np.float32)
+        norms = np.linalg.norm(F, axis=1, keepdims=True)
+        return EntityRows(entities, np.divide(F, norms, out=np.zeros_like(F), where=norms > 0), PT.shape[0])
     if getattr(X, "rows_only", False):
         used = np.unique(PT.indices)
         F = np.asarray(PT[:, used] @ X[used], np.float32)
@@ -239,7 +267,7 @@ def encode_subgraphs(encoder: SubgraphEncoder, ego: CSR, adj: CSR, features: np.
 
 
 def changed_subgraphs(old_ego: CSR, old_adj: CSR, old_passages: CSR, new_ego: CSR, new_adj: CSR, new_passages: CSR,
-                      old_ids: np.ndarray) -> np.ndarray:
+                      old_ids: np.ndarray, compared_ego: CSR | None = None) -> np.ndarray:
     """Entities of a grown knowledge graph whose ego subgraph input to the encoder differs from
     the old graph's (bool [E_new]); ``old_ids[e]`` is new entity e's id in the old graph, -1 if new.
     ``*_passages`` are the passage → entity links ``[N, E]`` the features are made of
@@ -252,7 +280,11 @@ def changed_subgraphs(old_ego: CSR, old_adj: CSR, old_passages: CSR, new_ego: CS
     so they change only when that set of passages does. An entity is marked when it is new, when
     its capped ego node set changed, when one of its nodes is new or linked by other passages, or
     when an edge appeared or vanished between two of its nodes. Vectorised: sorted key sets and
-    sparse products, linear up to the sorts in the entries of the graphs."""
+    sparse products, linear up to the sorts in the entries of the graphs.
+
+    When only some rows can differ (a sharded index's router reads only those of the old graphs),
+    ``old_ego`` / ``old_passages`` and ``compared_ego`` (the new ego graph) / ``new_passages`` hold
+    just those rows (the others empty); ``new_ego`` stays whole."""
     E = new_ego.n_rows
     old_ids = np.asarray(old_ids, np.int64)
     known = np.flatnonzero(old_ids >= 0)
@@ -273,7 +305,7 @@ def changed_subgraphs(old_ego: CSR, old_adj: CSR, old_passages: CSR, new_ego: CS
         return np.setxor1d(keys(new), keys(old, new_of_old if map_rows else None, new_of_old), assume_unique=True)
 
     changed = np.zeros(E, bool)
-    changed[diff(new_ego, old_ego, True) // E] = True
+    changed[diff(new_ego if compared_ego is None else compared_ego, old_ego, True) // E] = True
     dirty = old_ids < 0  # a new entity is a new node of its own subgraph (and of the others holding it)
     dirty[diff(new_passages, old_passages, False) % E] = True
     changed[row_of_entries(new_ego.indptr)[dirty[new_ego.indices]]] = True  # a subgraph holding a dirty node

@@ -29,15 +29,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from ...errors import InputError
 from ....kernels.csr import CSR, check_csr
 from ...components.extraction import FUNCTION_WORDS, Extraction, canonical_name, query_names
+from ...components.sharded_graph import held_by_shards, load_graph, save_graph, sending_rows_now
 from ...sparse import csr_from_scipy, row_of_entries
-from ...storage import pack_strings, unpack_strings
+from ...storage import check_indptr, load_arrays, pack_strings, save_arrays, unpack_strings
 
 
 LINK_MODES = ("capitalised", "ngram")
@@ -99,8 +100,10 @@ class KnowledgeGraph:
 
     names: list[str]
     adj: CSR  # [E, E] float32, symmetric co-occurrence weights, columns sorted in a row
-    passage_entities: CSR  # [N, E] unit weights, the linked entities of each passage (rarest first capped)
-    ego: CSR  # [E, E] unit weights, row e = nodes of e's capped ego subgraph (e included)
+    #: [N, E] unit weights, the linked entities of each passage (rarest first capped); at a sharded
+    #: index's router a graph whose rows the shards hold (:meth:`load`), read by rows
+    passage_entities: CSR
+    ego: CSR  # [E, E] unit weights, row e = nodes of e's capped ego subgraph (e included); as above
     df: np.ndarray  # int32 [E] passages mentioning each entity
     max_query_entities: int = 8
     _name_ids: dict[str, int] | None = field(default=None, repr=False)
@@ -144,35 +147,113 @@ class KnowledgeGraph:
                 "kg_meta": np.asarray([self.max_query_entities], np.int64)}
 
     @classmethod
-    def from_arrays(cls, a: dict[str, np.ndarray], n_passages: int, where: str = "knowledge graph") -> "KnowledgeGraph":
+    def from_arrays(cls, a: dict[str, np.ndarray], n_passages: int, where: str = "knowledge graph",
+                    held: dict[str, Any] | None = None) -> "KnowledgeGraph":
         """The inverse of :meth:`arrays`, validated: every graph a CSR with ids in range and the
         expected rows, ``adj`` symmetric, each ego row holding its entity, ``df`` [E] at least the
-        passages linking each entity, ``kg_meta`` >= 1. Errors (InputError) name ``where`` and the array."""
+        passages linking each entity, ``kg_meta`` >= 1. ``held``: ``pe`` / ``ego`` graphs whose rows the
+        shards hold (:meth:`load`, at a router), checked by their row count only (their rows are never
+        read whole); ``adj`` is then checked by its row pointer only (read by writes, never by a search).
+        Errors (InputError) name ``where`` and the array."""
         names = unpack_strings(a["kg_names_blob"], a["kg_names_offsets"], f"{where} kg_names_*")
         E = len(names)
+        held = held or {}
 
-        def graph(name: str, n_rows: int, data: np.ndarray | None = None) -> CSR:
+        def graph(name: str, n_rows: int, data: np.ndarray | None = None) -> Any:
             """A stored graph validated as the engine's one CSR type (weights 1 when none are stored)."""
-            indptr, indices = a[f"kg_{name}_indptr"], a[f"kg_{name}_indices"]
-            data = np.ones(len(indices), np.float32) if data is None else data
-            g = check_csr(indptr, indices, data, E, f"{where} kg_{name}_*")
-            if g.n_rows != n_rows:
-                raise InputError(f"{where} kg_{name}_*: {g.n_rows} rows, expected {n_rows}")
+            if name in held:
+                g = held[name]
+            else:
+                indptr, indices = a[f"kg_{name}_indptr"], a[f"kg_{name}_indices"]
+                data = np.ones(len(indices), np.float32) if data is None else data
+                g = check_csr(indptr, indices, data, E, f"{where} kg_{name}_*")
+            if len(g[0]) - 1 != n_rows:
+                raise InputError(f"{where} kg_{name}_*: {len(g[0]) - 1} rows, expected {n_rows}")
             return g
 
-        adj, pe, ego = graph("adj", E, a["kg_adj_data"]), graph("pe", n_passages), graph("ego", E)
-        A = adj.to_scipy()
-        if adj.nnz and abs(A - A.T).max() > 0:
-            raise InputError(f"{where} kg_adj_*: the co-occurrence graph must be symmetric")
-        own = np.bincount(ego.indices[row_of_entries(ego.indptr) == ego.indices], minlength=E)
-        if (own != 1).any():
-            raise InputError(f"{where} kg_ego_*: every ego subgraph must hold its own entity")
+        pe, ego = graph("pe", n_passages), graph("ego", E)
+        if held:  # a router's: no search reads adj, the router's files are checksummed; its row pointer checked
+            indptr = check_indptr(a["kg_adj_indptr"], E, len(a["kg_adj_indices"]), f"{where} kg_adj_indptr")
+            if len(a["kg_adj_data"]) != len(a["kg_adj_indices"]):
+                raise InputError(f"{where} kg_adj_*: indices and data differ in length")
+            adj = CSR(indptr, a["kg_adj_indices"], a["kg_adj_data"], E)
+        else:
+            adj = graph("adj", E, a["kg_adj_data"])
+            A = adj.to_scipy()
+            if adj.nnz and abs(A - A.T).max() > 0:
+                raise InputError(f"{where} kg_adj_*: the co-occurrence graph must be symmetric")
+        if "ego" not in held:
+            own = np.bincount(ego.indices[row_of_entries(ego.indptr) == ego.indices], minlength=E)
+            if (own != 1).any():
+                raise InputError(f"{where} kg_ego_*: every ego subgraph must hold its own entity")
         df, meta = np.asarray(a["kg_df"]), np.asarray(a["kg_meta"])
-        if df.shape != (E,) or df.dtype.kind not in "iu" or (E and (df < np.bincount(pe.indices, minlength=E)).any()):
+        if df.shape != (E,) or df.dtype.kind not in "iu" or \
+                (E and "pe" not in held and (df < np.bincount(pe.indices, minlength=E)).any()):
             raise InputError(f"{where} kg_df: must hold, for each of the {E} entities, at least the passages linking it")
         if meta.shape != (1,) or meta.dtype.kind not in "iu" or int(meta[0]) < 1:
             raise InputError(f"{where} kg_meta: must hold max_query_entities >= 1")
         return cls(names=names, adj=adj, passage_entities=pe, ego=ego, df=df, max_query_entities=int(meta[0]))
+
+    #: the graphs whose rows a sharded index's shards hold: passage → entities by passage owner,
+    #: the ego subgraphs by entity (``e mod S``); ``adj`` stays whole where the names are (no search
+    #: reads it; every add reads it whole)
+    SHARDED_GRAPHS = {"pe": "passage", "ego": "modulo"}
+
+    def save(self, directory: Path) -> None:
+        """Save the arrays of :meth:`arrays`; inside ``hopgraph shard`` (or when their rows are in the
+        shards already) the rows of :attr:`SHARDED_GRAPHS` go to / stay in the shards and
+        ``directory`` keeps their ``indptr`` and a reference
+        (:func:`~hopgraph.engine.components.sharded_graph.save_graph`; every weight is 1: none stored),
+        after an add at the router also the rows held since and the entities' current ids
+        (:mod:`~hopgraph.engine.pipelines.dmar.held_rows`)."""
+        from .held_rows import save_entity_ids, save_held, stored_graph
+
+        graphs = {"pe": self.passage_entities, "ego": self.ego}
+        remote = {k: g for k, g in graphs.items() if sending_rows_now() or stored_graph(g) is not None}
+        arrays = self.arrays()
+        for k, g in remote.items():
+            del arrays[f"kg_{k}_indptr"], arrays[f"kg_{k}_indices"]
+            stored = stored_graph(g)
+            save_graph(directory, f"kg_{k}_", stored if stored is not None else g, self.SHARDED_GRAPHS[k],
+                       weighted=False)
+            if stored is not None and stored is not g:
+                save_held(directory, f"kg_{k}_", g)
+                save_entity_ids(directory, g.base.col_ids)
+        save_arrays(directory, arrays)
+
+    @classmethod
+    def load(cls, directory: Path, n_passages: int, where: str) -> "KnowledgeGraph":
+        """A graph saved by :meth:`save` (:meth:`from_arrays`' checks; graphs whose rows are in the
+        shards read through them, inside ``reading_rows``, under the rows held since)."""
+        from .held_rows import load_entity_ids, load_held
+
+        remote = [k for k in cls.SHARDED_GRAPHS if held_by_shards(directory, f"kg_{k}_")]
+        names = [n for n in cls.ARRAY_NAMES if not any(n.startswith(f"kg_{k}_") for k in remote)]
+        a = load_arrays(directory, names)
+        if not remote:
+            return cls.from_arrays(a, n_passages, where)
+        E = len(a["kg_names_offsets"]) - 1
+        base_ids = load_entity_ids(directory, E, where)
+        held = {}
+        for k in remote:
+            g = load_graph(directory, f"kg_{k}_", E if base_ids is None else len(base_ids), f"{where} kg_{k}_*")
+            if base_ids is not None:
+                g = load_held(directory, f"kg_{k}_", g, base_ids, k == "ego", E if k == "ego" else n_passages, E,
+                              where)
+            held[k] = g
+        return cls.from_arrays(a, n_passages, where, held)
+
+    def read_whole(self) -> "KnowledgeGraph":
+        """This graph with every graph in memory (rows the shards hold read from them, weights ones as
+        :meth:`from_arrays` makes them): what a write at a sharded index's router that needs them
+        whole reads."""
+        from .held_rows import read_whole_graph
+
+        pe, ego = (read_whole_graph(g) for g in (self.passage_entities, self.ego))
+        if pe is self.passage_entities and ego is self.ego:
+            return self
+        return KnowledgeGraph(names=self.names, adj=self.adj, passage_entities=pe, ego=ego, df=self.df,
+                              max_query_entities=self.max_query_entities, _name_ids=self._name_ids)
 
     ARRAY_NAMES = ("kg_names_blob", "kg_names_offsets", "kg_adj_indptr", "kg_adj_indices", "kg_adj_data",
                    "kg_pe_indptr", "kg_pe_indices", "kg_ego_indptr", "kg_ego_indices", "kg_df", "kg_meta")

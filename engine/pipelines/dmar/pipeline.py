@@ -65,6 +65,11 @@ import torch
 
 from ....kernels.shapley_mc import MODES as SHAPLEY_MODES
 from ...components.query_batch import QueryBatch
+from ...components.sharded_graph import ShardedMatrix, load_matrix, save_matrix
+from ...sparse import take_rows
+from ...storage.deltas import changed_rows
+from .held_rows import (differing_rows, load_held_matrix, load_entity_ids, renumber, renumber_matrix,
+                        save_held_matrix, spread, stored_graph, stored_matrix)
 from ...embedders.queries import encode_queries
 from ...errors import IndexFormatError, InputError
 from .gate import Gate, train_gate
@@ -220,17 +225,25 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         nodes); the others keep their embeddings. The gate is kept. The result equals a fit on the
         grown corpus whose encoder has these weights (given the extraction's documented
         approximation). When an old entity's id moves out of order (a name known only from the
-        ``edge_list`` that the corpus now mentions), every subgraph is encoded again."""
-        old_kg, old_emb = self.knowledge_graph_, np.asarray(self.subgraph_emb_)
+        ``edge_list`` that the corpus now mentions), every subgraph is encoded again. At a sharded
+        index's router, whose graphs' rows the shards hold: :meth:`_add_over_stored` (the same
+        result, reading the rows that can differ); when every subgraph is encoded again, the router
+        holds the new graphs and embeddings whole."""
+        old_kg = self.knowledge_graph_
         kg = self.knowledge_graph_ = self._build_kg()
-        features = entity_features(kg.passage_entities, self.components.X)
         ids = kg.name_ids
         pos = np.fromiter((ids.get(n, -1) for n in old_kg.names), np.int64, old_kg.n_entities)
         if (pos < 0).any() or (np.diff(pos) <= 0).any():
+            features = entity_features(kg.passage_entities, self.components.X)
             self.subgraph_emb_ = encode_all(self.encoder_, kg.ego, kg.adj, features, progress=progress)
             return
         old_ids = np.full(kg.n_entities, -1, np.int64)
         old_ids[pos] = np.arange(old_kg.n_entities)
+        if stored_graph(old_kg.ego) is not None:
+            self._add_over_stored(old_kg, start, pos, old_ids, progress)
+            return
+        old_emb = np.asarray(self.subgraph_emb_)
+        features = entity_features(kg.passage_entities, self.components.X)
         changed = changed_subgraphs(old_kg.ego, old_kg.adj, old_kg.passage_entities, kg.ego, kg.adj,
                                     kg.passage_entities, old_ids)
         emb = np.empty((kg.n_entities, old_emb.shape[1]), np.float32)
@@ -239,11 +252,50 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
                                         progress=progress)
         self.subgraph_emb_ = emb
 
+    def _add_over_stored(self, old_kg: KnowledgeGraph, start: int, new_of_old: np.ndarray, old_ids: np.ndarray,
+                         progress: bool) -> None:
+        """:meth:`_add` at a sharded index's router, whose passage → entities and ego rows and
+        embeddings the shards hold (:mod:`~hopgraph.engine.pipelines.dmar.held_rows`): the same
+        changed subgraphs and embeddings, reading of the old graphs only the rows that can differ —
+        an ego row where its entity's co-occurrences (``adj``, held here) changed, a passage's row
+        where one of its entities' passage count changed (the row is its rarest entities) — and of
+        the embeddings only the passages linking the nodes encoded again; the router then holds the
+        rows that differ from the stored ones (and the entities' new ids) over the stored rows."""
+        kg, X = self.knowledge_graph_, self.components.X
+        E, N = kg.n_entities, len(X)
+        was_new = old_ids < 0
+        before = take_rows(old_kg.adj, np.where(was_new, 0, old_ids))
+        adj_changed = changed_rows((before.indptr, new_of_old[np.asarray(before.indices, np.int64)], before.data),
+                                   kg.adj[:3], E)
+        ego_rows = np.union1d(adj_changed, np.flatnonzero(was_new))
+        old_df = np.where(was_new, -1, np.asarray(old_kg.df)[np.maximum(old_ids, 0)])
+        ex = self.components.extraction(who=self.name)
+        chunk, name = np.asarray(ex.node_chunk, np.int64), np.asarray(ex.node_name, np.int64)
+        recounted = (kg.df != old_df)[name] & (chunk < start)
+        pe_rows = np.union1d(np.unique(chunk[recounted]), np.arange(start, N, dtype=np.int64))
+        ego_differ, old_ego = differing_rows(old_kg.ego, kg.ego, ego_rows, old_ids, new_of_old)
+        passage_row = np.where(np.arange(N) < start, np.arange(N), -1)
+        pe_differ, old_pe = differing_rows(old_kg.passage_entities, kg.passage_entities, pe_rows, passage_row,
+                                           new_of_old)
+        changed = changed_subgraphs(old_ego, old_kg.adj, old_pe, kg.ego, kg.adj,
+                                    spread(take_rows(kg.passage_entities, pe_rows), pe_rows, N), old_ids,
+                                    compared_ego=spread(take_rows(kg.ego, ego_rows), ego_rows, E))
+        todo = np.flatnonzero(changed)
+        nodes = np.unique(np.asarray(take_rows(kg.ego, todo).indices, np.int64))
+        features = entity_features(kg.passage_entities, X, entities=nodes)
+        values = encode_subgraphs(self.encoder_, kg.ego, kg.adj, features, todo, progress=progress)
+        self.subgraph_emb_ = renumber_matrix(self.subgraph_emb_, new_of_old, E, todo, values)
+        self.knowledge_graph_ = KnowledgeGraph(
+            names=kg.names, adj=kg.adj, df=kg.df, max_query_entities=kg.max_query_entities, _name_ids=kg._name_ids,
+            passage_entities=renumber(old_kg.passage_entities, new_of_old, N, E, False, pe_differ,
+                                      kg.passage_entities),
+            ego=renumber(old_kg.ego, new_of_old, E, E, True, ego_differ, kg.ego))
+
     def train_gnn(self, steps: int, seed: int | None = None, progress: bool = False,
                   log: Callable[[str], None] | None = None) -> list[float]:
         """(Re)train the Siamese encoder from scratch with the triplet loss and re-encode every
         ego subgraph (SPEC §3); returns the per-step losses."""
-        kg = self.knowledge_graph_
+        kg = self.knowledge_graph_.read_whole()  # a router's: every row read from the shards
         seed = self.search_defaults.random_state if seed is None else seed
         features = entity_features(kg.passage_entities, self.components.X)
         torch.manual_seed(seed)  # seeds the initial weights too
@@ -276,9 +328,15 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         self.changed()
 
     def _save(self, directory: Path) -> None:
-        arrays = {**self.knowledge_graph_.arrays(), **encoder_arrays(self.encoder_), **self.gate_.arrays(),
-                  "subgraph_emb": self.subgraph_emb_}
-        save_arrays(directory, arrays)
+        """The knowledge graph (:meth:`KnowledgeGraph.save`), the encoder and gate weights and the
+        subgraph embeddings; inside ``hopgraph shard`` the embeddings' rows go to the shards by entity
+        (:func:`~hopgraph.engine.components.sharded_graph.save_matrix`)."""
+        self.knowledge_graph_.save(directory)
+        save_arrays(directory, {**encoder_arrays(self.encoder_), **self.gate_.arrays()})
+        stored = stored_matrix(self.subgraph_emb_)
+        save_matrix(directory, "subgraph_emb", self.subgraph_emb_ if stored is None else stored, "modulo")
+        if stored is not None and stored is not self.subgraph_emb_:
+            save_held_matrix(directory, "subgraph_emb", self.subgraph_emb_)
 
     def _snapshot(self) -> tuple[KnowledgeGraph, np.ndarray, dict[str, np.ndarray]]:
         return self.knowledge_graph_, self.subgraph_emb_, {**encoder_arrays(self.encoder_), **self.gate_.arrays()}
@@ -343,9 +401,9 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
     def _load(self, directory: Path) -> None:
         """Open the saved KG, GNN, gate and subgraph embeddings, checked against each other and X."""
         weights = sorted(p.stem for p in directory.glob("*.npy") if p.stem.startswith(("gnn.", "gate.")))
-        arrays = load_arrays(directory, [*KnowledgeGraph.ARRAY_NAMES, "subgraph_emb", *weights])
+        arrays = load_arrays(directory, weights)
         X = self.components.X
-        self.knowledge_graph_ = KnowledgeGraph.from_arrays(arrays, self._stored_rows, str(directory))
+        self.knowledge_graph_ = KnowledgeGraph.load(directory, self._stored_rows, str(directory))
         self.encoder_ = encoder_from_arrays(arrays)
         self.gate_ = Gate.from_arrays(arrays)
         d = X.shape[1]
@@ -353,8 +411,18 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         if d_in != d or self.gate_.mlp[0].in_features != 2 * d:
             raise IndexFormatError(f"{directory}: GNN input {d_in} / gate input {self.gate_.mlp[0].in_features} "
                                    f"do not fit embeddings of dimension {d}")
-        self.subgraph_emb_ = check_unit_rows(arrays["subgraph_emb"], str(directory / "subgraph_emb.npy"),
-                                             rows=self.knowledge_graph_.n_entities, dim=d_out, allow_zero=True)
+        emb, E = load_matrix(directory, "subgraph_emb"), self.knowledge_graph_.n_entities
+        if isinstance(emb, ShardedMatrix):  # rows in the shards (checksummed there): shape and type only
+            base_ids = load_entity_ids(directory, E, str(directory))
+            n_base = E if base_ids is None else len(base_ids)
+            if emb.shape != (n_base, d_out) or emb.dtype != np.float32:
+                raise IndexFormatError(f"{directory} subgraph_emb: {emb.dtype} {list(emb.shape)} in the shards, "
+                                       f"expected float32 [{n_base}, {d_out}]")
+            self.subgraph_emb_ = emb if base_ids is None else \
+                load_held_matrix(directory, "subgraph_emb", emb, base_ids, E, str(directory))
+        else:
+            self.subgraph_emb_ = check_unit_rows(emb, str(directory / "subgraph_emb.npy"),
+                                                 rows=self.knowledge_graph_.n_entities, dim=d_out, allow_zero=True)
 
     # ------------------------------------------------------------------ search
     def _search_batch(self, batch: QueryBatch, k: int, params: DMARSearch, timer: StageTimer

@@ -18,7 +18,7 @@ import torch
 
 from .... import kernels
 from .knowledge_graph import KnowledgeGraph
-from ...sparse import join, row_of_entries, take_rows
+from ...sparse import join, row_of_entries, take_rows_once
 from ...timing import StageTimer
 
 
@@ -43,7 +43,7 @@ def query_subgraphs(kg: KnowledgeGraph, linked: list[np.ndarray]) -> QuerySubgra
     q_of = np.repeat(np.arange(B), n_sub)
     g_of = np.concatenate([np.arange(n) for n in n_sub]) if n_sub.sum() else np.zeros(0, np.int64)
     ents = np.concatenate(linked).astype(np.int64) if n_sub.sum() else np.zeros(0, np.int64)
-    ego_rows = take_rows(kg.ego, ents)
+    ego_rows = take_rows_once(kg.ego, ents)
     sizes = np.diff(ego_rows.indptr)
     t_q, t_g, t_node = np.repeat(q_of, sizes), np.repeat(g_of, sizes), ego_rows.indices.astype(np.int64)
     keys, local = np.unique(t_q * E + t_node, return_inverse=True)
@@ -66,11 +66,11 @@ def candidate_subgraphs(kg: KnowledgeGraph, cand: np.ndarray, local_nodes: np.nd
     B, C = cand.shape
     U = local_nodes.shape[1]
     valid = cand >= 0
-    pe = take_rows(kg.passage_entities, np.where(valid, cand, 0).ravel())
+    pe = take_rows_once(kg.passage_entities, np.where(valid, cand, 0).ravel())
     # nodes(G_D): every node of the ego subgraphs of D's entities, looked up among its query's local
     # nodes by the key query · E + node (O(entries · log(B · U)), nothing of size E)
     E = np.int64(max(kg.n_entities, 1))
-    ego_of = take_rows(kg.ego, pe.indices)
+    ego_of = take_rows_once(kg.ego, pe.indices)  # each distinct entity's row read once
     row = row_of_entries(pe.indptr)[row_of_entries(ego_of.indptr)]  # the candidate (b · C + c) of each node
     qb, qu = np.nonzero(local_nodes >= 0)
     local_keys = qb * E + local_nodes[qb, qu]
@@ -97,8 +97,11 @@ def best_structsim(Z: np.ndarray, q: QuerySubgraphs, ent_pad: np.ndarray, valid:
     ent_ok = ent_pad >= 0
     uniq, inv = np.unique(np.where(ent_ok, ent_pad, -1), return_inverse=True)
     inv = inv.reshape(B, C, Dm)
-    Zq = torch.from_numpy(np.asarray(Z[q.ents], np.float32)) if len(q.ents) else torch.zeros((0, Z.shape[1]))
-    S = torch.cat([Zq @ torch.from_numpy(np.asarray(Z[np.maximum(uniq, 0)], np.float32)).T,
+    # one gather of the query subgraphs' and the candidates' entities (one call per shard when Z is
+    # held by the shards of a sharded index)
+    rows = np.asarray(Z[np.concatenate([np.asarray(q.ents, np.int64), np.maximum(uniq, 0)])], np.float32)
+    Zq = torch.from_numpy(rows[:len(q.ents)]) if len(q.ents) else torch.zeros((0, Z.shape[1]))
+    S = torch.cat([Zq @ torch.from_numpy(rows[len(q.ents):]).T,
                    torch.zeros((1, len(uniq)))])  # last row: padding subgraph
     qg = np.full((B, G), len(q.ents), np.int64)
     qg[q.q_of, q.g_of] = np.arange(len(q.ents))

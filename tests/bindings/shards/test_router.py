@@ -150,6 +150,70 @@ def test_router_never_gathers_every_embedding(saved_index, tmp_path):
     assert router.X[[3, 1]].shape == (2, 64)
 
 
+def test_dmar_knowledge_graph_rows_and_subgraph_embeddings_live_in_the_shards(saved_index, tmp_path):
+    single, router, calls, out = sharded(saved_index, tmp_path)
+    held = out / read_shards(out)["router"] / "pipelines" / "dmar"
+    files = {p.name for p in held.iterdir()}
+    assert {"kg_pe_indptr.npy", "kg_ego_indptr.npy", "kg_pe_rows.json", "kg_ego_rows.json",
+            "subgraph_emb.rows.json", "kg_names_blob.npy", "kg_adj_indices.npy", "kg_df.npy"} <= files
+    assert not files & {"kg_pe_indices.npy", "kg_ego_indices.npy", "kg_pe_data.npy", "kg_ego_data.npy",
+                        "subgraph_emb.npy"}
+    kg, Z = single.pipelines["dmar"].knowledge_graph_, np.asarray(single.pipelines["dmar"].subgraph_emb_)
+    rows = [0, 0, 0]
+    for s in range(2):
+        graphs = out / f"graph-{s:03d}" / "pipelines" / "dmar"
+        for name in ("kg_pe_graph", "kg_ego_graph"):
+            assert (graphs / name / "indices.npy").is_file()
+        ego = np.load(graphs / "kg_ego_graph" / "indptr.npy")
+        emb = np.load(graphs / "subgraph_emb" / "values.npy")
+        np.testing.assert_array_equal(emb, Z[s::2])  # entity e in shard e mod 2
+        np.testing.assert_array_equal(np.diff(ego), np.diff(kg.ego.indptr)[s::2])
+        rows[0] += len(np.load(graphs / "kg_pe_graph" / "indptr.npy")) - 1
+        rows[1] += len(ego) - 1
+        rows[2] += len(emb)
+    assert rows == [len(single.X), kg.n_entities, kg.n_entities]
+    dmar = router.pipelines["dmar"]
+    with pytest.raises(InputError, match="never"):  # never read whole at the router
+        np.asarray(dmar.knowledge_graph_.ego.indices)
+    with pytest.raises(InputError, match="never"):
+        np.asarray(dmar.subgraph_emb_)
+    same_results(single, router, "dmar", questions=QUESTIONS[:1], k=3, candidate_depth=4, second_stage_depth=3,
+                 union_depth=2)  # reads the rows it reaches only
+    reached = dmar.knowledge_graph_.ego.fetched, dmar.knowledge_graph_.passage_entities.fetched, \
+        dmar.subgraph_emb_.fetched
+    assert 0 < reached[0] < kg.ego.nnz and 0 < reached[1] < kg.passage_entities.nnz and 0 < reached[2] < len(Z)
+    same_results(single, router, "dmar")
+
+
+def test_dmar_adds_through_the_router_hold_only_the_rows_they_change(saved_index, tmp_path):
+    single, router, _, out = sharded(saved_index, tmp_path)
+    more = [{"id": f"more-{i}", "title": f"Venn Observatory {i}",
+             "text": f"The Venn Observatory {i} near Harbor Bridge 2 hosts comet studies by Marisol Venn."} for i in range(3)]
+    E, E2 = single.embed_passages(NEW), single.embed_passages(more)
+    for index in (single, router):
+        index.add(NEW, embeddings=E)
+    router = open_router(out, LocalShards.open(out))  # the held rows survive a commit and a reopen
+    for index in (single, router):
+        index.add(more, embeddings=E2)
+    want, got = single.pipelines["dmar"], router.pipelines["dmar"]
+    kg = got.knowledge_graph_
+    for graph, whole in ((kg.ego, want.knowledge_graph_.ego), (kg.passage_entities, want.knowledge_graph_.passage_entities)):
+        assert 0 < len(graph.overridden) < graph.n_rows  # the rows that differ from the shards' rows
+        ptr, ind, _ = graph.rows_csr(np.arange(graph.n_rows))
+        np.testing.assert_array_equal(ptr, whole.indptr)
+        np.testing.assert_array_equal(ind, whole.indices)
+    assert 0 < len(got.subgraph_emb_.held_rows) < kg.n_entities
+    np.testing.assert_array_equal(got.subgraph_emb_.take(np.arange(kg.n_entities)), np.asarray(want.subgraph_emb_))
+    files = {p.name for p in (out / read_shards(out)["router"] / "pipelines" / "dmar").iterdir()}
+    assert not files & {"kg_pe_indices.npy", "kg_ego_indices.npy", "subgraph_emb.npy"}
+    reopened = open_router(out, LocalShards.open(out))
+    same_results(single, reopened, "dmar", questions=QUESTIONS[:1], k=3, candidate_depth=4, second_stage_depth=3,
+                 union_depth=2)
+    stored = reopened.pipelines["dmar"].knowledge_graph_.ego.base.base
+    assert 0 < stored.fetched < stored.nnz  # the rows a search reaches, read from the shards
+    same_results(single, reopened, "dmar")
+
+
 def test_bad_input_and_damaged_router(saved_index, tmp_path):
     single = Index.load(saved_index, progress=False)
     with pytest.raises(InputError, match="positive integer"):
