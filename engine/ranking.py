@@ -1,6 +1,8 @@
 """Small ranking helpers shared by every pipeline (top-k with padding, fusion)."""
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 PAD_ID = -1
@@ -136,3 +138,19 @@ def topk_entries(query: np.ndarray, column: np.ndarray, score: np.ndarray, n_que
     ids[query[top], rank[top]] = column[top]
     out[query[top], rank[top]] = score[top]
     return ids, out
+
+
+def merge_topk(parts: Sequence[tuple[np.ndarray, np.ndarray]], k: int, B: int) -> tuple[np.ndarray, np.ndarray]:
+    """The best ``k`` of several top lists ``(global ids [B, k_s], scores [B, k_s])`` of ``B`` queries:
+    higher score first, ties toward the lower row; padding (-1 / -inf) last (all of it when there is
+    no list)."""
+    ids = np.concatenate([p[0] for p in parts] or [np.zeros((B, 0), np.int64)], axis=1)
+    scores = np.concatenate([p[1] for p in parts] or [np.zeros((B, 0), np.float32)], axis=1).astype(np.float32)
+    out_ids = np.full((B, k), PAD_ID, np.int64)
+    out_scores = np.full((B, k), PAD_SCORE, np.float32)
+    for b in range(B):
+        keep = ids[b] >= 0
+        i, s = ids[b][keep], scores[b][keep]
+        order = np.lexsort((i, -s))[:k]
+        out_ids[b, :len(order)], out_scores[b, :len(order)] = i[order], s[order]
+    return out_ids, out_scores

@@ -31,7 +31,7 @@ from typing import Any, Iterator, Mapping, Protocol, Sequence
 import numpy as np
 
 from ..errors import InputError
-from ..ranking import PAD_ID, PAD_SCORE
+from ..ranking import PAD_ID, PAD_SCORE, merge_topk
 from .bm25 import BM25Params, TermStats
 from .dense import DEFAULT_NPROBE, SUBSET_MAX_FRACTION, ann_nprobe, dense_method, rescore, rescore_candidates
 from .shared import Components
@@ -137,22 +137,6 @@ class ShardSet:
     def holding(self) -> list[int]:
         """The shards that hold at least one passage."""
         return [s for s in range(self.map.n_shards) if len(self.map.rows_of[s])]
-
-
-def merge_topk(parts: Sequence[tuple[np.ndarray, np.ndarray]], k: int, B: int) -> tuple[np.ndarray, np.ndarray]:
-    """The best ``k`` of several top lists ``(global ids [B, k_s], scores [B, k_s])`` of ``B`` queries:
-    higher score first, ties toward the lower row; padding (-1 / -inf) last (all of it when there is
-    no list)."""
-    ids = np.concatenate([p[0] for p in parts] or [np.zeros((B, 0), np.int64)], axis=1)
-    scores = np.concatenate([p[1] for p in parts] or [np.zeros((B, 0), np.float32)], axis=1).astype(np.float32)
-    out_ids = np.full((B, k), PAD_ID, np.int64)
-    out_scores = np.full((B, k), PAD_SCORE, np.float32)
-    for b in range(B):
-        keep = ids[b] >= 0
-        i, s = ids[b][keep], scores[b][keep]
-        order = np.lexsort((i, -s))[:k]
-        out_ids[b, :len(order)], out_scores[b, :len(order)] = i[order], s[order]
-    return out_ids, out_scores
 
 
 class ShardedRows:

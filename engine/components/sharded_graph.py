@@ -31,6 +31,7 @@ import numpy as np
 
 from ...kernels.csr import CSR, check_csr
 from ..errors import IndexFormatError, InputError
+from ..ranking import merge_topk
 from ..storage import check_indptr, load_array, load_arrays, save_arrays, write_json
 from ..storage.deltas import CSRView, OverlayCSR
 
@@ -532,8 +533,6 @@ def matrix_topk(matrix: ShardedMatrix, mask: ShardedMatrix, Q: np.ndarray, k: in
     ``mask`` (a ``[n, 1]`` array stored beside it) is non-zero, except the rows ``exclude``: each
     shard's top ``k`` among its rows (one ``matrix_topk`` call per shard), merged (higher score
     first, ties toward the lower row; -1 / -inf padding)."""
-    from .sharded import merge_topk
-
     Q = np.ascontiguousarray(Q, np.float32)
     n_shards = matrix.owners.n_shards
     split = matrix.owners.split(np.asarray(exclude, np.int64))

@@ -44,7 +44,7 @@ from ...components.dense import DenseIndex, gather_rows
 from ...components.extraction import Extraction
 from ...components.late_pooling import LateTexts, late_texts
 from ...components.query_batch import QueryBatch
-from ...components.sharded import merge_topk
+from ...ranking import merge_topk
 from ...components.sharded_graph import AppendedRows, matrix_topk, row_held
 from ...errors import IndexFormatError
 from ...params import choice, flag, integer, real
