@@ -58,9 +58,13 @@ class ShardedIndex(Index):
         if int(meta.get("generation", 0)) == int(self.meta.get("generation", 0)):
             self._stamp = stamp
             return False
-        fresh = open_router(self.root, self.shards.calls, device=self.device, verify="fast")
-        self._adopt(fresh)
+        self._reopen()
         return True
+
+    def _reopen(self) -> None:
+        """Become the router of the latest commit (this one's embedder kept)."""
+        self._adopt(open_router(self.root, self.shards.calls, embedder=self._embedder, device=self.device,
+                                verify="fast"))
 
     def search_arrays(self, *args: Any, **kwargs: Any) -> tuple[np.ndarray, np.ndarray]:
         if self.take_in_commits():
@@ -127,8 +131,7 @@ class ShardedIndex(Index):
             self._variants.clear()
         except BaseException:
             self.shards.pending = None
-            self._adopt(open_router(self.root, self.shards.calls, embedder=self._embedder, device=self.device,
-                                    verify="fast"))
+            self._reopen()
             raise
         self.shards.pending = None
         firsts = self.shards.map_calls("add", calls)
@@ -178,7 +181,7 @@ class ShardedIndex(Index):
         meta = {**self.meta, "router": name, "generation": generation, "passages": len(self.X),
                 "shards": [{**s, "passages": len(self.shards.map.rows_of[i])} for i, s in enumerate(self.meta["shards"])]}
         write_shards(self.root, meta)
-        self.meta = meta
+        self.meta, self._stamp = meta, _stamp(self.root)
         for stale in self.root.glob(f"{ROUTER_PREFIX}*"):
             number = stale.name[len(ROUTER_PREFIX):]
             if number.isdigit() and int(number) < generation - KEEP_ROUTERS + 1 and stale.name != self.opened:

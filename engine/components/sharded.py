@@ -104,6 +104,8 @@ class Pending:
 
     def __init__(self, start: int, records: Any, X: np.ndarray) -> None:
         self.start, self.records, self.X = int(start), records, np.asarray(X, np.float32)
+        #: the IVF cell of each new row (:class:`ShardedIVF`), found once
+        self.cells: np.ndarray | None = None
 
     def field(self, name: str, row: int) -> str:
         return getattr(self.records, name)[row - self.start]
@@ -303,6 +305,7 @@ class ShardedIVF:
     def __init__(self, X: ShardedRows, bits: int, n_trained: int) -> None:
         self.X, self.bits, self.n_trained = X, int(bits), int(n_trained)
         self._centroids: np.ndarray | None = None
+        self._quantizer: Any = None
 
     def centroids(self) -> np.ndarray:
         if self._centroids is None:
@@ -316,11 +319,12 @@ class ShardedIVF:
         return len(self.centroids())
 
     def assign(self, X: np.ndarray) -> np.ndarray:
-        import faiss
+        if self._quantizer is None:
+            import faiss
 
-        quantizer = faiss.IndexFlatIP(self.centroids().shape[1])
-        quantizer.add(self.centroids())
-        _, cells = quantizer.search(np.ascontiguousarray(X, dtype=np.float32), 1)
+            self._quantizer = faiss.IndexFlatIP(self.centroids().shape[1])
+            self._quantizer.add(self.centroids())
+        _, cells = self._quantizer.search(np.ascontiguousarray(X, dtype=np.float32), 1)
         return cells[:, 0].astype(np.int64)
 
     def cell_members(self, cells: np.ndarray) -> np.ndarray:
@@ -331,7 +335,9 @@ class ShardedIVF:
         rows = [m.to_global(s, local) for s, local in parts.items()]
         pending = self.X.shards.pending
         if pending is not None and len(pending.X):  # a write's new rows, before the shards hold them
-            rows.append(pending.start + np.flatnonzero(np.isin(self.assign(pending.X), cells)))
+            if pending.cells is None:
+                pending.cells = self.assign(pending.X)
+            rows.append(pending.start + np.flatnonzero(np.isin(pending.cells, cells)))
         return np.sort(np.concatenate(rows)) if rows else np.zeros(0, np.int64)
 
 

@@ -356,6 +356,22 @@ def held_by_shards(directory: Path, prefix: str) -> bool:
     return (directory / f"{prefix}{REF_SUFFIX}").is_file()
 
 
+def _read_ref(ref_file: Path, where: str) -> tuple[Any, dict[str, Any]]:
+    """The shards being read from (inside :func:`reading_rows`) and the reference ``ref_file``
+    holds; IndexFormatError naming ``where`` outside a router, or the file when it is unreadable."""
+    shards = _SOURCE.get()
+    if shards is None:
+        raise IndexFormatError(f"{where}: its rows are held by the shards of a sharded index "
+                               "(open it with hopgraph.shards.open_router)")
+    try:
+        ref = json.loads(ref_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise IndexFormatError(f"{ref_file}: unreadable ({type(e).__name__}: {e})") from None
+    if not isinstance(ref, dict):
+        raise IndexFormatError(f"{ref_file}: unreadable (not a JSON object)")
+    return shards, ref
+
+
 def load_graph(directory: Path, prefix: str, n_cols: int, where: str) -> CSR | ShardedCSR | OverlayCSR:
     """A graph saved by :func:`save_graph`: checked and memory-mapped when whole; a
     :class:`ShardedCSR` (under an :class:`OverlayCSR` of the rows changed since) when its rows are
@@ -364,15 +380,11 @@ def load_graph(directory: Path, prefix: str, n_cols: int, where: str) -> CSR | S
     if not ref_file.is_file():
         a = load_arrays(directory, _files(prefix, ("indptr", "indices", "data")))
         return check_csr(a[f"{prefix}indptr"], a[f"{prefix}indices"], a[f"{prefix}data"], n_cols, where)
-    shards = _SOURCE.get()
-    if shards is None:
-        raise IndexFormatError(f"{where}: its rows are held by the shards of a sharded index "
-                               "(open it with hopgraph.shards.open_router)")
+    shards, ref = _read_ref(ref_file, where)
     try:
-        ref = json.loads(ref_file.read_text(encoding="utf-8"))
         name, kind, n_rows = str(ref["name"]), str(ref["owners"]), int(ref["n_rows"])
         base_cols, nnz, dtypes = int(ref["n_cols"]), int(ref["nnz"]), dict(ref["dtypes"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError) as e:
         raise IndexFormatError(f"{ref_file}: unreadable ({type(e).__name__}: {e})") from None
     indptr = check_indptr(load_array(directory, f"{prefix}indptr", mmap=False), n_rows, nnz, f"{where} indptr")
     base = ShardedCSR(name, indptr, base_cols, owners_of(kind, shards), shards, dtypes,
@@ -419,16 +431,20 @@ class ShardedMatrix:
     def ref(self) -> dict[str, Any]:
         return {"name": self.name, "owners": self.owners.kind, "shape": list(self.shape), "dtype": self.dtype.str}
 
+    def _flat_rows(self, rows: np.ndarray) -> np.ndarray:
+        """``rows`` flattened, negative ones counted from the end; IndexError outside the rows."""
+        flat = np.asarray(rows, np.int64).reshape(-1)
+        flat = np.where(flat < 0, flat + self.shape[0], flat)
+        if len(flat) and (flat.min() < 0 or flat.max() >= self.shape[0]):
+            raise IndexError(f"{self.name}: rows out of range [0, {self.shape[0]})")
+        return flat
+
     def take(self, rows: np.ndarray) -> np.ndarray:
         """``M[rows]`` for integer ``rows`` of any shape."""
         rows = np.asarray(rows, np.int64)
-        flat = rows.reshape(-1)
-        out = np.empty((len(flat), self.shape[1]), self.dtype)
+        flat = self._flat_rows(rows)
         if not len(flat):
-            return out.reshape(rows.shape + (self.shape[1],))
-        flat = np.where(flat < 0, flat + self.shape[0], flat)
-        if flat.min() < 0 or flat.max() >= self.shape[0]:
-            raise IndexError(f"{self.name}: rows out of range [0, {self.shape[0]})")
+            return np.empty(rows.shape + (self.shape[1],), self.dtype)
         uniq, inverse = np.unique(flat, return_inverse=True)
         got = np.empty((len(uniq), self.shape[1]), self.dtype)
         held = self.cache.get(uniq.tolist())
@@ -481,9 +497,7 @@ class AppendedRows(ShardedMatrix):
 
     def take(self, rows: np.ndarray) -> np.ndarray:
         rows = np.asarray(rows, np.int64)
-        flat = np.where(rows.reshape(-1) < 0, rows.reshape(-1) + self.shape[0], rows.reshape(-1))
-        if len(flat) and (flat.min() < 0 or flat.max() >= self.shape[0]):
-            raise IndexError(f"{self.name}: rows out of range [0, {self.shape[0]})")
+        flat = self._flat_rows(rows)
         out = np.empty((len(flat), self.shape[1]), self.dtype)
         old = flat < self.base.shape[0]
         out[old] = self.base.take(flat[old])
@@ -567,25 +581,17 @@ def save_matrix(directory: Path, name: str, matrix: Any, owners: str = ModuloOwn
     write_json(directory / f"{name}.{REF_SUFFIX}", ref)
 
 
-def holds_matrix(directory: Path, name: str) -> bool:
-    return (directory / f"{name}.{REF_SUFFIX}").is_file() or (directory / f"{name}.npy").is_file()
-
-
 def load_matrix(directory: Path, name: str, mmap: bool = True) -> "np.ndarray | ShardedMatrix":
     """A 2-D array saved by :func:`save_matrix`: memory-mapped when whole; a :class:`ShardedMatrix`
     when its rows are in the shards (inside :func:`reading_rows`; IndexFormatError otherwise)."""
     ref_file = directory / f"{name}.{REF_SUFFIX}"
     if not ref_file.is_file():
         return load_array(directory, name, mmap=mmap)
-    shards = _SOURCE.get()
-    if shards is None:
-        raise IndexFormatError(f"{directory / name}: its rows are held by the shards of a sharded index "
-                               "(open it with hopgraph.shards.open_router)")
+    shards, ref = _read_ref(ref_file, str(directory / name))
     try:
-        ref = json.loads(ref_file.read_text(encoding="utf-8"))
         shape, dtype = tuple(int(x) for x in ref["shape"]), np.dtype(ref["dtype"])
         kind, key = str(ref["owners"]), str(ref["name"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError) as e:
         raise IndexFormatError(f"{ref_file}: unreadable ({type(e).__name__}: {e})") from None
     if len(shape) != 2:
         raise IndexFormatError(f"{ref_file}: shape {shape} is not 2-D")
