@@ -16,8 +16,9 @@ iteration ``x ← (1 − d) p + d (P x + D x)`` started from ``x = p``:
   blocks stay in the cache (:func:`column_groups`; with several threads, groups walked side
   by side, :func:`run_groups`), and, while the iterate is still sparse (sparse priors), only
   the columns of P under its non-zero rows (:class:`CpuStep`);
-* **per-column convergence**: a column stops when ``‖x_{k+1} − x_k‖₁ ≤ tol`` and its
-  iterate is saved then; stopped columns leave the block once they are a quarter of it,
+* **per-column convergence**: a column stops when ``‖x_{k+1} − x_k‖₁`` is at most its
+  tolerance ``max(tol, ε·‖p‖₁)``, or once that change has stopped decreasing (float rounding;
+  :mod:`.ppr_stop`), and its iterate is saved then; stopped columns leave the block once they are a quarter of it,
   so finished queries cost (almost) nothing more;
 * **localised** (``region`` ``[B, N]`` bool): query b's walk is restricted to its
   region — mass stepping outside it is dropped (absorbing boundary), so π_b is 0
@@ -26,8 +27,15 @@ iteration ``x ← (1 − d) p + d (P x + D x)`` started from ``x = p``:
   when the regions are small and mostly disjoint (Σ_b |R_b| ≤ :data:`SEGMENT_SHARE` ·
   U·B), **segmented**: one block-diagonal walk whose block b is the iteration matrix on
   R_b alone, one iterate vector of Σ_b |R_b| entries (:func:`segmented_ppr`), same
-  per-query stop and compaction; a query's π then depends on its own prior and region
-  only, bit for bit.
+  per-query stop and compaction.
+
+**Batch independence.** A column's π is the power iteration on its own prior (and region) with
+its own stop rule, whatever else is in the batch. In floating point the products differ in their
+last bits with the path taken (segmented or block, which the batch's regions decide) and with the
+block's width (MKL takes other kernels for other widths, and which ones differs between CPUs): a
+column's π equals its π alone within rounding, and its iteration count is the same except where
+its change lies within rounding of its tolerance (then one apart). Within the segmented strategy
+(scipy's row sums, per-segment stop tests) a query's result is the same bit for bit in any batch.
 
 Returns ``(pi [B, N], iterations [B])`` as torch tensors (dtype of the priors,
 float32 or float64).
@@ -52,6 +60,7 @@ import torch
 from .checks import check_positive_int, check_values
 from .csr import CSR, validate_csr
 from .errors import InputError
+from .ppr_stop import StopRule, column_tolerances
 from .dispatch import register
 from .tensors import as_tensor
 from .threads import torch_threads
@@ -102,6 +111,7 @@ class Prepared(NamedTuple):
     priors: torch.Tensor
     region: torch.Tensor | None
     dangling: np.ndarray
+    tols: torch.Tensor
 
 
 def as_csr_arrays(P) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -149,7 +159,9 @@ def prepare(P, priors, d: float, tol: float, max_iter: int, region=None) -> Prep
     """Validated inputs of both paths, checked once here so the Triton kernel never launches on
     bad input: P (see :func:`as_csr_arrays`, column-stochastic), ``d`` in (0, 1), ``tol > 0``
     finite, ``max_iter >= 1``, priors a finite non-negative float32/float64 tensor [B, N],
-    region a bool tensor of the priors' shape or None. :class:`InputError` names the argument."""
+    region a bool tensor of the priors' shape or None. :class:`InputError` names the argument.
+    ``tols``: each column's tolerance (:func:`.ppr_stop.column_tolerances`: float64 on the priors'
+    device; a ``tol`` below the priors' float resolution warns)."""
     indptr, indices, data, n = as_csr_arrays(P)
     dangling = check_stochastic(column_sums(indices, data, n))
     if not _real_in(d, 0.0, 1.0):
@@ -160,7 +172,7 @@ def prepare(P, priors, d: float, tol: float, max_iter: int, region=None) -> Prep
     p, r = check_priors(priors, n, region)
     if p.dtype not in (torch.float32, torch.float64):
         p = p.to(torch.float32)
-    return Prepared(indptr, indices, data, n, p, r, dangling)
+    return Prepared(indptr, indices, data, n, p, r, dangling, column_tolerances(p, float(tol), OP))
 
 
 def _real_in(x: object, lo: float, hi: float) -> bool:
@@ -266,7 +278,7 @@ def iterate_block(shape: tuple, like: torch.Tensor) -> torch.Tensor:
     return flat.view(like.dtype).view(shape)
 
 
-def power_iterate(step: Step, x0: torch.Tensor, c: torch.Tensor, mask: torch.Tensor | None, tol: float,
+def power_iterate(step: Step, x0: torch.Tensor, c: torch.Tensor, mask: torch.Tensor | None, tols: torch.Tensor,
                   max_iter: int, own_x0: bool = False, alloc: Alloc = empty_block
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """Shared driver of both paths (SPEC §2 step 6: power iteration with per-query convergence).
@@ -274,8 +286,9 @@ def power_iterate(step: Step, x0: torch.Tensor, c: torch.Tensor, mask: torch.Ten
     ``x0`` [N, B] is the start (the masked prior: same mass as π, so the error decays at
     the rate d·|λ₂(P)|, not d), ``c`` the teleport term (1 − d)·p, ``mask`` the region
     (in the form ``step`` takes) or None; each iteration calls ``step(x, y, c, mask)``,
-    which writes the next iterate into the preallocated ``y``. A column stops when its L1
-    change is ≤ ``tol`` (or at ``max_iter``): its iterate is saved then. Stopped columns are
+    which writes the next iterate into the preallocated ``y``. A column stops by
+    :class:`.ppr_stop.StopRule` (``tols`` [B]: the columns' tolerances) or at ``max_iter``:
+    its iterate is saved then. Stopped columns are
     removed from the block once they are :data:`COMPACT_SHARE` of it (the copy of the block
     costs more than carrying a few columns to the end); buffers are reused, not reallocated
     per iteration (fresh 10⁷-element allocations cost more than the product here). When
@@ -292,9 +305,10 @@ def power_iterate(step: Step, x0: torch.Tensor, c: torch.Tensor, mask: torch.Ten
     compacted = False
     x = x0 if own_x0 else alloc(tuple(x0.shape), x0).copy_(x0)
     y, tmp = alloc(tuple(c.shape), c), change_scratch(c)
+    rule = StopRule(tols.cpu())
     for it in range(1, max_iter + 1):
         step(x, y, c, mask)
-        done = (column_change(y, x, tmp) <= tol).cpu()
+        done = rule.done(column_change(y, x, tmp).cpu())
         x, y = y, x
         stop = live if it == max_iter else done & live
         if not bool(stop.any()):
@@ -307,6 +321,7 @@ def power_iterate(step: Step, x0: torch.Tensor, c: torch.Tensor, mask: torch.Ten
         saved.append((cols[idx], x.index_select(1, idx.to(x.device))))
         if int((~live).sum()) >= COMPACT_SHARE * len(live):
             keep = torch.nonzero(live).flatten()
+            rule.keep(keep)
             cols, live, keep = cols[keep], live[keep], keep.to(x.device)
             x = torch.index_select(x, 1, keep, out=alloc((N, len(keep)), x))
             c = c.index_select(1, keep)
@@ -406,7 +421,8 @@ class CpuStep:
     factor of about the mean degree per iteration. While the columns of A under them hold
     at most :data:`SPARSE_SHARE` of its entries, ``y = c + A[:, S] x[S]`` (the same sum
     without its zero terms, at a fraction of the bytes; ``S`` = rows possibly non-zero,
-    grown by the rows those columns reach); then the whole product, for good. ``A``: the
+    grown by the rows those columns reach; the same row sums as the whole product's, up to how
+    MKL rounds each); then the whole product, for good. ``A``: the
     matrix (a scipy CSR with sorted indices) or the :class:`ColumnSlices` shared by a call's groups."""
 
     def __init__(self, A: "sp.csr_matrix | ColumnSlices", x0: torch.Tensor):
@@ -422,14 +438,21 @@ class CpuStep:
             cols = np.flatnonzero(self.support)
             if self.M.counts()[cols].sum() <= SPARSE_SHARE * self.M.A.nnz:
                 part = self.M.columns(cols)
-                torch.addmm(c, torch_csr(part), x.index_select(0, torch.from_numpy(cols)), out=y)
+                sparse_addmm(c, torch_csr(part), x.index_select(0, torch.from_numpy(cols)), y)
                 self.support = self.support | (np.diff(part.indptr) > 0)
             else:
                 self.support = None
         if self.support is None:
-            torch.addmm(c, self.M.At, x, out=y)
+            sparse_addmm(c, self.M.At, x, y)
         if mask is not None:
             y.mul_(mask)
+
+
+def sparse_addmm(c: torch.Tensor, A: torch.Tensor, x: torch.Tensor, out: torch.Tensor) -> None:
+    """``out = c + A x`` for a torch sparse CSR ``A`` and dense blocks (torch's MKL product). MKL
+    rounds a column's sums differently with the block's width, and differently on different CPUs
+    (see the module docstring: results agree within rounding, not bit for bit)."""
+    torch.addmm(c, A, x, out=out)
 
 
 def column_groups(rows: int, B: int, itemsize: int) -> list[slice]:
@@ -437,7 +460,8 @@ def column_groups(rows: int, B: int, itemsize: int) -> list[slice]:
     :data:`GROUP_COLUMNS` when the whole iterate block ``[rows, B]`` exceeds :data:`GROUP_CACHE_BYTES`
     and a group's block fits in it, else the whole block. The product gathers a row of the iterate
     per entry of P at random rows: a group's block stays in the cache across the product, the whole
-    block does not. Each column's arithmetic is the same either way."""
+    block does not. Each column's iteration is the same either way, up to how the product rounds
+    at each width (see :func:`sparse_addmm`)."""
     group_bytes = rows * GROUP_COLUMNS * itemsize
     if B <= GROUP_COLUMNS or rows * B * itemsize <= GROUP_CACHE_BYTES or group_bytes > GROUP_CACHE_BYTES:
         return [slice(0, B)]
@@ -542,12 +566,12 @@ def segment_sums(v: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return out
 
 
-def segmented_iterate(BD: sp.csr_matrix, x0: np.ndarray, c: np.ndarray, offsets: np.ndarray, tol: float,
+def segmented_iterate(BD: sp.csr_matrix, x0: np.ndarray, c: np.ndarray, offsets: np.ndarray, tols: torch.Tensor,
                       max_iter: int) -> tuple[np.ndarray, torch.Tensor]:
     """Power iteration ``x ← c + BD x`` on ONE iterate vector [T] of per-query segments
     (``offsets`` [B + 1]; SPEC §2 step 6, per-query convergence as :func:`power_iterate`):
-    segment b stops when its L1 change (float64 :func:`segment_sums`) is ≤ ``tol`` (or at
-    ``max_iter``), its iterate saved then. Stopped segments leave the matrix once they hold
+    segment b stops by :class:`.ppr_stop.StopRule` on its L1 change (float64 :func:`segment_sums`;
+    ``tols`` [B]) or at ``max_iter``, its iterate saved then. Stopped segments leave the matrix once they hold
     :data:`SEGMENT_COMPACT_SHARE` of the iterate's entries (:func:`keep_entries`).
     Returns ``(π [T], iterations [B])``."""
     B = len(offsets) - 1
@@ -558,10 +582,11 @@ def segmented_iterate(BD: sp.csr_matrix, x0: np.ndarray, c: np.ndarray, offsets:
     where = np.arange(len(x0))  # original entry of each entry of the iterate
     live = np.ones(B, bool)
     x = x0
+    rule = StopRule(tols.cpu())
     for it in range(1, max_iter + 1):
         y = BD @ x
         y += c
-        done = segment_sums(np.abs(y - x), lengths) <= tol
+        done = rule.done(torch.from_numpy(segment_sums(np.abs(y - x), lengths))).numpy()
         x = y
         stop = live if it == max_iter else done & live
         if not stop.any():
@@ -575,12 +600,13 @@ def segmented_iterate(BD: sp.csr_matrix, x0: np.ndarray, c: np.ndarray, offsets:
         if lengths[~live].sum() >= SEGMENT_COMPACT_SHARE * len(x):
             keep = np.repeat(live, lengths)
             BD, x, c, where = keep_entries(BD, keep), x[keep], c[keep], where[keep]
+            rule.keep(torch.from_numpy(np.flatnonzero(live)))
             query, lengths, live = query[live], lengths[live], live[live]
     return out, torch.from_numpy(iters)
 
 
 def segmented_ppr(A: sp.csr_matrix, p: torch.Tensor, region: np.ndarray, rows: np.ndarray | None, d: float,
-                  tol: float, max_iter: int) -> tuple[torch.Tensor, torch.Tensor]:
+                  tols: torch.Tensor, max_iter: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The CPU path's segmented strategy for localised walks (SPEC §2 step 6): each query walks on
     its own region only, the block-diagonal matrix of :func:`block_diagonal` (``A``: the iteration
     matrix on the union ``rows``) iterated by :func:`segmented_iterate`; a query's result depends
@@ -589,7 +615,7 @@ def segmented_ppr(A: sp.csr_matrix, p: torch.Tensor, region: np.ndarray, rows: n
     chunk = torch.from_numpy(node if rows is None else rows[node])
     x0 = p[torch.from_numpy(query), chunk]
     c = (1.0 - d) * x0  # the teleport term, as the block path computes it
-    pi, iters = segmented_iterate(block_diagonal(A, query, node), x0.numpy(), c.numpy(), offsets, tol, max_iter)
+    pi, iters = segmented_iterate(block_diagonal(A, query, node), x0.numpy(), c.numpy(), offsets, tols, max_iter)
     out = torch.from_numpy(np.zeros(tuple(p.shape), pi.dtype))  # calloc: pages left 0 are never written
     out[torch.from_numpy(query), chunk] = torch.from_numpy(pi)
     return out, iters
@@ -602,7 +628,7 @@ def union_rows(region: np.ndarray) -> np.ndarray | None:
 
 
 def _batched_ppr_cpu(P, priors, d: float, tol: float, max_iter: int, region) -> tuple[torch.Tensor, torch.Tensor]:
-    indptr, indices, data, n, p, r, dang = prepare(P, priors, d, tol, max_iter, region)
+    indptr, indices, data, n, p, r, dang, tols = prepare(P, priors, d, tol, max_iter, region)
     B = p.shape[0]
     if B == 0:
         return torch.zeros((0, n), dtype=p.dtype), torch.zeros(0, dtype=torch.int64)
@@ -615,7 +641,7 @@ def _batched_ppr_cpu(P, priors, d: float, tol: float, max_iter: int, region) -> 
         rows = union_rows(rn)
         if segments_fit(np.count_nonzero(rn), n if rows is None else len(rows), B):
             A = iteration_matrix(indptr, indices, data, n, dang, d, np_dtype, rows)
-            return segmented_ppr(A, p.cpu(), rn, rows, d, tol, max_iter)
+            return segmented_ppr(A, p.cpu(), rn, rows, d, tols, max_iter)
         mt = r.cpu().T
         if rows is not None:
             pt, mt = pt[rows], mt[rows]
@@ -629,7 +655,7 @@ def _batched_ppr_cpu(P, priors, d: float, tol: float, max_iter: int, region) -> 
         mg = mt[:, g].contiguous() if mt is not None else None
         if mg is not None:
             x0.mul_(mg)
-        out, iters[g] = power_iterate(CpuStep(M, x0), x0, (1.0 - d) * x0, mg, tol, max_iter, own_x0=True,
+        out, iters[g] = power_iterate(CpuStep(M, x0), x0, (1.0 - d) * x0, mg, tols[g], max_iter, own_x0=True,
                                       alloc=iterate_block)
         if rows is not None:
             pi[g, torch.from_numpy(rows)] = out.T
@@ -643,7 +669,7 @@ def _batched_ppr_cpu(P, priors, d: float, tol: float, max_iter: int, region) -> 
 def run_groups(walk: Callable[[slice], None], groups: list[slice]) -> None:
     """``walk`` each column group (see :func:`column_groups`). Several groups and several torch
     threads: the threads walk whole groups side by side, each product on one thread (a group's
-    block stays in its core's share of the cache; every column's arithmetic is unchanged); else
+    block stays in its core's share of the cache); else
     one group after the other, each product on torch's threads."""
     workers = min(torch.get_num_threads(), len(groups))
     if workers <= 1:

@@ -12,9 +12,9 @@ their entry counts (rows of one step have similar lengths), ``ROWS`` at a time, 
 with ``c = (1 − d) p`` and the damping folded into the edge and dangling weights (in the priors'
 dtype). The program also writes its rows' share of each column's L1 change ``Σ |y − x|``.
 
-Convergence stays on the device: the shares are summed in float64 in a fixed order, a live column
-whose change is ≤ ``tol`` stops (its iteration count recorded, its iterate frozen from then on),
-all without a host round trip. The host reads the live count every :data:`CHECK_EVERY` iterations,
+Convergence stays on the device: the shares are summed in float64 in a fixed order, and a live
+column that meets :class:`.ppr_stop.StopRule` stops (its iteration count recorded, its iterate
+frozen from then on), all without a host round trip. The host reads the live count every :data:`CHECK_EVERY` iterations,
 to finish or to drop stopped columns (saved first) once they are a quarter of the block.
 """
 from __future__ import annotations
@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from .batched_ppr import COMPACT_SHARE, check_threads, prepare
+from .ppr_stop import StopRule
 
 #: rows of P per program (the unit of the column-change shares)
 ROWS_PER_PROGRAM = 64
@@ -101,9 +102,9 @@ def batched_ppr_triton(P, priors, d: float = 0.85, tol: float = 1e-6, max_iter: 
     """Triton path, same contract as :func:`.batched_ppr.batched_ppr`; tensors live on ``device``
     (CPU tensors under ``TRITON_INTERPRET=1``); ``threads`` is validated and unused. Tolerance against
     the CPU path: π within 1e-6 absolute at ``tol`` ≤ 1e-6 (sums in another order); a column whose
-    change lies within ~1e-7 relative of ``tol`` may stop one iteration apart."""
+    change lies within rounding of its tolerance may stop one iteration apart."""
     check_threads(threads)
-    indptr, indices, data, n, p, r, dangling = prepare(P, priors, d, tol, max_iter, region)
+    indptr, indices, data, n, p, r, dangling, tols = prepare(P, priors, d, tol, max_iter, region)
     B = p.shape[0]
     dev = torch.device("cuda" if device == "cuda" else "cpu")
     if B == 0:
@@ -123,6 +124,7 @@ def batched_ppr_triton(P, priors, d: float = 0.85, tol: float = 1e-6, max_iter: 
     cols = torch.arange(B, device=dev)  # original column of each block column
     x, c = pad_columns(x0, padded(B)), pad_columns((1.0 - d) * x0, padded(B))
     mask = pad_columns(mt, padded(B)) if mt is not None else None
+    rule = StopRule(pad_columns(tols.to(dev)[None], padded(B))[0])  # padding columns are never live
     fresh = True
     for it in range(1, max_iter + 1):
         if fresh:  # the first iteration, or the first after a compaction
@@ -137,7 +139,7 @@ def batched_ppr_triton(P, priors, d: float = 0.85, tol: float = 1e-6, max_iter: 
                                live.view(torch.int8), y, part, n, bp, HAS_MASK=mask is not None,
                                ROWS_PER_PROGRAM=ROWS_PER_PROGRAM, ROWS=ROWS, CHUNK=chunk, BLOCK_B=block_b)
         x, y = y, x
-        stop = live & (part.sum(0, dtype=torch.float64) <= tol)  # fixed-order float64 sums, on the device
+        stop = live & rule.done(part.sum(0, dtype=torch.float64))  # fixed-order float64 sums, on the device
         stopped_at.masked_fill_(stop, it)
         live &= ~stop
         if it % CHECK_EVERY and it != max_iter:
@@ -151,6 +153,7 @@ def batched_ppr_triton(P, priors, d: float = 0.85, tol: float = 1e-6, max_iter: 
             out[:, cols[gone]] = x[:, gone]
             iters[cols[gone]] = stopped_at[gone]
             cols = cols[keep]
+            rule.keep(torch.cat([keep, keep.new_zeros(padded(len(keep)) - len(keep))]))  # padding: any column
             x, c = pad_columns(x[:, keep], padded(len(keep))), pad_columns(c[:, keep], padded(len(keep)))
             mask = pad_columns(mask[:, keep], padded(len(keep))) if mask is not None else None
             fresh = True

@@ -16,3 +16,8 @@ class InputError(HopgraphError, ValueError):
 
 class DeviceUnavailable(HopgraphError, RuntimeError):
     """A device was asked for that this machine does not have (e.g. ``device="cuda"`` without a GPU)."""
+
+
+class ToleranceWarning(UserWarning):
+    """A tolerance was asked for below what the inputs' float type can resolve; the kernel used the
+    resolvable floor instead (the message names the argument and the floor)."""

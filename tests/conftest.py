@@ -14,6 +14,24 @@ import pytest  # noqa: E402
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _emulated_width_rounding():
+    """With ``HOPGRAPH_TEST_WIDTH_ROUNDING=1`` the whole run uses :mod:`ppr_rounding`'s product in
+    ``batched_ppr`` (how MKL rounds on CPUs that take other kernels by block width): the suite's
+    tolerances can be checked against it on any machine."""
+    if os.environ.get("HOPGRAPH_TEST_WIDTH_ROUNDING") != "1":
+        yield
+        return
+    import importlib
+
+    import ppr_rounding
+
+    bp = importlib.import_module("hopgraph.kernels.batched_ppr")
+    native, bp.sparse_addmm = bp.sparse_addmm, ppr_rounding.width_dependent_addmm
+    yield
+    bp.sparse_addmm = native
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)
