@@ -62,8 +62,8 @@ does not fit the 64 MiB carry with the others on every version: check its size f
 does not fit and is skipped.
 
 No ``pip install -e .`` is needed: when ``import hopgraph`` fails, this script maps the
-package names to the source folders of this checkout (the ``package-dir`` table of
-pyproject.toml). On a CUDA machine with network, ``pip install -e . && python
+package names to the source folders of this checkout (the ``ROOTS`` of setup.py, read without
+importing setuptools). On a CUDA machine with network, ``pip install -e . && python
 bench/gpu_check.py`` works as well.
 """
 from __future__ import annotations
@@ -96,8 +96,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def source_roots(setup_py: Path = ROOT / "setup.py") -> dict[str, str]:
+    """``{package: folder}`` of the three source roots, the ``ROOTS`` literal of setup.py (read with
+    ``ast``: a bare machine may have no setuptools). Subpackages are found below their root."""
+    import ast
+
+    for node in ast.parse(setup_py.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "ROOTS" for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise SystemExit(f"{setup_py} has no ROOTS table: cannot map hopgraph to its source folders")
+
+
 def ensure_hopgraph_importable() -> None:
-    """Import hopgraph from this checkout, installed or not (maps pyproject's package-dir)."""
+    """Import hopgraph from this checkout, installed or not (maps setup.py's source roots)."""
     try:
         import hopgraph  # noqa: F401
         return
@@ -106,12 +117,7 @@ def ensure_hopgraph_importable() -> None:
     import importlib.abc
     import importlib.util
 
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
-    with open(ROOT / "pyproject.toml", "rb") as f:
-        package_dir = tomllib.load(f)["tool"]["setuptools"]["package-dir"]
+    package_dir = source_roots()
 
     class TreeFinder(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path, target=None):  # noqa: ANN001

@@ -24,12 +24,31 @@ def load_gpu_check():
     return module
 
 
+#: runs a script as a bare device machine would: hopgraph not installed (this environment's editable
+#: install's finder removed), everything else importable
+BARE = """
+import runpy, sys
+sys.meta_path[:] = [f for f in sys.meta_path if not str(getattr(f, "__module__", "")).startswith("__editable__")]
+try:
+    import hopgraph
+except ImportError:
+    print("hopgraph is not importable from site-packages")
+else:
+    raise SystemExit("hopgraph is importable: not a bare run")
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
 @pytest.mark.slow
-def test_interpret_quick_run_passes(tmp_path):
+def test_interpret_quick_run_passes_without_hopgraph_installed(tmp_path):
+    """The whole script, as on a bare device machine: it imports hopgraph from this checkout's
+    folders (the layout of setup.py), not from an installed package."""
     env = {**os.environ, "OUT": str(tmp_path), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--interpret", "--quick"], env=env, capture_output=True,
-                          text=True, timeout=240)
+    proc = subprocess.run([sys.executable, "-c", BARE, str(SCRIPT), "--interpret", "--quick"], env=env,
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert proc.stdout.startswith("hopgraph is not importable from site-packages")
     summary = json.loads((tmp_path / "gpu_check.json").read_text())
     assert summary["ok"] and summary["counts"]["FAIL"] == 0 and summary["env"]["mode"] == "interpret"
     results = summary["results"]
@@ -64,3 +83,13 @@ def test_comparisons_catch_mismatches_and_accept_near_ties():
     assert gc.gain_rows_agree(X, pen, -1.0, 1.0, cpu, cpu)[0]
     wrong = CSR(cpu.indptr, cpu.indices[::-1].copy(), cpu.data, cpu.n_cols)
     assert not gc.gain_rows_agree(X, pen, -1.0, 1.0, wrong, cpu)[0]
+
+
+def test_source_roots_are_setup_pys():
+    """The script's map of hopgraph to source folders is setup.py's own (read without setuptools)."""
+    import setuptools  # noqa: F401  (setup.py imports it; the script does not need it)
+
+    spec = importlib.util.spec_from_file_location("hopgraph_setup", SCRIPT.parents[1] / "setup.py")
+    setup_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(setup_module)
+    assert load_gpu_check().source_roots() == setup_module.ROOTS
