@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..components.records import (Columns, RecordFields, check_text, check_unicode, collect, decode_lines,
-                                  iter_jsonl)
+                                  iter_jsonl, metadata_json)
 from ..errors import InputError
 
 ID_FIELDS = ("id", "_id", "docid", "doc_id")
@@ -273,7 +273,7 @@ def _typed_metadata(metadata: Sequence[str], where_of: list[str], types: dict[st
                 m[k] = convert_metadata(m[k], kind, f"{where}: metadata field {k!r}")
             elif k in m and infer:
                 del m[k]
-        out.append(json.dumps(m, ensure_ascii=False, sort_keys=True, default=str) if m else "")
+        out.append(metadata_json(m, where))
     return tuple(out)
 
 

@@ -87,6 +87,28 @@ def test_add_delete_and_filtered_search_over_http_are_committed(index_dir):
         loaded.passage("n1")
 
 
+@pytest.mark.parametrize("metadata, field, name", [
+    ('{"score": NaN}', "score", "NaN"),
+    ('{"range": [1, Infinity]}', "range[1]", "Infinity"),
+    ('{"a": {"b": -Infinity}}', "a.b", "-Infinity"),
+])
+def test_metadata_json_cannot_hold_is_refused_with_422(index_dir, metadata, field, name):
+    """NaN and the infinities (which Python's json reads) in an added passage's metadata, at any depth,
+    are a 422 naming the passage and the field; nothing is added, and every answer stays JSON."""
+    body = ('{"passages": [{"id": "ok-1", "text": "A fine passage."}, '
+            '{"id": "nan-1", "text": "A passage about a bad number.", "metadata": ' + metadata + '}]}')
+    with BackgroundServer(create_app(hopgraph.Index.load(index_dir, progress=False), pipelines=["bm25"])) as srv, \
+            httpx.Client(base_url=srv.url, trust_env=False, timeout=60) as h:
+        r = h.post("/passages", content=body, headers={"Content-Type": "application/json"})
+        assert r.status_code == 422, r.text
+        detail = r.json()["detail"]
+        assert "record 1 ('nan-1')" in detail and f"metadata field {field!r} is {name}" in detail, detail
+        assert h.get("/passages/nan-1").status_code == 404 and h.get("/passages/ok-1").status_code == 404
+        r = h.post("/search", json={"queries": ["bad number passage"], "pipeline": "bm25", "k": 30})
+        assert r.status_code == 200 and len(r.json()["results"][0]["hits"]) == 24
+        assert h.get("/health").json()["passages"] == 24
+
+
 def test_async_client_writes(index_dir):
     async def run(url: str) -> tuple[dict, dict, list]:
         async with hopgraph.AsyncClient(url) as c:
