@@ -109,6 +109,61 @@ def test_metadata_json_cannot_hold_is_refused_with_422(index_dir, metadata, fiel
         assert h.get("/health").json()["passages"] == 24
 
 
+def test_refused_writes_never_enter_the_write_path(index_dir, monkeypatch):
+    """Writes the served index refuses — ids it holds, a malformed passage, metadata JSON cannot hold,
+    one id twice in a request, deleting an id it does not hold — are answered without entering the
+    one write path, where writes wait for each other; a valid write after them enters it."""
+    import concurrent.futures
+
+    app = create_app(hopgraph.Index.load(index_dir, progress=False), pipelines=["bm25"])
+    live, writes = app.state.live, []
+    real_write = live.write
+
+    async def write(op):
+        writes.append(op)
+        return await real_write(op)
+
+    monkeypatch.setattr(live, "write", write)
+    refused = [({"passages": [{"id": "demo-1", "text": "Already there."}]}, 409, "'demo-1'"),
+               ({"passages": [{"id": "x", "text": "A new one."}, {"id": "demo-2", "text": "Old."}]}, 409, "'demo-2'"),
+               ({"passages": [{"id": "x", "text": "   "}]}, 422, "empty text"),
+               ({"passages": [{"id": "x", "text": "a"}, {"id": "x", "text": "b"}]}, 422, "duplicate id 'x'"),
+               ({"passages": [{"id": "x", "text": "a", "metadata": {"v": float("nan")}}]}, 422, "'v' is NaN")]
+    with BackgroundServer(app) as srv:
+        def post(i: int) -> tuple[int, str, int, str]:
+            body, status, detail = refused[i % len(refused)]
+            with httpx.Client(base_url=srv.url, trust_env=False, timeout=60) as h:
+                r = h.request("POST", "/passages", content=__import__("json").dumps(body),
+                              headers={"Content-Type": "application/json"})
+                return r.status_code, r.json()["detail"], status, detail
+
+        with concurrent.futures.ThreadPoolExecutor(10) as pool:
+            answers = list(pool.map(post, range(50)))
+        assert all(got == want and detail in text for got, text, want, detail in answers), answers
+        with hopgraph.Client(srv.url) as c:
+            with pytest.raises(PassageNotFound):
+                c.delete("no-such-id")
+            assert writes == []
+            assert c.add([{"id": "after", "text": "A valid write after the refused ones."}])["committed"] is True
+            assert len(writes) == 1 and c.passage("after")["text"].startswith("A valid write")
+            assert c.health()["passages"] == 25
+
+
+def test_writes_after_another_process_commits_are_checked_by_the_write_path(index_dir):
+    """When another process committed since the served commit, a write the served index alone would
+    refuse (re-adding an id deleted there, deleting an id added there) goes to the write path, which
+    takes that commit in first."""
+    extra = index_dir.parent / "extra.jsonl"
+    extra.write_text('{"id": "cli-2", "text": "The kakapo is a flightless parrot."}\n')
+    with BackgroundServer(create_app(hopgraph.Index.load(index_dir, progress=False), pipelines=["bm25"])) as srv, \
+            hopgraph.Client(srv.url) as c:
+        _cli("delete", str(index_dir), "demo-3")
+        assert c.add([{"id": "demo-3", "text": "Demo three, added again."}])["added"] == ["demo-3"]
+        _cli("add", str(index_dir), str(extra), "-q")
+        assert c.delete("cli-2")["deleted"] == "cli-2"
+        assert c.passage("demo-3")["text"] == "Demo three, added again."
+
+
 def test_async_client_writes(index_dir):
     async def run(url: str) -> tuple[dict, dict, list]:
         async with hopgraph.AsyncClient(url) as c:
