@@ -4,7 +4,8 @@ A record is a mapping whose fields hold a passage's id, text, title and metadata
 (:class:`RecordFields` names them: ``id``, ``title``, ``text`` in hopgraph's own format).
 Rules of a record (:func:`passage_fields`, :meth:`RecordFields.metadata_of`):
 
-* the id: present, not null, a non-empty string or an integer (not a boolean);
+* the id: present, not null, a non-empty string or an integer (not a boolean), at most
+  :data:`MAX_ID_BYTES` bytes of UTF-8 (:func:`check_id`);
 * the text: present, not null, a string holding a non-blank character;
 * the title: a string, or absent / null (no title);
 * every string valid Unicode (no lone surrogates, which UTF-8 cannot write);
@@ -26,8 +27,13 @@ from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from ..errors import InputError
 
-__all__ = ["Columns", "RecordFields", "check_passages", "check_text", "check_unicode", "collect", "decode_lines",
-           "iter_jsonl", "metadata_json", "passage_fields"]
+__all__ = ["MAX_ID_BYTES", "Columns", "RecordFields", "check_id", "check_passages", "check_text", "check_unicode",
+           "collect", "decode_lines", "iter_jsonl", "metadata_json", "passage_fields"]
+
+
+#: the longest passage id, in bytes of UTF-8: every id fits in a URL path (``GET`` / ``DELETE
+#: /passages/{id}``), percent-encoded in at most three times as many characters
+MAX_ID_BYTES = 1024
 
 
 class Columns(NamedTuple):
@@ -74,6 +80,15 @@ def check_unicode(value: str, where: str) -> None:
     except UnicodeEncodeError as e:
         raise InputError(f"{where}: not valid Unicode text (lone surrogate U+{ord(value[e.start]):04X} at "
                          f"character {e.start})") from None
+
+
+def check_id(pid: str, where: str) -> None:
+    """A passage id must be valid Unicode (:func:`check_unicode`) of at most :data:`MAX_ID_BYTES` bytes
+    of UTF-8."""
+    check_unicode(pid, where)
+    size = len(pid.encode("utf-8"))
+    if size > MAX_ID_BYTES:
+        raise InputError(f"{where}: the id {pid[:40]!r}... has {size} bytes of UTF-8; the limit is {MAX_ID_BYTES}")
 
 
 def check_text(text: str, where: str, pid: object) -> None:
@@ -183,9 +198,9 @@ def passage_fields(record: Any, fields: RecordFields, where: str) -> tuple[str, 
     elif not isinstance(title, str):
         raise InputError(f"{where}: {fields.title!r} must be a string (or absent/null: the title), got "
                          f"{type(title).__name__} {title!r}")
-    for name, value in ((fields.id, pid), (fields.title, title), (fields.text, text)):
-        if isinstance(value, str):
-            check_unicode(value, f"{where}: {name!r}")
+    check_id(str(pid), f"{where}: {fields.id!r}")
+    for name, value in ((fields.title, title), (fields.text, text)):
+        check_unicode(value, f"{where}: {name!r}")
     return str(pid), title, text
 
 
@@ -211,8 +226,9 @@ def collect(records: Iterable[tuple[str, Any]], fields: RecordFields, source: st
 
 def check_passages(ids: Sequence[str], texts: Sequence[str], source: str,
                    metadata: Sequence[str] = ()) -> dict[str, int]:
-    """The corpus rules for passages given as lists: at least one, no id twice, no empty text, no
-    metadata JSON cannot hold (:func:`check_metadata_json`). Returns ``{id: position}``."""
+    """The corpus rules for passages given as lists: at least one, ids of at most :data:`MAX_ID_BYTES`
+    (:func:`check_id`), no id twice, no empty text, no metadata JSON cannot hold
+    (:func:`check_metadata_json`). Returns ``{id: position}``."""
     if not len(ids):
         raise InputError(f"{source}: the corpus holds no passages")
     positions: dict[str, int] = {}
@@ -220,6 +236,7 @@ def check_passages(ids: Sequence[str], texts: Sequence[str], source: str,
         if pid in positions:
             raise InputError(f"{source} passage {i}: duplicate id {pid!r} (first seen on passage {positions[pid]})")
         positions[pid] = i
+        check_id(str(pid), f"{source} passage {i}")
         check_text(texts[i], f"{source} passage {i}", pid)
     for i, raw in enumerate(metadata):
         check_metadata_json(raw, f"{source} passage {i} ({ids[i]!r})")

@@ -42,7 +42,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from ..components.records import (Columns, RecordFields, check_text, check_unicode, collect, decode_lines,
+from ..components.records import (Columns, RecordFields, check_id, check_text, check_unicode, collect, decode_lines,
                                   iter_jsonl, metadata_json)
 from ..errors import InputError
 
@@ -420,6 +420,7 @@ def read_folder(folder: str | Path) -> Columns:
     ids, titles, texts = [], [], []
     for rel, p in files:
         text = _read_text(p)
+        check_id(rel, str(p))
         check_text(text, str(p), rel)
         check_unicode(text, str(p))
         title = markdown_title(text) if p.suffix.lower() == ".md" else None

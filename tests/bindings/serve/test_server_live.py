@@ -164,6 +164,51 @@ def test_writes_after_another_process_commits_are_checked_by_the_write_path(inde
         assert c.passage("demo-3")["text"] == "Demo three, added again."
 
 
+def _at_most(pattern: str, size: int) -> str:
+    """``pattern`` repeated and cut at a character boundary, then padded with 'x' to exactly ``size``
+    bytes of UTF-8."""
+    out = ""
+    while len((out + pattern).encode()) <= size:
+        out += pattern
+    for ch in pattern:
+        if len((out + ch).encode()) > size:
+            break
+        out += ch
+    return out + "x" * (size - len(out.encode()))
+
+
+def test_every_accepted_id_round_trips_over_http_and_longer_ones_are_refused(index_dir):
+    """Ids of the maximum length with '/', '%', spaces, '?', '#' and non-ASCII characters, and the ids
+    '.' and '..', are added, found, fetched and deleted by their percent-encoded path; a longer id is
+    a 422 naming the limit."""
+    from urllib.parse import quote
+
+    from hopgraph.engine.components.records import MAX_ID_BYTES
+
+    ids = [_at_most(pattern, MAX_ID_BYTES) for pattern in ("a/b%2Fc d?e#f&g+h=", "é/%ü 😀?#", "%%//  ??##")]
+    ids += [".", "..", "./..", "%2E"]
+    assert all(len(pid.encode()) == MAX_ID_BYTES for pid in ids[:3])
+    with BackgroundServer(create_app(hopgraph.Index.load(index_dir, progress=False), pipelines=["bm25"])) as srv, \
+            hopgraph.Client(srv.url) as c, httpx.Client(base_url=srv.url, trust_env=False, timeout=60) as h:
+        added = c.add([{"id": pid, "text": f"Marmot passage {i} about alpine marmots."} for i, pid in enumerate(ids)])
+        assert added["added"] == ids
+        assert {hit.id for hit in c.search("alpine marmots", pipeline="bm25", k=len(ids))[0]} == set(ids)
+        for i, pid in enumerate(ids):
+            assert c.passage(pid)["text"] == f"Marmot passage {i} about alpine marmots.", pid
+            r = h.get("/passages/" + quote(pid, safe="").replace(".", "%2E"))  # as any client may encode it
+            assert r.status_code == 200 and r.json()["id"] == pid
+        for pid in ids[::2]:
+            assert c.delete(pid)["deleted"] == pid
+        for pid in ids[1::2]:
+            assert h.delete("/passages/" + quote(pid, safe="").replace(".", "%2E")).json()["deleted"] == pid
+        assert c.health()["passages"] == 24
+        over = ids[0] + "y"
+        r = h.post("/passages", json={"passages": [{"id": over, "text": "One byte too long."}]})
+        assert r.status_code == 422 and f"has {MAX_ID_BYTES + 1} bytes of UTF-8; the limit is {MAX_ID_BYTES}" in \
+            r.json()["detail"]
+        assert c.health()["passages"] == 24
+
+
 def test_async_client_writes(index_dir):
     async def run(url: str) -> tuple[dict, dict, list]:
         async with hopgraph.AsyncClient(url) as c:

@@ -1,9 +1,11 @@
 """One set of record rules for every corpus input: records, JSON lines, JSON arrays, CSV."""
 import json
+from pathlib import Path
 
 import pytest
 
 from hopgraph import Corpus, InputError, read_corpus
+from hopgraph.engine.components.records import MAX_ID_BYTES
 
 
 def _problem(error: InputError) -> str:
@@ -92,3 +94,24 @@ def test_typed_csv_metadata_refuses_a_non_finite_float(tmp_path):
     assert read_corpus(csv).meta(1) == {"score": "nan"}  # inferred: text
     with pytest.raises(InputError, match=rf"^{csv} line 3: metadata field 'score' is NaN"):
         read_corpus(csv, metadata_types={"score": "float"})
+
+
+def test_ids_are_bounded_in_bytes_of_utf8_by_every_input_path(tmp_path):
+    longest = "é" * (MAX_ID_BYTES // 2)  # two bytes each: exactly the limit
+    assert Corpus.from_records([{"id": longest, "text": "x"}]).ids == (longest,)
+    over = longest + "a"
+    jsonl = tmp_path / "c.jsonl"
+    jsonl.write_text(json.dumps({"id": "a", "text": "first"}) + "\n" + json.dumps({"id": over, "text": "x"}) + "\n")
+    deep = tmp_path / "docs" / Path(*["d" * 250] * 4) / ("f" * 24 + ".txt")  # its id: 1032 bytes
+    deep.parent.mkdir(parents=True)
+    deep.write_text("a text")
+    for read, where, size in ((lambda: Corpus.from_records([{"id": over, "text": "x"}]), "<records> record 0: 'id'",
+                               MAX_ID_BYTES + 1),
+                              (lambda: Corpus.from_jsonl(jsonl), f"{jsonl} line 2: 'id'", MAX_ID_BYTES + 1),
+                              (lambda: read_corpus(jsonl), f"{jsonl} line 2: 'id'", MAX_ID_BYTES + 1),
+                              (lambda: Corpus(("a", over), ("", ""), ("x", "y")), "<memory> passage 1", MAX_ID_BYTES + 1),
+                              (lambda: read_corpus(tmp_path / "docs"), str(deep), 1032)):
+        with pytest.raises(InputError) as e:
+            read()
+        assert str(e.value).startswith(f"{where}: the id ") and \
+            str(e.value).endswith(f"has {size} bytes of UTF-8; the limit is {MAX_ID_BYTES}"), str(e.value)
