@@ -180,7 +180,7 @@ class _ClientBase:
     def _passage_path(pid: str) -> str:
         if not isinstance(pid, str) or not pid:
             raise InputError(f"passage id must be a non-empty string, got {pid!r}")
-        return "/passages/" + quote(pid, safe="")
+        return "/passages/" + quote(pid, safe="").replace(".", "%2E")  # no '.' / '..' path segment to drop
 
     def _unreachable(self, e: Exception) -> ServiceError:
         return ServiceError(None, f"cannot reach the hopgraph service at {self.url}: {type(e).__name__}: {e}")

@@ -48,19 +48,7 @@ class IndexLive:
         new = Corpus.coerce(records)
         if chunk_tokens is not None:
             new = chunking.chunk_corpus(new, chunk_tokens, chunk_overlap, self.embedder)
-        deleted = self.components.deleted
-        existing = []
-        for pid in new.ids:
-            try:
-                row = self.corpus.position(pid)
-            except KeyError:
-                continue
-            if deleted is None or not deleted[row]:
-                existing.append((pid, row))
-        if existing and not upsert:
-            more = f" (and {len(existing) - 5} more)" if len(existing) > 5 else ""
-            raise DuplicateIdError(f"{new.source}: passage id(s) already in the index: "
-                             f"{', '.join(repr(p) for p, _ in existing[:5])}{more} (upsert=True, or --upsert, replaces them)")
+        existing = self._existing(new, upsert)
         dim = int(self.X.shape[1])
         t0 = time.perf_counter()
         if embeddings is not None:
@@ -75,6 +63,39 @@ class IndexLive:
         if self._ops is not None:
             self._ops.append(("add", new, X_new, upsert))
         return AddReport(list(new.ids), [p for p, _ in existing], embed_seconds, time.perf_counter() - t0)
+
+    def check_add(self, records: Corpus | str | Path | Sequence, *, upsert: bool = False) -> Corpus:
+        """The checks of :meth:`add` that need no embedding, changing nothing: ``records`` as a Corpus
+        (:class:`InputError` naming a bad record) holding an id of a live passage only with ``upsert``
+        (:class:`DuplicateIdError` naming them). Reads only the id tables: a server refuses a write
+        with it before the write enters its write path."""
+        new = Corpus.coerce(records)
+        if not upsert:
+            self._existing(new, upsert)
+        return new
+
+    def live_rows(self, ids: Sequence[str]) -> list[tuple[str, int]]:
+        """``(id, row)`` of each of ``ids`` that a live passage has (deleted and unknown ids left out)."""
+        deleted = self.components.deleted
+        found = []
+        for pid in ids:
+            try:
+                row = self.corpus.position(pid)
+            except KeyError:
+                continue
+            if deleted is None or not deleted[row]:
+                found.append((pid, row))
+        return found
+
+    def _existing(self, new: Corpus, upsert: bool) -> list[tuple[str, int]]:
+        """:meth:`live_rows` of ``new``'s ids; :class:`DuplicateIdError` naming them unless ``upsert``."""
+        existing = self.live_rows(new.ids)
+        if existing and not upsert:
+            more = f" (and {len(existing) - 5} more)" if len(existing) > 5 else ""
+            raise DuplicateIdError(f"{new.source}: passage id(s) already in the index: "
+                                   f"{', '.join(repr(p) for p, _ in existing[:5])}{more} (upsert=True, or --upsert, "
+                                   "replaces them)")
+        return existing
 
     def _append(self, new: Corpus, X_new: np.ndarray, replaced: Sequence[int]) -> None:
         """Append the checked passages ``new`` with their embeddings, tombstone the ``replaced`` rows

@@ -16,12 +16,13 @@ only loopback ``Host`` names and same-origin browser writes are accepted (:mod:`
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from functools import partial
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from fastapi import APIRouter, FastAPI, HTTPException
 from fastapi.exceptions import RequestValidationError
@@ -244,11 +245,14 @@ def _passage_routes(service: Service) -> APIRouter:
         _check_add(request, limits)
         records = [p.model_dump() for p in request.passages]
 
+        def refusable() -> None:  # bad records; ids the served index holds when it is the latest commit
+            index.check_add(records, upsert=request.upsert or not live.is_latest())
+
         async def embed_beside() -> dict[str, Any]:  # an in-place add: embedded beside the searches first
             return {"embeddings": await service.batcher.run_beside(lambda: index.embed_passages(records))}
 
-        return JSONResponse(await _write(live, partial(apply_add, records=records, upsert=request.upsert),
-                                         "POST /passages", prepare=embed_beside if live.in_place else None))
+        return JSONResponse(await _write(service, partial(apply_add, records=records, upsert=request.upsert),
+                                         "POST /passages", refusable, embed_beside if live.in_place else None))
 
     @router.delete("/passages/{pid:path}", summary="delete one passage (no search returns it); committed",
                    response_model=None, responses={200: {"model": DeleteResponse}, 403: {"model": ErrorResponse},
@@ -257,8 +261,13 @@ def _passage_routes(service: Service) -> APIRouter:
                                                    **_ERRORS})
     async def delete_passage(pid: str) -> JSONResponse:
         check_writable()
+
+        def refusable() -> None:  # an id the served index does not hold, when it is the latest commit
+            if live.is_latest() and not index.live_rows([pid]):
+                raise KeyError(pid)
+
         try:
-            return JSONResponse(await _write(live, partial(apply_delete, pid=pid), "DELETE /passages"))
+            return JSONResponse(await _write(service, partial(apply_delete, pid=pid), "DELETE /passages", refusable))
         except KeyError:
             raise HTTPException(404, f"no passage with id {pid!r} in this index") from None
 
@@ -278,16 +287,21 @@ def _check_add(request: AddRequest, limits: ServeLimits) -> None:
                                      f"is {limits.max_passage_chars} (split long documents into passages first)")
 
 
-async def _write(live: LiveWrites, op: Any, what: str, prepare: Any = None) -> dict[str, Any]:
+async def _write(service: Service, op: Any, what: str, refusable: Callable[[], None],
+                 prepare: Any = None) -> dict[str, Any]:
     """Apply the write ``op(index)`` (:mod:`hopgraph.serve.writer`) and wait for its group commit
-    (:mod:`hopgraph.serve.commits`); ``prepare()`` (when given) is awaited first and gives more
-    keywords of ``op``. 409 when another process holds the index's write lock too long, an id is
-    already there or another writer's commit conflicts, 422 for bad input, 500 (logged) for
-    anything else."""
+    (:mod:`hopgraph.serve.commits`). ``refusable()`` runs first, in a thread beside the searches
+    (holding their read lock), and raises what the write would (bad input, an id already there, an
+    unknown id): such a write is answered without entering the one write path, where writes wait
+    for each other. ``prepare()`` (when given) is awaited next and gives more keywords of ``op``.
+    409 when another process holds the index's write lock too long, an id is already there or
+    another writer's commit conflicts, 422 for bad input, KeyError raised as it is (the route's
+    404), 500 (logged) for anything else."""
     try:
+        await asyncio.get_running_loop().run_in_executor(None, _reading, service, refusable)
         if prepare is not None:
             op = partial(op, **(await prepare()))
-        return await live.write(op)
+        return await service.live.write(op)
     except KeyError:
         raise
     except (IndexLockedError, DuplicateIdError, StaleIndexError) as e:
@@ -299,6 +313,12 @@ async def _write(live: LiveWrites, op: Any, what: str, prepare: Any = None) -> d
         log.exception("%s failed (%s)", what, type(e).__name__)
         raise HTTPException(500, f"internal error during {what} ({type(e).__name__}); the server log has the "
                                  "details") from None
+
+
+def _reading(service: Service, fn: Callable[[], None]) -> None:
+    """``fn()`` holding the read side of the served index's lock (no update swaps it meanwhile)."""
+    with service.batcher.lock.reading():
+        fn()
 
 
 def _server_info(service: Service) -> dict[str, Any]:

@@ -30,6 +30,10 @@ processes.
   server not yet committed then are applied again on top of the other commit when their copy is
   committed (a rebase, :meth:`~hopgraph.index.Index.save`).
 
+A write with a bad record, and, while :meth:`LiveWrites.is_latest` says the served index holds every
+commit, a write of an id it holds or a delete of an id it lacks, is answered before it reaches
+:meth:`LiveWrites.write` (:mod:`hopgraph.serve.app`); the write path checks each write again.
+
 An index with no directory (built in memory) has no commit to copy: its writes are applied to the
 served index itself in the search worker, between micro-batches, and are not committed
 (``"committed": false``).
@@ -116,6 +120,19 @@ class LiveWrites:
         """Whether writes are applied to the served index itself, in the search worker (an index with
         no directory): their preparation (embedding) then belongs beside the searches."""
         return self.index.path is None
+
+    def is_latest(self) -> bool:
+        """Whether the served index is known to hold every committed write: its directory's ``CURRENT``
+        names the commit served (one read of that file), or it is an index in memory written only here.
+        When it is, a write of an id it holds is refused before the write path; else (another process
+        committed since, or a router others write too) the write path decides."""
+        index = self.index
+        if index.path is None:
+            return not getattr(index, "commits_writes", False)
+        try:
+            return index._committed is not None and storage.read_current(index.path)[0] == index._committed.name
+        except (IndexFormatError, OSError):
+            return False
 
     def start_writer(self) -> None:
         """Start the writer process before the first write (:meth:`ProcessWriter.start`)."""

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictInt, StrictStr, Tag
 
+from ..engine.components.records import MAX_ID_BYTES
+
 FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 
 
@@ -81,7 +83,7 @@ class PassageIn(BaseModel):
     """A passage to add: as a corpus record of ``hopgraph index``."""
 
     model_config = ConfigDict(extra="forbid")
-    id: StrictStr
+    id: StrictStr = Field(description=f"the passage id: at most {MAX_ID_BYTES:,} bytes of UTF-8 (any characters)")
     title: StrictStr = ""
     text: StrictStr
     metadata: dict[StrictStr, Any] = Field(default_factory=dict)

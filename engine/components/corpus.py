@@ -136,7 +136,7 @@ class Corpus:
         if not (len(self.ids) == len(self.titles) == len(self.texts) == len(self.metadata)):
             raise InputError(f"{self.source}: ids, titles, texts and metadata have different lengths")
         if _validate:
-            self._positions = check_passages(self.ids, self.texts, self.source)
+            self._positions = check_passages(self.ids, self.texts, self.source, self.metadata)
 
     # ------------------------------------------------------------------ constructors
     @classmethod

@@ -4,12 +4,15 @@ A record is a mapping whose fields hold a passage's id, text, title and metadata
 (:class:`RecordFields` names them: ``id``, ``title``, ``text`` in hopgraph's own format).
 Rules of a record (:func:`passage_fields`, :meth:`RecordFields.metadata_of`):
 
-* the id: present, not null, a non-empty string or an integer (not a boolean);
+* the id: present, not null, a non-empty string or an integer (not a boolean), at most
+  :data:`MAX_ID_BYTES` bytes of UTF-8 (:func:`check_id`);
 * the text: present, not null, a string holding a non-blank character;
 * the title: a string, or absent / null (no title);
 * every string valid Unicode (no lone surrogates, which UTF-8 cannot write);
 * the metadata: the record's other fields (or the chosen ones), a field ``metadata`` holding a
-  JSON object (or null) contributing its keys, which win over fields of the same name.
+  JSON object (or null) contributing its keys, which win over fields of the same name; every value,
+  at any depth of its lists and objects, one JSON can hold (no NaN, Infinity or -Infinity:
+  :func:`metadata_json`).
 
 Rules of a corpus (:func:`collect`, and :func:`check_passages` for one built from lists): at least
 one passage, no id twice. Every error is an :class:`~hopgraph.engine.errors.InputError` naming
@@ -18,13 +21,19 @@ where the record came from (file and line, row, record number) and the field.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from ..errors import InputError
 
-__all__ = ["Columns", "RecordFields", "check_passages", "check_text", "check_unicode", "collect", "decode_lines",
-           "iter_jsonl", "passage_fields"]
+__all__ = ["MAX_ID_BYTES", "Columns", "RecordFields", "check_id", "check_passages", "check_text", "check_unicode",
+           "collect", "decode_lines", "iter_jsonl", "metadata_json", "passage_fields"]
+
+
+#: the longest passage id, in bytes of UTF-8: every id fits in a URL path (``GET`` / ``DELETE
+#: /passages/{id}``), percent-encoded in at most three times as many characters
+MAX_ID_BYTES = 1024
 
 
 class Columns(NamedTuple):
@@ -73,10 +82,67 @@ def check_unicode(value: str, where: str) -> None:
                          f"character {e.start})") from None
 
 
+def check_id(pid: str, where: str) -> None:
+    """A passage id must be valid Unicode (:func:`check_unicode`) of at most :data:`MAX_ID_BYTES` bytes
+    of UTF-8."""
+    check_unicode(pid, where)
+    size = len(pid.encode("utf-8"))
+    if size > MAX_ID_BYTES:
+        raise InputError(f"{where}: the id {pid[:40]!r}... has {size} bytes of UTF-8; the limit is {MAX_ID_BYTES}")
+
+
 def check_text(text: str, where: str, pid: object) -> None:
     """A passage text must hold a non-blank character."""
     if not text or not text.strip():
         raise InputError(f"{where}: empty text for id {pid!r}")
+
+
+def metadata_json(meta: Mapping[str, Any], where: str) -> str:
+    """``meta`` as the JSON object string a corpus stores (keys sorted; ``""`` for none). A value JSON
+    cannot hold — a float NaN, Infinity or -Infinity, at any depth of lists and objects — raises
+    :class:`InputError` naming ``where`` and the field (``'scores[2]'``, ``'a.b'``): stored, it could
+    never be answered as JSON."""
+    if not meta:
+        return ""
+    try:
+        return json.dumps(meta, ensure_ascii=False, sort_keys=True, default=str, allow_nan=False)
+    except ValueError:
+        field = _non_finite(meta)
+        if field is None:
+            raise
+        name, value = field
+        raise InputError(f"{where}: metadata field {name!r} is {_JSON_NAMES[value]}, which JSON cannot hold "
+                         "(give a finite number, null or text)") from None
+
+
+def check_metadata_json(raw: str, where: str) -> None:
+    """A metadata string given as stored (``""`` or a JSON object): InputError naming ``where`` and the
+    field when it holds NaN, Infinity or -Infinity (:func:`metadata_json`). Only a string holding
+    one of those words is parsed."""
+    if "NaN" not in raw and "Infinity" not in raw:
+        return
+    try:
+        meta = json.loads(raw)
+    except ValueError as e:
+        raise InputError(f"{where}: metadata is not valid JSON ({e})") from None
+    if isinstance(meta, dict):
+        metadata_json(meta, where)
+
+
+_JSON_NAMES = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _non_finite(value: Any, name: str = "") -> tuple[str, str] | None:
+    """``(field path, "nan" | "inf" | "-inf")`` of the first non-finite float in ``value``; None if none."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (name, str(float(value)))
+    if isinstance(value, Mapping):
+        items = ((f"{name}.{k}" if name else str(k), v) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        items = ((f"{name}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    return next((found for found in (_non_finite(v, n) for n, v in items) if found is not None), None)
 
 
 class RecordFields:
@@ -92,7 +158,8 @@ class RecordFields:
         """Choose the fields not given from the first record (here: all are given)."""
 
     def metadata_of(self, record: Mapping[str, Any], where: str) -> str:
-        """The record's metadata as a JSON object string (``""`` for none), keys sorted."""
+        """The record's metadata as a JSON object string (``""`` for none), keys sorted
+        (:func:`metadata_json`: an error names ``where`` and the record's id)."""
         core = (self.id, self.title, self.text)
         names = self.metadata if self.metadata is not None else [k for k in record if k not in core]
         meta: dict[str, Any] = {}
@@ -108,7 +175,7 @@ class RecordFields:
             else:
                 meta[k] = record[k]
         meta.update(nested or {})
-        return json.dumps(meta, ensure_ascii=False, sort_keys=True, default=str) if meta else ""
+        return metadata_json(meta, f"{where} ({str(record.get(self.id))!r})")
 
 
 def passage_fields(record: Any, fields: RecordFields, where: str) -> tuple[str, str, str]:
@@ -131,9 +198,9 @@ def passage_fields(record: Any, fields: RecordFields, where: str) -> tuple[str, 
     elif not isinstance(title, str):
         raise InputError(f"{where}: {fields.title!r} must be a string (or absent/null: the title), got "
                          f"{type(title).__name__} {title!r}")
-    for name, value in ((fields.id, pid), (fields.title, title), (fields.text, text)):
-        if isinstance(value, str):
-            check_unicode(value, f"{where}: {name!r}")
+    check_id(str(pid), f"{where}: {fields.id!r}")
+    for name, value in ((fields.title, title), (fields.text, text)):
+        check_unicode(value, f"{where}: {name!r}")
     return str(pid), title, text
 
 
@@ -157,9 +224,11 @@ def collect(records: Iterable[tuple[str, Any]], fields: RecordFields, source: st
     return Columns(tuple(ids), tuple(titles), tuple(texts), source, tuple(meta))
 
 
-def check_passages(ids: Sequence[str], texts: Sequence[str], source: str) -> dict[str, int]:
-    """The corpus rules for passages given as lists: at least one, no id twice, no empty text.
-    Returns ``{id: position}``."""
+def check_passages(ids: Sequence[str], texts: Sequence[str], source: str,
+                   metadata: Sequence[str] = ()) -> dict[str, int]:
+    """The corpus rules for passages given as lists: at least one, ids of at most :data:`MAX_ID_BYTES`
+    (:func:`check_id`), no id twice, no empty text, no metadata JSON cannot hold
+    (:func:`check_metadata_json`). Returns ``{id: position}``."""
     if not len(ids):
         raise InputError(f"{source}: the corpus holds no passages")
     positions: dict[str, int] = {}
@@ -167,5 +236,8 @@ def check_passages(ids: Sequence[str], texts: Sequence[str], source: str) -> dic
         if pid in positions:
             raise InputError(f"{source} passage {i}: duplicate id {pid!r} (first seen on passage {positions[pid]})")
         positions[pid] = i
+        check_id(str(pid), f"{source} passage {i}")
         check_text(texts[i], f"{source} passage {i}", pid)
+    for i, raw in enumerate(metadata):
+        check_metadata_json(raw, f"{source} passage {i} ({ids[i]!r})")
     return positions

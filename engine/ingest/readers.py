@@ -42,8 +42,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from ..components.records import (Columns, RecordFields, check_text, check_unicode, collect, decode_lines,
-                                  iter_jsonl)
+from ..components.records import (Columns, RecordFields, check_id, check_text, check_unicode, collect, decode_lines,
+                                  iter_jsonl, metadata_json)
 from ..errors import InputError
 
 ID_FIELDS = ("id", "_id", "docid", "doc_id")
@@ -273,7 +273,7 @@ def _typed_metadata(metadata: Sequence[str], where_of: list[str], types: dict[st
                 m[k] = convert_metadata(m[k], kind, f"{where}: metadata field {k!r}")
             elif k in m and infer:
                 del m[k]
-        out.append(json.dumps(m, ensure_ascii=False, sort_keys=True, default=str) if m else "")
+        out.append(metadata_json(m, where))
     return tuple(out)
 
 
@@ -420,6 +420,7 @@ def read_folder(folder: str | Path) -> Columns:
     ids, titles, texts = [], [], []
     for rel, p in files:
         text = _read_text(p)
+        check_id(rel, str(p))
         check_text(text, str(p), rel)
         check_unicode(text, str(p))
         title = markdown_title(text) if p.suffix.lower() == ".md" else None

@@ -1,6 +1,7 @@
 """CLI error paths: one line on stderr, exit 2, no traceback — ``index --out`` without a name,
-``add --embeddings`` of a pickled array, a CSV with a stray quote — and ``search --k`` beyond the
-index, clamped."""
+``add --embeddings`` of a pickled array, a CSV with a stray quote, metadata JSON cannot hold, an id
+over the length limit — and
+``search --k`` beyond the index, clamped."""
 from __future__ import annotations
 
 import json
@@ -71,3 +72,31 @@ def test_search_k_beyond_the_index_is_clamped(small_index, capsys):
                  "--quiet"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert len(out[0]["hits"]) == 6
+
+
+@pytest.mark.parametrize("metadata", ['{"score": NaN}', '{"tags": ["a", {"w": Infinity}]}'])
+def test_metadata_json_cannot_hold_is_one_line_naming_the_file_and_line(small_index, tmp_path, capsys, metadata):
+    bad = tmp_path / "nan.jsonl"
+    bad.write_text('{"id": "n1", "text": "a fine passage"}\n{"id": "n2", "text": "a passage", "metadata": '
+                   + metadata + "}\n")
+    assert main(["index", str(bad), "--out", str(tmp_path / "i"), "--embedder", "hashing-16", "--pipelines",
+                 "dense", "--quiet"]) == EXIT_USER_ERROR
+    err = one_line_error(capsys, "index")
+    assert f"{bad} line 2 ('n2'): metadata field" in err and "which JSON cannot hold" in err
+    assert not (tmp_path / "i").exists()
+    assert main(["add", str(small_index), str(bad), "--quiet"]) == EXIT_USER_ERROR
+    assert f"{bad} line 2 ('n2'): metadata field" in one_line_error(capsys, "add")
+    assert main(["search", str(small_index), "passage", "--pipeline", "dense", "--k", "10", "--json",
+                 "--quiet"]) == 0
+    assert {h["id"] for h in json.loads(capsys.readouterr().out)[0]["hits"]} == {f"p{i}" for i in range(6)}
+
+
+def test_an_id_over_the_limit_is_one_line_naming_the_file_and_line(small_index, tmp_path, capsys):
+    from hopgraph.engine.components.records import MAX_ID_BYTES
+
+    bad = tmp_path / "long.jsonl"
+    bad.write_text(json.dumps({"id": "n1", "text": "a fine passage"}) + "\n"
+                   + json.dumps({"id": "x" * (MAX_ID_BYTES + 1), "text": "a passage"}) + "\n")
+    assert main(["add", str(small_index), str(bad), "--quiet"]) == EXIT_USER_ERROR
+    err = one_line_error(capsys, "add")
+    assert f"{bad} line 2: 'id'" in err and f"the limit is {MAX_ID_BYTES}" in err

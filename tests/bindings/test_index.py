@@ -155,6 +155,12 @@ def test_sync_params_updates_query_params_and_drops_fit_params(demo_corpus, hash
 @pytest.mark.parametrize("corpus, kwargs, message", [
     ([], {}, "holds no passages"),
     ([{"id": "a", "title": 0, "text": "x"}], {}, r"record 0: 'title' must be a string"),
+    ([{"id": "p1", "text": "x", "metadata": {"score": float("nan")}}], {},
+     r"record 0 \('p1'\): metadata field 'score' is NaN, which JSON cannot hold"),
+    ([{"id": "a", "text": "x"}, {"id": "p2", "text": "y", "tags": ["ok", {"w": float("-inf")}]}], {},
+     r"record 1 \('p2'\): metadata field 'tags\[1\].w' is -Infinity"),
+    ([{"id": "é" * 513, "text": "x"}], {}, r"record 0: 'id': the id 'é+'\.\.\. has 1026 bytes of UTF-8; "
+                                           r"the limit is 1024"),
     (["a b"], {"pipelines": "dense"}, "pipelines must be a list"),
     (["a b"], {"pipelines": ["dense", "nope"]}, "unknown pipeline 'nope'"),
     (["a b"], {"device": "gpu"}, "device must be one of"),

@@ -109,6 +109,8 @@ def test_add_checks_everything_before_changing_anything(full):
         index.add([{"id": "x", "text": "t"}], embeddings=random_unit(1, 32))
     with pytest.raises(InputError):
         index.add([{"id": "x", "text": ""}])
+    with pytest.raises(InputError, match=r"record 0 \('x'\): metadata field 'year' is Infinity"):
+        index.add([{"id": "x", "text": "t", "metadata": {"year": float("inf")}}])
     assert len(index.X) == 10 and len(index.corpus) == 10
 
 

@@ -173,16 +173,56 @@ def test_each_commit_loads_a_fresh_copy_and_a_failed_write_changes_nothing(index
 
         with concurrent.futures.ThreadPoolExecutor(2) as pool:       # one window: a good write, then a bad one
             good = pool.submit(write, [{"id": "cow-2", "text": "A tardigrade survives the vacuum of space."}])
-            time.sleep(0.15)
-            bad = pool.submit(write, [{"id": "demo-2", "text": "Already there."}])
-            with pytest.raises(RequestRejected, match="HTTP 409.*'demo-2'"):
+            time.sleep(0.15)                                           # the same new id, not yet committed:
+            bad = pool.submit(write, [{"id": "cow-2", "text": "Already there."}])  # refused in the write path
+            with pytest.raises(RequestRejected, match="HTTP 409.*'cow-2'"):
                 bad.result(60)
             assert good.result(60)["committed"] is True              # applied again to a fresh copy
         assert c.search("tardigrade vacuum space", pipeline="bm25", k=1)[0][0].id == "cow-2"
         assert c.health()["passages"] == 25
     loaded = hopgraph.Index.load(index_dir, progress=False)
     assert loaded.n_live == 25 and loaded.passage("cow-2")["text"].startswith("A tardigrade")
-    assert loaded.passage("demo-2")["text"] != "Already there."
+
+
+def test_two_writes_of_one_new_id_the_second_is_refused_in_the_write_path(index_dir, monkeypatch):
+    """Both writes pass the check before the write path (the id is not committed yet); the write path
+    refuses the second (409) and commits the first."""
+    served = hopgraph.Index.load(index_dir, progress=False)
+    entered, release = threading.Event(), threading.Event()
+    real_add = hopgraph.Index.add
+
+    def add(self, *args, **kwargs):  # the first write's update blocks until released
+        entered.set()
+        assert release.wait(60)
+        return real_add(self, *args, **kwargs)
+
+    monkeypatch.setattr(hopgraph.Index, "add", add)
+    app = create_app(served, pipelines=PIPES, write_process=False)
+    live, writes, both_in = app.state.live, [], threading.Event()
+    real_write = live.write
+
+    async def write(op):  # counts the writes that enter the write path
+        writes.append(op)
+        if len(writes) == 2:
+            both_in.set()
+        return await real_write(op)
+
+    monkeypatch.setattr(live, "write", write)
+    with BackgroundServer(app) as srv, concurrent.futures.ThreadPoolExecutor(2) as pool:
+        def post(text: str) -> dict:
+            with hopgraph.Client(srv.url) as c:
+                return c.add([{"id": "twice-1", "text": text}])
+
+        first = pool.submit(post, "A pangolin rolls into a ball.")
+        assert entered.wait(60)
+        second = pool.submit(post, "A second pangolin passage.")
+        assert both_in.wait(60)                                        # past the check: into the write path
+        release.set()
+        assert first.result(60)["added"] == ["twice-1"]
+        with pytest.raises(RequestRejected, match="HTTP 409.*'twice-1'"):
+            second.result(60)
+    assert len(writes) == 2
+    assert hopgraph.Index.load(index_dir, progress=False).passage("twice-1")["text"].startswith("A pangolin")
 
 
 def test_an_index_in_memory_is_written_in_place(index_dir):

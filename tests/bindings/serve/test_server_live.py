@@ -87,6 +87,128 @@ def test_add_delete_and_filtered_search_over_http_are_committed(index_dir):
         loaded.passage("n1")
 
 
+@pytest.mark.parametrize("metadata, field, name", [
+    ('{"score": NaN}', "score", "NaN"),
+    ('{"range": [1, Infinity]}', "range[1]", "Infinity"),
+    ('{"a": {"b": -Infinity}}', "a.b", "-Infinity"),
+])
+def test_metadata_json_cannot_hold_is_refused_with_422(index_dir, metadata, field, name):
+    """NaN and the infinities (which Python's json reads) in an added passage's metadata, at any depth,
+    are a 422 naming the passage and the field; nothing is added, and every answer stays JSON."""
+    body = ('{"passages": [{"id": "ok-1", "text": "A fine passage."}, '
+            '{"id": "nan-1", "text": "A passage about a bad number.", "metadata": ' + metadata + '}]}')
+    with BackgroundServer(create_app(hopgraph.Index.load(index_dir, progress=False), pipelines=["bm25"])) as srv, \
+            httpx.Client(base_url=srv.url, trust_env=False, timeout=60) as h:
+        r = h.post("/passages", content=body, headers={"Content-Type": "application/json"})
+        assert r.status_code == 422, r.text
+        detail = r.json()["detail"]
+        assert "record 1 ('nan-1')" in detail and f"metadata field {field!r} is {name}" in detail, detail
+        assert h.get("/passages/nan-1").status_code == 404 and h.get("/passages/ok-1").status_code == 404
+        r = h.post("/search", json={"queries": ["bad number passage"], "pipeline": "bm25", "k": 30})
+        assert r.status_code == 200 and len(r.json()["results"][0]["hits"]) == 24
+        assert h.get("/health").json()["passages"] == 24
+
+
+def test_refused_writes_never_enter_the_write_path(index_dir, monkeypatch):
+    """Writes the served index refuses — ids it holds, a malformed passage, metadata JSON cannot hold,
+    one id twice in a request, deleting an id it does not hold — are answered without entering the
+    one write path, where writes wait for each other; a valid write after them enters it."""
+    import concurrent.futures
+
+    app = create_app(hopgraph.Index.load(index_dir, progress=False), pipelines=["bm25"])
+    live, writes = app.state.live, []
+    real_write = live.write
+
+    async def write(op):
+        writes.append(op)
+        return await real_write(op)
+
+    monkeypatch.setattr(live, "write", write)
+    refused = [({"passages": [{"id": "demo-1", "text": "Already there."}]}, 409, "'demo-1'"),
+               ({"passages": [{"id": "x", "text": "A new one."}, {"id": "demo-2", "text": "Old."}]}, 409, "'demo-2'"),
+               ({"passages": [{"id": "x", "text": "   "}]}, 422, "empty text"),
+               ({"passages": [{"id": "x", "text": "a"}, {"id": "x", "text": "b"}]}, 422, "duplicate id 'x'"),
+               ({"passages": [{"id": "x", "text": "a", "metadata": {"v": float("nan")}}]}, 422, "'v' is NaN")]
+    with BackgroundServer(app) as srv:
+        def post(i: int) -> tuple[int, str, int, str]:
+            body, status, detail = refused[i % len(refused)]
+            with httpx.Client(base_url=srv.url, trust_env=False, timeout=60) as h:
+                r = h.request("POST", "/passages", content=__import__("json").dumps(body),
+                              headers={"Content-Type": "application/json"})
+                return r.status_code, r.json()["detail"], status, detail
+
+        with concurrent.futures.ThreadPoolExecutor(10) as pool:
+            answers = list(pool.map(post, range(50)))
+        assert all(got == want and detail in text for got, text, want, detail in answers), answers
+        with hopgraph.Client(srv.url) as c:
+            with pytest.raises(PassageNotFound):
+                c.delete("no-such-id")
+            assert writes == []
+            assert c.add([{"id": "after", "text": "A valid write after the refused ones."}])["committed"] is True
+            assert len(writes) == 1 and c.passage("after")["text"].startswith("A valid write")
+            assert c.health()["passages"] == 25
+
+
+def test_writes_after_another_process_commits_are_checked_by_the_write_path(index_dir):
+    """When another process committed since the served commit, a write the served index alone would
+    refuse (re-adding an id deleted there, deleting an id added there) goes to the write path, which
+    takes that commit in first."""
+    extra = index_dir.parent / "extra.jsonl"
+    extra.write_text('{"id": "cli-2", "text": "The kakapo is a flightless parrot."}\n')
+    with BackgroundServer(create_app(hopgraph.Index.load(index_dir, progress=False), pipelines=["bm25"])) as srv, \
+            hopgraph.Client(srv.url) as c:
+        _cli("delete", str(index_dir), "demo-3")
+        assert c.add([{"id": "demo-3", "text": "Demo three, added again."}])["added"] == ["demo-3"]
+        _cli("add", str(index_dir), str(extra), "-q")
+        assert c.delete("cli-2")["deleted"] == "cli-2"
+        assert c.passage("demo-3")["text"] == "Demo three, added again."
+
+
+def _at_most(pattern: str, size: int) -> str:
+    """``pattern`` repeated and cut at a character boundary, then padded with 'x' to exactly ``size``
+    bytes of UTF-8."""
+    out = ""
+    while len((out + pattern).encode()) <= size:
+        out += pattern
+    for ch in pattern:
+        if len((out + ch).encode()) > size:
+            break
+        out += ch
+    return out + "x" * (size - len(out.encode()))
+
+
+def test_every_accepted_id_round_trips_over_http_and_longer_ones_are_refused(index_dir):
+    """Ids of the maximum length with '/', '%', spaces, '?', '#' and non-ASCII characters, and the ids
+    '.' and '..', are added, found, fetched and deleted by their percent-encoded path; a longer id is
+    a 422 naming the limit."""
+    from urllib.parse import quote
+
+    from hopgraph.engine.components.records import MAX_ID_BYTES
+
+    ids = [_at_most(pattern, MAX_ID_BYTES) for pattern in ("a/b%2Fc d?e#f&g+h=", "é/%ü 😀?#", "%%//  ??##")]
+    ids += [".", "..", "./..", "%2E"]
+    assert all(len(pid.encode()) == MAX_ID_BYTES for pid in ids[:3])
+    with BackgroundServer(create_app(hopgraph.Index.load(index_dir, progress=False), pipelines=["bm25"])) as srv, \
+            hopgraph.Client(srv.url) as c, httpx.Client(base_url=srv.url, trust_env=False, timeout=60) as h:
+        added = c.add([{"id": pid, "text": f"Marmot passage {i} about alpine marmots."} for i, pid in enumerate(ids)])
+        assert added["added"] == ids
+        assert {hit.id for hit in c.search("alpine marmots", pipeline="bm25", k=len(ids))[0]} == set(ids)
+        for i, pid in enumerate(ids):
+            assert c.passage(pid)["text"] == f"Marmot passage {i} about alpine marmots.", pid
+            r = h.get("/passages/" + quote(pid, safe="").replace(".", "%2E"))  # as any client may encode it
+            assert r.status_code == 200 and r.json()["id"] == pid
+        for pid in ids[::2]:
+            assert c.delete(pid)["deleted"] == pid
+        for pid in ids[1::2]:
+            assert h.delete("/passages/" + quote(pid, safe="").replace(".", "%2E")).json()["deleted"] == pid
+        assert c.health()["passages"] == 24
+        over = ids[0] + "y"
+        r = h.post("/passages", json={"passages": [{"id": over, "text": "One byte too long."}]})
+        assert r.status_code == 422 and f"has {MAX_ID_BYTES + 1} bytes of UTF-8; the limit is {MAX_ID_BYTES}" in \
+            r.json()["detail"]
+        assert c.health()["passages"] == 24
+
+
 def test_async_client_writes(index_dir):
     async def run(url: str) -> tuple[dict, dict, list]:
         async with hopgraph.AsyncClient(url) as c:
