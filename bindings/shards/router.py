@@ -17,7 +17,7 @@ from ..engine.components.sharded import (Pending, RemoteStrings, ShardCalls, Sha
                                          ShardSet, read_fields)
 from ..engine.components.sharded_graph import reading_rows
 from ..engine.errors import IndexFormatError, InputError
-from ..engine.filters import ids_mask
+from ..engine.filters import check_where, ids_mask
 from ..engine.pipelines import pipeline_class
 from ..index import Index
 from ..index.params import validate_params
@@ -79,6 +79,8 @@ class ShardedIndex(Index):
         :meth:`Index.filter_mask`: deleted ids are refused, searches drop the deleted rows)."""
         if allowed_ids is None and where is None:
             return None
+        if where is not None:
+            check_where(where)  # refused here, before any shard evaluates it
         deleted = self.components.deleted
         mask = None if allowed_ids is None else ids_mask(self.corpus, allowed_ids, deleted)
         if where is not None:

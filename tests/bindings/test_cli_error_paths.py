@@ -71,3 +71,15 @@ def test_search_k_beyond_the_index_is_clamped(small_index, capsys):
                  "--quiet"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert len(out[0]["hits"]) == 6
+
+
+def test_search_refuses_a_filter_over_a_bound_in_one_line(small_index, capsys):
+    from hopgraph.engine.filters import MAX_WHERE_DEPTH
+
+    where: dict = {"year": 1}
+    for _ in range(MAX_WHERE_DEPTH):
+        where = {"$or": [where]}
+    assert main(["search", str(small_index), "passage", "--pipeline", "dense", "--where", json.dumps(where),
+                 "--quiet"]) == EXIT_USER_ERROR
+    assert f"the bound on nesting depth through $and / $or / $not is {MAX_WHERE_DEPTH}" in one_line_error(capsys,
+                                                                                                           "search")
