@@ -15,6 +15,8 @@ re-sorting of tied scores by document id never applies): ``ndcg@10`` (linear gai
 ``ndcg_cut``), ``mrr@10`` (``recip_rank`` of the top 10), ``map@100`` (``map_cut``), ``recall@k``
 and ``p@k``. A document counts as relevant when its relevance is at least 1. A query with no
 retrieved document scores 0 on every measure; queries without judgements are not evaluated.
+Judged documents the corpus does not hold can never be retrieved and lower the scores:
+:func:`judged_coverage` counts them (:class:`UnjudgeableWarning` or, strict, an error).
 Standard errors and the paired tests between runs (:func:`paired_test`) are scipy's.
 """
 from __future__ import annotations
@@ -23,7 +25,7 @@ import csv
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -40,6 +42,46 @@ MEASURES = ("ndcg@K", "mrr@K", "map@K", "recall@K", "p@K")
 #: the measures reported by default besides Recall@k and P@k at each requested k
 HEADLINE = ("ndcg@10", "mrr@10", "map@100")
 _MEASURE = re.compile(r"^(ndcg|mrr|map|recall|p)@([1-9][0-9]*)$")
+
+
+#: how many missing document ids a :class:`Coverage` message quotes
+EXAMPLES = 3
+
+
+class UnjudgeableWarning(UserWarning):
+    """The qrels judge documents the corpus does not hold: they are never retrieved, so the scores
+    of their queries are lowered (:func:`judged_coverage`)."""
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """The judged documents of some qrels (distinct document ids, any relevance) and those of them
+    the corpus does not hold (in qrels order)."""
+
+    judged: int
+    missing: tuple[str, ...]
+
+    @property
+    def share(self) -> float:
+        """The share of the judged documents the corpus does not hold (0.0 for none judged)."""
+        return len(self.missing) / self.judged if self.judged else 0.0
+
+    def message(self, qrels_source: str, corpus_source: str) -> str:
+        """One line: how many judged documents are missing, their share and a few of their ids."""
+        more = ", ..." if len(self.missing) > EXAMPLES else ""
+        return (f"{qrels_source}: {len(self.missing)} of {self.judged} judged document id(s) ({self.share:.1%}) are "
+                f"not in the corpus {corpus_source}, e.g. {', '.join(map(repr, self.missing[:EXAMPLES]))}{more}; "
+                "they can never be retrieved and lower the scores")
+
+    def to_dict(self) -> dict[str, float]:
+        return {"judged": self.judged, "missing": len(self.missing), "missing_share": self.share}
+
+
+def judged_coverage(qrels: Qrels, holds: Callable[[str], bool]) -> Coverage:
+    """The :class:`Coverage` of ``qrels`` by a corpus: ``holds(document id)`` says whether it holds
+    the document."""
+    judged = dict.fromkeys(d for rels in qrels.values() for d in rels)
+    return Coverage(len(judged), tuple(d for d in judged if not holds(d)))
 
 
 @dataclass(frozen=True)

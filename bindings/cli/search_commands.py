@@ -64,7 +64,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     report = evaluate(args.data_dir, args.pipelines, args.ks, embedder=args.embedder, cache_dir=args.cache_dir,
                       device=args.device, progress=not args.quiet, ablations=args.ablations, params=cli_params(args),
                       split=args.split, qrels=args.qrels, topics=args.topics, corpus=args.corpus, depth=args.depth,
-                      run_dir=args.run_dir, baseline=args.baseline)
+                      run_dir=args.run_dir, baseline=args.baseline, strict=args.strict)
     print(format_table(report))
     if args.plot:
         plot_report(report, args.plot)
@@ -130,6 +130,8 @@ def register(sub: argparse._SubParsersAction, known: str) -> None:
     p.add_argument("--run-dir", metavar="DIR", help="write a TREC run file PIPELINE.run per pipeline to this folder")
     p.add_argument("--cache-dir", help="where built indexes are cached (default: $HOPGRAPH_CACHE_DIR, else the "
                    f"platform cache directory; here: {default_cache_dir()})")
+    p.add_argument("--strict", action="store_true", help="refuse qrels that judge documents the corpus does not "
+                   "hold (by default they are counted, warned about and reported)")
     p.add_argument("--ablations", action="store_true", help="also evaluate each pipeline's named ablations")
     p.add_argument("--plot", help="write the Recall@k curve of every pipeline to this PNG")
     param_option(p, "of the evaluated index (cached pipelines are updated or refitted)")

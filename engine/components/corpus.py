@@ -228,6 +228,14 @@ class Corpus:
                 return offset + positions[pid]
         raise KeyError(f"passage id {pid!r} is not in corpus {self.source}")
 
+    def holds(self, pid: str) -> bool:
+        """Whether a passage has the id ``pid`` (:meth:`position` without the KeyError)."""
+        try:
+            self.position(pid)
+        except KeyError:
+            return False
+        return True
+
     def _id_parts_or_self(self, offset: int = 0) -> list[tuple[int, "HashTable | None", Sequence[str]]]:
         """``(first row, stored id hash table or None, ids)`` of each part of this corpus, rows shifted
         by ``offset``."""
