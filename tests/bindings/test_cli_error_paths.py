@@ -83,3 +83,19 @@ def test_search_refuses_a_filter_over_a_bound_in_one_line(small_index, capsys):
                  "--quiet"]) == EXIT_USER_ERROR
     assert f"the bound on nesting depth through $and / $or / $not is {MAX_WHERE_DEPTH}" in one_line_error(capsys,
                                                                                                            "search")
+
+
+def test_an_index_folder_with_stray_files_is_still_an_index(small_index, corpus_file, tmp_path, capsys):
+    strays = {"notes.txt": b"my notes", ".DS_Store": b"\x00\x01"}
+    for name, data in strays.items():
+        (small_index / name).write_bytes(data)
+    new = tmp_path / "new.jsonl"
+    new.write_text(json.dumps({"id": "n1", "title": "N", "text": "a new passage about x"}) + "\n")
+    assert main(["add", str(small_index), str(new), "--quiet"]) == 0, capsys.readouterr().err
+    assert main(["delete", str(small_index), "n1"]) == 0, capsys.readouterr().err
+    assert main(["compact", str(small_index), "--quiet"]) == 0, capsys.readouterr().err
+    assert main(["index", str(corpus_file), "--out", str(small_index), "--embedder", "hashing-16", "--pipelines",
+                 "dense", "--overwrite", "--quiet"]) == 0, capsys.readouterr().err
+    assert main(["verify", str(small_index)]) == 0, capsys.readouterr().err
+    assert {name: (small_index / name).read_bytes() for name in strays} == strays  # never removed
+
