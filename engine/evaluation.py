@@ -30,7 +30,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from .components.corpus import Corpus
-from .components.records import iter_jsonl
+from .components.records import decode_lines, input_path, iter_jsonl, read_text
 from .errors import InputError
 
 #: ``{query id: {document id: relevance}}``
@@ -112,9 +112,7 @@ def load_questions(path: str | Path, corpus: Corpus | None = None) -> list[Quest
 
     With ``corpus``, every gold id must be a passage of it.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"questions file {path} does not exist")
+    path = input_path(path, "questions file")
     out = []
     for lineno, rec in iter_jsonl(path):
         where = f"{path} line {lineno}"
@@ -177,10 +175,8 @@ def load_trec_topics(path: str | Path) -> dict[str, str]:
     """TREC topics: ``QID<TAB>TEXT`` lines (Anserini / MS MARCO), or SGML ``<top>`` blocks whose
     ``<num>`` (``Number:`` optional) and ``<title>`` give the id and text. InputError naming the
     file (and line) of a problem."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"topics file {path} does not exist")
-    text = path.read_text(encoding="utf-8-sig")
+    path = input_path(path, "topics file")
+    text = read_text(path)
     topics: dict[str, str] = {}
     if "<top>" in text.lower():
         for block in re.findall(r"<top>(.*?)</top>", text, flags=re.S | re.I):
@@ -341,8 +337,7 @@ def _add_topic(topics: dict[str, str], qid: str, text: str, where: str) -> None:
 
 
 def _read_beir_queries(path: Path) -> dict[str, str]:
-    if not path.is_file():
-        raise InputError(f"BEIR queries file {path} does not exist")
+    path = input_path(path, "BEIR queries file")
     out: dict[str, str] = {}
     for lineno, rec in iter_jsonl(path):
         qid, text = rec.get("_id", rec.get("id")), rec.get("text")
@@ -356,23 +351,22 @@ def _read_beir_queries(path: Path) -> dict[str, str]:
 
 def _read_qrels(path: Path, beir: bool) -> dict[str, dict[str, int]]:
     """Qrels of a BEIR TSV (header, ``query-id corpus-id score``) or a TREC file (``QID ITER DOCID REL``)."""
-    if not path.is_file():
-        raise InputError(f"qrels file {path} does not exist")
+    path = input_path(path, "qrels file")
     out: dict[str, dict[str, int]] = {}
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        rows = csv.reader(f, delimiter="\t") if beir else (line.split() for line in f)
-        for lineno, row in enumerate(rows, start=1):
-            if not row or not "".join(row).strip():
-                continue
-            if beir and lineno == 1 and not _is_int(row[-1]):
-                continue  # the header row
-            if len(row) != (3 if beir else 4) or not _is_int(row[-1]):
-                want = "QUERY_ID<TAB>CORPUS_ID<TAB>SCORE" if beir else "QUERY_ID ITER DOC_ID RELEVANCE"
-                raise InputError(f"{path} line {lineno}: expected {want}, got {row!r:.120}")
-            q, d, rel = row[0].strip(), row[-2].strip(), int(row[-1])
-            if d in out.setdefault(q, {}):
-                raise InputError(f"{path} line {lineno}: query {q!r} judges document {d!r} twice")
-            out[q][d] = rel
+    lines = decode_lines(path)  # InputError naming the line of a byte that is not UTF-8
+    rows = csv.reader(lines, delimiter="\t") if beir else (line.split() for line in lines)
+    for lineno, row in enumerate(rows, start=1):
+        if not row or not "".join(row).strip():
+            continue
+        if beir and lineno == 1 and not _is_int(row[-1]):
+            continue  # the header row
+        if len(row) != (3 if beir else 4) or not _is_int(row[-1]):
+            want = "QUERY_ID<TAB>CORPUS_ID<TAB>SCORE" if beir else "QUERY_ID ITER DOC_ID RELEVANCE"
+            raise InputError(f"{path} line {lineno}: expected {want}, got {row!r:.120}")
+        q, d, rel = row[0].strip(), row[-2].strip(), int(row[-1])
+        if d in out.setdefault(q, {}):
+            raise InputError(f"{path} line {lineno}: query {q!r} judges document {d!r} twice")
+        out[q][d] = rel
     if not out:
         raise InputError(f"qrels file {path} holds no judgements")
     return out

@@ -12,6 +12,7 @@ from .options import (
     check_before_work,
     cli_params,
     common,
+    id_lines,
     int_list,
     name_list,
     param_option,
@@ -32,8 +33,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     where = where_filter(args.where)
     allowed = None
     if args.allowed_ids:
-        text = Path(args.allowed_ids).read_text(encoding="utf-8")
-        allowed = [line.strip() for line in text.splitlines() if line.strip()]
+        allowed = id_lines(args.allowed_ids, "--allowed-ids")
     index = Index.load(args.index, embedder=args.embedder, device=args.device, progress=not args.quiet)
     results = index.search(args.questions, pipeline=args.pipeline, k=args.k,
                            group_by_document=args.group_by_document, allowed_ids=allowed, where=where,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..errors import InputError
-from .records import RecordFields, check_passages, check_unicode, collect, iter_jsonl
+from .records import RecordFields, check_passages, check_unicode, collect, input_path, iter_jsonl
 
 if TYPE_CHECKING:
     from ..storage import HashTable
@@ -164,9 +164,7 @@ class Corpus:
         Errors name the file and the line: invalid JSON, missing or empty fields,
         duplicate ids (with the line of the first occurrence).
         """
-        path = Path(path)
-        if not path.is_file():
-            raise InputError(f"corpus file {path} " + ("is not a file" if path.exists() else "does not exist"))
+        path = input_path(path, "corpus file")
         located = ((f"line {n}", rec) for n, rec in iter_jsonl(path))
         return cls(*collect(located, RecordFields(), str(path)), _validate=False)
 
