@@ -148,7 +148,7 @@ def evaluate(data_dir: str | Path, pipelines: Sequence[str], ks: Sequence[int], 
              ablations: bool = False, params: Mapping[str, Mapping[str, Any]] | None = None, *,
              split: str = "test", qrels: str | Path | None = None, topics: str | Path | None = None,
              corpus: str | Path | None = None, depth: int | None = None, run_dir: str | Path | None = None,
-             baseline: str | None = None) -> dict[str, Any]:
+             baseline: str | None = None, strict: bool = False) -> dict[str, Any]:
     """Run every pipeline on every judged query of the benchmark (:func:`load_benchmark`); returns
     the report (:func:`json_report` selects its ``--json`` form).
 
@@ -165,6 +165,11 @@ def evaluate(data_dir: str | Path, pipelines: Sequence[str], ks: Sequence[int], 
     ``query_embedding_seconds``). With ``ablations``, every named ablation of each pipeline (its
     class's ``ablations``) is an extra row labelled ``pipeline[ablation]``. ``cache_dir`` None:
     :func:`default_cache_dir`.
+
+    Judged documents the corpus does not hold are counted (the report's ``judged_documents``) and
+    warned about (:class:`~hopgraph.engine.evaluation.UnjudgeableWarning`: their count, their share
+    of the judged documents and a few ids); with ``strict`` (and always for hopgraph's
+    ``questions.jsonl``, whose gold ids must be passages) they are an InputError instead.
     """
     from .engine import evaluation
 
@@ -177,14 +182,7 @@ def evaluate(data_dir: str | Path, pipelines: Sequence[str], ks: Sequence[int], 
     index, path = cached_index(Path(data_dir), embedder, cache_dir, device, pipelines, progress, params,
                                bench.corpus_path)
     eval_set = bench.eval_set
-    if bench.format == "hopgraph":  # hopgraph's gold ids must be passages (BEIR/TREC qrels may judge others)
-        for q, rels in eval_set.qrels.items():
-            for g in rels:
-                try:
-                    index.corpus.position(g)
-                except KeyError:
-                    raise InputError(f"{eval_set.source}: gold id {g!r} of question {q!r} is not in the corpus "
-                                     f"{index.corpus.source}") from None
+    coverage = check_coverage(eval_set, index.corpus, strict or bench.format == "hopgraph")
     qids, texts = list(eval_set.queries), list(eval_set.queries.values())
     t0 = time.perf_counter()
     Q = index.embed_queries(texts)
@@ -236,6 +234,7 @@ def evaluate(data_dir: str | Path, pipelines: Sequence[str], ks: Sequence[int], 
         "split": bench.split,
         "n_passages": len(index.corpus),
         "n_questions": len(qids),
+        "judged_documents": coverage.to_dict(),
         "embedder": index.embedder_name,
         "depth": depth,
         "measures": measures,
@@ -247,6 +246,23 @@ def evaluate(data_dir: str | Path, pipelines: Sequence[str], ks: Sequence[int], 
         "significance": {"measure": SIGNIFICANCE_MEASURE, "baseline": baseline, "tests": tests},
         "run_files": run_files,
     }
+
+
+def check_coverage(eval_set: Any, corpus: Any, strict: bool) -> Any:
+    """The :class:`~hopgraph.engine.evaluation.Coverage` of ``eval_set``'s judgements by ``corpus``;
+    judged documents it does not hold are an InputError when ``strict``, else an
+    :class:`~hopgraph.engine.evaluation.UnjudgeableWarning` (one line: count, share, examples)."""
+    import warnings
+
+    from .engine import evaluation
+
+    coverage = evaluation.judged_coverage(eval_set.qrels, corpus.holds)
+    if coverage.missing:
+        message = coverage.message(eval_set.source, corpus.source)
+        if strict:
+            raise InputError(message)
+        warnings.warn(message, evaluation.UnjudgeableWarning, stacklevel=3)
+    return coverage
 
 
 def _file_label(label: str) -> str:
@@ -298,7 +314,9 @@ def plot_report(report: dict[str, Any], path: str | Path) -> None:
 
 def json_report(report: dict[str, Any]) -> dict[str, Any]:
     """The ``--json`` document (schema :data:`SCHEMA_VERSION`): ``schema_version``, ``dataset``,
-    ``format``, ``split``, ``n_passages``, ``n_questions``, ``embedder``, ``depth``, ``measures``;
+    ``format``, ``split``, ``n_passages``, ``n_questions``, ``judged_documents`` (``judged``: the
+    distinct judged document ids, ``missing``: those not in the corpus, ``missing_share``), ``embedder``,
+    ``depth``, ``measures``;
     ``results`` — per row, each measure and its standard error (``MEASURE_stderr``, the ± of
     :func:`format_table`), ``index_seconds`` and ``queries_per_second``; ``per_query`` — per row,
     ``{query id: {measure: value}}``; ``recall_curve`` — per row, ``{k: [mean, standard error]}``
@@ -309,8 +327,8 @@ def json_report(report: dict[str, Any]) -> dict[str, Any]:
     keep = [key for m in report["measures"] for key in (m, f"{m}_stderr")] + ["index_seconds", "queries_per_second"]
     return {
         "schema_version": SCHEMA_VERSION,
-        **{key: report[key] for key in ("dataset", "format", "split", "n_passages", "n_questions", "embedder",
-                                        "depth", "measures")},
+        **{key: report[key] for key in ("dataset", "format", "split", "n_passages", "n_questions",
+                                        "judged_documents", "embedder", "depth", "measures")},
         "results": {p: {key: float(r[key]) for key in keep} for p, r in report["results"].items()},
         "per_query": report["per_query"],
         "recall_curve": {p: {k: list(v) for k, v in c.items()} for p, c in report["recall_curve"].items()},
@@ -334,7 +352,10 @@ def format_table(report: dict[str, Any]) -> str:
     split = f" ({report['split']})" if report.get("split") else ""
     title = (f"{report['dataset']}{split}: {report['n_passages']} passages, {report['n_questions']} queries, "
              f"embedder {report['embedder']}, searched {report['depth']} deep")
-    out = [title, line(head), line(["-" * w for w in widths])] + [line(r) for r in rows]
+    cover = report["judged_documents"]
+    missing = (f"judged documents not in the corpus: {cover['missing']} of {cover['judged']} "
+               f"({cover['missing_share']:.1%})")
+    out = [title, missing, line(head), line(["-" * w for w in widths])] + [line(r) for r in rows]
     sig = report["significance"]
     if sig["tests"]:
         out.append(f"paired tests of {sig['measure']} against {sig['baseline']} (two-sided p: t-test, randomisation):")

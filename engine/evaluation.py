@@ -15,6 +15,8 @@ re-sorting of tied scores by document id never applies): ``ndcg@10`` (linear gai
 ``ndcg_cut``), ``mrr@10`` (``recip_rank`` of the top 10), ``map@100`` (``map_cut``), ``recall@k``
 and ``p@k``. A document counts as relevant when its relevance is at least 1. A query with no
 retrieved document scores 0 on every measure; queries without judgements are not evaluated.
+Judged documents the corpus does not hold can never be retrieved and lower the scores:
+:func:`judged_coverage` counts them (:class:`UnjudgeableWarning` or, strict, an error).
 Standard errors and the paired tests between runs (:func:`paired_test`) are scipy's.
 """
 from __future__ import annotations
@@ -23,12 +25,12 @@ import csv
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from .components.corpus import Corpus
-from .components.records import iter_jsonl
+from .components.records import decode_lines, input_path, iter_jsonl, read_text
 from .errors import InputError
 
 #: ``{query id: {document id: relevance}}``
@@ -40,6 +42,46 @@ MEASURES = ("ndcg@K", "mrr@K", "map@K", "recall@K", "p@K")
 #: the measures reported by default besides Recall@k and P@k at each requested k
 HEADLINE = ("ndcg@10", "mrr@10", "map@100")
 _MEASURE = re.compile(r"^(ndcg|mrr|map|recall|p)@([1-9][0-9]*)$")
+
+
+#: how many missing document ids a :class:`Coverage` message quotes
+EXAMPLES = 3
+
+
+class UnjudgeableWarning(UserWarning):
+    """The qrels judge documents the corpus does not hold: they are never retrieved, so the scores
+    of their queries are lowered (:func:`judged_coverage`)."""
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """The judged documents of some qrels (distinct document ids, any relevance) and those of them
+    the corpus does not hold (in qrels order)."""
+
+    judged: int
+    missing: tuple[str, ...]
+
+    @property
+    def share(self) -> float:
+        """The share of the judged documents the corpus does not hold (0.0 for none judged)."""
+        return len(self.missing) / self.judged if self.judged else 0.0
+
+    def message(self, qrels_source: str, corpus_source: str) -> str:
+        """One line: how many judged documents are missing, their share and a few of their ids."""
+        more = ", ..." if len(self.missing) > EXAMPLES else ""
+        return (f"{qrels_source}: {len(self.missing)} of {self.judged} judged document id(s) ({self.share:.1%}) are "
+                f"not in the corpus {corpus_source}, e.g. {', '.join(map(repr, self.missing[:EXAMPLES]))}{more}; "
+                "they can never be retrieved and lower the scores")
+
+    def to_dict(self) -> dict[str, float]:
+        return {"judged": self.judged, "missing": len(self.missing), "missing_share": self.share}
+
+
+def judged_coverage(qrels: Qrels, holds: Callable[[str], bool]) -> Coverage:
+    """The :class:`Coverage` of ``qrels`` by a corpus: ``holds(document id)`` says whether it holds
+    the document."""
+    judged = dict.fromkeys(d for rels in qrels.values() for d in rels)
+    return Coverage(len(judged), tuple(d for d in judged if not holds(d)))
 
 
 @dataclass(frozen=True)
@@ -70,9 +112,7 @@ def load_questions(path: str | Path, corpus: Corpus | None = None) -> list[Quest
 
     With ``corpus``, every gold id must be a passage of it.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"questions file {path} does not exist")
+    path = input_path(path, "questions file")
     out = []
     for lineno, rec in iter_jsonl(path):
         where = f"{path} line {lineno}"
@@ -135,10 +175,8 @@ def load_trec_topics(path: str | Path) -> dict[str, str]:
     """TREC topics: ``QID<TAB>TEXT`` lines (Anserini / MS MARCO), or SGML ``<top>`` blocks whose
     ``<num>`` (``Number:`` optional) and ``<title>`` give the id and text. InputError naming the
     file (and line) of a problem."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"topics file {path} does not exist")
-    text = path.read_text(encoding="utf-8-sig")
+    path = input_path(path, "topics file")
+    text = read_text(path)
     topics: dict[str, str] = {}
     if "<top>" in text.lower():
         for block in re.findall(r"<top>(.*?)</top>", text, flags=re.S | re.I):
@@ -299,8 +337,7 @@ def _add_topic(topics: dict[str, str], qid: str, text: str, where: str) -> None:
 
 
 def _read_beir_queries(path: Path) -> dict[str, str]:
-    if not path.is_file():
-        raise InputError(f"BEIR queries file {path} does not exist")
+    path = input_path(path, "BEIR queries file")
     out: dict[str, str] = {}
     for lineno, rec in iter_jsonl(path):
         qid, text = rec.get("_id", rec.get("id")), rec.get("text")
@@ -314,23 +351,22 @@ def _read_beir_queries(path: Path) -> dict[str, str]:
 
 def _read_qrels(path: Path, beir: bool) -> dict[str, dict[str, int]]:
     """Qrels of a BEIR TSV (header, ``query-id corpus-id score``) or a TREC file (``QID ITER DOCID REL``)."""
-    if not path.is_file():
-        raise InputError(f"qrels file {path} does not exist")
+    path = input_path(path, "qrels file")
     out: dict[str, dict[str, int]] = {}
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        rows = csv.reader(f, delimiter="\t") if beir else (line.split() for line in f)
-        for lineno, row in enumerate(rows, start=1):
-            if not row or not "".join(row).strip():
-                continue
-            if beir and lineno == 1 and not _is_int(row[-1]):
-                continue  # the header row
-            if len(row) != (3 if beir else 4) or not _is_int(row[-1]):
-                want = "QUERY_ID<TAB>CORPUS_ID<TAB>SCORE" if beir else "QUERY_ID ITER DOC_ID RELEVANCE"
-                raise InputError(f"{path} line {lineno}: expected {want}, got {row!r:.120}")
-            q, d, rel = row[0].strip(), row[-2].strip(), int(row[-1])
-            if d in out.setdefault(q, {}):
-                raise InputError(f"{path} line {lineno}: query {q!r} judges document {d!r} twice")
-            out[q][d] = rel
+    lines = decode_lines(path)  # InputError naming the line of a byte that is not UTF-8
+    rows = csv.reader(lines, delimiter="\t") if beir else (line.split() for line in lines)
+    for lineno, row in enumerate(rows, start=1):
+        if not row or not "".join(row).strip():
+            continue
+        if beir and lineno == 1 and not _is_int(row[-1]):
+            continue  # the header row
+        if len(row) != (3 if beir else 4) or not _is_int(row[-1]):
+            want = "QUERY_ID<TAB>CORPUS_ID<TAB>SCORE" if beir else "QUERY_ID ITER DOC_ID RELEVANCE"
+            raise InputError(f"{path} line {lineno}: expected {want}, got {row!r:.120}")
+        q, d, rel = row[0].strip(), row[-2].strip(), int(row[-1])
+        if d in out.setdefault(q, {}):
+            raise InputError(f"{path} line {lineno}: query {q!r} judges document {d!r} twice")
+        out[q][d] = rel
     if not out:
         raise InputError(f"qrels file {path} holds no judgements")
     return out

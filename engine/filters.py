@@ -27,14 +27,26 @@ parsed once and indexed per field on first use (:class:`MetadataIndex`): equalit
 look-up, a range two binary searches, then one mask of the passing rows. The indexes of the
 :data:`MAX_FIELDS` most recently filtered fields are kept; a field no passage has costs nothing (it
 matches ``None`` only) and is never kept.
+
+**Size bounds.** Before any evaluation every ``where`` passes :func:`check_where`, whichever way it
+came (Python API, CLI, HTTP): the whole filter tree, ``$and`` / ``$or`` / ``$not`` included, holds at
+most :data:`MAX_WHERE_CLAUSES` clauses (each field comparison, each logical operator and each empty
+filter object ``{}`` is one),
+nests at most :data:`MAX_WHERE_DEPTH` filter objects deep and lists at most :data:`MAX_WHERE_VALUES`
+values in its ``$in`` / ``$nin`` / ``[...]`` lists; a filter over a bound is an :class:`InputError`
+naming the bound. The check stops at the first bound passed, so its own cost is bounded too. The
+evaluation reaches a cancellation :func:`~hopgraph.engine.cancel.checkpoint` at every clause, so a
+search's deadline (:class:`~hopgraph.engine.cancel.CancelToken`) stops an expensive filter as it
+stops a pipeline.
 """
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from .cancel import checkpoint
 from .components.corpus import Corpus
 from .errors import InputError
 from .lru import LRUCache
@@ -43,6 +55,12 @@ from .lru import LRUCache
 QUOTE = 5
 #: metadata fields whose value → rows index :class:`MetadataIndex` keeps (least recently used dropped)
 MAX_FIELDS = 64
+#: clauses in one ``where`` filter, over its whole tree (a field comparison or a logical operator is one)
+MAX_WHERE_CLAUSES = 1024
+#: filter objects nested in one ``where`` filter (``{"$and": [{"a": 1}]}`` is 2 deep)
+MAX_WHERE_DEPTH = 16
+#: values listed in one ``where`` filter's ``$in`` / ``$nin`` / ``[...]`` lists, over its whole tree
+MAX_WHERE_VALUES = 10_000
 
 #: the comparison operators (field level) and the logical ones (filter level)
 FIELD_OPERATORS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists")
@@ -66,6 +84,69 @@ def value_key(value: Any, where: str) -> tuple:
         return ("str", value)
     raise InputError(f"{where}: filter values must be strings, numbers, booleans or null, "
                      f"got {type(value).__name__}")
+
+
+class WhereSize(NamedTuple):
+    """The size of a ``where`` filter (:func:`check_where`): clauses, listed values, nesting depth and
+    distinct metadata fields named."""
+
+    clauses: int
+    values: int
+    depth: int
+    fields: int
+
+
+def check_where(where: Any, max_values: int = MAX_WHERE_VALUES, max_fields: int | None = None) -> WhereSize:
+    """The size of ``where``, or an :class:`InputError` naming the first bound it passes (module
+    docstring): :data:`MAX_WHERE_CLAUSES`, :data:`MAX_WHERE_DEPTH`, ``max_values`` (at most
+    :data:`MAX_WHERE_VALUES`) and, when given, ``max_fields`` distinct fields. Walks the tree without
+    recursion and stops at the first bound passed; malformed parts are left to :meth:`MetadataIndex.mask`,
+    which names them."""
+    max_values = min(max_values, MAX_WHERE_VALUES)
+    clauses = values = depth = 0
+    names: set[str] = set()
+    stack: list[tuple[Any, int, str]] = [(where, 1, "where")]
+    while stack:
+        node, level, path = stack.pop()
+        if not isinstance(node, Mapping):
+            continue
+        if level > MAX_WHERE_DEPTH:
+            raise InputError(f"where nests filters more than {MAX_WHERE_DEPTH} deep (at {path}); the bound on "
+                             f"nesting depth through $and / $or / $not is {MAX_WHERE_DEPTH}")
+        depth = max(depth, level)
+        clauses += not node  # an empty filter object passes everything but is still evaluated
+        for name, cond in node.items():
+            at = f"{path}[{name!r}]"
+            if name in ("$and", "$or"):
+                clauses += 1
+                if isinstance(cond, (list, tuple)):
+                    stack.extend((c, level + 1, f"{at}[{i}]")  # each filter adds a clause: enough to refuse
+                                 for i, c in enumerate(cond[:MAX_WHERE_CLAUSES + 1]))
+            elif name == "$not":
+                clauses += 1
+                stack.append((cond, level + 1, at))
+            else:
+                names.add(name)
+                ops = cond if isinstance(cond, Mapping) and any(
+                    isinstance(k, str) and k.startswith("$") for k in cond) else {"$in": cond}
+                clauses += len(ops)
+                values += sum(len(v) for v in ops.values() if isinstance(v, (list, tuple)))
+            _check_size(clauses, values, len(names), max_values, max_fields)
+        _check_size(clauses, values, len(names), max_values, max_fields)
+    return WhereSize(clauses, values, depth, len(names))
+
+
+def _check_size(clauses: int, values: int, fields: int, max_values: int, max_fields: int | None) -> None:
+    """The bounds of :func:`check_where` on the counts so far."""
+    if clauses > MAX_WHERE_CLAUSES:
+        raise InputError(f"where holds more than {MAX_WHERE_CLAUSES} clauses (counted through $and / $or / $not); "
+                         f"the bound on clauses in one filter is {MAX_WHERE_CLAUSES}")
+    if values > max_values:
+        raise InputError(f"where lists more than {max_values} values in its $in / $nin / [...] lists (counted "
+                         f"through $and / $or / $not); the bound on listed values is {max_values}")
+    if max_fields is not None and fields > max_fields:
+        raise InputError(f"where names more than {max_fields} metadata fields (counted through $and / $or / $not); "
+                         f"the bound on fields in one filter is {max_fields}")
 
 
 class _Field:
@@ -105,6 +186,17 @@ class _Field:
         hit = self.rows.get(key)
         if hit is not None:
             out[hit] = True
+        return out
+
+    def any_of(self, keys: Sequence[tuple], n: int) -> np.ndarray:
+        """Rows equal to one of ``keys`` (one mask, however many keys)."""
+        if ("null",) in keys:
+            return self.equal(("null",), n) | self.any_of([key for key in keys if key != ("null",)], n)
+        out = np.zeros(n, bool)
+        for key in keys:
+            hit = self.rows.get(key)
+            if hit is not None:
+                out[hit] = True
         return out
 
     def compare(self, op: str, key: tuple, n: int) -> np.ndarray:
@@ -155,24 +247,30 @@ class MetadataIndex:
         return self._fields.get_or_make(
             name, lambda: _Field((i, rec.get(name)) for i, rec in enumerate(self._records())))
 
-    def mask(self, where: Mapping[str, Any], path: str = "where") -> np.ndarray:
+    def mask(self, where: Mapping[str, Any]) -> np.ndarray:
         """Rows passing the filter ``where`` (bool [N]; module docstring); InputError naming the
-        path of a malformed part."""
+        bound a filter passes (:func:`check_where`, before any evaluation) or the path of a malformed
+        part; :class:`~hopgraph.engine.cancel.SearchCancelled` when the calling thread's search
+        expires during the evaluation."""
+        check_where(where)
+        return self._mask(where, "where")
+
+    def _mask(self, where: Mapping[str, Any], path: str) -> np.ndarray:
         n = len(self.corpus)
         if not isinstance(where, Mapping):
             raise InputError(f"{path} must map metadata fields to conditions, got {type(where).__name__}")
         out = np.ones(n, bool)
         for name, cond in where.items():
+            checkpoint()
             at = f"{path}[{name!r}]"
             if not isinstance(name, str) or not name:
                 raise InputError(f"{path}: field names must be non-empty strings, got {name!r}")
             if name in ("$and", "$or"):
                 if not isinstance(cond, (list, tuple)) or not cond:
                     raise InputError(f"{at} must be a non-empty list of filters")
-                parts = [self.mask(c, f"{at}[{i}]") for i, c in enumerate(cond)]
-                out &= np.logical_and.reduce(parts) if name == "$and" else np.logical_or.reduce(parts)
+                out &= self._combine(name, cond, at)
             elif name == "$not":
-                out &= ~self.mask(cond, at)
+                out &= ~self._mask(cond, at)
             elif name.startswith("$"):
                 raise InputError(f"{path}: unknown operator {name!r}; filter level: {', '.join(LOGICAL_OPERATORS)}; "
                                  f"field level ({{field: {{op: value}}}}): {', '.join(FIELD_OPERATORS)}")
@@ -180,11 +278,22 @@ class MetadataIndex:
                 out &= self._field_mask(name, cond, at)
         return out
 
+    def _combine(self, op: str, parts: Sequence[Any], at: str) -> np.ndarray:
+        """The ``$and`` / ``$or`` of the filters ``parts``, one mask held at a time."""
+        out = self._mask(parts[0], f"{at}[0]")
+        for i, part in enumerate(parts[1:], start=1):
+            if op == "$and":
+                out &= self._mask(part, f"{at}[{i}]")
+            else:
+                out |= self._mask(part, f"{at}[{i}]")
+        return out
+
     def _field_mask(self, name: str, cond: Any, at: str) -> np.ndarray:
         n = len(self.corpus)
         if isinstance(cond, Mapping) and any(isinstance(k, str) and k.startswith("$") for k in cond):
             out = np.ones(n, bool)
             for op, operand in cond.items():
+                checkpoint()
                 out &= self._operator(name, op, operand, f"{at}[{op!r}]")
             return out
         if isinstance(cond, (list, tuple)):
@@ -202,8 +311,7 @@ class MetadataIndex:
             if not operand:
                 raise InputError(f"{at}: an empty list of values passes nothing; give at least one")
             keys = [value_key(v, f"{at}[{i}]") for i, v in enumerate(operand)]
-            field = self.field(name)
-            hit = np.logical_or.reduce([field.equal(key, n) for key in keys])
+            hit = self.field(name).any_of(keys, n)
             return hit if op == "$in" else ~hit
         if op in _RANGE:
             key = value_key(operand, at)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ..engine.components.records import input_path, read_text
 from ..engine.errors import InputError
 
 
@@ -136,12 +136,18 @@ def read_corpus_args(args: argparse.Namespace):
                        metadata_types=args.metadata_types)
 
 
+def id_lines(path: str, flag: str) -> list[str]:
+    """The ids of a file given as ``flag``, one a line (blank lines skipped; ``-``: standard input);
+    InputError naming the file: missing, not a regular file, or (with the line) not UTF-8."""
+    text = sys.stdin.read() if path == "-" else read_text(input_path(path, f"{flag} file"))
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
 def ids_from(args: argparse.Namespace) -> list[str]:
     """Passage ids given on the command line and in ``--ids-file`` (one per line, ``-`` = stdin)."""
     ids = list(args.ids or [])
     if args.ids_file:
-        text = sys.stdin.read() if args.ids_file == "-" else Path(args.ids_file).read_text(encoding="utf-8")
-        ids += [line.strip() for line in text.splitlines() if line.strip()]
+        ids += id_lines(args.ids_file, "--ids-file")
     if not ids:
         raise InputError("no passage ids given (IDs on the command line or --ids-file FILE)")
     return ids

@@ -12,6 +12,7 @@ from .options import (
     check_before_work,
     cli_params,
     common,
+    id_lines,
     int_list,
     name_list,
     param_option,
@@ -32,8 +33,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     where = where_filter(args.where)
     allowed = None
     if args.allowed_ids:
-        text = Path(args.allowed_ids).read_text(encoding="utf-8")
-        allowed = [line.strip() for line in text.splitlines() if line.strip()]
+        allowed = id_lines(args.allowed_ids, "--allowed-ids")
     index = Index.load(args.index, embedder=args.embedder, device=args.device, progress=not args.quiet)
     results = index.search(args.questions, pipeline=args.pipeline, k=args.k,
                            group_by_document=args.group_by_document, allowed_ids=allowed, where=where,
@@ -64,7 +64,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     report = evaluate(args.data_dir, args.pipelines, args.ks, embedder=args.embedder, cache_dir=args.cache_dir,
                       device=args.device, progress=not args.quiet, ablations=args.ablations, params=cli_params(args),
                       split=args.split, qrels=args.qrels, topics=args.topics, corpus=args.corpus, depth=args.depth,
-                      run_dir=args.run_dir, baseline=args.baseline)
+                      run_dir=args.run_dir, baseline=args.baseline, strict=args.strict)
     print(format_table(report))
     if args.plot:
         plot_report(report, args.plot)
@@ -130,6 +130,8 @@ def register(sub: argparse._SubParsersAction, known: str) -> None:
     p.add_argument("--run-dir", metavar="DIR", help="write a TREC run file PIPELINE.run per pipeline to this folder")
     p.add_argument("--cache-dir", help="where built indexes are cached (default: $HOPGRAPH_CACHE_DIR, else the "
                    f"platform cache directory; here: {default_cache_dir()})")
+    p.add_argument("--strict", action="store_true", help="refuse qrels that judge documents the corpus does not "
+                   "hold (by default they are counted, warned about and reported)")
     p.add_argument("--ablations", action="store_true", help="also evaluate each pipeline's named ablations")
     p.add_argument("--plot", help="write the Recall@k curve of every pipeline to this PNG")
     param_option(p, "of the evaluated index (cached pipelines are updated or refitted)")

@@ -15,7 +15,9 @@ iterated ``max_iter`` times), DMAR's Monte Carlo Shapley tensors (``shapley_samp
 floats per query for G query entities, U = G · ego_size local nodes and C candidates). The figures
 are upper-bound models, not measurements: they grow with every parameter that grows the search, so
 a request is refused (memory above ``--max-request-mb``) or sent to the bulk worker (work above
-``--heavy-cost`` default one-question searches) before anything is allocated. O(1) per request.
+``--heavy-cost`` default one-question searches) before anything is allocated. A ``where`` filter's
+evaluation is charged as one N-row mask per clause and per listed value (its size counted by
+:func:`~hopgraph.engine.filters.check_where`). O(1) per request.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..engine.errors import InputError
+from ..engine.filters import WhereSize
 from ..engine.params import parse_assignments
 from ..engine.pipelines import pipeline_class
 
@@ -154,17 +157,28 @@ REGION_FANOUT = 64
 
 
 def estimate(shape: IndexShape, pipeline: str, params: Any, n_queries: int, k: int,
-             group_by_document: bool = False, at_once: int | None = None) -> Estimate:
+             group_by_document: bool = False, at_once: int | None = None, where: WhereSize | None = None) -> Estimate:
     """Work and peak memory of searching ``n_queries`` questions with ``pipeline`` and validated
     search ``params`` (module docstring), ``at_once`` of them at a time (default: the whole request);
-    ``group_by_document`` may read the ranking down to N."""
+    ``group_by_document`` may read the ranking down to N; ``where``: the size of the request's
+    filter (:func:`~hopgraph.engine.filters.check_where`), whose evaluation is charged too."""
     cls = pipeline_class(pipeline)
     default = cls.SearchParams.create()
     work1, _ = _model(shape, pipeline, default, 1, 5, False)
     work, _ = _model(shape, pipeline, params, n_queries, k, group_by_document)
     at_once = min(n_queries, at_once or n_queries, cls.default_batch_size or n_queries)
     _, memory = _model(shape, pipeline, params, at_once, k, group_by_document)
+    if where is not None:
+        work_f, memory_f = _filter_model(shape, where)
+        work, memory = work + work_f, memory + memory_f
     return Estimate(work / max(work1, 1.0), int(memory))
+
+
+def _filter_model(shape: IndexShape, where: WhereSize) -> tuple[float, float]:
+    """(work, bytes) of evaluating a ``where`` filter once: a mask of N rows per clause and per
+    listed value, and one mask held per level of nesting (with the one being combined)."""
+    n = max(shape.n, 1)
+    return float((where.clauses + where.values) * n), float((where.depth + 1) * n)
 
 
 def _model(shape: IndexShape, pipeline: str, p: Any, B: int, k: int, grouped: bool) -> tuple[float, float]:

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 
 from ..engine.embedders import validate_embeddings
 from ..engine.errors import HopgraphError, InputError, ShardUnavailableError
+from ..engine.filters import WhereSize, check_where
 from ..engine.params import RUN_SETTINGS
 from ..engine.pipelines import pipeline_class, pipeline_names
 from ..engine.pipelines.base import RefitNeeded
@@ -76,14 +77,15 @@ def check_search(request: SearchRequest, index: Index, served: list[str], limits
         raise RequestRefused(f"k must be between 1 and {limits.max_k}, got {request.k}")
     if len(request.queries) > limits.max_batch:
         raise RequestRefused(f"{len(request.queries)} queries in one request; the limit is {limits.max_batch}")
-    filters = check_filters(request, limits)
+    filters, size = check_filters(request, limits)
     queries = check_queries(request.queries, pipeline_class(name).needs.query_texts, int(index.X.shape[1]),
                             limits, name)
     n = max(len(queries), 1)
-    cost = estimate(shape, name, params, n, request.k, request.group_by_document)
+    cost = estimate(shape, name, params, n, request.k, request.group_by_document, where=size)
     heavy = cost.work > limits.heavy_cost
     if heavy:  # the bulk worker searches bulk_batch_size queries at a time
-        cost = estimate(shape, name, params, n, request.k, request.group_by_document, limits.bulk_batch_size)
+        cost = estimate(shape, name, params, n, request.k, request.group_by_document, limits.bulk_batch_size,
+                        where=size)
     if cost.memory_bytes > limits.max_request_bytes:
         raise RequestRefused(f"this request would need about {cost.memory_bytes / (1 << 20):,.0f} MiB (estimated "
                              f"for {len(queries)} queries, k={request.k} and its params), above this server's "
@@ -125,23 +127,25 @@ def check_params(index: Index, name: str, params: dict[str, Any], bounds: ParamL
     return values
 
 
-def check_filters(request: SearchRequest, limits: ServeLimits) -> dict[str, Any]:
-    """The request's ``where`` / ``allowed_ids`` within their size limits (their values are checked
-    by the index)."""
+def check_filters(request: SearchRequest, limits: ServeLimits) -> tuple[dict[str, Any], WhereSize | None]:
+    """The request's ``where`` / ``allowed_ids`` within their size limits, and the size of its
+    ``where`` (None: none). The ``where`` bounds are counted over its whole tree by
+    :func:`~hopgraph.engine.filters.check_where` (the engine's bounds, and this server's
+    ``max_where_fields`` / ``max_where_values``); its values are checked by the index."""
     filters: dict[str, Any] = {}
+    size = None
     if request.where is not None:
-        if len(request.where) > limits.max_where_fields:
-            raise RequestRefused(f"where names {len(request.where)} fields; the limit is {limits.max_where_fields}")
-        n_values = sum(len(v) if isinstance(v, list) else 1 for v in request.where.values())
-        if n_values > limits.max_where_values:
-            raise RequestRefused(f"where lists {n_values} values; the limit is {limits.max_where_values}")
+        try:
+            size = check_where(request.where, limits.max_where_values, limits.max_where_fields)
+        except InputError as e:
+            raise RequestRefused(str(e)) from None
         filters["where"] = request.where
     if request.allowed_ids is not None:
         if len(request.allowed_ids) > limits.max_allowed_ids:
             raise RequestRefused(f"allowed_ids holds {len(request.allowed_ids)} ids; the limit is "
                                  f"{limits.max_allowed_ids}")
         filters["allowed_ids"] = request.allowed_ids
-    return filters
+    return filters, size
 
 
 def check_queries(queries: Sequence[Any], needs_text: bool, dim: int, limits: ServeLimits,

@@ -39,8 +39,11 @@ class ServeLimits:
     heavy_cost: float = 16.0
     max_pending_bulk: int = 1024    #: queries waiting for the bulk search worker (HTTP 503 above it)
     bulk_batch_size: int = 1        #: queries the bulk worker searches at a time (a cancellation checkpoint between)
-    max_where_fields: int = 16      #: metadata fields one ``where`` filter names
-    max_where_values: int = 1024    #: values one ``where`` filter lists, over all its fields
+    #: distinct metadata fields one ``where`` filter names, through its ``$and`` / ``$or`` / ``$not``
+    max_where_fields: int = 16
+    #: values one ``where`` filter lists in ``$in`` / ``$nin`` / ``[...]``, over its whole tree (at most
+    #: :data:`hopgraph.engine.filters.MAX_WHERE_VALUES`; clauses and nesting have the engine's bounds)
+    max_where_values: int = 1024
     max_allowed_ids: int = 100_000  #: ids in one ``allowed_ids`` filter
 
     def __post_init__(self) -> None:
@@ -75,8 +78,8 @@ _HELP = {
                   "bulk worker, beside the interactive one",
     "max_pending_bulk": "most queries waiting for the bulk search worker before answering 503",
     "bulk_batch_size": "queries the bulk search worker searches at a time",
-    "max_where_fields": "most metadata fields one where filter names",
-    "max_where_values": "most values one where filter lists",
+    "max_where_fields": "most distinct metadata fields one where filter names, through $and/$or/$not",
+    "max_where_values": "most values one where filter lists in $in/$nin/[...], through $and/$or/$not",
     "max_allowed_ids": "most ids in one allowed_ids filter",
 }
 

@@ -17,7 +17,7 @@ from ..engine.components.sharded import (Pending, RemoteStrings, ShardCalls, Sha
                                          ShardSet, read_fields)
 from ..engine.components.sharded_graph import reading_rows
 from ..engine.errors import IndexFormatError, InputError
-from ..engine.filters import ids_mask
+from ..engine.filters import check_where, ids_mask
 from ..engine.pipelines import pipeline_class
 from ..index import Index
 from ..index.params import validate_params
@@ -79,6 +79,8 @@ class ShardedIndex(Index):
         :meth:`Index.filter_mask`: deleted ids are refused, searches drop the deleted rows)."""
         if allowed_ids is None and where is None:
             return None
+        if where is not None:
+            check_where(where)  # refused here, before any shard evaluates it
         deleted = self.components.deleted
         mask = None if allowed_ids is None else ids_mask(self.corpus, allowed_ids, deleted)
         if where is not None:
@@ -233,6 +235,38 @@ def _parts(directory: Path, manifest: dict[str, Any], n: int, verify: str) -> li
     return parts
 
 
+#: passages of each shard whose ids are compared with the router's when it opens (first, last, spread)
+ID_SAMPLE = 8
+
+
+def check_shard_set(directory: Path, meta: dict[str, Any], shards: ShardSet, corpus: Corpus) -> None:
+    """Refuse (IndexFormatError naming the ``shards.json`` entry) a shard that is not a shard of
+    this index: one holding fewer passages than the router maps to it, or whose passages at
+    :data:`ID_SAMPLE` sampled rows have other ids than the router's for those rows. Two calls per
+    shard; a shard may hold more passages than the router (a write the router has not committed)."""
+    m = shards.map
+    info = shards.map_calls("info", {s: () for s in range(m.n_shards)})
+    samples: dict[int, np.ndarray] = {}
+    for s in range(m.n_shards):
+        held, mapped = int(info[s]["passages"]), len(m.rows_of[s])
+        if held < mapped:
+            raise IndexFormatError(f"{_entry(directory, meta, s)}: holds {held} passages, the router maps {mapped} "
+                                   "to it: it is not a shard of this index")
+        if mapped:
+            samples[s] = np.unique(np.linspace(0, mapped - 1, min(ID_SAMPLE, mapped)).astype(np.int64))
+    read = shards.map_calls("strings", {s: (("ids",), local) for s, local in samples.items()})
+    for s, local in samples.items():
+        for row, theirs in zip(local.tolist(), read[s][0]):
+            ours = corpus.ids[int(m.rows_of[s][row])]
+            if theirs != ours:
+                raise IndexFormatError(f"{_entry(directory, meta, s)}: its passage at row {row} is {theirs!r}, the "
+                                       f"router's is {ours!r}: it is not a shard of this index")
+
+
+def _entry(directory: Path, meta: dict[str, Any], shard: int) -> str:
+    return f"{directory / SHARDS_FILE}: shard {shard} ({meta['shards'][shard]['dir']})"
+
+
 def open_router(directory: str | Path, calls: ShardCalls, embedder: Any = None, device: str = "auto",
                 verify: str = "full", cleanup: bool = False) -> ShardedIndex:
     """The router of the sharded index at ``directory`` (``hopgraph shard``'s output) over the shards
@@ -278,6 +312,7 @@ def open_router(directory: str | Path, calls: ShardCalls, embedder: Any = None, 
     corpus = Corpus(stored.ids, stored.titles, RemoteStrings(shards, "texts"), str(directory),
                     RemoteStrings(shards, "metadata"), _validate=False)
     corpus._id_parts = stored._id_parts
+    check_shard_set(directory, meta, shards, corpus)
     X = ShardedRows(shards, dim)
     with reading_rows(shards):
         components = ShardedComponents.load_segments(

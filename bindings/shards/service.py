@@ -15,8 +15,8 @@ from ..engine.errors import InputError
 from ..engine.storage.deltas import _rows
 from ..index import Index
 
-#: the corpus fields a router may read from a shard
-FIELDS = ("texts", "metadata")
+#: the corpus fields a router may read from a shard (``ids``: to check that it is a shard of its index)
+FIELDS = ("ids", "texts", "metadata")
 #: what a router may call on a shard
 CALLS = ("info", "dense_topk", "dense_exact", "ivf_candidates", "ivf_centroids", "ivf_cell_rows", "rows", "term_stats",
          "bm25_topk", "bm25_scores", "strings", "filter_mask", "graph_rows", "matrix_topk", "add", "delete")

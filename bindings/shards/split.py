@@ -33,12 +33,15 @@ def assign_owners(ids: Any, n_shards: int) -> np.ndarray:
 
 def shard_index(index: Index, n_shards: int, out: str | Path, progress: bool = False) -> Path:
     """Write ``index`` as ``n_shards`` shard indexes plus the router state under ``out`` (which must
-    not exist or be empty; it is written beside and renamed into place, so ``out`` never holds a
-    partial result). The index must hold no deleted passage (``compact`` it first).
+    not exist or be empty, and not be inside the index's own directory; it is written beside and
+    renamed into place, so ``out`` never holds a partial result). The index must hold no deleted passage (``compact`` it first).
     Returns ``out``."""
     if isinstance(n_shards, bool) or not isinstance(n_shards, int) or n_shards < 1:
         raise InputError(f"--shards must be a positive integer, got {n_shards!r}")
     out = Path(out)
+    if index.path is not None and out.resolve().is_relative_to(Path(index.path).resolve()):
+        raise InputError(f"--out {out} is inside the index it shards ({index.path}); write the shards to a "
+                         "directory outside it")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InputError(f"--out {out} exists and is not an empty directory")
     deleted = index.components.deleted

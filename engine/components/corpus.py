@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..errors import InputError
-from .records import RecordFields, check_passages, check_unicode, collect, iter_jsonl
+from .records import RecordFields, check_passages, check_unicode, collect, input_path, iter_jsonl
 
 if TYPE_CHECKING:
     from ..storage import HashTable
@@ -164,9 +164,7 @@ class Corpus:
         Errors name the file and the line: invalid JSON, missing or empty fields,
         duplicate ids (with the line of the first occurrence).
         """
-        path = Path(path)
-        if not path.is_file():
-            raise InputError(f"corpus file {path} " + ("is not a file" if path.exists() else "does not exist"))
+        path = input_path(path, "corpus file")
         located = ((f"line {n}", rec) for n, rec in iter_jsonl(path))
         return cls(*collect(located, RecordFields(), str(path)), _validate=False)
 
@@ -227,6 +225,14 @@ class Corpus:
             if pid in positions:
                 return offset + positions[pid]
         raise KeyError(f"passage id {pid!r} is not in corpus {self.source}")
+
+    def holds(self, pid: str) -> bool:
+        """Whether a passage has the id ``pid`` (:meth:`position` without the KeyError)."""
+        try:
+            self.position(pid)
+        except KeyError:
+            return False
+        return True
 
     def _id_parts_or_self(self, offset: int = 0) -> list[tuple[int, "HashTable | None", Sequence[str]]]:
         """``(first row, stored id hash table or None, ids)`` of each part of this corpus, rows shifted

@@ -72,7 +72,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from .corpus import Corpus, PackedStrings, chain
-from .records import iter_jsonl
+from .records import input_path, iter_jsonl
 from ...kernels.checks import check_ids
 from ..errors import InputError
 from ..storage import HashTable, check_packed, check_utf8, pack_strings, release_pages
@@ -588,9 +588,7 @@ def extract(corpus: Corpus, title_entities: bool = True, numbers: bool = True,
 
 def load_extractions(path: str | Path, corpus: Corpus) -> Extraction:
     """Read SPEC §2 JSON lines for ``corpus``; InputError names the file and line of each problem."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"extraction file {path} does not exist")
+    path = input_path(path, "extraction file")
     b = _Builder(len(corpus))
     seen: dict[int, int] = {}
     records: list[tuple[int, int, list]] = []

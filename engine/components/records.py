@@ -28,7 +28,7 @@ from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 from ..errors import InputError
 
 __all__ = ["MAX_ID_BYTES", "Columns", "RecordFields", "check_id", "check_passages", "check_text", "check_unicode",
-           "collect", "decode_lines", "iter_jsonl", "metadata_json", "passage_fields"]
+           "collect", "decode_lines", "input_path", "iter_jsonl", "metadata_json", "passage_fields", "read_text"]
 
 
 #: the longest passage id, in bytes of UTF-8: every id fits in a URL path (``GET`` / ``DELETE
@@ -46,6 +46,21 @@ class Columns(NamedTuple):
     metadata: tuple[str, ...]
 
 
+def input_path(path: str | Path, what: str, folder: bool = False) -> Path:
+    """``path`` as an input ``what`` (``"qrels file"``, ``"embeddings"``, ...) may be read from: a
+    regular file, or a directory when ``folder``. InputError naming it for a path that does not
+    exist, a directory where a file is wanted, and anything else that is not a regular file (a
+    device such as ``/dev/zero``, a FIFO, a socket: reading one may never end)."""
+    path = Path(path)
+    if path.is_file() or (folder and path.is_dir()):
+        return path
+    if not path.exists():
+        raise InputError(f"{what} {path} does not exist")
+    if path.is_dir():
+        raise InputError(f"{what} {path} is a directory, not a file")
+    raise InputError(f"{what} {path} is not a regular file (a device, FIFO or socket); give a file")
+
+
 def decode_lines(path: Path) -> Iterator[str]:
     """The lines of a text file decoded as UTF-8 one at a time (a byte-order mark skipped);
     InputError naming the file and line for bytes that are not UTF-8."""
@@ -54,8 +69,21 @@ def decode_lines(path: Path) -> Iterator[str]:
             try:
                 yield raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
             except UnicodeDecodeError as e:
-                raise InputError(f"{path} line {lineno}: not valid UTF-8 text (byte 0x{raw[e.start]:02x} at "
-                                 f"byte {e.start + 1} of the line); save the file as UTF-8") from None
+                raise _not_utf8(path, lineno, raw[e.start], f" at byte {e.start + 1} of the line") from None
+
+
+def read_text(path: Path) -> str:
+    """A whole UTF-8 text file (a byte-order mark skipped); InputError naming the file and line of
+    the first byte that is not UTF-8."""
+    raw = Path(path).read_bytes()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise _not_utf8(path, raw.count(b"\n", 0, e.start) + 1, raw[e.start]) from None
+
+
+def _not_utf8(path: Path, lineno: int, byte: int, at: str = "") -> InputError:
+    return InputError(f"{path} line {lineno}: not valid UTF-8 text (byte 0x{byte:02x}{at}); save the file as UTF-8")
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:

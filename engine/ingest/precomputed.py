@@ -27,6 +27,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from ..errors import InputError
+from ..components.records import input_path, read_text
 from ..storage.arrays import NPY_READ_ERRORS
 
 BLOCK_ROWS = 65_536
@@ -46,18 +47,16 @@ class Shard:
 
 def shard_paths(source: str | Path) -> list[Path]:
     """The shard files of ``source`` (a ``.npy`` file or a folder of them), in row order."""
-    source = Path(source)
+    source = input_path(source, "embeddings", folder=True)
     if source.is_dir():
         paths = sorted(p for p in source.iterdir()
                        if p.suffix == ".npy" and not p.name.endswith(".ids.npy") and p.is_file())
         if not paths:
             raise InputError(f"embeddings folder {source} holds no .npy shards")
         return paths
-    if source.is_file():
-        if source.suffix != ".npy":
-            raise InputError(f"embeddings file {source} must be a .npy file (or a folder of .npy shards)")
-        return [source]
-    raise InputError(f"embeddings {source} does not exist")
+    if source.suffix != ".npy":
+        raise InputError(f"embeddings file {source} must be a .npy file (or a folder of .npy shards)")
+    return [source]
 
 
 def ids_path(shard: Path) -> Path | None:
@@ -75,7 +74,7 @@ def read_ids(path: Path) -> list[str]:
     file, as strings; :class:`InputError` naming the file for an ``.npy`` that is not a 1-D array of
     strings or integers."""
     if path.name.endswith(".ids.txt"):
-        return path.read_text(encoding="utf-8").splitlines()
+        return read_text(path).splitlines()
     try:
         arr = np.load(path, allow_pickle=False)
     except NPY_READ_ERRORS as e:

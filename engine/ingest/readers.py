@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..components.records import (Columns, RecordFields, check_id, check_text, check_unicode, collect, decode_lines,
-                                  iter_jsonl, metadata_json)
+                                  input_path, iter_jsonl, metadata_json, read_text)
 from ..errors import InputError
 
 ID_FIELDS = ("id", "_id", "docid", "doc_id")
@@ -63,9 +63,7 @@ def read_columns(path: str | Path, id_field: str | None = None, title_field: str
     ``metadata_fields`` the fields kept as metadata (default all others; ``[]`` for none);
     ``metadata_types`` the types of metadata fields (:func:`check_metadata_types`).
     Raises :class:`InputError` naming the file and the line or row of the first problem."""
-    path = Path(path)
-    if not path.exists():
-        raise InputError(f"corpus {path} does not exist")
+    path = input_path(path, "corpus", folder=True)
     if metadata_fields is not None:
         if isinstance(metadata_fields, str) or not all(isinstance(f, str) for f in metadata_fields):
             raise InputError(f"metadata_fields must be a list of field names, got {metadata_fields!r}")
@@ -284,20 +282,9 @@ def _iter_jsonl(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
         yield f"line {lineno}", obj
 
 
-def _read_text(path: Path) -> str:
-    """A whole UTF-8 text file; InputError naming the file and line of the first bad byte."""
-    raw = path.read_bytes()
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        raise InputError(f"{path} line {line}: not valid UTF-8 text (byte 0x{raw[e.start]:02x}); "
-                         "save the file as UTF-8") from None
-
-
 def _iter_json_array(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
     """``("line N", record)`` for each element of a JSON array (N: the line the element starts on)."""
-    text = _read_text(path)
+    text = read_text(path)
     decoder = json.JSONDecoder()
     ws = re.compile(r"\s*")
 
@@ -419,7 +406,7 @@ def read_folder(folder: str | Path) -> Columns:
         raise InputError(f"corpus folder {folder} holds no .txt or .md files")
     ids, titles, texts = [], [], []
     for rel, p in files:
-        text = _read_text(p)
+        text = read_text(p)
         check_id(rel, str(p))
         check_text(text, str(p), rel)
         check_unicode(text, str(p))

@@ -85,18 +85,22 @@ def _legacy_manifest(path: Path) -> dict[str, Any] | None:
 
 
 def is_index_dir(path: str | Path) -> bool:
-    """Whether ``path`` is a directory that hopgraph wrote (a complete index or an interrupted
-    first build): only names of the index layout, or an index of an older format."""
+    """Whether ``path`` is a directory that hopgraph wrote: a complete index (a readable commit
+    point, or an older format's manifest), whatever other files it holds (a ``notes.txt``, a
+    ``.DS_Store``: never read, never removed), or an interrupted first build (only names of the
+    index layout)."""
     path = Path(path)
     if not path.is_dir():
         return False
-    names = os.listdir(path)
-    if not names:
-        return False
-    if all(_is_own_name(n) for n in names):
+    if _legacy_manifest(path) is not None:
         return True
-    legacy = _legacy_manifest(path)
-    return legacy is not None and all(_is_own_name(n) or n in LEGACY_NAMES for n in names)
+    try:
+        read_current(path)
+        return True
+    except IndexFormatError:
+        pass
+    names = os.listdir(path)
+    return bool(names) and all(_is_own_name(n) for n in names)
 
 
 def has_index(path: str | Path) -> bool:

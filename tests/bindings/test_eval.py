@@ -155,3 +155,57 @@ def test_unknown_benchmark_layout_is_one_line(tmp_path, capsys):
                  "--cache-dir", str(tmp_path / "c")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "neither questions.jsonl (hopgraph) nor queries.jsonl and qrels/ (BEIR)" in err[0]
+
+
+UNKNOWN = ("gone-1", "gone-2", "gone-3", "gone-4")
+
+
+@pytest.fixture
+def beir_with_unknown_ids(beir) -> Path:
+    """The BEIR folder with q1 and q2 judging documents the corpus does not hold (8 judged ids, 4 missing)."""
+    with open(beir / "qrels" / "test.tsv", "a") as f:
+        f.write(f"q1\t{UNKNOWN[0]}\t2\nq1\t{UNKNOWN[1]}\t1\nq2\t{UNKNOWN[2]}\t1\nq2\t{UNKNOWN[3]}\t1\n")
+    return beir
+
+
+def eval_args(folder: Path, tmp_path: Path) -> list[str]:
+    return ["eval", str(folder), "--pipelines", "bm25", "--ks", "5", "--embedder", "hashing-64", "-q",
+            "--cache-dir", str(tmp_path / "c"), "--json", str(tmp_path / "r.json")]
+
+
+def test_judged_documents_missing_from_the_corpus_are_warned_and_reported(beir_with_unknown_ids, tmp_path, capsys):
+    assert main(eval_args(beir_with_unknown_ids, tmp_path)) == 0
+    captured = capsys.readouterr()
+    warned = [line for line in captured.err.splitlines() if "not in the corpus" in line]
+    judged = len({d for q, (_, rels) in QUERIES.items() if q != "q4" for d in rels}) + len(UNKNOWN)  # q4: not evaluated
+    share = len(UNKNOWN) / judged
+    assert len(warned) == 1, captured.err
+    assert f"{len(UNKNOWN)} of {judged} judged document id(s) ({share:.1%})" in warned[0]
+    assert all(repr(d) in warned[0] for d in UNKNOWN[:3])
+    assert f"judged documents not in the corpus: {len(UNKNOWN)} of {judged} ({share:.1%})" in captured.out
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["judged_documents"] == {"judged": judged, "missing": len(UNKNOWN), "missing_share": share}
+
+
+def test_strict_refuses_judged_documents_missing_from_the_corpus(beir_with_unknown_ids, tmp_path, capsys):
+    assert main([*eval_args(beir_with_unknown_ids, tmp_path), "--strict"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "warning: " not in line]
+    assert len(err) == 1 and "error:" in err[0] and f"{len(UNKNOWN)} of " in err[0] and "'gone-1'" in err[0], err
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_a_corpus_holding_every_judged_document_reports_none_missing(beir, tmp_path, capsys):
+    assert main([*eval_args(beir, tmp_path), "--strict"]) == 0
+    assert "not in the corpus" not in capsys.readouterr().err
+    assert json.loads((tmp_path / "r.json").read_text())["judged_documents"]["missing"] == 0
+
+
+def test_python_evaluate_warns_or_refuses_judged_documents_missing_from_the_corpus(beir_with_unknown_ids, tmp_path):
+    from hopgraph.evaluate import evaluate
+
+    kwargs = dict(pipelines=["bm25"], ks=[5], embedder="hashing-64", cache_dir=tmp_path / "c", progress=False)
+    with pytest.warns(evaluation.UnjudgeableWarning, match=r"4 of 12 judged document id\(s\) \(33\.3%\)"):
+        report = evaluate(beir_with_unknown_ids, **kwargs)
+    assert report["judged_documents"]["missing"] == len(UNKNOWN)
+    with pytest.raises(InputError, match="'gone-1', 'gone-2', 'gone-3', ...; they can never be retrieved"):
+        evaluate(beir_with_unknown_ids, strict=True, **kwargs)

@@ -3,6 +3,7 @@ every pipeline, with k hits whenever k passages pass; the per-field cache is bou
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -10,7 +11,9 @@ import pytest
 from hopgraph import Index, InputError
 from hopgraph.demo import demo_corpus
 from hopgraph.engine.components.corpus import Corpus
-from hopgraph.engine.filters import MAX_FIELDS, EmptyFilterWarning, MetadataIndex
+from hopgraph.engine.cancel import CancelToken, SearchCancelled, cancellable
+from hopgraph.engine.filters import (MAX_FIELDS, MAX_WHERE_CLAUSES, MAX_WHERE_DEPTH, MAX_WHERE_VALUES,
+                                     EmptyFilterWarning, MetadataIndex, check_where)
 
 ALL = ("dense", "bm25", "hybrid", "g3rag", "stitch", "ppr_binary", "dmar")
 QUESTIONS = ["Who designed the bridge in Bristol?", "Which club plays at Millbrook Park?",
@@ -194,3 +197,73 @@ def test_field_cache_is_bounded_and_unknown_fields_are_free():
     np.testing.assert_array_equal(index.mask({"year": 2001}), want_year)  # rebuilt after eviction: same mask
     np.testing.assert_array_equal(index.mask({"tags": "a"}), np.arange(len(c)) % 2 == 1)
     assert MetadataIndex(c)._fields.maxsize == MAX_FIELDS
+
+
+# ---------------------------------------------------------------------- size bounds and deadlines
+def nested(where: dict, depth: int, op: str = "$and") -> dict:
+    """``where`` wrapped in ``op`` until the filter is ``depth`` objects deep."""
+    for _ in range(depth - 1):
+        where = {op: [where]} if op != "$not" else {"$not": where}
+    return where
+
+
+@pytest.mark.parametrize("where, bound", [
+    (nested({"year": 1990}, MAX_WHERE_DEPTH + 1), f"nesting depth through $and / $or / $not is {MAX_WHERE_DEPTH}"),
+    (nested({"year": 1990}, MAX_WHERE_DEPTH + 1, "$not"), f"nesting depth through $and / $or / $not is "
+                                                          f"{MAX_WHERE_DEPTH}"),
+    ({"$and": [{"$or": [{"year": y} for y in range(MAX_WHERE_CLAUSES)]}]},
+     f"the bound on clauses in one filter is {MAX_WHERE_CLAUSES}"),
+    ({"$or": [{"year": {"$gt": 0, "$lt": y}} for y in range(MAX_WHERE_CLAUSES // 2 + 1)]},
+     f"the bound on clauses in one filter is {MAX_WHERE_CLAUSES}"),
+    ({"$or": [{}] * (MAX_WHERE_CLAUSES + 1)}, f"the bound on clauses in one filter is {MAX_WHERE_CLAUSES}"),
+    ({"$or": [{"year": {"$in": list(range(MAX_WHERE_VALUES // 2))}},
+              {"$not": {"lang": {"$nin": [str(v) for v in range(MAX_WHERE_VALUES // 2 + 1)]}}}]},
+     f"the bound on listed values is {MAX_WHERE_VALUES}"),
+])
+def test_filters_over_a_bound_are_refused_before_evaluation(index, where, bound, monkeypatch):
+    evaluated = []
+    monkeypatch.setattr(MetadataIndex, "_field_mask", lambda *a: evaluated.append(a))
+    with pytest.raises(InputError, match=re.escape(bound)):
+        index.search(QUESTIONS[:1], pipeline="dense", where=where)
+    with pytest.raises(InputError, match=re.escape(bound)):
+        MetadataIndex(index.corpus).mask(where)
+    assert not evaluated
+
+
+def test_a_filter_at_every_bound_matches_its_definition(index):
+    n_in = MAX_WHERE_VALUES // 4
+    leaves = [{"year": {"$in": list(range(1990, 1990 + n_in))}}, {"lang": {"$nin": ["fr", *map(str, range(n_in - 1))]}},
+              {"score": [0.3, 0.5, *range(10, 10 + n_in - 2)]}, {"editor": ["ana", None, *map(str, range(n_in - 2))]}]
+    deep = nested({"year": {"$gte": 1993}}, MAX_WHERE_DEPTH - 1, "$not")  # 1 + 14 nested: depth 16 under $and
+    used = 4 + (MAX_WHERE_DEPTH - 1) + 1  # the leaves, the $nots and the inner comparison, the $and
+    filler = [{"date": {"$gte": "2000-01-01"}} for _ in range(MAX_WHERE_CLAUSES - used - 1)]  # - the $or
+    where = {"$and": [*leaves, deep, {"$or": filler}]}
+    assert check_where(where) == (MAX_WHERE_CLAUSES, MAX_WHERE_VALUES, MAX_WHERE_DEPTH, 5)
+    metas = [meta(i) for i in range(len(index.corpus))]
+    want = np.array([passes(m, where) for m in metas])
+    assert want.any() and not want.all()
+    np.testing.assert_array_equal(MetadataIndex(index.corpus).mask(where), want)
+
+
+class CountingToken(CancelToken):
+    """A token that expires after ``allowed`` checks (a deadline passed part-way through the work)."""
+
+    def __init__(self, allowed: int) -> None:
+        super().__init__(None, "search")
+        self.allowed, self.checks = allowed, 0
+
+    def check(self) -> None:
+        self.checks += 1
+        if self.checks > self.allowed:
+            raise SearchCancelled("search ran past its deadline")
+
+
+def test_the_evaluation_of_a_filter_honours_the_deadline(index):
+    mi = MetadataIndex(index.corpus)
+    where = {"$or": [{"year": y} for y in range(500)]}
+    token = CountingToken(allowed=10)
+    with pytest.raises(SearchCancelled, match="deadline"), cancellable(token):
+        mi.mask(where)
+    assert token.checks == 11  # stopped at the first checkpoint past the deadline, not after the 500 clauses
+    with pytest.raises(SearchCancelled), cancellable(CountingToken(allowed=1)):
+        index.search(QUESTIONS[:1], pipeline="dense", where=where)

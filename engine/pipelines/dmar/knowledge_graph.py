@@ -36,6 +36,7 @@ import numpy as np
 from ...errors import InputError
 from ....kernels.csr import CSR, check_csr
 from ...components.extraction import FUNCTION_WORDS, Extraction, canonical_name, query_names
+from ...components.records import decode_lines, input_path
 from ...components.sharded_graph import held_by_shards, load_graph, save_graph, sending_rows_now
 from ...sparse import csr_from_scipy, row_of_entries
 from ...storage import check_indptr, load_arrays, pack_strings, save_arrays, unpack_strings
@@ -61,22 +62,19 @@ def read_edge_list(path: str | Path) -> tuple[list[str], list[str]]:
 
     Blank lines and lines starting with ``#`` are skipped; errors name the file and line.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"edge list {path} does not exist")
+    path = input_path(path, "edge list")
     heads, tails = [], []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            line = line.rstrip("\n\r")
-            if not line.strip() or line.startswith("#"):
-                continue
-            parts = line.split("\t")
-            if len(parts) != 3:
-                raise InputError(f"{path} line {lineno}: expected head<TAB>relation<TAB>tail, got {len(parts)} field(s)")
-            h, t = canonical_name(parts[0]), canonical_name(parts[2])
-            if not h or not t:
-                raise InputError(f"{path} line {lineno}: empty head or tail entity name")
-            heads.append(h), tails.append(t)
+    for lineno, line in enumerate(decode_lines(path), start=1):
+        line = line.rstrip("\n\r")
+        if not line.strip() or line.startswith("#"):
+            continue
+        parts = line.split("\t")
+        if len(parts) != 3:
+            raise InputError(f"{path} line {lineno}: expected head<TAB>relation<TAB>tail, got {len(parts)} field(s)")
+        h, t = canonical_name(parts[0]), canonical_name(parts[2])
+        if not h or not t:
+            raise InputError(f"{path} line {lineno}: empty head or tail entity name")
+        heads.append(h), tails.append(t)
     return heads, tails
 
 

@@ -17,6 +17,7 @@ httpx = pytest.importorskip("httpx")
 import hopgraph  # noqa: E402
 from hopgraph.engine.embedders import HashingEmbedder  # noqa: E402
 from hopgraph.engine.errors import InputError  # noqa: E402
+from hopgraph.engine.filters import MAX_WHERE_CLAUSES, MAX_WHERE_DEPTH, check_where  # noqa: E402
 from hopgraph.engine.pipelines import pipeline_names  # noqa: E402
 from hopgraph.serve import BackgroundServer, ParamLimits, ServeLimits, create_app  # noqa: E402
 from hopgraph.serve.budget import DEFAULT_BOUNDS, IndexShape, estimate, integer_search_params  # noqa: E402
@@ -141,13 +142,41 @@ def test_memory_estimate_over_the_budget_is_422_before_running(index):
         assert srv.app.state.batcher.batches == batches  # refused before any worker ran it
 
 
+def _nested_not(where: dict, depth: int) -> dict:
+    for _ in range(depth - 1):
+        where = {"$not": where}
+    return where
+
+
+FIELDS_BOUND = "the bound on fields in one filter is 16"
+VALUES_BOUND = "the bound on listed values is 1024"
+
+
 @pytest.mark.parametrize("body, message", [
-    ({"where": {f"field{i}": "x" for i in range(17)}}, "where names 17 fields; the limit is 16"),
-    ({"where": {"year": list(range(1025))}}, "where lists 1025 values; the limit is 1024"),
+    ({"where": {f"field{i}": "x" for i in range(17)}}, FIELDS_BOUND),
+    ({"where": {"year": list(range(1025))}}, VALUES_BOUND),
+    ({"where": {"$and": [{f"field{i}": "x"} for i in range(17)]}}, FIELDS_BOUND),
+    ({"where": {"$or": [{"year": {"$in": list(range(600))}}, {"$and": [{"year": list(range(600))}]}]}},
+     VALUES_BOUND),
+    ({"where": {"$or": [{"year": i} for i in range(MAX_WHERE_CLAUSES)]}},
+     f"the bound on clauses in one filter is {MAX_WHERE_CLAUSES}"),
+    ({"where": _nested_not({"year": 1}, MAX_WHERE_DEPTH + 1)}, f"the bound on nesting depth through $and / $or / "
+                                                                f"$not is {MAX_WHERE_DEPTH}"),
 ])
-def test_filter_sizes_are_bounded(http, body, message):
+def test_filter_sizes_are_bounded_through_the_whole_tree(http, server, body, message):
+    batches = server.app.state.batcher.batches
     r = search(http, pipeline="dense", **body)
-    assert r.status_code == 422 and message in r.json()["detail"]
+    assert r.status_code == 422 and message in r.json()["detail"], r.text
+    assert server.app.state.batcher.batches == batches  # refused before any worker evaluated it
+
+
+def test_a_filter_at_the_bounds_is_served(http, index):
+    where = {"$and": [{"$or": [{f"field{i}": {"$in": list(range(64))}} for i in range(15)]},
+                      _nested_not({"lang": ["en", *map(str, range(63))]}, MAX_WHERE_DEPTH - 1)]}
+    assert check_where(where) == (15 + 1 + 1 + MAX_WHERE_DEPTH - 2 + 1, 1024, MAX_WHERE_DEPTH, 16)
+    r = search(http, pipeline="dense", where=where)
+    assert r.status_code == 200, r.text
+    assert len(r.json()["results"]) == 1
 
 
 def test_many_unknown_where_fields_do_not_grow_the_server(http, index):

@@ -448,3 +448,35 @@ def test_a_router_commit_writes_what_the_write_added(saved_index, tmp_path):
     again = open_router(out, LocalShards.open(out))
     for name in ALL:
         same_results(single, again, name)
+
+
+@pytest.mark.parametrize("other", ["the single index", "a small index"])
+def test_a_shard_set_entry_naming_another_index_is_refused_at_open(saved_index, tmp_path, other):
+    out = shard_index(Index.load(saved_index, progress=False), 2, tmp_path / "shards")
+    if other == "a small index":
+        target = tmp_path / "small"
+        Index.build([{"id": f"x{i}", "text": f"another passage {i}"} for i in range(3)], embedder="hashing-64",
+                    pipelines=["dense"], progress=False).save(target)
+        message = r"holds 3 passages, the router maps \d+ to it: it is not a shard of this index"
+    else:  # more passages than the shard: its ids tell
+        target = saved_index
+        message = r"its passage at row \d+ is '.*', the router's is '.*': it is not a shard of this index"
+    meta = json.loads((out / "shards.json").read_text())
+    meta["shards"][1]["dir"] = str(target.resolve())  # an absolute path: joined, it names the other index
+    (out / "shards.json").write_text(json.dumps(meta))
+    with pytest.raises(IndexFormatError, match=r"shards\.json: shard 1 \(.*\): " + message):
+        open_router(out, LocalShards.open(out))
+
+
+def test_shard_refuses_an_out_inside_its_source(saved_index, tmp_path, capsys):
+    from hopgraph.cli import main
+
+    source = tmp_path / "source"
+    shutil.copytree(saved_index, source)
+    before = sorted(p.name for p in source.iterdir())
+    for out in (source / "inner", source, source / "a" / ".." / "b"):
+        assert main(["shard", str(source), "--shards", "2", "--out", str(out), "-q"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "is inside the index it shards" in err[0], err
+    assert sorted(p.name for p in source.iterdir()) == before
+    assert main(["verify", str(source)]) == 0
