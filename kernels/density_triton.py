@@ -19,7 +19,7 @@ from .gain_knn_triton import TUNE_ROWS, similarity_tile, split_fp16
 
 #: the autotuned configurations (tile rows, tile columns, reduction step, warps, stages)
 CONFIGS = [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_D": 32}, num_warps=w, num_stages=s, maxnreg=r)
-           for m, n, w, s, r in ((64, 64, 4, 3, None), (128, 64, 8, 2, 128), (64, 128, 8, 2, 128),
+           for m, n, w, s, r in ((64, 64, 4, 3, None), (64, 128, 8, 1, 128),
                                  (128, 128, 16, 3, 128))]
 #: the configuration of the interpreter (small tiles: the tests' inputs span several of them)
 INTERPRET_CONFIG = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_D": 16}

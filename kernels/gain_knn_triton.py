@@ -45,7 +45,7 @@ DENSE_ENTRIES = 1 << 26
 #: registers without spilling (two CTAs of 8 warps, or one of 16, per SM)
 TILES = {(64, 64, 32, 8): 32, (128, 64, 32, 16): 32, (128, 64, 16, 16): SELECT_MAX_K, (64, 128, 16, 16): SELECT_MAX_K}
 #: the autotuned configurations
-CONFIGS = [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_D": d}, num_warps=w, num_stages=3, maxnreg=128)
+CONFIGS = [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_D": d}, num_warps=w, num_stages=1, maxnreg=128)
            for m, n, d, w in TILES]
 
 
