@@ -38,7 +38,7 @@ def column_tolerances(priors: torch.Tensor, tol: float, op: str) -> torch.Tensor
     """float64 [B] on the priors' device: ``max(tol, ε·‖p_b‖₁)`` per row of ``priors`` [B, N]
     (non-negative; float32 or float64). Warns (:class:`~.errors.ToleranceWarning`, naming ``op``)
     when the floor exceeds ``tol`` for some row."""
-    floor = priors.sum(1, dtype=torch.float64) * torch.finfo(priors.dtype).eps
+    floor = priors.sum(1).to(torch.float64) * torch.finfo(priors.dtype).eps  # (a float64 accumulation is a slow cast)
     if len(floor) and float(floor.max()) > tol:
         warnings.warn(f"{op}: tol={tol:g} is below what {priors.dtype} resolves for some priors (one rounding "
                       f"unit of a prior's mass, up to {float(floor.max()):.3g}); those columns stop at that floor",
