@@ -110,11 +110,22 @@ def test_gpu_model_records_and_targets(tmp_path):
         for field in ("roofline_s", "estimate_s"):
             assert set(r[field]) == {"h100", "h200"} and all(math.isfinite(v) and v > 0 for v in r[field].values())
         assert r["estimate_s"]["h100"] >= r["estimate_s"]["h200"]  # HBM 3.35 against 4.8 TB/s
-    assert records["gain_knn"]["shape"] == {"N": 10 ** 6, "d": 384, "k": 32}
-    assert records["gain_knn"]["estimate_s"]["h200"] <= 5.0
-    ppr = records["batched_ppr"]
+    knn, ppr = records["gain_knn"], records["batched_ppr"]
+    assert knn["shape"] == {"N": 10 ** 6, "d": 384, "k": 32}
+    assert knn["config"] == [gpu_model.TUNED_ON_H200["gain_knn"]]  # the autotuner's choice on the H200
+    assert set(knn["alu_per_entry"]) == {c for c, _ in _gain_knn_builds()} and all(
+        0 < v < 1000 for v in knn["alu_per_entry"].values())
     assert ppr["shape"]["n"] == 10 ** 6 and ppr["shape"]["nnz"] == 10 ** 7 and ppr["shape"]["B"] == 256
     assert ppr["estimate_s"]["h200"] <= 2 * ppr["roofline_s"]["h200"]
+    for r in (knn, ppr):  # the H200 timing beside the estimate, with where it came from
+        m = r["measured_s"]
+        assert 0 < m["low"] <= m["high"] and m["gpu"] == "h200" and "bench/gpu_check.py" in m["command"]
+    assert all(records[k]["measured_s"] is None for k in set(records) - set(gpu_model.MEASURED))
+
+
+def _gain_knn_builds() -> list[tuple[str, object]]:
+    """(config, build) of gain_knn's register top-k at G3RAG's k (the model's workloads)."""
+    return [(b.config, b) for b in gpu_compile.all_builds() if b.kernel == "gain_knn" and b.config.startswith("k32-")]
 
 
 def test_keep_needs_gpu_compile(tmp_path, capsys):
