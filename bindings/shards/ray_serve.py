@@ -17,6 +17,7 @@ Ray and Ray Serve are imported only here (``pip install 'hopgraph[distributed]'`
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -90,8 +91,9 @@ def router_app_builder(directory: str, shard_names: list[str], serve_options: di
         from .router import open_router
 
         handles = [serve.get_deployment_handle(name, app_name=APP_NAME) for name in shard_names]
-        router = open_router(directory, RayShards(handles), embedder=serve_options.get("embedder"),
-                             cleanup=True)
+        with ThreadPoolExecutor(1) as opener:  # the open checks the shards: blocking calls, off the replica's event loop
+            router = opener.submit(open_router, directory, RayShards(handles), embedder=serve_options.get("embedder"),
+                                   cleanup=True).result()
         return create_app(router, **{k: v for k, v in serve_options.items() if k != "embedder"})
 
     return build
