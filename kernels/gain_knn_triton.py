@@ -8,11 +8,13 @@ TF32 three-term split, at half its operand bytes and twice its tensor-core rate.
 
 * :func:`_gain_knn_kernel` (``k`` ≤ :data:`SELECT_MAX_K`): one program owns ``BLOCK_M`` rows and
   folds every column tile into a running top-k held in registers. A tile first gets ``hi·hi``
-  only; ``|s − hi·hi| ≤ 2⁻⁹·‖x_i‖·‖x_j‖`` bounds each weight from above, and a tile where no
-  bound beats its row's current k-th weight is skipped (later columns lose ties, so an equal
-  weight cannot enter). Otherwise the correction terms complete the similarity, and selection
-  rounds (as many as the most entries any row can still take, at most k) move the tile's best
-  entry (ties → lower column) into its row's worst slot.
+  only; ``|s − hi·hi| ≤ 2⁻⁹·‖x_i‖·‖x_j‖`` bounds each similarity. Each row keeps its k-th weight
+  as a similarity floor (:func:`similarity_floor`: below it no column, whatever its penalty, can
+  beat the k-th weight), so every entry is tested by one compare, and a tile with no entry above
+  its row's floor is skipped. Otherwise the correction terms complete the similarity, and
+  selection rounds (as many as the most entries any row can take, at most k; later columns lose
+  ties, so an equal weight cannot enter) move the tile's best entry (ties → lower column) into
+  its row's worst slot.
 * :func:`_gain_weights_kernel` (larger ``k``, the exact graph ``k = n − 1``): the weights of a
   block of rows against every column, written out; the top-k of each row is then selected on
   the device with exact (weight, column) keys. Its memory is O(rows · N) per block.
@@ -126,9 +128,25 @@ def gain(s, pen):
 
 
 @triton.jit
+def similarity_floor(thr, sim_min, pen_max, norm_r, norm_max, un_r):
+    """Per row, the scaled ``hi·hi`` value (``hi·hi · 2^−e_j``, compared before the row's own
+    ``2^−e_i``) below which no entry of the row can enter its top-k: the similarity ``s_lo`` with
+    ``gain(s_lo)·pen_max = thr`` on gain's rising side (a weight above ``thr`` needs a similarity
+    above it), at least ``sim_min`` and 0 (a weight > 0 needs s > 0), less the row's ``hi·hi`` bound
+    at the largest column norm (``HI_BOUND·norm_r·norm_max``). ``thr`` ≤ 0 (fewer than k edges held): ``max(sim_min, 0)``;
+    ``thr`` above the largest weight any column can have: +inf. The root is taken in the form
+    ``g·sqrt(2 / (1 + sqrt(1 − 4g²)))`` (no cancellation for small g) and lowered by a relative
+    margin that covers its float32 rounding and the weight bound's."""
+    g = thr / (pen_max * 1.001)
+    root = g * tl.sqrt(2.0 / (1.0 + tl.sqrt(tl.maximum(1.0 - 4.0 * g * g, 0.0)))) * 0.9999
+    s_lo = tl.where(thr > 0, tl.where(g < 0.5, root, float("inf")), 0.0)
+    return (tl.maximum(s_lo, tl.maximum(sim_min, 0.0)) - HI_BOUND * norm_r * norm_max) / un_r
+
+
+@triton.jit
 def _gain_knn_kernel(XH, XL, UNSCALE, NORM, PEN, OUT_V, OUT_C, N_ROWS, N, D, stride_x, sim_min, sim_max,
-                     K: tl.constexpr, KP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr):
+                     norm_max, pen_max, K: tl.constexpr, KP: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr):
     pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     rmask = rows < N_ROWS
@@ -136,12 +154,13 @@ def _gain_knn_kernel(XH, XL, UNSCALE, NORM, PEN, OUT_V, OUT_C, N_ROWS, N, D, str
     AH, AL = XH + first, XL + first
     a_off = tl.arange(0, BLOCK_M) * stride_x
     norm_r = tl.load(NORM + rows, mask=rmask, other=0.0)
-    un_r = tl.load(UNSCALE + rows, mask=rmask, other=0.0)
+    un_r = tl.load(UNSCALE + rows, mask=rmask, other=1.0)
     slots = tl.arange(0, KP)
     # running top-k: empty slots hold -inf with distinct negative columns; padding slots (>= K) +inf
     best_v = tl.where(slots[None, :] < K, float("-inf"), float("inf")) + tl.zeros([BLOCK_M, KP], tl.float32)
     best_c = (-1 - slots[None, :]) + tl.zeros([BLOCK_M, KP], tl.int32)
     thr = tl.min(best_v, axis=1)  # each row's k-th weight (-inf until k edges are held)
+    floor = similarity_floor(thr, sim_min, pen_max, norm_r, norm_max, un_r)
     big = 2147483647
     for c0 in range(0, N, BLOCK_N):
         cols = c0 + tl.arange(0, BLOCK_N)
@@ -150,23 +169,15 @@ def _gain_knn_kernel(XH, XL, UNSCALE, NORM, PEN, OUT_V, OUT_C, N_ROWS, N, D, str
         BH, BL = XH + first_c, XL + first_c
         b_off = tl.arange(0, BLOCK_N) * stride_x
         un_c = tl.load(UNSCALE + cols, mask=cmask, other=0.0)
-        s_hi = similarity_part(AH, AL, BH, BL, a_off, rmask, b_off, cmask, D, tl.zeros([BLOCK_M, BLOCK_N], tl.float32),
-                               1, EVEN_D, BLOCK_D) * un_r[:, None] * un_c[None, :]
-        pen = tl.load(PEN + cols, mask=cmask, other=0.0)
-        norm_c = tl.load(NORM + cols, mask=cmask, other=0.0)
-        delta = HI_BOUND * norm_r[:, None] * norm_c[None, :]
-        lo = tl.maximum(s_hi - delta, sim_min)
-        hi = tl.minimum(s_hi + delta, sim_max)
-        x = tl.minimum(tl.maximum(tl.minimum(tl.maximum(0.70710677, lo), hi), 0.0), 1.0)  # gain's argmax in [lo, hi]
-        bound = x * x * (1.0 - x * x) * pen[None, :] * pen[None, :] * 1.0001  # ≥ w² (rounding margin)
-        thr_sq = tl.where(thr > 0, thr * thr, -1.0)
-        own = cmask[None, :] & (cols[None, :] != rows[:, None]) & rmask[:, None]
-        maybe = own & (lo <= hi) & (bound > 0) & (bound > thr_sq[:, None])
-        if tl.max(maybe.to(tl.int32)) > 0:
+        acc = similarity_part(AH, AL, BH, BL, a_off, rmask, b_off, cmask, D, tl.zeros([BLOCK_M, BLOCK_N], tl.float32),
+                              1, EVEN_D, BLOCK_D) * un_c[None, :]
+        if tl.max(acc - floor[:, None]) >= 0:  # one subtraction and max an entry: most tiles stop here
+            pen = tl.load(PEN + cols, mask=cmask, other=0.0)
             s = similarity_tile(AH, AL, BH, BL, a_off, rmask, b_off, cmask, D, EVEN_D, BLOCK_M, BLOCK_N,
                                 BLOCK_D) * un_r[:, None] * un_c[None, :]  # the whole split again: nothing kept live
             w = gain(s, pen[None, :])
-            ok = own & (s >= sim_min) & (s <= sim_max) & (w > 0) & (w > thr[:, None])
+            ok = cmask[None, :] & (cols[None, :] != rows[:, None]) & rmask[:, None] & (s >= sim_min) & (s <= sim_max) \
+                & (w > 0) & (w > thr[:, None])
             w = tl.where(ok, w, float("-inf"))
             rounds = tl.minimum(tl.max(tl.sum(ok.to(tl.int32), axis=1)), K)
             for _ in range(rounds):
@@ -179,6 +190,7 @@ def _gain_knn_kernel(XH, XL, UNSCALE, NORM, PEN, OUT_V, OUT_C, N_ROWS, N, D, str
                 best_c = tl.where(slot, mc[:, None], best_c)
                 thr = tl.min(best_v, axis=1)
                 w = tl.where(cols[None, :] == mc[:, None], float("-inf"), w)
+            floor = similarity_floor(thr, sim_min, pen_max, norm_r, norm_max, un_r)  # the rows' new k-th weights
     out = rows.to(tl.int64)[:, None] * K + slots[None, :]
     smask = rmask[:, None] & (slots[None, :] < K)
     tl.store(OUT_V + out, best_v, mask=smask)
@@ -267,7 +279,7 @@ def gain_knn_triton(X, k: int = 32, sim_min: float = 0.3, sim_max: float = 0.9, 
     out_c = torch.empty((n, k), dtype=torch.int32, device=dev)
     kp = max(triton.next_power_of_2(k), 2)
     args = (hi, lo, unscale, norms, pend, out_v, out_c)
-    scalars = (n, d, hi.stride(0), sim_min, sim_max)
+    scalars = (n, d, hi.stride(0), sim_min, sim_max, float(norms.max()), float(pend.max()))
     if interpret:
         grid = (triton.cdiv(n, INTERPRET_CONFIG["BLOCK_M"]),)
         _gain_knn_kernel[grid](*args, n, *scalars, K=k, KP=kp, EVEN_D=d % INTERPRET_CONFIG["BLOCK_D"] == 0,
@@ -283,7 +295,8 @@ def launch_builds(shapes: dict) -> list[dict]:
     configuration at G3RAG's k and at :data:`SELECT_MAX_K`, and the dense path of the exact graph."""
     sig = {"XH": "*fp16", "XL": "*fp16", "UNSCALE": "*fp32", "NORM": "*fp32", "PEN": "*fp32", "OUT_V": "*fp32",
            "OUT_C": "*i32", "N_ROWS": "i32",
-           "N": "i32", "D": "i32", "stride_x": "i32", "sim_min": "fp32", "sim_max": "fp32", "K": "constexpr",
+           "N": "i32", "D": "i32", "stride_x": "i32", "sim_min": "fp32", "sim_max": "fp32", "norm_max": "fp32",
+           "pen_max": "fp32", "K": "constexpr",
            "KP": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_D": "constexpr",
            "EVEN_D": "constexpr"}
     aligned = ("XH", "XL", "UNSCALE", "NORM", "PEN", "OUT_V", "OUT_C", "D", "stride_x")

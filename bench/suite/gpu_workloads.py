@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .gpu_model import Launch, Workload
-from .sass import Listing, Loop
+from .sass import Listing, Loop, skips
 
 F32, F64 = 4, 8
 #: SMs of an H100 / H200 (for the waves that share X through L2)
@@ -62,7 +62,10 @@ def select_stream(n: int, k: int, block_m: int, block_n: int) -> tuple[float, fl
 
 
 def gain_knn(builds: dict) -> list[Workload]:
-    """gain_knn at N = 10⁶, d = 384, k = 32: every autotuned configuration of the register top-k."""
+    """gain_knn at N = 10⁶, d = 384, k = 32: every autotuned configuration of the register top-k. A tile
+    passes its rows' similarity floors as often as :func:`select_stream` says a row may take one of its
+    entries (the floor is the k-th weight at the largest penalty: the rows' top entries are taken to
+    have penalties near it)."""
     out = []
     for (kernel, config), b in builds.items():
         if kernel != "gain_knn" or not config.startswith(f"k{K}-"):
@@ -81,7 +84,10 @@ def gain_knn(builds: dict) -> list[Workload]:
                 return steps * (tiles if loop is mma[0] else passing)
             if loop.depth == 2:
                 return rounds
-            return tiles if address < mma[1].start else passing  # the bound, then the if's body
+            floor = skips(listing, loop)[0]  # the similarity floor's if
+            if address <= floor.address or address >= floor.target:
+                return tiles  # hi·hi scaled and compared with the floor; the loop's tail
+            return passing  # the split completed and the selection, on tiles over the floor
 
         ctas = math.ceil(N / bm)
         resident = SMS * max(1, 16 // b.num_warps)

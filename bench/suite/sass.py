@@ -16,6 +16,7 @@ class Instruction:
     address: int
     op: str          # the opcode without modifiers, e.g. "FFMA"
     full: str        # with modifiers, e.g. "HGMMA.64x64x8.F32.TF32"
+    target: int | None = None  # a branch's target address
 
 
 @dataclass
@@ -59,7 +60,7 @@ class Listing:
 def parse(sass: str) -> Listing:
     """The instructions and loops of a one-kernel SASS listing (the trailing self-branch that ends
     every kernel is not a loop)."""
-    ins = [Instruction(int(m.group(1), 16), m.group(3), m.group(3) + m.group(4))
+    ins = [Instruction(int(m.group(1), 16), m.group(3), m.group(3) + m.group(4), _branch_target(m))
            for m in _INSTRUCTION.finditer(sass)]
     spans = []
     for m in _INSTRUCTION.finditer(sass):
@@ -83,6 +84,20 @@ def parse(sass: str) -> Listing:
         if i.op in MMA_OPS:
             mma.append(i.full)
     return Listing(ins, loops, top, top_mma)
+
+
+def _branch_target(m: re.Match) -> int | None:
+    t = _TARGET.search(m.group(5)) if m.group(3) == "BRA" else None
+    return int(t.group(1), 16) if t else None
+
+
+def skips(listing: Listing, loop: Loop) -> list[Instruction]:
+    """The forward branches of ``loop``'s own body to its tail (the farthest target inside the loop,
+    past every nested loop): the ``if``s that end an iteration early, in address order."""
+    forward = [i for i in listing.instructions if loop.start <= i.address < loop.end and i.target is not None
+               and i.address < i.target <= loop.end]
+    tail = max((i.target for i in forward), default=None)
+    return [i for i in forward if i.target == tail]
 
 
 #: m·n·k of the warp-level MMA shapes as the SASS spells them (``HMMA.1688`` is m16n8k8)

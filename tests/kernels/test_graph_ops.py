@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import triton
+import triton.language as tl
 from conftest import clustered_embeddings, random_unit
 
 from hopgraph.engine.errors import InputError
 from hopgraph.engine.pipelines.g3rag.penalty import hub_penalty
 from hopgraph.engine.sparse import row_normalised
 from hopgraph.kernels.csr import CSR
+from hopgraph.kernels.gain_knn_triton import similarity_floor
 from hopgraph.kernels import call
 
 
@@ -346,3 +349,46 @@ def test_compile_setting(monkeypatch):
     monkeypatch.setenv("HOPGRAPH_COMPILE", "yes")
     with pytest.raises(InputError, match="HOPGRAPH_COMPILE"):
         compile_wanted(1)
+
+
+@pytest.mark.parametrize("k,band", [(1, (0.3, 0.9)), (5, (-1.0, 1.0)), (32, (0.3, 0.9)), (4, (0.69, 0.72))])
+def test_triton_gain_knn_similarity_floor_loses_no_edge(k, band):
+    """The per-row similarity floor (a tile skipped when no hi·hi entry reaches its row's floor) is a
+    necessary condition only: rows of norms 0.5 to 2 (the hi·hi bound and the scaling vary by row),
+    penalties from 0.01 to 1 (the floor assumes the largest), a zero row, a band around gain's peak
+    and one beyond it, k = 1 to 32 over ten interpreter tiles — every edge of the CPU path is found."""
+    g = np.random.default_rng(11)
+    X = clustered_embeddings(150, 16, 5, seed=12) * g.uniform(0.5, 2.0, (150, 1)).astype(np.float32)
+    X[17] = 0.0
+    pen = g.uniform(0.01, 1.0, 150).astype(np.float32)
+    pen[3] = 1.0
+    cpu = call("gain_knn", X, k=k, sim_min=band[0], sim_max=band[1], penalty=pen, device="cpu")
+    tri = call("gain_knn", X, k=k, sim_min=band[0], sim_max=band[1], penalty=pen, device="cpu", backend="triton")
+    assert cpu.indptr[-1] > 0
+    assert_same_graph(tri, cpu)
+
+
+def test_similarity_floor_is_below_every_similarity_that_can_enter():
+    """similarity_floor (the Triton helper, interpreted): for k-th weights from 1e-6 to past gain's
+    maximum, gain(floor)·pen_max never exceeds the k-th weight (so no entry below the floor can beat
+    it) and the floor's weight is within 0.2 % of it, and no root exists past the maximum (+inf)."""
+    import torch
+
+    thr = np.concatenate([np.geomspace(1e-6, 0.49, 60), [0.4995, 0.5, 0.6, -np.inf]]).astype(np.float32)
+    for pen_max in (1.0, 0.37):
+        out = torch.empty(64)
+        _floors[(1,)](torch.from_numpy(thr), out, pen_max, -1.0, N=64)
+        s = out.numpy().astype(np.float64)
+        g = thr.astype(np.float64) / pen_max
+        finite = (thr > 0) & (g < 0.5 / 1.001)
+        exact = g[finite] * np.sqrt(2 / (1 + np.sqrt(1 - 4 * g[finite] ** 2)))  # x·sqrt(1 − x²) = g, x ≤ 1/√2
+        weight = s[finite] * np.sqrt(1 - s[finite] ** 2) * pen_max
+        assert (weight <= thr[finite]).all() and (s[finite] <= exact).all()
+        assert (weight >= thr[finite] * (1 - 2e-3)).all()  # tight: 0.2 % of the weight below the k-th
+        assert np.isinf(s[g >= 0.5 * 1.001]).all() and s[-1] == 0.0  # past the maximum; fewer than k held: s > 0
+
+
+@triton.jit
+def _floors(THR, OUT, pen_max, sim_min, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(OUT + i, similarity_floor(tl.load(THR + i), sim_min, pen_max, 0.0, 1.0, 1.0))
