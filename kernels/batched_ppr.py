@@ -18,8 +18,9 @@ iteration ``x ← (1 − d) p + d (P x + D x)`` started from ``x = p``:
   the columns of P under its non-zero rows (:class:`CpuStep`);
 * **per-column convergence**: a column stops when ``‖x_{k+1} − x_k‖₁`` is at most its
   tolerance ``max(tol, ε·‖p‖₁)``, or once that change has stopped decreasing (float rounding;
-  :mod:`.ppr_stop`), and its iterate is saved then; stopped columns leave the block once they are a quarter of it,
-  so finished queries cost (almost) nothing more;
+  :mod:`.ppr_stop`), and its iterate is saved then (``tol=None``: every column runs ``max_iter``
+  iterations); stopped columns leave the block once they are a quarter of it, so finished
+  queries cost (almost) nothing more;
 * **localised** (``region`` ``[B, N]`` bool): query b's walk is restricted to its
   region — mass stepping outside it is dropped (absorbing boundary), so π_b is 0
   outside. The CPU path then iterates on the sub-matrix of the union U of the regions
@@ -57,7 +58,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from .checks import check_positive_int, check_values
+from .checks import Array, check_positive_int, check_values, first_where
 from .csr import CSR, validate_csr
 from .errors import InputError
 from .ppr_stop import StopRule, column_tolerances
@@ -102,22 +103,24 @@ HUGE_MIN_BYTES = 4 << 20
 
 
 class Prepared(NamedTuple):
-    """The validated inputs of both paths (see :func:`prepare`)."""
+    """The validated inputs of both paths (see :func:`prepare`): P's arrays and its dangling mask
+    where P was given (NumPy, or tensors on a device)."""
 
-    indptr: np.ndarray
-    indices: np.ndarray
-    data: np.ndarray
+    indptr: Array
+    indices: Array
+    data: Array
     n: int
     priors: torch.Tensor
     region: torch.Tensor | None
-    dangling: np.ndarray
+    dangling: Array
     tols: torch.Tensor
 
 
-def as_csr_arrays(P) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def as_csr_arrays(P) -> tuple[Array, Array, Array, int]:
     """(indptr, indices, data, n) of a square CSR given as the kernels' :class:`~.csr.CSR`, a scipy
     matrix or an ``(indptr, indices, data)`` triple; validated (offsets start at 0, never
-    decrease and end at nnz; column ids in ``[0, n)``; weights finite and non-negative)."""
+    decrease and end at nnz; column ids in ``[0, n)``; weights finite and non-negative). A triple
+    of torch tensors on one device stays there (checked there); anything else is NumPy."""
     if isinstance(P, CSR):
         if P.n_rows != P.n_cols:
             raise InputError(f"{OP}: P must be square, got shape ({P.n_rows}, {P.n_cols})")
@@ -128,36 +131,44 @@ def as_csr_arrays(P) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
             raise InputError(f"{OP}: P must be square, got shape {P.shape}")
         indptr, indices, data = P.indptr, P.indices, P.data
     elif isinstance(P, (tuple, list)) and len(P) == 3:
-        indptr, indices, data = (np.asarray(a.cpu() if isinstance(a, torch.Tensor) else a) for a in P)
+        on_device = all(isinstance(a, torch.Tensor) for a in P) and len({a.device for a in P}) == 1
+        indptr, indices, data = P if on_device else (host(a) for a in P)
     else:
         raise InputError(f"{OP}: P must be a CSR, a scipy sparse matrix or an (indptr, indices, data) triple")
-    if np.ndim(indptr) != 1 or len(indptr) < 1:
-        raise InputError(f"{OP}: P: indptr must be 1-D of length N + 1, got shape {np.shape(indptr)}")
+    if indptr.ndim != 1 or len(indptr) < 1:
+        raise InputError(f"{OP}: P: indptr must be 1-D of length N + 1, got shape {tuple(indptr.shape)}")
     n = len(indptr) - 1
     indptr, indices, data = validate_csr(indptr, indices, data, n, f"{OP}: P")
     return indptr, indices, data, n
 
 
-def column_sums(indices: np.ndarray, data: np.ndarray, n: int) -> np.ndarray:
-    """float64 [n]: the sum of each column of P (its out-mass)."""
+def host(a: Array) -> np.ndarray:
+    """``a`` as a NumPy array (a tensor copied to the host where it is not there)."""
+    return a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+
+
+def column_sums(indices: Array, data: Array, n: int) -> Array:
+    """float64 [n]: the sum of each column of P (its out-mass), where the arrays are."""
+    if isinstance(indices, torch.Tensor):
+        return torch.bincount(indices, weights=data.to(torch.float64), minlength=n)
     return np.bincount(indices, weights=data, minlength=n)
 
 
-def check_stochastic(sums: np.ndarray) -> np.ndarray:
+def check_stochastic(sums: Array) -> Array:
     """Every column of P must sum to 1 (within :data:`STOCHASTIC_TOL`) or to 0 (a dangling
-    chunk); returns the dangling mask (bool [n])."""
+    chunk); returns the dangling mask (bool [n], where ``sums`` is)."""
     dangling = sums == 0
-    bad = ~dangling & (np.abs(sums - 1.0) > STOCHASTIC_TOL)
-    if bad.any():
-        j = int(np.argmax(bad))
+    bad = ~dangling & (abs(sums - 1.0) > STOCHASTIC_TOL)
+    if bool(bad.any()):
+        j = first_where(bad)[0]
         raise InputError(f"{OP}: P must be column-stochastic (each column sums to 1, or 0 for a dangling "
                          f"chunk); column {j} sums to {sums[j]:.6g} ({int(bad.sum())} such columns)")
     return dangling
 
 
-def prepare(P, priors, d: float, tol: float, max_iter: int, region=None) -> Prepared:
+def prepare(P, priors, d: float, tol: float | None, max_iter: int, region=None) -> Prepared:
     """Validated inputs of both paths, checked once here so the Triton kernel never launches on
-    bad input: P (see :func:`as_csr_arrays`, column-stochastic), ``d`` in (0, 1), ``tol > 0``
+    bad input: P (see :func:`as_csr_arrays`, column-stochastic), ``d`` in (0, 1), ``tol > 0`` (or None)
     finite, ``max_iter >= 1``, priors a finite non-negative float32/float64 tensor [B, N],
     region a bool tensor of the priors' shape or None. :class:`InputError` names the argument.
     ``tols``: each column's tolerance (:func:`.ppr_stop.column_tolerances`: float64 on the priors'
@@ -166,13 +177,14 @@ def prepare(P, priors, d: float, tol: float, max_iter: int, region=None) -> Prep
     dangling = check_stochastic(column_sums(indices, data, n))
     if not _real_in(d, 0.0, 1.0):
         raise InputError(f"{OP}: damping d must lie in (0, 1), got {d!r}")
-    if not _real_in(tol, 0.0, math.inf):
-        raise InputError(f"{OP}: tol must be a finite number > 0, got {tol!r}")
+    if tol is not None and not _real_in(tol, 0.0, math.inf):
+        raise InputError(f"{OP}: tol must be a finite number > 0 (or None: max_iter iterations), got {tol!r}")
     check_positive_int(max_iter, "max_iter", OP)
     p, r = check_priors(priors, n, region)
     if p.dtype not in (torch.float32, torch.float64):
         p = p.to(torch.float32)
-    return Prepared(indptr, indices, data, n, p, r, dangling, column_tolerances(p, float(tol), OP))
+    return Prepared(indptr, indices, data, n, p, r, dangling,
+                    column_tolerances(p, None if tol is None else float(tol), OP))
 
 
 def _real_in(x: object, lo: float, hi: float) -> bool:
@@ -374,7 +386,7 @@ def check_threads(threads: object) -> int | None:
     return threads
 
 
-def batched_ppr(P, priors, d: float = 0.85, tol: float = 1e-6, max_iter: int = 100, region=None,
+def batched_ppr(P, priors, d: float = 0.85, tol: float | None = 1e-6, max_iter: int = 100, region=None,
                 threads: int | None = 1, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """CPU path (torch sparse CSR × dense block per iteration); see the module docstring.
 
@@ -627,8 +639,10 @@ def union_rows(region: np.ndarray) -> np.ndarray | None:
     return None if union.all() else np.flatnonzero(union)
 
 
-def _batched_ppr_cpu(P, priors, d: float, tol: float, max_iter: int, region) -> tuple[torch.Tensor, torch.Tensor]:
+def _batched_ppr_cpu(P, priors, d: float, tol: float | None, max_iter: int, region
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
     indptr, indices, data, n, p, r, dang, tols = prepare(P, priors, d, tol, max_iter, region)
+    indptr, indices, data, dang = (host(a) for a in (indptr, indices, data, dang))
     B = p.shape[0]
     if B == 0:
         return torch.zeros((0, n), dtype=p.dtype), torch.zeros(0, dtype=torch.int64)

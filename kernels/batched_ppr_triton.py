@@ -90,6 +90,12 @@ def tile(bp: int, itemsize: int) -> tuple[int, int]:
     return block_b, max(1, GATHER_BYTES // (itemsize * ROWS * block_b))
 
 
+def on_device(a, dtype: torch.dtype, dev: torch.device) -> torch.Tensor:
+    """``a`` (a NumPy array or a tensor) as a ``dtype`` tensor on ``dev``; no copy where it is one already."""
+    t = a if isinstance(a, torch.Tensor) else torch.from_numpy(np.asarray(a))
+    return t.to(dev, dtype)
+
+
 def pad_columns(t: torch.Tensor, bp: int) -> torch.Tensor:
     """``t [N, b]`` copied into a zeroed ``[N, bp]`` block."""
     out = torch.zeros((t.shape[0], bp), dtype=t.dtype, device=t.device)
@@ -97,7 +103,7 @@ def pad_columns(t: torch.Tensor, bp: int) -> torch.Tensor:
     return out
 
 
-def batched_ppr_triton(P, priors, d: float = 0.85, tol: float = 1e-6, max_iter: int = 100, region=None,
+def batched_ppr_triton(P, priors, d: float = 0.85, tol: float | None = 1e-6, max_iter: int = 100, region=None,
                        threads: int | None = None, device: str = "cuda") -> tuple[torch.Tensor, torch.Tensor]:
     """Triton path, same contract as :func:`.batched_ppr.batched_ppr`; tensors live on ``device``
     (CPU tensors under ``TRITON_INTERPRET=1``); ``threads`` is validated and unused. Tolerance against
@@ -109,11 +115,11 @@ def batched_ppr_triton(P, priors, d: float = 0.85, tol: float = 1e-6, max_iter: 
     dev = torch.device("cuda" if device == "cuda" else "cpu")
     if B == 0:
         return torch.zeros((0, n), dtype=p.dtype, device=dev), torch.zeros(0, dtype=torch.int64)
-    t_indptr = torch.from_numpy(np.asarray(indptr, np.int64)).to(dev)
+    t_indptr = on_device(indptr, torch.int64, dev)
     order = torch.argsort(torch.diff(t_indptr), stable=True).to(torch.int32)
-    t_indices = torch.from_numpy(np.asarray(indices, np.int32)).to(dev)
-    t_data = torch.from_numpy(np.asarray(data)).to(dev, p.dtype) * d
-    dang = torch.from_numpy(dangling).to(dev, p.dtype) * d
+    t_indices = on_device(indices, torch.int32, dev)
+    t_data = on_device(data, p.dtype, dev) * d
+    dang = on_device(dangling, p.dtype, dev) * d
     pt = p.to(dev).T
     mt = r.to(dev).T.to(torch.int8) if r is not None else None
     x0 = pt * mt if mt is not None else pt

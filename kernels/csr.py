@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+import torch
 
 from .checks import check_ids, check_indptr, check_positive_int, check_values
 from .errors import InputError
@@ -52,11 +53,12 @@ def validate_csr(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n_co
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Check CSR arrays without converting them: integer ``indptr`` [n_rows + 1] starting at 0,
     never decreasing, ending at nnz; integer ``indices`` [nnz] in ``[0, n_cols)``; real ``data``
-    [nnz], finite and non-negative. Returns the three as NumPy arrays (no copy where possible).
+    [nnz], finite and non-negative. Returns the three as NumPy arrays (no copy where possible), or
+    as the torch tensors given (checked where they are: a GPU's arrays never leave it).
 
     Raises :class:`InputError` as ``"NAME: ARRAY problem"`` (shared by :func:`check_csr` and the
     ops that take a graph, e.g. ``batched_ppr``'s P)."""
-    indptr, indices, data = (np.asarray(a) for a in (indptr, indices, data))
+    indptr, indices, data = (a if isinstance(a, torch.Tensor) else np.asarray(a) for a in (indptr, indices, data))
     n_cols = check_positive_int(n_cols, "n_cols", name, minimum=0)
     if indptr.ndim != 1 or len(indptr) < 1:
         raise InputError(f"{name}: indptr must be a 1-D array of length n_rows + 1, got shape {indptr.shape}")

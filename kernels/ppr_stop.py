@@ -17,7 +17,8 @@ how the product rounds, which differs between CPUs and block widths). A ``tol`` 
 some column warns (:class:`~.errors.ToleranceWarning`) and that column uses the floor.
 
 Both rules read the column's own prior and iterates only, so a column's stop does not depend on
-the rest of its batch.
+the rest of its batch. ``tol=None`` runs every column ``max_iter`` iterations (a tolerance of
+-inf: neither rule fires), as a benchmark of a fixed number of steps needs.
 """
 from __future__ import annotations
 
@@ -34,10 +35,12 @@ from .errors import ToleranceWarning
 STALL_ITERS = 4
 
 
-def column_tolerances(priors: torch.Tensor, tol: float, op: str) -> torch.Tensor:
+def column_tolerances(priors: torch.Tensor, tol: float | None, op: str) -> torch.Tensor:
     """float64 [B] on the priors' device: ``max(tol, ε·‖p_b‖₁)`` per row of ``priors`` [B, N]
-    (non-negative; float32 or float64). Warns (:class:`~.errors.ToleranceWarning`, naming ``op``)
-    when the floor exceeds ``tol`` for some row."""
+    (non-negative; float32 or float64), or -inf everywhere for ``tol=None``. Warns
+    (:class:`~.errors.ToleranceWarning`, naming ``op``) when the floor exceeds ``tol`` for some row."""
+    if tol is None:
+        return torch.full((priors.shape[0],), -math.inf, dtype=torch.float64, device=priors.device)
     floor = priors.sum(1).to(torch.float64) * torch.finfo(priors.dtype).eps  # (a float64 accumulation is a slow cast)
     if len(floor) and float(floor.max()) > tol:
         warnings.warn(f"{op}: tol={tol:g} is below what {priors.dtype} resolves for some priors (one rounding "
@@ -67,11 +70,11 @@ class StopRule:
 
     def done(self, change: torch.Tensor) -> torch.Tensor:
         """bool [B]: the columns whose ``change`` (float64 [B], this iteration's L1 change) meets
-        their tolerance, or that have stalled."""
+        their tolerance, or that have stalled (never a column of tolerance -inf)."""
         improved = change < self.best
         self.best = torch.minimum(self.best, change)
         self.since = torch.where(improved, torch.zeros_like(self.since), self.since + 1)
-        return (change <= self.tols) | (self.since >= STALL_ITERS)
+        return (change <= self.tols) | ((self.since >= STALL_ITERS) & (self.tols > -math.inf))
 
     def keep(self, idx: torch.Tensor) -> None:
         """Keep only the columns ``idx`` (in that order)."""

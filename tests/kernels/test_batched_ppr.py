@@ -565,3 +565,49 @@ def test_cycling_walks_stop_at_the_stall_not_max_iter():
     out, seg_iters = bp.segmented_iterate(swap, np.array([1.0, 0.0]), np.zeros(2), np.array([0, 2]),
                                           torch.full((1,), 1e-6, dtype=torch.float64), 1000)
     assert seg_iters.tolist() == [1 + STALL_ITERS]
+
+
+@pytest.mark.parametrize("backend", [None, "triton"])
+def test_tol_none_runs_every_column_max_iter_iterations(rng, backend):
+    """tol=None: every column runs max_iter iterations (a fixed number of steps: the benchmarks' work),
+    an all-zero prior and a converged walk included, without a warning; π is that many power steps."""
+    import warnings
+
+    P = random_graph(40, 0.1, 31, dangling=(2,))
+    pri = priors_for(4, 40, rng).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ToleranceWarning)
+        pi, iters = call("batched_ppr", P, pri, d=0.85, tol=None, max_iter=40, device="cpu", backend=backend)
+    assert iters.tolist() == [40] * 4
+    M = P.toarray() + np.diag((np.asarray(P.sum(0)).ravel() == 0).astype(float))
+    x = pri.astype(np.float64).T
+    for _ in range(40):
+        x = 0.15 * pri.T + 0.85 * M @ x
+    np.testing.assert_allclose(pi.numpy(), x.T, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", [None, "triton"])
+def test_p_as_tensors_stays_where_it_is(rng, monkeypatch, backend):
+    """P given as a triple of tensors (on a GPU: the pipelines' device-resident graph) is checked
+    where it is — the same results as scipy's P, the same named errors — and the Triton path never
+    copies it to the host (tensors of this CPU stand for a device's here)."""
+    bp = bpr()
+    P = random_graph(30, 0.15, 32, dangling=(4,))
+    pri = priors_for(3, 30, rng).astype(np.float32)
+    triple = tuple(torch.from_numpy(a) for a in (P.indptr.astype(np.int64), P.indices, P.data.astype(np.float32)))
+    copied = []
+    monkeypatch.setattr(bp, "host", lambda a: copied.append(a) or np.asarray(a))
+    got = call("batched_ppr", triple, pri, d=0.85, tol=1e-6, max_iter=100, device="cpu", backend=backend)
+    assert (copied == []) == (backend == "triton")
+    monkeypatch.undo()
+    ref = call("batched_ppr", P, pri, d=0.85, tol=1e-6, max_iter=100, device="cpu", backend=backend)
+    assert_same_walk(got, ref, pri, 1e-6, 0.85)
+    bad_data = triple[2].clone()
+    bad_data[5] = -bad_data[5]
+    bad_cols = triple[1].clone()
+    bad_cols[3] = 30
+    for P_bad, message in (((triple[0], triple[1], bad_data), r"data must be non-negative; data\[5\]"),
+                           ((triple[0], bad_cols, triple[2]), r"indices must hold column ids in \[0, 30\)"),
+                           ((triple[0], triple[1], triple[2] * 2), "must be column-stochastic")):
+        with pytest.raises(InputError, match=message):
+            call("batched_ppr", P_bad, pri, device="cpu", backend=backend)
