@@ -93,3 +93,14 @@ def test_source_roots_are_setup_pys():
     setup_module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(setup_module)
     assert load_gpu_check().source_roots() == setup_module.ROOTS
+
+
+@pytest.mark.slow
+def test_the_kernels_ncu_profiles_run_without_hopgraph_installed(tmp_path):
+    """bench/ncu_kernels.py (what docs/gpu.md's Nsight Compute command runs) in its interpreter mode."""
+    script = SCRIPT.with_name("ncu_kernels.py")
+    proc = subprocess.run([sys.executable, "-c", BARE, str(script), "--interpret", "--quick"], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert [line.split()[1:3] for line in proc.stdout.splitlines()[1:]] == [
+        ["gain_knn", "tune"], ["gain_knn", "profile"], ["batched_ppr", "tune"], ["batched_ppr", "profile"]]
