@@ -170,11 +170,11 @@ def _gain_knn_kernel(XH, XL, UNSCALE, NORM, PEN, OUT_V, OUT_C, N_ROWS, N, D, str
         b_off = tl.arange(0, BLOCK_N) * stride_x
         un_c = tl.load(UNSCALE + cols, mask=cmask, other=0.0)
         acc = similarity_part(AH, AL, BH, BL, a_off, rmask, b_off, cmask, D, tl.zeros([BLOCK_M, BLOCK_N], tl.float32),
-                              1, EVEN_D, BLOCK_D) * un_c[None, :]
-        if tl.max(acc - floor[:, None]) >= 0:  # one subtraction and max an entry: most tiles stop here
+                              1, EVEN_D, BLOCK_D)
+        if tl.max(acc * un_c[None, :] - floor[:, None]) >= 0:  # a product, a subtraction and a max an entry
             pen = tl.load(PEN + cols, mask=cmask, other=0.0)
-            s = similarity_tile(AH, AL, BH, BL, a_off, rmask, b_off, cmask, D, EVEN_D, BLOCK_M, BLOCK_N,
-                                BLOCK_D) * un_r[:, None] * un_c[None, :]  # the whole split again: nothing kept live
+            s = correction(AH, AL, BH, BL, a_off, rmask, b_off, cmask, D, acc, EVEN_D, BLOCK_D) \
+                * un_r[:, None] * un_c[None, :]  # hi·hi completed by hi·lo + lo·hi
             w = gain(s, pen[None, :])
             ok = cmask[None, :] & (cols[None, :] != rows[:, None]) & rmask[:, None] & (s >= sim_min) & (s <= sim_max) \
                 & (w > 0) & (w > thr[:, None])

@@ -80,7 +80,7 @@ def gain_knn(builds: dict) -> list[Workload]:
             mma = mma_loops(listing)
             if loop is None:
                 return 1.0
-            if loop.mma:  # hi·hi every tile; the whole split again on passing tiles
+            if loop.mma:  # hi·hi every tile; its two correction terms on passing tiles
                 return steps * (tiles if loop is mma[0] else passing)
             if loop.depth == 2:
                 return rounds
@@ -93,7 +93,7 @@ def gain_knn(builds: dict) -> list[Workload]:
         resident = SMS * max(1, 16 // b.num_warps)
         tile_bytes = (bm + bn) * D * 2  # float16 operands
         launch = Launch("gain_knn", config, ctas, execs, hbm_bytes=2 * N * D * 2 * math.ceil(ctas / resident),
-                        l2_bytes=ctas * (tiles + 3 * passing) * tile_bytes)
+                        l2_bytes=ctas * (tiles + 2 * passing) * tile_bytes)
         out.append(Workload("gain_knn", {"N": N, "d": D, "k": K}, bytes=N * D * F32 + N * K * 8,
                             flops=2 * N * N * D, precision="fp16", passes=3, launches=[launch],
                             host_bytes=N * K * 8,
