@@ -178,21 +178,16 @@ class _Field:
         self.strings = ([str_v[j] for j in order], np.asarray([str_r[j] for j in order], np.int64))
 
     def equal(self, key: tuple, n: int) -> np.ndarray:
-        out = np.zeros(n, bool)
-        if key == ("null",):
-            out[:] = True
-            out[self.present] = False
-            return out
-        hit = self.rows.get(key)
-        if hit is not None:
-            out[hit] = True
-        return out
+        """Rows equal to ``key`` (:meth:`any_of` of one key)."""
+        return self.any_of([key], n)
 
     def any_of(self, keys: Sequence[tuple], n: int) -> np.ndarray:
-        """Rows equal to one of ``keys`` (one mask, however many keys)."""
-        if ("null",) in keys:
-            return self.equal(("null",), n) | self.any_of([key for key in keys if key != ("null",)], n)
+        """Rows equal to one of ``keys`` (one mask, however many keys); ``("null",)``: the rows
+        holding no value."""
         out = np.zeros(n, bool)
+        if ("null",) in keys:
+            out[:] = True
+            out[self.present] = False
         for key in keys:
             hit = self.rows.get(key)
             if hit is not None:

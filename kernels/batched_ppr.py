@@ -63,7 +63,7 @@ from .csr import CSR, validate_csr
 from .errors import InputError
 from .ppr_stop import StopRule, column_tolerances
 from .dispatch import register
-from .tensors import as_tensor
+from .tensors import as_numpy, as_tensor
 from .threads import torch_threads
 
 Step = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "torch.Tensor | None"], None]
@@ -132,7 +132,7 @@ def as_csr_arrays(P) -> tuple[Array, Array, Array, int]:
         indptr, indices, data = P.indptr, P.indices, P.data
     elif isinstance(P, (tuple, list)) and len(P) == 3:
         on_device = all(isinstance(a, torch.Tensor) for a in P) and len({a.device for a in P}) == 1
-        indptr, indices, data = P if on_device else (host(a) for a in P)
+        indptr, indices, data = P if on_device else (as_numpy(a) for a in P)
     else:
         raise InputError(f"{OP}: P must be a CSR, a scipy sparse matrix or an (indptr, indices, data) triple")
     if indptr.ndim != 1 or len(indptr) < 1:
@@ -140,11 +140,6 @@ def as_csr_arrays(P) -> tuple[Array, Array, Array, int]:
     n = len(indptr) - 1
     indptr, indices, data = validate_csr(indptr, indices, data, n, f"{OP}: P")
     return indptr, indices, data, n
-
-
-def host(a: Array) -> np.ndarray:
-    """``a`` as a NumPy array (a tensor copied to the host where it is not there)."""
-    return a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
 
 
 def column_sums(indices: Array, data: Array, n: int) -> Array:
@@ -642,7 +637,7 @@ def union_rows(region: np.ndarray) -> np.ndarray | None:
 def _batched_ppr_cpu(P, priors, d: float, tol: float | None, max_iter: int, region
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     indptr, indices, data, n, p, r, dang, tols = prepare(P, priors, d, tol, max_iter, region)
-    indptr, indices, data, dang = (host(a) for a in (indptr, indices, data, dang))
+    indptr, indices, data, dang = (as_numpy(a) for a in (indptr, indices, data, dang))
     B = p.shape[0]
     if B == 0:
         return torch.zeros((0, n), dtype=p.dtype), torch.zeros(0, dtype=torch.int64)

@@ -19,13 +19,13 @@ to finish or to drop stopped columns (saved first) once they are a quarter of th
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 import triton
 import triton.language as tl
 
 from .batched_ppr import COMPACT_SHARE, check_threads, prepare
 from .ppr_stop import StopRule
+from .tensors import as_tensor
 
 #: rows of P per program (the unit of the column-change shares)
 ROWS_PER_PROGRAM = 64
@@ -90,12 +90,6 @@ def tile(bp: int, itemsize: int) -> tuple[int, int]:
     return block_b, max(1, GATHER_BYTES // (itemsize * ROWS * block_b))
 
 
-def on_device(a, dtype: torch.dtype, dev: torch.device) -> torch.Tensor:
-    """``a`` (a NumPy array or a tensor) as a ``dtype`` tensor on ``dev``; no copy where it is one already."""
-    t = a if isinstance(a, torch.Tensor) else torch.from_numpy(np.asarray(a))
-    return t.to(dev, dtype)
-
-
 def pad_columns(t: torch.Tensor, bp: int) -> torch.Tensor:
     """``t [N, b]`` copied into a zeroed ``[N, bp]`` block."""
     out = torch.zeros((t.shape[0], bp), dtype=t.dtype, device=t.device)
@@ -115,11 +109,11 @@ def batched_ppr_triton(P, priors, d: float = 0.85, tol: float | None = 1e-6, max
     dev = torch.device("cuda" if device == "cuda" else "cpu")
     if B == 0:
         return torch.zeros((0, n), dtype=p.dtype, device=dev), torch.zeros(0, dtype=torch.int64)
-    t_indptr = on_device(indptr, torch.int64, dev)
+    t_indptr = as_tensor(indptr).to(dev, torch.int64)
     order = torch.argsort(torch.diff(t_indptr), stable=True).to(torch.int32)
-    t_indices = on_device(indices, torch.int32, dev)
-    t_data = on_device(data, p.dtype, dev) * d
-    dang = on_device(dangling, p.dtype, dev) * d
+    t_indices = as_tensor(indices).to(dev, torch.int32)
+    t_data = as_tensor(data).to(dev, p.dtype) * d
+    dang = as_tensor(dangling).to(dev, p.dtype) * d
     pt = p.to(dev).T
     mt = r.to(dev).T.to(torch.int8) if r is not None else None
     x0 = pt * mt if mt is not None else pt

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from .errors import InputError
+from .tensors import as_numpy
 
 Array = Union[np.ndarray, torch.Tensor]
 
@@ -41,8 +42,7 @@ def min_max(a: Array) -> tuple[float, float]:
 
 def first_where(mask: Array) -> tuple[int, ...]:
     """Index (a tuple, one entry per dimension) of the first True entry of ``mask``."""
-    if isinstance(mask, torch.Tensor):
-        mask = mask.detach().cpu().numpy()
+    mask = as_numpy(mask)
     return tuple(int(i) for i in np.unravel_index(int(np.argmax(mask)), mask.shape))
 
 

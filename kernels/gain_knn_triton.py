@@ -132,11 +132,12 @@ def similarity_floor(thr, sim_min, pen_max, norm_r, norm_max, un_r):
     """Per row, the scaled ``hi·hi`` value (``hi·hi · 2^−e_j``, compared before the row's own
     ``2^−e_i``) below which no entry of the row can enter its top-k: the similarity ``s_lo`` with
     ``gain(s_lo)·pen_max = thr`` on gain's rising side (a weight above ``thr`` needs a similarity
-    above it), at least ``sim_min`` and 0 (a weight > 0 needs s > 0), less the row's ``hi·hi`` bound
-    at the largest column norm (``HI_BOUND·norm_r·norm_max``). ``thr`` ≤ 0 (fewer than k edges held): ``max(sim_min, 0)``;
-    ``thr`` above the largest weight any column can have: +inf. The root is taken in the form
-    ``g·sqrt(2 / (1 + sqrt(1 − 4g²)))`` (no cancellation for small g) and lowered by a relative
-    margin that covers its float32 rounding and the weight bound's."""
+    above it), at least ``sim_min`` and 0 (a weight > 0 needs s > 0), less the row's ``hi·hi``
+    bound at the largest column norm (``HI_BOUND·norm_r·norm_max``). ``thr`` ≤ 0 (fewer than k edges
+    held): ``max(sim_min, 0)``; ``thr`` above the largest weight any column can have: +inf. The root
+    is taken in the form ``g·sqrt(2 / (1 + sqrt(1 − 4g²)))`` (no cancellation for small g) and
+    lowered by a relative margin that covers its float32 rounding and that of the weights compared
+    with ``thr``."""
     g = thr / (pen_max * 1.001)
     root = g * tl.sqrt(2.0 / (1.0 + tl.sqrt(tl.maximum(1.0 - 4.0 * g * g, 0.0)))) * 0.9999
     s_lo = tl.where(thr > 0, tl.where(g < 0.5, root, float("inf")), 0.0)

@@ -1,4 +1,4 @@
-"""The one place where NumPy arrays cross to torch at the kernel boundary.
+"""The one place where NumPy arrays cross to torch at the kernel boundary (and back: :func:`as_numpy`).
 
 The torch-based ops declare which of their arguments are tensors when they register
 (``register(..., tensors=(...))``); :func:`hopgraph.kernels.dispatch.call` passes those
@@ -38,3 +38,9 @@ def as_tensor(value: Any, dtype: torch.dtype | None = None, device: str | torch.
     if dtype is not None or torch.device(device).type != "cpu":
         t = t.to(device=device, dtype=dtype)
     return t
+
+
+def as_numpy(value: Any) -> np.ndarray:
+    """``value`` as a NumPy array: a tensor copied to the host where it is not there (detached), an
+    array-like through ``np.asarray``."""
+    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)

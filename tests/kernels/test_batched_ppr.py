@@ -596,7 +596,7 @@ def test_p_as_tensors_stays_where_it_is(rng, monkeypatch, backend):
     pri = priors_for(3, 30, rng).astype(np.float32)
     triple = tuple(torch.from_numpy(a) for a in (P.indptr.astype(np.int64), P.indices, P.data.astype(np.float32)))
     copied = []
-    monkeypatch.setattr(bp, "host", lambda a: copied.append(a) or np.asarray(a))
+    monkeypatch.setattr(bp, "as_numpy", lambda a: copied.append(a) or np.asarray(a))
     got = call("batched_ppr", triple, pri, d=0.85, tol=1e-6, max_iter=100, device="cpu", backend=backend)
     assert (copied == []) == (backend == "triton")
     monkeypatch.undo()
