@@ -65,13 +65,14 @@ ALU_OPS = ("IADD3", "LOP3", "ISETP", "FSETP", "DSETP", "IMNMX", "FMNMX", "SEL", 
 
 @dataclass(frozen=True)
 class Measurement:
-    """An op timed on a GPU: seconds (a range over runs), the commit, the date and the command."""
+    """An op timed on a GPU: seconds (a range over runs), the commit measured, that commit's date (the
+    run came after it; its own date was not recorded) and the command."""
 
     low: float
     high: float
     gpu: str
     commit: str
-    date: str
+    commit_date: str
     command: str
 
 
@@ -254,7 +255,7 @@ def run(json_path: str | Path | None = None, emit: Callable[[str], None] = print
     emit("gain_knn integer/logic SASS instructions per similarity entry (the selection's cost, sm_90): "
          + ", ".join(f"{config} {v:.3g}" for config, v in sorted(alu.items())))
     for name, m in MEASURED.items():
-        emit(f"measured {name} on an {m.gpu.upper()} at {m.commit}, {m.date}: {m.command}")
+        emit(f"measured {name} on an {m.gpu.upper()} at {m.commit} (committed {m.commit_date}): {m.command}")
     emit("roofline = max(bytes / HBM, FLOPs / peak) with HBM 3.35 / 4.8 TB/s, FP32 67 TF/s, TF32 495 TF/s, "
          "FP16 989 TF/s dense (÷ passes for split precision); estimate = per launch the largest of issue (at "
          f"{ISSUE_ACHIEVED} warp-instructions per SM and clock), tensor, FP32, FP64, MUFU, HBM (at {HBM_ACHIEVED:.0%} "
