@@ -113,11 +113,13 @@ class Prepared(NamedTuple):
     tols: torch.Tensor
 
 
-def as_csr_arrays(P) -> tuple[Array, Array, Array, int]:
+def as_csr_arrays(P, device: torch.device | None = None) -> tuple[Array, Array, Array, int]:
     """(indptr, indices, data, n) of a square CSR given as the kernels' :class:`~.csr.CSR`, a scipy
     matrix or an ``(indptr, indices, data)`` triple; validated (offsets start at 0, never
     decrease and end at nnz; column ids in ``[0, n)``; weights finite and non-negative). A triple
-    of torch tensors on one device stays there (checked there); anything else is NumPy."""
+    of torch tensors on one device stays there (checked there); anything else is NumPy, or, with
+    ``device``, copied to that device once and checked there (the Triton path: no pass over the
+    arrays on the host)."""
     if isinstance(P, CSR):
         if P.n_rows != P.n_cols:
             raise InputError(f"{OP}: P must be square, got shape ({P.n_rows}, {P.n_cols})")
@@ -135,6 +137,9 @@ def as_csr_arrays(P) -> tuple[Array, Array, Array, int]:
     if indptr.ndim != 1 or len(indptr) < 1:
         raise InputError(f"{OP}: P: indptr must be 1-D of length N + 1, got shape {tuple(indptr.shape)}")
     n = len(indptr) - 1
+    if device is not None and not isinstance(indptr, torch.Tensor):
+        indptr, indices, data = (as_tensor(a, device=device, name=f"{OP}: P {what}")
+                                 for a, what in ((indptr, "indptr"), (indices, "indices"), (data, "data")))
     indptr, indices, data = validate_csr(indptr, indices, data, n, f"{OP}: P")
     return indptr, indices, data, n
 
@@ -158,14 +163,16 @@ def check_stochastic(sums: Array) -> Array:
     return dangling
 
 
-def prepare(P, priors, d: float, tol: float | None, max_iter: int, region=None) -> Prepared:
+def prepare(P, priors, d: float, tol: float | None, max_iter: int, region=None,
+            device: torch.device | None = None) -> Prepared:
     """Validated inputs of both paths, checked once here so the Triton kernel never launches on
     bad input: P (see :func:`as_csr_arrays`, column-stochastic), ``d`` in (0, 1), ``tol > 0`` (or None)
     finite, ``max_iter >= 1``, priors a finite non-negative float32/float64 tensor [B, N],
     region a bool tensor of the priors' shape or None. :class:`InputError` names the argument.
     ``tols``: each column's tolerance (:func:`.ppr_stop.column_tolerances`: float64 on the priors'
-    device; a ``tol`` below the priors' float resolution warns)."""
-    indptr, indices, data, n = as_csr_arrays(P)
+    device; a ``tol`` below the priors' float resolution warns). ``device``: where P's arrays are
+    checked and returned when they are not tensors already (see :func:`as_csr_arrays`)."""
+    indptr, indices, data, n = as_csr_arrays(P, device)
     dangling = check_stochastic(column_sums(indices, data, n))
     if not _real_in(d, 0.0, 1.0):
         raise InputError(f"{OP}: damping d must lie in (0, 1), got {d!r}")

@@ -617,3 +617,24 @@ def test_p_as_tensors_stays_where_it_is(rng, monkeypatch, backend):
                            ((triple[0], triple[1], triple[2] * 2), "must be column-stochastic")):
         with pytest.raises(InputError, match=message):
             call("batched_ppr", P_bad, pri, device="cpu", backend=backend)
+
+
+@pytest.mark.parametrize("backend", [None, "triton"])
+def test_scipy_p_is_checked_where_the_path_runs(rng, monkeypatch, backend):
+    """A scipy P (what a user hands ``call``) is checked as NumPy on the CPU path and, on the Triton
+    path, copied to its device once and checked there (no pass over its arrays on the host); both
+    give the same walk and the same named errors."""
+    bp = bpr()
+    P = random_graph(30, 0.15, 33, dangling=(4,))
+    pri = priors_for(3, 30, rng).astype(np.float32)
+    seen = []
+    validate = bp.validate_csr
+    monkeypatch.setattr(bp, "validate_csr", lambda *a, **k: seen.append(type(a[0])) or validate(*a, **k))
+    got = call("batched_ppr", P, pri, d=0.85, tol=1e-6, max_iter=100, device="cpu", backend=backend)
+    assert seen == [torch.Tensor if backend == "triton" else np.ndarray]
+    monkeypatch.undo()
+    assert_same_walk(got, call("batched_ppr", P, pri, d=0.85, tol=1e-6, max_iter=100, device="cpu"), pri, 1e-6, 0.85)
+    bad = P.copy()
+    bad.data[2] = np.nan
+    with pytest.raises(InputError, match=r"P: data must be finite \(no NaN or infinity\); data\[2\] = nan"):
+        call("batched_ppr", bad, pri, device="cpu", backend=backend)
