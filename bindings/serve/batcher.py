@@ -197,18 +197,25 @@ def filter_warnings(index: Index, filters: dict[str, Any] | None, mask: np.ndarr
     return [empty_filter_message(filters.get("allowed_ids"), filters.get("where"))]
 
 
-def lowest_priority() -> None:
-    """Give the calling thread the lowest CPU priority (Linux: per thread; elsewhere it stays)."""
+#: the niceness of the bulk search lane: the CPU the interactive lane leaves
+BULK_NICE = 19
+#: the niceness of the writer (thread or process): below the searches, yet a lone write is not starved
+#: by a steady search load (Linux CFS weights: nice 5 takes about a quarter of a core the searches want)
+WRITER_NICE = 5
+
+
+def lower_priority(nice: int = BULK_NICE) -> None:
+    """Give the calling thread the niceness ``nice`` (Linux: per thread; elsewhere it stays)."""
     try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
     except (AttributeError, OSError):  # not Linux: the priority stays
         pass
 
 
-def background_thread_setup() -> None:
-    """The calling thread (the bulk worker, the writer process): lowest CPU priority and one torch /
+def background_thread_setup(nice: int = BULK_NICE) -> None:
+    """The calling thread (the bulk worker, the writer process): niceness ``nice`` and one torch /
     faiss thread, so it takes the CPU the interactive worker leaves."""
-    lowest_priority()
+    lower_priority(nice)
     import torch
 
     torch.set_num_threads(1)

@@ -7,7 +7,8 @@ processes.
   held by the writer (:mod:`hopgraph.serve.writer`): in a writer process of its own, which also
   embeds the added passages, so that none of a write's work holds the server's interpreter lock
   (or, for an embedder given as a Python object, in a writer thread of the server); either runs
-  at the lowest CPU priority. Searches go on meanwhile and see the last commit.
+  below the searches' CPU priority (:data:`~hopgraph.serve.batcher.WRITER_NICE`), yet high enough
+  that a lone write is not starved by a steady search load. Searches go on meanwhile and see the last commit.
 * **Group commit.** The writes that arrive within :data:`COMMIT_WINDOW_MS` of the first are applied to
   that copy in order and share one commit (:meth:`~hopgraph.index.Index.save`: one segment and
   deletes files), written by the writer; the commit (loaded by the server, memory-mapped, when the
@@ -94,8 +95,9 @@ class LiveWrites:
         """Apply the write ``fn(index)`` (an op of :mod:`hopgraph.serve.writer`: picklable), after a
         commit being written and after taking in another process's commit, to the writer's copy of
         the served index; then wait for the group commit that holds it and makes it the served index.
-        Returns ``fn``'s answer with ``"committed"``; raises what ``fn`` raised (the served index is
-        then unchanged) or what the commit raised. Without an index directory, ``fn`` runs on the
+        Returns ``fn``'s answer with ``"committed"`` and ``"commit"`` (the name of the commit served
+        that holds it, None without one); raises what ``fn`` raised (the served index is then
+        unchanged) or what the commit raised. Without an index directory, ``fn`` runs on the
         served index in the search worker and the answer has ``"committed": false`` (true for an
         index that commits its own writes, ``commits_writes``: a sharded index's router)."""
         if self._lock is None:
@@ -104,6 +106,7 @@ class LiveWrites:
             async with self._lock:
                 result = await self.run_exclusive(lambda: fn(self.index))
             result["committed"] = bool(getattr(self.index, "commits_writes", False))
+            result["commit"] = self.commit_name()
             return result
         async with self._lock:
             await self.refresh()
@@ -113,7 +116,13 @@ class LiveWrites:
             if self._flush_task is None or self._flush_task.done():
                 self._flush_task = asyncio.get_running_loop().create_task(self._flush())
         result["committed"] = await future
+        result["commit"] = self.commit_name()
         return result
+
+    def commit_name(self) -> str | None:
+        """The name of the commit served (None for an index that has none)."""
+        committed = getattr(self.index, "_committed", None)
+        return None if committed is None else committed.name
 
     @property
     def in_place(self) -> bool:

@@ -101,14 +101,35 @@ class AddRequest(BaseModel):
 class AddResponse(BaseModel):
     added: list[str]
     replaced: list[str]
+    unchanged: list[str] = Field(description="ids the index already held with the same title, text and metadata "
+                                             "(an add repeated: nothing to do)")
     passages: int = Field(description="passages the index now returns (deleted ones excluded)")
-    committed: bool = Field(description="a new commit of the index directory was written")
+    committed: bool = Field(description="the index directory holds the write (a commit)")
+    commit: str | None = Field(description="the commit served that holds the write (None without a directory)")
 
 
 class DeleteResponse(BaseModel):
     deleted: str
     passages: int
     committed: bool
+    commit: str | None
+
+
+class WriteAccepted(BaseModel):
+    """The 202 answer of a write sent with ``?wait=false``: follow it at ``GET /commits/{id}``."""
+
+    id: str
+    status: str = Field(description='"pending"')
+
+
+class WriteStatus(BaseModel):
+    """``GET /commits/{id}``: an asynchronous write's state."""
+
+    id: str
+    status: str = Field(description='"pending", "committed" or "failed"')
+    result: dict[str, Any] | None = Field(None, description="the write's answer, once committed")
+    error: dict[str, Any] | None = Field(None, description='{"status", "detail"}: what the write would have '
+                                                           'answered, when it failed')
 
 
 class HitOut(BaseModel):
