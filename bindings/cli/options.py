@@ -181,6 +181,9 @@ def where_filter(items: Sequence[str] | None) -> dict[str, Any] | None:
             raise InputError(f"--where expects FIELD=VALUE (or !=, >, >=, <, <=, or a JSON filter), got {item!r}")
         at, sym, op = cut
         field, raw = item[:at].strip(), item[at + len(sym):]
+        if raw.lstrip()[:1] in ("=", "<", ">", "!"):
+            raise InputError(f"--where {item!r}: the value {raw!r} starts with an operator (a typo?); a text "
+                             f"value that does is given as JSON: {field}{sym}'\"{raw}\"'")
         try:
             value = json.loads(raw)
         except ValueError:

@@ -176,6 +176,8 @@ def _search_routes(service: Service) -> APIRouter:
                  responses={200: {"model": SearchResponse}, **_ERRORS})
     async def search(request: SearchRequest) -> JSONResponse:
         t0 = time.perf_counter()
+        if request.pipeline is None:  # the server's default: its first served pipeline
+            request = request.model_copy(update={"pipeline": service.served[0]})
         deadline = time.monotonic() + service.limits.request_timeout
         checked = check_search(request, service.index, service.served, service.limits, service.bounds,
                                service.shape())

@@ -48,8 +48,9 @@ import asyncio
 import json
 import logging
 import threading
-import time
 from typing import Any, Awaitable, Callable, Sequence
+
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from ..engine import storage
 from ..engine.errors import IndexFormatError, IndexLockedError
@@ -318,12 +319,7 @@ class LiveWrites:
 async def _retry_locked(commit: Callable[[], Awaitable[Any]]) -> None:
     """Await ``commit()``, again while another process holds the index's write lock, for up to
     :data:`LOCK_RETRY_SECONDS` (then :class:`~hopgraph.engine.errors.IndexLockedError` is raised)."""
-    deadline = time.monotonic() + LOCK_RETRY_SECONDS
-    while True:
-        try:
+    async for attempt in AsyncRetrying(retry=retry_if_exception_type(IndexLockedError),
+                                       stop=stop_after_delay(LOCK_RETRY_SECONDS), wait=wait_fixed(0.05), reraise=True):
+        with attempt:
             await commit()
-            return
-        except IndexLockedError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.05)

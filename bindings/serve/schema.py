@@ -56,7 +56,9 @@ class SearchRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     queries: list[Query] = Field(description="questions (a batch); see GET /info for the size limits")
-    pipeline: StrictStr = Field(description="one of GET /info's 'pipelines' (g3rag, stitch, dmar, dense, bm25, hybrid)")
+    pipeline: StrictStr | None = Field(None, description="one of GET /info's 'pipelines' (g3rag, stitch, dmar, dense, "
+                                                        "bm25, hybrid); default: the server's first, GET /info's "
+                                                        "pipelines[0]")
     k: StrictInt = Field(5, description="passages per query, from 1 to GET /info's limits.max_k (fewer come back "
                                         "when the index holds fewer live passages)")
     params: dict[StrictStr, Any] = Field(

@@ -147,3 +147,40 @@ def test_the_writer_runs_below_the_searches_but_not_at_the_lowest_priority(index
         writer = app.state.live.writer
         nice = asyncio.run(writer.call(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
     assert 0 < WRITER_NICE == nice < 19
+
+
+def test_a_commit_is_retried_while_another_process_holds_the_write_lock(monkeypatch):
+    """The lock retry (tenacity): a commit that finds the lock held is tried again until it goes
+    through, or raises IndexLockedError once LOCK_RETRY_SECONDS have passed."""
+    import asyncio
+
+    from hopgraph.engine.errors import IndexLockedError
+    from hopgraph.serve import commits
+
+    tries = []
+
+    async def held_twice() -> None:
+        tries.append(time.monotonic())
+        if len(tries) < 3:
+            raise IndexLockedError("held by another process")
+
+    asyncio.run(commits._retry_locked(held_twice))
+    assert len(tries) == 3
+    monkeypatch.setattr(commits, "LOCK_RETRY_SECONDS", 0.3)
+
+    async def always_held() -> None:
+        raise IndexLockedError("held by another process")
+
+    t0 = time.monotonic()
+    with pytest.raises(IndexLockedError):
+        asyncio.run(commits._retry_locked(always_held))
+    assert 0.3 <= time.monotonic() - t0 < 5
+
+
+def test_raw_search_without_a_pipeline_uses_the_servers_first(index_dir):
+    """POST /search without "pipeline" searches with the server's default (GET /info's pipelines[0])."""
+    app = create_app(hopgraph.Index.load(index_dir, progress=False), pipelines=["bm25"])
+    with BackgroundServer(app) as srv, httpx.Client(base_url=srv.url, trust_env=False, timeout=60) as h:
+        r = h.post("/search", json={"queries": ["bridge"], "k": 2})
+        assert r.status_code == 200 and r.json()["pipeline"] == h.get("/info").json()["pipelines"][0] == "bm25"
+        assert len(r.json()["results"][0]["hits"]) == 2
