@@ -33,8 +33,8 @@ from .index import Hit
 
 T = TypeVar("T")
 #: seconds an add or delete waits for its commit by default: the server embeds the added passages
-#: first (3,000 MiniLM passages take about two minutes on a loaded 2-core machine)
-WRITE_TIMEOUT = 600.0
+#: first, in its writer with one torch thread (docs/decisions/serve-write-answers.md)
+WRITE_TIMEOUT = 900.0
 
 
 def is_write(method: str, path: str) -> bool:
