@@ -79,7 +79,7 @@ class Service:
     def shape(self) -> IndexShape:
         """The index as the cost models see it now (writes change its size)."""
         if not self._fit:
-            self._fit.update({n: self.index.pipeline(n).fit_params.to_dict() for n in self.served})
+            self._fit.update({n: self.index.pipeline(n).fit_params for n in self.served})
         return IndexShape(len(self.index.X), int(self.index.X.shape[1]), self._fit)
 
 

@@ -28,6 +28,7 @@ from ...kernels.threads import torch_threads
 from ..components.corpus import Corpus
 from ..components.query_batch import QueryBatch
 from ..components.shared import Components
+from ..cost import Cost, IndexShape, dense_scan_cost, list_depth
 from ..embedders import Embedder, validate_embeddings
 from ..errors import IndexFormatError, InputError, NotFittedError
 from ..params import (DeprecatedParameterWarning, FitParams, InvalidParameter, RunSettings, SearchParams,
@@ -69,7 +70,7 @@ class RerankStep(Protocol):
 
     def active(self, params: Any, components: Components) -> bool: ...
 
-    def depth(self, params: Any) -> int: ...
+    def depth(self, params: Any) -> int: ...  # 0 when ``params`` switch the step off
 
     def prepare(self, components: Components, who: str) -> None: ...
 
@@ -334,6 +335,30 @@ class Pipeline(ABC, Generic[F, S]):
         other.settings = self.settings.replace(**overrides)
         other.timings = {}
         return other
+
+    # ------------------------------------------------------------------ cost
+    @classmethod
+    def cost(cls, shape: IndexShape, params: S, batch: int, k: int, grouped: bool = False) -> Cost:
+        """The modelled work and peak memory of one search call ranking ``batch`` questions for the
+        top ``k`` with search parameters ``params`` over an index of ``shape`` (``grouped``: results
+        grouped by document), :mod:`hopgraph.engine.cost`; a server refuses or routes a request by it
+        before anything is allocated. Every figure grows with each parameter that grows the search.
+        Default: the dense scan and the ranked lists (:func:`~hopgraph.engine.cost.dense_scan_cost`);
+        a pipeline with structures of its own adds theirs. O(1)."""
+        return dense_scan_cost(shape, batch, cls.cost_depth(shape, params, k, grouped))
+
+    @classmethod
+    def cost_depth(cls, shape: IndexShape, params: S, k: int, grouped: bool) -> int:
+        """How deep a search's ranked lists are read (:func:`~hopgraph.engine.cost.list_depth`):
+        ``k``, or deeper for the reranking steps ``params`` switch on."""
+        return list_depth(shape, k, grouped, max([0] + [step.depth(params) for step in cls.rerank]))
+
+    @classmethod
+    def cost_fit(cls, shape: IndexShape) -> F:
+        """The fit parameters of this pipeline in ``shape`` (an instance or a stored mapping; the
+        defaults when ``shape`` has none), which its :meth:`cost` may read."""
+        fit = shape.fit.get(cls.name)
+        return fit if isinstance(fit, cls.FitParams) else cls.FitParams.create(fit)  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ search
     def search(self, Q: np.ndarray, k: int = 5, query_texts: Sequence[str] | None = None, *,

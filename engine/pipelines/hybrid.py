@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..components.query_batch import QueryBatch
+from ..cost import LIST_ENTRY, PASSAGE_ARRAYS, Cost, IndexShape
 from ..params import FitParams, SearchParams, integer
 from ..ranking import rrf_topk
 from ..timing import StageTimer
@@ -49,8 +50,8 @@ class HybridSearch(SearchParams):
 
     pipeline = "hybrid"
     renamed = {"depth": "fusion_depth"}
-    rrf_k: int = integer(RRF_K, low=1)
-    fusion_depth: int = integer(100, low=1)
+    rrf_k: int = integer(RRF_K, low=1, serving_bound=10_000)
+    fusion_depth: int = integer(100, low=1, serving_bound=1_000)
 
 
 class Hybrid(Pipeline):
@@ -65,6 +66,14 @@ class Hybrid(Pipeline):
 
     def _fit(self, progress: bool) -> None:
         self.components.bm25(who=self.name)
+
+    @classmethod
+    def cost(cls, shape: IndexShape, params: HybridSearch, batch: int, k: int, grouped: bool = False) -> Cost:
+        """:meth:`Pipeline.cost` plus the BM25 postings and the two ``fusion_depth`` lists fused."""
+        n, depth = max(shape.n, 1), cls.cost_depth(shape, params, k, grouped)
+        D = max(params.fusion_depth, depth)
+        own = Cost(batch * (n + D), PASSAGE_ARRAYS * n + batch * 2 * D * LIST_ENTRY)
+        return super().cost(shape, params, batch, k, grouped) + own
 
     def _search_batch(self, batch: QueryBatch, k: int, params: HybridSearch, timer: StageTimer
                       ) -> tuple[np.ndarray, np.ndarray]:
