@@ -1,12 +1,23 @@
-"""Small ranking helpers shared by every pipeline (top-k with padding, fusion)."""
+"""Small ranking helpers shared by every pipeline (top-k with padding, fusion) and the one check of
+a ranking's ``k``."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
+from .errors import InputError
+
 PAD_ID = -1
 PAD_SCORE = -np.inf
+
+
+def check_k(k: Any, name: str = "k") -> int:
+    """``k`` (results per question) as an int; InputError naming ``name`` unless it is a positive
+    integer (a NumPy integer included, a bool not)."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise InputError(f"{name} must be a positive integer, got {k!r}")
+    return int(k)
 
 
 def topk_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

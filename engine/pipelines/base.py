@@ -27,20 +27,18 @@ from ...kernels.dispatch import resolve_device
 from ...kernels.threads import torch_threads
 from ..components.corpus import Corpus
 from ..components.query_batch import QueryBatch
-from ..components.shared import Components
+from ..components.shared import COMPONENT_KINDS, Components
 from ..cost import Cost, IndexShape, dense_scan_cost, list_depth
 from ..embedders import Embedder, validate_embeddings
 from ..errors import IndexFormatError, InputError, NotFittedError
 from ..params import (DeprecatedParameterWarning, FitParams, InvalidParameter, RunSettings, SearchParams,
                       split_params)
 from ..cancel import checkpoint
-from ..ranking import PAD_ID, PAD_SCORE
+from ..ranking import PAD_ID, PAD_SCORE, check_k
 from ..timing import StageTimer
 
 F = TypeVar("F", bound=FitParams)
 S = TypeVar("S", bound=SearchParams)
-#: the kinds of shared components a pipeline may declare in ``components_used``
-COMPONENT_KINDS = ("dense", "bm25", "extraction")
 
 
 def live_rows(components: Components) -> int:
@@ -90,7 +88,8 @@ class Pipeline(ABC, Generic[F, S]):
     FitParams: ClassVar[type[FitParams]] = FitParams
     SearchParams: ClassVar[type[SearchParams]] = SearchParams
     needs: ClassVar[Needs] = Needs()
-    #: the shared components the pipeline reads (:data:`COMPONENT_KINDS`); ``fit`` refuses to build others
+    #: the shared components the pipeline reads (kinds of
+    #: :data:`~hopgraph.engine.components.shared.COMPONENT_KINDS`); ``fit`` refuses to build others
     components_used: ClassVar[tuple[str, ...]] = ()
     #: whether the pipeline runs kernels of :mod:`hopgraph.kernels` (the run setting ``device`` matters)
     runs_kernels: ClassVar[bool] = False
@@ -157,6 +156,10 @@ class Pipeline(ABC, Generic[F, S]):
         needs them, the corpus and the embedder; over ``components`` when given (an index's shared
         ones), else over components made here. Returns self. Raises :class:`InputError` when X or
         a needed input is missing or invalid."""
+        unknown = set(self.components_used) - set(COMPONENT_KINDS)
+        if unknown:
+            raise RuntimeError(f"pipeline {self.name!r} declares components_used {sorted(unknown)} that are no kind "
+                               f"of shared component ({', '.join(COMPONENT_KINDS)})")
         if components is None:
             X = validate_embeddings(X, "passage embeddings")
             components = Components(X, corpus, embedder, progress=progress)
@@ -409,8 +412,7 @@ class Pipeline(ABC, Generic[F, S]):
                        ) -> tuple[np.ndarray, list[str] | None]:
         """Validated, normalised float32 Q [B, d] and the texts as a list (or None)."""
         self._check_fitted()
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise InputError(f"k must be a positive integer, got {k!r}")
+        check_k(k)
         Q = np.asarray(Q)
         if Q.ndim == 1:
             Q = Q[None, :]

@@ -64,6 +64,7 @@ import numpy as np
 import torch
 
 from ....kernels.shapley_mc import MODES as SHAPLEY_MODES
+from ...components.hybrid_ranking import hybrid_ranking
 from ...components.query_batch import QueryBatch
 from ...components.sharded_graph import ShardedMatrix, load_matrix, save_matrix
 from ...cost import LIST_ENTRY, PASSAGE_ARRAYS, Cost, IndexShape
@@ -84,7 +85,6 @@ from ...storage import check_unit_rows, load_arrays, pack_strings, save_arrays
 from .structural import structural_scores
 from ...timing import StageTimer
 from ..base import Needs, Pipeline
-from ..hybrid import hybrid_ranking
 from ..title_bridge import BridgeSearch, TitleBridge
 
 CANDIDATE_SOURCES = ("bm25", "hybrid")

@@ -48,6 +48,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ....kernels import call
+from ...components.hybrid_ranking import hybrid_ranking
 from ...components.query_batch import QueryBatch
 from ...components.sharded_graph import load_graph, save_graph
 from ...cost import LIST_ENTRY, PASSAGE_ARRAYS, Cost, IndexShape
@@ -60,7 +61,6 @@ from ...storage import check_finite, load_array, load_arrays, save_arrays
 from ...storage.deltas import TOPK_DELTA_FILES, OverlayCSR, apply_topk_deltas, empty_topk_delta, topk_delta
 from ...timing import StageTimer
 from ..base import Pipeline
-from ..hybrid import hybrid_ranking
 from ..title_bridge import BridgeSearch, TitleBridge
 from .ann_graph import ANN_MIN_N, CELL_SIZE, DEFAULT_NPROBE, AddedRowCandidates, ann_gain_knn, density_mode, graph_mode
 from .diffusion import Entries, diffusion_at, diffusion_entries, lookup, pair_cosines, pair_keys

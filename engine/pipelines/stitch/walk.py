@@ -24,6 +24,7 @@ import numpy as np
 
 from .... import kernels
 from ...components.extraction import Extraction, load_extractions
+from ...components.hybrid_ranking import RRF_K, hybrid_ranking
 from ...components.query_batch import QueryBatch
 from ...components.sharded_graph import sharded_base
 from ...cost import PASSAGE_ARRAYS, Cost, IndexShape
@@ -35,7 +36,6 @@ from ...sparse import allowed_at
 from ...ranking import fill_lowest, topk_entries
 from ...timing import StageTimer
 from ..base import Needs, Pipeline
-from ..hybrid import RRF_K, hybrid_ranking
 from ..title_bridge import BridgeSearch, TitleBridge
 from ...storage import check_unit_rows, load_array, save_arrays
 from .hypergraph import TEXT_EMB_DTYPE, TopicHypergraph, build_hypergraph
