@@ -66,14 +66,19 @@ class RerankStep(Protocol):
 
     name: str
 
-    def active(self, params: Any, components: Components) -> bool: ...
+    def active(self, params: Any, components: Components) -> bool:
+        """Whether the step runs in a search with ``params`` over ``components``."""
 
-    def depth(self, params: Any) -> int: ...  # 0 when ``params`` switch the step off
+    def depth(self, params: Any) -> int:
+        """How many results the step needs from the pipeline's ranking (0 when ``params`` switch it
+        off; :meth:`Pipeline.cost_depth` reads it without components)."""
 
-    def prepare(self, components: Components, who: str) -> None: ...
+    def prepare(self, components: Components, who: str) -> None:
+        """Build what the step reads, at fit time (``who``: the pipeline, for the build records)."""
 
     def __call__(self, ids: np.ndarray, scores: np.ndarray, k: int, params: Any, components: Components,
-                 allowed: np.ndarray | None, timer: StageTimer) -> tuple[np.ndarray, np.ndarray]: ...
+                 allowed: np.ndarray | None, timer: StageTimer) -> tuple[np.ndarray, np.ndarray]:
+        """The re-ranked top ``k`` of ``ids`` / ``scores`` ([B, depth], best first), every row allowed."""
 
 
 class Pipeline(ABC, Generic[F, S]):

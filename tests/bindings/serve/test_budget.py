@@ -133,6 +133,19 @@ def test_estimates_grow_with_the_parameters(index):
     assert hops == sorted(hops) and hops[3] > hops[0]
 
 
+@pytest.mark.parametrize("name", pipeline_names())
+def test_no_cost_model_falls_when_a_parameter_rises_to_its_bound(name):
+    """Every pipeline's declared model: each integer search parameter raised from its default to its
+    serving bound never lowers the work or the memory (a bound caps what a request can cost)."""
+    cls = pipeline_class(name)
+    shape = IndexShape(100_000, 384, {})
+    default = cls.SearchParams.create()
+    base = cls.cost(shape, default, 4, 10)
+    for param, bound in declared_bounds(name).items():
+        more = cls.cost(shape, default.replace(**{param: bound}), 4, 10)
+        assert more.work >= base.work and more.memory >= base.memory, (name, param)
+
+
 @pytest.mark.parametrize("pipeline, params, work, memory", [
     ("dense", {}, 8.00000104166653, 207104),
     ("bm25", {}, 8.000399980001, 1407104),
