@@ -12,10 +12,15 @@ PAD_ID = -1
 PAD_SCORE = -np.inf
 
 
+def is_k(k: Any) -> bool:
+    """Whether ``k`` is a valid number of results: a positive integer (a NumPy integer included, a
+    bool not)."""
+    return not isinstance(k, bool) and isinstance(k, (int, np.integer)) and k >= 1
+
+
 def check_k(k: Any, name: str = "k") -> int:
-    """``k`` (results per question) as an int; InputError naming ``name`` unless it is a positive
-    integer (a NumPy integer included, a bool not)."""
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+    """``k`` (results per question) as an int; InputError naming ``name`` unless :func:`is_k`."""
+    if not is_k(k):
         raise InputError(f"{name} must be a positive integer, got {k!r}")
     return int(k)
 
