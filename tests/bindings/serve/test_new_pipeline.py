@@ -117,8 +117,12 @@ def single(saved):
 
 @pytest.fixture(scope="module")
 def router(single, tmp_path_factory):
+    """The router of ``single`` split in two shards (reached in this process: ``router.local``)."""
     out = shard_index(single, 2, tmp_path_factory.mktemp("centrality-shards") / "shards")
-    return open_router(out, LocalShards.open(out))
+    local = LocalShards.open(out)
+    index = open_router(out, local)
+    index.local = local
+    return index
 
 
 def hits(response) -> tuple[list[list[str]], list[float]]:
@@ -155,7 +159,9 @@ def test_served_through_a_sharded_router(single, router):
     want = single.search(QUESTIONS, pipeline=NAME, k=6, candidate_depth=BOUND, prior_weight=0.25)
     got = router.search(QUESTIONS, pipeline=NAME, k=6, candidate_depth=BOUND, prior_weight=0.25)
     assert [[x.id for x in row] for row in got] == [[x.id for x in row] for row in want]
+    before = router.local.calls.get("dense_topk", 0)
     check_served_like_the_index(router, want)
+    assert router.local.calls["dense_topk"] > before  # the served searches read the shards
 
 
 def test_the_server_charges_the_pipelines_own_cost(single):
@@ -181,3 +187,24 @@ def test_the_server_charges_the_pipelines_own_cost(single):
         assert r.status_code == 200 and r.json()["timing"]["lane"] == "bulk"
         r = h.post("/search", json={"queries": ["q"], "pipeline": NAME})
         assert r.status_code == 200 and r.json()["timing"]["lane"] == "interactive"
+
+
+def test_registration_refuses_what_it_cannot_serve(registered):
+    from hopgraph.engine.errors import InputError
+    from hopgraph.engine.pipelines import pipeline_names
+    from hopgraph.engine.pipelines.dense import Dense
+
+    assert NAME in pipeline_names() and pipeline_class(NAME) is Centrality
+    assert register_pipeline(Centrality) is Centrality  # the same class again: nothing changes
+
+    class Other(Centrality):
+        """Another class under a taken name."""
+
+    with pytest.raises(InputError, match=f"the name {NAME!r} is taken"):
+        register_pipeline(Other)
+    with pytest.raises(InputError, match="'dense' is taken"):
+        register_pipeline(type("Shadow", (Dense,), {}))
+    with pytest.raises(InputError, match="expected a Pipeline subclass"):
+        register_pipeline(CentralitySearch)
+    with pytest.raises(InputError, match="it is built in"):
+        unregister_pipeline("dense")
