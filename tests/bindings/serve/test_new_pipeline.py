@@ -1,7 +1,8 @@
 """A pipeline defined outside hopgraph is served like the built-in ones once registered: the server
 reads its serving bounds from its parameter domains and its cost from its own model (nothing in
 ``hopgraph.serve`` names it), unsharded and through a sharded index's router (shards in this
-process), answering what ``Index.search`` answers."""
+process), answering what ``Index.search`` answers; its state (a row per passage, held by the router)
+follows adds and deletes through the router."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -65,6 +66,13 @@ class Centrality(Pipeline[CentralityFit, CentralitySearch]):
         norms = np.linalg.norm(centroids, axis=1, keepdims=True)
         self.centroids_ = (centroids / np.where(norms > 0, norms, 1)).astype(np.float32)
         self.prior_ = (X @ self.centroids_.T).max(1).astype(np.float32)
+
+    def _add(self, start: int, progress: bool) -> None:
+        """The new rows' priors against the fitted centroids (read by rows: a sharded index's router
+        never holds all of X)."""
+        X = self.components.X
+        new = np.asarray(X[np.arange(start, len(X))], np.float32)
+        self.prior_ = np.concatenate([self.prior_[:start], (new @ self.centroids_.T).max(1).astype(np.float32)])
 
     def _save(self, directory) -> None:
         save_arrays(directory, {"prior": self.prior_, "centroids": self.centroids_})
@@ -208,3 +216,24 @@ def test_registration_refuses_what_it_cannot_serve(registered):
         register_pipeline(CentralitySearch)
     with pytest.raises(InputError, match="it is built in"):
         unregister_pipeline("dense")
+
+
+def test_writes_through_the_router_equal_the_same_writes_on_the_single_index(saved, tmp_path):
+    """The toy's incremental add reads only the new rows, so adds and deletes through a router (and
+    its reopened commit) answer what the same writes on the unsharded index answer."""
+    single = hopgraph.Index.load(saved, progress=False)
+    out = shard_index(hopgraph.Index.load(saved, progress=False), 2, tmp_path / "shards")
+    router = open_router(out, LocalShards.open(out))
+    new = [{"id": f"new-{i}", "title": f"Harbor Bridge {i}", "text": f"The Harbor Bridge {i} over the river was "
+            "designed by Marisol Venn."} for i in range(5)]
+    E = single.embed_passages(new)
+    for index in (single, router):
+        index.add(new, embeddings=E)
+        index.delete([single.corpus.ids[1], "new-3"])
+    questions = QUESTIONS + ["Harbor Bridge Marisol Venn"]
+    want = single.search_arrays(questions, NAME, k=8)
+    assert {int(j) for j in want[0].ravel()} & set(range(len(single.X) - 5, len(single.X)))  # the new rows rank
+    for index in (router, open_router(out, LocalShards.open(out))):
+        got = index.search_arrays(questions, NAME, k=8)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_allclose(got[1], want[1], rtol=0, atol=1e-6)
