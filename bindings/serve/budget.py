@@ -110,6 +110,17 @@ class ParamLimits:
         """``{parameter: bound}`` of ``pipeline``: its declared bounds with the operator's over them."""
         return {**declared_bounds(pipeline), **self.overrides.get(pipeline, {})}
 
+    def require(self, pipelines: Sequence[str]) -> None:
+        """InputError naming the first integer search parameter of ``pipelines`` that has no bound
+        (neither declared by its pipeline nor set by the operator): a server never serves a
+        parameter whose cost a request could raise without limit."""
+        for p in pipelines:
+            unbounded = [name for name in integer_search_params(p) if name not in self.of(p)]
+            if unbounded:
+                raise InputError(f"pipeline {p!r}: the integer search parameter {unbounded[0]!r} declares no serving "
+                                 f"bound (integer(..., serving_bound=N)); give one with --param-limit "
+                                 f"{p}.{unbounded[0]}=N")
+
     def to_dict(self, pipelines: Sequence[str] | None = None) -> dict[str, dict[str, int]]:
         """``{pipeline: {parameter: bound}}`` of ``pipelines`` (default: every registered one) that
         have integer search parameters (``GET /info``'s ``param_limits``)."""

@@ -237,3 +237,30 @@ def test_writes_through_the_router_equal_the_same_writes_on_the_single_index(sav
         got = index.search_arrays(questions, NAME, k=8)
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_allclose(got[1], want[1], rtol=0, atol=1e-6)
+
+
+def test_a_parameter_without_a_serving_bound_is_not_served(registered, single):
+    """A pipeline whose integer search parameter declares no bound is refused when the server starts,
+    naming the parameter, unless the operator bounds it."""
+    from hopgraph.engine.errors import InputError
+
+    @dataclass(frozen=True)
+    class UnboundedSearch(CentralitySearch):
+        pipeline = "unbounded"
+        candidate_depth: int = integer(30, low=1)
+
+    class Unbounded(Centrality):
+        name = "unbounded"
+        SearchParams = UnboundedSearch
+
+    register_pipeline(Unbounded)
+    try:
+        with pytest.raises(InputError, match="'candidate_depth' declares no serving bound.*unbounded.candidate_depth=N"):
+            create_app(single, pipelines=["unbounded"], write_process=False)
+        app = create_app(single, pipelines=["unbounded"], write_process=False,
+                         param_limits=ParamLimits.from_sources(None, ["unbounded.candidate_depth=20"]))
+        with BackgroundServer(app) as srv, httpx.Client(base_url=srv.url, trust_env=False, timeout=60) as h:
+            r = h.post("/search", json={"queries": ["q"], "pipeline": "unbounded", "params": {"candidate_depth": 21}})
+            assert r.status_code == 422 and "bound of 20" in r.json()["detail"]
+    finally:
+        unregister_pipeline("unbounded")
