@@ -87,3 +87,8 @@ def csr_from_topk(values: np.ndarray, columns: np.ndarray, n_cols: int) -> CSR:
     indptr = np.zeros(len(columns) + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
     return CSR(indptr, columns[valid].astype(np.int32), np.asarray(values)[valid].astype(np.float32), int(n_cols))
+
+
+def index_dtype(nnz: int, n: int) -> type:
+    """int32 for a CSR's index arrays unless its sizes need int64 (MKL's and scipy's 32-bit paths are the faster)."""
+    return np.int64 if max(nnz, n) > np.iinfo(np.int32).max else np.int32

@@ -34,7 +34,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     allowed = None
     if args.allowed_ids:
         allowed = id_lines(args.allowed_ids, "--allowed-ids")
+    topics = topics_to_search(args)
     index = Index.load(args.index, embedder=args.embedder, device=args.device, progress=not args.quiet)
+    if topics is not None:
+        return write_run(index, topics, args, params.get(args.pipeline, {}), where, allowed)
     results = index.search(args.questions, pipeline=args.pipeline, k=args.k,
                            group_by_document=args.group_by_document, allowed_ids=allowed, where=where,
                            **params.get(args.pipeline, {}))
@@ -46,6 +49,41 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(f"Q: {q}")
         for h in hits:
             print(f"  {h.rank}. [{h.id}] {h.score:.4f} {h.title + ': ' if h.title else ''}{(h.text or '')[:100]}")
+    return 0
+
+
+def topics_to_search(args: argparse.Namespace) -> dict[str, str] | None:
+    """``--topics``' queries (with ``--run``; no question arguments then), or None for the questions
+    given as arguments. InputError naming the flag or file at fault, before the index is opened."""
+    from ..engine.evaluation import load_topics
+
+    if (args.topics is None) != (args.run is None):
+        raise InputError("--topics and --run go together (search a topics file, write a TREC run file)")
+    if args.topics is None:
+        if not args.questions:
+            raise InputError("give one or more questions, or --topics FILE --run OUT")
+        return None
+    if args.questions:
+        raise InputError("give questions or --topics, not both")
+    if args.json:
+        raise InputError("--json prints hits of questions; --topics writes a run file (--run)")
+    if not Path(args.run).resolve().parent.is_dir():
+        raise InputError(f"--run {args.run}: its folder does not exist")
+    return load_topics(args.topics)
+
+
+def write_run(index, topics: dict[str, str], args: argparse.Namespace, params: dict, where, allowed) -> int:
+    """Search every topic (one batched search, the query's filters applied) and write the TREC run file
+    ``args.run`` tagged with the pipeline (:func:`~hopgraph.engine.evaluation.write_trec_run`: the
+    ranking's order, strictly decreasing scores): the run ``hopgraph eval`` scores for that depth."""
+    from ..engine.evaluation import rows_run, write_trec_run
+
+    qids = list(topics)
+    rows, scores = index.search_arrays(list(topics.values()), pipeline=args.pipeline, k=args.k,
+                                       group_by_document=args.group_by_document, allowed_ids=allowed, where=where,
+                                       **params)
+    write_trec_run(args.run, rows_run(qids, rows, scores, index.corpus.ids), args.pipeline)
+    print(f"wrote {args.run} ({len(qids)} queries, {args.pipeline}, {args.k} deep)")
     return 0
 
 
@@ -64,7 +102,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     report = evaluate(args.data_dir, args.pipelines, args.ks, embedder=args.embedder, cache_dir=args.cache_dir,
                       device=args.device, progress=not args.quiet, ablations=args.ablations, params=cli_params(args),
                       split=args.split, qrels=args.qrels, topics=args.topics, corpus=args.corpus, depth=args.depth,
-                      run_dir=args.run_dir, baseline=args.baseline, strict=args.strict)
+                      run_dir=args.run_dir, baseline=args.baseline, strict=args.strict, index_dir=args.index)
     print(format_table(report))
     if args.plot:
         plot_report(report, args.plot)
@@ -79,7 +117,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 for qid, values in scores.items():
                     f.writelines(f"{label}\t{qid}\t{m}\t{v:.6f}\n" for m, v in values.items())
         print(f"wrote {args.per_query}")
-    for label, path in report["run_files"].items():
+    for path in [*report["table_run_files"].values(), *report["run_files"].values()]:
         print(f"wrote {path}")
     return 0
 
@@ -90,7 +128,10 @@ def register(sub: argparse._SubParsersAction, known: str) -> None:
 
     p = sub.add_parser("search", help="query an index")
     p.add_argument("index", help="index directory")
-    p.add_argument("questions", nargs="+", help="one or more questions")
+    p.add_argument("questions", nargs="*", help="one or more questions (or --topics)")
+    p.add_argument("--topics", metavar="FILE", help="search every query of this file (TREC topics: QID<TAB>TEXT "
+                   "lines or <top> blocks; or .jsonl, BEIR queries) and write a TREC run file (--run)")
+    p.add_argument("--run", metavar="OUT", help="the TREC run file of --topics (K passages a query, tag PIPELINE)")
     p.add_argument("--pipeline", default="g3rag", help=f"the pipeline to search with, one of: {known}")
     p.add_argument("--k", type=int, default=5, help="passages returned per question")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -128,6 +169,8 @@ def register(sub: argparse._SubParsersAction, known: str) -> None:
     p.add_argument("--per-query", metavar="FILE", help="write every query's scores as TSV (pipeline, query_id, "
                    "measure, value)")
     p.add_argument("--run-dir", metavar="DIR", help="write a TREC run file PIPELINE.run per pipeline to this folder")
+    p.add_argument("--index", metavar="DIR", help="evaluate this built index (its corpus, embedder and fitted "
+                   "pipelines) instead of building or caching one; DATA_DIR then needs no corpus")
     p.add_argument("--cache-dir", help="where built indexes are cached (default: $HOPGRAPH_CACHE_DIR, else the "
                    f"platform cache directory; here: {default_cache_dir()})")
     p.add_argument("--strict", action="store_true", help="refuse qrels that judge documents the corpus does not "
