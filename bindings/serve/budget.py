@@ -45,7 +45,7 @@ class RequestRefused(Exception):
 
 
 def integer_search_params(pipeline: str) -> list[str]:
-    """The integer search parameters of ``pipeline`` (those that have serving bounds)."""
+    """The integer search parameters of ``pipeline`` (those a server bounds)."""
     return list(pipeline_class(pipeline).SearchParams.integer_names())
 
 
@@ -72,7 +72,7 @@ class ParamLimits:
     def from_sources(cls, file: str | Path | None = None, items: Sequence[str] = ()) -> "ParamLimits":
         """The declared bounds, then the bounds of ``file`` (JSON ``{pipeline: {name: value}}``), then
         ``items`` (``PIPELINE.NAME=VALUE``). InputError naming a bad file, pipeline, name or value."""
-        bounds: dict[str, dict[str, int]] = {}
+        overrides: dict[str, dict[str, int]] = {}
         sources: list[tuple[str, Mapping[str, Any]]] = []
         if file is not None:
             try:
@@ -89,8 +89,8 @@ class ParamLimits:
                 if not isinstance(values, dict):
                     raise InputError(f"{where}: {pipeline!r} must map parameter names to bounds")
                 for name, value in values.items():
-                    bounds.setdefault(pipeline, {})[name] = _checked_bound(where, pipeline, name, value)
-        return cls(bounds)
+                    overrides.setdefault(pipeline, {})[name] = _checked_bound(where, pipeline, name, value)
+        return cls(overrides)
 
     def check(self, pipeline: str, given: Mapping[str, Any], values: Any) -> None:
         """Raise :class:`RequestRefused` (422) when a parameter a request gave (``given``: its names,
