@@ -32,6 +32,7 @@ import numpy as np
 from .components.corpus import Corpus
 from .components.records import decode_lines, input_path, iter_jsonl, read_text
 from .errors import InputError
+from .ranking import is_k
 
 #: ``{query id: {document id: relevance}}``
 Qrels = Mapping[str, Mapping[str, int]]
@@ -228,7 +229,7 @@ def parse_measure(name: str) -> tuple[str, int]:
 
 def report_measures(ks: Sequence[int]) -> list[str]:
     """The measures ``hopgraph eval`` reports: :data:`HEADLINE`, then Recall@k and P@k for each k."""
-    if not ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in ks):
+    if not ks or not all(map(is_k, ks)):
         raise InputError(f"k values must be positive integers, got {list(ks)}")
     return [*HEADLINE, *(f"recall@{k}" for k in ks), *(f"p@{k}" for k in ks)]
 

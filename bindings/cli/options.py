@@ -96,7 +96,7 @@ def common(p: argparse.ArgumentParser, embedder_default: str | None = "minilm") 
 
 def cli_params(args: argparse.Namespace, default_pipeline: str | None = None) -> dict[str, dict]:
     """``--param [PIPELINE.]NAME=VALUE`` items as ``{pipeline: {name: value}}`` (values read as JSON)."""
-    from ..engine.params import parse_assignments
+    from ..assignments import parse_assignments
 
     return parse_assignments(args.param or [], default_pipeline)
 

@@ -13,6 +13,7 @@ from ..engine.errors import InputError
 from ..engine.filters import EmptyFilterWarning, MetadataIndex, filter_mask
 from ..engine.params import split_params
 from ..engine.pipelines import pipeline_class
+from ..engine.ranking import check_k
 from .reports import Hit
 
 
@@ -59,8 +60,7 @@ class IndexSearch:
         if group_by_document:
             from ..engine.ingest.chunking import group_by_document as group
 
-            if not isinstance(k, bool) and isinstance(k, int) and k > 0:
-                k = max(1, min(k, self.n_live))  # never more documents than live passages
+            k = max(1, min(check_k(k), self.n_live))  # never more documents than live passages
             return group(lambda depth: pipe.search(Q, depth, texts, allowed=allowed, **search), self.corpus, k)
         return pipe.search(Q, k, texts, allowed=allowed, **search)
 

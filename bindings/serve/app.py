@@ -82,7 +82,7 @@ class Service:
     def shape(self) -> IndexShape:
         """The index as the cost models see it now (writes change its size)."""
         if not self._fit:
-            self._fit.update({n: self.index.pipeline(n).fit_params.to_dict() for n in self.served})
+            self._fit.update({n: self.index.pipeline(n).fit_params for n in self.served})
         return IndexShape(len(self.index.X), int(self.index.X.shape[1]), self._fit)
 
 
@@ -129,13 +129,15 @@ def _service(index: Index, limits: ServeLimits, pipelines: Sequence[str] | None,
     served = list(dict.fromkeys(pipelines or index.pipelines))
     if not served:
         raise InputError("the index has no fitted pipeline: give the pipelines to serve (--pipelines)")
+    param_limits = param_limits or ParamLimits.default()
+    param_limits.require(served)
     for name in served:
         index.pipeline(name)
     batcher = MicroBatcher(index, limits)
     live = LiveWrites(index, batcher.run_exclusive, commit_window_ms, merge=merge and not read_only,
                       process=write_process, pipelines=served)
     batcher.refresh = live.refresh
-    return Service(index, limits, served, param_limits or ParamLimits.default(), read_only, batcher, live)
+    return Service(index, limits, served, param_limits, read_only, batcher, live)
 
 
 def _lifespan(service: Service) -> Any:

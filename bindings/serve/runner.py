@@ -80,7 +80,7 @@ class BackgroundServer:
     """Run an app with uvicorn in a daemon thread of this process (tests, notebooks).
 
     >>> with BackgroundServer(create_app(index)) as srv:  # doctest: +SKIP
-    ...     hopgraph.Client(srv.url).search("question", pipeline="dense")
+    ...     hopgraph.Client(srv.url).search("question", pipeline=srv.app.state.pipelines[0])
     """
 
     def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> None:

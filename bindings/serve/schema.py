@@ -56,14 +56,13 @@ class SearchRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     queries: list[Query] = Field(description="questions (a batch); see GET /info for the size limits")
-    pipeline: StrictStr | None = Field(None, description="one of GET /info's 'pipelines' (g3rag, stitch, dmar, dense, "
-                                                        "bm25, hybrid); default: the server's first, GET /info's "
-                                                        "pipelines[0]")
+    pipeline: StrictStr | None = Field(None, description="one of GET /info's 'pipelines' (those this server loaded); "
+                                                        "default: the server's first, GET /info's pipelines[0]")
     k: StrictInt = Field(5, description="passages per query, from 1 to GET /info's limits.max_k (fewer come back "
                                         "when the index holds fewer live passages)")
     params: dict[StrictStr, Any] = Field(
         default_factory=dict,
-        description="query-time parameters of the pipeline for this request (e.g. {\"gamma\": 0.05} for g3rag); "
+        description="query-time parameters of the pipeline for this request (e.g. {\"gamma\": 0.05}); "
                     "GET /info's 'query_params' lists them with their allowed values, 'param_limits' the "
                     "largest value this server accepts for each integer one")
     where: dict[StrictStr, Any] | None = Field(

@@ -53,8 +53,9 @@ from .title_mentions import TitleMentions
 
 #: folder of the saved title mention graph (:meth:`Components.title_mentions`)
 TITLE_MENTIONS_DIR = "title-mentions"
-#: component kinds a pipeline may declare
-KINDS = ("corpus", "dense", "bm25", "extraction")
+#: the kinds of shared components, which a pipeline declares in ``components_used`` (the corpus
+#: store is every pipeline's and need not be declared)
+COMPONENT_KINDS = ("corpus", "dense", "bm25", "extraction")
 #: stored BM25 postings of segments after the last whole one are joined in memory up to this many passages
 JOIN_POSTINGS_BELOW = 1_000_000
 
@@ -99,7 +100,7 @@ class Components:
         #: tombstones: bool [N], True for a deleted row (None: nothing deleted)
         self.deleted: np.ndarray | None = None
         #: what was built in this process: kind → number of builds and seconds (for reports and tests)
-        self.builds: dict[str, list[float]] = {k: [] for k in KINDS}
+        self.builds: dict[str, list[float]] = {k: [] for k in COMPONENT_KINDS}
 
     # ------------------------------------------------------------------ access
     def require_corpus(self, who: str) -> Corpus:

@@ -64,8 +64,10 @@ import numpy as np
 import torch
 
 from ....kernels.shapley_mc import MODES as SHAPLEY_MODES
+from ...components.hybrid_ranking import hybrid_ranking
 from ...components.query_batch import QueryBatch
 from ...components.sharded_graph import ShardedMatrix, load_matrix, save_matrix
+from ...cost import LIST_ENTRY, PASSAGE_ARRAYS, Cost, IndexShape
 from ...sparse import take_rows
 from ...storage.deltas import changed_rows
 from .held_rows import (differing_rows, load_held_matrix, load_entity_ids, renumber, renumber_matrix,
@@ -83,7 +85,6 @@ from ...storage import check_unit_rows, load_arrays, pack_strings, save_arrays
 from .structural import structural_scores
 from ...timing import StageTimer
 from ..base import Needs, Pipeline
-from ..hybrid import hybrid_ranking
 from ..title_bridge import BridgeSearch, TitleBridge
 
 CANDIDATE_SOURCES = ("bm25", "hybrid")
@@ -140,21 +141,21 @@ class DMARSearch(BridgeSearch):
                "recall": "candidate_source", "seed": "random_state", "lexical": "bm25_weight",
                "T": "shapley_samples", "lam": "shapley_lambda"}
     candidate_source: str = choice("hybrid", CANDIDATE_SOURCES)
-    candidate_depth: int = integer(100, low=1)
-    anchors: int = integer(3, low=1)
-    second_stage_depth: int = integer(20, low=1)
-    union_depth: int = integer(20, low=0)
+    candidate_depth: int = integer(100, low=1, serving_bound=500)
+    anchors: int = integer(3, low=1, serving_bound=32)
+    second_stage_depth: int = integer(20, low=1, serving_bound=500)
+    union_depth: int = integer(20, low=0, serving_bound=500)
     structural: bool = flag(True)
     reformulate: bool = flag(True)
     gate: bool = flag(True)
     shapley_lambda: float = real(0.5, low=0.0, high=1.0)
-    shapley_samples: int = integer(50, low=1)
+    shapley_samples: int = integer(50, low=1, serving_bound=500)
     shapley_mode: str = choice("independent", SHAPLEY_MODES)
-    random_state: int = integer(0, low=0)
+    random_state: int = integer(0, low=0, serving_bound=2**32 - 1)
     bm25_weight: float = real(0.5, low=0.0)
     mmr: float = real(0.0, low=0.0)
     shift: float = real(1.0, low=0.0)
-    min_query_entities: int = integer(1, low=0)
+    min_query_entities: int = integer(1, low=0, serving_bound=64)
     query_linking: str = choice("capitalised", LINK_MODES)
     generator: Any = anything(None, _is_generator, "a seq2seq model folder or a callable (question, "
                               "snippets) -> text")
@@ -201,6 +202,21 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         self.encoder_: SubgraphEncoder | None = None
         self.subgraph_emb_: np.ndarray | None = None
         self.gate_: Gate | None = None
+
+    @classmethod
+    def cost(cls, shape: IndexShape, params: DMARSearch, batch: int, k: int, grouped: bool = False) -> Cost:
+        """:meth:`Pipeline.cost` plus the second dense pass of the reformulated questions, the C
+        candidates' vectors, and the Monte Carlo Shapley tensors (``shapley_samples · G · (3U + 7C)``
+        floats per question for G query entities and U = G · ego_size local nodes; SPEC §3 step 4)."""
+        n, d, depth = max(shape.n, 1), shape.d, cls.cost_depth(shape, params, k, grouped)
+        fit = cls.cost_fit(shape)
+        G = fit.max_query_entities
+        U = G * fit.ego_size
+        C = max(params.candidate_depth, params.union_depth + max(params.second_stage_depth, depth))
+        shapley = params.shapley_samples * G * (3 * U + 7 * C) if params.structural else 0
+        own = Cost(batch * (2 * n * d + n + C * d + shapley * (G + 2)),
+                   PASSAGE_ARRAYS * n + batch * (C * d * 4 * 3 + C * LIST_ENTRY * 4 + shapley * 4))
+        return super().cost(shape, params, batch, k, grouped) + own
 
     # ------------------------------------------------------------------ index
     def _fit(self, progress: bool) -> None:

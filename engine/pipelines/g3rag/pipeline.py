@@ -48,8 +48,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ....kernels import call
+from ...components.hybrid_ranking import hybrid_ranking
 from ...components.query_batch import QueryBatch
 from ...components.sharded_graph import load_graph, save_graph
+from ...cost import LIST_ENTRY, PASSAGE_ARRAYS, Cost, IndexShape
 from ...errors import IndexFormatError, InputError
 from ....kernels.csr import CSR
 from ...params import FitParams, choice, flag, integer, real
@@ -59,7 +61,6 @@ from ...storage import check_finite, load_array, load_arrays, save_arrays
 from ...storage.deltas import TOPK_DELTA_FILES, OverlayCSR, apply_topk_deltas, empty_topk_delta, topk_delta
 from ...timing import StageTimer
 from ..base import Pipeline
-from ..hybrid import hybrid_ranking
 from ..title_bridge import BridgeSearch, TitleBridge
 from .ann_graph import ANN_MIN_N, CELL_SIZE, DEFAULT_NPROBE, AddedRowCandidates, ann_gain_knn, density_mode, graph_mode
 from .diffusion import Entries, diffusion_at, diffusion_entries, lookup, pair_cosines, pair_keys
@@ -100,10 +101,10 @@ class G3RAGSearch(BridgeSearch):
     renamed = {"seed_k": "n_seeds", "seeds": "seed_source", "n_candidates": "candidate_depth",
                "hybrid_depth": "fusion_depth", "lexical": "bm25_weight"}
     scoring: str = choice("fused", ("mask", "fused"))
-    n_seeds: int = integer(3, low=1)
+    n_seeds: int = integer(3, low=1, serving_bound=64)
     seed_source: str = choice("dense", ("dense", "hybrid"))
-    candidate_depth: int = integer(20, low=1)
-    fusion_depth: int = integer(100, low=1)
+    candidate_depth: int = integer(20, low=1, serving_bound=1_000)
+    fusion_depth: int = integer(100, low=1, serving_bound=1_000)
     bm25_weight: float = real(0.15, low=0.0)
     tau: float = real(0.05, low=0.0, low_open=True)
     gamma: float = real(0.02, low=0.0)
@@ -178,6 +179,16 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         self._cells_stored: dict[str, np.ndarray] | None = None
         #: the graph's arrays are read from an index (an add keeps them as an overlay's base)
         self._graph_stored = False
+
+    @classmethod
+    def cost(cls, shape: IndexShape, params: G3RAGSearch, batch: int, k: int, grouped: bool = False) -> Cost:
+        """:meth:`Pipeline.cost` plus the candidate and fusion lists and the graph edges read: the
+        ``n_neighbors`` edges of each seed and candidate, 8 operations each."""
+        n, depth = max(shape.n, 1), cls.cost_depth(shape, params, k, grouped)
+        D = max(params.fusion_depth, params.candidate_depth, depth)
+        edges = (params.n_seeds + params.candidate_depth) * cls.cost_fit(shape).n_neighbors
+        own = Cost(batch * (n + D + edges * 8), PASSAGE_ARRAYS * n + batch * (2 * D + edges) * LIST_ENTRY)
+        return super().cost(shape, params, batch, k, grouped) + own
 
     # ------------------------------------------------------------------ fit
     def _fit(self, progress: bool) -> None:

@@ -83,14 +83,14 @@ class STITCHSearch(WalkSearch):
 
     pipeline = "stitch"
     renamed = {**WalkSearch.renamed, "match_k": "description_depth"}
-    n_seeds: int = integer(2, low=1)
+    n_seeds: int = integer(2, low=1, serving_bound=64)
     relevance: str = choice("hybrid", ("dense", "hybrid"))
     prior_mix: float = real(0.5, low=0.0, high=1.0)
     delta: float = real(0.8, low=-1.0, high=1.0)
     delta_mode: str = choice("relative", DELTA_MODES)
     spatial: bool = flag(True)
     temporal: bool = flag(True)
-    description_depth: int = integer(DESCRIPTION_DEPTH, low=1)
+    description_depth: int = integer(DESCRIPTION_DEPTH, low=1, serving_bound=1_024)
     bridge: float = real(0.4, low=0.0)
 
     def check(self) -> None:
@@ -184,6 +184,12 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
                 raise IndexFormatError(f"{entry_file}: {e}") from None
             self._text_index = DenseIndex.load(directory / TEXT_IVF, entry, self.hypergraph_.text_emb,
                                                code_bits=TEXT_CODE_BITS)
+
+    @classmethod
+    def cost_reach(cls, params: STITCHSearch) -> int:
+        """:meth:`ChunkGraphWalk.cost_reach`: the seeds and the ``description_depth`` chunks the
+        description match adds."""
+        return params.n_seeds + params.description_depth
 
     # ------------------------------------------------------------------ search
     def prior_rows(self, batch: QueryBatch, rel: LocalRows, params: STITCHSearch) -> tuple[LocalRows, np.ndarray]:

@@ -24,8 +24,10 @@ import numpy as np
 
 from .... import kernels
 from ...components.extraction import Extraction, load_extractions
+from ...components.hybrid_ranking import RRF_K, hybrid_ranking
 from ...components.query_batch import QueryBatch
 from ...components.sharded_graph import sharded_base
+from ...cost import PASSAGE_ARRAYS, Cost, IndexShape
 from ...errors import IndexFormatError, InputError
 from ....kernels.csr import CSR
 from ...params import FitParams, choice, flag, integer, path, real
@@ -34,7 +36,6 @@ from ...sparse import allowed_at
 from ...ranking import fill_lowest, topk_entries
 from ...timing import StageTimer
 from ..base import Needs, Pipeline
-from ..hybrid import RRF_K, hybrid_ranking
 from ..title_bridge import BridgeSearch, TitleBridge
 from ...storage import check_unit_rows, load_array, save_arrays
 from .hypergraph import TEXT_EMB_DTYPE, TopicHypergraph, build_hypergraph
@@ -51,6 +52,8 @@ HYBRID_DEPTH = 100
 SUPPORT_RTOL = 1e-6
 #: :func:`union_entries` marks a [B, n] bitmap instead of sorting keys from this share of its cells
 DENSE_ENTRIES_SHARE = 1 / 8
+#: chunks the cost model assumes reached per chunk per hop of the walk region (the real fan-out is smaller)
+REGION_FANOUT = 64
 
 
 @dataclass(frozen=True)
@@ -74,15 +77,15 @@ class WalkSearch(BridgeSearch):
     pipeline = "ppr_binary"
     renamed = {"d": "damping", "seed_k": "n_seeds"}
     damping: float = real(0.85, low=0.0, high=1.0, low_open=True, high_open=True)
-    n_seeds: int = integer(8, low=1)
+    n_seeds: int = integer(8, low=1, serving_bound=256)
     balance: float = real(0.3, low=0.0, high=1.0)
     relevance: str = choice("dense", RELEVANCES)
     prior_mix: float = real(0.0, low=0.0, high=1.0)
     ppr: bool = flag(True)
     localise: bool = flag(True)
-    region_hops: int = integer(1, low=0)
+    region_hops: int = integer(1, low=0, serving_bound=3)
     tol: float = real(1e-6, low=0.0, low_open=True)
-    max_iter: int = integer(100, low=1)
+    max_iter: int = integer(100, low=1, serving_bound=1_000)
     fusion: str = choice("linear", FUSIONS)
     bridge: float = real(0.0, low=0.0)
 
@@ -128,6 +131,24 @@ class ChunkGraphWalk(Pipeline[F, S]):
         super().__init__(params, **kwargs)
         self.hypergraph_: TopicHypergraph | None = None
         self._cache: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ cost
+    @classmethod
+    def cost(cls, shape: IndexShape, params: S, batch: int, k: int, grouped: bool = False) -> Cost:
+        """:meth:`Pipeline.cost` plus the walk: a region of ``reach · REGION_FANOUT ^ region_hops``
+        chunks (at most N; all N without ``localise``) grown from the :meth:`cost_reach` chunks and the
+        ranked list, iterated ``max_iter`` times (once without ``ppr``), 6 float64 vectors over it."""
+        n, depth = max(shape.n, 1), cls.cost_depth(shape, params, k, grouped)
+        reach = cls.cost_reach(params) + depth
+        region = min(n, reach * REGION_FANOUT ** params.region_hops) if params.localise else n
+        iterations = params.max_iter if params.ppr else 1
+        own = Cost(batch * (n + region * iterations * 8), PASSAGE_ARRAYS * n + batch * region * 6 * 8)
+        return super().cost(shape, params, batch, k, grouped) + own
+
+    @classmethod
+    def cost_reach(cls, params: S) -> int:
+        """The chunks a question's walk region grows from besides its ranked list: its seeds."""
+        return params.n_seeds
 
     # ------------------------------------------------------------------ fit
     def _extraction(self) -> Extraction:
