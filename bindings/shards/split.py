@@ -12,7 +12,8 @@ import numpy as np
 
 from ..engine import storage
 from ..engine.components.corpus import Corpus
-from ..engine.components.dense import DenseIndex, IVFIndex
+from ..engine.components.dense import DenseIndex
+from ..engine.components.ivf import IVFIndex
 from ..engine.components.sharded import ShardMap
 from ..engine.components.sharded_graph import owners_of, sending_rows
 from ..engine.sparse import take_rows
