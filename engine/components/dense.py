@@ -4,18 +4,17 @@ dmar): G3RAG's seeds (SPEC §1 query step 1), STITCH's relevance (§2 step 7), D
 stage (§3 step 5).
 
 **Exact** (below :data:`ANN_MIN_N` rows, or ``mode="exact"``): X is copied once into a faiss
-``IndexFlatIP``; a memory-mapped X of at least :data:`~hopgraph.engine.components.exact_search.SCAN_MIN_N` rows is not
-copied but scanned from its ``.npy`` file in row blocks with ordinary reads
-(:class:`~hopgraph.engine.components.exact_search.BlockedInnerProductIndex`: the OS page cache holds the file, the
-process one block).
+``IndexFlatIP``; a memory-mapped X of at least :data:`SCAN_MIN_N` rows is not copied but
+scanned from its ``.npy`` file in row blocks with ordinary reads
+(:class:`BlockedInnerProductIndex`: the OS page cache holds the file, the process one block).
 
 **Approximate candidates, exact scores** (from :data:`ANN_MIN_N` rows up with
-``mode="auto"``, the default, or always with ``mode="ann"``): :class:`~hopgraph.engine.components.ivf.IVFIndex`, a
+``mode="auto"``, the default, or always with ``mode="ann"``): :class:`IVFIndex`, a
 faiss inverted file of about 4√N cells whose rows are stored as 8-bit scalar-quantised codes
 (``IndexIVFScalarQuantizer``, d bytes a row; 4-bit, d / 2 bytes, with ``code_bits=4``, as
-STITCH's text index uses), proposes :func:`~hopgraph.engine.components.ivf.rescore_candidates` ``(k)``
-candidates per query from its :data:`~hopgraph.engine.components.ivf.DEFAULT_NPROBE` nearest cells; each candidate is
-then rescored exactly (``Q · X[cand]``, rows read from X) and the top ``k`` returned in exact order,
+STITCH's text index uses), proposes :func:`rescore_candidates` ``(k)``
+candidates per query from its :data:`DEFAULT_NPROBE` nearest cells; each candidate is then
+rescored exactly (``Q · X[cand]``, rows read from X) and the top ``k`` returned in exact order,
 ties toward the lower row (as :func:`~hopgraph.engine.ranking.topk_rows`). The approximation
 only decides which rows are looked at; a score is never approximate.
 
@@ -28,21 +27,21 @@ copy of X (1.9 GB). 4√N cells and nprobe 64: on all-MiniLM-L6-v2 question → 
 (the 200 shared questions over 60,000 passages) they kept 0.99 of the exact top-10 (nprobe
 32: 0.98; √N cells and nprobe 64: 0.98, at 0.27x the speed at 10⁶), and with √N cells the
 overlap at a fixed nprobe did not fall from 7,500 to 60,000 rows. 4-bit codes (``code_bits=4``,
-more candidates rescored for a small k: :func:`~hopgraph.engine.components.ivf.rescore_candidates`) kept the exact
-top-10 and top-128 (overlap 1.0 at 200,000 rows and on the 50,000-row sample) in half the code memory, at
+more candidates rescored for a small k: :func:`rescore_candidates`) kept the exact top-10 and
+top-128 (overlap 1.0 at 200,000 rows and on the 50,000-row sample) in half the code memory, at
 0.57–0.77x the 8-bit search's top-10 q/s (a busy machine); on STITCH's 10⁶-passage text index the
 whole STITCH search ran as fast with either width, with identical results (README, *Scale*).
 
 The same IVF index gives G3RAG's graph builder its cells (:attr:`DenseIndex.ivf`), so X is clustered
-once per index. The IVF index is built lazily on first use (like the flat copy), grows with
-:meth:`~hopgraph.engine.components.ivf.IVFIndex.add` (new rows go to their nearest existing cell) and is rebuilt —
-re-trained for the new size — on the first search after the index has grown to more than
-:data:`~hopgraph.engine.components.ivf.RETRAIN_GROWTH` times the rows it was trained on. ``Components.save`` stores it
-in the index directory (checksummed like every file; validated on load by
-:meth:`~hopgraph.engine.components.ivf.IVFIndex.from_arrays`), so a loaded index does not train again. Filters
-(``allowed``): a filter passing at most :data:`SUBSET_MAX_FRACTION` of the rows scores exactly only those rows (both
-modes); a wider one searches the IVF with a faiss ID selector and ``nprobe / fraction`` cells, and a query left with
-fewer than ``k`` passing candidates (when ``k`` pass) is answered by the exact blocked scan instead.
+once per index. The IVF index is built lazily on first use (like the flat copy), grows with :meth:`IVFIndex.add`
+(new rows go to their nearest existing cell) and is rebuilt — re-trained for the new size — on
+the first search after the index has grown to more than :data:`RETRAIN_GROWTH` times the rows
+it was trained on. ``Components.save`` stores it in the index directory (checksummed like
+every file; validated on load by :meth:`IVFIndex.from_arrays`), so a loaded index does not
+train again. Filters (``allowed``): a filter passing at most :data:`SUBSET_MAX_FRACTION` of
+the rows scores exactly only those rows (both modes); a wider one searches the IVF with a
+faiss ID selector and ``nprobe / fraction`` cells, and a query left with fewer than ``k``
+passing candidates (when ``k`` pass) is answered by the exact blocked scan instead.
 
 The mode: ``DenseIndex(X, mode=...)`` / ``Components(..., dense=...)``, else the environment
 variable :data:`DENSE_MODE_ENV` (``HOPGRAPH_DENSE=exact|ann|auto``), else ``"auto"``.
@@ -193,8 +192,8 @@ class DenseIndex:
         """The index over ``X``, whose rows ``[start, N)`` are new (the others unchanged): a faiss
         flat index already built gets the new rows added, a file scan is reopened on first use; a
         built IVF index gets them added (re-trained on the next search once X has grown past
-        :data:`~hopgraph.engine.components.ivf.RETRAIN_GROWTH` times its training rows). A structure the
-        new size no longer uses (the flat copy once the IVF index takes over) is dropped."""
+        :data:`RETRAIN_GROWTH` times its training rows). A structure the new size no longer
+        uses (the flat copy once the IVF index takes over) is dropped."""
         self.X = X
         if self._index is not None and self.method == "exact" and not isinstance(
                 self._index, BlockedInnerProductIndex) and not scanned_from_files(X):
@@ -227,8 +226,8 @@ class DenseIndex:
         return None if self._ivf is None else (self._ivf.ntotal, self._ivf.n_trained)
 
     def save_ivf_tail(self, directory: Path, start: int, stop: int) -> dict[str, Any]:
-        """Write the IVF entries of rows ``[start, stop)`` (a segment's:
-        :meth:`~hopgraph.engine.components.ivf.IVFIndex.tail_arrays`) under ``directory``; returns its manifest entry."""
+        """Write the IVF entries of rows ``[start, stop)`` (a segment's: :meth:`IVFIndex.tail_arrays`)
+        under ``directory``; returns its manifest entry."""
         save_arrays(directory, self._ivf.tail_arrays(start, stop))
         kind = next(k for k, bits in IVF_KINDS.items() if bits == self._ivf.bits)
         return {"kind": kind, "first_row": int(start), "rows": int(stop - start), "state": "tail"}

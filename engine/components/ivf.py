@@ -79,8 +79,7 @@ def ivf_nlist(n: int) -> int:
 def train_and_fill(index: faiss.IndexIVF, X: np.ndarray, seed: int = KMEANS_SEED) -> faiss.IndexIVF:
     """Train a faiss IVF index on a seeded sample of X (``TRAIN_POINTS_PER_LIST`` rows a cell,
     ``KMEANS_NITER`` k-means iterations; its codes too) and add every row, read in blocks
-    (:func:`~hopgraph.engine.components.exact_search.row_blocks`: a large memory-mapped X is not faulted in).
-    Returns ``index``."""
+    (:func:`row_blocks`: a large memory-mapped X is not faulted in). Returns ``index``."""
     n = len(X)
     sample = np.sort(np.random.default_rng(seed).choice(n, min(n, TRAIN_POINTS_PER_LIST * index.nlist), replace=False))
     index.cp.niter, index.cp.seed = KMEANS_NITER, seed
@@ -147,8 +146,8 @@ class IVFIndex:
     @classmethod
     def build(cls, X: np.ndarray, seed: int = KMEANS_SEED, bits: int = 8, nlist: int | None = None) -> "IVFIndex":
         """Train on a seeded sample of X (k-means cells, code ranges) and add every row, read in
-        blocks (:func:`~hopgraph.engine.components.exact_search.row_blocks`: a large memory-mapped X is not faulted
-        in). ``nlist``: the cells (default :func:`ivf_nlist`)."""
+        blocks (:func:`row_blocks`: a large memory-mapped X is not faulted in). ``nlist``: the
+        cells (default :func:`ivf_nlist`)."""
         nlist = ivf_nlist(len(X)) if nlist is None else int(nlist)
         return cls(train_and_fill(cls._empty(X.shape[1], nlist, bits), X, seed), len(X))
 
@@ -228,9 +227,8 @@ class IVFIndex:
         """Up to ``n`` candidate rows per query from its ``nprobe`` nearest cells, only ``allowed``
         rows (bool [ntotal]) when given, with their code scores: ``(ids int64 [B, n], scores float32
         [B, n])``, -1 / -inf padding, best score first and equal scores toward the lower row
-        (:data:`~hopgraph.engine.components.exact_search.TIE_MARGIN` more asked for, as
-        :func:`~hopgraph.engine.components.exact_search.faiss_topk`), so the candidates do not depend on how
-        the rows are split (a sharded index's shards hold this index's cells and codes)."""
+        (:data:`TIE_MARGIN` more asked for, as :func:`faiss_topk`), so the candidates do not depend
+        on how the rows are split (a sharded index's shards hold this index's cells and codes)."""
         params = faiss.SearchParametersIVF()
         params.nprobe = int(min(max(nprobe, 1), self.nlist))
         _bits = None
