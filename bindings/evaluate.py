@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -174,9 +175,7 @@ def evaluate(data_dir: str | Path, pipelines: Sequence[str], ks: Sequence[int], 
     from .engine import evaluation
 
     measures = evaluation.report_measures(list(ks))
-    depth = max([DEFAULT_DEPTH, *ks]) if depth is None else depth
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < max(ks):
-        raise InputError(f"depth must be an integer at least the largest k ({max(ks)}), got {depth!r}")
+    depth = search_depth(ks, depth)
     bench = load_benchmark(data_dir, split, qrels, topics, corpus)
     cache_dir = default_cache_dir() if cache_dir is None else Path(cache_dir)
     index, path = cached_index(Path(data_dir), embedder, cache_dir, device, pipelines, progress, params,
@@ -194,40 +193,18 @@ def evaluate(data_dir: str | Path, pipelines: Sequence[str], ks: Sequence[int], 
         raise InputError(f"baseline {baseline!r} is not an evaluated pipeline ({', '.join(labels)})")
     if run_dir is not None:
         Path(run_dir).mkdir(parents=True, exist_ok=True)
-    curve = [f"recall@{k}" for k in sorted({k for k in CURVE_KS if k <= depth} | set(ks))]
+    plan = SearchPlan.of(measures, ks, depth)
     results: dict[str, Any] = {}
     per_query: dict[str, dict[str, dict[str, float]]] = {}
     recall_curve: dict[str, dict[str, tuple[float, float]]] = {}
     run_files: dict[str, str] = {}
-    table_k = max(ks)
-    cut = [m for m in measures if m.split("@")[0] in ("recall", "p")]  # from the table search
-    deep = [m for m in measures if m not in cut]                        # from the deep search
     for label, name, overrides in runs:
-        t0 = time.perf_counter()
-        rows, scores = index.search_arrays(texts, pipeline=name, k=table_k, query_embeddings=Q, **overrides)
-        seconds = time.perf_counter() - t0
-        scored = evaluation.evaluate_run(eval_set.qrels, evaluation.rows_run(qids, rows, scores, index.corpus.ids), cut)
-        if depth > table_k:
-            rows, scores = index.search_arrays(texts, pipeline=name, k=depth, query_embeddings=Q, **overrides)
-        run = evaluation.rows_run(qids, rows, scores, index.corpus.ids)
-        deep_scored = evaluation.evaluate_run(eval_set.qrels, run, [*deep, *curve])
-        per_query[label] = {q: {m: (scored if m in cut else deep_scored)[q][m] for m in measures} for q in qids}
-        entry: dict[str, Any] = {}
-        for m in measures:
-            entry[m], entry[f"{m}_stderr"] = evaluation.mean_and_stderr([per_query[label][q][m] for q in qids])
-        recall_curve[label] = {m.split("@")[1]: evaluation.mean_and_stderr([deep_scored[q][m] for q in qids])
-                               for m in curve}
-        entry["index_seconds"] = index.embed_seconds + index.fit_seconds.get(name, 0.0)
-        entry["queries_per_second"] = len(texts) / max(seconds, 1e-9)
-        if overrides:
-            entry["overrides"] = dict(overrides)
-        results[label] = entry
+        results[label], per_query[label], recall_curve[label], run = score_pipeline(
+            index, eval_set, texts, Q, name, overrides, plan)
         if run_dir is not None:
             run_files[label] = str(Path(run_dir) / f"{_file_label(label)}.run")
             evaluation.write_trec_run(run_files[label], run, _file_label(label))
-    base = [per_query[baseline][q][SIGNIFICANCE_MEASURE] for q in qids]
-    tests = {label: evaluation.paired_test(base, [per_query[label][q][SIGNIFICANCE_MEASURE] for q in qids])
-             for label in labels if label != baseline}
+    tests = paired_tests(per_query, baseline, qids)
     return {
         "dataset": bench.name,
         "format": bench.format,
@@ -246,6 +223,77 @@ def evaluate(data_dir: str | Path, pipelines: Sequence[str], ks: Sequence[int], 
         "significance": {"measure": SIGNIFICANCE_MEASURE, "baseline": baseline, "tests": tests},
         "run_files": run_files,
     }
+
+
+def search_depth(ks: Sequence[int], depth: int | None) -> int:
+    """How deep :func:`evaluate` searches: ``depth``, default :data:`DEFAULT_DEPTH` or the largest k
+    when larger; InputError unless it is an integer at least the largest k."""
+    depth = max([DEFAULT_DEPTH, *ks]) if depth is None else depth
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < max(ks):
+        raise InputError(f"depth must be an integer at least the largest k ({max(ks)}), got {depth!r}")
+    return depth
+
+
+def paired_tests(per_query: Mapping[str, Mapping[str, Mapping[str, float]]], baseline: str,
+                 qids: Sequence[str]) -> dict[str, Any]:
+    """Each run's paired test (:func:`~hopgraph.engine.evaluation.paired_test`) against ``baseline`` on
+    :data:`SIGNIFICANCE_MEASURE`, over the queries ``qids`` (``per_query[label][qid][measure]``)."""
+    from .engine import evaluation
+
+    base = [per_query[baseline][q][SIGNIFICANCE_MEASURE] for q in qids]
+    return {label: evaluation.paired_test(base, [scores[q][SIGNIFICANCE_MEASURE] for q in qids])
+            for label, scores in per_query.items() if label != baseline}
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """What each pipeline's two searches score: the table search (``table_k`` deep) the cut-off
+    measures ``cut`` (Recall@k, P@k), the deep search (``depth`` deep, run only when deeper) the
+    others (``deep``) and the Recall@k curve (``curve``)."""
+
+    measures: list[str]
+    table_k: int
+    depth: int
+    cut: list[str]
+    deep: list[str]
+    curve: list[str]
+
+    @classmethod
+    def of(cls, measures: list[str], ks: Sequence[int], depth: int) -> "SearchPlan":
+        """The plan of ``measures`` for the reported ``ks`` and the search ``depth``."""
+        cut = [m for m in measures if m.split("@")[0] in ("recall", "p")]
+        curve = [f"recall@{k}" for k in sorted({k for k in CURVE_KS if k <= depth} | set(ks))]
+        return cls(measures, max(ks), depth, cut, [m for m in measures if m not in cut], curve)
+
+
+def score_pipeline(index: Any, eval_set: Any, texts: list[str], Q: np.ndarray, name: str,
+                   overrides: Mapping[str, Any], plan: SearchPlan) -> tuple[dict[str, Any], dict, dict, Any]:
+    """Search every query of ``eval_set`` (``texts``, embedded as ``Q``) with pipeline ``name`` and
+    its search-parameter ``overrides`` as ``plan`` says; returns the report's entry (every measure's
+    mean and standard error, ``index_seconds``, ``queries_per_second`` of the table search,
+    ``overrides``), the per-query scores, the Recall@k curve and the deep search's run."""
+    from .engine import evaluation
+
+    qids = list(eval_set.queries)
+    t0 = time.perf_counter()
+    rows, scores = index.search_arrays(texts, pipeline=name, k=plan.table_k, query_embeddings=Q, **overrides)
+    seconds = time.perf_counter() - t0
+    scored = evaluation.evaluate_run(eval_set.qrels, evaluation.rows_run(qids, rows, scores, index.corpus.ids),
+                                     plan.cut)
+    if plan.depth > plan.table_k:
+        rows, scores = index.search_arrays(texts, pipeline=name, k=plan.depth, query_embeddings=Q, **overrides)
+    run = evaluation.rows_run(qids, rows, scores, index.corpus.ids)
+    deep_scored = evaluation.evaluate_run(eval_set.qrels, run, [*plan.deep, *plan.curve])
+    per_query = {q: {m: (scored if m in plan.cut else deep_scored)[q][m] for m in plan.measures} for q in qids}
+    entry: dict[str, Any] = {}
+    for m in plan.measures:
+        entry[m], entry[f"{m}_stderr"] = evaluation.mean_and_stderr([per_query[q][m] for q in qids])
+    curve = {m.split("@")[1]: evaluation.mean_and_stderr([deep_scored[q][m] for q in qids]) for m in plan.curve}
+    entry["index_seconds"] = index.embed_seconds + index.fit_seconds.get(name, 0.0)
+    entry["queries_per_second"] = len(texts) / max(seconds, 1e-9)
+    if overrides:
+        entry["overrides"] = dict(overrides)
+    return entry, per_query, curve, run
 
 
 def check_coverage(eval_set: Any, corpus: Any, strict: bool) -> Any:
