@@ -7,9 +7,6 @@ import json
 import sys
 from typing import Any, Mapping, Sequence
 
-from ..engine.components.records import input_path, read_text
-from ..engine.errors import InputError
-
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Every option's help ends with its default, unless it has none (None, an unset flag) or names it already."""
@@ -105,6 +102,7 @@ def check_before_work(pipelines: Sequence[str], params: Mapping[str, Mapping[str
                        flag: str = "--pipelines") -> None:
     """Refuse unknown pipeline names and invalid ``--param`` items before any embedding or loading
     (:class:`InputError` naming the known pipelines, or the parameter and its allowed values)."""
+    from ..engine.errors import InputError
     from ..engine.pipelines import pipeline_class
     from ..index import validate_params
 
@@ -117,6 +115,7 @@ def check_before_work(pipelines: Sequence[str], params: Mapping[str, Mapping[str
 
 def refuse_search_params(params: Mapping[str, Mapping[str, Any]]) -> None:
     """Refuse search parameters where only fit parameters can be stored (``hopgraph index``)."""
+    from ..engine.errors import InputError
     from ..engine.pipelines import pipeline_class
 
     for name, values in params.items():
@@ -139,12 +138,16 @@ def read_corpus_args(args: argparse.Namespace):
 def id_lines(path: str, flag: str) -> list[str]:
     """The ids of a file given as ``flag``, one a line (blank lines skipped; ``-``: standard input);
     InputError naming the file: missing, not a regular file, or (with the line) not UTF-8."""
+    from ..engine.components.records import input_path, read_text
+
     text = sys.stdin.read() if path == "-" else read_text(input_path(path, f"{flag} file"))
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def ids_from(args: argparse.Namespace) -> list[str]:
     """Passage ids given on the command line and in ``--ids-file`` (one per line, ``-`` = stdin)."""
+    from ..engine.errors import InputError
+
     ids = list(args.ids or [])
     if args.ids_file:
         ids += id_lines(args.ids_file, "--ids-file")
@@ -163,6 +166,8 @@ def where_filter(items: Sequence[str] | None) -> dict[str, Any] | None:
     as JSON when it parses — ``year>=1999``, ``draft=false``, ``tags=["a","b"]`` —, else as a
     string), or a whole filter as a JSON object (``{"$or": [...]}``). The items must all hold,
     except that equalities of one field given twice take either value."""
+    from ..engine.errors import InputError
+
     if not items:
         return None
     equal: dict[str, list] = {}

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from ..engine.errors import InputError
 from .options import common
 
 
@@ -47,10 +46,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(embedder=args.embedder, device=args.device, progress=not args.quiet)
 
 
+#: the benchmarks of a source checkout (``bench/`` beside ``bindings/``); an installed wheel has none
+BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
+
+
 def _bench_suite() -> tuple[Callable[..., Any], Callable[..., Any]]:
     """``parse_groups`` and ``run`` of the benchmark suite, which lives in the source checkout's
-    ``bench/`` folder (benchmarks are not installed with the package)."""
-    bench_dir = Path(__file__).resolve().parents[2] / "bench"
+    ``bench/`` folder (:data:`BENCH_DIR`; benchmarks are not installed with the package): InputError
+    saying so where it is absent."""
+    from ..engine.errors import InputError
+
+    bench_dir = BENCH_DIR
     if not (bench_dir / "suite" / "__init__.py").is_file():
         raise InputError(f"hopgraph bench runs from a source checkout: {bench_dir / 'suite'} not found "
                          "(clone the repository and install it with `pip install -e .`)")
@@ -65,6 +71,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """``hopgraph bench``: side-by-side benchmark tables (``bench/suite`` of a source checkout);
     ``--gpu-compile`` / ``--gpu-model``: the Triton kernels compiled for sm_80/sm_90 / their performance
     model instead (exit status 1 when a build violates the compile check)."""
+    from ..engine.errors import InputError
+
     parse_groups, run = _bench_suite()
 
     if args.json is not None and not Path(args.json).resolve().parent.is_dir():

@@ -6,7 +6,6 @@ import json
 import logging
 from pathlib import Path
 
-from ..engine.errors import InputError
 from .options import (
     StoreKs,
     check_before_work,
@@ -23,6 +22,7 @@ log = logging.getLogger("hopgraph.cli")
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    from ..engine.errors import InputError
     from ..index import Index
 
     params = cli_params(args, args.pipeline)
@@ -50,6 +50,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from ..engine.errors import InputError
     from ..evaluate import evaluate, format_table, json_report, plot_report
 
     if args.k is not None:  # the deprecated spelling of --ks
@@ -86,7 +87,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction, known: str) -> None:
     """Add the search and evaluation commands to ``sub`` (``known``: the pipeline names, for help texts)."""
-    from ..evaluate import default_cache_dir
+    from ..cache_dir import default_cache_dir
 
     p = sub.add_parser("search", help="query an index")
     p.add_argument("index", help="index directory")

@@ -9,8 +9,6 @@ import argparse
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from ..engine.errors import InputError
-
 
 @dataclass(frozen=True)
 class ServeLimits:
@@ -51,6 +49,8 @@ class ServeLimits:
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or \
                     (value == 0 and f.name != "batch_wait_ms"):
+                from ..engine.errors import InputError  # here: the command line's help imports this module
+
                 raise InputError(f"serve limit {f.name} must be a positive number, got {value!r}")
 
     @property
