@@ -22,6 +22,9 @@ log = logging.getLogger("hopgraph.cli")
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    """``hopgraph index``: build an index of a corpus file and write it to ``--out`` (sharded with
+    ``--shards``); the names and parameters are checked before any work, and an interrupted build
+    continues from its work directory with ``--resume``. Returns the exit status."""
     from ..engine import storage
     from ..engine.ingest import streaming
     from ..index import Index

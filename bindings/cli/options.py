@@ -38,6 +38,7 @@ class StoreKs(argparse.Action):
 
 
 def int_list(text: str) -> list[int]:
+    """``"1,5,10"`` as ``[1, 5, 10]`` (an argparse ``type``: ArgumentTypeError for anything else)."""
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
@@ -45,6 +46,7 @@ def int_list(text: str) -> list[int]:
 
 
 def name_list(text: str) -> list[str]:
+    """``"a, b,,c"`` as ``["a", "b", "c"]`` (an argparse ``type``: blank items dropped)."""
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
@@ -60,6 +62,8 @@ def type_map(text: str) -> dict[str, str]:
 
 
 def param_option(p: argparse.ArgumentParser, what: str) -> None:
+    """Add the repeatable ``--param [PIPELINE.]NAME=VALUE`` option to ``p`` (``what``: its help's
+    clause saying what the parameter is for)."""
     p.add_argument("--param", action="append", metavar="[PIPELINE.]NAME=VALUE",
                    help=f"a pipeline parameter {what} (repeatable; VALUE read as JSON, e.g. "
                         "g3rag.gamma=0.05, bm25.k1=1.2, stitch.relevance=dense); checked against the "
@@ -67,6 +71,8 @@ def param_option(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def corpus_options(p: argparse.ArgumentParser) -> None:
+    """Add the options that say how a corpus file is read (its id, title, text and metadata
+    fields, metadata types) and chunked (``--chunk-tokens``, ``--chunk-overlap``) to ``p``."""
     p.add_argument("--id-field", help="the field/column holding passage ids (default: detected)")
     p.add_argument("--title-field", help="the field/column holding titles (default: detected)")
     p.add_argument("--text-field", help="the field/column holding the text (default: detected)")
@@ -83,6 +89,8 @@ def corpus_options(p: argparse.ArgumentParser) -> None:
 
 
 def common(p: argparse.ArgumentParser, embedder_default: str | None = "minilm") -> None:
+    """Add the options every command that computes takes to ``p``: ``--device``, ``--embedder``
+    (default ``embedder_default``; None: the index's own) and ``--quiet``."""
     p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"],
                    help="where to compute (auto: cuda when available, else cpu)")
     p.add_argument("--embedder", default=embedder_default,
@@ -128,6 +136,8 @@ def refuse_search_params(params: Mapping[str, Mapping[str, Any]]) -> None:
 
 
 def read_corpus_args(args: argparse.Namespace):
+    """The corpus named by ``args.corpus``, read with the field options of :func:`corpus_options`
+    (:func:`~hopgraph.engine.components.corpus.read_corpus`)."""
     from ..engine.components.corpus import read_corpus
 
     return read_corpus(args.corpus, id_field=args.id_field, title_field=args.title_field,

@@ -11,12 +11,15 @@ from .options import common
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    """``hopgraph serve``: serve an index over HTTP (:func:`hopgraph.serve.runner.cmd_serve`)."""
     from ..serve.runner import cmd_serve as run
 
     return run(args)
 
 
 def cmd_train_gnn(args: argparse.Namespace) -> int:
+    """``hopgraph train-gnn``: train the DMAR subgraph GNN of an index (SPEC §3) and save it there;
+    prints the loss before and after. Returns the exit status."""
     from ..dmar_training import train_gnn_index
 
     r = train_gnn_index(args.index, steps=args.steps, seed=args.seed, embedder=args.embedder,
@@ -27,6 +30,9 @@ def cmd_train_gnn(args: argparse.Namespace) -> int:
 
 
 def cmd_train_gate(args: argparse.Namespace) -> int:
+    """``hopgraph train-gate``: train the DMAR gate of an index on judged questions (SPEC §3); it is
+    saved only when it beats the untrained gate on the held-out split (or with ``--always-save``).
+    Prints both held-out recalls. Returns the exit status."""
     from ..dmar_training import train_gate_index
 
     r = train_gate_index(args.index, args.questions, holdout=args.holdout, seed=args.seed, k=args.k,
@@ -41,6 +47,7 @@ def cmd_train_gate(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """``hopgraph demo``: index the bundled demo corpus and answer its questions with every pipeline."""
     from ..demo import run_demo
 
     return run_demo(embedder=args.embedder, device=args.device, progress=not args.quiet)

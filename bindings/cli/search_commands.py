@@ -22,6 +22,9 @@ log = logging.getLogger("hopgraph.cli")
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    """``hopgraph search``: answer questions from an index with one pipeline (``--where`` and
+    ``--allowed-ids`` filters, ``--param`` search parameters); prints the hits, or JSON with
+    ``--json``. Returns the exit status."""
     from ..engine.errors import InputError
     from ..index import Index
 
@@ -50,6 +53,9 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    """``hopgraph eval``: score pipelines on a benchmark folder (:func:`hopgraph.evaluate.evaluate`)
+    and print the table; ``--json``, ``--plot`` and ``--per-query`` write the report's other forms.
+    Returns the exit status."""
     from ..engine.errors import InputError
     from ..evaluate import evaluate, format_table, json_report, plot_report
 

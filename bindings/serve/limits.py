@@ -55,9 +55,11 @@ class ServeLimits:
 
     @property
     def max_request_bytes(self) -> int:
+        """``max_request_mb`` in bytes."""
         return int(self.max_request_mb * (1 << 20))
 
     def to_dict(self) -> dict[str, Any]:
+        """Every limit by name (what the service reports in its ``limits``)."""
         return asdict(self)
 
 

@@ -99,6 +99,8 @@ class AddRequest(BaseModel):
 
 
 class AddResponse(BaseModel):
+    """The answer to ``POST /passages``: the ids added and replaced, the passage count, whether a commit was written."""
+
     added: list[str]
     replaced: list[str]
     passages: int = Field(description="passages the index now returns (deleted ones excluded)")
@@ -106,6 +108,8 @@ class AddResponse(BaseModel):
 
 
 class DeleteResponse(BaseModel):
+    """The answer to ``DELETE /passages/{id}``: the id deleted, the passage count, whether a commit was written."""
+
     deleted: str
     passages: int
     committed: bool
@@ -132,6 +136,8 @@ class PassageOut(BaseModel):
 
 
 class QueryResult(BaseModel):
+    """The hits of one query, best first."""
+
     hits: list[HitOut]
 
 
@@ -150,6 +156,8 @@ class Timing(BaseModel):
 
 
 class SearchResponse(BaseModel):
+    """The answer to ``POST /search``: one result per query, the timing and the warnings."""
+
     pipeline: str
     k: int
     results: list[QueryResult] = Field(description="one entry per query, in request order")
@@ -159,4 +167,6 @@ class SearchResponse(BaseModel):
 
 
 class ErrorResponse(BaseModel):
+    """A refused request (4xx): what is wrong, in one line."""
+
     detail: str

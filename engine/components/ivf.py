@@ -158,12 +158,14 @@ class IVFIndex:
 
     @property
     def ntotal(self) -> int:
+        """The rows the index holds (those added but not yet filled in included)."""
         if self._fill is not None:
             return self._n_stored + sum(len(t["rows"]) for t in self._pending)
         return int(self._index.ntotal)
 
     @property
     def nlist(self) -> int:
+        """The number of cells."""
         return int(self._index.nlist)
 
     def add(self, X: np.ndarray, start: int) -> None:

@@ -67,11 +67,14 @@ class RerankStep(Protocol):
 
     name: str
 
-    def active(self, params: Any, components: Components) -> bool: ...
+    def active(self, params: Any, components: Components) -> bool:
+        """Whether the step runs for a search with ``params`` over ``components``."""
 
-    def depth(self, params: Any) -> int: ...
+    def depth(self, params: Any) -> int:
+        """How many ranked passages the step needs from the pipeline to return ``k`` (its candidate depth)."""
 
-    def prepare(self, components: Components, who: str) -> None: ...
+    def prepare(self, components: Components, who: str) -> None:
+        """Build what the step reads of ``components`` (once per index), before pipeline ``who`` searches."""
 
     def __call__(self, ids: np.ndarray, scores: np.ndarray, k: int, params: Any, components: Components,
                  allowed: np.ndarray | None, timer: StageTimer) -> tuple[np.ndarray, np.ndarray]: ...

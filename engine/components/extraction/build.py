@@ -60,6 +60,7 @@ class ExtractionBuilder:
         self.name_ids: dict[str, int] = {}
 
     def get(self, i: int) -> str:
+        """The text with id ``i`` (a base text or one created here)."""
         return self.base[i] if i < self.n_base else self.texts[i - self.n_base]
 
     def text(self, s: str, chunk: int, phase: int = 0, seq: int | None = None) -> int:
@@ -92,6 +93,8 @@ class ExtractionBuilder:
         return len(self.topic_chunk) - 1, t
 
     def mention(self, topic: int, phi: str, description: int) -> None:
+        """Record that canonical name ``phi`` occurs in ``topic`` with description text id
+        ``description`` (the state of ``phi`` in the topic's chunk is made by :meth:`build`)."""
         self.m_topic.append(topic)
         i = self.name_ids.get(phi)
         if i is None:
@@ -122,6 +125,9 @@ class ExtractionBuilder:
         return remap
 
     def build(self) -> Extraction:
+        """The :class:`~hopgraph.engine.components.extraction.data.Extraction` of the mentions
+        recorded: one state per (chunk, name), its description the distinct descriptions of its mentions
+        joined in mention order, names sorted, texts in prefix-stable order (class docstring); validated."""
         topic_chunk = np.asarray(self.topic_chunk, np.int32)
         m_topic = np.frombuffer(self.m_topic, np.int64)
         names, m_name = self._sorted_names()

@@ -59,10 +59,12 @@ class Extraction:
 
     @property
     def n_topics(self) -> int:
+        """The number of topics (hyperedges)."""
         return len(self.topic_chunk)
 
     @property
     def n_nodes(self) -> int:
+        """The number of entity states (nodes)."""
         return len(self.node_chunk)
 
     def name_ids(self) -> dict[str, int]:
@@ -216,6 +218,7 @@ class WordSet:
         return i < len(self.stored) and self.stored[i] == word
 
     def union(self, words: Iterable[str]) -> "WordSet":
+        """A new set holding these words and ``words`` (this one is not changed)."""
         return WordSet(self.stored, self.extra | set(words))
 
     def __iter__(self) -> Iterator[str]:
