@@ -14,7 +14,7 @@ The modules, by concern:
   spans, canonical names, query-side name matching;
 * :mod:`~hopgraph.engine.components.extraction.data` — the :class:`Extraction` data type, its
   arrays and validation, and the string structures it holds (text look-up, word set, merged names);
-* :mod:`~hopgraph.engine.components.extraction.build` — assembling an extraction from mentions
+* :mod:`~hopgraph.engine.components.extraction.builder` — assembling an extraction from mentions
   (prefix-stable text ids): :func:`extract` and :func:`load_extractions`;
 * :mod:`~hopgraph.engine.components.extraction.extend` — live indexes: the extraction of a corpus
   grown by appended passages, from the old extraction and the new passages only;
@@ -25,7 +25,7 @@ The names of ``__all__`` are the component's public API, re-exported from those 
 """
 from __future__ import annotations
 
-from .build import extract, load_extractions
+from .builder import extract, load_extractions
 from .data import Extraction, TextIndex, WordSet
 from .deltas import DELTA_FILES, apply_extraction_deltas, extraction_delta
 from .extend import extend_extraction

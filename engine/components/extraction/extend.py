@@ -8,7 +8,7 @@ import numpy as np
 
 from ...errors import InputError
 from ..corpus import Corpus
-from .build import ExtractionBuilder, read_passages
+from .builder import ExtractionBuilder, read_passages
 from .data import Extraction, WordSet, merge_names
 from .rules import lower_words
 

@@ -1,6 +1,6 @@
 """The zero-token extraction rules (SPEC §2, "Index", steps 1–4): deterministic, no language model.
 
-:func:`~hopgraph.engine.components.extraction.build.extract` applies them to every passage (chunk)
+:func:`~hopgraph.engine.components.extraction.builder.extract` applies them to every passage (chunk)
 in corpus order:
 
 1. **Topics** (hyperedges) are the sentences of the passage text. Sentences end at

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 from conftest import shared_dataset
 
-from hopgraph.engine.components.extraction import build as build_module
+from hopgraph.engine.components.extraction import builder as build_module
 from hopgraph.engine.components.corpus import Corpus, read_corpus
 from hopgraph.engine.errors import InputError
 from hopgraph.engine.components.extraction import Extraction, extend_extraction, extract, lower_words
-from hopgraph.engine.components.extraction.build import ExtractionBuilder, read_passages
+from hopgraph.engine.components.extraction.builder import ExtractionBuilder, read_passages
 from hopgraph.engine.components.extraction.data import merge_names
 
 
