@@ -327,6 +327,7 @@ class Client(_ClientBase):
         return self._answer(response)
 
     def close(self) -> None:
+        """Close the HTTP connections (the client cannot be used afterwards)."""
         self._http.close()
 
     def __enter__(self) -> "Client":

@@ -75,6 +75,7 @@ class Coverage:
                 "they can never be retrieved and lower the scores")
 
     def to_dict(self) -> dict[str, float]:
+        """The report's ``judged_documents`` entry: judged count, missing count and missing share."""
         return {"judged": self.judged, "missing": len(self.missing), "missing_share": self.share}
 
 
@@ -87,6 +88,9 @@ def judged_coverage(qrels: Qrels, holds: Callable[[str], bool]) -> Coverage:
 
 @dataclass(frozen=True)
 class Question:
+    """A question of hopgraph's ``questions.jsonl``: its id, text, the ids of its gold passages,
+    and optionally its answer and type (e.g. ``bridge`` / ``comparison``)."""
+
     id: str
     text: str
     gold_ids: tuple[str, ...]

@@ -309,6 +309,8 @@ class LiveWrites:
                            "commits_by_server": self.commits, "merges": self.merges}}
 
     async def stop(self) -> None:
+        """Finish the pending flush and a running merge (waiting at most a minute for it), then stop
+        the writer."""
         if self._flush_task is not None and not self._flush_task.done():
             await self._flush_task
         if self._merging is not None:

@@ -100,6 +100,8 @@ class AddRequest(BaseModel):
 
 
 class AddResponse(BaseModel):
+    """The answer to ``POST /passages``: the ids added and replaced, the passage count, whether a commit was written."""
+
     added: list[str]
     replaced: list[str]
     unchanged: list[str] = Field(description="ids the index already held with the same title, text and metadata "
@@ -110,6 +112,8 @@ class AddResponse(BaseModel):
 
 
 class DeleteResponse(BaseModel):
+    """The answer to ``DELETE /passages/{id}``: the id deleted, the passage count, whether a commit was written."""
+
     deleted: str
     passages: int
     committed: bool
@@ -154,6 +158,8 @@ class PassageOut(BaseModel):
 
 
 class QueryResult(BaseModel):
+    """The hits of one query, best first."""
+
     hits: list[HitOut]
 
 
@@ -172,6 +178,8 @@ class Timing(BaseModel):
 
 
 class SearchResponse(BaseModel):
+    """The answer to ``POST /search``: one result per query, the timing and the warnings."""
+
     pipeline: str
     k: int
     results: list[QueryResult] = Field(description="one entry per query, in request order")
@@ -181,4 +189,6 @@ class SearchResponse(BaseModel):
 
 
 class ErrorResponse(BaseModel):
+    """A refused request (4xx): what is wrong, in one line."""
+
     detail: str

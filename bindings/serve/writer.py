@@ -118,6 +118,7 @@ class ThreadWriter:
 
     @property
     def is_open(self) -> bool:
+        """The writer holds a copy of the served index."""
         return self.copy is not None
 
     def start(self) -> None:
@@ -127,9 +128,11 @@ class ThreadWriter:
         return load_live(self.served)
 
     async def open(self) -> None:
+        """Load a writable copy of the served index in the writer."""
         self.copy = await self._run(self._load)
 
     async def apply(self, op: Callable[[Index], dict[str, Any]]) -> dict[str, Any]:
+        """Run ``op`` on the copy in the writer; its result."""
         assert self.copy is not None
         return await self._run(op, self.copy)
 
@@ -145,6 +148,7 @@ class ThreadWriter:
         return copy
 
     async def drop(self) -> None:
+        """Close and forget the copy, if any (its uncommitted writes are lost)."""
         if self.copy is not None:
             self.copy.close()
             self.copy = None
@@ -154,6 +158,7 @@ class ThreadWriter:
         return await self._run(fn)
 
     async def stop(self) -> None:
+        """Drop the copy and stop the writer (no call afterwards)."""
         await self.drop()
         self._executor.shutdown(wait=True)
 

@@ -39,6 +39,7 @@ VERSION = 2
 
 
 def shard_dir_name(shard: int) -> str:
+    """The directory name of shard ``shard``: ``shard-SSS``."""
     return f"shard-{shard:03d}"
 
 

@@ -12,7 +12,8 @@ import numpy as np
 
 from ..engine import storage
 from ..engine.components.corpus import Corpus
-from ..engine.components.dense import DenseIndex, IVFIndex
+from ..engine.components.dense import DenseIndex
+from ..engine.components.ivf import IVFIndex
 from ..engine.components.sharded import ShardMap
 from ..engine.components.sharded_graph import owners_of, sending_rows
 from ..engine.sparse import take_rows
@@ -99,6 +100,9 @@ class GraphRowWriter:
         self.shards = _MapHolder(shard_map)
 
     def send(self, directory: Path, key: str, item: Any, owners: str) -> str:
+        """Write each shard's rows of ``item`` (a per-node array, or a CSR graph as ``(indptr,
+        indices, data or None, n_cols)``) that the router saves under ``directory`` as ``key``, rows split
+        by ``owners``; returns the graph's name."""
         where = Path(directory).relative_to(self.out).parts  # under router-NNNNNN/ or parts/part-NNNNNN/
         name = "/".join([*where[2 if where[0] == PARTS_DIR else 1:], key])
         rule = owners_of(owners, self.shards)
@@ -120,6 +124,7 @@ class GraphRowWriter:
         return name
 
     def finish(self) -> None:
+        """Write each shard's graph manifest: the graphs sent and every file's size and checksum."""
         for s in range(self.shards.map.n_shards):
             path = self.out / graph_dir_name(s)
             path.mkdir(exist_ok=True)

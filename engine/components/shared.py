@@ -104,12 +104,16 @@ class Components:
 
     # ------------------------------------------------------------------ access
     def require_corpus(self, who: str) -> Corpus:
+        """The corpus; InputError naming pipeline ``who`` when the index has none (a pipeline that
+        reads the texts was fitted on embeddings alone)."""
         if self.corpus is None:
             raise InputError(f"pipeline {who!r} needs the corpus texts: fit(X, corpus)")
         return self.corpus
 
     @property
     def dense(self) -> DenseIndex:
+        """The dense index over X (:class:`~hopgraph.engine.components.dense.DenseIndex`), built on
+        first use (its seconds recorded in ``builds["dense"]``)."""
         if self._dense is None:
             t0 = time.perf_counter()
             self._dense = DenseIndex(self.X, self.dense_mode)

@@ -52,6 +52,7 @@ class TitleVocabulary(dict):
     longest = 0
 
     def find(self, grams: Sequence[str]) -> Iterable[int]:
+        """The passages whose title has any of the forms ``grams`` (a passage once per matching form)."""
         for g in grams:
             yield from self.get(g, ())
 
@@ -84,6 +85,8 @@ class TitleForms:
 
     @classmethod
     def build(cls, titles: Sequence[str]) -> "TitleForms":
+        """The title forms of ``titles`` (passage ``i`` has ``titles[i]``), held as sorted form hashes
+        and, per form, the passages that have it."""
         vocab = title_vocabulary(titles)
         forms = list(vocab)
         h = string_hashes(forms)
@@ -108,6 +111,7 @@ class TitleForms:
                     yield from rows.tolist()
 
     def arrays(self) -> dict[str, np.ndarray]:
+        """The forms as named arrays, for :func:`~hopgraph.engine.storage.save_arrays`."""
         return {"form_hashes": self.hashes, "form_indptr": self.indptr, "form_rows": self.rows,
                 "form_longest": np.asarray([self.longest], np.int64)}
 
@@ -171,10 +175,12 @@ class TitleMentions:
 
     @property
     def n_stored(self) -> int:
+        """The number of stored rows (passages ``[0, n_stored)``; the tail's come after)."""
         return self.graph.n_rows
 
     @property
     def n_chunks(self) -> int:
+        """The number of rows, stored and appended: the passages N."""
         return self.graph.n_rows + (self.tail.n_rows if self.tail is not None else 0)
 
     def row(self, s: int) -> np.ndarray:

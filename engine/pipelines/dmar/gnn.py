@@ -48,6 +48,9 @@ class SAGELayer(nn.Module):
         self.neigh_lin = nn.Linear(d_in, d_out, bias=False)
 
     def forward(self, h: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+        """The layer's output for node features ``h`` [n, d_in] and the edges ``src`` → ``dst``:
+        ``relu(W_self h_v + mean over in-neighbours u of W_neigh h_u)`` [n, d_out] (an isolated node keeps
+        its own term)."""
         # W · mean(h_u) = mean(W h_u): project first, then aggregate at the (smaller) output width
         msg = self.neigh_lin(h)
         agg = torch.zeros_like(msg).index_add_(0, dst, msg[src])
@@ -65,6 +68,8 @@ class SubgraphEncoder(nn.Module):
         self.layers = nn.ModuleList(SAGELayer(a, b) for a, b in zip(dims[:-1], dims[1:]))
 
     def forward(self, batch: "SubgraphBatch") -> torch.Tensor:
+        """One unit embedding per subgraph of ``batch`` [n_graphs, d_out]: the layers (each output
+        L2-normalised), then the mean of each subgraph's nodes, L2-normalised."""
         h, src, dst = batch.x, batch.src, batch.dst
         for layer in self.layers:
             h = nn.functional.normalize(layer(h, src, dst), dim=1)

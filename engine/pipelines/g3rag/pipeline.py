@@ -129,6 +129,7 @@ class DensityBuild:
     high: float
 
     def array(self) -> np.ndarray:
+        """The stored form: float64 ``[n, low, high]`` (read back by :meth:`from_array`)."""
         return np.array([self.n, self.low, self.high], np.float64)
 
     @classmethod

@@ -40,7 +40,8 @@ import torch
 from .... import kernels
 from ....kernels.tensors import as_tensor
 from ...components.corpus import Corpus
-from ...components.dense import DenseIndex, gather_rows
+from ...components.dense import DenseIndex
+from ...components.exact_search import gather_rows
 from ...components.extraction import Extraction
 from ...components.late_pooling import LateTexts, late_texts
 from ...components.query_batch import QueryBatch
