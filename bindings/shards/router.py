@@ -15,7 +15,7 @@ from ..engine import storage
 from ..engine.components.corpus import Corpus
 from ..engine.components.sharded import (Pending, RemoteStrings, ShardCalls, ShardedComponents, ShardedRows, ShardMap,
                                          ShardSet, read_fields)
-from ..engine.components.sharded_graph import reading_rows
+from ..engine.graphs.router import RouterStore
 from ..engine.errors import IndexFormatError, InputError
 from ..engine.filters import check_where, ids_mask
 from ..engine.pipelines import pipeline_class
@@ -314,11 +314,10 @@ def open_router(directory: str | Path, calls: ShardCalls, embedder: Any = None, 
     corpus._id_parts = stored._id_parts
     check_shard_set(directory, meta, shards, corpus)
     X = ShardedRows(shards, dim)
-    with reading_rows(shards):
-        components = ShardedComponents.load_segments(
-            [(directory / p["dir"] / "components", p["components"], int(p["first_row"]), int(p["n_rows"])) for p in parts],
-            X, corpus, None, params.get("bm25"), False).attach(
-            shards, int(meta["ivf_bits"]) if meta.get("ivf_bits") else None, int(meta.get("ivf_trained", 0)))
+    components = ShardedComponents.load_segments(
+        [(directory / p["dir"] / "components", p["components"], int(p["first_row"]), int(p["n_rows"])) for p in parts],
+        X, corpus, None, params.get("bm25"), False, graphs=RouterStore(shards)).attach(
+        shards, int(meta["ivf_bits"]) if meta.get("ivf_bits") else None, int(meta.get("ivf_trained", 0)))
     index = ShardedIndex(corpus, X, None, str(manifest["embedder_name"]), device=device, params=params,
                          progress=False, components=components, stored_params=True)
     index.embedder_entry = emb_entry
@@ -339,9 +338,7 @@ def open_router(directory: str | Path, calls: ShardCalls, embedder: Any = None, 
                 shutil.rmtree(old, ignore_errors=True)
     for name, entry in pipelines.items():
         try:
-            with reading_rows(shards):
-                pipe = pipeline_class(name).load(path / "pipelines" / name, entry["params"], components,
-                                                 index.settings)
+            pipe = pipeline_class(name).load(path / "pipelines" / name, entry["params"], components, index.settings)
         except (InputError, KeyError, TypeError, ValueError, IndexError, OSError, RuntimeError) as e:
             raise IndexFormatError(f"router {path}: pipeline {name} is corrupt or unreadable: "
                                    f"{type(e).__name__}: {e}") from None

@@ -104,7 +104,7 @@ class EntityRows:
 
 def entity_features(passage_entities: CSR, X: np.ndarray, entities: np.ndarray | None = None) -> "np.ndarray | EntityRows":
     """Mean embedding of the passages mentioning each entity, L2-normalised (float32 [E, d]). An X
-    read by rows only (a sharded index's, ``rows_only``) is read at the passages that mention an
+    read by rows only (``rows_only``: its rows held elsewhere) is read at the passages that mention an
     entity (the same sums, in the same order). ``entities`` (sorted ids): those entities' rows only
     (an :class:`EntityRows`; each row's sum as in the whole array)."""
     PT = passage_entities.to_scipy().T.tocsr()
@@ -282,7 +282,7 @@ def changed_subgraphs(old_ego: CSR, old_adj: CSR, old_passages: CSR, new_ego: CS
     when an edge appeared or vanished between two of its nodes. Vectorised: sorted key sets and
     sparse products, linear up to the sorts in the entries of the graphs.
 
-    When only some rows can differ (a sharded index's router reads only those of the old graphs),
+    When only some rows can differ (old graphs read by rows, whose other rows are not read),
     ``old_ego`` / ``old_passages`` and ``compared_ego`` (the new ego graph) / ``new_passages`` hold
     just those rows (the others empty); ``new_ego`` stays whole."""
     E = new_ego.n_rows
