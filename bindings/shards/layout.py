@@ -39,6 +39,7 @@ VERSION = 2
 
 
 def shard_dir_name(shard: int) -> str:
+    """The directory of shard ``shard``'s index."""
     return f"shard-{shard:03d}"
 
 

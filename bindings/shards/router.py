@@ -67,6 +67,7 @@ class ShardedIndex(Index):
                                 verify="fast"))
 
     def search_arrays(self, *args: Any, **kwargs: Any) -> tuple[np.ndarray, np.ndarray]:
+        """As :meth:`Index.search_arrays`, after taking in the commits another router made."""
         if self.take_in_commits():
             kwargs["mask"] = None  # a filter mask computed before is of the state just replaced
         return super().search_arrays(*args, **kwargs)
@@ -191,10 +192,12 @@ class ShardedIndex(Index):
 
     # ------------------------------------------------------------------ not at the router
     def save(self, path: str | Path | None = None, overwrite: bool = False, *, rebase: bool = True) -> Path:
+        """Refused (InputError): a router commits every write itself."""
         raise InputError("a sharded index is committed by its shards and its router (hopgraph shard); "
                          "save() of the router alone is not supported")
 
     def compact(self) -> "Index":
+        """Refused (InputError): compact the unsharded index and shard it again."""
         raise InputError("compact a sharded index by compacting the unsharded index and running hopgraph "
                          "shard again; the router cannot rebuild the graphs without every embedding")
 

@@ -86,13 +86,17 @@ class ShardService:
         return self.index.components.dense.ivf.cell_members(np.asarray(cells, np.int64))
 
     def rows(self, rows: np.ndarray) -> np.ndarray:
+        """Embeddings of the shard's local ``rows``."""
         return self.index.components.dense.rows(np.asarray(rows, np.int64))
 
     def term_stats(self, tokens: Sequence[Sequence[str]], params: BM25Params) -> TermStats:
+        """The shard's BM25 statistics of ``tokens``."""
         return self.index.components.bm25(params).term_stats(tokens)
 
     def bm25_topk(self, tokens: list[list[str]], k: int, allowed: np.ndarray | None, stats: TermStats,
                   params: BM25Params) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 top-``k`` of the shard's rows under the filter, scored with the global
+        ``stats``."""
         return self.index.components.bm25(params).with_stats(stats).topk(tokens, k, self._allowed(allowed))
 
     def bm25_scores(self, tokens: Sequence[list[str]], rows: np.ndarray, stats: TermStats,

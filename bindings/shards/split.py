@@ -114,6 +114,8 @@ class GraphRowWriter:
         self.shards = _MapHolder(shard_map)
 
     def send(self, directory: Path, key: str, item: Any, owners: str) -> str:
+        """Write each shard's rows of ``item`` (a CSR: its rows by the ``owners`` rule; a
+        2-D array: its rows) and return its name in the shards."""
         where = Path(directory).relative_to(self.out).parts  # under router-NNNNNN/ or parts/part-NNNNNN/
         name = "/".join([*where[2 if where[0] == PARTS_DIR else 1:], key])
         rule = owners_of(owners, self.shards)
@@ -135,6 +137,8 @@ class GraphRowWriter:
         return name
 
     def finish(self) -> None:
+        """Write each shard's graph directory manifest (the graph names, every file's size
+        and checksum)."""
         for s in range(self.shards.map.n_shards):
             path = self.out / graph_dir_name(s)
             path.mkdir(exist_ok=True)

@@ -108,12 +108,14 @@ class Components:
 
     # ------------------------------------------------------------------ access
     def require_corpus(self, who: str) -> Corpus:
+        """The corpus; InputError naming ``who`` when the components have none."""
         if self.corpus is None:
             raise InputError(f"pipeline {who!r} needs the corpus texts: fit(X, corpus)")
         return self.corpus
 
     @property
     def dense(self) -> DenseIndex:
+        """The dense index over X, built on first use."""
         if self._dense is None:
             t0 = time.perf_counter()
             self._dense = DenseIndex(self.X, self.dense_mode)

@@ -53,6 +53,7 @@ class TitleVocabulary(dict):
     longest = 0
 
     def find(self, grams: Sequence[str]) -> Iterable[int]:
+        """The passages whose title has one of the forms ``grams`` (in the order found)."""
         for g in grams:
             yield from self.get(g, ())
 
@@ -85,6 +86,8 @@ class TitleForms:
 
     @classmethod
     def build(cls, titles: Sequence[str]) -> "TitleForms":
+        """The title forms of ``titles`` (:func:`title_vocabulary`) with their hashes and
+        rows."""
         vocab = title_vocabulary(titles)
         forms = list(vocab)
         h = string_hashes(forms)
@@ -109,6 +112,7 @@ class TitleForms:
                     yield from rows.tolist()
 
     def arrays(self) -> dict[str, np.ndarray]:
+        """What an index stores of the forms: hashes, the form → rows CSR, the longest form."""
         return {"form_hashes": self.hashes, "form_indptr": self.indptr, "form_rows": self.rows,
                 "form_longest": np.asarray([self.longest], np.int64)}
 
@@ -172,10 +176,12 @@ class TitleMentions:
 
     @property
     def n_stored(self) -> int:
+        """Rows of the stored graph (the rows appended since are in the tail)."""
         return self.graph.n_rows
 
     @property
     def n_chunks(self) -> int:
+        """Rows of M: the stored graph's and the tail's."""
         return self.graph.n_rows + (self.tail.n_rows if self.tail is not None else 0)
 
     def row(self, s: int) -> np.ndarray:

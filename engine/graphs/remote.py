@@ -54,12 +54,15 @@ class ModuloOwners:
         self.n_shards = int(n_shards)
 
     def split(self, rows: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """``{shard: (positions in rows, local rows)}`` for global ``rows`` (1-D): row ``r``
+        at ``r // S`` of shard ``r mod S``."""
         rows = np.asarray(rows, np.int64)
         owner = rows % self.n_shards
         return {s: (pos, rows[pos] // self.n_shards) for s in range(self.n_shards)
                 for pos in [np.flatnonzero(owner == s)] if len(pos)}
 
     def rows_of(self, shard: int, n_rows: int) -> np.ndarray:
+        """The rows below ``n_rows`` held by ``shard``, in its local order."""
         return np.arange(shard, n_rows, self.n_shards, dtype=np.int64)
 
 
@@ -75,12 +78,16 @@ class PassageOwners:
 
     @property
     def n_shards(self) -> int:
+        """The shard count of the current shard map."""
         return self.shards.map.n_shards
 
     def split(self, rows: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """``{shard: (positions in rows, local rows)}``: each passage row at its local row
+        in its owner."""
         return self.shards.map.split(rows)
 
     def rows_of(self, shard: int, n_rows: int) -> np.ndarray:
+        """The passage rows below ``n_rows`` owned by ``shard``, in its local order."""
         rows = self.shards.map.rows_of[shard]
         return rows[:int(np.searchsorted(rows, n_rows))] if len(rows) and rows[-1] >= n_rows else rows
 
@@ -109,6 +116,8 @@ class RowCache:
         return out
 
     def put(self, values: Mapping[int, Any]) -> None:
+        """Keep ``values`` (``{row: value}``), dropping the least recently used beyond the
+        limit."""
         with self._lock:
             for r, v in values.items():
                 self._rows[r] = v
@@ -117,12 +126,15 @@ class RowCache:
                 self.held -= self.size(self._rows.popitem(last=False)[1])
 
     def forget(self) -> None:
+        """Drop every kept row."""
         with self._lock:
             self._rows.clear()
             self.held = 0
 
 
 def owners_of(kind: str, shards: Any) -> RowOwners:
+    """The :class:`RowOwners` named ``kind`` (``"passage"`` or ``"modulo"``) over ``shards``;
+    IndexFormatError for another name."""
     if kind == PassageOwners.kind:
         return PassageOwners(shards)
     if kind == ModuloOwners.kind:
@@ -154,6 +166,7 @@ class ShardedCSR(CSRView):
         self.fetched = 0
 
     def arrays(self) -> dict[str, np.ndarray]:
+        """Refused: the graph's entries are never gathered whole (InputError)."""
         raise InputError(f"graph {self.name} is held by the shards of a sharded index; it is never read whole")
 
     def ref(self) -> dict[str, Any]:
@@ -232,6 +245,7 @@ class RemoteEntries:
 
     @property
     def shape(self) -> tuple[int]:
+        """``(nnz,)``."""
         return (self.csr.nnz,)
 
     def __len__(self) -> int:
@@ -279,6 +293,7 @@ class RenumberedRows:
         self.data = _Renumbered(self, base.data, None)
 
     def base_positions(self, pos: np.ndarray) -> np.ndarray:
+        """The stored entry positions of the current entry positions ``pos``."""
         row = np.searchsorted(self.indptr, pos, side="right") - 1
         return self.base.indptr[self.row_base[row]] + (pos - self.indptr[row])
 
@@ -328,16 +343,19 @@ class ShardedMatrix:
 
     @property
     def size(self) -> int:
+        """Rows times columns."""
         return self.shape[0] * self.shape[1]
 
     @property
     def nbytes(self) -> int:
+        """The bytes the whole matrix would take."""
         return self.size * self.dtype.itemsize
 
     def __len__(self) -> int:
         return self.shape[0]
 
     def ref(self) -> dict[str, Any]:
+        """What a router's directory records of it (name, row owners, shape, type)."""
         return {"name": self.name, "owners": self.owners.kind, "shape": list(self.shape), "dtype": self.dtype.str}
 
     def _flat_rows(self, rows: np.ndarray) -> np.ndarray:
@@ -399,12 +417,16 @@ class AppendedRows(ShardedMatrix):
 
     @property
     def name(self) -> str:
+        """The stored matrix's name in the shards."""
         return self.base.name
 
     def ref(self) -> dict[str, Any]:
+        """The stored matrix's reference (the appended rows are saved beside it)."""
         return self.base.ref()
 
     def take(self, rows: np.ndarray) -> np.ndarray:
+        """``M[rows]`` for integer ``rows`` of any shape, each row read from the shards or
+        the appended rows."""
         rows = np.asarray(rows, np.int64)
         flat = self._flat_rows(rows)
         out = np.empty((len(flat), self.shape[1]), self.dtype)

@@ -68,12 +68,16 @@ class HeldRowsMatrix(ShardedMatrix):
 
     @property
     def fetched(self) -> int:
+        """Rows fetched from the shards by the stored matrix."""
         return self.base.fetched
 
     def ref(self) -> dict[str, Any]:
+        """The stored matrix's reference."""
         return self.base.ref()
 
     def take(self, rows: np.ndarray) -> np.ndarray:
+        """``M[rows]`` for integer ``rows`` of any shape: held rows from memory, the others
+        from their stored rows."""
         rows = np.asarray(rows, np.int64)
         flat = rows.reshape(-1)
         if len(flat) and (flat.min() < 0 or flat.max() >= self.shape[0]):
@@ -149,6 +153,7 @@ def save_held(directory: Path, prefix: str, graph: OverlayCSR) -> None:
 
 
 def save_entity_ids(directory: Path, base_ids: np.ndarray) -> None:
+    """Save the current id of every entity of the stored rows (``base_ids``, :data:`BASE_IDS`)."""
     save_arrays(directory, {BASE_IDS: np.asarray(base_ids, np.int64)})
 
 
@@ -186,6 +191,8 @@ def load_held(directory: Path, prefix: str, base: ShardedCSR, base_ids: np.ndarr
 
 
 def save_held_matrix(directory: Path, name: str, matrix: HeldRowsMatrix) -> None:
+    """Save the held rows and their values of ``matrix`` (``{name}_held_rows`` /
+    ``_held_values``)."""
     save_arrays(directory, {f"{name}_held_rows": matrix.held_rows, f"{name}_held_values": matrix.held_values})
 
 

@@ -70,10 +70,12 @@ class CSRView:
 
     @property
     def n_rows(self) -> int:
+        """The row count (``len(indptr) - 1``)."""
         return len(self.indptr) - 1
 
     @property
     def nnz(self) -> int:
+        """The entry count (``indptr[-1]``)."""
         return int(self.indptr[-1])
 
     def __iter__(self):  # as a CSR tuple: indptr, indices, data, n_cols

@@ -48,6 +48,8 @@ class SAGELayer(nn.Module):
         self.neigh_lin = nn.Linear(d_in, d_out, bias=False)
 
     def forward(self, h: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+        """One mean-aggregation layer over the edges ``src`` → ``dst``: ReLU(W_self h + mean
+        of W_neigh h over in-neighbours)."""
         # W · mean(h_u) = mean(W h_u): project first, then aggregate at the (smaller) output width
         msg = self.neigh_lin(h)
         agg = torch.zeros_like(msg).index_add_(0, dst, msg[src])
@@ -65,6 +67,8 @@ class SubgraphEncoder(nn.Module):
         self.layers = nn.ModuleList(SAGELayer(a, b) for a, b in zip(dims[:-1], dims[1:]))
 
     def forward(self, batch: "SubgraphBatch") -> torch.Tensor:
+        """The unit embedding of each subgraph of ``batch`` (SPEC §3): the layers, each output
+        L2-normalised, then the nodes pooled per subgraph and L2-normalised."""
         h, src, dst = batch.x, batch.src, batch.dst
         for layer in self.layers:
             h = nn.functional.normalize(layer(h, src, dst), dim=1)

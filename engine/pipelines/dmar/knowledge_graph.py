@@ -110,6 +110,7 @@ class KnowledgeGraph:
 
     @property
     def n_entities(self) -> int:
+        """The entity count E."""
         return len(self.names)
 
     @property

@@ -88,6 +88,7 @@ class G3RAGFit(FitParams):
     density_samples: int = integer(4096, low=1)
 
     def check(self) -> None:
+        """InputError when ``sim_min`` exceeds ``sim_max``."""
         if self.sim_min > self.sim_max:
             raise self.invalid("sim_min", f"must not exceed sim_max = {self.sim_max}")
 
@@ -128,6 +129,7 @@ class DensityBuild:
     high: float
 
     def array(self) -> np.ndarray:
+        """``[n, low, high]`` as float64, as the index stores it."""
         return np.array([self.n, self.low, self.high], np.float64)
 
     @classmethod

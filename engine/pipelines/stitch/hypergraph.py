@@ -180,17 +180,21 @@ class TopicHypergraph:
 
     @property
     def n_nodes(self) -> int:
+        """The entity-state count V."""
         return len(self.node_chunk)
 
     @property
     def n_edges(self) -> int:
+        """The hyperedge (topic) count T."""
         return len(self.edge_text)
 
     @property
     def n_groups(self) -> int:
+        """The name-group count G."""
         return len(self.group_size)
 
     def names(self) -> list[str]:
+        """The canonical name of each group."""
         return unpack_strings(self.names_data, self.names_offsets)
 
     def transition(self) -> CSR:

@@ -93,6 +93,7 @@ class STITCHSearch(WalkSearch):
     bridge: float = real(0.4, low=0.0)
 
     def check(self) -> None:
+        """InputError when ``delta`` is outside (0, 1] in ``relative`` mode."""
         if self.delta_mode == "relative" and not 0.0 < self.delta <= 1.0:
             raise self.invalid("delta", "must lie in (0, 1] when delta_mode is 'relative'")
 
@@ -144,6 +145,8 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
 
     @classmethod
     def pooled_texts(cls, fit_params: dict[str, Any]) -> tuple[bool, bool] | None:
+        """The extraction options whose texts a fit embeds by late chunking
+        (``text_pooling="late"``), else None."""
         p = cls.saved_fit_params(fit_params) if fit_params else cls.FitParams()
         return None if p.text_pooling != "late" or p.extractions else (bool(p.title_entities), bool(p.numbers))
 
