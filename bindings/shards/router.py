@@ -15,7 +15,7 @@ from ..engine import storage
 from ..engine.components.corpus import Corpus
 from ..engine.components.sharded import (Pending, RemoteStrings, ShardCalls, ShardedComponents, ShardedRows, ShardMap,
                                          ShardSet, read_fields)
-from ..engine.graphs.router import RouterStore
+from ..engine.graphs.router_store import RouterStore
 from ..engine.errors import IndexFormatError, InputError
 from ..engine.filters import check_where, ids_mask
 from ..engine.pipelines import pipeline_class

@@ -15,7 +15,7 @@ from ..engine.components.corpus import Corpus
 from ..engine.components.dense import DenseIndex, IVFIndex
 from ..engine.components.sharded import ShardMap
 from ..engine.graphs.remote import owners_of
-from ..engine.graphs.router import RouterStore
+from ..engine.graphs.router_store import RouterStore
 from ..engine.sparse import take_rows
 from ..engine.errors import InputError
 from ..index import Index
@@ -104,7 +104,7 @@ def saving_through(index: Index, store: Any) -> Index:
 
 
 class GraphRowWriter:
-    """``hopgraph shard``'s :class:`~hopgraph.engine.graphs.router.RowSink`: each shard's
+    """``hopgraph shard``'s :class:`~hopgraph.engine.graphs.router_store.RowSink`: each shard's
     rows of every graph the router saves go to ``DIR/graph-SSS/NAME/`` (``indptr``, ``indices``,
     ``data`` over the shard's rows in its local order, global column ids); :meth:`finish` writes
     each graph directory's manifest with every file's checksum."""

@@ -1,6 +1,6 @@
 """The shared components of a sharded index, as its router sees them: the passages' embeddings,
 texts, metadata, dense index and BM25 postings live in the shards, and so do the rows of the
-pipelines' graphs (:mod:`hopgraph.engine.graphs.router`); the router holds the passage ids and titles, the shard
+pipelines' graphs (:mod:`hopgraph.engine.graphs.router_store`); the router holds the passage ids and titles, the shard
 map, the extraction (read by writes only) and the pipelines' small state, and reads the rest
 through :class:`ShardCalls` (one call per shard a batch needs, run side by side).
 

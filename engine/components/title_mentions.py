@@ -342,7 +342,7 @@ class TitleMentions:
 
     def save(self, directory: Any, store: GraphStore = LOCAL) -> None:
         """Save M whole (:meth:`arrays`); when ``store`` keeps its rows elsewhere (a sharded index's
-        router, :mod:`~hopgraph.engine.graphs.router`), they go to (or stay in) the shards that own
+        router, :mod:`~hopgraph.engine.graphs.router_store`), they go to (or stay in) the shards that own
         their passages and ``directory`` keeps the row pointer, the reference, the rows appended
         since (``tail_*``), the horizons and the title forms."""
         base = remote_base(self.graph)

@@ -14,7 +14,7 @@ so the walk, diffusion or Shapley step computes what the single index computes.
 * :func:`matrix_topk` — exact cosine top-k over a row matrix held this way, each holder searching
   its rows.
 
-The :class:`~hopgraph.engine.graphs.router.RouterStore` saves and loads these; pipelines see them
+The :class:`~hopgraph.engine.graphs.router_store.RouterStore` saves and loads these; pipelines see them
 through the reader interfaces of :mod:`hopgraph.engine.graphs.store`.
 """
 from __future__ import annotations
@@ -170,7 +170,8 @@ class ShardedCSR(CSRView):
         raise InputError(f"graph {self.name} is held by the shards of a sharded index; it is never read whole")
 
     def ref(self) -> dict[str, Any]:
-        """What a router's directory records of it (:meth:`~hopgraph.engine.graphs.router.RouterStore.save_graph`)."""
+        """What a router's directory records of it
+        (:meth:`~hopgraph.engine.graphs.router_store.RouterStore.save_graph`)."""
         return {"name": self.name, "owners": self.owners.kind, "n_rows": self.n_rows, "n_cols": self.n_cols,
                 "nnz": self.nnz, "weighted": self.weighted,
                 "dtypes": {"indices": self.indices.dtype.str, "data": self.data.dtype.str}}

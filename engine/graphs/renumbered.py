@@ -3,7 +3,7 @@ graph and subgraph embeddings at a sharded index's router after adds).
 
 ``hopgraph shard`` sends the rows of the passage → entities graph, of the ego subgraphs and of the
 subgraph embeddings to the shards (through the
-:class:`~hopgraph.engine.graphs.router.RouterStore`); those stored rows never change. An add
+:class:`~hopgraph.engine.graphs.router_store.RouterStore`); those stored rows never change. An add
 through the router renumbers the entities (the names stay a sorted vocabulary: new names are
 inserted, every old id moves up, in order) and changes some rows. The router then holds, over the
 stored rows:
@@ -147,7 +147,7 @@ def renumber_matrix(matrix: Any, new_of_old: np.ndarray, n_rows: int, rows: np.n
 # ---------------------------------------------------------------------- persistence
 def save_held(directory: Path, prefix: str, graph: OverlayCSR) -> None:
     """The held rows of a current graph (``{prefix}held_*``); its stored rows' reference is saved
-    with :meth:`~hopgraph.engine.graphs.router.RouterStore.save_graph` of :func:`stored_graph`."""
+    with :meth:`~hopgraph.engine.graphs.router_store.RouterStore.save_graph` of :func:`stored_graph`."""
     save_arrays(directory, {f"{prefix}held_rows": graph.overridden, f"{prefix}held_indptr": graph._optr,
                             f"{prefix}held_indices": np.asarray(graph.indices.extra, np.int32)})
 

@@ -4,7 +4,7 @@
 (``indptr``, ``indices``, ``data`` over the shard's rows in its local order, global column ids;
 an unweighted graph stores no ``data``) or a row matrix's rows (``values``), and a manifest with
 every file's checksum. :class:`ShardRows` is the shard's side of
-:class:`~hopgraph.engine.graphs.router.RouterStore`: the rows a router's
+:class:`~hopgraph.engine.graphs.router_store.RouterStore`: the rows a router's
 :class:`~hopgraph.engine.graphs.remote.ShardedCSR` or
 :class:`~hopgraph.engine.graphs.remote.ShardedMatrix` reads (``graph_rows``), and the exact top-k
 over a row matrix among its flagged rows (``matrix_topk``).

@@ -16,7 +16,7 @@ who calls it:
 
 * :class:`LocalStore` — arrays in the index's own files (an unsharded index): a graph as
   ``{prefix}indptr`` / ``indices`` / ``data``, a matrix as ``{name}.npy``, memory-mapped on load;
-* :class:`~hopgraph.engine.graphs.router.RouterStore` — a sharded index's router: a graph's row
+* :class:`~hopgraph.engine.graphs.router_store.RouterStore` — a sharded index's router: a graph's row
   pointer and a reference to the rows the shards hold, plus the rows changed since; built with a
   row sink (``hopgraph shard``) it sends whole graphs' rows to the shards;
 * :class:`~hopgraph.engine.graphs.shard.ShardRows` — what one shard holds of those rows and serves

@@ -404,7 +404,8 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         weights = sorted(p.stem for p in directory.glob("*.npy") if p.stem.startswith(("gnn.", "gate.")))
         arrays = load_arrays(directory, weights)
         X = self.components.X
-        self.knowledge_graph_ = KnowledgeGraph.load(directory, self._stored_rows, str(directory), self.components.graphs)
+        self.knowledge_graph_ = KnowledgeGraph.load(directory, self._stored_rows, str(directory),
+                                                    self.components.graphs)
         self.encoder_ = encoder_from_arrays(arrays)
         self.gate_ = Gate.from_arrays(arrays)
         d = X.shape[1]

@@ -275,8 +275,8 @@ class TopicHypergraph:
         graph_ref = saved_by_reference(directory, GRAPH_PREFIX)
         texts_ref = saved_by_reference(directory, "text_emb.")
         rows_ref = saved_by_reference(directory, "node_columns.")
-        names = [n for n in cls.stored() if not (graph_ref and n in GRAPH_FIELDS) and not (texts_ref and n == "text_emb")
-                 and not (rows_ref and n in ROW_FIELDS)]
+        names = [n for n in cls.stored() if not (graph_ref and n in GRAPH_FIELDS)
+                 and not (texts_ref and n == "text_emb") and not (rows_ref and n in ROW_FIELDS)]
         arrays = load_arrays(directory, names, mmap=mmap)
         row_graphs = load_rows(directory, arrays, store) if rows_ref else None
         if texts_ref:

@@ -9,7 +9,7 @@ import pytest
 from hopgraph.engine.components.sharded import ShardMap, ShardSet
 from hopgraph.engine.errors import IndexFormatError, InputError
 from hopgraph.engine.graphs.remote import ShardedCSR, ShardedMatrix, owners_of, remote_base
-from hopgraph.engine.graphs.router import RouterStore
+from hopgraph.engine.graphs.router_store import RouterStore
 from hopgraph.engine.graphs.store import LOCAL
 from hopgraph.engine.graphs.views import OverlayCSR
 from hopgraph.engine.sparse import take_rows

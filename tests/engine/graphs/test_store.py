@@ -11,7 +11,7 @@ import pytest
 from hopgraph.engine.components.dense import DenseIndex
 from hopgraph.engine.components.sharded import ShardMap, ShardSet
 from hopgraph.engine.graphs.remote import matrix_topk, remote_base
-from hopgraph.engine.graphs.router import RouterStore
+from hopgraph.engine.graphs.router_store import RouterStore
 from hopgraph.engine.graphs.shard import ShardRows
 from hopgraph.engine.graphs.store import (LOCAL, NODE_ROWS, PASSAGE_ROWS, CSRReader, GraphStore, LocalStore,
                                           RowMatrixReader, saved_by_reference, whole_graph)

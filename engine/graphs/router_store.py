@@ -84,9 +84,10 @@ class RouterStore(GraphStore):
         if base is None:
             indptr = np.asarray(graph[0], np.int64)
             sent = graph if weighted else CSR(indptr, graph[1], None, int(graph[3]))
+            dtypes = {"indices": np.asarray(graph[1][:0]).dtype.str, "data": np.asarray(graph[2][:0]).dtype.str}
             ref = {"name": self.sink.send(directory, f"{prefix}graph", sent, rows_by), "owners": rows_by,
-                   "n_rows": len(indptr) - 1, "n_cols": int(graph[3]), "nnz": int(indptr[-1]), "weighted": bool(weighted),
-                   "dtypes": {"indices": np.asarray(graph[1][:0]).dtype.str, "data": np.asarray(graph[2][:0]).dtype.str}}
+                   "n_rows": len(indptr) - 1, "n_cols": int(graph[3]), "nnz": int(indptr[-1]),
+                   "weighted": bool(weighted), "dtypes": dtypes}
             save_arrays(directory, {f"{prefix}indptr": indptr})
         else:
             ref = {**base.ref(), "n_cols_now": int(graph[3])}
