@@ -37,6 +37,7 @@ import numpy as np
 from ...kernels.csr import CSR, check_csr
 from ..errors import IndexFormatError
 from ..storage import load_array, load_arrays, save_arrays
+from .remote import remote_base
 
 #: the file naming an item whose rows another process holds (``{prefix}rows.json`` beside a graph's
 #: ``indptr``, ``{name}.rows.json`` for a matrix)
@@ -85,8 +86,6 @@ def whole_graph(graph: Any) -> Any:
     """``graph`` with every entry in memory: itself when it is read from arrays of this process,
     else a :class:`~hopgraph.kernels.csr.CSR` of every row read (O(entries) bytes, for a step
     that needs the whole graph)."""
-    from .remote import remote_base
-
     if remote_base(graph) is None:
         return graph
     ptr, ind, dat = graph.rows_csr(np.arange(graph.n_rows, dtype=np.int64))
