@@ -20,8 +20,8 @@ class LocalShards:
 
     @classmethod
     def open(cls, directory: str | Path, verify: str = "full") -> "LocalShards":
-        """The shards of the sharded index at ``directory``, each a :class:`ShardService` in this
-        process (``verify``: as :func:`~hopgraph.engine.storage.verify_files`)."""
+        """Services over every shard of the sharded index in ``directory``
+        (:func:`~.layout.read_shards`)."""
         meta = read_shards(directory)
         dense = "ann" if meta.get("ivf_bits") else None
         return cls([ShardService(Path(directory) / s["dir"], verify=verify,
@@ -29,6 +29,6 @@ class LocalShards:
                      for s in meta["shards"]])
 
     def map(self, method: str, calls: Mapping[int, tuple]) -> dict[int, Any]:
-        """Call ``method`` with each shard's arguments (``calls``: shard → args); the answers by shard."""
+        """Run ``method(*args)`` on each named shard's service, counting the calls."""
         self.calls[method] = self.calls.get(method, 0) + len(calls)
         return {s: self.services[s].call(method, *args) for s, args in calls.items()}

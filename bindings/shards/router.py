@@ -15,7 +15,7 @@ from ..engine import storage
 from ..engine.components.corpus import Corpus
 from ..engine.components.sharded import (Pending, RemoteStrings, ShardCalls, ShardedComponents, ShardedRows, ShardMap,
                                          ShardSet, read_fields)
-from ..engine.components.sharded_graph import reading_rows
+from ..engine.graphs.router_store import RouterStore
 from ..engine.errors import IndexFormatError, InputError
 from ..engine.filters import check_where, ids_mask
 from ..engine.pipelines import pipeline_class
@@ -67,6 +67,7 @@ class ShardedIndex(Index):
                                 verify="fast"))
 
     def search_arrays(self, *args: Any, **kwargs: Any) -> tuple[np.ndarray, np.ndarray]:
+        """As :meth:`Index.search_arrays`, after taking in the commits another router made."""
         if self.take_in_commits():
             kwargs["mask"] = None  # a filter mask computed before is of the state just replaced
         return super().search_arrays(*args, **kwargs)
@@ -191,10 +192,12 @@ class ShardedIndex(Index):
 
     # ------------------------------------------------------------------ not at the router
     def save(self, path: str | Path | None = None, overwrite: bool = False, *, rebase: bool = True) -> Path:
+        """Refused (InputError): a router commits every write itself."""
         raise InputError("a sharded index is committed by its shards and its router (hopgraph shard); "
                          "save() of the router alone is not supported")
 
     def compact(self) -> "Index":
+        """Refused (InputError): compact the unsharded index and shard it again."""
         raise InputError("compact a sharded index by compacting the unsharded index and running hopgraph "
                          "shard again; the router cannot rebuild the graphs without every embedding")
 
@@ -301,9 +304,8 @@ def load_router_pipelines(index: ShardedIndex, path: Path, pipelines: dict[str, 
     ``index`` with its stored search defaults and fit time; IndexFormatError naming a corrupt one."""
     for name, entry in pipelines.items():
         try:
-            with reading_rows(index.shards):
-                pipe = pipeline_class(name).load(path / "pipelines" / name, entry["params"], index.components,
-                                                 index.settings)
+            pipe = pipeline_class(name).load(path / "pipelines" / name, entry["params"], index.components,
+                                             index.settings)
         except (InputError, KeyError, TypeError, ValueError, IndexError, OSError, RuntimeError) as e:
             raise IndexFormatError(f"router {path}: pipeline {name} is corrupt or unreadable: "
                                    f"{type(e).__name__}: {e}") from None
@@ -345,11 +347,10 @@ def open_router(directory: str | Path, calls: ShardCalls, embedder: Any = None, 
     corpus = router_corpus(directory, parts, shards)
     check_shard_set(directory, meta, shards, corpus)
     X = ShardedRows(shards, dim)
-    with reading_rows(shards):
-        components = ShardedComponents.load_segments(
-            [(directory / p["dir"] / "components", p["components"], int(p["first_row"]), int(p["n_rows"])) for p in parts],
-            X, corpus, None, params.get("bm25"), False).attach(
-            shards, int(meta["ivf_bits"]) if meta.get("ivf_bits") else None, int(meta.get("ivf_trained", 0)))
+    components = ShardedComponents.load_segments(
+        [(directory / p["dir"] / "components", p["components"], int(p["first_row"]), int(p["n_rows"])) for p in parts],
+        X, corpus, None, params.get("bm25"), False, graphs=RouterStore(shards)).attach(
+        shards, int(meta["ivf_bits"]) if meta.get("ivf_bits") else None, int(meta.get("ivf_trained", 0)))
     index = ShardedIndex(corpus, X, None, str(manifest["embedder_name"]), device=device, params=params,
                          progress=False, components=components, stored_params=True)
     index.embedder_entry = emb_entry

@@ -50,7 +50,6 @@ import numpy as np
 from ....kernels import call
 from ...components.hybrid_ranking import hybrid_ranking
 from ...components.query_batch import QueryBatch
-from ...components.sharded_graph import load_graph, save_graph
 from ...cost import LIST_ENTRY, PASSAGE_ARRAYS, Cost, IndexShape
 from ...errors import IndexFormatError, InputError
 from ....kernels.csr import CSR
@@ -58,7 +57,8 @@ from ...params import FitParams, choice, flag, integer, real
 from ...ranking import PAD_ID, PAD_SCORE, topk_entries
 from ...sparse import allowed_at, join
 from ...storage import check_finite, load_array, load_arrays, save_arrays
-from ...storage.deltas import TOPK_DELTA_FILES, OverlayCSR, apply_topk_deltas, empty_topk_delta, topk_delta
+from ...graphs.views import OverlayCSR
+from ...storage.deltas import TOPK_DELTA_FILES, apply_topk_deltas, empty_topk_delta, topk_delta
 from ...timing import StageTimer
 from ..base import Pipeline
 from ..title_bridge import BridgeSearch, TitleBridge
@@ -89,6 +89,7 @@ class G3RAGFit(FitParams):
     density_samples: int = integer(4096, low=1)
 
     def check(self) -> None:
+        """InputError when ``sim_min`` exceeds ``sim_max``."""
         if self.sim_min > self.sim_max:
             raise self.invalid("sim_min", f"must not exceed sim_max = {self.sim_max}")
 
@@ -129,7 +130,7 @@ class DensityBuild:
     high: float
 
     def array(self) -> np.ndarray:
-        """The stored form: float64 ``[n, low, high]`` (read back by :meth:`from_array`)."""
+        """``[n, low, high]`` as float64, as the index stores it."""
         return np.array([self.n, self.low, self.high], np.float64)
 
     @classmethod
@@ -236,7 +237,7 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         O(candidates) per row); otherwise the new rows are exact (brute force over all passages)
         unless more than :data:`ANN_CANDIDATES_PER_ROW` passages come at once, which refits. A
         graph read from an index stays stored: the result is an
-        :class:`~hopgraph.engine.storage.deltas.OverlayCSR` over it. A pipeline loaded from an index
+        :class:`~hopgraph.engine.graphs.views.OverlayCSR` over it. A pipeline loaded from an index
         saved without the penalty is refitted."""
         self._follow_names(start)
         fp, X, build = self.fit_params, self.components.X, self.density_build_
@@ -264,7 +265,7 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         self.penalty_ = pen
 
     def _save(self, directory: Path) -> None:
-        save_graph(directory, "", self.graph_)
+        self.components.graphs.save_graph(directory, "", self.graph_)
         arrays = {}
         if self.penalty_ is not None and self.density_build_ is not None:
             arrays.update(penalty=np.asarray(self.penalty_, np.float32), density_build=self.density_build_.array())
@@ -334,7 +335,7 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         present (an index saved without them refits on its first ``add``); the passages' names when
         saved (else built on the first query that uses them)."""
         n = self._stored_rows
-        self.graph_ = load_graph(directory, "", n, f"{directory} graph")
+        self.graph_ = self.components.graphs.load_graph(directory, "", n, f"{directory} graph")
         self._graph_stored = True
         self._candidates = self._cells_stored = None
         if all((directory / f"{name}.npy").is_file() for name in AddedRowCandidates.ARRAY_FILES):

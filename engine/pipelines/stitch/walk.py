@@ -26,7 +26,7 @@ from .... import kernels
 from ...components.extraction import Extraction, load_extractions
 from ...components.hybrid_ranking import RRF_K, hybrid_ranking
 from ...components.query_batch import QueryBatch
-from ...components.sharded_graph import sharded_base
+from ...graphs.store import whole_graph
 from ...cost import PASSAGE_ARRAYS, Cost, IndexShape
 from ...errors import IndexFormatError, InputError
 from ....kernels.csr import CSR
@@ -181,8 +181,8 @@ class ChunkGraphWalk(Pipeline[F, S]):
         if ex.n_chunks != n or len(ex.texts) < len(old):
             raise InputError(f"{self.name}: the extraction covers {ex.n_chunks} passages and {len(ex.texts)} texts, "
                              f"the index {n} passages and {len(old)} embedded texts")
-        self.hypergraph_ = build_hypergraph(ex, self._text_embeddings(ex, progress, old),
-                                            self.fit_params.max_group_chunks).with_graph_base(self.hypergraph_)
+        new = build_hypergraph(ex, self._text_embeddings(ex, progress, old), self.fit_params.max_group_chunks)
+        self.hypergraph_ = new.with_stored_rows(self.hypergraph_, self.components.graphs)
         self.components.bm25(who=self.name)
         self._reset_caches()
 
@@ -190,7 +190,7 @@ class ChunkGraphWalk(Pipeline[F, S]):
         self._cache = {}
 
     def _save(self, directory: Path) -> None:
-        self.hypergraph_.save(directory / "hypergraph")
+        self.hypergraph_.save(directory / "hypergraph", self.components.graphs)
 
     def _snapshot(self) -> TopicHypergraph:
         return self.hypergraph_
@@ -226,7 +226,8 @@ class ChunkGraphWalk(Pipeline[F, S]):
 
     def _load(self, directory: Path) -> None:
         X = self.components.X
-        self.hypergraph_ = TopicHypergraph.load(directory / "hypergraph", mmap=True, n_chunks=self._stored_rows)
+        self.hypergraph_ = TopicHypergraph.load(directory / "hypergraph", mmap=True, n_chunks=self._stored_rows,
+                                                store=self.components.graphs)
         dim = self.hypergraph_.text_emb.shape[1]
         if dim != self._text_dim():
             raise IndexFormatError(f"{directory / 'hypergraph' / 'text_emb.npy'}: dimension {dim}, "
@@ -402,13 +403,9 @@ class ChunkGraphWalk(Pipeline[F, S]):
 
     def whole_transition(self) -> CSR:
         """P with every row in memory, for the unlocalised walk (``localise=False``): :attr:`transition`;
-        at a router whose P the shards hold, every row gathered from them for this call (all of P,
-        O(links) bytes; the router's row cache keeps at most its bound of them)."""
-        P = self.transition
-        if sharded_base(P) is None:
-            return P
-        ptr, ind, dat = P.rows_csr(np.arange(P.n_rows, dtype=np.int64))
-        return CSR(ptr, ind, dat, P.n_cols)
+        a P read by rows (loaded by reference) has every row gathered for this call (all of P,
+        O(links) bytes; its row cache keeps at most its bound of them)."""
+        return whole_graph(self.transition)
 
     def _column_sums(self) -> np.ndarray:
         """Out-mass of every chunk in P (1, or 0 for a dangling chunk), float64 [N]."""
