@@ -115,7 +115,7 @@ def check_rows_inputs(Q, X, k, sim_min, sim_max, penalty=None, columns=None, exc
     if n_cols > 2 ** 31 - 1:
         raise InputError(f"{_OP}: n_cols must fit in int32, got {n_cols}")
     excl = _vector(exclude, m, "exclude", torch.int64, -1.0)
-    check_ids(excl, "exclude", n_cols, _OP, "column ids", padding=True)
+    check_ids(excl, "exclude", 2 ** 31 - 1, _OP, "column ids", padding=True)  # any id: one of no base row excludes none
     fl = _vector(floor, m, "floor", torch.float32, 0.0)
     check_values(fl, "floor", _OP, non_negative=False)
     fl = fl.to(torch.float32).clamp(min=0.0)

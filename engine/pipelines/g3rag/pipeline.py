@@ -196,7 +196,7 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         self._candidates = self._cells_stored = None
         if mode == "ann":
             self.graph_ = ann_gain_knn(X, fp.n_neighbors, fp.sim_min, fp.sim_max, pen, progress=progress,
-                                       ivf=self.components.dense.ivf)
+                                       ivf=self.components.dense.ivf, device=device)
             if self.components.dense.method == "ann":  # the build's graph cells, kept for later adds
                 self._candidates = AddedRowCandidates(self.components.dense.ivf, n)
         elif mode == "exact":
@@ -248,7 +248,7 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         else:
             k, sim_min, sim_max = fp.n_neighbors, fp.sim_min, fp.sim_max
         self.graph_ = extend_gain_graph(self.graph_, X, start, pen, k, sim_min, sim_max, progress=progress,
-                                        as_overlay=self._graph_stored, candidates=candidates)
+                                        as_overlay=self._graph_stored, candidates=candidates, device=self.device)
         self.penalty_ = pen
 
     def _save(self, directory: Path) -> None:
