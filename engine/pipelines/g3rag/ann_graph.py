@@ -63,6 +63,7 @@ class IVFCells:
 
     @property
     def nlist(self) -> int:
+        """The number of graph cells."""
         return len(self.indptr) - 1
 
     def rows(self, c: int) -> np.ndarray:

@@ -89,6 +89,7 @@ class G3RAGFit(FitParams):
     density_samples: int = integer(4096, low=1)
 
     def check(self) -> None:
+        """The band must not be empty: ``sim_min <= sim_max``."""
         if self.sim_min > self.sim_max:
             raise self.invalid("sim_min", f"must not exceed sim_max = {self.sim_max}")
 
@@ -129,6 +130,7 @@ class DensityBuild:
     high: float
 
     def array(self) -> np.ndarray:
+        """``[n, low, high]`` as float64 (what ``density_build.npy`` holds)."""
         return np.array([self.n, self.low, self.high], np.float64)
 
     @classmethod
