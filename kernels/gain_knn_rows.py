@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .checks import check_ids, check_int_dtype, check_positive_int, check_values
+from .checks import check_band, check_ids, check_int_dtype, check_positive_int, check_values
 from .csr import CSR, csr_from_topk
 from .dispatch import register
 from .errors import InputError
@@ -95,12 +95,7 @@ def check_rows_inputs(Q, X, k, sim_min, sim_max, penalty=None, columns=None, exc
     if X.shape[1] != d:
         raise InputError(f"{_OP}: Q and X must have the same width, got {d} and {X.shape[1]}")
     k = check_positive_int(k, "k", _OP)
-    if not all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-               for v in (sim_min, sim_max)):
-        raise InputError(f"{_OP}: sim_min and sim_max must be numbers, got {sim_min!r}, {sim_max!r}")
-    sim_min, sim_max = float(sim_min), float(sim_max)
-    if not (math.isfinite(sim_min) and math.isfinite(sim_max)) or sim_min > sim_max:
-        raise InputError(f"{_OP}: need finite sim_min <= sim_max, got [{sim_min}, {sim_max}]")
+    sim_min, sim_max = check_band(sim_min, sim_max, _OP)
     pen = _vector(penalty, n, "penalty", torch.float32, 1.0)
     check_values(pen, "penalty", _OP)
     pen = pen.to(torch.float32)

@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from ....kernels import call
-from ....kernels.checks import check_positive_int, check_values
+from ....kernels.checks import check_band, check_positive_int, check_values
 from ....kernels.csr import CSR, check_csr
 from ....kernels.sampling import sample_columns
 from ....kernels.threads import torch_threads
@@ -270,11 +270,8 @@ def _check_graph(graph: CSR, start: int, k: int) -> CSR | OverlayCSR:
 def _check_params(n: int, k: int, sim_min: float, sim_max: float, penalty: np.ndarray) -> tuple[np.ndarray, int]:
     """The penalty as float32 ``[n]`` (finite, non-negative) and k capped at ``n − 1``; the band checked."""
     op = "extend_gain_graph"
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise InputError(f"{op}: k must be a positive integer, got {k!r}")
-    if not all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-               and math.isfinite(v) for v in (sim_min, sim_max)) or sim_min > sim_max:
-        raise InputError(f"{op}: need finite sim_min <= sim_max, got [{sim_min}, {sim_max}]")
+    k = check_positive_int(k, "k", op)
+    check_band(sim_min, sim_max, op)
     pen = np.asarray(penalty)
     if pen.shape != (n,):
         raise InputError(f"{op}: penalty must have shape ({n},), got {pen.shape}")
