@@ -145,50 +145,66 @@ def _dense_topk(q: tuple, x: tuple, labels: torch.Tensor, k: int, sim_min: float
     return vals, idx
 
 
-def gain_knn_rows_triton(Q, X, k: int = 32, sim_min: float = 0.3, sim_max: float = 0.9, penalty=None, columns=None,
-                         exclude=None, floor=None, n_cols: int | None = None, device: str = "cuda",
-                         **_: object) -> CSR:
-    """SPEC §1 steps 3-5 for query rows among base rows with the Triton kernels; same contract as
-    :func:`.gain_knn_rows.gain_knn_rows_cpu` (module docstring for the tolerance).
-
-    Runs on ``device`` ("cuda"), or on CPU tensors under ``TRITON_INTERPRET=1``. Raises
-    :class:`InputError` when the rows × N weight block of the dense path (``k`` > ``SELECT_MAX_K``)
-    cannot be allocated on the device."""
-    a = check_rows_inputs(Q, X, k, sim_min, sim_max, penalty, columns, exclude, floor, n_cols)
-    (m, d), n = a.Q.shape, a.X.shape[0]
-    if m == 0 or n == 0:
-        return a.empty()
-    interpret = device == "cpu"
-    dev = "cpu" if interpret else "cuda"
-    Qd, Xd = a.Q.to(dev), a.X.to(dev)
-    excl, low = a.exclude.to(dev, torch.int32), a.floor.to(dev)
-    pen, labels = a.penalty.to(dev), a.columns.to(dev)
+def _direction(Qd: torch.Tensor, Xd: torch.Tensor, labels: torch.Tensor, pen: torch.Tensor, exclude: torch.Tensor,
+               floor: torch.Tensor, k: int, sim_min: float, sim_max: float, n_cols: int, interpret: bool) -> CSR:
+    """The top-``k`` edges of the rows of ``Qd`` among the rows of ``Xd`` (ids ``labels``, target penalty
+    ``pen``), above each row's ``floor``, none to its ``exclude`` id, with the Triton kernels."""
+    (m, d), n = Qd.shape, Xd.shape[0]
+    dev = Qd.device
+    excl, low, lab32 = exclude.to(dev, torch.int32), floor.to(dev), labels.to(dev, torch.int32)
     qh, ql, qun = split_fp16(Qd)
     xh, xl, xun = split_fp16(Xd)
-    if a.k > SELECT_MAX_K:
+    if k > SELECT_MAX_K:
         try:
-            vals, cols = _dense_topk((qh, ql, qun, excl, low), (xh, xl, xun, pen, labels.to(torch.int32)), labels,
-                                     a.k, a.sim_min, a.sim_max, interpret)
+            vals, cols = _dense_topk((qh, ql, qun, excl, low), (xh, xl, xun, pen, lab32), labels.to(dev), k,
+                                     sim_min, sim_max, interpret)
         except torch.OutOfMemoryError as e:
-            raise InputError(f"gain_knn_rows: k = {a.k} (> {SELECT_MAX_K}) takes the dense path, whose block of "
+            raise InputError(f"gain_knn_rows: k = {k} (> {SELECT_MAX_K}) takes the dense path, whose block of "
                              f"{max(1, DENSE_ENTRIES // n)} rows x {n} weights does not fit on the device") from e
-        return finalise_csr(vals, cols, a.n_cols)
+        return finalise_csr(vals, cols, n_cols)
     q_norms = torch.linalg.vector_norm(Qd, dim=1).contiguous()
-    out_v = torch.empty((m, a.k), dtype=torch.float32, device=dev)
-    out_c = torch.empty((m, a.k), dtype=torch.int32, device=dev)
-    kp = max(triton.next_power_of_2(a.k), 2)
-    args = (qh, ql, qun, q_norms, excl, low, xh, xl, xun, pen, labels.to(torch.int32), out_v, out_c)
+    out_v = torch.empty((m, k), dtype=torch.float32, device=dev)
+    out_c = torch.empty((m, k), dtype=torch.int32, device=dev)
+    kp = max(triton.next_power_of_2(k), 2)
+    args = (qh, ql, qun, q_norms, excl, low, xh, xl, xun, pen, lab32, out_v, out_c)
     norm_max = float(torch.linalg.vector_norm(Xd, dim=1).max())
-    scalars = (n, d, qh.stride(0), xh.stride(0), a.sim_min, a.sim_max, norm_max, float(pen.max()))
+    scalars = (n, d, qh.stride(0), xh.stride(0), sim_min, sim_max, norm_max, float(pen.max()))
     if interpret:
         grid = (triton.cdiv(m, INTERPRET_CONFIG["BLOCK_M"]),)
-        _gain_knn_rows_kernel[grid](*args, m, *scalars, K=a.k, KP=kp, EVEN_D=d % INTERPRET_CONFIG["BLOCK_D"] == 0,
+        _gain_knn_rows_kernel[grid](*args, m, *scalars, K=k, KP=kp, EVEN_D=d % INTERPRET_CONFIG["BLOCK_D"] == 0,
                                     **INTERPRET_CONFIG)
     else:
         for rows in (min(m, TUNE_ROWS), m):  # the first call per (d, k) tunes on the first rows
             _gain_knn_rows_tuned[lambda meta, r=rows: (triton.cdiv(r, meta["BLOCK_M"]),)](*args, rows, *scalars,
-                                                                                          K=a.k, KP=kp)
-    return finalise_csr(out_v.cpu(), out_c.cpu().to(torch.int64), a.n_cols)
+                                                                                          K=k, KP=kp)
+    return finalise_csr(out_v.cpu(), out_c.cpu().to(torch.int64), n_cols)
+
+
+def gain_knn_rows_triton(Q, X, k: int = 32, sim_min: float = 0.3, sim_max: float = 0.9, penalty=None, columns=None,
+                         exclude=None, floor=None, n_cols: int | None = None, reverse_floor=None, query_columns=None,
+                         query_penalty=None, device: str = "cuda", **_: object) -> "CSR | tuple[CSR, CSR]":
+    """SPEC §1 steps 3-5 for query rows among base rows with the Triton kernels; same contract as
+    :func:`.gain_knn_rows.gain_knn_rows_cpu` (module docstring for the tolerance). The reverse direction
+    (``reverse_floor``) is the same kernel with the two sets of rows exchanged.
+
+    Runs on ``device`` ("cuda"), or on CPU tensors under ``TRITON_INTERPRET=1``. Raises
+    :class:`InputError` when the rows × N weight block of the dense path (``k`` > ``SELECT_MAX_K``)
+    cannot be allocated on the device."""
+    a = check_rows_inputs(Q, X, k, sim_min, sim_max, penalty, columns, exclude, floor, n_cols, reverse_floor,
+                          query_columns, query_penalty)
+    m, n = a.Q.shape[0], a.X.shape[0]
+    if m == 0 or n == 0:
+        return a.result(a.empty(m), a.empty(n))
+    interpret = device == "cpu"
+    dev = "cpu" if interpret else "cuda"
+    Qd, Xd = a.Q.to(dev), a.X.to(dev)
+    forward = _direction(Qd, Xd, a.columns, a.penalty.to(dev), a.exclude, a.floor, a.k, a.sim_min, a.sim_max,
+                         a.n_cols, interpret)
+    rev = a.reverse
+    if rev is None:
+        return forward
+    return forward, _direction(Xd, Qd, rev.columns, rev.penalty.to(dev), a.columns, rev.floor, rev.k, a.sim_min,
+                               a.sim_max, a.n_cols, interpret)
 
 
 def launch_builds(shapes: dict) -> list[dict]:

@@ -212,7 +212,22 @@ class _GainEdges:
         none to the row's ``exclude`` id."""
         g = call("gain_knn_rows", Q, B, k=self.k, sim_min=self.sim_min, sim_max=self.sim_max, penalty=penalty,
                  columns=columns, exclude=exclude, floor=floor, device=self.device)
-        return row_of_entries(g.indptr), g.indices.astype(np.int64), g.data
+        return _triplets(g)
+
+    def both(self, Q: torch.Tensor, B: torch.Tensor, penalty: np.ndarray, columns: np.ndarray,
+             q_penalty: np.ndarray, q_columns: np.ndarray, reverse_floor: np.ndarray) -> tuple[Triplets, Triplets]:
+        """The edges of the rows of ``Q`` (ids ``q_columns``, none to their own) among the rows of ``B`` and,
+        from the same similarities, those of the rows of ``B`` among the rows of ``Q`` (target penalty
+        ``q_penalty``) weighing more than ``reverse_floor`` (+inf: none); triplets as :meth:`__call__`'s."""
+        fwd, rev = call("gain_knn_rows", Q, B, k=self.k, sim_min=self.sim_min, sim_max=self.sim_max,
+                        penalty=penalty, columns=columns, exclude=q_columns, reverse_floor=reverse_floor,
+                        query_columns=q_columns, query_penalty=q_penalty, device=self.device)
+        return _triplets(fwd), _triplets(rev)
+
+
+def _triplets(g: CSR) -> Triplets:
+    """``(row, column, weight)`` of every edge of ``g``."""
+    return row_of_entries(g.indptr), g.indices.astype(np.int64), g.data
 
 
 def _concat(parts: list[Triplets]) -> Triplets:
@@ -355,12 +370,15 @@ def _extend_brute_force(X: np.ndarray, start: int, pen: np.ndarray, edges: _Gain
         found: list[Triplets] = []
         for c0, C in _column_blocks(X):
             ids = np.arange(c0, c0 + len(C), dtype=np.int64)
-            found.append(edges(A, C, pen[c0:c0 + len(C)], ids, exclude=new_ids))
-            n_old = min(len(C), start - c0)
-            if n_old <= 0:
+            n_old = max(0, min(len(C), start - c0))
+            if n_old == 0:
+                found.append(edges(A, C, pen[c0:c0 + len(C)], ids, exclude=new_ids))
                 continue
-            r, c, w = edges(C[:n_old], A, pen[b0:b1], new_ids, floor=thr[c0:c0 + n_old])  # old row → new row
-            pending.append((r + c0, c, w))
+            floor = np.full(len(C), np.inf, np.float32)  # only old rows take reverse edges
+            floor[:n_old] = thr[c0:c0 + n_old]
+            fwd, (r, c, w) = edges.both(A, C, pen[c0:c0 + len(C)], ids, pen[b0:b1], new_ids, floor)
+            found.append(fwd)
+            pending.append((r + c0, c, w))  # old row → new row
             n_pending += len(r)
         _top_rows([(r + b0 - start, c, w) for r, c, w in found], np.arange(n - start), k, new_vals, new_cols)
         if n_pending > MAX_PENDING and k < n - start:  # hold at most k candidates per row, and raise the thresholds
