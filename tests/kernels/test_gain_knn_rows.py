@@ -128,6 +128,35 @@ def test_triton_dense_path_matches_cpu():
         assert cpu.nnz > 0
 
 
+REVERSE = {  # (Q, X, forward keywords, reverse keywords): the add's two directions of one block, and more
+    "added_rows": (CASES["clustered_self"][1][60:], CASES["clustered_self"][1],
+                   {"k": 4, "exclude": np.arange(60, 70)},
+                   {"query_columns": np.arange(60, 70), "query_penalty": np.linspace(0.2, 1, 10).astype(np.float32),
+                    "reverse_floor": np.r_[np.full(60, 0.2), np.full(10, np.inf)].astype(np.float32)}),
+    "duplicates_k_above_m": (CASES["duplicates"][0][:5], CASES["duplicates"][0],
+                             {"k": 8, "sim_min": 0.0, "sim_max": 0.99},  # s = 1 pairs: no edge, whatever the rounding
+                             {"query_columns": np.array([3, 40, 41, 50, 90]),
+                              "reverse_floor": np.zeros(24, np.float32)}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REVERSE))
+def test_reverse_direction_matches_the_reference_and_triton(name):
+    """``reverse_floor``: the base rows' edges among the query rows, from the same similarities."""
+    Q, X, kw, rkw = REVERSE[name]
+    fwd, rev = call("gain_knn_rows", Q, X, device="cpu", **kw, **rkw)
+    assert fwd.n_cols == rev.n_cols == 1 + max(len(X) - 1, int(rkw["query_columns"][-1]))  # both id sets
+    assert_same_graph(fwd, call("gain_knn_rows", Q, X, device="cpu", n_cols=fwd.n_cols, **kw))  # unchanged
+    band = (kw.get("sim_min", 0.3), kw.get("sim_max", 0.9))
+    ref = ref_rows(X, Q, kw["k"], *band, rkw.get("query_penalty"), rkw["query_columns"], np.arange(len(X)),
+                   rkw["reverse_floor"])
+    assert_matches_reference(rev, ref)
+    assert rev.n_rows == len(X) and rev.nnz > 0
+    tri = call("gain_knn_rows", Q, X, device="cpu", backend="triton", **kw, **rkw)
+    assert_same_graph(tri[0], fwd)
+    assert_same_graph(tri[1], rev)
+
+
 @pytest.mark.parametrize("backend", [None, "triton"])
 def test_empty_base_or_query_rows_give_empty_rows(backend):
     X = random_unit(6, 8, 0)
@@ -159,6 +188,10 @@ def test_bad_inputs_are_named(backend):
                       ({"columns": np.array([0, 1, 1, 2, 3, 4])}, "strictly increasing"),
                       ({"columns": np.arange(6.0)}, "columns must be an integer array"),
                       ({"exclude": np.full(6, -2)}, "exclude must hold"),
-                      ({"n_cols": 3}, "n_cols must be an integer >= 6")):
+                      ({"n_cols": 3}, "n_cols must be an integer >= 6"),
+                      ({"query_columns": np.arange(6)}, "go with reverse_floor"),
+                      ({"reverse_floor": np.full(5, 0.1)}, r"reverse_floor must have shape \(6,\)"),
+                      ({"reverse_floor": np.full(6, np.nan)}, "reverse_floor must be finite"),
+                      ({"reverse_floor": np.zeros(6), "query_penalty": -np.ones(6)}, "query_penalty must be non-neg")):
         with pytest.raises(InputError, match=match):
             run(**kw)
