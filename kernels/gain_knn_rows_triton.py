@@ -35,8 +35,8 @@ from .gain_knn_triton import (CONFIGS, DENSE_CONFIG, DENSE_ENTRIES, INTERPRET_CO
 
 
 @triton.jit
-def _gain_knn_rows_kernel(QH, QL, QUN, QNORM, EXCL, FLOOR, XH, XL, XUN, PEN, LAB, OUT_V, OUT_C, M, N, D, stride_q,
-                          stride_x, sim_min, sim_max, norm_max, pen_max, K: tl.constexpr, KP: tl.constexpr,
+def _gain_knn_rows_kernel(QH, QL, QUN, QNORM, EXCL, FLOOR, XH, XL, XUN, PEN, OUT_V, OUT_C, M, N, D, stride_q, stride_x,
+                          sim_min, sim_max, norm_max, pen_max, K: tl.constexpr, KP: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                           EVEN_D: tl.constexpr):
     pid = tl.program_id(0)
@@ -47,14 +47,15 @@ def _gain_knn_rows_kernel(QH, QL, QUN, QNORM, EXCL, FLOOR, XH, XL, XUN, PEN, LAB
     a_off = tl.arange(0, BLOCK_M) * stride_q
     norm_r = tl.load(QNORM + rows, mask=rmask, other=0.0)
     un_r = tl.load(QUN + rows, mask=rmask, other=1.0)
-    excl = tl.load(EXCL + rows, mask=rmask, other=-1)
-    low = tl.load(FLOOR + rows, mask=rmask, other=0.0)  # an edge must weigh more than the row's floor
+    excl = tl.load(EXCL + rows, mask=rmask, other=-1)  # the base row (position) a row may not link to
     slots = tl.arange(0, KP)
-    # running top-k: empty slots hold -inf with distinct negative ids; padding slots (>= K) +inf
-    best_v = tl.where(slots[None, :] < K, float("-inf"), float("inf")) + tl.zeros([BLOCK_M, KP], tl.float32)
+    # running top-k: empty slots hold the row's floor (an edge must beat it) with distinct negative
+    # columns; padding slots (>= K) +inf
+    low = tl.load(FLOOR + rows, mask=rmask, other=0.0)
+    best_v = tl.where(slots[None, :] < K, low[:, None], float("inf")) + tl.zeros([BLOCK_M, KP], tl.float32)
     best_c = (-1 - slots[None, :]) + tl.zeros([BLOCK_M, KP], tl.int32)
-    thr = tl.min(best_v, axis=1)  # each row's k-th weight (-inf until k edges are held)
-    floor = similarity_floor(tl.maximum(thr, low), sim_min, pen_max, norm_r, norm_max, un_r)
+    thr = tl.min(best_v, axis=1)  # each row's k-th weight (its floor until k edges are held)
+    floor = similarity_floor(thr, sim_min, pen_max, norm_r, norm_max, un_r)
     big = 2147483647
     for c0 in range(0, N, BLOCK_N):
         cols = c0 + tl.arange(0, BLOCK_N)
@@ -67,25 +68,24 @@ def _gain_knn_rows_kernel(QH, QL, QUN, QNORM, EXCL, FLOOR, XH, XL, XUN, PEN, LAB
                               1, EVEN_D, BLOCK_D)
         if tl.max(acc * un_c[None, :] - floor[:, None]) >= 0:
             pen = tl.load(PEN + cols, mask=cmask, other=0.0)
-            lab = tl.load(LAB + cols, mask=cmask, other=big)
             s = correction(AH, AL, BH, BL, a_off, rmask, b_off, cmask, D, acc, EVEN_D, BLOCK_D) \
                 * un_r[:, None] * un_c[None, :]
             w = gain(s, pen[None, :])
-            ok = cmask[None, :] & (lab[None, :] != excl[:, None]) & rmask[:, None] & (s >= sim_min) \
-                & (s <= sim_max) & (w > 0) & (w > tl.maximum(thr, low)[:, None])
+            ok = cmask[None, :] & (cols[None, :] != excl[:, None]) & rmask[:, None] & (s >= sim_min) \
+                & (s <= sim_max) & (w > 0) & (w > thr[:, None])
             w = tl.where(ok, w, float("-inf"))
             rounds = tl.minimum(tl.max(tl.sum(ok.to(tl.int32), axis=1)), K)
             for _ in range(rounds):
                 m = tl.max(w, axis=1)
-                mc = tl.min(tl.where(w == m[:, None], lab[None, :], big), axis=1)
+                mc = tl.min(tl.where(w == m[:, None], cols[None, :], big), axis=1)
                 wc = tl.max(tl.where(best_v == thr[:, None], best_c, -big), axis=1)
-                better = m > thr  # a tie with the k-th loses: its id is higher
+                better = m > thr  # a tie with the k-th loses: its column is higher
                 slot = (best_v == thr[:, None]) & (best_c == wc[:, None]) & better[:, None]
                 best_v = tl.where(slot, m[:, None], best_v)
                 best_c = tl.where(slot, mc[:, None], best_c)
                 thr = tl.min(best_v, axis=1)
-                w = tl.where(lab[None, :] == mc[:, None], float("-inf"), w)
-            floor = similarity_floor(tl.maximum(thr, low), sim_min, pen_max, norm_r, norm_max, un_r)
+                w = tl.where(cols[None, :] == mc[:, None], float("-inf"), w)
+            floor = similarity_floor(thr, sim_min, pen_max, norm_r, norm_max, un_r)  # the rows' new k-th weights
     out = rows.to(tl.int64)[:, None] * K + slots[None, :]
     smask = rmask[:, None] & (slots[None, :] < K)
     tl.store(OUT_V + out, best_v, mask=smask)
@@ -102,10 +102,10 @@ _gain_knn_rows_tuned = triton.autotune(configs=CONFIGS, key=["D", "K"], prune_co
 
 
 @triton.jit
-def _gain_rows_weights_kernel(QH, QL, QUN, EXCL, FLOOR, XH, XL, XUN, PEN, LAB, W, R0, R, N, D, stride_q, stride_x,
+def _gain_rows_weights_kernel(QH, QL, QUN, EXCL, FLOOR, XH, XL, XUN, PEN, W, R0, R, N, D, stride_q, stride_x,
                               sim_min, sim_max, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                               BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr):
-    """``W[i, j]`` = the weight of edge ``R0 + i → columns[j]`` (``i < R``), -inf where it is not an edge."""
+    """``W[i, j]`` = the weight of edge ``R0 + i → j`` (``i < R``, j a base row), -inf where it is not an edge."""
     r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     rmask = r < R
@@ -117,24 +117,25 @@ def _gain_rows_weights_kernel(QH, QL, QUN, EXCL, FLOOR, XH, XL, XUN, PEN, LAB, W
                           rmask, tl.arange(0, BLOCK_N) * stride_x, cmask, D, EVEN_D, BLOCK_M, BLOCK_N, BLOCK_D)
     s = acc * tl.load(QUN + rows, mask=rmask, other=0.0)[:, None] * tl.load(XUN + cols, mask=cmask, other=0.0)[None, :]
     w = gain(s, tl.load(PEN + cols, mask=cmask, other=0.0)[None, :])
-    lab = tl.load(LAB + cols, mask=cmask, other=-1)
     excl = tl.load(EXCL + rows, mask=rmask, other=-1)
     low = tl.load(FLOOR + rows, mask=rmask, other=0.0)
-    ok = (lab[None, :] != excl[:, None]) & (s >= sim_min) & (s <= sim_max) & (w > 0) & (w > low[:, None])
+    ok = (cols[None, :] != excl[:, None]) & (s >= sim_min) & (s <= sim_max) & (w > 0) & (w > low[:, None])
     tl.store(W + r.to(tl.int64)[:, None] * N + cols[None, :], tl.where(ok, w, float("-inf")),
              mask=rmask[:, None] & cmask[None, :])
 
 
-def _dense_topk(q: tuple, x: tuple, labels: torch.Tensor, k: int, sim_min: float, sim_max: float,
-                interpret: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """The top-k of every query row through :func:`_gain_rows_weights_kernel` and exact keys on the device;
-    ``q`` = ``(hi, lo, unscale, exclude, floor)``, ``x`` = ``(hi, lo, unscale, penalty, labels int32)``."""
+def _dense_topk(q: tuple, x: tuple, k: int, sim_min: float, sim_max: float, interpret: bool
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The top-k of every query row through :func:`_gain_rows_weights_kernel` and exact keys on the device:
+    ``(weights, base row positions)`` on the host; ``q`` = ``(hi, lo, unscale, excluded position, floor)``,
+    ``x`` = ``(hi, lo, unscale, penalty)``."""
     m, n, d = q[0].shape[0], x[0].shape[0], q[0].shape[1]
+    labels = torch.arange(n, dtype=torch.int64, device=x[0].device)
     cfg = INTERPRET_CONFIG if interpret else DENSE_CONFIG.kwargs
     launch = {} if interpret else {"num_warps": DENSE_CONFIG.num_warps, "num_stages": DENSE_CONFIG.num_stages}
     rows = max(1, min(m, DENSE_ENTRIES // n))
     vals, idx = torch.empty((m, k), dtype=torch.float32), torch.empty((m, k), dtype=torch.int64)
-    W = torch.empty((rows, n), dtype=torch.float32, device=labels.device)
+    W = torch.empty((rows, n), dtype=torch.float32, device=x[0].device)
     for r0 in range(0, m, rows):
         R = min(rows, m - r0)
         grid = (triton.cdiv(R, cfg["BLOCK_M"]), triton.cdiv(n, cfg["BLOCK_N"]))
@@ -147,37 +148,42 @@ def _dense_topk(q: tuple, x: tuple, labels: torch.Tensor, k: int, sim_min: float
 
 def _direction(Qd: torch.Tensor, Xd: torch.Tensor, labels: torch.Tensor, pen: torch.Tensor, exclude: torch.Tensor,
                floor: torch.Tensor, k: int, sim_min: float, sim_max: float, n_cols: int, interpret: bool) -> CSR:
-    """The top-``k`` edges of the rows of ``Qd`` among the rows of ``Xd`` (ids ``labels``, target penalty
-    ``pen``), above each row's ``floor``, none to its ``exclude`` id, with the Triton kernels."""
+    """The top-``k`` edges of the rows of ``Qd`` among the rows of ``Xd`` (ids ``labels``, increasing; target
+    penalty ``pen``), above each row's ``floor``, none to its ``exclude`` id, with the Triton kernels. The
+    kernels work on base-row positions (ties toward the lower position = the lower id); the ids are
+    looked up on the host."""
     (m, d), n = Qd.shape, Xd.shape[0]
     dev = Qd.device
-    excl, low, lab32 = exclude.to(dev, torch.int32), floor.to(dev), labels.to(dev, torch.int32)
+    at = torch.searchsorted(labels, exclude).clamp(max=n - 1)
+    excl = torch.where((exclude >= 0) & (labels[at] == exclude), at, -1).to(dev, torch.int32)
+    low = floor.to(dev)
     qh, ql, qun = split_fp16(Qd)
     xh, xl, xun = split_fp16(Xd)
     if k > SELECT_MAX_K:
         try:
-            vals, cols = _dense_topk((qh, ql, qun, excl, low), (xh, xl, xun, pen, lab32), labels.to(dev), k,
-                                     sim_min, sim_max, interpret)
+            vals, pos = _dense_topk((qh, ql, qun, excl, low), (xh, xl, xun, pen), k, sim_min, sim_max, interpret)
         except torch.OutOfMemoryError as e:
             raise InputError(f"gain_knn_rows: k = {k} (> {SELECT_MAX_K}) takes the dense path, whose block of "
                              f"{max(1, DENSE_ENTRIES // n)} rows x {n} weights does not fit on the device") from e
-        return finalise_csr(vals, cols, n_cols)
-    q_norms = torch.linalg.vector_norm(Qd, dim=1).contiguous()
-    out_v = torch.empty((m, k), dtype=torch.float32, device=dev)
-    out_c = torch.empty((m, k), dtype=torch.int32, device=dev)
-    kp = max(triton.next_power_of_2(k), 2)
-    args = (qh, ql, qun, q_norms, excl, low, xh, xl, xun, pen, lab32, out_v, out_c)
-    norm_max = float(torch.linalg.vector_norm(Xd, dim=1).max())
-    scalars = (n, d, qh.stride(0), xh.stride(0), sim_min, sim_max, norm_max, float(pen.max()))
-    if interpret:
-        grid = (triton.cdiv(m, INTERPRET_CONFIG["BLOCK_M"]),)
-        _gain_knn_rows_kernel[grid](*args, m, *scalars, K=k, KP=kp, EVEN_D=d % INTERPRET_CONFIG["BLOCK_D"] == 0,
-                                    **INTERPRET_CONFIG)
     else:
-        for rows in (min(m, TUNE_ROWS), m):  # the first call per (d, k) tunes on the first rows
-            _gain_knn_rows_tuned[lambda meta, r=rows: (triton.cdiv(r, meta["BLOCK_M"]),)](*args, rows, *scalars,
-                                                                                          K=k, KP=kp)
-    return finalise_csr(out_v.cpu(), out_c.cpu().to(torch.int64), n_cols)
+        out_v = torch.empty((m, k), dtype=torch.float32, device=dev)
+        out_c = torch.empty((m, k), dtype=torch.int32, device=dev)
+        kp = max(triton.next_power_of_2(k), 2)
+        args = (qh, ql, qun, torch.linalg.vector_norm(Qd, dim=1).contiguous(), excl, low, xh, xl, xun, pen,
+                out_v, out_c)
+        norm_max = float(torch.linalg.vector_norm(Xd, dim=1).max())
+        scalars = (n, d, qh.stride(0), xh.stride(0), sim_min, sim_max, norm_max, float(pen.max()))
+        if interpret:
+            grid = (triton.cdiv(m, INTERPRET_CONFIG["BLOCK_M"]),)
+            _gain_knn_rows_kernel[grid](*args, m, *scalars, K=k, KP=kp,
+                                        EVEN_D=d % INTERPRET_CONFIG["BLOCK_D"] == 0, **INTERPRET_CONFIG)
+        else:
+            for rows in (min(m, TUNE_ROWS), m):  # the first call per (d, k) tunes on the first rows
+                _gain_knn_rows_tuned[lambda meta, r=rows: (triton.cdiv(r, meta["BLOCK_M"]),)](*args, rows, *scalars,
+                                                                                              K=k, KP=kp)
+        vals, pos = out_v.cpu(), out_c.cpu().to(torch.int64)
+    vals = torch.where(pos >= 0, vals, -float("inf"))  # a slot left at the row's floor is no edge
+    return finalise_csr(vals, torch.where(pos >= 0, labels.cpu()[pos.clamp(min=0)], -1), n_cols)
 
 
 def gain_knn_rows_triton(Q, X, k: int = 32, sim_min: float = 0.3, sim_max: float = 0.9, penalty=None, columns=None,
@@ -211,12 +217,12 @@ def launch_builds(shapes: dict) -> list[dict]:
     """The builds :func:`gain_knn_rows_triton` launches (ahead-of-time compile check): every autotuned
     configuration at G3RAG's k and at ``SELECT_MAX_K``, and the dense path of the exact graph's adds."""
     sig = {"QH": "*fp16", "QL": "*fp16", "QUN": "*fp32", "QNORM": "*fp32", "EXCL": "*i32", "FLOOR": "*fp32",
-           "XH": "*fp16", "XL": "*fp16", "XUN": "*fp32", "PEN": "*fp32", "LAB": "*i32", "OUT_V": "*fp32",
+           "XH": "*fp16", "XL": "*fp16", "XUN": "*fp32", "PEN": "*fp32", "OUT_V": "*fp32",
            "OUT_C": "*i32", "M": "i32", "N": "i32", "D": "i32", "stride_q": "i32", "stride_x": "i32",
            "sim_min": "fp32", "sim_max": "fp32", "norm_max": "fp32", "pen_max": "fp32", "K": "constexpr",
            "KP": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_D": "constexpr",
            "EVEN_D": "constexpr"}
-    aligned = ("QH", "QL", "QUN", "QNORM", "EXCL", "FLOOR", "XH", "XL", "XUN", "PEN", "LAB", "OUT_V", "OUT_C", "D",
+    aligned = ("QH", "QL", "QUN", "QNORM", "EXCL", "FLOOR", "XH", "XL", "XUN", "PEN", "OUT_V", "OUT_C", "D",
                "stride_q", "stride_x")
     out = []
     for k in sorted({shapes["k"], SELECT_MAX_K}):
@@ -229,7 +235,7 @@ def launch_builds(shapes: dict) -> list[dict]:
                         "num_warps": c.num_warps, "num_stages": c.num_stages, "maxnreg": c.maxnreg,
                         "aligned": aligned})
     dense = {"QH": "*fp16", "QL": "*fp16", "QUN": "*fp32", "EXCL": "*i32", "FLOOR": "*fp32", "XH": "*fp16",
-             "XL": "*fp16", "XUN": "*fp32", "PEN": "*fp32", "LAB": "*i32", "W": "*fp32", "R0": "i32", "R": "i32",
+             "XL": "*fp16", "XUN": "*fp32", "PEN": "*fp32", "W": "*fp32", "R0": "i32", "R": "i32",
              "N": "i32", "D": "i32", "stride_q": "i32", "stride_x": "i32", "sim_min": "fp32", "sim_max": "fp32",
              "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_D": "constexpr", "EVEN_D": "constexpr"}
     c = DENSE_CONFIG
@@ -238,7 +244,7 @@ def launch_builds(shapes: dict) -> list[dict]:
                 "fn": "gain_knn_rows_triton:_gain_rows_weights_kernel", "signature": dense,
                 "constexprs": {**c.kwargs, "EVEN_D": shapes["d"] % c.kwargs["BLOCK_D"] == 0},
                 "num_warps": c.num_warps, "num_stages": c.num_stages,
-                "aligned": ("QH", "QL", "QUN", "EXCL", "FLOOR", "XH", "XL", "XUN", "PEN", "LAB", "W", "D", "stride_q",
+                "aligned": ("QH", "QL", "QUN", "EXCL", "FLOOR", "XH", "XL", "XUN", "PEN", "W", "D", "stride_q",
                             "stride_x")})
     return out
 
