@@ -7,7 +7,7 @@ pieces (the three-term float16 split :func:`~.gain_knn_triton.split_fp16`, the t
 :func:`~.gain_knn_triton.gain` and the per-row similarity floor
 :func:`~.gain_knn_triton.similarity_floor`):
 
-* :func:`_gain_knn_rows_kernel` (``k`` ≤ :data:`~.gain_knn_triton.SELECT_MAX_K`): one program owns
+* :func:`_gain_knn_rows_kernel` (``k`` ≤ :data:`SELECT_MAX_K`): one program owns
   ``BLOCK_M`` query rows and folds every tile of base rows into a running top-k held in registers, as
   :mod:`.gain_knn_triton`'s kernel does, with each row's ``floor`` raising its threshold from the start
   (a tile below every row's floor is skipped after its ``hi·hi`` pass), the base rows' ids from
@@ -29,29 +29,39 @@ from .csr import CSR
 from .errors import InputError
 from .gain_knn import finalise_csr, select_topk
 from .gain_knn_rows import check_rows_inputs
-from .gain_knn_triton import (CONFIGS, DENSE_CONFIG, DENSE_ENTRIES, INTERPRET_CONFIG, SELECT_MAX_K, TUNE_ROWS,
-                              configs_for, correction, gain, similarity_floor, similarity_part, similarity_tile,
-                              split_fp16)
+from .gain_knn_triton import (CONFIGS, DENSE_CONFIG, DENSE_ENTRIES, INTERPRET_CONFIG, TUNE_ROWS, configs_for,
+                              correction, gain, similarity_floor, similarity_part, similarity_tile, split_fp16)
+
+#: the largest k the register top-k takes here; larger k runs :func:`_gain_rows_weights_kernel`
+SELECT_MAX_K = 32
+#: the tiles (rows, columns, reduction step, warps) of ``gain_knn``'s configurations this kernel is tuned over:
+#: those whose build holds a top-k of 32 within 128 registers without spilling under Triton 3.6 and 3.9, on
+#: sm_80 and sm_90 (its per-row excluded column takes the registers the others lack)
+TILES = ((128, 64, 32, 16), (128, 64, 16, 16))
+#: the autotuned configurations
+ROWS_CONFIGS = [c for c in CONFIGS
+                if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_D"], c.num_warps) in TILES]
 
 
 @triton.jit
-def _gain_knn_rows_kernel(QH, QL, QUN, QNORM, EXCL, FLOOR, XH, XL, XUN, PEN, OUT_V, OUT_C, M, N, D, stride_q, stride_x,
-                          sim_min, sim_max, norm_max, pen_max, K: tl.constexpr, KP: tl.constexpr,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                          EVEN_D: tl.constexpr):
+def _gain_knn_rows_kernel(QH, QL, ROW, XH, XL, XUN, PEN, OUT_V, OUT_C, M, N, D, stride_x, sim_min, sim_max, norm_max,
+                          pen_max, K: tl.constexpr, KP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr):
+    """``ROW [M, 4]`` float32: per query row its unscale, norm, floor and excluded base-row position (int32
+    bits, -1: none); Q and X rows have the same stride ``stride_x``."""
     pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     rmask = rows < M
-    first = stride_q.to(tl.int64) * (pid * BLOCK_M)
+    first = stride_x.to(tl.int64) * (pid * BLOCK_M)
     AH, AL = QH + first, QL + first
-    a_off = tl.arange(0, BLOCK_M) * stride_q
-    norm_r = tl.load(QNORM + rows, mask=rmask, other=0.0)
-    un_r = tl.load(QUN + rows, mask=rmask, other=1.0)
-    excl = tl.load(EXCL + rows, mask=rmask, other=-1)  # the base row (position) a row may not link to
+    a_off = tl.arange(0, BLOCK_M) * stride_x
+    norm_r = tl.load(ROW + rows * 4 + 1, mask=rmask, other=0.0)
+    un_r = tl.load(ROW + rows * 4, mask=rmask, other=1.0)
+    excl = tl.load(ROW + rows * 4 + 3, mask=rmask, other=0.0).to(tl.int32, bitcast=True)
     slots = tl.arange(0, KP)
     # running top-k: empty slots hold the row's floor (an edge must beat it) with distinct negative
     # columns; padding slots (>= K) +inf
-    low = tl.load(FLOOR + rows, mask=rmask, other=0.0)
+    low = tl.load(ROW + rows * 4 + 2, mask=rmask, other=0.0)
     best_v = tl.where(slots[None, :] < K, low[:, None], float("inf")) + tl.zeros([BLOCK_M, KP], tl.float32)
     best_c = (-1 - slots[None, :]) + tl.zeros([BLOCK_M, KP], tl.int32)
     thr = tl.min(best_v, axis=1)  # each row's k-th weight (its floor until k edges are held)
@@ -96,7 +106,7 @@ def _even_d(args: dict) -> bool:
     return args["D"] % args["BLOCK_D"] == 0
 
 
-_gain_knn_rows_tuned = triton.autotune(configs=CONFIGS, key=["D", "K"], prune_configs_by={
+_gain_knn_rows_tuned = triton.autotune(configs=ROWS_CONFIGS, key=["D", "K"], prune_configs_by={
     "early_config_prune": lambda configs, named_args, **kw: configs_for(kw.get("K", named_args.get("K")), configs)})(
     triton.heuristics({"EVEN_D": _even_d})(_gain_knn_rows_kernel))
 
@@ -169,10 +179,11 @@ def _direction(Qd: torch.Tensor, Xd: torch.Tensor, labels: torch.Tensor, pen: to
         out_v = torch.empty((m, k), dtype=torch.float32, device=dev)
         out_c = torch.empty((m, k), dtype=torch.int32, device=dev)
         kp = max(triton.next_power_of_2(k), 2)
-        args = (qh, ql, qun, torch.linalg.vector_norm(Qd, dim=1).contiguous(), excl, low, xh, xl, xun, pen,
-                out_v, out_c)
+        row = torch.stack([qun, torch.linalg.vector_norm(Qd, dim=1), low, excl.view(torch.float32)], 1).contiguous()
+        args = (qh, ql, row, xh, xl, xun, pen, out_v, out_c)
         norm_max = float(torch.linalg.vector_norm(Xd, dim=1).max())
-        scalars = (n, d, qh.stride(0), xh.stride(0), sim_min, sim_max, norm_max, float(pen.max()))
+        assert qh.stride(0) == xh.stride(0) == d  # contiguous [*, d] rows
+        scalars = (n, d, xh.stride(0), sim_min, sim_max, norm_max, float(pen.max()))
         if interpret:
             grid = (triton.cdiv(m, INTERPRET_CONFIG["BLOCK_M"]),)
             _gain_knn_rows_kernel[grid](*args, m, *scalars, K=k, KP=kp,
@@ -216,17 +227,15 @@ def gain_knn_rows_triton(Q, X, k: int = 32, sim_min: float = 0.3, sim_max: float
 def launch_builds(shapes: dict) -> list[dict]:
     """The builds :func:`gain_knn_rows_triton` launches (ahead-of-time compile check): every autotuned
     configuration at G3RAG's k and at ``SELECT_MAX_K``, and the dense path of the exact graph's adds."""
-    sig = {"QH": "*fp16", "QL": "*fp16", "QUN": "*fp32", "QNORM": "*fp32", "EXCL": "*i32", "FLOOR": "*fp32",
-           "XH": "*fp16", "XL": "*fp16", "XUN": "*fp32", "PEN": "*fp32", "OUT_V": "*fp32",
-           "OUT_C": "*i32", "M": "i32", "N": "i32", "D": "i32", "stride_q": "i32", "stride_x": "i32",
+    sig = {"QH": "*fp16", "QL": "*fp16", "ROW": "*fp32", "XH": "*fp16", "XL": "*fp16", "XUN": "*fp32", "PEN": "*fp32",
+           "OUT_V": "*fp32", "OUT_C": "*i32", "M": "i32", "N": "i32", "D": "i32", "stride_x": "i32",
            "sim_min": "fp32", "sim_max": "fp32", "norm_max": "fp32", "pen_max": "fp32", "K": "constexpr",
            "KP": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_D": "constexpr",
            "EVEN_D": "constexpr"}
-    aligned = ("QH", "QL", "QUN", "QNORM", "EXCL", "FLOOR", "XH", "XL", "XUN", "PEN", "OUT_V", "OUT_C", "D",
-               "stride_q", "stride_x")
+    aligned = ("QH", "QL", "ROW", "XH", "XL", "XUN", "PEN", "OUT_V", "OUT_C", "D", "stride_x")
     out = []
     for k in sorted({shapes["k"], SELECT_MAX_K}):
-        for c in configs_for(k):
+        for c in configs_for(k, ROWS_CONFIGS):
             m, n_ = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]
             out.append({"kernel": "gain_knn_rows", "config": f"k{k}-m{m}n{n_}d{c.kwargs['BLOCK_D']}w{c.num_warps}",
                         "fn": "gain_knn_rows_triton:_gain_knn_rows_kernel", "signature": sig,

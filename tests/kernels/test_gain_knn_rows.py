@@ -117,7 +117,7 @@ def test_rows_of_a_corpus_among_itself_are_its_gain_knn_graph():
 
 def test_triton_dense_path_matches_cpu():
     """k above the register top-k's limit takes the dense weights kernel."""
-    from hopgraph.kernels.gain_knn_triton import SELECT_MAX_K
+    from hopgraph.kernels.gain_knn_rows_triton import SELECT_MAX_K
 
     X = clustered_embeddings(SELECT_MAX_K + 10, 16, 3, seed=2)
     floor = np.full(20, 0.1, np.float32)
