@@ -17,19 +17,17 @@ each pipeline against the baseline (:func:`hopgraph.engine.evaluation.paired_tes
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from .cache_dir import default_cache_dir
 from .engine.errors import HopgraphError, InputError
 
 log = logging.getLogger(__name__)
 
-#: environment variable naming hopgraph's cache directory (overridden by ``--cache-dir``)
-CACHE_DIR_ENV = "HOPGRAPH_CACHE_DIR"
 #: the version of the ``--json`` schema (:func:`json_report`); a key is never renamed or removed
 #: within one version
 SCHEMA_VERSION = 2
@@ -41,23 +39,6 @@ DEFAULT_DEPTH = 100
 CURVE_KS = (1, 2, 3, 5, 10, 20, 30, 50, 100, 200, 500, 1000)
 
 
-def platform_cache_dir() -> Path:
-    """The per-user cache directory of hopgraph on this platform (``platformdirs.user_cache_dir``:
-    ``$XDG_CACHE_HOME/hopgraph`` or ``~/.cache/hopgraph`` on Linux, ``~/Library/Caches/hopgraph``
-    on macOS, ``%LOCALAPPDATA%\\hopgraph\\Cache`` on Windows)."""
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("hopgraph", appauthor=False))
-
-
-def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """Where ``hopgraph eval`` caches built indexes: ``$HOPGRAPH_CACHE_DIR`` when set, else
-    :func:`platform_cache_dir`."""
-    environ = os.environ if environ is None else environ
-    override = environ.get(CACHE_DIR_ENV, "")
-    return Path(override).expanduser() if override else platform_cache_dir()
-
-
 class Benchmark:
     """A corpus file and the judged queries to run on it (``format``: ``hopgraph``, ``beir`` or ``trec``)."""
 
@@ -66,18 +47,20 @@ class Benchmark:
 
 
 def load_benchmark(data_dir: str | Path, split: str = "test", qrels: str | Path | None = None,
-                   topics: str | Path | None = None, corpus: str | Path | None = None) -> Benchmark:
+                   topics: str | Path | None = None, corpus: str | Path | None = None,
+                   corpus_needed: bool = True) -> Benchmark:
     """The benchmark at ``data_dir``: with ``qrels`` and ``topics``, TREC files over ``corpus``
     (default ``data_dir/corpus.jsonl``); else ``questions.jsonl`` (hopgraph) or ``queries.jsonl``
     and ``qrels/SPLIT.tsv`` (BEIR) beside ``data_dir/corpus.jsonl``. InputError naming what is
-    missing. Queries without a relevant document are dropped."""
+    missing (the corpus only when ``corpus_needed``: a built index brings its own). Queries without
+    a relevant document are dropped."""
     from .engine import evaluation
 
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         raise InputError(f"benchmark folder {data_dir} does not exist")
     corpus_path = Path(corpus) if corpus is not None else data_dir / "corpus.jsonl"
-    if not corpus_path.exists():
+    if corpus_needed and not corpus_path.exists():
         raise InputError(f"{data_dir} must hold corpus.jsonl (or give --corpus)")
     if (qrels is None) != (topics is None):
         raise InputError("--qrels and --topics go together (TREC judgements and the queries they judge)")
@@ -148,7 +131,8 @@ def evaluate(data_dir: str | Path, pipelines: Sequence[str], ks: Sequence[int], 
              ablations: bool = False, params: Mapping[str, Mapping[str, Any]] | None = None, *,
              split: str = "test", qrels: str | Path | None = None, topics: str | Path | None = None,
              corpus: str | Path | None = None, depth: int | None = None, run_dir: str | Path | None = None,
-             baseline: str | None = None, strict: bool = False) -> dict[str, Any]:
+             baseline: str | None = None, strict: bool = False, index_dir: str | Path | None = None
+             ) -> dict[str, Any]:
     """Run every pipeline on every judged query of the benchmark (:func:`load_benchmark`); returns
     the report (:func:`json_report` selects its ``--json`` form).
 
@@ -157,14 +141,19 @@ def evaluate(data_dir: str | Path, pipelines: Sequence[str], ks: Sequence[int], 
     ``depth`` is larger, once more ``depth`` deep (default: :data:`DEFAULT_DEPTH`), which gives
     nDCG@10, MRR@10, MAP@100, the Recall@k curve (``recall_curve``) and the run files: a pipeline's
     top k is not always the head of its top ``depth`` (a graph pipeline's candidates grow with k).
-    ``run_dir``: a TREC run file ``LABEL.run`` per pipeline (the deep search) is written there.
+    ``run_dir``: the TREC run files of every search are written there — ``LABEL.run`` (the deep
+    search) and, when it is a separate search, ``LABEL.topK.run`` (the search for the largest k) —
+    each measure computed from exactly the run file it comes from (see
+    :func:`~hopgraph.engine.evaluation.write_trec_run`).
     ``baseline`` (default: the first pipeline): every other row is compared with it on
     :data:`SIGNIFICANCE_MEASURE` by :func:`~hopgraph.engine.evaluation.paired_test`.
     ``queries_per_second`` counts the pipeline's batched search over all queries, given their
     embeddings (query embedding is shared by all pipelines and reported once as
     ``query_embedding_seconds``). With ``ablations``, every named ablation of each pipeline (its
     class's ``ablations``) is an extra row labelled ``pipeline[ablation]``. ``cache_dir`` None:
-    :func:`default_cache_dir`.
+    :func:`default_cache_dir`. ``index_dir``: evaluate that built index (its corpus, embedder and
+    fitted pipelines; nothing is built, fitted or cached) instead of the cached index of the
+    benchmark's corpus.
 
     Judged documents the corpus does not hold are counted (the report's ``judged_documents``) and
     warned about (:class:`~hopgraph.engine.evaluation.UnjudgeableWarning`: their count, their share
@@ -177,16 +166,14 @@ def evaluate(data_dir: str | Path, pipelines: Sequence[str], ks: Sequence[int], 
     depth = max([DEFAULT_DEPTH, *ks]) if depth is None else depth
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < max(ks):
         raise InputError(f"depth must be an integer at least the largest k ({max(ks)}), got {depth!r}")
-    bench = load_benchmark(data_dir, split, qrels, topics, corpus)
-    cache_dir = default_cache_dir() if cache_dir is None else Path(cache_dir)
-    index, path = cached_index(Path(data_dir), embedder, cache_dir, device, pipelines, progress, params,
-                               bench.corpus_path)
-    eval_set = bench.eval_set
-    coverage = check_coverage(eval_set, index.corpus, strict or bench.format == "hopgraph")
-    qids, texts = list(eval_set.queries), list(eval_set.queries.values())
-    t0 = time.perf_counter()
-    Q = index.embed_queries(texts)
-    embed_seconds = time.perf_counter() - t0
+    bench = load_benchmark(data_dir, split, qrels, topics, corpus, corpus_needed=index_dir is None)
+    if index_dir is not None:
+        index, path = evaluated_index(index_dir, pipelines, device, progress), Path(index_dir)
+    else:
+        cache_dir = default_cache_dir() if cache_dir is None else Path(cache_dir)
+        index, path = cached_index(Path(data_dir), embedder, cache_dir, device, pipelines, progress, params,
+                                   bench.corpus_path)
+    coverage = check_coverage(bench.eval_set, index.corpus, strict or bench.format == "hopgraph")
     runs = _runs(pipelines, ablations)
     labels = [label for label, _, _ in runs]
     baseline = labels[0] if baseline is None else baseline
@@ -194,58 +181,114 @@ def evaluate(data_dir: str | Path, pipelines: Sequence[str], ks: Sequence[int], 
         raise InputError(f"baseline {baseline!r} is not an evaluated pipeline ({', '.join(labels)})")
     if run_dir is not None:
         Path(run_dir).mkdir(parents=True, exist_ok=True)
-    curve = [f"recall@{k}" for k in sorted({k for k in CURVE_KS if k <= depth} | set(ks))]
-    results: dict[str, Any] = {}
-    per_query: dict[str, dict[str, dict[str, float]]] = {}
-    recall_curve: dict[str, dict[str, tuple[float, float]]] = {}
-    run_files: dict[str, str] = {}
-    table_k = max(ks)
-    cut = [m for m in measures if m.split("@")[0] in ("recall", "p")]  # from the table search
-    deep = [m for m in measures if m not in cut]                        # from the deep search
-    for label, name, overrides in runs:
-        t0 = time.perf_counter()
-        rows, scores = index.search_arrays(texts, pipeline=name, k=table_k, query_embeddings=Q, **overrides)
-        seconds = time.perf_counter() - t0
-        scored = evaluation.evaluate_run(eval_set.qrels, evaluation.rows_run(qids, rows, scores, index.corpus.ids), cut)
-        if depth > table_k:
-            rows, scores = index.search_arrays(texts, pipeline=name, k=depth, query_embeddings=Q, **overrides)
-        run = evaluation.rows_run(qids, rows, scores, index.corpus.ids)
-        deep_scored = evaluation.evaluate_run(eval_set.qrels, run, [*deep, *curve])
-        per_query[label] = {q: {m: (scored if m in cut else deep_scored)[q][m] for m in measures} for q in qids}
-        entry: dict[str, Any] = {}
-        for m in measures:
-            entry[m], entry[f"{m}_stderr"] = evaluation.mean_and_stderr([per_query[label][q][m] for q in qids])
-        recall_curve[label] = {m.split("@")[1]: evaluation.mean_and_stderr([deep_scored[q][m] for q in qids])
-                               for m in curve}
-        entry["index_seconds"] = index.embed_seconds + index.fit_seconds.get(name, 0.0)
-        entry["queries_per_second"] = len(texts) / max(seconds, 1e-9)
-        if overrides:
-            entry["overrides"] = dict(overrides)
-        results[label] = entry
-        if run_dir is not None:
-            run_files[label] = str(Path(run_dir) / f"{_file_label(label)}.run")
-            evaluation.write_trec_run(run_files[label], run, _file_label(label))
-    base = [per_query[baseline][q][SIGNIFICANCE_MEASURE] for q in qids]
-    tests = {label: evaluation.paired_test(base, [per_query[label][q][SIGNIFICANCE_MEASURE] for q in qids])
+    rows = RowEvaluation(index, bench.eval_set, measures, max(ks), depth, run_dir)
+    results = {label: rows.evaluate(label, name, overrides) for label, name, overrides in runs}
+    base = [rows.per_query[baseline][q][SIGNIFICANCE_MEASURE] for q in rows.qids]
+    tests = {label: evaluation.paired_test(base, [rows.per_query[label][q][SIGNIFICANCE_MEASURE] for q in rows.qids])
              for label in labels if label != baseline}
     return {
         "dataset": bench.name,
         "format": bench.format,
         "split": bench.split,
         "n_passages": len(index.corpus),
-        "n_questions": len(qids),
+        "n_questions": len(rows.qids),
         "judged_documents": coverage.to_dict(),
         "embedder": index.embedder_name,
         "depth": depth,
         "measures": measures,
-        "query_embedding_seconds": embed_seconds,
+        "query_embedding_seconds": rows.embed_seconds,
         "index_path": str(path),
         "results": results,
-        "per_query": per_query,
-        "recall_curve": recall_curve,
+        "per_query": rows.per_query,
+        "recall_curve": rows.recall_curve,
         "significance": {"measure": SIGNIFICANCE_MEASURE, "baseline": baseline, "tests": tests},
-        "run_files": run_files,
+        "run_files": rows.run_files,
+        "table_run_files": rows.table_run_files,
     }
+
+
+def evaluated_index(index_dir: str | Path, pipelines: Sequence[str], device: str, progress: bool) -> Any:
+    """The built index at ``index_dir`` (its own embedder), holding every pipeline of ``pipelines``
+    (InputError naming the missing ones and those it holds: an evaluated index is not refitted)."""
+    from .index import Index
+
+    index = Index.load(index_dir, device=device, progress=progress)
+    missing = [p for p in pipelines if p not in index.pipelines]
+    if missing:
+        raise InputError(f"index {index_dir} holds no fitted {', '.join(missing)} (it holds: "
+                         f"{', '.join(index.pipelines) or 'none'}); fit them with `hopgraph index` or evaluate others")
+    return index
+
+
+class RowEvaluation:
+    """The rows of one report (:func:`evaluate`): the queries embedded once, then per row the table
+    search (``table_k`` deep: Recall@k, P@k, queries/s) and, when ``depth`` is larger, the deep search
+    (the other measures and the Recall@k curve), each scored from exactly the run that is written to
+    ``run_dir``."""
+
+    def __init__(self, index: Any, eval_set: Any, measures: Sequence[str], table_k: int, depth: int,
+                 run_dir: str | Path | None) -> None:
+        self.index, self.eval_set, self.measures = index, eval_set, list(measures)
+        self.table_k, self.depth, self.run_dir = table_k, depth, run_dir
+        self.qids, self.texts = list(eval_set.queries), list(eval_set.queries.values())
+        t0 = time.perf_counter()
+        self.Q = index.embed_queries(self.texts)
+        self.embed_seconds = time.perf_counter() - t0
+        self.cut = [m for m in measures if m.split("@")[0] in ("recall", "p")]  # from the table search
+        self.deep = [m for m in measures if m not in self.cut]                  # from the deep search
+        self.curve = [f"recall@{k}" for k in sorted({k for k in CURVE_KS if k <= depth} | {
+            int(m.split("@")[1]) for m in self.cut if m.startswith("recall@")})]
+        self.per_query: dict[str, dict[str, dict[str, float]]] = {}
+        self.recall_curve: dict[str, dict[str, tuple[float, float]]] = {}
+        self.run_files: dict[str, str] = {}
+        self.table_run_files: dict[str, str] = {}
+
+    def search(self, name: str, k: int, overrides: Mapping[str, Any]) -> tuple[dict, float]:
+        """``(run, seconds)`` of pipeline ``name``'s batched search ``k`` deep over every query."""
+        from .engine import evaluation
+
+        t0 = time.perf_counter()
+        rows, scores = self.index.search_arrays(self.texts, pipeline=name, k=k, query_embeddings=self.Q, **overrides)
+        seconds = time.perf_counter() - t0
+        return evaluation.rows_run(self.qids, rows, scores, self.index.corpus.ids), seconds
+
+    def write(self, label: str, run: Mapping, table: bool) -> None:
+        """Write ``run`` as ``LABEL.run`` (``table``: ``LABEL.topK.run``) when there is a run folder."""
+        from .engine import evaluation
+
+        if self.run_dir is None:
+            return
+        tag = _file_label(label)
+        path = str(Path(self.run_dir) / (f"{tag}.top{self.table_k}.run" if table else f"{tag}.run"))
+        evaluation.write_trec_run(path, run, tag)
+        (self.table_run_files if table else self.run_files)[label] = path
+
+    def evaluate(self, label: str, name: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
+        """The report row ``label`` (pipeline ``name`` with ``overrides``): every measure's mean and
+        standard error, index seconds, queries/s; its per-query scores and Recall@k curve are kept."""
+        from .engine import evaluation
+
+        qrels = self.eval_set.qrels
+        table_run, seconds = self.search(name, self.table_k, overrides)
+        scored = evaluation.evaluate_run(qrels, table_run, self.cut)
+        run = table_run
+        if self.depth > self.table_k:
+            self.write(label, table_run, table=True)
+            run, _ = self.search(name, self.depth, overrides)
+        self.write(label, run, table=False)
+        deep_scored = evaluation.evaluate_run(qrels, run, [*self.deep, *self.curve])
+        self.per_query[label] = {q: {m: (scored if m in self.cut else deep_scored)[q][m] for m in self.measures}
+                                 for q in self.qids}
+        entry: dict[str, Any] = {}
+        for m in self.measures:
+            entry[m], entry[f"{m}_stderr"] = evaluation.mean_and_stderr([self.per_query[label][q][m] for q in self.qids])
+        self.recall_curve[label] = {m.split("@")[1]: evaluation.mean_and_stderr([deep_scored[q][m] for q in self.qids])
+                                    for m in self.curve}
+        entry["index_seconds"] = self.index.embed_seconds + self.index.fit_seconds.get(name, 0.0)
+        entry["queries_per_second"] = len(self.texts) / max(seconds, 1e-9)
+        if overrides:
+            entry["overrides"] = dict(overrides)
+        return entry
 
 
 def check_coverage(eval_set: Any, corpus: Any, strict: bool) -> Any:
@@ -323,7 +366,9 @@ def json_report(report: dict[str, Any]) -> dict[str, Any]:
     of Recall@k of the deep search at :data:`CURVE_KS` up to the depth and every reported k;
     ``significance`` — ``measure``, ``baseline`` and per other
     row ``mean_difference``, ``t_pvalue``, ``randomization_pvalue``; ``run_files`` — per row, the
-    TREC run file written (empty without ``--run-dir``)."""
+    TREC run file of the deep search (empty without ``--run-dir``); ``table_run_files`` — per row, the
+    run file of the search for the largest k, where that is a separate search (R@k and P@k come from
+    it)."""
     keep = [key for m in report["measures"] for key in (m, f"{m}_stderr")] + ["index_seconds", "queries_per_second"]
     return {
         "schema_version": SCHEMA_VERSION,
@@ -334,6 +379,7 @@ def json_report(report: dict[str, Any]) -> dict[str, Any]:
         "recall_curve": {p: {k: list(v) for k, v in c.items()} for p, c in report["recall_curve"].items()},
         "significance": report["significance"],
         "run_files": report["run_files"],
+        "table_run_files": report["table_run_files"],
     }
 
 

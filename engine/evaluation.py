@@ -32,6 +32,7 @@ import numpy as np
 from .components.corpus import Corpus
 from .components.records import decode_lines, input_path, iter_jsonl, read_text
 from .errors import InputError
+from .ranking import is_k
 
 #: ``{query id: {document id: relevance}}``
 Qrels = Mapping[str, Mapping[str, int]]
@@ -74,6 +75,7 @@ class Coverage:
                 "they can never be retrieved and lower the scores")
 
     def to_dict(self) -> dict[str, float]:
+        """The report's ``judged_documents`` entry: judged count, missing count and missing share."""
         return {"judged": self.judged, "missing": len(self.missing), "missing_share": self.share}
 
 
@@ -86,6 +88,9 @@ def judged_coverage(qrels: Qrels, holds: Callable[[str], bool]) -> Coverage:
 
 @dataclass(frozen=True)
 class Question:
+    """A question of hopgraph's ``questions.jsonl``: its id, text, the ids of its gold passages,
+    and optionally its answer and type (e.g. ``bridge`` / ``comparison``)."""
+
     id: str
     text: str
     gold_ids: tuple[str, ...]
@@ -198,6 +203,14 @@ def load_trec_topics(path: str | Path) -> dict[str, str]:
     return topics
 
 
+def load_topics(path: str | Path) -> dict[str, str]:
+    """Queries to search, ``{query id: text}`` in file order: JSON lines (a ``.jsonl`` file: BEIR's
+    ``queries.jsonl``, ``_id`` or ``id`` and ``text``) or TREC topics (:func:`load_trec_topics`)."""
+    if str(path).endswith(".jsonl"):
+        return _read_beir_queries(Path(path))
+    return load_trec_topics(path)
+
+
 def trec_eval_set(qrels_path: str | Path, topics_path: str | Path) -> EvalSet:
     """The topics of ``topics_path`` judged in ``qrels_path`` (topics without judgements dropped;
     InputError for judged topics the topics file lacks)."""
@@ -220,7 +233,7 @@ def parse_measure(name: str) -> tuple[str, int]:
 
 def report_measures(ks: Sequence[int]) -> list[str]:
     """The measures ``hopgraph eval`` reports: :data:`HEADLINE`, then Recall@k and P@k for each k."""
-    if not ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in ks):
+    if not ks or not all(map(is_k, ks)):
         raise InputError(f"k values must be positive integers, got {list(ks)}")
     return [*HEADLINE, *(f"recall@{k}" for k in ks), *(f"p@{k}" for k in ks)]
 
@@ -316,17 +329,43 @@ def paired_test(a: Sequence[float], b: Sequence[float], resamples: int = 10_000,
             "randomization_pvalue": float(perm.pvalue)}
 
 
+#: the least gap between consecutive scores of a written run, relative to the score (float32 keeps it:
+#: 2⁻²⁰ is 8 of its ulps) and absolute near 0
+SCORE_GAP, SCORE_GAP_MIN = 2.0 ** -20, 1e-9
+
+
+def strictly_decreasing(scores: Sequence[float]) -> list[float]:
+    """``scores`` of a ranking (best first) made strictly decreasing: each score that is not at least
+    :data:`SCORE_GAP` (relative; :data:`SCORE_GAP_MIN` absolute near 0) below the one before it — a
+    tie, an inversion, NaN — is set that far below it (scores are first clamped to ±1e30, NaN to the
+    top: it takes the place the ranking gave it).
+    trec_eval sorts a query's documents by score (ties by document id) and some readers hold scores
+    in float32, so a run file holding these scores keeps the ranking's own order, ties broken as it
+    broke them, whoever reads it."""
+    out: list[float] = []
+    for s in scores:
+        s = 1e30 if np.isnan(s) else min(max(float(s), -1e30), 1e30)
+        if out:
+            gap = max(abs(out[-1]) * SCORE_GAP, SCORE_GAP_MIN)
+            s = min(s, out[-1] - gap)
+        out.append(s)
+    return out
+
+
 def write_trec_run(path: str | Path, run: Run, tag: str) -> None:
     """Write ``run`` as a TREC run file: ``QID Q0 DOCID RANK SCORE TAG`` per line, ranks from 1 in the
-    run's order (the order is the ranking; scores are the pipeline's own and may tie)."""
+    run's order, scores the pipeline's own made strictly decreasing (:func:`strictly_decreasing`) and
+    written in full (17 significant digits), so trec_eval ranks the documents exactly as the run does
+    and computes the measures :func:`evaluate_run` reports for it."""
     if not tag or any(c.isspace() for c in tag):
         raise InputError(f"a run tag must be one non-empty word, got {tag!r}")
     with open(path, "w", encoding="utf-8") as f:
         for q, docs in run.items():
-            for rank, (d, s) in enumerate(docs, start=1):
+            scores = strictly_decreasing([s for _, s in docs])
+            for rank, ((d, _), s) in enumerate(zip(docs, scores), start=1):
                 if any(c.isspace() for c in q + d):
                     raise InputError(f"TREC run files cannot hold ids with spaces: query {q!r}, document {d!r}")
-                f.write(f"{q} Q0 {d} {rank} {s:.6f} {tag}\n")
+                f.write(f"{q} Q0 {d} {rank} {s:.17g} {tag}\n")
 
 
 # ---------------------------------------------------------------------------------------------- readers

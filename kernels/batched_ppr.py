@@ -59,8 +59,9 @@ import scipy.sparse as sp
 import torch
 
 from .checks import Array, check_positive_int, check_values, first_where
-from .csr import CSR, validate_csr
+from .csr import CSR, index_dtype, validate_csr
 from .errors import InputError
+from .ppr_segmented import segmented_ppr
 from .ppr_stop import StopRule, column_tolerances
 from .dispatch import register
 from .tensors import as_numpy, as_tensor
@@ -86,10 +87,6 @@ COMPACT_SHARE = 0.25
 #: a localised walk takes the segmented strategy (one block per query, see :func:`segmented_ppr`) when
 #: its region entries Σ_b |R_b| are at most this share of the union block U·B
 SEGMENT_SHARE = 1 / 8
-#: stopped segments stay in the block-diagonal matrix until they hold this share of the iterate's entries
-SEGMENT_COMPACT_SHARE = 0.5
-#: region-matrix entries expanded at once while building the block-diagonal matrix (see :func:`block_diagonal`)
-EXPAND_ENTRIES = 1 << 16
 #: columns of one group of the CPU block path (see :func:`column_groups`): 8 float32 values are one
 #: 32-byte row of the group's iterate block
 GROUP_COLUMNS = 8
@@ -116,11 +113,13 @@ class Prepared(NamedTuple):
     tols: torch.Tensor
 
 
-def as_csr_arrays(P) -> tuple[Array, Array, Array, int]:
+def as_csr_arrays(P, device: torch.device | None = None) -> tuple[Array, Array, Array, int]:
     """(indptr, indices, data, n) of a square CSR given as the kernels' :class:`~.csr.CSR`, a scipy
     matrix or an ``(indptr, indices, data)`` triple; validated (offsets start at 0, never
     decrease and end at nnz; column ids in ``[0, n)``; weights finite and non-negative). A triple
-    of torch tensors on one device stays there (checked there); anything else is NumPy."""
+    of torch tensors on one device stays there (checked there); anything else is NumPy, or, with
+    ``device``, copied to that device once and checked there (the Triton path: no pass over the
+    arrays on the host)."""
     if isinstance(P, CSR):
         if P.n_rows != P.n_cols:
             raise InputError(f"{OP}: P must be square, got shape ({P.n_rows}, {P.n_cols})")
@@ -138,6 +137,9 @@ def as_csr_arrays(P) -> tuple[Array, Array, Array, int]:
     if indptr.ndim != 1 or len(indptr) < 1:
         raise InputError(f"{OP}: P: indptr must be 1-D of length N + 1, got shape {tuple(indptr.shape)}")
     n = len(indptr) - 1
+    if device is not None and not isinstance(indptr, torch.Tensor):
+        indptr, indices, data = (as_tensor(a, device=device, name=f"{OP}: P {what}")
+                                 for a, what in ((indptr, "indptr"), (indices, "indices"), (data, "data")))
     indptr, indices, data = validate_csr(indptr, indices, data, n, f"{OP}: P")
     return indptr, indices, data, n
 
@@ -161,14 +163,16 @@ def check_stochastic(sums: Array) -> Array:
     return dangling
 
 
-def prepare(P, priors, d: float, tol: float | None, max_iter: int, region=None) -> Prepared:
+def prepare(P, priors, d: float, tol: float | None, max_iter: int, region=None,
+            device: torch.device | None = None) -> Prepared:
     """Validated inputs of both paths, checked once here so the Triton kernel never launches on
     bad input: P (see :func:`as_csr_arrays`, column-stochastic), ``d`` in (0, 1), ``tol > 0`` (or None)
     finite, ``max_iter >= 1``, priors a finite non-negative float32/float64 tensor [B, N],
     region a bool tensor of the priors' shape or None. :class:`InputError` names the argument.
     ``tols``: each column's tolerance (:func:`.ppr_stop.column_tolerances`: float64 on the priors'
-    device; a ``tol`` below the priors' float resolution warns)."""
-    indptr, indices, data, n = as_csr_arrays(P)
+    device; a ``tol`` below the priors' float resolution warns). ``device``: where P's arrays are
+    checked and returned when they are not tensors already (see :func:`as_csr_arrays`)."""
+    indptr, indices, data, n = as_csr_arrays(P, device)
     dangling = check_stochastic(column_sums(indices, data, n))
     if not _real_in(d, 0.0, 1.0):
         raise InputError(f"{OP}: damping d must lie in (0, 1), got {d!r}")
@@ -479,153 +483,6 @@ def segments_fit(entries: int, union: int, B: int) -> bool:
     """The localised walk takes the segmented strategy (:func:`segmented_ppr`) when its region
     entries Σ_b |R_b| are at most :data:`SEGMENT_SHARE` of the union block's ``U·B`` (SPEC §2 step 6)."""
     return entries <= SEGMENT_SHARE * union * B
-
-
-def region_entries(region: np.ndarray, rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(query, node, offsets)`` of the entries of ``region`` (bool [B, N]) restricted to the union
-    ``rows`` (all rows when None): int64 arrays [T] ordered by query, then node (a union row),
-    and the [B + 1] offsets of each query's segment in them (SPEC §2 step 6, localised)."""
-    query, node = np.nonzero(region if rows is None else region[:, rows])
-    offsets = np.zeros(region.shape[0] + 1, np.int64)
-    np.cumsum(np.bincount(query, minlength=region.shape[0]), out=offsets[1:])
-    return query, node, offsets
-
-
-def expand_chunks(counts: np.ndarray, budget: int) -> list[tuple[int, int]]:
-    """Consecutive ``[lo, hi)`` ranges of ``counts``' positions, each summing to at most
-    ``budget`` (or one position holding more): bounds the memory of :func:`block_diagonal`."""
-    ends = np.cumsum(counts)
-    chunks, lo = [], 0
-    while lo < len(counts):
-        start = ends[lo - 1] if lo else 0
-        hi = max(lo + 1, int(np.searchsorted(ends, start + budget, side="right")))
-        chunks.append((lo, hi))
-        lo = hi
-    return chunks
-
-
-def block_hits(A: sp.csr_matrix, keys: np.ndarray, query: np.ndarray, node: np.ndarray, lo: int, hi: int
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(row, col, value)`` of the block-diagonal matrix's entries in its rows ``[lo, hi)``:
-    row g = (b, i) of A expanded, each column j looked up as key ``b·U + j`` in the sorted
-    ``keys`` of the region entries, the hits kept (rows ascending; columns in A's order)."""
-    start = A.indptr[node[lo:hi]]
-    count = A.indptr[node[lo:hi] + 1] - start
-    row = np.repeat(np.arange(lo, hi, dtype=np.int64), count)
-    first = np.cumsum(count) - count  # position of each row's first entry in the expansion
-    pos = np.repeat(start - first, count) + np.arange(len(row), dtype=np.int64)
-    key = query[row] * np.int64(A.shape[0]) + A.indices[pos]
-    col = np.searchsorted(keys, key)
-    hit = keys[np.minimum(col, len(keys) - 1)] == key
-    return row[hit], col[hit], A.data[pos[hit]]
-
-
-def block_diagonal(A: sp.csr_matrix, query: np.ndarray, node: np.ndarray) -> sp.csr_matrix:
-    """The block-diagonal CSR [T, T] whose block b is ``A[R_b][:, R_b]`` (SPEC §2 step 6, localised):
-    row and column g = (query[g], node[g]) of the region entries (ordered by query, then node).
-    Built without a loop over the queries (see :func:`block_hits`), in chunks of at most
-    :data:`EXPAND_ENTRIES` expanded entries written into the CSR's arrays as they come: the
-    temporaries stay small (fresh ones of 10⁶ entries and more cost as much in page faults
-    as in work), and of the arrays sized for every expanded entry only the pages of hits
-    are ever touched."""
-    T = len(query)
-    keys = query * np.int64(A.shape[0]) + node
-    counts = np.diff(A.indptr)[node]
-    total = int(counts.sum())
-    indices, data = np.empty(total, index_dtype(total, T)), np.empty(total, A.dtype)
-    indptr = np.zeros(T + 1, np.int64)
-    filled = 0
-    for lo, hi in expand_chunks(counts, EXPAND_ENTRIES):
-        row, col, val = block_hits(A, keys, query, node, lo, hi)
-        indices[filled:filled + len(col)], data[filled:filled + len(col)] = col, val
-        indptr[lo + 1:hi + 1] = np.bincount(row - lo, minlength=hi - lo)
-        filled += len(col)
-    return csr_of(np.cumsum(indptr), indices[:filled], data[:filled], T)
-
-
-def index_dtype(nnz: int, n: int) -> type:
-    """int32 for a CSR's index arrays unless its sizes need int64 (MKL's and scipy's 32-bit paths are the faster)."""
-    return np.int64 if max(nnz, n) > np.iinfo(np.int32).max else np.int32
-
-
-def csr_of(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n: int) -> sp.csr_matrix:
-    """A square scipy CSR [n, n] on these arrays (int32 indices where they fit), not re-checked."""
-    idx = index_dtype(len(indices), n)
-    return sp.csr_matrix((data, np.asarray(indices, idx), np.asarray(indptr, idx)), shape=(n, n), copy=False)
-
-
-def keep_entries(BD: sp.csr_matrix, keep: np.ndarray) -> sp.csr_matrix:
-    """``BD[keep][:, keep]`` of a block-diagonal ``BD`` whose ``keep`` (bool) covers whole blocks: the
-    kept rows, their columns renumbered (they all lie in kept blocks)."""
-    sub = BD[np.flatnonzero(keep)]
-    renumber = np.cumsum(keep, dtype=sub.indices.dtype) - 1
-    return csr_of(sub.indptr, renumber[sub.indices], sub.data, int(keep.sum()))
-
-
-def segment_sums(v: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """float64 [S]: the sum of each consecutive segment of ``v`` (``lengths`` [S], empty ones 0), each
-    from its own entries only (``np.add.reduceat`` at the non-empty segments' starts)."""
-    out = np.zeros(len(lengths), np.float64)
-    full = lengths > 0
-    if full.any():
-        starts = np.cumsum(lengths) - lengths
-        out[full] = np.add.reduceat(v, starts[full], dtype=np.float64)
-    return out
-
-
-def segmented_iterate(BD: sp.csr_matrix, x0: np.ndarray, c: np.ndarray, offsets: np.ndarray, tols: torch.Tensor,
-                      max_iter: int) -> tuple[np.ndarray, torch.Tensor]:
-    """Power iteration ``x ← c + BD x`` on ONE iterate vector [T] of per-query segments
-    (``offsets`` [B + 1]; SPEC §2 step 6, per-query convergence as :func:`power_iterate`):
-    segment b stops by :class:`.ppr_stop.StopRule` on its L1 change (float64 :func:`segment_sums`;
-    ``tols`` [B]) or at ``max_iter``, its iterate saved then. Stopped segments leave the matrix once they hold
-    :data:`SEGMENT_COMPACT_SHARE` of the iterate's entries (:func:`keep_entries`).
-    Returns ``(π [T], iterations [B])``."""
-    B = len(offsets) - 1
-    iters = np.full(B, max_iter, np.int64)
-    out = np.zeros_like(x0)
-    query = np.arange(B)  # original query of each segment of the iterate
-    lengths = np.diff(offsets)
-    where = np.arange(len(x0))  # original entry of each entry of the iterate
-    live = np.ones(B, bool)
-    x = x0
-    rule = StopRule(tols.cpu())
-    for it in range(1, max_iter + 1):
-        y = BD @ x
-        y += c
-        done = rule.done(torch.from_numpy(segment_sums(np.abs(y - x), lengths))).numpy()
-        x = y
-        stop = live if it == max_iter else done & live
-        if not stop.any():
-            continue
-        iters[query[stop]] = it
-        entries = np.repeat(stop, lengths)
-        out[where[entries]] = x[entries]
-        live &= ~stop
-        if not live.any():
-            break
-        if lengths[~live].sum() >= SEGMENT_COMPACT_SHARE * len(x):
-            keep = np.repeat(live, lengths)
-            BD, x, c, where = keep_entries(BD, keep), x[keep], c[keep], where[keep]
-            rule.keep(torch.from_numpy(np.flatnonzero(live)))
-            query, lengths, live = query[live], lengths[live], live[live]
-    return out, torch.from_numpy(iters)
-
-
-def segmented_ppr(A: sp.csr_matrix, p: torch.Tensor, region: np.ndarray, rows: np.ndarray | None, d: float,
-                  tols: torch.Tensor, max_iter: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The CPU path's segmented strategy for localised walks (SPEC §2 step 6): each query walks on
-    its own region only, the block-diagonal matrix of :func:`block_diagonal` (``A``: the iteration
-    matrix on the union ``rows``) iterated by :func:`segmented_iterate`; a query's result depends
-    on its own prior and region only. Returns ``(π [B, N], iterations [B])`` like the block path."""
-    query, node, offsets = region_entries(region, rows)
-    chunk = torch.from_numpy(node if rows is None else rows[node])
-    x0 = p[torch.from_numpy(query), chunk]
-    c = (1.0 - d) * x0  # the teleport term, as the block path computes it
-    pi, iters = segmented_iterate(block_diagonal(A, query, node), x0.numpy(), c.numpy(), offsets, tols, max_iter)
-    out = torch.from_numpy(np.zeros(tuple(p.shape), pi.dtype))  # calloc: pages left 0 are never written
-    out[torch.from_numpy(query), chunk] = torch.from_numpy(pi)
-    return out, iters
 
 
 def union_rows(region: np.ndarray) -> np.ndarray | None:

@@ -104,9 +104,9 @@ def batched_ppr_triton(P, priors, d: float = 0.85, tol: float | None = 1e-6, max
     the CPU path: π within 1e-6 absolute at ``tol`` ≤ 1e-6 (sums in another order); a column whose
     change lies within rounding of its tolerance may stop one iteration apart."""
     check_threads(threads)
-    indptr, indices, data, n, p, r, dangling, tols = prepare(P, priors, d, tol, max_iter, region)
-    B = p.shape[0]
     dev = torch.device("cuda" if device == "cuda" else "cpu")
+    indptr, indices, data, n, p, r, dangling, tols = prepare(P, priors, d, tol, max_iter, region, device=dev)
+    B = p.shape[0]
     if B == 0:
         return torch.zeros((0, n), dtype=p.dtype, device=dev), torch.zeros(0, dtype=torch.int64)
     t_indptr = as_tensor(indptr).to(dev, torch.int64)

@@ -29,10 +29,12 @@ class CSR(NamedTuple):
 
     @property
     def n_rows(self) -> int:
+        """The number of rows."""
         return len(self.indptr) - 1
 
     @property
     def nnz(self) -> int:
+        """The number of stored entries."""
         return int(self.indptr[-1])
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -46,6 +48,7 @@ class CSR(NamedTuple):
         return sp.csr_matrix((self.data, self.indices, self.indptr), shape=(self.n_rows, self.n_cols))
 
     def to_dense(self) -> np.ndarray:
+        """The graph as a dense float32 ``[n_rows, n_cols]`` array (absent entries 0)."""
         return np.asarray(self.to_scipy().todense(), dtype=np.float32)
 
 
@@ -87,3 +90,8 @@ def csr_from_topk(values: np.ndarray, columns: np.ndarray, n_cols: int) -> CSR:
     indptr = np.zeros(len(columns) + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
     return CSR(indptr, columns[valid].astype(np.int32), np.asarray(values)[valid].astype(np.float32), int(n_cols))
+
+
+def index_dtype(nnz: int, n: int) -> type:
+    """int32 for a CSR's index arrays unless its sizes need int64 (MKL's and scipy's 32-bit paths are the faster)."""
+    return np.int64 if max(nnz, n) > np.iinfo(np.int32).max else np.int32

@@ -6,7 +6,6 @@ import json
 import logging
 from pathlib import Path
 
-from ..engine.errors import InputError
 from .options import (
     StoreKs,
     check_before_work,
@@ -23,6 +22,10 @@ log = logging.getLogger("hopgraph.cli")
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    """``hopgraph search``: answer questions from an index with one pipeline (``--where`` and
+    ``--allowed-ids`` filters, ``--param`` search parameters); prints the hits, or JSON with
+    ``--json``. Returns the exit status."""
+    from ..engine.errors import InputError
     from ..index import Index
 
     params = cli_params(args, args.pipeline)
@@ -34,7 +37,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     allowed = None
     if args.allowed_ids:
         allowed = id_lines(args.allowed_ids, "--allowed-ids")
+    topics = topics_to_search(args)
     index = Index.load(args.index, embedder=args.embedder, device=args.device, progress=not args.quiet)
+    if topics is not None:
+        return write_run(index, topics, args, params.get(args.pipeline, {}), where, allowed)
     results = index.search(args.questions, pipeline=args.pipeline, k=args.k,
                            group_by_document=args.group_by_document, allowed_ids=allowed, where=where,
                            **params.get(args.pipeline, {}))
@@ -49,7 +55,46 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def topics_to_search(args: argparse.Namespace) -> dict[str, str] | None:
+    """``--topics``' queries (with ``--run``; no question arguments then), or None for the questions
+    given as arguments. InputError naming the flag or file at fault, before the index is opened."""
+    from ..engine.evaluation import load_topics
+
+    if (args.topics is None) != (args.run is None):
+        raise InputError("--topics and --run go together (search a topics file, write a TREC run file)")
+    if args.topics is None:
+        if not args.questions:
+            raise InputError("give one or more questions, or --topics FILE --run OUT")
+        return None
+    if args.questions:
+        raise InputError("give questions or --topics, not both")
+    if args.json:
+        raise InputError("--json prints hits of questions; --topics writes a run file (--run)")
+    if not Path(args.run).resolve().parent.is_dir():
+        raise InputError(f"--run {args.run}: its folder does not exist")
+    return load_topics(args.topics)
+
+
+def write_run(index, topics: dict[str, str], args: argparse.Namespace, params: dict, where, allowed) -> int:
+    """Search every topic (one batched search, the query's filters applied) and write the TREC run file
+    ``args.run`` tagged with the pipeline (:func:`~hopgraph.engine.evaluation.write_trec_run`: the
+    ranking's order, strictly decreasing scores): the run ``hopgraph eval`` scores for that depth."""
+    from ..engine.evaluation import rows_run, write_trec_run
+
+    qids = list(topics)
+    rows, scores = index.search_arrays(list(topics.values()), pipeline=args.pipeline, k=args.k,
+                                       group_by_document=args.group_by_document, allowed_ids=allowed, where=where,
+                                       **params)
+    write_trec_run(args.run, rows_run(qids, rows, scores, index.corpus.ids), args.pipeline)
+    print(f"wrote {args.run} ({len(qids)} queries, {args.pipeline}, {args.k} deep)")
+    return 0
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
+    """``hopgraph eval``: score pipelines on a benchmark folder (:func:`hopgraph.evaluate.evaluate`)
+    and print the table; ``--json``, ``--plot`` and ``--per-query`` write the report's other forms.
+    Returns the exit status."""
+    from ..engine.errors import InputError
     from ..evaluate import evaluate, format_table, json_report, plot_report
 
     if args.k is not None:  # the deprecated spelling of --ks
@@ -64,7 +109,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     report = evaluate(args.data_dir, args.pipelines, args.ks, embedder=args.embedder, cache_dir=args.cache_dir,
                       device=args.device, progress=not args.quiet, ablations=args.ablations, params=cli_params(args),
                       split=args.split, qrels=args.qrels, topics=args.topics, corpus=args.corpus, depth=args.depth,
-                      run_dir=args.run_dir, baseline=args.baseline, strict=args.strict)
+                      run_dir=args.run_dir, baseline=args.baseline, strict=args.strict, index_dir=args.index)
     print(format_table(report))
     if args.plot:
         plot_report(report, args.plot)
@@ -79,18 +124,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 for qid, values in scores.items():
                     f.writelines(f"{label}\t{qid}\t{m}\t{v:.6f}\n" for m, v in values.items())
         print(f"wrote {args.per_query}")
-    for label, path in report["run_files"].items():
+    for path in [*report["table_run_files"].values(), *report["run_files"].values()]:
         print(f"wrote {path}")
     return 0
 
 
 def register(sub: argparse._SubParsersAction, known: str) -> None:
     """Add the search and evaluation commands to ``sub`` (``known``: the pipeline names, for help texts)."""
-    from ..evaluate import default_cache_dir
+    from ..cache_dir import default_cache_dir
 
     p = sub.add_parser("search", help="query an index")
     p.add_argument("index", help="index directory")
-    p.add_argument("questions", nargs="+", help="one or more questions")
+    p.add_argument("questions", nargs="*", help="one or more questions (or --topics)")
+    p.add_argument("--topics", metavar="FILE", help="search every query of this file (TREC topics: QID<TAB>TEXT "
+                   "lines or <top> blocks; or .jsonl, BEIR queries) and write a TREC run file (--run)")
+    p.add_argument("--run", metavar="OUT", help="the TREC run file of --topics (K passages a query, tag PIPELINE)")
     p.add_argument("--pipeline", default="g3rag", help=f"the pipeline to search with, one of: {known}")
     p.add_argument("--k", type=int, default=5, help="passages returned per question")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -128,6 +176,8 @@ def register(sub: argparse._SubParsersAction, known: str) -> None:
     p.add_argument("--per-query", metavar="FILE", help="write every query's scores as TSV (pipeline, query_id, "
                    "measure, value)")
     p.add_argument("--run-dir", metavar="DIR", help="write a TREC run file PIPELINE.run per pipeline to this folder")
+    p.add_argument("--index", metavar="DIR", help="evaluate this built index (its corpus, embedder and fitted "
+                   "pipelines) instead of building or caching one; DATA_DIR then needs no corpus")
     p.add_argument("--cache-dir", help="where built indexes are cached (default: $HOPGRAPH_CACHE_DIR, else the "
                    f"platform cache directory; here: {default_cache_dir()})")
     p.add_argument("--strict", action="store_true", help="refuse qrels that judge documents the corpus does not "

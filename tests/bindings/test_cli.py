@@ -56,7 +56,8 @@ def test_eval_json_schema_and_cache(demo_data, tmp_path, capsys, monkeypatch):
     assert main(args) == 0
     report = json.loads(js.read_text())
     assert set(report) == {"schema_version", "dataset", "format", "split", "n_passages", "n_questions",
-                           "judged_documents", "embedder", "depth", "measures", "results", "per_query", "recall_curve", "significance", "run_files"}
+                           "judged_documents", "embedder", "depth", "measures", "results", "per_query",
+                           "recall_curve", "significance", "run_files", "table_run_files"}
     assert report["dataset"] == "demo" and report["n_passages"] == 30 and report["n_questions"] == 2
     measures = ["ndcg@10", "mrr@10", "map@100", "recall@1", "recall@3", "p@1", "p@3"]
     assert report["measures"] == measures and report["format"] == "hopgraph" and report["depth"] == 100

@@ -209,3 +209,104 @@ def test_python_evaluate_warns_or_refuses_judged_documents_missing_from_the_corp
     assert report["judged_documents"]["missing"] == len(UNKNOWN)
     with pytest.raises(InputError, match="'gone-1', 'gone-2', 'gone-3', ...; they can never be retrieved"):
         evaluate(beir_with_unknown_ids, strict=True, **kwargs)
+
+
+ALL_PIPELINES = "dense,bm25,hybrid,g3rag,stitch,ppr_binary,dmar"
+
+
+def trec_eval_file(path: Path, qrels: dict, measures: set[str]) -> dict[str, dict[str, float]]:
+    """trec_eval's semantics on a written run file: pytrec_eval given the file's own scores (it ranks a
+    query's documents by score, ties by document id), not its rank column."""
+    import pytrec_eval
+
+    run: dict[str, dict[str, float]] = defaultdict(dict)
+    for line in path.read_text().splitlines():
+        qid, _, doc, _, score, _ = line.split()
+        run[qid][doc] = float(score)
+    return pytrec_eval.RelevanceEvaluator(qrels, measures).evaluate(dict(run))
+
+
+@pytest.mark.slow
+def test_every_printed_measure_is_trec_evals_on_the_written_run_files(beir, tmp_path):
+    """All seven pipelines: each run file's scores strictly decrease down a query's ranking, and
+    trec_eval's measures on the files (ties and all) equal the report's, per query — the deep
+    measures from PIPELINE.run, Recall@k and P@k from PIPELINE.topK.run (the search for the largest k)."""
+    runs, js = tmp_path / "runs", tmp_path / "r.json"
+    assert main(["eval", str(beir), "--pipelines", ALL_PIPELINES, "--ks", "2,5", "--depth", "20", "--embedder",
+                 "hashing-64", "-q", "--cache-dir", str(tmp_path / "c"), "--run-dir", str(runs),
+                 "--json", str(js)]) == 0
+    report = json.loads(js.read_text())
+    qrels = {q: rels for q, (_, rels) in QUERIES.items() if q != "q4"}
+    for name in ALL_PIPELINES.split(","):
+        deep, table = runs / f"{name}.run", runs / f"{name}.top5.run"
+        assert report["run_files"][name] == str(deep) and report["table_run_files"][name] == str(table)
+        for path in (deep, table):
+            by_query = defaultdict(list)
+            for line in path.read_text().splitlines():
+                qid, _, _, rank, score, _ = line.split()
+                by_query[qid].append((int(rank), float(score)))
+            for rows in by_query.values():
+                assert [r for r, _ in rows] == list(range(1, len(rows) + 1))
+                assert all(a[1] > b[1] for a, b in zip(rows, rows[1:])), (path, rows)
+        got = trec_eval_file(deep, qrels, {"ndcg_cut.10", "recip_rank", "map_cut.100"})
+        cut = trec_eval_file(table, qrels, {"recall.2", "recall.5", "P.2", "P.5"})
+        for q in qrels:
+            mine = report["per_query"][name][q]
+            assert mine["ndcg@10"] == pytest.approx(got[q]["ndcg_cut_10"], abs=1e-12)
+            assert mine["map@100"] == pytest.approx(got[q]["map_cut_100"], abs=1e-12)
+            assert mine["recall@2"] == cut[q]["recall_2"] and mine["recall@5"] == cut[q]["recall_5"]
+            assert mine["p@2"] == cut[q]["P_2"] and mine["p@5"] == cut[q]["P_5"]
+            ranked = read_run(deep)[q][:10]  # MRR@10: recip_rank of the top 10 (the report's cut)
+            rr = next((1 / (i + 1) for i, d in enumerate(ranked) if qrels[q].get(d, 0) > 0), 0.0)
+            assert mine["mrr@10"] == pytest.approx(rr, abs=1e-12)
+
+
+def test_tied_scores_keep_the_rankings_order_in_the_run_file(tmp_path):
+    """Tied (and out-of-order) scores become strictly decreasing with the least change, so trec_eval
+    ranks the documents as the run does, not by document id."""
+    got = evaluation.strictly_decreasing([0.5, 0.5, 0.7, float("nan"), 0.1, 0.0, 0.0, -np.inf, -2.0])
+    assert got[0] == 0.5 and got[1:4] == pytest.approx([0.5] * 3, abs=1e-5) and got[4:6] == [0.1, 0.0]
+    assert got[6] == -1e-9 and got[7] == -1e30 and got[8] < -1e30
+    as_float32 = np.asarray(got, np.float32)  # distinct for a reader holding float32 scores too
+    assert all(a > b for a, b in zip(got, got[1:])) and (np.diff(as_float32) < 0).all()
+    assert evaluation.strictly_decreasing([3.0, 2.0, 1.0]) == [3.0, 2.0, 1.0]  # strictly decreasing: unchanged
+    run = {"q": [("z-doc", 1.0), ("a-doc", 1.0), ("m-doc", 1.0)]}
+    path = tmp_path / "t.run"
+    evaluation.write_trec_run(path, run, "t")
+    qrels = {"q": {"z-doc": 1}}
+    assert trec_eval_file(path, qrels, {"recip_rank"})["q"]["recip_rank"] == 1.0  # trec_eval sorts ties by id
+    assert evaluation.evaluate_run(qrels, run, ["mrr@10"])["q"]["mrr@10"] == 1.0
+
+
+@pytest.mark.slow
+def test_search_topics_writes_the_run_eval_scores_and_eval_reads_a_built_index(beir, tmp_path, capsys):
+    """Pyserini's split: `hopgraph search --topics --run` writes the run file `hopgraph eval` writes for
+    the same pipeline and depth, and `hopgraph eval --index DIR` scores that built index without
+    building one (its folder needs no corpus)."""
+    index = tmp_path / "idx"
+    assert main(["index", str(beir / "corpus.jsonl"), "--out", str(index), "--embedder", "hashing-64",
+                 "--pipelines", "bm25,g3rag", "-q"]) == 0
+    topics = tmp_path / "topics.tsv"
+    topics.write_text("".join(f"{q}\t{text}\n" for q, (text, _) in QUERIES.items() if q != "q4"))
+    run = tmp_path / "g3rag.run"
+    assert main(["search", str(index), "--topics", str(topics), "--run", str(run), "--pipeline", "g3rag",
+                 "--k", "20", "-q"]) == 0
+    judged = tmp_path / "judged"
+    (judged / "qrels").mkdir(parents=True)
+    for name in ("queries.jsonl", "qrels/test.tsv"):
+        (judged / name).write_text((beir / name).read_text())
+    runs, js = tmp_path / "runs", tmp_path / "r.json"
+    assert main(["eval", str(judged), "--index", str(index), "--pipelines", "g3rag,bm25", "--ks", "5", "--depth",
+                 "20", "-q", "--run-dir", str(runs), "--json", str(js)]) == 0
+    report = json.loads(js.read_text())
+    assert report["n_passages"] == 30 and report["embedder"].startswith("hashing")
+    assert run.read_text() == (runs / "g3rag.run").read_text()
+    capsys.readouterr()
+    assert main(["eval", str(judged), "--index", str(index), "--pipelines", "dmar", "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # (after the unjudged-query warning)
+    assert err.startswith("hopgraph eval: ") and "holds no fitted dmar" in err and "bm25, g3rag" in err
+    for argv, message in ((["search", str(index), "--topics", str(topics)], "--topics and --run go together"),
+                          (["search", str(index)], "give one or more questions"),
+                          (["search", str(index), "q", "--topics", str(topics), "--run", str(run)], "not both")):
+        assert main(argv) == 2
+        assert message in capsys.readouterr().err

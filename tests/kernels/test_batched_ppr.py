@@ -286,6 +286,12 @@ def bpr():
     return importlib.import_module("hopgraph.kernels.batched_ppr")
 
 
+def segmented():
+    import importlib
+
+    return importlib.import_module("hopgraph.kernels.ppr_segmented")
+
+
 def adversarial_rows(pri: np.ndarray, region: np.ndarray, dangling: tuple[int, ...]) -> None:
     """In place: row 0 an empty region (its prior kept), row 1 a region whose prior is zero, row 2
     a region around a dangling chunk carrying prior mass."""
@@ -418,7 +424,7 @@ def test_segmented_compaction_is_exact(monkeypatch, rng, share):
     kw = dict(d=0.85, tol=1e-9, max_iter=500, region=region, device="cpu")
     ref = with_strategy(monkeypatch, True, lambda: call("batched_ppr", P, pri, **kw))
     assert len(set(ref[1].tolist())) > 2
-    monkeypatch.setattr(bp, "SEGMENT_COMPACT_SHARE", share)
+    monkeypatch.setattr(segmented(), "SEGMENT_COMPACT_SHARE", share)
     got = with_strategy(monkeypatch, True, lambda: call("batched_ppr", P, pri, **kw))
     assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
 
@@ -427,29 +433,29 @@ def test_segmented_compaction_is_exact(monkeypatch, rng, share):
 def test_block_diagonal_is_each_regions_submatrix(monkeypatch, rng, budget):
     """block_diagonal (vectorised, chunked by EXPAND_ENTRIES) equals scipy's block_diag of the
     per-query sub-matrices A[R_b][:, R_b], rows and columns sorted; keep_entries drops whole blocks."""
-    bp = bpr()
-    monkeypatch.setattr(bp, "EXPAND_ENTRIES", budget)
+    bp, sg = bpr(), segmented()
+    monkeypatch.setattr(sg, "EXPAND_ENTRIES", budget)
     P = random_graph(90, 0.05, 25, dangling=(4,))
     _, region = local_regions(P, 6, 3, rng)
     region[2] = False  # an empty block
     rows = bp.union_rows(region)
     A = bp.iteration_matrix(P.indptr, P.indices, P.data, 90, np.asarray(P.sum(0)).ravel() == 0, 0.85,
                             np.dtype(np.float64), rows)
-    query, node, offsets = bp.region_entries(region, rows)
-    chunks = bp.expand_chunks(np.diff(A.indptr)[node], budget)
+    query, node, offsets = sg.region_entries(region, rows)
+    chunks = sg.expand_chunks(np.diff(A.indptr)[node], budget)
     assert chunks[0][0] == 0 and chunks[-1][1] == len(node) and (len(chunks) > 1) == (budget < 1 << 16)
-    BD = bp.block_diagonal(A, query, node)
+    BD = sg.block_diagonal(A, query, node)
     blocks = [A[node[offsets[b]:offsets[b + 1]]][:, node[offsets[b]:offsets[b + 1]]] for b in range(6)]
     ref = sp.block_diag(blocks, format="csr")
     assert BD.shape == ref.shape == (int(region.sum()),) * 2 and BD.has_sorted_indices
     assert BD.nnz == ref.nnz and abs(BD - ref).max() == 0
     keep = np.repeat(np.arange(6) % 2 == 1, np.diff(offsets))
-    kept = bp.keep_entries(BD, keep)
+    kept = sg.keep_entries(BD, keep)
     assert abs(kept - sp.block_diag(blocks[1::2], format="csr")).max() == 0
 
 
 def test_segment_sums_empty_segments():
-    bp = bpr()
+    bp = segmented()
     v = np.arange(1, 7, dtype=np.float32)
     got = bp.segment_sums(v, np.array([0, 2, 0, 3, 1, 0]))
     assert got.dtype == np.float64 and got.tolist() == [0.0, 3.0, 0.0, 12.0, 6.0, 0.0]
@@ -562,7 +568,7 @@ def test_cycling_walks_stop_at_the_stall_not_max_iter():
     pi, iters = bp.power_iterate(step, x0, kinds, None, tols, 1000)
     assert iters[0] == 1 + STALL_ITERS and 20 < iters[1] < 30
     swap = sp.csr_matrix(np.array([[0.0, 1.0], [1.0, 0.0]]))
-    out, seg_iters = bp.segmented_iterate(swap, np.array([1.0, 0.0]), np.zeros(2), np.array([0, 2]),
+    out, seg_iters = segmented().segmented_iterate(swap, np.array([1.0, 0.0]), np.zeros(2), np.array([0, 2]),
                                           torch.full((1,), 1e-6, dtype=torch.float64), 1000)
     assert seg_iters.tolist() == [1 + STALL_ITERS]
 
@@ -611,3 +617,24 @@ def test_p_as_tensors_stays_where_it_is(rng, monkeypatch, backend):
                            ((triple[0], triple[1], triple[2] * 2), "must be column-stochastic")):
         with pytest.raises(InputError, match=message):
             call("batched_ppr", P_bad, pri, device="cpu", backend=backend)
+
+
+@pytest.mark.parametrize("backend", [None, "triton"])
+def test_scipy_p_is_checked_where_the_path_runs(rng, monkeypatch, backend):
+    """A scipy P (what a user hands ``call``) is checked as NumPy on the CPU path and, on the Triton
+    path, copied to its device once and checked there (no pass over its arrays on the host); both
+    give the same walk and the same named errors."""
+    bp = bpr()
+    P = random_graph(30, 0.15, 33, dangling=(4,))
+    pri = priors_for(3, 30, rng).astype(np.float32)
+    seen = []
+    validate = bp.validate_csr
+    monkeypatch.setattr(bp, "validate_csr", lambda *a, **k: seen.append(type(a[0])) or validate(*a, **k))
+    got = call("batched_ppr", P, pri, d=0.85, tol=1e-6, max_iter=100, device="cpu", backend=backend)
+    assert seen == [torch.Tensor if backend == "triton" else np.ndarray]
+    monkeypatch.undo()
+    assert_same_walk(got, call("batched_ppr", P, pri, d=0.85, tol=1e-6, max_iter=100, device="cpu"), pri, 1e-6, 0.85)
+    bad = P.copy()
+    bad.data[2] = np.nan
+    with pytest.raises(InputError, match=r"P: data must be finite \(no NaN or infinity\); data\[2\] = nan"):
+        call("batched_ppr", bad, pri, device="cpu", backend=backend)

@@ -62,7 +62,7 @@ from ...errors import InputError
 from ...ranking import ranked_entries
 from ...sparse import row_of_entries
 from ...storage import GatherBuffer
-from ...storage.deltas import OverlayCSR
+from ...graphs.views import OverlayCSR
 from .penalty import hub_penalty
 
 __all__ = ["BLOCK_ENTRIES", "MIN_GEMM_ROWS", "added_density", "added_penalty", "extend_gain_graph"]
@@ -330,7 +330,7 @@ def extend_gain_graph(graph: CSR, X: np.ndarray, start: int, penalty: np.ndarray
     cells), each group read once, instead of all N; a new row's candidates are the union of the
     groups that name it.
     ``as_overlay``: return the result as an
-    :class:`~hopgraph.engine.storage.deltas.OverlayCSR` over ``graph`` (only the rewritten and new rows
+    :class:`~hopgraph.engine.graphs.views.OverlayCSR` over ``graph`` (only the rewritten and new rows
     are made; a stored graph is not copied).
     """
     n = _check_rows(X, "extend_gain_graph")
