@@ -348,7 +348,8 @@ def extend_gain_graph(graph: CSR, X: np.ndarray, start: int, penalty: np.ndarray
         extend = _extend_by_cells if candidates is not None else _extend_brute_force
         pending = extend(X, start, pen, edges, _thresholds(old, start, k), new_vals, new_cols,
                          candidates=candidates, block_entries=block_entries, progress=progress)
-    merged = _merge_rows(old, *_concat(pending), k) if pending else None
+    candidates_held = _concat(pending)
+    merged = _merge_rows(old, *candidates_held, k) if len(candidates_held[0]) else None  # rows taking new edges
     if as_overlay:
         base = old if isinstance(old, OverlayCSR) else OverlayCSR.over(old, start)
         return base.updated(*_changes(merged, start, n, new_vals, new_cols), n_cols=n)
