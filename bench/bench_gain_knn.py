@@ -9,6 +9,11 @@ One run on generated clustered embeddings (default N = 20,000, d = 384, k = 32):
 - ``density exact`` / ``density sampled``: SPEC §1 step 1, all N−1 columns vs a fixed
   sample of ``--samples`` columns (with the estimate's mean absolute error).
 
+- ``add``: G3RAG's incremental add of ``--add-rows`` passages to an index of ``--add-to`` passages
+  (``extend_gain_graph``, brute force: the new rows' edges over all passages and the reverse edges,
+  every block through the ``gain_knn_rows`` op on the CPU), onto the IVF graph of the first
+  ``--add-to − --add-rows`` passages (what a CPU index of that size holds); its own table.
+
 Target: gain_knn ≤ 1.5× faiss. The first call of the process is timed separately (it
 would pay torch.compile where a build is large enough to use it; ``bench/bench_cold_start.py``
 measures the fresh-process build). Each timing is the best
@@ -17,6 +22,7 @@ of ``--repeats`` runs. Timings are noisy when other processes share the CPU.
 Usage::
 
     .venv/bin/python bench/bench_gain_knn.py [--n 20000] [--d 384] [--k 32] [--repeats 2]
+        [--add-to 100000] [--add-rows 1000]  # --add-rows 0: no add
 """
 from __future__ import annotations
 
@@ -41,7 +47,14 @@ def main() -> None:
     ap.add_argument("--clusters", type=int, default=200)
     ap.add_argument("--samples", type=int, default=4096, help="columns of the sampled density")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--add-to", type=int, default=100_000, help="passages of the index after the add")
+    ap.add_argument("--add-rows", type=int, default=1000, help="passages added (0: no add timing)")
+    ap.add_argument("--only-add", action="store_true", help="time the add only")
     args = ap.parse_args()
+    if args.add_rows:
+        bench_add(args)
+    if args.only_add:
+        return
     X = clustered(args.n, args.d, args.clusters)
     print(f"N = {args.n}, d = {args.d}, k = {args.k}, threads: torch {torch.get_num_threads()}, "
           f"faiss {faiss.omp_get_max_threads()}")
@@ -65,6 +78,24 @@ def main() -> None:
     print(f"sampled density: mean |error| {np.abs(samp - dens).mean():.2e} (mean density {dens.mean():.3f})")
     verdict = "meets" if t_gain <= 1.5 * t_faiss else "misses"
     print(f"gain_knn / faiss = {t_gain / t_faiss:.2f} — {verdict} the ≤ 1.5× target")
+
+
+def bench_add(args: argparse.Namespace) -> None:
+    """The add table: ``extend_gain_graph`` of ``--add-rows`` rows onto the IVF graph of the others."""
+    from hopgraph.engine.components.dense import IVFIndex
+    from hopgraph.engine.pipelines.g3rag.ann_graph import ann_gain_knn
+    from hopgraph.engine.pipelines.g3rag.graph_update import extend_gain_graph
+
+    n, start = args.add_to, args.add_to - args.add_rows
+    X = clustered(n, args.d, args.clusters, seed=1)
+    pen = np.random.default_rng(0).uniform(0.3, 1.0, n).astype(np.float32)
+    old = ann_gain_knn(X[:start], args.k, 0.3, 0.9, pen[:start], ivf=IVFIndex.build(X[:start]))
+    t_add, g = best_of(lambda: extend_gain_graph(old, X, start, pen, args.k, 0.3, 0.9, device="cpu"), args.repeats)
+    print(stamp())
+    print(table(["op", "seconds", "rows / s"],
+                [[f"add {args.add_rows:,} rows to {n:,} (k = {args.k}, d = {args.d}; gain_knn_rows, CPU)",
+                  f"{t_add:.2f}", f"{args.add_rows / t_add:,.0f}"]]))
+    print(f"threads: torch {torch.get_num_threads()}; the added rows' edges: {g.nnz - int(g.indptr[start]):,}")
 
 
 if __name__ == "__main__":

@@ -464,6 +464,30 @@ def parity_gain_knn(run: Run) -> list[tuple[str, bool, str]]:
     return out
 
 
+def parity_gain_knn_rows(run: Run) -> list[tuple[str, bool, str]]:
+    """The first rows of X among all of X (G3RAG's add and IVF rescoring: query rows among labelled base
+    rows, the query's own id excluded), with and without per-row floors, and the dense path (k > 64)."""
+    import numpy as np
+
+    inputs = {"random": random_unit(37, 8, 0), "clustered": clustered(40, 16, 3, seed=1), **adversarial_embeddings()}
+    cases = [(name, X, 3, 0.3, 0.9, False) for name, X in inputs.items()]
+    cases += [("k>N", inputs["duplicates"], 20, 0.0, 1.0, False), ("floors", inputs["clustered"], 4, 0.0, 1.0, True),
+              ("dense_70/k69", clustered(70, 16, 3, seed=9), 69, 0.0, 1.0, True)]
+    if run.size != "tiny":
+        cases.append(("medium_1000_of_20000x384/k32", clustered(20000, 384, 20, seed=2), 32, 0.3, 0.9, True))
+    out = []
+    for name, X, k, lo, hi, floors in cases:
+        m = max(1, len(X) // 20) if len(X) > 1000 else len(X)
+        pen = np.random.default_rng(2).uniform(0.3, 1, len(X)).astype(np.float32)
+        kw = dict(k=k, sim_min=lo, sim_max=hi, penalty=pen, exclude=np.arange(m),
+                  floor=np.random.default_rng(3).uniform(0, 0.3, m).astype(np.float32) if floors else None)
+        a = run.tri("gain_knn_rows", X[:m], X, **kw)
+        b = run.cpu("gain_knn_rows", X[:m], X, **kw)
+        ok, msg = gain_rows_agree(X, pen, lo, hi, a, b)
+        out.append((name, ok, msg))
+    return out
+
+
 def parity_sparse_diffusion(run: Run) -> list[tuple[str, bool, str]]:
     import numpy as np
 
@@ -580,7 +604,8 @@ def parity_shapley_mc(run: Run) -> list[tuple[str, bool, str]]:
 
 
 PARITY: dict[str, Callable[[Run], list[tuple[str, bool, str]]]] = {
-    "density": parity_density, "gain_knn": parity_gain_knn, "sparse_diffusion": parity_sparse_diffusion,
+    "density": parity_density, "gain_knn": parity_gain_knn, "gain_knn_rows": parity_gain_knn_rows,
+    "sparse_diffusion": parity_sparse_diffusion,
     "hyperedge_max_propagate": parity_hyperedge_max_propagate,
     "group_decay_propagate": parity_group_decay_propagate, "batched_ppr": parity_batched_ppr,
     "shapley_mc": parity_shapley_mc,
@@ -821,6 +846,18 @@ def timing_cases(run: Run) -> list[Timing]:
     # O(N²): the smaller size first; the larger one runs only when 16× its Triton time fits
     for n_g, grow in ((pick(50_000, 5_000, 32), 0), (pick(200_000, 20_000, 48), 16)):
         cases.append(Timing("gain_knn", f"N={n_g:,} d={d_t} k=32", gain_knn(n_g), repeats=1, grow=grow))
+
+    n_a, m_a = pick(1_000_000, 100_000, 40), pick(1000, 1000, 4)
+
+    def gain_knn_rows():
+        X = clustered(n_a, d_t, max(n_a // 250, 2), seed=28)
+        pen = np.random.default_rng(29).uniform(0.3, 1.0, n_a).astype(np.float32)
+        kw = dict(k=32, sim_min=0.3, sim_max=0.9, penalty=pen, exclude=np.arange(n_a - m_a, n_a))
+        return (lambda: run.tri("gain_knn_rows", X[n_a - m_a:], X, **kw)), \
+            (lambda: run.cpu("gain_knn_rows", X[n_a - m_a:], X, **kw)), None
+
+    cases.append(Timing("gain_knn_rows", f"{m_a:,} added rows among N={n_a:,} d={d_t} k=32", gain_knn_rows,
+                        repeats=1))
 
     # the 10⁶ shapes, side by side with the GPU peers (the CPU path takes hours there)
     n_k = pick(1_000_000, 100_000, 40)

@@ -143,17 +143,24 @@ def topk_entries(query: np.ndarray, column: np.ndarray, score: np.ndarray, n_que
     out = np.full((n_queries, k), PAD_SCORE, np.float32)
     score = np.asarray(score, np.float32)
     keep = np.isfinite(score) | (score > 0)
-    query, column, score = np.asarray(query)[keep], np.asarray(column)[keep], score[keep]
-    if len(score) == 0 or k == 0:
-        return ids, out
+    query, rank, column, score = ranked_entries(np.asarray(query)[keep], np.asarray(column)[keep], score[keep], k)
+    ids[query, rank] = column
+    out[query, rank] = score
+    return ids, out
+
+
+def ranked_entries(query: np.ndarray, column: np.ndarray, score: np.ndarray, k: int
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The best ``k`` entries of each query among ``(query, column, score)`` triplets (any order, a
+    (query, column) pair at most once), higher score first, ties toward the lower column:
+    ``(query, rank, column, score)``, sorted by query then rank (the order of :func:`topk_entries`)."""
+    query, column, score = np.asarray(query, np.int64), np.asarray(column, np.int64), np.asarray(score)
     order = np.lexsort((column, -score, query))
     query, column, score = query[order], column[order], score[order]
-    first = np.searchsorted(query, np.arange(n_queries))
-    rank = np.arange(len(query)) - first[query]
+    starts = np.flatnonzero(np.r_[True, query[1:] != query[:-1]]) if len(query) else np.zeros(0, np.int64)
+    rank = np.arange(len(query)) - np.repeat(starts, np.diff(np.r_[starts, len(query)]))
     top = rank < k
-    ids[query[top], rank[top]] = column[top]
-    out[query[top], rank[top]] = score[top]
-    return ids, out
+    return query[top], rank[top], column[top], score[top]
 
 
 def merge_topk(parts: Sequence[tuple[np.ndarray, np.ndarray]], k: int, B: int) -> tuple[np.ndarray, np.ndarray]:

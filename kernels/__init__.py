@@ -1,5 +1,5 @@
 """hopgraph.kernels: the sparse-graph ops of SPEC "Engine kernels" (``density``, ``gain_knn``,
-``sparse_diffusion`` for §1; ``hyperedge_max_propagate``, ``group_decay_propagate``,
+``gain_knn_rows``, ``sparse_diffusion`` for §1; ``hyperedge_max_propagate``, ``group_decay_propagate``,
 ``batched_ppr`` for §2; ``shapley_mc`` for §3), each with a Triton kernel, a CPU
 implementation of the same semantics and one dispatch point (:mod:`hopgraph.kernels.dispatch`). Kernels know nothing of
 the layers above them; those call them only through :func:`call` or the op functions
@@ -37,13 +37,14 @@ else:
 
     density = op_function("density")
     gain_knn = op_function("gain_knn")
+    gain_knn_rows = op_function("gain_knn_rows")
     sparse_diffusion = op_function("sparse_diffusion")
     hyperedge_max_propagate = op_function("hyperedge_max_propagate")
     group_decay_propagate = op_function("group_decay_propagate")
     batched_ppr = op_function("batched_ppr")
     shapley_mc = op_function("shapley_mc")
 
-    OPS = ("density", "gain_knn", "sparse_diffusion", "hyperedge_max_propagate", "group_decay_propagate",
+    OPS = ("density", "gain_knn", "gain_knn_rows", "sparse_diffusion", "hyperedge_max_propagate", "group_decay_propagate",
            "batched_ppr", "shapley_mc")
 
     __all__ = ["BACKEND_ENV", "OPS", "call", "registered_ops", "resolve_device", "use_backend", *OPS]

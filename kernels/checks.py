@@ -26,7 +26,7 @@ from .tensors import as_numpy
 
 Array = Union[np.ndarray, torch.Tensor]
 
-__all__ = ["Array", "check_ids", "check_indptr", "check_values", "check_int_dtype", "check_positive_int",
+__all__ = ["Array", "check_band", "check_ids", "check_indptr", "check_values", "check_int_dtype", "check_positive_int",
            "first_where", "min_max"]
 
 
@@ -78,6 +78,18 @@ def check_positive_int(value: object, name: str, op: str, minimum: int = 1) -> i
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise InputError(f"{op}: {name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
+
+
+def check_band(sim_min: object, sim_max: object, op: str) -> tuple[float, float]:
+    """The similarity band ``(sim_min, sim_max)`` as floats: two finite numbers (not bools), ``sim_min <=
+    sim_max``; :class:`InputError` as ``"OP: need finite sim_min <= sim_max ..."``."""
+    if not all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+               for v in (sim_min, sim_max)):
+        raise InputError(f"{op}: sim_min and sim_max must be numbers, got {sim_min!r}, {sim_max!r}")
+    lo, hi = float(sim_min), float(sim_max)  # type: ignore[arg-type]
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
+        raise InputError(f"{op}: need finite sim_min <= sim_max, got [{lo}, {hi}]")
+    return lo, hi
 
 
 def check_ids(a: Array, name: str, n: int, op: str, what: str = "ids", padding: bool = False,

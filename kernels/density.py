@@ -22,17 +22,9 @@ from .checks import check_positive_int
 from .errors import InputError
 from .dispatch import register
 from .gain_knn import as_embedding_tensor
+from .sampling import sample_columns
 
 MODES = ("exact", "sampled")
-
-
-def sample_columns(n: int, n_samples: int, seed: int) -> np.ndarray:
-    """The sorted column sample of the sampled mode (all columns when ``n_samples >= n``)."""
-    if isinstance(n_samples, bool) or not isinstance(n_samples, (int, np.integer)) or n_samples < 1:
-        raise InputError(f"density: n_samples must be a positive integer, got {n_samples!r}")
-    if n_samples >= n:
-        return np.arange(n, dtype=np.int64)
-    return np.sort(np.random.default_rng(seed).choice(n, size=n_samples, replace=False)).astype(np.int64)
 
 
 def check_density_inputs(X, mode: str, n_samples: int, seed: int) -> tuple[torch.Tensor, np.ndarray | None]:

@@ -35,7 +35,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .checks import check_positive_int, check_values
+from .checks import check_band, check_positive_int, check_values
 from .errors import InputError
 from .csr import CSR, csr_from_topk
 from .dispatch import register
@@ -57,12 +57,7 @@ def check_gain_knn_inputs(X, k, sim_min, sim_max, penalty) -> tuple[torch.Tensor
     n = X.shape[0]
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise InputError(f"gain_knn: k must be a positive integer, got {k!r}")
-    if not all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-               for v in (sim_min, sim_max)):
-        raise InputError(f"gain_knn: sim_min and sim_max must be numbers, got {sim_min!r}, {sim_max!r}")
-    sim_min, sim_max = float(sim_min), float(sim_max)
-    if not (math.isfinite(sim_min) and math.isfinite(sim_max)) or sim_min > sim_max:
-        raise InputError(f"gain_knn: need finite sim_min <= sim_max, got [{sim_min}, {sim_max}]")
+    sim_min, sim_max = check_band(sim_min, sim_max, "gain_knn")
     if penalty is None:
         pen = torch.ones(n, dtype=torch.float32)
     else:

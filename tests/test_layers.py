@@ -6,7 +6,8 @@ from setup.py's ``package_dir`` mapping, so the tests see imports that only run 
 code paths too.
 
 * layers: imports go one way, bindings → engine → kernels; the kernels import nothing
-  of the engine, the bindings or the server;
+  of the engine, the bindings or the server; pipelines reach the kernels' ops only through the
+  dispatch point;
 * no cycle among hopgraph's modules;
 * every module of the package imports.
 """
@@ -147,6 +148,39 @@ def test_layers_import_one_way():
     bad = [f"{MODULES[m].relative_to(ROOT)}:{line}: {layer(m)} module {m} imports {layer(t)} module {t}"
            for m, targets in GRAPH.items() for t, line in targets.items() if layer(t) not in ALLOWED[layer(m)]]
     assert not bad, "imports against the layer order bindings → engine → kernels:\n" + "\n".join(bad)
+
+
+#: kernel modules a pipeline may import besides the dispatch point (``hopgraph.kernels`` / ``.dispatch``):
+#: the shared types and helpers, which implement no op
+KERNEL_SUPPORT = {"hopgraph.kernels", "hopgraph.kernels.dispatch", "hopgraph.kernels.csr", "hopgraph.kernels.checks",
+                  "hopgraph.kernels.errors", "hopgraph.kernels.tensors", "hopgraph.kernels.threads",
+                  "hopgraph.kernels.sampling"}
+#: imports of an op's module by a pipeline that remain, each for a constant or a validation shared with the op
+#: (no kernel work): listed so that the rule holds everywhere else and an entry that is gone fails
+KNOWN_OP_IMPORTS = {
+    ("hopgraph.engine.pipelines.dmar.pipeline", "hopgraph.kernels.shapley_mc"): "the op's MODES as a parameter domain",
+    ("hopgraph.engine.pipelines.g3rag.diffusion", "hopgraph.kernels.sparse_diffusion"):
+        "the op's seed validation, so the sparse query path weighs seeds as the op does",
+}
+
+
+def test_pipelines_reach_kernels_only_through_dispatch():
+    """No module under hopgraph.engine.pipelines imports a kernel module that implements an op (the op's CPU
+    module or its Triton module): kernel work goes through ``hopgraph.kernels.call`` / the op functions, so
+    that the device decides which implementation runs. Only :data:`KERNEL_SUPPORT` may be imported."""
+    bad, seen = [], set()
+    for module, targets in GRAPH.items():
+        if not module.startswith("hopgraph.engine.pipelines"):
+            continue
+        for target, line in targets.items():
+            if layer(target) != "kernels" or target in KERNEL_SUPPORT:
+                continue
+            if (module, target) in KNOWN_OP_IMPORTS:
+                seen.add((module, target))
+                continue
+            bad.append(f"{MODULES[module].relative_to(ROOT)}:{line} imports {target}")
+    assert not bad, "pipelines must call kernels through hopgraph.kernels.call:\n" + "\n".join(bad)
+    assert seen == set(KNOWN_OP_IMPORTS), f"no longer imported, remove from KNOWN_OP_IMPORTS: {set(KNOWN_OP_IMPORTS) - seen}"
 
 
 def find_cycle(graph: dict[str, dict[str, int]]) -> list[str] | None:

@@ -30,10 +30,11 @@ from .common import stamp, table
 #: the compile targets: name -> compute capability
 TARGETS = {"sm_80": 80, "sm_90": 90}
 #: the kernel modules whose ``launch_builds(shapes)`` list their shipped builds
-KERNEL_MODULES = ("density_triton", "gain_knn_triton", "sparse_diffusion_triton", "hyperedge_max_propagate_triton",
-                  "group_decay_propagate_triton", "batched_ppr_triton", "shapley_mc_triton")
+KERNEL_MODULES = ("density_triton", "gain_knn_triton", "gain_knn_rows_triton", "sparse_diffusion_triton",
+                  "hyperedge_max_propagate_triton", "group_decay_propagate_triton", "batched_ppr_triton",
+                  "shapley_mc_triton")
 #: kernels that must run their similarity tiles on tensor cores
-TENSOR_CORE_KERNELS = ("gain_knn", "density")
+TENSOR_CORE_KERNELS = ("gain_knn", "gain_knn_rows", "density")
 #: registers per SM and the most resident warps / CTAs per SM (sm_80 and sm_90 alike)
 REGISTER_FILE = 65536
 MAX_WARPS_PER_SM = 64

@@ -61,43 +61,71 @@ def select_stream(n: int, k: int, block_m: int, block_n: int) -> tuple[float, fl
     return float(passing.sum()), float(rounds.sum())
 
 
+def register_topk_launch(kernel: str, config: str, b: Any, rows: int, cols: int) -> tuple[Launch, float, float]:
+    """One launch of a register top-k kernel (``gain_knn``'s or ``gain_knn_rows``'s) over ``rows`` rows and
+    ``cols`` columns: ``(launch, passing tiles, selection rounds)`` per CTA. A tile passes its rows'
+    similarity floors as often as :func:`select_stream` says a row may take one of its entries (the floor
+    is the k-th weight at the largest penalty: the rows' top entries are taken to have penalties near it)."""
+    bm, bn, bd = (b.constexprs[x] for x in ("BLOCK_M", "BLOCK_N", "BLOCK_D"))
+    tiles = cols / bn
+    passing, rounds = select_stream(cols, K, bm, bn)
+    steps = math.ceil(D / bd)
+
+    def execs(loop: Loop | None, address: int, listing: Listing) -> float:
+        mma = mma_loops(listing)
+        if loop is None:
+            return 1.0
+        if loop.mma:  # hi·hi every tile; its two correction terms on passing tiles
+            return steps * (tiles if loop is mma[0] else passing)
+        if loop.depth == 2:
+            return rounds
+        floor = skips(listing, loop)[0]  # the similarity floor's if
+        if address <= floor.address or address >= floor.target:
+            return tiles  # hi·hi scaled and compared with the floor; the loop's tail
+        return passing  # the split completed and the selection, on tiles over the floor
+
+    ctas = math.ceil(rows / bm)
+    resident = SMS * max(1, 16 // b.num_warps)
+    tile_bytes = (bm + bn) * D * 2  # float16 operands
+    launch = Launch(kernel, config, ctas, execs, hbm_bytes=(rows + cols) * D * 2 * math.ceil(ctas / resident),
+                    l2_bytes=ctas * (tiles + 2 * passing) * tile_bytes)
+    return launch, passing / tiles, rounds
+
+
 def gain_knn(builds: dict) -> list[Workload]:
-    """gain_knn at N = 10⁶, d = 384, k = 32: every autotuned configuration of the register top-k. A tile
-    passes its rows' similarity floors as often as :func:`select_stream` says a row may take one of its
-    entries (the floor is the k-th weight at the largest penalty: the rows' top entries are taken to
-    have penalties near it)."""
+    """gain_knn at N = 10⁶, d = 384, k = 32: every autotuned configuration of the register top-k
+    (:func:`register_topk_launch`)."""
     out = []
     for (kernel, config), b in builds.items():
         if kernel != "gain_knn" or not config.startswith(f"k{K}-"):
             continue
-        bm, bn, bd = (b.constexprs[x] for x in ("BLOCK_M", "BLOCK_N", "BLOCK_D"))
-        tiles = N / bn
-        passing, rounds = select_stream(N, K, bm, bn)
-        steps = math.ceil(D / bd)
-
-        def execs(loop: Loop | None, address: int, listing: Listing, tiles=tiles, passing=passing,
-                  rounds=rounds, steps=steps) -> float:
-            mma = mma_loops(listing)
-            if loop is None:
-                return 1.0
-            if loop.mma:  # hi·hi every tile; its two correction terms on passing tiles
-                return steps * (tiles if loop is mma[0] else passing)
-            if loop.depth == 2:
-                return rounds
-            floor = skips(listing, loop)[0]  # the similarity floor's if
-            if address <= floor.address or address >= floor.target:
-                return tiles  # hi·hi scaled and compared with the floor; the loop's tail
-            return passing  # the split completed and the selection, on tiles over the floor
-
-        ctas = math.ceil(N / bm)
-        resident = SMS * max(1, 16 // b.num_warps)
-        tile_bytes = (bm + bn) * D * 2  # float16 operands
-        launch = Launch("gain_knn", config, ctas, execs, hbm_bytes=2 * N * D * 2 * math.ceil(ctas / resident),
-                        l2_bytes=ctas * (tiles + 2 * passing) * tile_bytes)
+        launch, passing, rounds = register_topk_launch("gain_knn", config, b, N, N)
         out.append(Workload("gain_knn", {"N": N, "d": D, "k": K}, bytes=N * D * F32 + N * K * 8,
                             flops=2 * N * N * D, precision="fp16", passes=3, launches=[launch],
                             host_bytes=N * K * 8,
-                            notes=[f"{passing / tiles:.0%} of tiles pass the bound, {rounds:.0f} rounds a CTA"]))
+                            notes=[f"{passing:.0%} of tiles pass the bound, {rounds:.0f} rounds a CTA"]))
+    return out
+
+
+#: rows added at once in the model of ``gain_knn_rows`` (G3RAG's add of 1,000 passages to N = 10⁶)
+ADDED = 1000
+
+
+def gain_knn_rows(builds: dict) -> list[Workload]:
+    """gain_knn_rows as G3RAG's add of :data:`ADDED` passages to N = 10⁶ runs it: the added rows among all
+    N, and the reverse direction (the N rows among the added ones, the same kernel with the two sets
+    exchanged), every autotuned configuration. The reverse launch is modelled as if its rows held no edge
+    yet (their floors are their k-th weights in the graph, so fewer of its tiles pass: an upper bound)."""
+    out = []
+    for (kernel, config), b in builds.items():
+        if kernel != "gain_knn_rows" or not config.startswith(f"k{K}-"):
+            continue
+        fwd, passing, _ = register_topk_launch(kernel, config, b, ADDED, N)
+        rev, _, _ = register_topk_launch(kernel, config, b, N, ADDED)
+        out.append(Workload(kernel, {"M": ADDED, "N": N, "d": D, "k": K}, bytes=(N + ADDED) * D * F32
+                            + (N + ADDED) * K * 8, flops=2 * 2 * ADDED * N * D, precision="fp16", passes=3,
+                            launches=[fwd, rev], host_bytes=(N + ADDED) * K * 8,
+                            notes=[f"{passing:.0%} of the added rows' tiles pass the bound"]))
     return out
 
 
@@ -245,5 +273,5 @@ def sparse_diffusion(builds: dict) -> list[Workload]:
 
 def workloads(builds: dict[tuple[str, str], Any]) -> list[Workload]:
     """Every op's workloads (several per autotuned op: one a configuration)."""
-    return [w for f in (density, gain_knn, sparse_diffusion, hyperedge_max_propagate, group_decay_propagate,
+    return [w for f in (density, gain_knn, gain_knn_rows, sparse_diffusion, hyperedge_max_propagate, group_decay_propagate,
                         batched_ppr, shapley_mc) for w in f(builds)]

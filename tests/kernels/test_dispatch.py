@@ -174,6 +174,7 @@ def small_inputs() -> dict[str, tuple]:
     return {
         "density": (X,),
         "gain_knn": (X, 3, 0.0, 1.0),
+        "gain_knn_rows": (X[:2], X, 3, 0.0, 1.0),
         "sparse_diffusion": (np.array([[0, 3], [1, -1]]), None, indptr, indices, data, 4),
         "hyperedge_max_propagate": (A, S, edge_indptr, edge_nodes, node_indptr, node_incidence),
         "group_decay_propagate": (A, w, node_group, node_t, group_indptr, group_nodes, alpha),

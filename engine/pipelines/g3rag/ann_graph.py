@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from ....kernels import call
 from ....kernels.csr import CSR, csr_from_topk
 from ...components.dense import IVFIndex, gather_rows
 from ...errors import InputError
@@ -62,6 +63,7 @@ class IVFCells:
 
     @property
     def nlist(self) -> int:
+        """The number of graph cells."""
         return len(self.indptr) - 1
 
     def rows(self, c: int) -> np.ndarray:
@@ -229,48 +231,40 @@ def _own_cell_first(probes: np.ndarray) -> np.ndarray:
 
 
 def rescore_rows(X: np.ndarray, rows: np.ndarray, cols: np.ndarray, target_penalty: np.ndarray, k: int,
-                 sim_min: float, sim_max: float) -> tuple[np.ndarray, np.ndarray]:
+                 sim_min: float, sim_max: float, device: str = "cpu") -> tuple[np.ndarray, np.ndarray]:
     """Exact top-``k`` gain edges of ``rows`` among the sorted candidate ``cols`` (SPEC §1 steps 3–5).
 
-    Uses the fused tile epilogue of :mod:`hopgraph.kernels.gain_knn` (band, gain, target
-    penalty; weight > 0; ties toward the lower column), so a row whose candidates are all
-    rows gets exactly its ``gain_knn`` edges. Returns ``(nbr int64 [len(rows), k],
+    Runs the kernel op ``gain_knn_rows`` on ``device`` (band, gain, target penalty; weight > 0; ties
+    toward the lower column; no self-edge) in tiles of :data:`ROW_TILE` rows, so a row whose
+    candidates are all rows gets exactly its ``gain_knn`` edges. Returns ``(nbr int64 [len(rows), k],
     w float32 [len(rows), k])`` best first, padded with -1 / -inf.
     """
-    import torch
-
-    from ....kernels.gain_knn import select_topk, tile_candidates, weights_function
-
     cols = np.asarray(cols, np.int64)
-    weights = weights_function(len(X) * len(cols))  # every row weighs about len(cols) candidates
-    Xc = torch.from_numpy(np.ascontiguousarray(gather_rows(X, cols), dtype=np.float32))
-    pen = torch.from_numpy(np.ascontiguousarray(target_penalty[cols], dtype=np.float32))
-    cols_t = torch.from_numpy(cols)
+    Xc = np.ascontiguousarray(gather_rows(X, cols), dtype=np.float32)
+    pen = np.ascontiguousarray(target_penalty[cols], dtype=np.float32)
     nbr = np.full((len(rows), k), -1, np.int64)
     w = np.full((len(rows), k), -np.inf, np.float32)
     for a in range(0, len(rows), ROW_TILE):
         r = np.asarray(rows[a:a + ROW_TILE], np.int64)
-        S = torch.from_numpy(np.ascontiguousarray(gather_rows(X, r), dtype=np.float32)) @ Xc.T
-        W = weights(S, pen, sim_min, sim_max)
-        own = np.minimum(np.searchsorted(cols, r), len(cols) - 1)
-        is_own = cols[own] == r
-        W[torch.from_numpy(np.flatnonzero(is_own)), torch.from_numpy(own[is_own])] = -np.inf
-        vals, pos = tile_candidates(W, 0, k)
-        vals, c = select_topk(vals, torch.where(pos >= 0, cols_t[pos.clamp(min=0)], -1), k)
-        nbr[a:a + len(r)] = c.numpy()
-        w[a:a + len(r)] = vals.numpy()
+        Q = np.ascontiguousarray(gather_rows(X, r), dtype=np.float32)
+        g = call("gain_knn_rows", Q, Xc, k=k, sim_min=sim_min, sim_max=sim_max, penalty=pen, columns=cols,
+                 exclude=r, device=device)
+        at = row_of_entries(g.indptr)
+        rank = np.arange(g.nnz) - g.indptr[at]
+        nbr[a + at, rank], w[a + at, rank] = g.indices, g.data
     return nbr, w
 
 
 def cell_task(X: np.ndarray, cells: IVFCells, cell_ids: Sequence[int], target_penalty: np.ndarray, k: int,
-              sim_min: float, sim_max: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Gain edges of every row of the given cells: ``(rows, nbr, w)``. The unit of parallel work."""
+              sim_min: float, sim_max: float, device: str = "cpu") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gain edges of every row of the given cells (:func:`rescore_rows` on ``device``): ``(rows, nbr,
+    w)``. The unit of parallel work."""
     out_rows, out_nbr, out_w = [], [], []
     for c in cell_ids:
         rows = cells.rows(int(c))
         if len(rows) == 0:
             continue
-        nbr, w = rescore_rows(X, rows, cells.candidates(int(c)), target_penalty, k, sim_min, sim_max)
+        nbr, w = rescore_rows(X, rows, cells.candidates(int(c)), target_penalty, k, sim_min, sim_max, device)
         out_rows.append(rows), out_nbr.append(nbr), out_w.append(w)
     if not out_rows:
         return np.zeros(0, np.int64), np.zeros((0, k), np.int64), np.zeros((0, k), np.float32)
@@ -304,7 +298,8 @@ def local_map(fn: Callable[..., Any], task_args: list[tuple], shared: dict[str, 
 def ann_gain_knn(X: np.ndarray, k: int = 32, sim_min: float = 0.3, sim_max: float = 0.9,
                  target_penalty: np.ndarray | None = None, nlist: int | None = None,
                  nprobe: int = DEFAULT_NPROBE, seed: int = 0, progress: bool = False,
-                 map_tasks: TaskMap | None = None, rows_per_task: int = 16_384, ivf: IVFIndex | None = None) -> CSR:
+                 map_tasks: TaskMap | None = None, rows_per_task: int = 16_384, ivf: IVFIndex | None = None,
+                 device: str = "cpu") -> CSR:
     """The G3RAG gain-kNN graph from IVF candidates rescored exactly (see module docstring).
 
     ``ivf``: the IVF index over X whose cells are grouped into the graph cells (the dense
@@ -312,7 +307,8 @@ def ann_gain_knn(X: np.ndarray, k: int = 32, sim_min: float = 0.3, sim_max: floa
     here); ``nlist``, ``nprobe``, ``seed``: :func:`graph_cells`. Returns
     :class:`~hopgraph.kernels.csr.CSR` (``indptr int64 [N+1]``, ``indices int32``, ``data
     float32``), each row's edges best first, as ``gain_knn`` orders them. ``map_tasks`` runs the
-    per-cell work elsewhere (e.g. Ray); the result does not depend on it.
+    per-cell work elsewhere (e.g. Ray); the result does not depend on it. ``device``: where the kernel
+    op ``gain_knn_rows`` rescores the candidates (:func:`rescore_rows`).
     """
     X = _check_matrix(X)
     n = len(X)
@@ -330,7 +326,7 @@ def ann_gain_knn(X: np.ndarray, k: int = 32, sim_min: float = 0.3, sim_max: floa
     groups = cell_groups(cells, rows_per_task)
     nbr = np.full((n, k), -1, np.int64)
     w = np.full((n, k), -np.inf, np.float32)
-    shared = dict(X=X, cells=cells, target_penalty=pen, k=k, sim_min=sim_min, sim_max=sim_max)
+    shared = dict(X=X, cells=cells, target_penalty=pen, k=k, sim_min=sim_min, sim_max=sim_max, device=device)
     if map_tasks is None:
         from ...distributed import current_task_map
 

@@ -33,30 +33,36 @@ The new rows are computed by brute force over all N columns in every graph mode:
 (plus the exact reverse edges). Mode ``"exact"`` is the same computation with
 ``k = N − 1`` and the band [0, 1], so no cap ever drops a reverse edge.
 
+Every block of edges is computed by the kernel op ``gain_knn_rows`` (through
+:func:`hopgraph.kernels.call`, on ``device``: the Triton kernel on CUDA, the CPU path otherwise): the
+new rows' edges among a column block of X, and the reverse edges of the old rows of that column block
+among the new rows, each old row's current k-th weight as its floor.
+
 Cost: the new rows are processed in row blocks of at most ``block_entries`` similarity
 entries (``[rows, N]`` tiles against all of X; the ``[N, N]`` matrix never exists), so an
-add costs O(n_new · N · d) arithmetic and O(n_new · N / blocks + N · k) memory — about
-``n_new / N`` of a brute-force build. The update runs on the CPU (torch, multi-threaded
-BLAS) whatever device built the graph.
+add costs O(n_new · N · d) arithmetic (twice: once per direction) and O(n_new · N / blocks + N · k)
+memory — about ``2 · n_new / N`` of a brute-force build.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
 
-from ....kernels.checks import check_positive_int
-from ....kernels.density import sample_columns
-from ....kernels.gain_knn import (as_embedding_tensor, check_gain_knn_inputs, select_topk, tile_candidates,
-                                weights_function)
+from ....kernels import call
+from ....kernels.checks import check_band, check_positive_int, check_values
+from ....kernels.csr import CSR, check_csr
+from ....kernels.sampling import sample_columns
+from ....kernels.threads import torch_threads
 from ...components.dense import gather_rows, row_blocks
+from ...errors import InputError
+from ...ranking import ranked_entries
+from ...sparse import row_of_entries
 from ...storage import GatherBuffer
 from ...graphs.views import OverlayCSR
-from ...errors import InputError
-from ....kernels.csr import CSR, check_csr
-from ....kernels.threads import torch_threads
 from .penalty import hub_penalty
 
 __all__ = ["BLOCK_ENTRIES", "MIN_GEMM_ROWS", "added_density", "added_penalty", "extend_gain_graph"]
@@ -92,6 +98,13 @@ def _check_rows(X: np.ndarray, op: str) -> int:
     return int(X.shape[0])
 
 
+def _float_rows(rows: np.ndarray, op: str) -> torch.Tensor:
+    """Rows of X as a contiguous float32 tensor, checked finite (:class:`InputError` naming X)."""
+    t = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32))
+    check_values(t, "X", op, non_negative=False)
+    return t
+
+
 def _column_blocks(X: np.ndarray) -> Iterable[tuple[int, torch.Tensor]]:
     """``(first row, rows as a float32 tensor)`` over X in blocks of :data:`COLUMN_BLOCK` rows, read
     without faulting a memory-mapped X into the process (:func:`~hopgraph.engine.components.dense.row_blocks`)."""
@@ -104,7 +117,7 @@ def _similarities(X: np.ndarray, b0: int, b1: int, columns: Iterable[tuple[int, 
     """``(c0, X[b0:b1] @ Cᵀ)`` for each column block ``(c0, C)``, ``[b1 − b0, len(C)]``, each computed as a
     product of at least :data:`MIN_GEMM_ROWS` rows (the block padded with the rows before it)."""
     p0 = max(0, b1 - MIN_GEMM_ROWS) if b1 - b0 < MIN_GEMM_ROWS else b0
-    A = as_embedding_tensor(np.ascontiguousarray(X[p0:b1], dtype=np.float32), "X", "extend_gain_graph")
+    A = _float_rows(X[p0:b1], "added_density")
     for c0, C in columns:
         yield c0, (A @ C.T)[b0 - p0:]
 
@@ -142,7 +155,7 @@ def added_density(X: np.ndarray, start: int, mode: str = "exact", n_build: int |
         if n_build > start:
             raise InputError(f"added_density: n_build = {n_build} exceeds start = {start}")
         cols = sample_columns(n_build, n_samples, seed)
-        C = as_embedding_tensor(gather_rows(X, cols), "X", "added_density")
+        C = _float_rows(gather_rows(X, cols), "added_density")
         blocks = _blocks(_row_blocks(start, n, block_entries), progress, "density (added rows)")
         for b0, b1 in _one_thread(blocks):  # [rows, samples] tiles are small: one thread
             (_, R), = _similarities(X, b0, b1, [(0, C)])
@@ -179,49 +192,72 @@ def added_penalty(density: np.ndarray, low: float, high: float, beta: float = 1.
 
 
 # ---------------------------------------------------------------------- the graph
-def _merge_rows(old: CSR | None, rows: np.ndarray, cols: np.ndarray, w: np.ndarray, k: int,
-                block_entries: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+Triplets = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+@dataclass(frozen=True)
+class _GainEdges:
+    """SPEC §1 steps 3-5 for blocks of rows through the kernel op ``gain_knn_rows``: the top-``k``
+    edges in the band ``[sim_min, sim_max]`` of given rows among given labelled rows, on ``device``."""
+
+    k: int
+    sim_min: float
+    sim_max: float
+    device: str
+
+    def __call__(self, Q: torch.Tensor, B: torch.Tensor, penalty: np.ndarray, columns: np.ndarray,
+                 exclude: np.ndarray | None = None, floor: np.ndarray | None = None) -> Triplets:
+        """``(row of Q, column id, weight)`` of the top-``k`` edges of each row of ``Q`` among the rows of
+        ``B`` (ids ``columns``, target penalty ``penalty``), each weighing more than the row's ``floor``,
+        none to the row's ``exclude`` id."""
+        g = call("gain_knn_rows", Q, B, k=self.k, sim_min=self.sim_min, sim_max=self.sim_max, penalty=penalty,
+                 columns=columns, exclude=exclude, floor=floor, device=self.device)
+        return _triplets(g)
+
+    def both(self, Q: torch.Tensor, B: torch.Tensor, penalty: np.ndarray, columns: np.ndarray,
+             q_penalty: np.ndarray, q_columns: np.ndarray, reverse_floor: np.ndarray) -> tuple[Triplets, Triplets]:
+        """The edges of the rows of ``Q`` (ids ``q_columns``, none to their own) among the rows of ``B`` and,
+        from the same similarities, those of the rows of ``B`` among the rows of ``Q`` (target penalty
+        ``q_penalty``) weighing more than ``reverse_floor`` (+inf: none); triplets as :meth:`__call__`'s."""
+        fwd, rev = call("gain_knn_rows", Q, B, k=self.k, sim_min=self.sim_min, sim_max=self.sim_max,
+                        penalty=penalty, columns=columns, exclude=q_columns, reverse_floor=reverse_floor,
+                        query_columns=q_columns, query_penalty=q_penalty, device=self.device)
+        return _triplets(fwd), _triplets(rev)
+
+
+def _triplets(g: CSR) -> Triplets:
+    """``(row, column, weight)`` of every edge of ``g``."""
+    return row_of_entries(g.indptr), g.indices.astype(np.int64), g.data
+
+
+def _concat(parts: list[Triplets]) -> Triplets:
+    if not parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
+    return tuple(np.concatenate(a) for a in zip(*parts))  # type: ignore[return-value]
+
+
+def _top_rows(parts: list[Triplets], rows: np.ndarray, k: int, vals: np.ndarray, cols: np.ndarray) -> None:
+    """Write the top ``k`` of the candidate edges ``parts`` of the new rows ``rows`` (indices into ``vals`` /
+    ``cols``, ``[n_new, k]``, best first, padded with -inf / -1)."""
+    r, rank, c, w = ranked_entries(*_concat(parts), k)
+    vals[rows[r], rank], cols[rows[r], rank] = w, c
+
+
+def _merge_rows(old: CSR | None, rows: np.ndarray, cols: np.ndarray, w: np.ndarray, k: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Each row that has candidate edges ``(rows, cols, w)`` (any order, weights > 0): its old
     edges (``old``'s row; none when ``old`` is None) and its candidates reduced to the ``k`` best
-    in ``gain_knn``'s order (weight descending, ties toward the lower column), by the kernel's
-    exact :func:`~hopgraph.kernels.gain_knn.select_topk` on padded ``[rows, width]`` tiles of at
-    most ``block_entries`` entries (rows grouped by width). Returns triplets with their rank in
-    the row: ``(rows, ranks, cols int64, w float32)``, each row's entries together and best first
-    (the rows in no particular order)."""
-    order = np.argsort(rows, kind="stable")
-    rows, cols, w = rows[order], cols[order], w[order]
-    touched, first, n_cand = np.unique(rows, return_index=True, return_counts=True)
-    n_old = np.zeros(len(touched), np.int64) if old is None else np.diff(old.indptr)[touched]
-    width = n_old + n_cand
-    by_width = np.argsort(width, kind="stable")
-    out: list[tuple[np.ndarray, ...]] = []
-    i = 0
-    while i < len(by_width):  # chunks of rows of increasing width, at most block_entries entries each
-        end = min(len(by_width), i + max(1, block_entries // int(width[by_width[i]])))
-        while end - i > 1 and (end - i) * int(width[by_width[end - 1]]) > block_entries:
-            end = i + max(1, block_entries // int(width[by_width[end - 1]]))
-        sel = by_width[i:end]
-        i = end
-        t, wd = len(sel), int(width[sel].max())
-        V = np.full((t, wd), -np.inf, np.float32)
-        C = np.full((t, wd), -1, np.int64)
-        if old is not None:  # the old row, at its start
-            r_old = np.repeat(np.arange(t), n_old[sel])
-            at = np.arange(len(r_old)) - np.repeat(np.cumsum(n_old[sel]) - n_old[sel], n_old[sel])
-            src = np.repeat(old.indptr[touched[sel]], n_old[sel]) + at
-            V[r_old, at], C[r_old, at] = old.data[src], old.indices[src]
-        r_new = np.repeat(np.arange(t), n_cand[sel])  # then the candidates
-        at = np.arange(len(r_new)) - np.repeat(np.cumsum(n_cand[sel]) - n_cand[sel], n_cand[sel])
-        src = np.repeat(first[sel], n_cand[sel]) + at
-        V[r_new, n_old[sel][r_new] + at], C[r_new, n_old[sel][r_new] + at] = w[src], cols[src]
-        vals, top = select_topk(torch.from_numpy(V), torch.from_numpy(C), min(k, wd))
-        vals, top = vals.numpy(), top.numpy()
-        valid = top >= 0
-        r_out, rank = np.nonzero(valid)
-        out.append((touched[sel][r_out], rank, top[valid], vals[valid]))
-    if not out:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
-    return tuple(np.concatenate(x) for x in zip(*out))
+    in ``gain_knn``'s order (weight descending, ties toward the lower column). Returns triplets with
+    their rank in the row: ``(rows, ranks, cols int64, w float32)``, sorted by row then rank."""
+    touched = np.unique(rows)
+    if old is not None and len(touched):
+        lens = np.diff(old.indptr)[touched]
+        at = np.repeat(old.indptr[touched], lens) + (np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens))
+        rows = np.concatenate([rows, np.repeat(touched, lens)])
+        cols = np.concatenate([cols, np.asarray(old.indices[at], np.int64)])
+        w = np.concatenate([w, np.asarray(old.data[at], np.float32)])
+    r, rank, c, v = ranked_entries(rows, cols, np.asarray(w, np.float32), k)
+    return r, rank, c, v.astype(np.float32)
 
 
 def _check_start(start: int, n: int, op: str) -> int:
@@ -230,10 +266,50 @@ def _check_start(start: int, n: int, op: str) -> int:
     return int(start)
 
 
+def _check_graph(graph: CSR, start: int, k: int) -> CSR | OverlayCSR:
+    """``graph`` as the CSR (or overlay) of ``start`` rows and columns it must be, rows of at most ``k`` edges."""
+    old = graph if isinstance(graph, OverlayCSR) else \
+        CSR(np.asarray(graph.indptr, np.int64), graph.indices, graph.data, int(graph.n_cols))
+    if len(old.indptr) < 1 or int(old.indptr[0]) != 0 or int(old.indptr[-1]) != len(old.indices) \
+            or len(old.data) != len(old.indices):
+        raise InputError("extend_gain_graph: graph's indptr, indices and data do not fit together")
+    if old.n_rows != start or old.n_cols != start:
+        raise InputError(f"extend_gain_graph: graph must have start = {start} rows and columns, "
+                         f"got {old.n_rows} × {old.n_cols}")
+    longest = int(np.diff(old.indptr).max(initial=0))
+    if longest > k:
+        raise InputError(f"extend_gain_graph: graph has a row of {longest} edges, more than k = {k}")
+    return old
+
+
+def _check_params(n: int, k: int, sim_min: float, sim_max: float, penalty: np.ndarray) -> tuple[np.ndarray, int]:
+    """The penalty as float32 ``[n]`` (finite, non-negative) and k capped at ``n − 1``; the band checked."""
+    op = "extend_gain_graph"
+    k = check_positive_int(k, "k", op)
+    check_band(sim_min, sim_max, op)
+    pen = np.asarray(penalty)
+    if pen.shape != (n,):
+        raise InputError(f"{op}: penalty must have shape ({n},), got {pen.shape}")
+    check_values(pen, "penalty", op)
+    pen = pen.astype(np.float32)
+    check_values(pen, "penalty (as float32)", op)
+    return pen, int(min(k, max(n - 1, 0)))
+
+
+def _thresholds(old: CSR, start: int, k: int) -> np.ndarray:
+    """Per old row, the weight a new edge must beat to enter it: its k-th weight when it holds ``k``
+    edges (a new column is higher than every old one, so it loses a tie), else 0."""
+    thr = np.zeros(start, np.float32)
+    full = np.diff(old.indptr) == k
+    thr[full] = old.data[old.indptr[1:][full] - 1]
+    return thr
+
+
 def extend_gain_graph(graph: CSR, X: np.ndarray, start: int, penalty: np.ndarray, k: int,
                       sim_min: float, sim_max: float, block_entries: int = BLOCK_ENTRIES,
                       progress: bool = False, as_overlay: bool = False,
-                      candidates: "Callable[[np.ndarray, np.ndarray, int], list] | None" = None) -> "CSR | OverlayCSR":
+                      candidates: "Callable[[np.ndarray, np.ndarray, int], list] | None" = None,
+                      device: str = "cpu") -> "CSR | OverlayCSR":
     """The gain-kNN graph of all N rows of X from the graph of rows ``[0, start)`` (SPEC §1 steps 3-5).
 
     ``graph``: ``gain_knn``'s graph of ``X[:start]`` (``start`` rows and columns; an
@@ -246,7 +322,8 @@ def extend_gain_graph(graph: CSR, X: np.ndarray, start: int, penalty: np.ndarray
     that reach its top ``k``. Equal to ``gain_knn(X, k, sim_min, sim_max, penalty)`` when
     ``graph`` is ``gain_knn(X[:start], k, sim_min, sim_max, penalty[:start])`` (module
     docstring). Work: row blocks of the new rows against all of X, at most ``block_entries``
-    entries per similarity tile. ``candidates`` (a graph built from IVF candidates, mode ``"ann"``):
+    entries per similarity tile, each block of edges computed by the kernel op ``gain_knn_rows``
+    on ``device``. ``candidates`` (a graph built from IVF candidates, mode ``"ann"``):
     ``candidates(X, new rows, start)`` yields groups of rows ``(rows, the new rows scored against
     them, the new rows these rows may take an edge to)``
     (:class:`~hopgraph.engine.pipelines.g3rag.ann_graph.AddedRowCandidates`: the build's graph
@@ -257,92 +334,84 @@ def extend_gain_graph(graph: CSR, X: np.ndarray, start: int, penalty: np.ndarray
     are made; a stored graph is not copied).
     """
     n = _check_rows(X, "extend_gain_graph")
-    _, pen, k, sim_min, sim_max = check_gain_knn_inputs(np.zeros((n, 1), np.float32), k, sim_min, sim_max, penalty)
+    pen, k = _check_params(n, k, sim_min, sim_max, penalty)
     start = _check_start(start, n, "extend_gain_graph")
     block_entries = check_positive_int(block_entries, "block_entries", "extend_gain_graph")
-    old = graph if isinstance(graph, OverlayCSR) else \
-        CSR(np.asarray(graph.indptr, np.int64), graph.indices, graph.data, int(graph.n_cols))
-    if len(old.indptr) < 1 or int(old.indptr[0]) != 0 or int(old.indptr[-1]) != len(old.indices) \
-            or len(old.data) != len(old.indices):
-        raise InputError("extend_gain_graph: graph's indptr, indices and data do not fit together")
-    if old.n_rows != start or old.n_cols != start:
-        raise InputError(f"extend_gain_graph: graph must have start = {start} rows and columns, "
-                         f"got {old.n_rows} × {old.n_cols}")
-    old_len = np.diff(old.indptr)
-    if start and int(old_len.max()) > max(k, 0):
-        raise InputError(f"extend_gain_graph: graph has a row of {int(old_len.max())} edges, more than k = {k}")
+    old = _check_graph(graph, start, k)
     if start == n:
         return old if as_overlay else check_csr(old.indptr, old.indices, old.data, n, "extend_gain_graph")
-    n_new = n - start
-    new_cols = np.full((n_new, k), -1, np.int64)
-    new_vals = np.full((n_new, k), -np.inf, np.float32)
-    # an existing row takes a new edge only if it beats the row's k-th weight (a new column is
-    # higher than every old one, so it loses a tie), or the row holds fewer than k edges
-    thr = np.zeros(start, np.float32)
-    full = old_len == k
-    if k:
-        thr[full] = old.data[old.indptr[1:][full] - 1]
-    thr_t = torch.from_numpy(thr)
-    pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    n_pending = 0
-    weights = weights_function((n - start) * (n + start))  # new rows × all, old rows × new
-    if k > 0 and candidates is not None:
-        A_new = torch.from_numpy(np.ascontiguousarray(gather_rows(X, np.arange(start, n)), dtype=np.float32))
-        top_vals, top_cols = torch.from_numpy(new_vals), torch.from_numpy(new_cols)  # running top-k, shared
-        groups = _blocks(candidates(X, np.arange(start, n, dtype=np.int64), start), progress,
-                         "gain-kNN (added rows, by cells)")
-        for members, M, fwd, rev in _one_thread(_read_groups(X, groups)):  # small tiles: one thread
-            m_t = torch.from_numpy(members)
-            if len(fwd):  # the added rows' candidates among these rows: a tile, merged into their top-k
-                W = weights(A_new[fwd - start] @ M.T, pen[m_t], sim_min, sim_max)
-                at = np.minimum(np.searchsorted(members, fwd), len(members) - 1)
-                own = np.flatnonzero(members[at] == fwd)
-                W[torch.from_numpy(own), torch.from_numpy(at[own])] = -math.inf
-                vals, pos = tile_candidates(W, 0, k)
-                cols = torch.where(pos >= 0, m_t[pos.clamp(min=0)], -1)
-                cur = torch.from_numpy(fwd - start)
-                v, c = select_topk(torch.cat([top_vals[cur], vals], 1), torch.cat([top_cols[cur], cols], 1), k)
-                top_vals[cur], top_cols[cur] = v, c
-            n_old = int(np.searchsorted(members, start))  # members are sorted: the old rows first
-            if len(rev) and n_old:  # [old rows, added rows]: above a row's threshold it takes the edge
-                rows_o = members[:n_old]
-                R = weights(M[:n_old] @ A_new[rev - start].T, pen[torch.from_numpy(rev)],
-                            sim_min, sim_max)
-                r, c = (R > thr_t[torch.from_numpy(rows_o), None]).nonzero(as_tuple=True)
-                if len(r):
-                    pending.append((rows_o[r.numpy()], rev[c.numpy()], R[r, c].numpy()))
-    elif k > 0:
-        for b0, b1 in _blocks(_row_blocks(start, n, block_entries), progress, "gain-kNN (added rows)"):
-            cand_vals, cand_cols = [], []
-            for c0, S in _similarities(X, b0, b1, _column_blocks(X)):
-                c1 = c0 + S.shape[1]
-                W = weights(S, pen[c0:c1], sim_min, sim_max)
-                lo = max(b0, c0)
-                own = torch.arange(lo, max(lo, min(b1, c1)))
-                W[own - b0, own - c0] = -math.inf
-                vals, cols = tile_candidates(W, c0, k)
-                cand_vals.append(vals)
-                cand_cols.append(cols)
-                if c0 >= start:
-                    continue
-                old_cols = min(c1, start) - c0  # [old rows of this block, b]: old row → new column
-                R = weights(S[:, :old_cols].T, pen[b0:b1], sim_min, sim_max)
-                r, c = (R > thr_t[c0:c0 + old_cols, None]).nonzero(as_tuple=True)
-                if len(r):
-                    pending.append(((r + c0).numpy(), (c + b0).numpy(), R[r, c].numpy()))
-                    n_pending += len(r)
-            vals, cols = select_topk(torch.cat(cand_vals, 1), torch.cat(cand_cols, 1), k)
-            new_vals[b0 - start:b1 - start], new_cols[b0 - start:b1 - start] = vals.numpy(), cols.numpy()
-            if n_pending > MAX_PENDING and k < n_new:  # hold at most k candidates per row, and raise the thresholds
-                rows, rank, cs, ws = _merge_rows(None, *(np.concatenate(a) for a in zip(*pending)), k, block_entries)
-                pending, n_pending = [(rows, cs, ws)], len(rows)
-                kth = rank == k - 1  # a row holding k candidates: a later one must beat its k-th
-                thr[rows[kth]] = np.maximum(thr[rows[kth]], ws[kth])
-    changes = _changes(old, start, n, k, pending, new_vals, new_cols, block_entries)
+    new_vals = np.full((n - start, k), -np.inf, np.float32)
+    new_cols = np.full((n - start, k), -1, np.int64)
+    pending: list[Triplets] = []
+    if k > 0:
+        edges = _GainEdges(k, float(sim_min), float(sim_max), device)
+        extend = _extend_by_cells if candidates is not None else _extend_brute_force
+        pending = extend(X, start, pen, edges, _thresholds(old, start, k), new_vals, new_cols,
+                         candidates=candidates, block_entries=block_entries, progress=progress)
+    candidates_held = _concat(pending)
+    merged = _merge_rows(old, *candidates_held, k) if len(candidates_held[0]) else None  # rows taking new edges
     if as_overlay:
         base = old if isinstance(old, OverlayCSR) else OverlayCSR.over(old, start)
-        return base.updated(*changes, n_cols=n)
-    return _assemble(old, start, n, k, pending, new_vals, new_cols, block_entries)
+        return base.updated(*_changes(merged, start, n, new_vals, new_cols), n_cols=n)
+    return _assemble(old, start, n, merged, new_vals, new_cols)
+
+
+def _extend_brute_force(X: np.ndarray, start: int, pen: np.ndarray, edges: _GainEdges, thr: np.ndarray,
+                        new_vals: np.ndarray, new_cols: np.ndarray, block_entries: int, progress: bool,
+                        **_: object) -> list[Triplets]:
+    """The new rows' edges over all N columns (written into ``new_vals`` / ``new_cols``) and the reverse
+    edges of the old rows into them above the rows' thresholds ``thr`` (returned, held per row to the top
+    k when more than :data:`MAX_PENDING` accumulate, which raises ``thr``)."""
+    n, k = len(pen), edges.k
+    pending: list[Triplets] = []
+    n_pending = 0
+    for b0, b1 in _blocks(_row_blocks(start, n, block_entries), progress, "gain-kNN (added rows)"):
+        A = _float_rows(X[b0:b1], "extend_gain_graph")
+        new_ids = np.arange(b0, b1, dtype=np.int64)
+        found: list[Triplets] = []
+        for c0, C in _column_blocks(X):
+            ids = np.arange(c0, c0 + len(C), dtype=np.int64)
+            n_old = max(0, min(len(C), start - c0))
+            if n_old == 0:
+                found.append(edges(A, C, pen[c0:c0 + len(C)], ids, exclude=new_ids))
+                continue
+            floor = np.full(len(C), np.inf, np.float32)  # only old rows take reverse edges
+            floor[:n_old] = thr[c0:c0 + n_old]
+            fwd, (r, c, w) = edges.both(A, C, pen[c0:c0 + len(C)], ids, pen[b0:b1], new_ids, floor)
+            found.append(fwd)
+            pending.append((r + c0, c, w))  # old row → new row
+            n_pending += len(r)
+        _top_rows([(r + b0 - start, c, w) for r, c, w in found], np.arange(n - start), k, new_vals, new_cols)
+        if n_pending > MAX_PENDING and k < n - start:  # hold at most k candidates per row, and raise the thresholds
+            rows, rank, cs, ws = _merge_rows(None, *_concat(pending), k)
+            pending, n_pending = [(rows, cs, ws)], len(rows)
+            kth = rank == k - 1  # a row holding k candidates: a later one must beat its k-th
+            thr[rows[kth]] = np.maximum(thr[rows[kth]], ws[kth])
+    return pending
+
+
+def _extend_by_cells(X: np.ndarray, start: int, pen: np.ndarray, edges: _GainEdges, thr: np.ndarray,
+                     new_vals: np.ndarray, new_cols: np.ndarray, candidates: Callable, progress: bool,
+                     **_: object) -> list[Triplets]:
+    """As :func:`_extend_brute_force` over the groups of rows ``candidates`` yields (the build's graph
+    cells): each new row's edges among the rows of the groups that name it, each old row's reverse edges
+    into the new rows its group may take an edge to."""
+    n = len(pen)
+    A_new = _float_rows(gather_rows(X, np.arange(start, n)), "extend_gain_graph")
+    found: list[Triplets] = []
+    pending: list[Triplets] = []
+    groups = _blocks(candidates(X, np.arange(start, n, dtype=np.int64), start), progress,
+                     "gain-kNN (added rows, by cells)")
+    for members, M, fwd, rev in _one_thread(_read_groups(X, groups)):  # small tiles: one thread
+        if len(fwd):  # the added rows' candidates among these rows
+            r, c, w = edges(A_new[fwd - start], M, pen[members], members, exclude=fwd)
+            found.append((fwd[r] - start, c, w))
+        n_old = int(np.searchsorted(members, start))  # members are sorted: the old rows first
+        if len(rev) and n_old:  # [old rows, added rows]: above a row's threshold it takes the edge
+            r, c, w = edges(M[:n_old], A_new[rev - start], pen[rev], rev, floor=thr[members[:n_old]])
+            pending.append((members[r], c, w))
+    _top_rows(found, np.arange(n - start), edges.k, new_vals, new_cols)
+    return pending
 
 
 #: rows of X read at once for the groups of an add by cells (:func:`_read_groups`)
@@ -378,15 +447,13 @@ def _one_thread(items: Iterable) -> Iterator:
         yield from items
 
 
-def _changes(old: CSR, start: int, n: int, k: int, pending: list, new_vals: np.ndarray, new_cols: np.ndarray,
-             block_entries: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The rows the extension rewrites or appends, sorted, as a CSR: ``(rows, indptr, indices int32,
-    data float32)``."""
+def _changes(merged: tuple | None, start: int, n: int, new_vals: np.ndarray, new_cols: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The rows the extension rewrites (``merged``, :func:`_merge_rows`'s output) or appends, sorted, as a
+    CSR: ``(rows, indptr, indices int32, data float32)``."""
     rows, indptr, indices, data = [], [np.zeros(1, np.int64)], [], []
-    if pending:
-        mr, rank, mc, mw = _merge_rows(old, *(np.concatenate(a) for a in zip(*pending)), k, block_entries)
-        order = np.lexsort((rank, mr))
-        mr, mc, mw = mr[order], mc[order], mw[order]
+    if merged is not None:
+        mr, _, mc, mw = merged
         touched, counts = np.unique(mr, return_counts=True)
         rows.append(touched)
         indptr.append(np.cumsum(counts))
@@ -401,15 +468,16 @@ def _changes(old: CSR, start: int, n: int, k: int, pending: list, new_vals: np.n
             np.concatenate(data))
 
 
-def _assemble(old: CSR, start: int, n: int, k: int, pending: list, new_vals: np.ndarray,
-              new_cols: np.ndarray, block_entries: int) -> CSR:
-    """Pack the kept old rows, the merged rows and the new rows into one CSR of ``n`` rows."""
+def _assemble(old: CSR, start: int, n: int, merged: tuple | None, new_vals: np.ndarray,
+              new_cols: np.ndarray) -> CSR:
+    """Pack the kept old rows, the merged rows (:func:`_merge_rows`'s output) and the new rows into one
+    CSR of ``n`` rows."""
     old_len = np.diff(old.indptr)
     counts = np.zeros(n, np.int64)
     counts[:start] = old_len
     touched = np.zeros(start, bool)
-    if pending:
-        mr, rank, mc, mw = _merge_rows(old, *(np.concatenate(a) for a in zip(*pending)), k, block_entries)
+    if merged is not None:
+        mr, rank, mc, mw = merged
         touched[mr] = True
         counts[:start][touched] = np.bincount(mr, minlength=start)[touched]
     valid = new_cols >= 0
@@ -424,7 +492,7 @@ def _assemble(old: CSR, start: int, n: int, k: int, pending: list, new_vals: np.
     shift = (indptr[:start] - old.indptr[:start])[old_rows[keep]]
     dest = np.flatnonzero(keep) + shift
     indices[dest], data[dest] = old.indices[keep], old.data[keep]
-    if pending:
+    if merged is not None:
         dest = indptr[mr] + rank
         indices[dest], data[dest] = mc, mw
     # the new rows are sorted best first with the non-edges last: their valid entries, row by row,

@@ -16,8 +16,8 @@ Search, two scorings (``scoring``):
 * ``"mask"`` — the published query (SPEC §1 query steps 1–4): the ``n_seeds`` passages most relevant
   to q (``seed_source``: dense cosine, or the dense + BM25 reciprocal-rank fusion), p uniform over
   them, one diffusion step ``y = pᵀT``, seeds masked; result = seeds, then the top diffused
-  passages, filled with the next most relevant. Scores are tiered (seeds ``4 + cos``, diffused
-  ``2 + y``, fill ``cos``) so that they decrease down the list.
+  passages, filled with the next most relevant. Each entry has its own score (relevance, or y) and
+  its tier (seed, diffused, fill; :mod:`.masked`); the score returned is ordered by both.
 * ``"fused"`` (default) — relevance ``r = cos + bm25_weight · bm25 / max bm25`` over the
   ``candidate_depth`` most relevant passages (the BM25 term when the corpus and the question texts
   are known), ``p = softmax(r / tau)``, ``y = pᵀT``; score ``r + gamma · y / max y`` plus
@@ -65,6 +65,7 @@ from ..title_bridge import BridgeSearch, TitleBridge
 from .ann_graph import ANN_MIN_N, CELL_SIZE, DEFAULT_NPROBE, AddedRowCandidates, ann_gain_knn, density_mode, graph_mode
 from .diffusion import Entries, diffusion_at, diffusion_entries, lookup, pair_cosines, pair_keys
 from .graph_update import added_density, added_penalty, extend_gain_graph
+from .masked import DIFFUSED, FILL, SEED, TieredRanking, tiered_ranking
 from .name_links import ARRAY_FIELDS as NAMES_FIELDS, ARRAY_PREFIX as NAMES_PREFIX, ChunkNames, name_link_diffusion
 from .penalty import hub_penalty
 
@@ -209,7 +210,7 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         self._candidates = self._cells_stored = None
         if mode == "ann":
             self.graph_ = ann_gain_knn(X, fp.n_neighbors, fp.sim_min, fp.sim_max, pen, progress=progress,
-                                       ivf=self.components.dense.ivf)
+                                       ivf=self.components.dense.ivf, device=device)
             if self.components.dense.method == "ann":  # the build's graph cells, kept for later adds
                 self._candidates = AddedRowCandidates(self.components.dense.ivf, n)
         elif mode == "exact":
@@ -261,7 +262,7 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         else:
             k, sim_min, sim_max = fp.n_neighbors, fp.sim_min, fp.sim_max
         self.graph_ = extend_gain_graph(self.graph_, X, start, pen, k, sim_min, sim_max, progress=progress,
-                                        as_overlay=self._graph_stored, candidates=candidates)
+                                        as_overlay=self._graph_stored, candidates=candidates, device=self.device)
         self.penalty_ = pen
 
     def _save(self, directory: Path) -> None:
@@ -361,7 +362,8 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
                 raise InputError("G3RAG: hybrid seeds need the corpus at fit time: fit(X, corpus)")
             if params.seed_source == "hybrid" and batch.texts is None:
                 raise InputError("G3RAG: hybrid seeds need query_texts, one per query")
-            return self._search_masked(batch, k, params, timer)
+            ranking = self._search_masked(batch, k, params, timer)
+            return ranking.ids, ranking.ordering_scores()
         return self._search_fused(batch, k, params, timer)
 
     def _relevance_ranking(self, batch: QueryBatch, depth: int, params: G3RAGSearch) -> tuple[np.ndarray, np.ndarray]:
@@ -371,12 +373,13 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         return hybrid_ranking(batch, depth, params.fusion_depth)
 
     def _search_masked(self, batch: QueryBatch, top_k: int, params: G3RAGSearch, timer: StageTimer
-                       ) -> tuple[np.ndarray, np.ndarray]:
+                       ) -> TieredRanking:
         """The published query (SPEC §1 query steps 1-4) on the passages the seeds reach:
         step 1 seeds, step 2 ``y = pᵀT`` over the seeds' CSR rows only, step 3 seeds masked (and
         passages with y = 0, and filtered ones: the walk may pass through them, they are never
         returned), step 4 seeds, then the top diffused passages, filled with the next most
-        relevant."""
+        relevant (:func:`~hopgraph.engine.pipelines.g3rag.masked.tiered_ranking`: each entry's own
+        score and its tier, for the whole batch at once)."""
         n, B = len(self.components.X), len(batch)
         seed_k = min(params.n_seeds, n)
         with timer("seeds"):
@@ -388,25 +391,8 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
             _, is_seed = join(np.unique(pair_keys(seeds, n)), y.keys(n))  # step 3: seed masking
             keep = ~is_seed & (y.value > 0) & allowed_at(batch.allowed, y.column)
             diff_ids, diff_scores = topk_entries(y.query[keep], y.column[keep], y.value[keep], B, top_k)
-            ids = np.full((B, top_k), PAD_ID, np.int64)
-            scores = np.full((B, top_k), PAD_SCORE, np.float32)
-            for b in range(B):
-                chosen: list[int] = []
-                tiers: list[float] = []
-                for j, s in zip(seeds[b], rank_scores[b, :seed_k]):
-                    if j >= 0:
-                        chosen.append(int(j)); tiers.append(4.0 + float(s))
-                for j, s in zip(diff_ids[b], diff_scores[b]):
-                    if j >= 0 and len(chosen) < top_k:
-                        chosen.append(int(j)); tiers.append(2.0 + float(s))
-                for j, s in zip(rank_ids[b, seed_k:], rank_scores[b, seed_k:]):
-                    if len(chosen) >= top_k:
-                        break
-                    if j >= 0 and j not in chosen:
-                        chosen.append(int(j)); tiers.append(float(s))
-                m = min(len(chosen), top_k)
-                ids[b, :m], scores[b, :m] = chosen[:m], tiers[:m]
-        return ids, scores
+            return tiered_ranking([(seeds, rank_scores[:, :seed_k], SEED), (diff_ids, diff_scores, DIFFUSED),
+                                   (rank_ids[:, seed_k:], rank_scores[:, seed_k:], FILL)], top_k)
 
     def _relevance(self, batch: QueryBatch, depth: int, params: G3RAGSearch) -> tuple[np.ndarray, np.ndarray]:
         """Top-``depth`` passages by ``cos + bm25_weight · bm25 / max bm25`` (float32, best first)."""

@@ -380,3 +380,16 @@ def test_the_builds_cells_are_stored_and_used_by_a_later_add(tmp_path, monkeypat
     assert not ann_graph.AddedRowCandidates.fits({"cells_group": np.zeros(3, np.int64),
                                                   "cells_probes": np.zeros((1, 1), np.int64),
                                                   "cells_ivf": np.array([3, 7])}, comps.dense.ivf)
+
+
+def test_an_add_that_no_existing_row_takes_an_edge_to():
+    """A new passage orthogonal to every other (no edge either way): the old rows are kept as they are,
+    as a CSR and as an overlay over the stored graph."""
+    X = np.zeros((61, 17), np.float32)
+    X[:60, :16] = clustered_embeddings(60, 16, 3, seed=5)
+    X[60, 16] = 1.0
+    pen = np.ones(61, np.float32)
+    old = gain_knn(X[:60], 4, (0.3, 0.9), pen[:60])
+    assert_same_graph(extend_gain_graph(old, X, 60, pen, 4, 0.3, 0.9), gain_knn(X, 4, (0.3, 0.9), pen))
+    overlay = extend_gain_graph(old, X, 60, pen, 4, 0.3, 0.9, as_overlay=True)
+    assert overlay.n_rows == 61

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import clustered_embeddings
+from g3rag_spec import DIFFUSED, FILL, SEED, result_list
 
 from hopgraph import G3RAG
 from hopgraph.engine.components.query_batch import QueryBatch
@@ -64,22 +65,14 @@ def _reference_masked(pipe: G3RAG, batch: QueryBatch, top_k: int) -> tuple[np.nd
     diff_ids, diff_scores = reference_topk(y, top_k)
     ids = np.full((B, top_k), PAD_ID, np.int64)
     scores = np.full((B, top_k), PAD_SCORE, np.float32)
+    tier_score = {SEED: 4.0, DIFFUSED: 2.0, FILL: 0.0}  # the search's one score per entry: tier, then score
     for b in range(B):
-        chosen: list[int] = []
-        tiers: list[float] = []
-        for j, s in zip(seeds[b], rank_scores[b, :seed_k]):
-            if j >= 0:
-                chosen.append(int(j)); tiers.append(4.0 + float(s))
-        for j, s in zip(diff_ids[b], diff_scores[b]):
-            if j >= 0 and len(chosen) < top_k:
-                chosen.append(int(j)); tiers.append(2.0 + float(s))
-        for j, s in zip(rank_ids[b, seed_k:], rank_scores[b, seed_k:]):
-            if len(chosen) >= top_k:
-                break
-            if j >= 0 and j not in chosen:
-                chosen.append(int(j)); tiers.append(float(s))
-        m = min(len(chosen), top_k)
-        ids[b, :m], scores[b, :m] = chosen[:m], tiers[:m]
+        parts = [[(int(j), float(s)) for j, s in zip(i, v) if j >= 0]
+                 for i, v in ((seeds[b], rank_scores[b, :seed_k]), (diff_ids[b], diff_scores[b]),
+                              (rank_ids[b, seed_k:], rank_scores[b, seed_k:]))]
+        listed = result_list(*parts, top_k)
+        ids[b, :len(listed)] = [j for j, _, _ in listed]
+        scores[b, :len(listed)] = [tier_score[t] + s for _, s, t in listed]
     return ids, scores, y
 
 
