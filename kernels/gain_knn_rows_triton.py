@@ -30,7 +30,8 @@ from .errors import InputError
 from .gain_knn import finalise_csr, select_topk
 from .gain_knn_rows import check_rows_inputs
 from .gain_knn_triton import (CONFIGS, DENSE_CONFIG, DENSE_ENTRIES, INTERPRET_CONFIG, TUNE_ROWS, configs_for,
-                              correction, gain, similarity_floor, similarity_part, similarity_tile, split_fp16)
+                              correction, gain, similarity_floor, similarity_part, similarity_tile, split_fp16,
+                              take_into_topk)
 
 #: the largest k the register top-k takes here; larger k runs :func:`_gain_rows_weights_kernel`
 SELECT_MAX_K = 32
@@ -66,7 +67,6 @@ def _gain_knn_rows_kernel(QH, QL, ROW, XH, XL, XUN, PEN, OUT_V, OUT_C, M, N, D, 
     best_c = (-1 - slots[None, :]) + tl.zeros([BLOCK_M, KP], tl.int32)
     thr = tl.min(best_v, axis=1)  # each row's k-th weight (its floor until k edges are held)
     floor = similarity_floor(thr, sim_min, pen_max, norm_r, norm_max, un_r)
-    big = 2147483647
     for c0 in range(0, N, BLOCK_N):
         cols = c0 + tl.arange(0, BLOCK_N)
         cmask = cols < N
@@ -83,18 +83,7 @@ def _gain_knn_rows_kernel(QH, QL, ROW, XH, XL, XUN, PEN, OUT_V, OUT_C, M, N, D, 
             w = gain(s, pen[None, :])
             ok = cmask[None, :] & (cols[None, :] != excl[:, None]) & rmask[:, None] & (s >= sim_min) \
                 & (s <= sim_max) & (w > 0) & (w > thr[:, None])
-            w = tl.where(ok, w, float("-inf"))
-            rounds = tl.minimum(tl.max(tl.sum(ok.to(tl.int32), axis=1)), K)
-            for _ in range(rounds):
-                m = tl.max(w, axis=1)
-                mc = tl.min(tl.where(w == m[:, None], cols[None, :], big), axis=1)
-                wc = tl.max(tl.where(best_v == thr[:, None], best_c, -big), axis=1)
-                better = m > thr  # a tie with the k-th loses: its column is higher
-                slot = (best_v == thr[:, None]) & (best_c == wc[:, None]) & better[:, None]
-                best_v = tl.where(slot, m[:, None], best_v)
-                best_c = tl.where(slot, mc[:, None], best_c)
-                thr = tl.min(best_v, axis=1)
-                w = tl.where(cols[None, :] == mc[:, None], float("-inf"), w)
+            best_v, best_c, thr = take_into_topk(w, ok, cols, best_v, best_c, thr, K)
             floor = similarity_floor(thr, sim_min, pen_max, norm_r, norm_max, un_r)  # the rows' new k-th weights
     out = rows.to(tl.int64)[:, None] * K + slots[None, :]
     smask = rmask[:, None] & (slots[None, :] < K)

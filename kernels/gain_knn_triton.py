@@ -145,6 +145,28 @@ def similarity_floor(thr, sim_min, pen_max, norm_r, norm_max, un_r):
 
 
 @triton.jit
+def take_into_topk(w, ok, cols, best_v, best_c, thr, K: tl.constexpr):
+    """The rows' running top-k ``(best_v, best_c, thr)`` [BLOCK_M, KP] after taking in a tile's weights
+    ``w`` [BLOCK_M, BLOCK_N] where ``ok`` (columns ``cols``): as many rounds as the most entries a row
+    may take (at most K), each moving every row's best remaining entry into its k-th slot when it
+    beats it (a tie with the k-th loses: its column is higher); ``thr`` is each row's k-th weight."""
+    big = 2147483647
+    w = tl.where(ok, w, float("-inf"))
+    rounds = tl.minimum(tl.max(tl.sum(ok.to(tl.int32), axis=1)), K)
+    for _ in range(rounds):
+        m = tl.max(w, axis=1)
+        mc = tl.min(tl.where(w == m[:, None], cols[None, :], big), axis=1)
+        wc = tl.max(tl.where(best_v == thr[:, None], best_c, -big), axis=1)
+        better = m > thr
+        slot = (best_v == thr[:, None]) & (best_c == wc[:, None]) & better[:, None]
+        best_v = tl.where(slot, m[:, None], best_v)
+        best_c = tl.where(slot, mc[:, None], best_c)
+        thr = tl.min(best_v, axis=1)
+        w = tl.where(cols[None, :] == mc[:, None], float("-inf"), w)
+    return best_v, best_c, thr
+
+
+@triton.jit
 def _gain_knn_kernel(XH, XL, UNSCALE, NORM, PEN, OUT_V, OUT_C, N_ROWS, N, D, stride_x, sim_min, sim_max,
                      norm_max, pen_max, K: tl.constexpr, KP: tl.constexpr, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr):
@@ -162,7 +184,6 @@ def _gain_knn_kernel(XH, XL, UNSCALE, NORM, PEN, OUT_V, OUT_C, N_ROWS, N, D, str
     best_c = (-1 - slots[None, :]) + tl.zeros([BLOCK_M, KP], tl.int32)
     thr = tl.min(best_v, axis=1)  # each row's k-th weight (-inf until k edges are held)
     floor = similarity_floor(thr, sim_min, pen_max, norm_r, norm_max, un_r)
-    big = 2147483647
     for c0 in range(0, N, BLOCK_N):
         cols = c0 + tl.arange(0, BLOCK_N)
         cmask = cols < N
@@ -179,18 +200,7 @@ def _gain_knn_kernel(XH, XL, UNSCALE, NORM, PEN, OUT_V, OUT_C, N_ROWS, N, D, str
             w = gain(s, pen[None, :])
             ok = cmask[None, :] & (cols[None, :] != rows[:, None]) & rmask[:, None] & (s >= sim_min) & (s <= sim_max) \
                 & (w > 0) & (w > thr[:, None])
-            w = tl.where(ok, w, float("-inf"))
-            rounds = tl.minimum(tl.max(tl.sum(ok.to(tl.int32), axis=1)), K)
-            for _ in range(rounds):
-                m = tl.max(w, axis=1)
-                mc = tl.min(tl.where(w == m[:, None], cols[None, :], big), axis=1)
-                wc = tl.max(tl.where(best_v == thr[:, None], best_c, -big), axis=1)
-                better = m > thr  # a tie with the k-th loses: its column is higher
-                slot = (best_v == thr[:, None]) & (best_c == wc[:, None]) & better[:, None]
-                best_v = tl.where(slot, m[:, None], best_v)
-                best_c = tl.where(slot, mc[:, None], best_c)
-                thr = tl.min(best_v, axis=1)
-                w = tl.where(cols[None, :] == mc[:, None], float("-inf"), w)
+            best_v, best_c, thr = take_into_topk(w, ok, cols, best_v, best_c, thr, K)
             floor = similarity_floor(thr, sim_min, pen_max, norm_r, norm_max, un_r)  # the rows' new k-th weights
     out = rows.to(tl.int64)[:, None] * K + slots[None, :]
     smask = rmask[:, None] & (slots[None, :] < K)

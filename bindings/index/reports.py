@@ -44,6 +44,8 @@ class Hit:
     metadata: dict[str, Any] = field(default_factory=dict, hash=False)
 
     def to_dict(self) -> dict[str, Any]:
+        """The hit as a plain dict (``id``, ``score``, ``rank``, ``title``, ``text``, ``metadata``): what
+        ``--json`` prints and the server answers."""
         return asdict(self)
 
     @property
