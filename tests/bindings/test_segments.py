@@ -183,14 +183,15 @@ def test_deletes_are_hidden_in_every_pipeline_across_commits_and_merges(tmp_path
 
 # ---------------------------------------------------------------------- merges
 def test_merge_policy_merges_adjacent_segments_of_one_tier():
-    from hopgraph.index.merge import next_merge, tier
+    from hopgraph.engine.storage import TieredMergePolicy
 
-    assert [tier(n, 10) for n in (0, 1, 9, 10, 99, 100, 1000)] == [0, 0, 0, 1, 1, 2, 3]
-    assert next_merge([1000] + [1] * 9, 10) is None
-    assert next_merge([1000] + [1] * 10, 10) == (1, 10)
-    assert next_merge([1000, 50] + [1] * 10, 10) == (2, 11)
-    assert next_merge([1000, 5, 3, 70, 2], 10, max_segments=3) == (1, 2)
-    assert next_merge([1000, 5, 3], 10, max_segments=3) is None
+    policy = TieredMergePolicy(10)
+    assert [policy.tier(n) for n in (0, 1, 9, 10, 99, 100, 1000)] == [0, 0, 0, 1, 1, 2, 3]
+    assert policy.find_merge([1000] + [1] * 9) is None
+    assert policy.find_merge([1000] + [1] * 10) == (1, 10)
+    assert policy.find_merge([1000, 50] + [1] * 10) == (2, 11)
+    assert policy.find_merge([1000, 5, 3, 70, 2], max_segments=3) == (1, 2)
+    assert policy.find_merge([1000, 5, 3], max_segments=3) is None
 
 
 def test_a_reader_pinned_to_a_commit_keeps_its_results_while_a_merge_commits(tmp_path):
