@@ -300,6 +300,7 @@ class LiveWrites:
                            "commits_by_server": self.commits, "merges": self.merges}}
 
     async def stop(self) -> None:
+        """Wait for the open group commit and a running merge (up to a minute), then stop the writer."""
         if self._flush_task is not None and not self._flush_task.done():
             await self._flush_task
         if self._merging is not None:

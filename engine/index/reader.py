@@ -9,7 +9,7 @@ after it was opened are not seen (open a new reader). Format 4 commits are read,
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from .. import storage
 from ..components.corpus import Corpus
 from ..components.shared import Components
 from ..embedders import Embedder, resolve_embedder
+from ..embedders.queries import encode_queries
 from ..errors import IndexFormatError, InputError
 from ..params import RunSettings
 from ..pipelines import pipeline_class
@@ -61,16 +62,27 @@ class IndexReader:
             raise
         return cls(opened, content, committed)
 
-    def search(self, Q: np.ndarray, k: int = 5, pipeline: str = "dense", query_texts: list[str] | None = None,
-               allowed: np.ndarray | None = None, **search: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Search the stored pipeline ``pipeline`` with query embeddings ``Q`` (float32 ``[B, d]``;
-        ``query_texts`` for pipelines that read the questions): ``(rows int64 [B, k], scores float32
-        [B, k])``, as :meth:`~hopgraph.engine.pipelines.Pipeline.search`. A pipeline the commit does
-        not hold raises :class:`~hopgraph.engine.errors.InputError`."""
+    def search(self, questions: Sequence[str] | np.ndarray, k: int = 5, pipeline: str = "dense",
+               query_texts: Sequence[str] | None = None, allowed: np.ndarray | None = None, **search: Any
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Search the stored pipeline ``pipeline``: ``(rows int64 [B, k], scores float32 [B, k])``, as
+        :meth:`~hopgraph.engine.pipelines.Pipeline.search`. ``questions``: texts (embedded with the
+        reader's embedder: open with ``embedder=``), or query embeddings float32 ``[B, d]`` with their
+        ``query_texts`` for the pipelines that read the questions. A pipeline the commit does not
+        hold, or texts without an embedder, raise :class:`~hopgraph.engine.errors.InputError`."""
         if pipeline not in self.content.pipelines:
             raise InputError(f"index {self.path} holds no fitted pipeline {pipeline!r} "
                              f"(it holds {', '.join(sorted(self.content.pipelines)) or 'none'})")
-        return self.content.pipelines[pipeline].search(Q, k, query_texts, allowed=allowed, **search)
+        if isinstance(questions, np.ndarray):
+            Q = questions
+        else:
+            if self.content.embedder is None:
+                raise InputError(f"index {self.path} was opened without an embedder: open it with embedder=... "
+                                 f"to search texts, or give query embeddings")
+            query_texts = [questions] if isinstance(questions, str) else list(questions)
+            Q = encode_queries(self.content.embedder, query_texts, progress=False)
+        texts = None if query_texts is None else list(query_texts)
+        return self.content.pipelines[pipeline].search(Q, k, texts, allowed=allowed, **search)
 
     def repin(self, name: str) -> None:
         """Move the lease to the live commit ``name``, which its writer (holding the write lock) just

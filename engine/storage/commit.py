@@ -206,6 +206,7 @@ def _open_commit(path: Path, name: str, entry: dict[str, Any]) -> OpenedIndex | 
     cfile = path / name
 
     def opened(manifest: dict[str, Any], lease: Lease) -> OpenedIndex:
+        """The commit ``manifest`` read under ``lease``, its segments checked."""
         infos = SegmentInfos.from_manifest(name, manifest, cfile)
         return OpenedIndex(path, name, manifest, [_open_segment(path, seg, cfile) for seg in infos.segments], lease,
                            infos=infos)
@@ -237,6 +238,7 @@ def _open_generation(path: Path, name: str, entry: dict[str, Any]) -> OpenedInde
     gen_dir = path / name
 
     def opened(manifest: dict[str, Any], lease: Lease) -> OpenedIndex:
+        """The generation ``manifest`` read under ``lease``, as one base segment."""
         n = int((manifest.get("corpus") or {}).get("n_passages", 0))
         return OpenedIndex(path, name, manifest, [SegmentRef(name, gen_dir, 0, n, manifest)], lease, version=3)
 
