@@ -194,6 +194,30 @@ def test_merge_policy_merges_adjacent_segments_of_one_tier():
     assert policy.find_merge([1000, 5, 3], max_segments=3) is None
 
 
+def test_index_merge_takes_another_policy_and_its_results_stay(tmp_path):
+    from hopgraph.engine.index import IndexReader
+    from hopgraph.engine.storage import MergePolicy
+
+    class FirstPair(MergePolicy):
+        def find_merge(self, sizes, max_segments=None):
+            return (1, 2) if len(sizes) > 3 else None
+
+    recs = records()
+    path = segmented(tmp_path / "idx", recs, [16, 20, 23, 26], pipelines=EXACT)
+    index = Index.load(path, progress=False)
+    before = {p: results(index, p) for p in EXACT}
+    report = index.merge(policy=FirstPair())
+    assert (report.segments_before, report.segments_after, len(report.merges)) == (4, 3, 1)
+    assert [s["n_rows"] for s in storage.read_manifest(path)["segments"]] == [16, 7, len(recs) - 23]
+    with IndexReader.open(path, embedder="hashing-64") as reader:  # the engine reads what the façade wrote
+        assert reader.infos.sizes == [16, 7, len(recs) - 23] and list(reader.content.corpus.ids) == list(index.corpus.ids)
+        for p in EXACT:
+            rows, scores = reader.search(QUESTIONS, 5, p)
+            np.testing.assert_array_equal(rows, before[p][0])
+            np.testing.assert_allclose(scores, before[p][1], rtol=1e-6)
+            np.testing.assert_array_equal(results(index, p)[0], before[p][0])
+
+
 def test_a_reader_pinned_to_a_commit_keeps_its_results_while_a_merge_commits(tmp_path):
     recs = records()
     path = segmented(tmp_path / "idx", recs, [12, 14, 16, 18, 20, 22, 24, 26, 28])
