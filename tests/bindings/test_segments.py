@@ -207,10 +207,10 @@ def test_index_merge_takes_another_policy_and_its_results_stay(tmp_path):
     index = Index.load(path, progress=False)
     before = {p: results(index, p) for p in EXACT}
     report = index.merge(policy=FirstPair())
-    assert (report.segments_before, report.segments_after, len(report.merges)) == (4, 3, 1)
-    assert [s["n_rows"] for s in storage.read_manifest(path)["segments"]] == [16, 7, len(recs) - 23]
+    assert (report.segments_before, report.segments_after, len(report.merges)) == (5, 3, 2)
+    assert [s["n_rows"] for s in storage.read_manifest(path)["segments"]] == [16, 10, len(recs) - 26]
     with IndexReader.open(path, embedder="hashing-64") as reader:  # the engine reads what the façade wrote
-        assert reader.infos.sizes == [16, 7, len(recs) - 23] and list(reader.content.corpus.ids) == list(index.corpus.ids)
+        assert reader.infos.sizes == [16, 10, len(recs) - 26] and list(reader.content.corpus.ids) == list(index.corpus.ids)
         for p in EXACT:
             rows, scores = reader.search(QUESTIONS, 5, p)
             np.testing.assert_array_equal(rows, before[p][0])
