@@ -21,6 +21,7 @@ from ..embedders.queries import encode_queries
 from ..errors import IndexFormatError, InputError
 from ..params import RunSettings
 from ..pipelines import pipeline_class
+from ..storage.segment_infos import SegmentInfos
 from .content import Committed, IndexContent
 from .params import validate_params
 
@@ -30,6 +31,17 @@ class IndexReader:
     search reads), :attr:`committed` (the commit as a writer starts from it), :attr:`infos` (its
     segment list; None for a format-3 index). Open with :meth:`open`; close to release the lease
     (also as a context manager)."""
+
+    #: the index directory
+    path: Path
+    #: the commit file opened (``commit-CCCCCC.json``; a format-3 generation's name)
+    name: str
+    #: the commit's segment list (None for a format-3 index)
+    infos: SegmentInfos | None
+    #: what was read at open (the objects a search reads)
+    content: IndexContent
+    #: the snapshot a writer counts this content's later changes from
+    committed: Committed
 
     def __init__(self, opened: storage.OpenedIndex, content: IndexContent, committed: Committed) -> None:
         self._opened: storage.OpenedIndex | None = opened
