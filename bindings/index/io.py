@@ -241,7 +241,7 @@ class IndexIO:
     # ------------------------------------------------------------------ merge
     def merge(self, max_segments: int | None = None, factor: int = MERGE_FACTOR,
               policy: MergePolicy | None = None) -> MergeReport:
-        """Merge the segments of the index's live commit at :attr:`path` as ``policy`` decides (default
+        """Merge the segments of the index's live commit at its ``path`` as ``policy`` decides (default
         :class:`~hopgraph.engine.storage.TieredMergePolicy` of ``factor``: ``factor`` adjacent
         segments of one size tier at a time; then, while more than ``max_segments`` remain, the
         smallest adjacent pair), committing each merge (:mod:`hopgraph.engine.index.merge`);
