@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.hopgraph-installed
 
-.PHONY: install demo test docs bench clean
+.PHONY: install demo test docs bench dist clean
 
 install: $(STAMP)
 
@@ -26,6 +26,11 @@ test: install
 docs: install
 	$(PY) -m sphinx -W --keep-going -n -q -b html docs docs/_build/html
 
+# The sdist and the wheel in dist/ (tests/test_packaging.py builds both and installs the wheel into a
+# fresh venv).
+dist: install
+	$(PY) -m build --outdir dist .
+
 # The benchmarks of bench/ that finish in minutes here (bench_scale.py and
 # bench_serve.py are run by hand: see README).
 bench: install
@@ -36,4 +41,4 @@ bench: install
 	$(PY) bench/results_table.py
 
 clean:
-	rm -rf $(VENV) .hopgraph-cache *.egg-info docs/_build docs/api
+	rm -rf $(VENV) .hopgraph-cache *.egg-info build dist docs/_build docs/api

@@ -137,7 +137,7 @@ def child_hnsw(data: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     """faiss HNSW over the float32 rows (the graph alternative)."""
     import faiss
 
-    from hopgraph.engine.components.dense import row_blocks
+    from hopgraph.engine.components.exact_search import row_blocks
 
     X, Q = np.load(data / "X.npy", mmap_mode="r"), np.load(data / "Q.npy")
     ref = np.load(data / "exact_top10.npy")
@@ -161,7 +161,7 @@ def child_ivf_flat(data: Path, args: argparse.Namespace) -> list[dict[str, Any]]
     """The float IVF: the cells of ``IVFIndex`` (same training), float32 rows instead of 8-bit codes."""
     import faiss
 
-    from hopgraph.engine.components.dense import ivf_nlist, train_and_fill
+    from hopgraph.engine.components.ivf import ivf_nlist, train_and_fill
 
     X, Q = np.load(data / "X.npy", mmap_mode="r"), np.load(data / "Q.npy")
     flat = faiss.IndexIVFFlat(faiss.IndexFlatIP(X.shape[1]), X.shape[1], ivf_nlist(len(X)), faiss.METRIC_INNER_PRODUCT)
@@ -255,7 +255,7 @@ def main() -> int:
     p.add_argument("--workdir", default="/tmp/hopgraph-bench-scale", help="data cache (bench_scale's layout)")
     p.add_argument("--nprobe", default=None, help="comma-separated nprobe values (default: DEFAULT_NPROBE)")
     p.add_argument("--nlist-per-sqrt-n", type=float, default=None,
-                   help="IVF cells per √N (default: dense_index.NLIST_PER_SQRT_N)")
+                   help="IVF cells per √N (default: ivf.NLIST_PER_SQRT_N)")
     p.add_argument("--sample", type=int, default=SAMPLE,
                    help="rows of the overlap sample of the largest size (0: none)")
     p.add_argument("--alternatives", action="store_true", help="also HNSW and the float IVF")
@@ -269,14 +269,14 @@ def main() -> int:
     p.add_argument("--data", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.nprobe is None:
-        from hopgraph.engine.components.dense import DEFAULT_NPROBE
+        from hopgraph.engine.components.ivf import DEFAULT_NPROBE
         args.nprobe = [DEFAULT_NPROBE]
     else:
         args.nprobe = [int(x) for x in str(args.nprobe).split(",")]
     if args.child:
         if args.nlist_per_sqrt_n is not None:
-            from hopgraph.engine.components import dense as dense_index
-            dense_index.NLIST_PER_SQRT_N = args.nlist_per_sqrt_n
+            from hopgraph.engine.components import ivf
+            ivf.NLIST_PER_SQRT_N = args.nlist_per_sqrt_n
         print(json.dumps(CHILDREN[args.child](Path(args.data), args)))
         return 0
 

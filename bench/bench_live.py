@@ -188,7 +188,8 @@ def embedding_table(index) -> dict[str, np.ndarray]:
 
 def run_recall(data_dirs: list[Path], pipelines: list[str], share: float, seed: int, segments: int = 20) -> dict:
     from hopgraph import Index
-    from hopgraph.evaluate import cached_index, default_cache_dir
+    from hopgraph.cache_dir import default_cache_dir
+    from hopgraph.evaluate import cached_index
     from hopgraph.engine.evaluation import load_questions, mean_and_stderr, recall_at_k
 
     out = {}

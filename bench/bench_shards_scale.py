@@ -126,11 +126,11 @@ def add_table(single: Index, router, out: Path, questions: list[str], Q: np.ndar
 
 def _fetched(router) -> int:
     """Graph entries the router's sharded graphs fetched so far."""
-    from hopgraph.engine.components.sharded_graph import ShardedCSR, sharded_base
-    from hopgraph.engine.storage.deltas import OverlayCSR
+    from hopgraph.engine.graphs.remote import ShardedCSR, remote_base
+    from hopgraph.engine.graphs.views import OverlayCSR
 
-    return sum(sharded_base(value).fetched for pipe in router.pipelines.values() for value in vars(pipe).values()
-               if isinstance(value, (ShardedCSR, OverlayCSR)) and sharded_base(value) is not None)
+    return sum(remote_base(value).fetched for pipe in router.pipelines.values() for value in vars(pipe).values()
+               if isinstance(value, (ShardedCSR, OverlayCSR)) and remote_base(value) is not None)
 
 
 if __name__ == "__main__":

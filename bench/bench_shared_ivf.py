@@ -100,7 +100,8 @@ def main() -> int:
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_scale import generate
 
-    from hopgraph.engine.components.dense import DenseIndex, IVFIndex
+    from hopgraph.engine.components.dense import DenseIndex
+    from hopgraph.engine.components.ivf import IVFIndex
     from hopgraph.engine.pipelines.g3rag.ann_graph import graph_cells, graph_recall, rescore_rows
     from hopgraph.engine.pipelines.g3rag.penalty import hub_penalty
     from hopgraph.engine.pipelines.g3rag import G3RAGFit

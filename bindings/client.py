@@ -32,6 +32,15 @@ from .index import Hit
 
 
 T = TypeVar("T")
+#: seconds an add or delete waits for its commit by default: the server embeds the added passages
+#: first, in its writer with one torch thread (docs/decisions/serve-write-answers.md)
+WRITE_TIMEOUT = 900.0
+
+
+def is_write(method: str, path: str) -> bool:
+    """Whether a request is a write (``POST /passages``, ``DELETE /passages/ID``): its answer waits
+    for a commit."""
+    return method == "DELETE" or (method == "POST" and path == "/passages")
 _portal: asyncio.AbstractEventLoop | None = None
 _portal_lock = threading.Lock()
 
@@ -103,12 +112,14 @@ class _ClientBase:
     _default_pipeline: str | None = None
     #: the name of the httpx client class the connection uses (``Client`` or ``AsyncClient``)
     def __init__(self, url: str, api_key: str | None = None, timeout: float = 60.0, *,
-                 transport: Any = None) -> None:
-        """``transport``: an ``httpx`` transport (async for :class:`AsyncClient`) to send the requests
-        through (default: HTTP)."""
+                 write_timeout: float = WRITE_TIMEOUT, transport: Any = None) -> None:
+        """``timeout``: seconds a search or read waits for an answer; ``write_timeout``: seconds an add
+        or delete waits for its commit (the server embeds the passages first). ``transport``: an
+        ``httpx`` transport (async for :class:`AsyncClient`) to send the requests through (default: HTTP)."""
         httpx = self._httpx()
         self.url = url.rstrip("/")
-        self._transport_error = httpx.TransportError
+        self.timeout, self.write_timeout = float(timeout), float(write_timeout)
+        self._transport_error, self._timeout_error = httpx.TransportError, httpx.TimeoutException
         self._options = dict(base_url=self.url, headers=self._headers(api_key), timeout=timeout, trust_env=False,
                              transport=transport)
 
@@ -177,13 +188,40 @@ class _ClientBase:
                 for r in response["results"]]
 
     @staticmethod
+    def _commit_path(write_id: str) -> str:
+        if not isinstance(write_id, str) or not write_id:
+            raise InputError(f"a write id must be a non-empty string, got {write_id!r}")
+        return "/commits/" + quote(write_id, safe="")
+
+    @staticmethod
     def _passage_path(pid: str) -> str:
         if not isinstance(pid, str) or not pid:
             raise InputError(f"passage id must be a non-empty string, got {pid!r}")
         return "/passages/" + quote(pid, safe="").replace(".", "%2E")  # no '.' / '..' path segment to drop
 
-    def _unreachable(self, e: Exception) -> ServiceError:
+    def _unreachable(self, e: Exception, method: str, path: str, timeout: float) -> ServiceError:
+        """The error of a request that got no answer: a timeout says how long it waited and, for a
+        write, that the write may still commit; anything else that the service cannot be reached."""
+        if isinstance(e, self._timeout_error) and not isinstance(e, self._connect_timeout()):
+            note = ("; the write may still commit (GET /health shows the commit served, a search or "
+                    "GET /passages/ID the passage)") if is_write(method, path) else ""
+            return ServiceError(None, f"no answer from the hopgraph service at {self.url} to {method} {path} in "
+                                      f"{timeout:g} s{note}")
         return ServiceError(None, f"cannot reach the hopgraph service at {self.url}: {type(e).__name__}: {e}")
+
+    def _connect_timeout(self) -> type:
+        return self._httpx().ConnectTimeout
+
+    def _timeout_of(self, method: str, path: str) -> float:
+        """The seconds a request waits for its answer: :attr:`write_timeout` for writes (adds, deletes)."""
+        return self.write_timeout if is_write(method, path) else self.timeout
+
+    @staticmethod
+    def _write_params(wait: bool) -> dict[str, str]:
+        """The query of a write: ``?wait=false`` for an asynchronous one (202 and a commit id)."""
+        if not isinstance(wait, bool):
+            raise InputError(f"wait must be true or false, got {wait!r}")
+        return {} if wait else {"wait": "false"}
 
     @staticmethod
     def _answer(response: Any) -> dict[str, Any]:
@@ -215,8 +253,8 @@ class Client(_ClientBase):
     """Talks to a ``hopgraph serve`` instance at ``url`` (blocking; see :class:`AsyncClient`)."""
 
     def __init__(self, url: str, api_key: str | None = None, timeout: float = 60.0, *,
-                 transport: Any = None) -> None:
-        super().__init__(url, api_key, timeout, transport=transport)
+                 write_timeout: float = WRITE_TIMEOUT, transport: Any = None) -> None:
+        super().__init__(url, api_key, timeout, write_timeout=write_timeout, transport=transport)
         self._http = self._httpx().Client(**self._options)
 
     def search(self, queries: str | Sequence[Any] | np.ndarray, pipeline: str | None = None, k: int = 5, *,
@@ -245,16 +283,27 @@ class Client(_ClientBase):
         return self._request("POST", "/search", json=self._search_body(queries, pipeline, k, with_text, params,
                                                                        group_by_document, where, allowed_ids))
 
-    def add(self, passages: Any, upsert: bool = False) -> dict[str, Any]:
+    def add(self, passages: Any, upsert: bool = False, *, wait: bool = True) -> dict[str, Any]:
         """``POST /passages`` of what :meth:`hopgraph.Index.add` takes (records, strings, a Corpus or a
-        corpus path): ``{"added", "replaced", "passages", "committed"}``; an id the index holds
-        raises :class:`RequestRejected` (409) unless ``upsert``."""
-        return self._request("POST", "/passages", json=self._add_body(passages, upsert))
+        corpus path): ``{"added", "replaced", "unchanged", "passages", "committed", "commit"}`` once
+        committed (waiting up to ``write_timeout``). Adding a passage the index holds with the same
+        title, text and metadata again succeeds (listed in ``"unchanged"``: a retried add is safe);
+        an id it holds with other content raises :class:`RequestRejected` (409) unless ``upsert``.
+        ``wait=False``: answered at once, ``{"id", "status": "pending"}``; :meth:`commit` tells
+        when it is committed."""
+        return self._request("POST", "/passages", json=self._add_body(passages, upsert),
+                             params=self._write_params(wait))
 
-    def delete(self, pid: str) -> dict[str, Any]:
-        """``DELETE /passages/{pid}``: ``{"deleted", "passages", "committed"}``; :class:`PassageNotFound`
-        for an id the index does not hold."""
-        return self._request("DELETE", self._passage_path(pid))
+    def delete(self, pid: str, *, wait: bool = True) -> dict[str, Any]:
+        """``DELETE /passages/{pid}``: ``{"deleted", "passages", "committed", "commit"}``;
+        :class:`PassageNotFound` for an id the index does not hold. ``wait=False``: as :meth:`add`'s."""
+        return self._request("DELETE", self._passage_path(pid), params=self._write_params(wait))
+
+    def commit(self, write_id: str) -> dict[str, Any]:
+        """``GET /commits/{id}`` of an asynchronous write: ``{"id", "status"}`` — ``"pending"``,
+        ``"committed"`` (with the write's ``"result"``) or ``"failed"`` (with ``"error": {"status",
+        "detail"}``, what the write would have answered)."""
+        return self._request("GET", self._commit_path(write_id))
 
     def passage(self, pid: str) -> dict[str, Any]:
         """``{"id", "title", "text", "metadata"}`` of passage ``pid``; :class:`PassageNotFound`
@@ -270,13 +319,15 @@ class Client(_ClientBase):
         return self._request("GET", "/info")
 
     def _request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        timeout = self._timeout_of(method, path)
         try:
-            response = self._http.request(method, path, **kwargs)
+            response = self._http.request(method, path, timeout=timeout, **kwargs)
         except self._transport_error as e:
-            raise self._unreachable(e) from e
+            raise self._unreachable(e, method, path, timeout) from e
         return self._answer(response)
 
     def close(self) -> None:
+        """Close the HTTP connections (the client cannot be used afterwards)."""
         self._http.close()
 
     def __enter__(self) -> "Client":
@@ -293,8 +344,8 @@ class AsyncClient(_ClientBase):
     the loop); from synchronous code: ``hopgraph.client.run_sync(c.search(q))``."""
 
     def __init__(self, url: str, api_key: str | None = None, timeout: float = 60.0, *,
-                 transport: Any = None) -> None:
-        super().__init__(url, api_key, timeout, transport=transport)
+                 write_timeout: float = WRITE_TIMEOUT, transport: Any = None) -> None:
+        super().__init__(url, api_key, timeout, write_timeout=write_timeout, transport=transport)
         self._pools: dict[int, tuple[asyncio.AbstractEventLoop, Any]] = {}
         self._lock = threading.Lock()
 
@@ -328,13 +379,18 @@ class AsyncClient(_ClientBase):
         body = self._search_body(queries, pipeline, k, with_text, params, group_by_document, where, allowed_ids)
         return await self._request("POST", "/search", json=body)
 
-    async def add(self, passages: Any, upsert: bool = False) -> dict[str, Any]:
+    async def add(self, passages: Any, upsert: bool = False, *, wait: bool = True) -> dict[str, Any]:
         """See :meth:`Client.add`."""
-        return await self._request("POST", "/passages", json=self._add_body(passages, upsert))
+        return await self._request("POST", "/passages", json=self._add_body(passages, upsert),
+                                   params=self._write_params(wait))
 
-    async def delete(self, pid: str) -> dict[str, Any]:
+    async def delete(self, pid: str, *, wait: bool = True) -> dict[str, Any]:
         """See :meth:`Client.delete`."""
-        return await self._request("DELETE", self._passage_path(pid))
+        return await self._request("DELETE", self._passage_path(pid), params=self._write_params(wait))
+
+    async def commit(self, write_id: str) -> dict[str, Any]:
+        """See :meth:`Client.commit`."""
+        return await self._request("GET", self._commit_path(write_id))
 
     async def passage(self, pid: str) -> dict[str, Any]:
         """See :meth:`Client.passage`."""
@@ -349,10 +405,11 @@ class AsyncClient(_ClientBase):
         return await self._request("GET", "/info")
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        timeout = self._timeout_of(method, path)
         try:
-            response = await self._http.request(method, path, **kwargs)
+            response = await self._http.request(method, path, timeout=timeout, **kwargs)
         except self._transport_error as e:
-            raise self._unreachable(e) from e
+            raise self._unreachable(e, method, path, timeout) from e
         return self._answer(response)
 
     async def aclose(self) -> None:

@@ -17,19 +17,17 @@ each pipeline against the baseline (:func:`hopgraph.engine.evaluation.paired_tes
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from .cache_dir import default_cache_dir
 from .engine.errors import HopgraphError, InputError
 
 log = logging.getLogger(__name__)
 
-#: environment variable naming hopgraph's cache directory (overridden by ``--cache-dir``)
-CACHE_DIR_ENV = "HOPGRAPH_CACHE_DIR"
 #: the version of the ``--json`` schema (:func:`json_report`); a key is never renamed or removed
 #: within one version
 SCHEMA_VERSION = 2
@@ -39,23 +37,6 @@ SIGNIFICANCE_MEASURE = "ndcg@10"
 DEFAULT_DEPTH = 100
 #: the k of the Recall@k curve (``recall_curve``; those up to the search depth, and every reported k)
 CURVE_KS = (1, 2, 3, 5, 10, 20, 30, 50, 100, 200, 500, 1000)
-
-
-def platform_cache_dir() -> Path:
-    """The per-user cache directory of hopgraph on this platform (``platformdirs.user_cache_dir``:
-    ``$XDG_CACHE_HOME/hopgraph`` or ``~/.cache/hopgraph`` on Linux, ``~/Library/Caches/hopgraph``
-    on macOS, ``%LOCALAPPDATA%\\hopgraph\\Cache`` on Windows)."""
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("hopgraph", appauthor=False))
-
-
-def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """Where ``hopgraph eval`` caches built indexes: ``$HOPGRAPH_CACHE_DIR`` when set, else
-    :func:`platform_cache_dir`."""
-    environ = os.environ if environ is None else environ
-    override = environ.get(CACHE_DIR_ENV, "")
-    return Path(override).expanduser() if override else platform_cache_dir()
 
 
 class Benchmark:

@@ -32,6 +32,8 @@ class OneLineFormatter(logging.Formatter):
         self.prefix = prefix
 
     def format(self, record: logging.LogRecord) -> str:
+        """The record as one line, ``PREFIX: LEVEL: message`` (white space collapsed), followed by its
+        traceback when it carries one."""
         message = " ".join(record.getMessage().split())
         line = f"{self.prefix}: {record.levelname.lower()}: {message}"
         if record.exc_info:

@@ -32,6 +32,7 @@ import numpy as np
 from .components.corpus import Corpus
 from .components.records import decode_lines, input_path, iter_jsonl, read_text
 from .errors import InputError
+from .ranking import is_k
 
 #: ``{query id: {document id: relevance}}``
 Qrels = Mapping[str, Mapping[str, int]]
@@ -74,6 +75,7 @@ class Coverage:
                 "they can never be retrieved and lower the scores")
 
     def to_dict(self) -> dict[str, float]:
+        """The report's ``judged_documents`` entry: judged count, missing count and missing share."""
         return {"judged": self.judged, "missing": len(self.missing), "missing_share": self.share}
 
 
@@ -86,6 +88,9 @@ def judged_coverage(qrels: Qrels, holds: Callable[[str], bool]) -> Coverage:
 
 @dataclass(frozen=True)
 class Question:
+    """A question of hopgraph's ``questions.jsonl``: its id, text, the ids of its gold passages,
+    and optionally its answer and type (e.g. ``bridge`` / ``comparison``)."""
+
     id: str
     text: str
     gold_ids: tuple[str, ...]
@@ -228,7 +233,7 @@ def parse_measure(name: str) -> tuple[str, int]:
 
 def report_measures(ks: Sequence[int]) -> list[str]:
     """The measures ``hopgraph eval`` reports: :data:`HEADLINE`, then Recall@k and P@k for each k."""
-    if not ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in ks):
+    if not ks or not all(map(is_k, ks)):
         raise InputError(f"k values must be positive integers, got {list(ks)}")
     return [*HEADLINE, *(f"recall@{k}" for k in ks), *(f"p@{k}" for k in ks)]
 

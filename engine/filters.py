@@ -72,6 +72,32 @@ class EmptyFilterWarning(UserWarning):
     """A search's filters pass no passage of the index: every result list is empty."""
 
 
+def _kind(value: Any) -> str:
+    """The kind of a metadata value, as a filter's diagnosis names it."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return "number"
+    return {str: "text", list: "list", dict: "object"}.get(type(value), "null")
+
+
+def _conditions(where: Any) -> list[tuple[str, Any]]:
+    """``(field, condition)`` of every field a (valid) filter names, through ``$and`` / ``$or`` /
+    ``$not`` at any depth."""
+    out: list[tuple[str, Any]] = []
+    if not isinstance(where, Mapping):
+        return out
+    for name, cond in where.items():
+        if name in ("$and", "$or"):
+            for part in cond if isinstance(cond, list) else []:
+                out += _conditions(part)
+        elif name == "$not":
+            out += _conditions(cond)
+        else:
+            out.append((name, cond))
+    return out
+
+
 def value_key(value: Any, where: str) -> tuple:
     """A hashable key under which equal filter / metadata values meet (module docstring)."""
     if value is None:
@@ -241,6 +267,26 @@ class MetadataIndex:
             return _Field(())
         return self._fields.get_or_make(
             name, lambda: _Field((i, rec.get(name)) for i, rec in enumerate(self._records())))
+
+    def diagnose(self, where: Mapping[str, Any]) -> list[str]:
+        """Why a valid filter ``where`` may pass no passage, in words: each field it names that no
+        passage has, and each range comparison (``$gt`` ...) of a field with a value of a kind
+        (number, text, boolean, list, object) none of the field's values has."""
+        self._records()
+        notes = []
+        for name, cond in _conditions(where):
+            if name not in self._names:
+                known = ", ".join(sorted(self._names)[:10]) or "none"
+                notes.append(f"no passage has the metadata field {name!r} (fields: {known})")
+                continue
+            if not isinstance(cond, Mapping):
+                continue
+            kinds = {_kind(rec[name]) for rec in self._records() if name in rec}
+            for op, value in cond.items():
+                if op in _RANGE and _kind(value) not in kinds:
+                    notes.append(f"field {name!r} holds {' and '.join(sorted(kinds))}, compared ({op}) with the "
+                                 f"{_kind(value)} {json.dumps(value, default=str)[:60]}")
+        return notes
 
     def mask(self, where: Mapping[str, Any]) -> np.ndarray:
         """Rows passing the filter ``where`` (bool [N]; module docstring); InputError naming the

@@ -40,6 +40,7 @@ class LRUCache(Generic[K, V]):
             return value
 
     def put(self, key: K, value: V) -> None:
+        """Store ``value`` under ``key`` as the most recently used; the least recently used entries beyond ``maxsize`` are dropped."""
         with self._lock:
             self._data[key] = value
             self._data.move_to_end(key)
@@ -55,5 +56,6 @@ class LRUCache(Generic[K, V]):
         return value
 
     def clear(self) -> None:
+        """Drop every entry."""
         with self._lock:
             self._data.clear()

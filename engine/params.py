@@ -54,6 +54,9 @@ class Domain:
     nullable: bool = False
     check: Callable[[Any], bool] | None = None
     describe: str = ""
+    #: the largest value a served request may give an integer search parameter (a server's
+    #: default bound, which its operator may change; None: no serving bound)
+    serving_bound: int | None = None
 
     def text(self) -> str:
         """The allowed values in words (used in error messages)."""
@@ -115,9 +118,11 @@ def choice(default: Any, options: Sequence[Any], *, nullable: bool = False) -> A
 
 
 def integer(default: int | None, *, low: int | None = None, high: int | None = None,
-            nullable: bool = False) -> Any:
-    """An integer field with optional inclusive bounds."""
-    return _field(default, Domain("int", low=low, high=high, nullable=nullable))
+            nullable: bool = False, serving_bound: int | None = None) -> Any:
+    """An integer field with optional inclusive bounds; ``serving_bound``: the largest value a
+    request to a server may give it by default (every integer search parameter declares one: it
+    caps what one served search can cost)."""
+    return _field(default, Domain("int", low=low, high=high, nullable=nullable, serving_bound=serving_bound))
 
 
 def real(default: float, *, low: float | None = None, high: float | None = None, low_open: bool = False,
@@ -248,6 +253,17 @@ class Params:
         cls.check_names([name])
         return next(f.metadata["domain"] for f in fields(cls) if f.name == name)
 
+    @classmethod
+    def integer_names(cls) -> tuple[str, ...]:
+        """The names of the integer fields, in declaration order."""
+        return tuple(f.name for f in fields(cls) if f.metadata["domain"].kind == "int")
+
+    @classmethod
+    def serving_bounds(cls) -> dict[str, int]:
+        """``{name: serving bound}`` of the integer fields that declare one (:func:`integer`)."""
+        return {name: bound for name in cls.integer_names()
+                if (bound := cls.domain(name).serving_bound) is not None}
+
     def changed(self, other: "Params") -> set[str]:
         """Names of the fields whose values differ between ``self`` and ``other``."""
         return {f.name for f in fields(self) if getattr(self, f.name) != getattr(other, f.name)}
@@ -339,26 +355,3 @@ def split_params(fit: type[FitParams], search: type[SearchParams], values: Mappi
                                    f"{', '.join(search.names()) or 'none'}")
     return out
 
-
-def parse_assignments(items: Sequence[str], default_pipeline: str | None = None) -> dict[str, dict[str, Any]]:
-    """Parse CLI ``--param`` items ``[PIPELINE.]NAME=VALUE`` into ``{pipeline: {name: value}}``.
-
-    VALUE is read as JSON when it parses (``0.5``, ``true``, ``null``, ``"x"``), else as a plain
-    string; a missing pipeline prefix takes ``default_pipeline``.
-    """
-    out: dict[str, dict[str, Any]] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise InputError(f"--param {item!r}: expected [PIPELINE.]NAME=VALUE")
-        pipe, dot, name = key.rpartition(".")
-        if not dot:
-            if default_pipeline is None:
-                raise InputError(f"--param {item!r}: say which pipeline, as PIPELINE.{key}=VALUE")
-            pipe = default_pipeline
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
-        out.setdefault(pipe, {})[name] = value
-    return out

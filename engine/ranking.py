@@ -1,12 +1,28 @@
-"""Small ranking helpers shared by every pipeline (top-k with padding, fusion)."""
+"""Small ranking helpers shared by every pipeline (top-k with padding, fusion) and the one check of
+a ranking's ``k``."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
+from .errors import InputError
+
 PAD_ID = -1
 PAD_SCORE = -np.inf
+
+
+def is_k(k: Any) -> bool:
+    """Whether ``k`` is a valid number of results: a positive integer (a NumPy integer included, a
+    bool not)."""
+    return not isinstance(k, bool) and isinstance(k, (int, np.integer)) and k >= 1
+
+
+def check_k(k: Any, name: str = "k") -> int:
+    """``k`` (results per question) as an int; InputError naming ``name`` unless :func:`is_k`."""
+    if not is_k(k):
+        raise InputError(f"{name} must be a positive integer, got {k!r}")
+    return int(k)
 
 
 def topk_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -29,10 +29,12 @@ class CSR(NamedTuple):
 
     @property
     def n_rows(self) -> int:
+        """The number of rows."""
         return len(self.indptr) - 1
 
     @property
     def nnz(self) -> int:
+        """The number of stored entries."""
         return int(self.indptr[-1])
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -46,6 +48,7 @@ class CSR(NamedTuple):
         return sp.csr_matrix((self.data, self.indices, self.indptr), shape=(self.n_rows, self.n_cols))
 
     def to_dense(self) -> np.ndarray:
+        """The graph as a dense float32 ``[n_rows, n_cols]`` array (absent entries 0)."""
         return np.asarray(self.to_scipy().todense(), dtype=np.float32)
 
 

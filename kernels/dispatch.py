@@ -61,6 +61,7 @@ class Op:
 
     @property
     def triton(self) -> Callable[..., Any] | None:
+        """The Triton entry point, imported on first access; None for an op without a Triton path."""
         if self.triton_path is None:
             return None
         module, _, func = self.triton_path.partition(":")
@@ -90,6 +91,7 @@ def register(name: str, cpu: Callable[..., Any], triton: str | None = None, tens
 
 
 def cuda_available() -> bool:
+    """Whether torch sees a CUDA GPU (what ``device="auto"`` chooses by)."""
     import torch
 
     return torch.cuda.is_available()
@@ -197,6 +199,7 @@ def call(name: str, *args: Any, device: str = "auto", backend: str | None = None
 
 
 def registered_ops() -> list[str]:
+    """The names of the ops registered so far, sorted."""
     return sorted(_OPS)
 
 

@@ -6,12 +6,28 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+#: where hypothesis keeps its example database and caches: ``$HYPOTHESIS_STORAGE_DIRECTORY``, else a
+#: folder of the system's temporary directory — never ``.hypothesis/`` in the working directory (its
+#: default), so a test run leaves the repository as it was
+HYPOTHESIS_HOME = Path(os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY")
+                       or Path(tempfile.gettempdir()) / f"hopgraph-hypothesis-{getattr(os, 'getuid', lambda: 0)()}")
+
+
+def keep_hypothesis_out_of_tree(home: Path = HYPOTHESIS_HOME) -> None:
+    """Point hypothesis's storage (the example database of failing cases, its caches) at ``home``."""
+    from hypothesis import configuration
+
+    configuration.set_hypothesis_home_dir(home)
+
+
+keep_hypothesis_out_of_tree()
 
 
 @pytest.fixture(autouse=True, scope="session")

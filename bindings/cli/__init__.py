@@ -6,7 +6,6 @@ import sys
 from typing import Sequence
 
 from .. import __version__, logs
-from ..engine.errors import HopgraphError
 from ..logs import LEVELS
 from . import index_commands, other_commands, search_commands
 from .options import ArgumentParser
@@ -48,6 +47,8 @@ def describe_user_error(e: BaseException) -> str | None:
     ``KeyError`` or ``TypeError`` included, means hopgraph failed to check something or has
     a bug: it is not dressed up as a user error.
     """
+    from ..engine.errors import HopgraphError
+
     if isinstance(e, (HopgraphError, NotImplementedError)):
         return str(e)
     if isinstance(e, OSError):

@@ -6,8 +6,6 @@ import logging
 import time
 from pathlib import Path
 
-from ..engine.errors import InputError
-
 from .options import (
     check_before_work,
     cli_params,
@@ -24,6 +22,9 @@ log = logging.getLogger("hopgraph.cli")
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    """``hopgraph index``: build an index of a corpus file and write it to ``--out`` (sharded with
+    ``--shards``); the names and parameters are checked before any work, and an interrupted build
+    continues from its work directory with ``--resume``. Returns the exit status."""
     from ..engine import storage
     from ..engine.ingest import streaming
     from ..index import Index
@@ -53,6 +54,7 @@ def cmd_index(args: argparse.Namespace) -> int:
 def _index_sharded(args: argparse.Namespace, out: Path, work_dir: Path, t0: float) -> int:
     """``hopgraph index ... --shards S``: build (on Ray with ``--ray``), then write it sharded
     (:func:`hopgraph.shards.shard_index`) instead of as one index."""
+    from ..engine.errors import InputError
     from ..engine.ingest import streaming
     from ..index import Index
     from ..shards import shard_index
@@ -75,6 +77,8 @@ def _index_sharded(args: argparse.Namespace, out: Path, work_dir: Path, t0: floa
 def output_dir(out: str) -> Path:
     """``--out`` as a path that names a new index directory; InputError for ``.``, ``..``, ``/`` and
     other paths without a name of their own (an index replaces its directory as a whole)."""
+    from ..engine.errors import InputError
+
     path = Path(out)
     if path.name in ("", ".", ".."):
         raise InputError(f"--out {out!r}: give the index directory a name of its own (e.g. --out my-index); "
@@ -123,6 +127,7 @@ def cmd_add(args: argparse.Namespace) -> int:
 def cmd_delete(args: argparse.Namespace) -> int:
     """Tombstone passages of an index: no search returns them from the new commit on. Ids the index
     does not hold are named (a warning); none of the ids held is a user error (exit status 2)."""
+    from ..engine.errors import InputError
     from ..index import Index
 
     ids = ids_from(args)

@@ -7,9 +7,6 @@ import json
 import sys
 from typing import Any, Mapping, Sequence
 
-from ..engine.components.records import input_path, read_text
-from ..engine.errors import InputError
-
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Every option's help ends with its default, unless it has none (None, an unset flag) or names it already."""
@@ -41,6 +38,7 @@ class StoreKs(argparse.Action):
 
 
 def int_list(text: str) -> list[int]:
+    """``"1,5,10"`` as ``[1, 5, 10]`` (an argparse ``type``: ArgumentTypeError for anything else)."""
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
@@ -48,6 +46,7 @@ def int_list(text: str) -> list[int]:
 
 
 def name_list(text: str) -> list[str]:
+    """``"a, b,,c"`` as ``["a", "b", "c"]`` (an argparse ``type``: blank items dropped)."""
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
@@ -63,6 +62,8 @@ def type_map(text: str) -> dict[str, str]:
 
 
 def param_option(p: argparse.ArgumentParser, what: str) -> None:
+    """Add the repeatable ``--param [PIPELINE.]NAME=VALUE`` option to ``p`` (``what``: its help's
+    clause saying what the parameter is for)."""
     p.add_argument("--param", action="append", metavar="[PIPELINE.]NAME=VALUE",
                    help=f"a pipeline parameter {what} (repeatable; VALUE read as JSON, e.g. "
                         "g3rag.gamma=0.05, bm25.k1=1.2, stitch.relevance=dense); checked against the "
@@ -70,6 +71,8 @@ def param_option(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def corpus_options(p: argparse.ArgumentParser) -> None:
+    """Add the options that say how a corpus file is read (its id, title, text and metadata
+    fields, metadata types) and chunked (``--chunk-tokens``, ``--chunk-overlap``) to ``p``."""
     p.add_argument("--id-field", help="the field/column holding passage ids (default: detected)")
     p.add_argument("--title-field", help="the field/column holding titles (default: detected)")
     p.add_argument("--text-field", help="the field/column holding the text (default: detected)")
@@ -86,6 +89,8 @@ def corpus_options(p: argparse.ArgumentParser) -> None:
 
 
 def common(p: argparse.ArgumentParser, embedder_default: str | None = "minilm") -> None:
+    """Add the options every command that computes takes to ``p``: ``--device``, ``--embedder``
+    (default ``embedder_default``; None: the index's own) and ``--quiet``."""
     p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"],
                    help="where to compute (auto: cuda when available, else cpu)")
     p.add_argument("--embedder", default=embedder_default,
@@ -96,7 +101,7 @@ def common(p: argparse.ArgumentParser, embedder_default: str | None = "minilm") 
 
 def cli_params(args: argparse.Namespace, default_pipeline: str | None = None) -> dict[str, dict]:
     """``--param [PIPELINE.]NAME=VALUE`` items as ``{pipeline: {name: value}}`` (values read as JSON)."""
-    from ..engine.params import parse_assignments
+    from ..assignments import parse_assignments
 
     return parse_assignments(args.param or [], default_pipeline)
 
@@ -105,6 +110,7 @@ def check_before_work(pipelines: Sequence[str], params: Mapping[str, Mapping[str
                        flag: str = "--pipelines") -> None:
     """Refuse unknown pipeline names and invalid ``--param`` items before any embedding or loading
     (:class:`InputError` naming the known pipelines, or the parameter and its allowed values)."""
+    from ..engine.errors import InputError
     from ..engine.pipelines import pipeline_class
     from ..index import validate_params
 
@@ -117,6 +123,7 @@ def check_before_work(pipelines: Sequence[str], params: Mapping[str, Mapping[str
 
 def refuse_search_params(params: Mapping[str, Mapping[str, Any]]) -> None:
     """Refuse search parameters where only fit parameters can be stored (``hopgraph index``)."""
+    from ..engine.errors import InputError
     from ..engine.pipelines import pipeline_class
 
     for name, values in params.items():
@@ -129,6 +136,8 @@ def refuse_search_params(params: Mapping[str, Mapping[str, Any]]) -> None:
 
 
 def read_corpus_args(args: argparse.Namespace):
+    """The corpus named by ``args.corpus``, read with the field options of :func:`corpus_options`
+    (:func:`~hopgraph.engine.components.corpus.read_corpus`)."""
     from ..engine.components.corpus import read_corpus
 
     return read_corpus(args.corpus, id_field=args.id_field, title_field=args.title_field,
@@ -139,12 +148,16 @@ def read_corpus_args(args: argparse.Namespace):
 def id_lines(path: str, flag: str) -> list[str]:
     """The ids of a file given as ``flag``, one a line (blank lines skipped; ``-``: standard input);
     InputError naming the file: missing, not a regular file, or (with the line) not UTF-8."""
+    from ..engine.components.records import input_path, read_text
+
     text = sys.stdin.read() if path == "-" else read_text(input_path(path, f"{flag} file"))
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def ids_from(args: argparse.Namespace) -> list[str]:
     """Passage ids given on the command line and in ``--ids-file`` (one per line, ``-`` = stdin)."""
+    from ..engine.errors import InputError
+
     ids = list(args.ids or [])
     if args.ids_file:
         ids += id_lines(args.ids_file, "--ids-file")
@@ -163,6 +176,8 @@ def where_filter(items: Sequence[str] | None) -> dict[str, Any] | None:
     as JSON when it parses — ``year>=1999``, ``draft=false``, ``tags=["a","b"]`` —, else as a
     string), or a whole filter as a JSON object (``{"$or": [...]}``). The items must all hold,
     except that equalities of one field given twice take either value."""
+    from ..engine.errors import InputError
+
     if not items:
         return None
     equal: dict[str, list] = {}
@@ -181,6 +196,9 @@ def where_filter(items: Sequence[str] | None) -> dict[str, Any] | None:
             raise InputError(f"--where expects FIELD=VALUE (or !=, >, >=, <, <=, or a JSON filter), got {item!r}")
         at, sym, op = cut
         field, raw = item[:at].strip(), item[at + len(sym):]
+        if raw.lstrip()[:1] in ("=", "<", ">", "!"):
+            raise InputError(f"--where {item!r}: the value {raw!r} starts with an operator (a typo?); a text "
+                             f"value that does is given as JSON: {field}{sym}'\"{raw}\"'")
         try:
             value = json.loads(raw)
         except ValueError:

@@ -7,17 +7,19 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from ..engine.errors import InputError
 from .options import common
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    """``hopgraph serve``: serve an index over HTTP (:func:`hopgraph.serve.runner.cmd_serve`)."""
     from ..serve.runner import cmd_serve as run
 
     return run(args)
 
 
 def cmd_train_gnn(args: argparse.Namespace) -> int:
+    """``hopgraph train-gnn``: train the DMAR subgraph GNN of an index (SPEC §3) and save it there;
+    prints the loss before and after. Returns the exit status."""
     from ..dmar_training import train_gnn_index
 
     r = train_gnn_index(args.index, steps=args.steps, seed=args.seed, embedder=args.embedder,
@@ -28,6 +30,9 @@ def cmd_train_gnn(args: argparse.Namespace) -> int:
 
 
 def cmd_train_gate(args: argparse.Namespace) -> int:
+    """``hopgraph train-gate``: train the DMAR gate of an index on judged questions (SPEC §3); it is
+    saved only when it beats the untrained gate on the held-out split (or with ``--always-save``).
+    Prints both held-out recalls. Returns the exit status."""
     from ..dmar_training import train_gate_index
 
     r = train_gate_index(args.index, args.questions, holdout=args.holdout, seed=args.seed, k=args.k,
@@ -42,15 +47,23 @@ def cmd_train_gate(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """``hopgraph demo``: index the bundled demo corpus and answer its questions with every pipeline."""
     from ..demo import run_demo
 
     return run_demo(embedder=args.embedder, device=args.device, progress=not args.quiet)
 
 
+#: the benchmarks of a source checkout (``bench/`` beside ``bindings/``); an installed wheel has none
+BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
+
+
 def _bench_suite() -> tuple[Callable[..., Any], Callable[..., Any]]:
     """``parse_groups`` and ``run`` of the benchmark suite, which lives in the source checkout's
-    ``bench/`` folder (benchmarks are not installed with the package)."""
-    bench_dir = Path(__file__).resolve().parents[2] / "bench"
+    ``bench/`` folder (:data:`BENCH_DIR`; benchmarks are not installed with the package): InputError
+    saying so where it is absent."""
+    from ..engine.errors import InputError
+
+    bench_dir = BENCH_DIR
     if not (bench_dir / "suite" / "__init__.py").is_file():
         raise InputError(f"hopgraph bench runs from a source checkout: {bench_dir / 'suite'} not found "
                          "(clone the repository and install it with `pip install -e .`)")
@@ -65,6 +78,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """``hopgraph bench``: side-by-side benchmark tables (``bench/suite`` of a source checkout);
     ``--gpu-compile`` / ``--gpu-model``: the Triton kernels compiled for sm_80/sm_90 / their performance
     model instead (exit status 1 when a build violates the compile check)."""
+    from ..engine.errors import InputError
+
     parse_groups, run = _bench_suite()
 
     if args.json is not None and not Path(args.json).resolve().parent.is_dir():

@@ -6,7 +6,6 @@ import json
 import logging
 from pathlib import Path
 
-from ..engine.errors import InputError
 from .options import (
     StoreKs,
     check_before_work,
@@ -23,6 +22,10 @@ log = logging.getLogger("hopgraph.cli")
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    """``hopgraph search``: answer questions from an index with one pipeline (``--where`` and
+    ``--allowed-ids`` filters, ``--param`` search parameters); prints the hits, or JSON with
+    ``--json``. Returns the exit status."""
+    from ..engine.errors import InputError
     from ..index import Index
 
     params = cli_params(args, args.pipeline)
@@ -88,6 +91,10 @@ def write_run(index, topics: dict[str, str], args: argparse.Namespace, params: d
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    """``hopgraph eval``: score pipelines on a benchmark folder (:func:`hopgraph.evaluate.evaluate`)
+    and print the table; ``--json``, ``--plot`` and ``--per-query`` write the report's other forms.
+    Returns the exit status."""
+    from ..engine.errors import InputError
     from ..evaluate import evaluate, format_table, json_report, plot_report
 
     if args.k is not None:  # the deprecated spelling of --ks
@@ -124,7 +131,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction, known: str) -> None:
     """Add the search and evaluation commands to ``sub`` (``known``: the pipeline names, for help texts)."""
-    from ..evaluate import default_cache_dir
+    from ..cache_dir import default_cache_dir
 
     p = sub.add_parser("search", help="query an index")
     p.add_argument("index", help="index directory")

@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 class IndexLive:
     """The live updates of :class:`~hopgraph.index.Index`."""
 
+    def __len__(self) -> int:
+        """``len(index)``: the passages a search may return (:attr:`n_live`)."""
+        return self.n_live
+
     @property
     def n_live(self) -> int:
         """Passages a search may return (all rows minus the deleted ones)."""

@@ -13,14 +13,18 @@ from ..engine.errors import InputError
 from ..engine.filters import EmptyFilterWarning, MetadataIndex, filter_mask
 from ..engine.params import split_params
 from ..engine.pipelines import pipeline_class
+from ..engine.ranking import check_k
 from .reports import Hit
 
 
-def empty_filter_message(allowed_ids: Sequence[str] | None, where: Mapping[str, Any] | None) -> str:
-    """The :class:`EmptyFilterWarning` text of a filter that passes no passage."""
+def empty_filter_message(allowed_ids: Sequence[str] | None, where: Mapping[str, Any] | None,
+                         notes: Sequence[str] = ()) -> str:
+    """The :class:`EmptyFilterWarning` text of a filter that passes no passage, with ``notes`` on why
+    (:meth:`~hopgraph.engine.filters.MetadataIndex.diagnose`)."""
     parts = ([f"where={json.dumps(where, default=str)[:200]}"] if where is not None else []) + \
         ([f"allowed_ids ({len(allowed_ids)} ids)"] if allowed_ids is not None else [])
-    return f"the filter {' and '.join(parts)} passes no passage of the index: no results"
+    why = "".join(f"; {note}" for note in notes)
+    return f"the filter {' and '.join(parts)} passes no passage of the index: no results{why}"
 
 
 class IndexSearch:
@@ -47,7 +51,8 @@ class IndexSearch:
         """
         allowed = mask if mask is not None else self.filter_mask(allowed_ids, where)
         if warn_empty and allowed is not None and not self.components.allowed(allowed).any():
-            warnings.warn(empty_filter_message(allowed_ids, where), EmptyFilterWarning, stacklevel=3)
+            notes = self._metadata.diagnose(where) if where is not None and self._metadata is not None else []
+            warnings.warn(empty_filter_message(allowed_ids, where, notes), EmptyFilterWarning, stacklevel=3)
         cls = pipeline_class(pipeline)
         fit, search, run = split_params(cls.FitParams, cls.SearchParams, overrides)
         pipe = self.pipeline(pipeline, **fit, **run)
@@ -55,8 +60,7 @@ class IndexSearch:
         if group_by_document:
             from ..engine.ingest.chunking import group_by_document as group
 
-            if not isinstance(k, bool) and isinstance(k, int) and k > 0:
-                k = max(1, min(k, self.n_live))  # never more documents than live passages
+            k = max(1, min(check_k(k), self.n_live))  # never more documents than live passages
             return group(lambda depth: pipe.search(Q, depth, texts, allowed=allowed, **search), self.corpus, k)
         return pipe.search(Q, k, texts, allowed=allowed, **search)
 

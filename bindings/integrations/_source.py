@@ -24,6 +24,7 @@ import inspect
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from ..engine.errors import InputError
+from ..engine.ranking import check_k
 
 T = TypeVar("T")
 
@@ -109,9 +110,7 @@ def split_search_kwargs(search_kwargs: Mapping[str, Any] | None) -> tuple[dict[s
             raise InputError(f"search_kwargs may not set {name!r}: the retriever sets it "
                              "(give pipeline= and k= to the retriever)")
     if "k" in kwargs:
-        k = kwargs.pop("k")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise InputError(f"search_kwargs['k'] must be a positive integer, got {k!r}")
+        check_k(kwargs.pop("k"), "search_kwargs['k']")
     options = {name: kwargs.pop(name) for name in SEARCH_OPTIONS if name in kwargs}
     for name, value in options.items():
         if name == "where" and not isinstance(value, Mapping):

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from ..engine.errors import InputError
+from ..engine.ranking import check_k
 from . import _source
 
 _source.require("llama_index.core", "llamaindex", "hopgraph.integrations.llamaindex")
@@ -45,8 +46,7 @@ class HopgraphRetriever(BaseRetriever):
     def __init__(self, index: Any = None, pipeline: str = "g3rag", k: int = 5, *, client: Any = None,
                  search_kwargs: Mapping[str, Any] | None = None, async_client: Any = None,
                  callback_manager: CallbackManager | None = None, verbose: bool = False) -> None:
-        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            raise InputError(f"k must be a positive integer, got {k!r}")
+        k = check_k(k)
         self.sources = _source.Sources.of(index, client, async_client)
         self.index, self.client = index, client
         self.pipeline = pipeline

@@ -41,8 +41,10 @@ from .checks import check_search, query_params_info, refused, search_error_statu
 from .commits import COMMIT_WINDOW_MS, LiveWrites
 from .guard import HostOriginMiddleware
 from .limits import ServeLimits
-from .writer import apply_add, apply_delete
-from .schema import AddRequest, AddResponse, DeleteResponse, ErrorResponse, PassageOut, SearchRequest, SearchResponse
+from .writer import apply_add, apply_delete, unchanged_ids
+from .schema import (AddRequest, AddResponse, DeleteResponse, ErrorResponse, PassageOut, SearchRequest, SearchResponse,
+                     WriteAccepted, WriteStatus)
+from .write_status import Writes
 
 log = logging.getLogger("hopgraph.serve")
 
@@ -73,13 +75,14 @@ class Service:
     read_only: bool
     batcher: MicroBatcher
     live: LiveWrites
+    writes: Writes = field(default_factory=Writes)
     started: float = field(default_factory=time.time)
     _fit: dict[str, Any] = field(default_factory=dict)
 
     def shape(self) -> IndexShape:
         """The index as the cost models see it now (writes change its size)."""
         if not self._fit:
-            self._fit.update({n: self.index.pipeline(n).fit_params.to_dict() for n in self.served})
+            self._fit.update({n: self.index.pipeline(n).fit_params for n in self.served})
         return IndexShape(len(self.index.X), int(self.index.X.shape[1]), self._fit)
 
 
@@ -126,13 +129,15 @@ def _service(index: Index, limits: ServeLimits, pipelines: Sequence[str] | None,
     served = list(dict.fromkeys(pipelines or index.pipelines))
     if not served:
         raise InputError("the index has no fitted pipeline: give the pipelines to serve (--pipelines)")
+    param_limits = param_limits or ParamLimits.default()
+    param_limits.require(served)
     for name in served:
         index.pipeline(name)
     batcher = MicroBatcher(index, limits)
     live = LiveWrites(index, batcher.run_exclusive, commit_window_ms, merge=merge and not read_only,
                       process=write_process, pipelines=served)
     batcher.refresh = live.refresh
-    return Service(index, limits, served, param_limits or ParamLimits.default(), read_only, batcher, live)
+    return Service(index, limits, served, param_limits, read_only, batcher, live)
 
 
 def _lifespan(service: Service) -> Any:
@@ -142,6 +147,7 @@ def _lifespan(service: Service) -> Any:
         try:
             yield
         finally:
+            await service.writes.drain()
             await service.live.stop()
             await service.batcher.stop()
 
@@ -172,6 +178,8 @@ def _search_routes(service: Service) -> APIRouter:
                  responses={200: {"model": SearchResponse}, **_ERRORS})
     async def search(request: SearchRequest) -> JSONResponse:
         t0 = time.perf_counter()
+        if request.pipeline is None:  # the server's default: its first served pipeline
+            request = request.model_copy(update={"pipeline": service.served[0]})
         deadline = time.monotonic() + service.limits.request_timeout
         checked = check_search(request, service.index, service.served, service.limits, service.bounds,
                                service.shape())
@@ -238,28 +246,39 @@ def _passage_routes(service: Service) -> APIRouter:
             raise HTTPException(403, "this server is read-only (started with --read-only)")
 
     @router.post("/passages", summary="add passages (embedded by the server); committed to the index",
-                 response_model=None, responses={200: {"model": AddResponse}, 403: {"model": ErrorResponse},
-                                                 409: {"model": ErrorResponse}, **_ERRORS})
-    async def add_passages(request: AddRequest) -> JSONResponse:
+                 response_model=None, responses={200: {"model": AddResponse}, 202: {"model": WriteAccepted},
+                                                 403: {"model": ErrorResponse}, 409: {"model": ErrorResponse},
+                                                 **_ERRORS})
+    async def add_passages(request: AddRequest, wait: bool = True) -> JSONResponse:
+        """Add passages; answered once committed, or at once with ``?wait=false`` (202: the write's id,
+        followed at ``GET /commits/{id}``). Passages the index holds unchanged are ``"unchanged"``."""
         check_writable()
         _check_add(request, limits)
         records = [p.model_dump() for p in request.passages]
+        held = await _refuse(service, lambda: unchanged_ids(index, records) if live.is_latest() else [])
+        if len(held) == len(records):  # a repeated add: nothing to write
+            return JSONResponse({"added": [], "replaced": [], "unchanged": held, "passages": index.n_live,
+                                 "committed": live.commit_name() is not None, "commit": live.commit_name()})
 
         def refusable() -> None:  # bad records; ids the served index holds when it is the latest commit
-            index.check_add(records, upsert=request.upsert or not live.is_latest())
+            index.check_add([r for r in records if r["id"] not in held], upsert=request.upsert or not live.is_latest())
 
         async def embed_beside() -> dict[str, Any]:  # an in-place add: embedded beside the searches first
             return {"embeddings": await service.batcher.run_beside(lambda: index.embed_passages(records))}
 
-        return JSONResponse(await _write(service, partial(apply_add, records=records, upsert=request.upsert),
-                                         "POST /passages", refusable, embed_beside if live.in_place else None))
+        op = partial(apply_add, records=records, upsert=request.upsert)
+        await _refuse(service, refusable)
+        return await _answer_write(service, _commit(service, op, "POST /passages", embed_beside if live.in_place
+                                                    else None), wait)
 
     @router.delete("/passages/{pid:path}", summary="delete one passage (no search returns it); committed",
-                   response_model=None, responses={200: {"model": DeleteResponse}, 403: {"model": ErrorResponse},
+                   response_model=None, responses={200: {"model": DeleteResponse}, 202: {"model": WriteAccepted},
+                                                   403: {"model": ErrorResponse},
                                                    404: {"model": ErrorResponse,
                                                          "description": "no passage has this id"},
                                                    **_ERRORS})
-    async def delete_passage(pid: str) -> JSONResponse:
+    async def delete_passage(pid: str, wait: bool = True) -> JSONResponse:
+        """Delete a passage; answered once committed, or at once with ``?wait=false`` (202)."""
         check_writable()
 
         def refusable() -> None:  # an id the served index does not hold, when it is the latest commit
@@ -267,9 +286,22 @@ def _passage_routes(service: Service) -> APIRouter:
                 raise KeyError(pid)
 
         try:
-            return JSONResponse(await _write(service, partial(apply_delete, pid=pid), "DELETE /passages", refusable))
+            await _refuse(service, refusable)
         except KeyError:
             raise HTTPException(404, f"no passage with id {pid!r} in this index") from None
+        return await _answer_write(service, _commit(service, partial(apply_delete, pid=pid), "DELETE /passages"),
+                                   wait, missing=pid)
+
+    @router.get("/commits/{write_id}", summary="the state of a write sent with ?wait=false", response_model=None,
+                responses={200: {"model": WriteStatus}, 404: {"model": ErrorResponse}, 401: _ERRORS[401]})
+    def write_status(write_id: str) -> JSONResponse:
+        """``pending``, ``committed`` (with the write's answer) or ``failed`` (with the error it would have
+        answered); 404 for an id this server never gave or no longer remembers."""
+        state = service.writes.get(write_id)
+        if state is None:
+            raise HTTPException(404, f"no write {write_id!r} on this server (ids are kept for the last "
+                                     f"{service.writes.maxsize} writes)")
+        return JSONResponse(state)
 
     return router
 
@@ -287,38 +319,63 @@ def _check_add(request: AddRequest, limits: ServeLimits) -> None:
                                      f"is {limits.max_passage_chars} (split long documents into passages first)")
 
 
-async def _write(service: Service, op: Any, what: str, refusable: Callable[[], None],
-                 prepare: Any = None) -> dict[str, Any]:
-    """Apply the write ``op(index)`` (:mod:`hopgraph.serve.writer`) and wait for its group commit
-    (:mod:`hopgraph.serve.commits`). ``refusable()`` runs first, in a thread beside the searches
-    (holding their read lock), and raises what the write would (bad input, an id already there, an
-    unknown id): such a write is answered without entering the one write path, where writes wait
-    for each other. ``prepare()`` (when given) is awaited next and gives more keywords of ``op``.
-    409 when another process holds the index's write lock too long, an id is already there or
-    another writer's commit conflicts, 422 for bad input, KeyError raised as it is (the route's
-    404), 500 (logged) for anything else."""
+async def _refuse(service: Service, refusable: Callable[[], Any]) -> Any:
+    """Run ``refusable()`` in a thread beside the searches (holding their read lock): it raises what
+    the write would (bad input, an id already there, an unknown id), so such a write is answered —
+    409 / 422, a KeyError raised as it is (the route's 404) — without entering the one write path,
+    where writes wait for each other, and before an asynchronous write is accepted. Returns what
+    ``refusable()`` returns."""
     try:
-        await asyncio.get_running_loop().run_in_executor(None, _reading, service, refusable)
+        return await asyncio.get_running_loop().run_in_executor(None, _reading, service, refusable)
+    except KeyError:
+        raise
+    except Exception as e:
+        raise _write_error(e, "a write's checks") from None
+
+
+async def _commit(service: Service, op: Any, what: str, prepare: Any = None) -> dict[str, Any]:
+    """Apply the write ``op(index)`` (:mod:`hopgraph.serve.writer`) and wait for its group commit
+    (:mod:`hopgraph.serve.commits`); ``prepare()`` (when given) is awaited first and gives more
+    keywords of ``op``. Errors as :func:`_write_error` maps them (a KeyError raised as it is)."""
+    try:
         if prepare is not None:
             op = partial(op, **(await prepare()))
         return await service.live.write(op)
     except KeyError:
         raise
-    except (IndexLockedError, DuplicateIdError, StaleIndexError) as e:
-        raise HTTPException(409, str(e)) from None
     except Exception as e:
-        status = search_error_status(e)
-        if status < 500 or status == 503:
-            raise HTTPException(422 if status < 500 else 503, str(e)) from None
-        log.exception("%s failed (%s)", what, type(e).__name__)
-        raise HTTPException(500, f"internal error during {what} ({type(e).__name__}); the server log has the "
-                                 "details") from None
+        raise _write_error(e, what) from None
 
 
-def _reading(service: Service, fn: Callable[[], None]) -> None:
+def _write_error(e: Exception, what: str) -> HTTPException:
+    """409 when another process holds the index's write lock too long, an id is already there or
+    another writer's commit conflicts, 422 for bad input, 503 when busy, 500 (logged) for anything else."""
+    if isinstance(e, (IndexLockedError, DuplicateIdError, StaleIndexError)):
+        return HTTPException(409, str(e))
+    status = search_error_status(e)
+    if status < 500 or status == 503:
+        return HTTPException(422 if status < 500 else 503, str(e))
+    log.error("%s failed (%s)", what, type(e).__name__, exc_info=e)
+    return HTTPException(500, f"internal error during {what} ({type(e).__name__}); the server log has the details")
+
+
+async def _answer_write(service: Service, commit: Any, wait: bool, missing: str | None = None) -> JSONResponse:
+    """The answer of a write whose checks passed: its result once ``commit`` (a coroutine) is done, or,
+    when not ``wait``, 202 with the id under which ``GET /commits/{id}`` follows it (:class:`Writes`).
+    ``missing``: the id a KeyError of the write names (a delete's 404)."""
+    if wait:
+        try:
+            return JSONResponse(await commit)
+        except KeyError:
+            raise HTTPException(404, f"no passage with id {missing!r} in this index") from None
+    write_id = service.writes.start(commit, missing)
+    return JSONResponse({"id": write_id, "status": "pending"}, status_code=202)
+
+
+def _reading(service: Service, fn: Callable[[], Any]) -> Any:
     """``fn()`` holding the read side of the served index's lock (no update swaps it meanwhile)."""
     with service.batcher.lock.reading():
-        fn()
+        return fn()
 
 
 def _server_info(service: Service) -> dict[str, Any]:

@@ -80,16 +80,22 @@ class SearchJob:
 
     @property
     def all_text(self) -> bool:
+        """Every query is a question string (none is an embedding row)."""
         return all(isinstance(q, str) for q in self.queries)
 
     @property
     def key(self) -> tuple[str, int, bool, bool, str, str]:
+        """What jobs must share to be searched in one batch: pipeline, k, query kind, grouping,
+        parameter overrides and filters."""
         return (self.pipeline, self.k, self.all_text, self.group_by_document, repr(self.overrides),
                 json.dumps(self.filters, sort_keys=True))
 
 
 @dataclass
 class JobResult:
+    """A job's answer: the hits per query, the timing the response reports, and the warnings for
+    the client."""
+
     hits: list[list[Hit]]
     timing: dict[str, Any]
     #: what the client should know about its answer (e.g. a filter that passes no passage)
@@ -126,6 +132,7 @@ class ReadWriteLock:
 
     @contextmanager
     def reading(self) -> Iterator[None]:
+        """Hold the lock as one of many readers (waits while a writer holds it or waits for it)."""
         with self._cond:
             while self._writing or self._writers_waiting:
                 self._cond.wait()
@@ -139,6 +146,7 @@ class ReadWriteLock:
 
     @contextmanager
     def writing(self) -> Iterator[None]:
+        """Hold the lock alone (waits for the readers inside to leave; readers arriving meanwhile wait)."""
         with self._cond:
             self._writers_waiting += 1
             while self._writing or self._readers:
@@ -197,18 +205,25 @@ def filter_warnings(index: Index, filters: dict[str, Any] | None, mask: np.ndarr
     return [empty_filter_message(filters.get("allowed_ids"), filters.get("where"))]
 
 
-def lowest_priority() -> None:
-    """Give the calling thread the lowest CPU priority (Linux: per thread; elsewhere it stays)."""
+#: the niceness of the bulk search lane: the CPU the interactive lane leaves
+BULK_NICE = 19
+#: the niceness of the writer (thread or process): below the searches, yet a lone write is not starved
+#: by a steady search load (Linux CFS weights: nice 5 takes about a quarter of a core the searches want)
+WRITER_NICE = 5
+
+
+def lower_priority(nice: int = BULK_NICE) -> None:
+    """Give the calling thread the niceness ``nice`` (Linux: per thread; elsewhere it stays)."""
     try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
     except (AttributeError, OSError):  # not Linux: the priority stays
         pass
 
 
-def background_thread_setup() -> None:
-    """The calling thread (the bulk worker, the writer process): lowest CPU priority and one torch /
+def background_thread_setup(nice: int = BULK_NICE) -> None:
+    """The calling thread (the bulk worker, the writer process): niceness ``nice`` and one torch /
     faiss thread, so it takes the CPU the interactive worker leaves."""
-    lowest_priority()
+    lower_priority(nice)
     import torch
 
     torch.set_num_threads(1)
@@ -240,10 +255,13 @@ class Lane:
         self._gather = False
 
     def start(self) -> None:
+        """Make the queue and start the dispatch task in the running event loop."""
         self.queue = asyncio.Queue()
         self.task = asyncio.get_running_loop().create_task(self._dispatch(), name=f"hopgraph-{self.name}")
 
     async def stop(self) -> None:
+        """Stop dispatching: the task is cancelled, every job still queued fails with RuntimeError,
+        and the worker thread finishes its batch."""
         if self.task is not None:
             self.task.cancel()
             try:
@@ -257,6 +275,8 @@ class Lane:
         self.executor.shutdown(wait=True)
 
     def put(self, job: SearchJob) -> None:
+        """Queue ``job``; :class:`QueueFull` when its queries would take the lane over ``max_pending``,
+        RuntimeError before :meth:`start`."""
         if self.queue is None:
             raise RuntimeError("MicroBatcher.start() was not awaited")
         if self.pending + len(job.queries) > self.max_pending:
@@ -387,10 +407,12 @@ class MicroBatcher:
         self.bulk.executor.submit(self.embed_texts, ["warm-up question"]).result()
 
     async def start(self) -> None:
+        """Start both lanes (in the running event loop)."""
         self.interactive.start()
         self.bulk.start()
 
     async def stop(self) -> None:
+        """Stop both lanes (:meth:`Lane.stop`)."""
         await self.interactive.stop()
         await self.bulk.stop()
 

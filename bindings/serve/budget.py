@@ -1,49 +1,39 @@
 """The budget of one search request of ``hopgraph serve``: serving bounds of the search parameters
 (:class:`ParamLimits`) and an estimate of the request's work and peak memory (:func:`estimate`),
-both checked before the request reaches a search worker.
+both checked before the request reaches a search worker. Nothing here knows a pipeline: each one
+declares its bounds and its cost model, and this module reads them from the pipeline registry.
 
-**Bounds.** Every integer search parameter of every pipeline has a largest value a request may set
-(:data:`DEFAULT_BOUNDS`; the operator changes them with ``--param-limits FILE`` and
-``--param-limit PIPELINE.NAME=VALUE``). A request over a bound is refused (422) naming the parameter
-and the bound; a pipeline's own defaults are never refused.
+**Bounds.** Every integer search parameter of every pipeline declares the largest value a request
+may set (its domain's ``serving_bound``, :func:`hopgraph.engine.params.integer`); the operator
+changes them with ``--param-limits FILE`` and ``--param-limit PIPELINE.NAME=VALUE``. A request over
+a bound is refused (422) naming the parameter and the bound; a pipeline's own defaults are never
+refused.
 
-**Estimates.** :func:`estimate` models the largest arrays a pipeline's search allocates for the
-queries it runs at once (its batch size, else the whole request) and the work that grows with each
-parameter: the dense scan (``N·d`` per query), the BM25 postings (``N``), the candidate and fusion
-lists, STITCH's walk region (``(n_seeds + description_depth)·64^region_hops`` chunks, at most N, each
-iterated ``max_iter`` times), DMAR's Monte Carlo Shapley tensors (``shapley_samples · G · (3U + 7C)``
-floats per query for G query entities, U = G · ego_size local nodes and C candidates). The figures
-are upper-bound models, not measurements: they grow with every parameter that grows the search, so
-a request is refused (memory above ``--max-request-mb``) or sent to the bulk worker (work above
-``--heavy-cost`` default one-question searches) before anything is allocated. A ``where`` filter's
-evaluation is charged as one N-row mask per clause and per listed value (its size counted by
-:func:`~hopgraph.engine.filters.check_where`). O(1) per request.
+**Estimates.** :func:`estimate` asks the pipeline's cost model
+(:meth:`~hopgraph.engine.pipelines.base.Pipeline.cost`, :mod:`hopgraph.engine.cost`) for the
+work of the whole request and for the peak memory of the queries it runs at once (its batch size,
+else the whole request). The figures are upper-bound models, not measurements: they grow with
+every parameter that grows the search, so a request is refused (memory above ``--max-request-mb``)
+or sent to the bulk worker (work above ``--heavy-cost`` default one-question searches) before
+anything is allocated. A ``where`` filter's evaluation is charged as one N-row mask per clause and
+per listed value (its size counted by :func:`~hopgraph.engine.filters.check_where`). O(1) per
+request.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ..engine.cost import IndexShape
 from ..engine.errors import InputError
 from ..engine.filters import WhereSize
-from ..engine.params import parse_assignments
-from ..engine.pipelines import pipeline_class
+from ..engine.pipelines import pipeline_class, pipeline_names
+from ..assignments import parse_assignments
 
-#: largest value a request may give each integer search parameter, per pipeline (GET /info's
-#: ``param_limits``); every integer search parameter has one
-DEFAULT_BOUNDS: dict[str, dict[str, int]] = {
-    "hybrid": {"rrf_k": 10_000, "fusion_depth": 1_000},
-    "g3rag": {"bridge_seeds": 32, "bridge_depth": 500, "n_seeds": 64, "candidate_depth": 1_000,
-              "fusion_depth": 1_000},
-    "stitch": {"bridge_seeds": 32, "bridge_depth": 500, "n_seeds": 64, "region_hops": 3, "max_iter": 1_000,
-               "description_depth": 1_024},
-    "ppr_binary": {"bridge_seeds": 32, "bridge_depth": 500, "n_seeds": 256, "region_hops": 3, "max_iter": 1_000},
-    "dmar": {"bridge_seeds": 32, "bridge_depth": 500, "candidate_depth": 500, "anchors": 32,
-             "second_stage_depth": 500, "union_depth": 500, "shapley_samples": 500, "random_state": 2**32 - 1,
-             "min_query_entities": 64},
-}
+__all__ = ["Estimate", "IndexShape", "ParamLimits", "RequestRefused", "declared_bounds", "estimate",
+           "integer_search_params"]
 
 
 class RequestRefused(Exception):
@@ -55,26 +45,34 @@ class RequestRefused(Exception):
 
 
 def integer_search_params(pipeline: str) -> list[str]:
-    """The integer search parameters of ``pipeline`` (those that have serving bounds)."""
-    P = pipeline_class(pipeline).SearchParams
-    return [name for name in P.names() if P.domain(name).kind == "int"]
+    """The integer search parameters of ``pipeline`` (those a server bounds)."""
+    return list(pipeline_class(pipeline).SearchParams.integer_names())
+
+
+def declared_bounds(pipeline: str) -> dict[str, int]:
+    """The serving bounds ``pipeline`` declares for its integer search parameters
+    (:meth:`~hopgraph.engine.params.Params.serving_bounds`)."""
+    return pipeline_class(pipeline).SearchParams.serving_bounds()
 
 
 @dataclass(frozen=True)
 class ParamLimits:
-    """Serving bounds: ``{pipeline: {parameter: largest value a request may set}}``."""
+    """Serving bounds: the largest value a request may give each integer search parameter, the one
+    its pipeline declares (:func:`declared_bounds`) unless the operator set another (``overrides``:
+    ``{pipeline: {parameter: bound}}``)."""
 
-    bounds: Mapping[str, Mapping[str, int]]
+    overrides: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     @classmethod
     def default(cls) -> "ParamLimits":
-        return cls({p: dict(b) for p, b in DEFAULT_BOUNDS.items()})
+        """The bounds the pipelines declare, none overridden."""
+        return cls()
 
     @classmethod
     def from_sources(cls, file: str | Path | None = None, items: Sequence[str] = ()) -> "ParamLimits":
-        """The defaults, then the bounds of ``file`` (JSON ``{pipeline: {name: value}}``), then
+        """The declared bounds, then the bounds of ``file`` (JSON ``{pipeline: {name: value}}``), then
         ``items`` (``PIPELINE.NAME=VALUE``). InputError naming a bad file, pipeline, name or value."""
-        bounds = {p: dict(b) for p, b in DEFAULT_BOUNDS.items()}
+        overrides: dict[str, dict[str, int]] = {}
         sources: list[tuple[str, Mapping[str, Any]]] = []
         if file is not None:
             try:
@@ -91,14 +89,14 @@ class ParamLimits:
                 if not isinstance(values, dict):
                     raise InputError(f"{where}: {pipeline!r} must map parameter names to bounds")
                 for name, value in values.items():
-                    bounds.setdefault(pipeline, {})[name] = _checked_bound(where, pipeline, name, value)
-        return cls(bounds)
+                    overrides.setdefault(pipeline, {})[name] = _checked_bound(where, pipeline, name, value)
+        return cls(overrides)
 
     def check(self, pipeline: str, given: Mapping[str, Any], values: Any) -> None:
         """Raise :class:`RequestRefused` (422) when a parameter a request gave (``given``: its names,
         old ones included) has a validated value (``values``: the SearchParams) above its bound."""
         P = pipeline_class(pipeline).SearchParams
-        bounds = self.bounds.get(pipeline, {})
+        bounds = self.of(pipeline)
         for name in given:
             canonical = P.renamed.get(name, name)
             bound = bounds.get(canonical)
@@ -108,8 +106,26 @@ class ParamLimits:
                 raise RequestRefused(f"params.{canonical}{alias} = {value} is above this server's bound of {bound} "
                                      f"for pipeline {pipeline!r} (GET /info: param_limits)")
 
+    def of(self, pipeline: str) -> dict[str, int]:
+        """``{parameter: bound}`` of ``pipeline``: its declared bounds with the operator's over them."""
+        return {**declared_bounds(pipeline), **self.overrides.get(pipeline, {})}
+
+    def require(self, pipelines: Sequence[str]) -> None:
+        """InputError naming the first integer search parameter of ``pipelines`` that has no bound
+        (neither declared by its pipeline nor set by the operator): a server never serves a
+        parameter whose cost a request could raise without limit."""
+        for p in pipelines:
+            unbounded = [name for name in integer_search_params(p) if name not in self.of(p)]
+            if unbounded:
+                raise InputError(f"pipeline {p!r}: the integer search parameter {unbounded[0]!r} declares no serving "
+                                 f"bound (integer(..., serving_bound=N)); give one with --param-limit "
+                                 f"{p}.{unbounded[0]}=N")
+
     def to_dict(self, pipelines: Sequence[str] | None = None) -> dict[str, dict[str, int]]:
-        return {p: dict(b) for p, b in self.bounds.items() if pipelines is None or p in pipelines}
+        """``{pipeline: {parameter: bound}}`` of ``pipelines`` (default: every registered one) that
+        have integer search parameters (``GET /info``'s ``param_limits``)."""
+        names = pipeline_names() if pipelines is None else pipelines
+        return {p: bounds for p in names if (bounds := self.of(p))}
 
 
 def _checked_bound(where: str, pipeline: str, name: str, value: Any) -> int:
@@ -140,34 +156,18 @@ class Estimate:
     memory_bytes: int
 
 
-@dataclass(frozen=True)
-class IndexShape:
-    """What the models read of an index: passages ``n``, dimension ``d`` and the fit parameters of
-    each served pipeline."""
-
-    n: int
-    d: int
-    fit: Mapping[str, Any]
-
-
-#: bytes per entry of a ranked list as a search holds it (ids, scores, the copies of each step)
-LIST_ENTRY = 48
-#: chunks assumed reached per chunk per hop of STITCH's walk region (its real fan-out is smaller)
-REGION_FANOUT = 64
-
-
 def estimate(shape: IndexShape, pipeline: str, params: Any, n_queries: int, k: int,
              group_by_document: bool = False, at_once: int | None = None, where: WhereSize | None = None) -> Estimate:
     """Work and peak memory of searching ``n_queries`` questions with ``pipeline`` and validated
-    search ``params`` (module docstring), ``at_once`` of them at a time (default: the whole request);
-    ``group_by_document`` may read the ranking down to N; ``where``: the size of the request's
-    filter (:func:`~hopgraph.engine.filters.check_where`), whose evaluation is charged too."""
+    search ``params`` (the pipeline's :meth:`~hopgraph.engine.pipelines.base.Pipeline.cost`),
+    ``at_once`` of them at a time (default: the whole request; never more than the pipeline's
+    batch size); ``group_by_document`` may read the ranking down to N; ``where``: the size of the
+    request's filter (:func:`~hopgraph.engine.filters.check_where`), whose evaluation is charged too."""
     cls = pipeline_class(pipeline)
-    default = cls.SearchParams.create()
-    work1, _ = _model(shape, pipeline, default, 1, 5, False)
-    work, _ = _model(shape, pipeline, params, n_queries, k, group_by_document)
+    work1 = float(cls.cost(shape, cls.SearchParams.create(), 1, 5).work)
+    work = float(cls.cost(shape, params, n_queries, k, group_by_document).work)
     at_once = min(n_queries, at_once or n_queries, cls.default_batch_size or n_queries)
-    _, memory = _model(shape, pipeline, params, at_once, k, group_by_document)
+    memory = float(cls.cost(shape, params, at_once, k, group_by_document).memory)
     if where is not None:
         work_f, memory_f = _filter_model(shape, where)
         work, memory = work + work_f, memory + memory_f
@@ -179,45 +179,3 @@ def _filter_model(shape: IndexShape, where: WhereSize) -> tuple[float, float]:
     listed value, and one mask held per level of nesting (with the one being combined)."""
     n = max(shape.n, 1)
     return float((where.clauses + where.values) * n), float((where.depth + 1) * n)
-
-
-def _model(shape: IndexShape, pipeline: str, p: Any, B: int, k: int, grouped: bool) -> tuple[float, float]:
-    """(work, bytes) of one search call over B queries (module docstring)."""
-    n, d = max(shape.n, 1), shape.d
-    bridge_depth = p.bridge_depth if getattr(p, "bridge", 0) > 0 else 0
-    depth = n if grouped else min(n, max(k, bridge_depth))
-    work = B * (n * d + depth)  # every pipeline embeds and scans the dense index once per query
-    memory = B * (2 * d * 4 + depth * LIST_ENTRY) + 2 * n  # queries, ranked lists, the filter masks
-    if pipeline == "bm25":
-        work, memory = B * (n + depth), memory + 12 * n
-    elif pipeline == "hybrid":
-        D = max(p.fusion_depth, depth)
-        work += B * (n + D)
-        memory += 12 * n + B * 2 * D * LIST_ENTRY
-    elif pipeline == "g3rag":
-        degree = int(shape.fit.get("g3rag", {}).get("n_neighbors", 32))
-        D = max(p.fusion_depth, p.candidate_depth, depth)
-        edges = (p.n_seeds + p.candidate_depth) * degree
-        work += B * (n + D + edges * 8)
-        memory += 12 * n + B * (2 * D + edges) * LIST_ENTRY
-    elif pipeline in ("stitch", "ppr_binary"):
-        reach = p.n_seeds + getattr(p, "description_depth", 0) + depth
-        region = min(n, reach * REGION_FANOUT ** p.region_hops) if p.localise else n
-        iterations = p.max_iter if p.ppr else 1
-        work += B * (n + region * iterations * 8)
-        memory += 12 * n + B * region * 6 * 8
-    elif pipeline == "dmar":
-        fit = shape.fit.get("dmar", {})
-        G = int(fit.get("max_query_entities", 8))
-        U = G * int(fit.get("ego_size", 16))
-        C = max(p.candidate_depth, p.union_depth + max(p.second_stage_depth, depth))
-        shapley = p.shapley_samples * G * (3 * U + 7 * C) if p.structural else 0
-        work += B * (2 * n * d + n + C * d + shapley * (G + 2))
-        memory += 12 * n + B * (C * d * 4 * 3 + C * LIST_ENTRY * 4 + shapley * 4)
-    return float(work), float(memory)
-
-
-def index_shape(index: Any, served: Sequence[str]) -> IndexShape:
-    """The :class:`IndexShape` of a loaded :class:`~hopgraph.index.Index` serving ``served``."""
-    fit = {name: index.pipeline(name).fit_params.to_dict() for name in served}
-    return IndexShape(int(index.n_live), int(index.X.shape[1]), fit)

@@ -95,6 +95,8 @@ def check_search(request: SearchRequest, index: Index, served: list[str], limits
 
 
 def check_pipeline(name: str, served: list[str]) -> None:
+    """Refuse (:class:`RequestRefused`) a request for pipeline ``name`` unless the server serves it
+    (``served``), saying whether it is not loaded, not available in this version or unknown."""
     if name in served:
         return
     if name in pipeline_names():

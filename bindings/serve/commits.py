@@ -7,7 +7,8 @@ processes.
   held by the writer (:mod:`hopgraph.serve.writer`): in a writer process of its own, which also
   embeds the added passages, so that none of a write's work holds the server's interpreter lock
   (or, for an embedder given as a Python object, in a writer thread of the server); either runs
-  at the lowest CPU priority. Searches go on meanwhile and see the last commit.
+  below the searches' CPU priority (:data:`~hopgraph.serve.batcher.WRITER_NICE`), yet high enough
+  that a lone write is not starved by a steady search load. Searches go on meanwhile and see the last commit.
 * **Group commit.** The writes that arrive within :data:`COMMIT_WINDOW_MS` of the first are applied to
   that copy in order and share one commit (:meth:`~hopgraph.index.Index.save`: one segment and
   deletes files), written by the writer; the commit (loaded by the server, memory-mapped, when the
@@ -47,8 +48,9 @@ import asyncio
 import json
 import logging
 import threading
-import time
 from typing import Any, Awaitable, Callable, Sequence
+
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from ..engine import storage
 from ..engine.errors import IndexFormatError, IndexLockedError
@@ -96,8 +98,9 @@ class LiveWrites:
         """Apply the write ``fn(index)`` (an op of :mod:`hopgraph.serve.writer`: picklable), after a
         commit being written and after taking in another process's commit, to the writer's copy of
         the served index; then wait for the group commit that holds it and makes it the served index.
-        Returns ``fn``'s answer with ``"committed"``; raises what ``fn`` raised (the served index is
-        then unchanged) or what the commit raised. Without an index directory, ``fn`` runs on the
+        Returns ``fn``'s answer with ``"committed"`` and ``"commit"`` (the name of the commit served
+        that holds it, None without one); raises what ``fn`` raised (the served index is then
+        unchanged) or what the commit raised. Without an index directory, ``fn`` runs on the
         served index in the search worker and the answer has ``"committed": false`` (true for an
         index that commits its own writes, ``commits_writes``: a sharded index's router)."""
         if self._lock is None:
@@ -106,6 +109,7 @@ class LiveWrites:
             async with self._lock:
                 result = await self.run_exclusive(lambda: fn(self.index))
             result["committed"] = bool(getattr(self.index, "commits_writes", False))
+            result["commit"] = self.commit_name()
             return result
         async with self._lock:
             await self.refresh()
@@ -115,7 +119,13 @@ class LiveWrites:
             if self._flush_task is None or self._flush_task.done():
                 self._flush_task = asyncio.get_running_loop().create_task(self._flush())
         result["committed"] = await future
+        result["commit"] = self.commit_name()
         return result
+
+    def commit_name(self) -> str | None:
+        """The name of the commit served (None for an index that has none)."""
+        committed = getattr(self.index, "_committed", None)
+        return None if committed is None else committed.name
 
     @property
     def in_place(self) -> bool:
@@ -300,7 +310,8 @@ class LiveWrites:
                            "commits_by_server": self.commits, "merges": self.merges}}
 
     async def stop(self) -> None:
-        """Wait for the open group commit and a running merge (up to a minute), then stop the writer."""
+        """Finish the pending flush and a running merge (waiting at most a minute for it), then stop
+        the writer."""
         if self._flush_task is not None and not self._flush_task.done():
             await self._flush_task
         if self._merging is not None:
@@ -311,12 +322,7 @@ class LiveWrites:
 async def _retry_locked(commit: Callable[[], Awaitable[Any]]) -> None:
     """Await ``commit()``, again while another process holds the index's write lock, for up to
     :data:`LOCK_RETRY_SECONDS` (then :class:`~hopgraph.engine.errors.IndexLockedError` is raised)."""
-    deadline = time.monotonic() + LOCK_RETRY_SECONDS
-    while True:
-        try:
+    async for attempt in AsyncRetrying(retry=retry_if_exception_type(IndexLockedError),
+                                       stop=stop_after_delay(LOCK_RETRY_SECONDS), wait=wait_fixed(0.05), reraise=True):
+        with attempt:
             await commit()
-            return
-        except IndexLockedError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.05)

@@ -31,6 +31,7 @@ def split_host(value: str) -> tuple[str, str]:
 
 
 def is_loopback_name(name: str) -> bool:
+    """``name`` is ``localhost``, a ``*.localhost`` name or a loopback IP address."""
     if name == "localhost" or name.endswith(".localhost"):
         return True
     try:
@@ -50,6 +51,7 @@ class HostOriginMiddleware:
         self.allowed = allowed - {"*"}
 
     def host_allowed(self, name: str) -> bool:
+        """Requests may name host ``name``: any host is allowed, or it is an allowed or loopback name."""
         return self.any_host or name in self.allowed or is_loopback_name(name)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -9,8 +9,6 @@ import argparse
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from ..engine.errors import InputError
-
 
 @dataclass(frozen=True)
 class ServeLimits:
@@ -51,13 +49,17 @@ class ServeLimits:
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or \
                     (value == 0 and f.name != "batch_wait_ms"):
+                from ..engine.errors import InputError  # here: the command line's help imports this module
+
                 raise InputError(f"serve limit {f.name} must be a positive number, got {value!r}")
 
     @property
     def max_request_bytes(self) -> int:
+        """``max_request_mb`` in bytes."""
         return int(self.max_request_mb * (1 << 20))
 
     def to_dict(self) -> dict[str, Any]:
+        """Every limit by name (what the service reports in its ``limits``)."""
         return asdict(self)
 
 

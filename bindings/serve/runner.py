@@ -48,11 +48,13 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def url_of(sock: socket.socket) -> str:
+    """The ``http://`` URL of a bound socket (an IPv6 host in brackets)."""
     host, port = sock.getsockname()[:2]
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def is_loopback(host: str) -> bool:
+    """``host`` is a loopback IP address or ``localhost``."""
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -80,7 +82,7 @@ class BackgroundServer:
     """Run an app with uvicorn in a daemon thread of this process (tests, notebooks).
 
     >>> with BackgroundServer(create_app(index)) as srv:  # doctest: +SKIP
-    ...     hopgraph.Client(srv.url).search("question", pipeline="dense")
+    ...     hopgraph.Client(srv.url).search("question", pipeline=srv.app.state.pipelines[0])
     """
 
     def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> None:
@@ -90,6 +92,8 @@ class BackgroundServer:
         self._thread: threading.Thread | None = None
 
     def start(self, timeout: float = 30.0) -> "BackgroundServer":
+        """Bind the socket, start the server thread and return once it serves (RuntimeError after
+        ``timeout`` seconds, or when the thread dies); ``url`` is set."""
         sock = bind_socket(self.host, self.port)
         self.url = url_of(sock)
         self._server = _uvicorn_server(self.app, self.log_level)
@@ -105,6 +109,7 @@ class BackgroundServer:
         return self
 
     def stop(self) -> None:
+        """Ask the server to exit and wait for its thread (at most 15 s)."""
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:

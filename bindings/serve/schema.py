@@ -56,12 +56,13 @@ class SearchRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     queries: list[Query] = Field(description="questions (a batch); see GET /info for the size limits")
-    pipeline: StrictStr = Field(description="one of GET /info's 'pipelines' (g3rag, stitch, dmar, dense, bm25, hybrid)")
+    pipeline: StrictStr | None = Field(None, description="one of GET /info's 'pipelines' (those this server loaded); "
+                                                        "default: the server's first, GET /info's pipelines[0]")
     k: StrictInt = Field(5, description="passages per query, from 1 to GET /info's limits.max_k (fewer come back "
                                         "when the index holds fewer live passages)")
     params: dict[StrictStr, Any] = Field(
         default_factory=dict,
-        description="query-time parameters of the pipeline for this request (e.g. {\"gamma\": 0.05} for g3rag); "
+        description="query-time parameters of the pipeline for this request (e.g. {\"gamma\": 0.05}); "
                     "GET /info's 'query_params' lists them with their allowed values, 'param_limits' the "
                     "largest value this server accepts for each integer one")
     where: dict[StrictStr, Any] | None = Field(
@@ -99,16 +100,41 @@ class AddRequest(BaseModel):
 
 
 class AddResponse(BaseModel):
+    """The answer to ``POST /passages``: the ids added and replaced, the passage count, whether a commit was written."""
+
     added: list[str]
     replaced: list[str]
+    unchanged: list[str] = Field(description="ids the index already held with the same title, text and metadata "
+                                             "(an add repeated: nothing to do)")
     passages: int = Field(description="passages the index now returns (deleted ones excluded)")
-    committed: bool = Field(description="a new commit of the index directory was written")
+    committed: bool = Field(description="the index directory holds the write (a commit)")
+    commit: str | None = Field(description="the commit served that holds the write (None without a directory)")
 
 
 class DeleteResponse(BaseModel):
+    """The answer to ``DELETE /passages/{id}``: the id deleted, the passage count, whether a commit was written."""
+
     deleted: str
     passages: int
     committed: bool
+    commit: str | None
+
+
+class WriteAccepted(BaseModel):
+    """The 202 answer of a write sent with ``?wait=false``: follow it at ``GET /commits/{id}``."""
+
+    id: str
+    status: str = Field(description='"pending"')
+
+
+class WriteStatus(BaseModel):
+    """``GET /commits/{id}``: an asynchronous write's state."""
+
+    id: str
+    status: str = Field(description='"pending", "committed" or "failed"')
+    result: dict[str, Any] | None = Field(None, description="the write's answer, once committed")
+    error: dict[str, Any] | None = Field(None, description='{"status", "detail"}: what the write would have '
+                                                           'answered, when it failed')
 
 
 class HitOut(BaseModel):
@@ -132,6 +158,8 @@ class PassageOut(BaseModel):
 
 
 class QueryResult(BaseModel):
+    """The hits of one query, best first."""
+
     hits: list[HitOut]
 
 
@@ -150,6 +178,8 @@ class Timing(BaseModel):
 
 
 class SearchResponse(BaseModel):
+    """The answer to ``POST /search``: one result per query, the timing and the warnings."""
+
     pipeline: str
     k: int
     results: list[QueryResult] = Field(description="one entry per query, in request order")
@@ -159,4 +189,6 @@ class SearchResponse(BaseModel):
 
 
 class ErrorResponse(BaseModel):
+    """A refused request (4xx): what is wrong, in one line."""
+
     detail: str

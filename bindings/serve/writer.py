@@ -10,14 +10,14 @@ serve, or ``drop`` it. Searches never wait for any of them.
 
 * :class:`ProcessWriter` keeps the copy, its embedder and all the work of a write (tokenising and
   embedding the passages, BM25 postings, extraction, graph rows, the commit) in one child process
-  (``spawn``, from the low-priority writer thread), at the lowest CPU priority with one torch and
-  faiss thread: the server's interpreter lock and one core stay with the searches. The server then
+  (``spawn``, from the low-priority writer thread), below the searches' CPU priority
+  (:data:`~.batcher.WRITER_NICE`) with one torch and faiss thread: the server's interpreter lock and one core stay with the searches. The server then
   loads the commit it wrote (memory-mapped), searches it once (:func:`warm_up`) and serves it. A
   child that dies fails the write it was doing (the served index is unchanged: a commit is atomic)
   and a new one is started for the next write. Used when the child can re-create the served
   index's embedder from its spec (``minilm``, ``hashing-DIM``, ``st:``, ``openai:``). Measured:
   ``docs/decisions/serve-writes-process.md``.
-* :class:`ThreadWriter` applies the ops in a thread of the server at the lowest CPU priority (an
+* :class:`ThreadWriter` applies the ops in a thread of the server at the same priority (an
   embedder given as a Python object, or ``create_app(..., write_process=False)``).
 """
 from __future__ import annotations
@@ -34,18 +34,43 @@ import numpy as np
 from ..engine.embedders.resolve import embedder_entry, embedder_from_entry, is_resolvable
 from ..engine.pipelines import pipeline_class
 from ..index import Index
-from .batcher import background_thread_setup, lowest_priority
+from .batcher import WRITER_NICE, background_thread_setup, lower_priority
 
 #: seconds a stopping server waits for its writer process before it is terminated
 STOP_SECONDS = 30.0
 
 
+def unchanged_ids(index: Index, records: Sequence[dict[str, Any]]) -> list[str]:
+    """The ids of ``records`` (``{"id", "title", "text", "metadata"}``) that a live passage of ``index``
+    has with the same title, text and metadata: an add repeated (a client's retry) changes nothing.
+    Reads the id table and those passages only."""
+    from ..engine.components.corpus import Corpus
+
+    new = Corpus.coerce(list(records))
+    held = dict(index.live_rows(new.ids))
+    same = []
+    for i, pid in enumerate(new.ids):
+        if pid in held and index.passage(pid) == {"id": pid, "title": new.titles[i], "text": new.texts[i],
+                                                  "metadata": new.meta(i)}:
+            same.append(pid)
+    return same
+
+
 def apply_add(index: Index, records: Sequence[dict[str, Any]], upsert: bool,
               embeddings: np.ndarray | None = None) -> dict[str, Any]:
     """The op of ``POST /passages``: add ``records`` to ``index`` (embedding them, unless their
-    ``embeddings`` are given)."""
-    report = index.add(list(records), upsert=upsert, embeddings=embeddings)
-    return {"added": report.added, "replaced": report.replaced, "passages": index.n_live}
+    ``embeddings`` are given, one row per record); the records ``index`` already holds unchanged
+    (:func:`unchanged_ids`) are left as they are and answered as ``"unchanged"``."""
+    same = set(unchanged_ids(index, records))
+    keep = [i for i, r in enumerate(records) if r["id"] not in same]
+    added: list[str] = []
+    replaced: list[str] = []
+    if keep:
+        rows = None if embeddings is None else embeddings[keep]
+        report = index.add([records[i] for i in keep], upsert=upsert, embeddings=rows)
+        added, replaced = report.added, report.replaced
+    return {"added": added, "replaced": replaced, "unchanged": [r["id"] for r in records if r["id"] in same],
+            "passages": index.n_live}
 
 
 def apply_delete(index: Index, pid: str) -> dict[str, Any]:
@@ -80,19 +105,20 @@ def process_embedder_entry(index: Index) -> dict[str, Any] | None:
 
 
 class ThreadWriter:
-    """The copy in a writer thread of the server (lowest CPU priority)."""
+    """The copy in a writer thread of the server (at :data:`~.batcher.WRITER_NICE`)."""
 
     def __init__(self, served: Index) -> None:
         self.served = served
         self.copy: Index | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hopgraph-write",
-                                            initializer=lowest_priority)
+                                            initializer=lower_priority, initargs=(WRITER_NICE,))
 
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     @property
     def is_open(self) -> bool:
+        """The writer holds a copy of the served index."""
         return self.copy is not None
 
     def start(self) -> None:
@@ -102,9 +128,11 @@ class ThreadWriter:
         return load_live(self.served)
 
     async def open(self) -> None:
+        """Load a writable copy of the served index in the writer."""
         self.copy = await self._run(self._load)
 
     async def apply(self, op: Callable[[Index], dict[str, Any]]) -> dict[str, Any]:
+        """Run ``op`` on the copy in the writer; its result."""
         assert self.copy is not None
         return await self._run(op, self.copy)
 
@@ -120,6 +148,7 @@ class ThreadWriter:
         return copy
 
     async def drop(self) -> None:
+        """Close and forget the copy, if any (its uncommitted writes are lost)."""
         if self.copy is not None:
             self.copy.close()
             self.copy = None
@@ -129,6 +158,7 @@ class ThreadWriter:
         return await self._run(fn)
 
     async def stop(self) -> None:
+        """Drop the copy and stop the writer (no call afterwards)."""
         await self.drop()
         self._executor.shutdown(wait=True)
 
@@ -236,7 +266,7 @@ class ProcessWriter(ThreadWriter):
 def _writer_main(conn: Any, path: str, entry: dict[str, Any], device: str) -> None:
     """The writer process: answer ``(kind, arg)`` requests (open / apply / commit / drop / stop) with
     ``(True, value)`` or ``(False, exception)`` until told to stop or the server is gone."""
-    background_thread_setup()  # one core stays with the searches
+    background_thread_setup(WRITER_NICE)  # one core stays with the searches
     embedder = embedder_from_entry(entry, f"index {path}")
     copy: Index | None = None
     while True:

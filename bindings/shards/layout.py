@@ -26,6 +26,7 @@ from typing import Any
 
 from ..engine import storage
 from ..engine.errors import IndexFormatError, InputError
+from ..engine.graphs.shard import GRAPH_FORMAT
 
 SHARDS_FILE = "shards.json"
 ROUTER_PREFIX = "router-"
@@ -34,16 +35,16 @@ PARTS_DIR = "parts"
 PART_PREFIX = "part-"
 ROUTER_FILE = "manifest.json"  # the name storage.verify_files expects
 FORMAT = "hopgraph-shards"
-GRAPH_FORMAT = "hopgraph-shard-graphs"
 VERSION = 2
 
 
 def shard_dir_name(shard: int) -> str:
+    """The directory of shard ``shard``'s index."""
     return f"shard-{shard:03d}"
 
 
 def graph_dir_name(shard: int) -> str:
-    """The graph rows shard ``shard`` holds (:mod:`hopgraph.engine.components.sharded_graph`)."""
+    """The graph rows shard ``shard`` holds (:mod:`hopgraph.engine.graphs.shard`)."""
     return f"graph-{shard:03d}"
 
 

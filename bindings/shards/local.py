@@ -20,6 +20,8 @@ class LocalShards:
 
     @classmethod
     def open(cls, directory: str | Path, verify: str = "full") -> "LocalShards":
+        """Services over every shard of the sharded index in ``directory``
+        (:func:`~.layout.read_shards`)."""
         meta = read_shards(directory)
         dense = "ann" if meta.get("ivf_bits") else None
         return cls([ShardService(Path(directory) / s["dir"], verify=verify,
@@ -27,5 +29,6 @@ class LocalShards:
                      for s in meta["shards"]])
 
     def map(self, method: str, calls: Mapping[int, tuple]) -> dict[int, Any]:
+        """Run ``method(*args)`` on each named shard's service, counting the calls."""
         self.calls[method] = self.calls.get(method, 0) + len(calls)
         return {s: self.services[s].call(method, *args) for s, args in calls.items()}

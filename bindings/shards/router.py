@@ -15,7 +15,7 @@ from ..engine import storage
 from ..engine.components.corpus import Corpus
 from ..engine.components.sharded import (Pending, RemoteStrings, ShardCalls, ShardedComponents, ShardedRows, ShardMap,
                                          ShardSet, read_fields)
-from ..engine.components.sharded_graph import reading_rows
+from ..engine.graphs.router_store import RouterStore
 from ..engine.errors import IndexFormatError, InputError
 from ..engine.filters import check_where, ids_mask
 from ..engine.pipelines import pipeline_class
@@ -67,6 +67,7 @@ class ShardedIndex(Index):
                                 verify="fast"))
 
     def search_arrays(self, *args: Any, **kwargs: Any) -> tuple[np.ndarray, np.ndarray]:
+        """As :meth:`Index.search_arrays`, after taking in the commits another router made."""
         if self.take_in_commits():
             kwargs["mask"] = None  # a filter mask computed before is of the state just replaced
         return super().search_arrays(*args, **kwargs)
@@ -191,10 +192,12 @@ class ShardedIndex(Index):
 
     # ------------------------------------------------------------------ not at the router
     def save(self, path: str | Path | None = None, overwrite: bool = False, *, rebase: bool = True) -> Path:
+        """Refused (InputError): a router commits every write itself."""
         raise InputError("a sharded index is committed by its shards and its router (hopgraph shard); "
                          "save() of the router alone is not supported")
 
     def compact(self) -> "Index":
+        """Refused (InputError): compact the unsharded index and shard it again."""
         raise InputError("compact a sharded index by compacting the unsharded index and running hopgraph "
                          "shard again; the router cannot rebuild the graphs without every embedding")
 
@@ -267,6 +270,50 @@ def _entry(directory: Path, meta: dict[str, Any], shard: int) -> str:
     return f"{directory / SHARDS_FILE}: shard {shard} ({meta['shards'][shard]['dir']})"
 
 
+def read_router_manifest(path: Path, verify: str) -> dict[str, Any]:
+    """The manifest of the router directory ``path``, its format and version checked and every file
+    it lists verified (:func:`~hopgraph.engine.storage.verify_files`, ``verify`` ``"full"`` or
+    ``"fast"``); IndexFormatError naming the file at fault."""
+    try:
+        manifest = json.loads((path / ROUTER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise IndexFormatError(f"{path / ROUTER_FILE}: unreadable ({type(e).__name__}: {e})") from None
+    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
+        raise IndexFormatError(f"{path / ROUTER_FILE}: not a {FORMAT} version {VERSION} router")
+    problems = storage.verify_files(path, manifest, verify)
+    if problems:
+        raise IndexFormatError(f"router {path} is corrupt: {problems[0]}")
+    return manifest
+
+
+def router_corpus(directory: Path, parts: list[dict[str, Any]], shards: ShardSet) -> Corpus:
+    """The router's corpus: the ids and titles its ``parts`` store under ``directory``, the texts and
+    metadata read from the shards on demand (:class:`RemoteStrings`)."""
+    stored = None
+    for part in parts:
+        rows = Corpus.load(directory / part["dir"] / "corpus", int(part["n_rows"]), str(directory / part["dir"] / "corpus"))
+        stored = rows if stored is None else stored.concat(rows)
+    corpus = Corpus(stored.ids, stored.titles, RemoteStrings(shards, "texts"), str(directory),
+                    RemoteStrings(shards, "metadata"), _validate=False)
+    corpus._id_parts = stored._id_parts
+    return corpus
+
+
+def load_router_pipelines(index: ShardedIndex, path: Path, pipelines: dict[str, Any]) -> None:
+    """Load each pipeline the router at ``path`` stores (``pipelines``: its manifest entries) into
+    ``index`` with its stored search defaults and fit time; IndexFormatError naming a corrupt one."""
+    for name, entry in pipelines.items():
+        try:
+            pipe = pipeline_class(name).load(path / "pipelines" / name, entry["params"], index.components,
+                                             index.settings)
+        except (InputError, KeyError, TypeError, ValueError, IndexError, OSError, RuntimeError) as e:
+            raise IndexFormatError(f"router {path}: pipeline {name} is corrupt or unreadable: "
+                                   f"{type(e).__name__}: {e}") from None
+        search = {k: v for k, v in index.params.get(name, {}).items() if pipe.SearchParams.accepts(k)}
+        index.pipelines[name] = pipe.with_search_defaults(**search) if search else pipe
+        index.fit_seconds[name] = float(entry.get("fit_seconds", 0.0))
+
+
 def open_router(directory: str | Path, calls: ShardCalls, embedder: Any = None, device: str = "auto",
                 verify: str = "full", cleanup: bool = False) -> ShardedIndex:
     """The router of the sharded index at ``directory`` (``hopgraph shard``'s output) over the shards
@@ -277,15 +324,7 @@ def open_router(directory: str | Path, calls: ShardCalls, embedder: Any = None, 
     stamp = _stamp(directory)
     meta = read_shards(directory)
     path = directory / meta["router"]
-    try:
-        manifest = json.loads((path / ROUTER_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise IndexFormatError(f"{path / ROUTER_FILE}: unreadable ({type(e).__name__}: {e})") from None
-    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
-        raise IndexFormatError(f"{path / ROUTER_FILE}: not a {FORMAT} version {VERSION} router")
-    problems = storage.verify_files(path, manifest, verify)
-    if problems:
-        raise IndexFormatError(f"router {path} is corrupt: {problems[0]}")
+    manifest = read_router_manifest(path, verify)
     try:
         n, dim, n_shards = int(manifest["passages"]), int(manifest["dim"]), int(manifest["n_shards"])
         arrays = storage.load_arrays(path / "map", ["owner", "local", "deleted"])
@@ -305,20 +344,13 @@ def open_router(directory: str | Path, calls: ShardCalls, embedder: Any = None, 
     if deleted.shape != (n,) or deleted.dtype != bool:
         raise IndexFormatError(f"{path}/map/deleted.npy: expected {n} booleans")
     shards = ShardSet(calls, shard_map)
-    stored = None
-    for part in parts:
-        rows = Corpus.load(directory / part["dir"] / "corpus", int(part["n_rows"]), str(directory / part["dir"] / "corpus"))
-        stored = rows if stored is None else stored.concat(rows)
-    corpus = Corpus(stored.ids, stored.titles, RemoteStrings(shards, "texts"), str(directory),
-                    RemoteStrings(shards, "metadata"), _validate=False)
-    corpus._id_parts = stored._id_parts
+    corpus = router_corpus(directory, parts, shards)
     check_shard_set(directory, meta, shards, corpus)
     X = ShardedRows(shards, dim)
-    with reading_rows(shards):
-        components = ShardedComponents.load_segments(
-            [(directory / p["dir"] / "components", p["components"], int(p["first_row"]), int(p["n_rows"])) for p in parts],
-            X, corpus, None, params.get("bm25"), False).attach(
-            shards, int(meta["ivf_bits"]) if meta.get("ivf_bits") else None, int(meta.get("ivf_trained", 0)))
+    components = ShardedComponents.load_segments(
+        [(directory / p["dir"] / "components", p["components"], int(p["first_row"]), int(p["n_rows"])) for p in parts],
+        X, corpus, None, params.get("bm25"), False, graphs=RouterStore(shards)).attach(
+        shards, int(meta["ivf_bits"]) if meta.get("ivf_bits") else None, int(meta.get("ivf_trained", 0)))
     index = ShardedIndex(corpus, X, None, str(manifest["embedder_name"]), device=device, params=params,
                          progress=False, components=components, stored_params=True)
     index.embedder_entry = emb_entry
@@ -337,15 +369,5 @@ def open_router(directory: str | Path, calls: ShardCalls, embedder: Any = None, 
         for old in directory.glob(f"{ROUTER_PREFIX}*"):
             if old.name != meta["router"] and old.is_dir():
                 shutil.rmtree(old, ignore_errors=True)
-    for name, entry in pipelines.items():
-        try:
-            with reading_rows(shards):
-                pipe = pipeline_class(name).load(path / "pipelines" / name, entry["params"], components,
-                                                 index.settings)
-        except (InputError, KeyError, TypeError, ValueError, IndexError, OSError, RuntimeError) as e:
-            raise IndexFormatError(f"router {path}: pipeline {name} is corrupt or unreadable: "
-                                   f"{type(e).__name__}: {e}") from None
-        search = {k: v for k, v in index.params.get(name, {}).items() if pipe.SearchParams.accepts(k)}
-        index.pipelines[name] = pipe.with_search_defaults(**search) if search else pipe
-        index.fit_seconds[name] = float(entry.get("fit_seconds", 0.0))
+    load_router_pipelines(index, path, pipelines)
     return index

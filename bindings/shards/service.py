@@ -12,7 +12,7 @@ from ..engine import storage
 from ..engine.components.bm25 import BM25Params, TermStats
 from ..engine.components.corpus import Corpus
 from ..engine.errors import InputError
-from ..engine.storage.deltas import _rows
+from ..engine.graphs.shard import ShardRows
 from ..index import Index
 
 #: the corpus fields a router may read from a shard (``ids``: to check that it is a shard of its index)
@@ -34,7 +34,7 @@ class ShardService:
         self.path, self.verify, self.dense = Path(path), verify, dense
         self.index = Index.load(self.path, progress=False, verify=verify, dense=dense)
         self.current = storage.read_current(self.path)[0]
-        self.graphs = None if graphs is None else ShardGraphs(Path(graphs), verify)
+        self.graphs = None if graphs is None else ShardRows(Path(graphs), verify)
 
     def fresh(self) -> None:
         """Take in a commit another replica of this shard made (the shard's ``CURRENT`` moved): every
@@ -86,13 +86,17 @@ class ShardService:
         return self.index.components.dense.ivf.cell_members(np.asarray(cells, np.int64))
 
     def rows(self, rows: np.ndarray) -> np.ndarray:
+        """Embeddings of the shard's local ``rows``."""
         return self.index.components.dense.rows(np.asarray(rows, np.int64))
 
     def term_stats(self, tokens: Sequence[Sequence[str]], params: BM25Params) -> TermStats:
+        """The shard's BM25 statistics of ``tokens``."""
         return self.index.components.bm25(params).term_stats(tokens)
 
     def bm25_topk(self, tokens: list[list[str]], k: int, allowed: np.ndarray | None, stats: TermStats,
                   params: BM25Params) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 top-``k`` of the shard's rows under the filter, scored with the global
+        ``stats``."""
         return self.index.components.bm25(params).with_stats(stats).topk(tokens, k, self._allowed(allowed))
 
     def bm25_scores(self, tokens: Sequence[list[str]], rows: np.ndarray, stats: TermStats,
@@ -160,74 +164,3 @@ class ShardService:
         if allowed.shape != (len(self.index.X),):
             raise InputError(f"allowed mask of {allowed.shape} for a shard of {len(self.index.X)} passages")
         return allowed
-
-
-class ShardGraphs:
-    """The graph rows one shard holds (``DIR/graph-SSS``, written by ``hopgraph shard``, never
-    changed): each graph as ``indptr`` / ``indices`` / ``data`` over the shard's rows, memory-mapped
-    and checked against the manifest's sizes and checksums (``verify="fast"``: sizes)."""
-
-    def __init__(self, path: Path, verify: str = "full") -> None:
-        import json
-
-        from ..engine.errors import IndexFormatError
-        from ..kernels.csr import CSR
-        from .layout import GRAPH_FORMAT, ROUTER_FILE
-
-        self.path = path
-        try:
-            manifest = json.loads((path / ROUTER_FILE).read_text(encoding="utf-8"))
-            names = [str(n) for n in manifest["graphs"]]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise IndexFormatError(f"{path / ROUTER_FILE}: unreadable ({type(e).__name__}: {e})") from None
-        if manifest.get("format") != GRAPH_FORMAT:
-            raise IndexFormatError(f"{path / ROUTER_FILE}: not a {GRAPH_FORMAT} manifest")
-        problems = storage.verify_files(path, manifest, verify)
-        if problems:
-            raise IndexFormatError(f"graph rows {path} are corrupt: {problems[0]}")
-        self.graphs: dict[str, CSR | np.ndarray] = {}
-        self._exact: dict[str, Any] = {}
-        for name in names:
-            if (path / name / "values.npy").is_file():
-                self.graphs[name] = storage.load_array(path / name, "values")
-                continue
-            weighted = (path / name / "data.npy").is_file()  # unweighted graphs store no weights
-            a = storage.load_arrays(path / name, ["indptr", "indices", *(("data",) if weighted else ())])
-            ptr = storage.check_indptr(a["indptr"], len(a["indptr"]) - 1, len(a["indices"]), f"{path / name} indptr")
-            if weighted and len(a["data"]) != len(a["indices"]):
-                raise IndexFormatError(f"{path / name}: indices and data differ in length")
-            self.graphs[name] = CSR(ptr, a["indices"], a["data"] if weighted else None, 0)
-
-    def rows(self, name: str, rows: np.ndarray) -> Any:
-        """A graph's rows as ``(lengths, indices, data)``; a row-per-node array's rows as an array."""
-        graph = self.graphs.get(name)
-        if graph is None:
-            raise InputError(f"no graph {name!r} in {self.path}")
-        rows = np.asarray(rows, np.int64)
-        n_rows = len(graph) if isinstance(graph, np.ndarray) else graph.n_rows
-        if len(rows) and (rows.min() < 0 or rows.max() >= n_rows):
-            raise InputError(f"graph {name}: rows out of range [0, {n_rows})")
-        if isinstance(graph, np.ndarray):
-            return np.ascontiguousarray(graph[rows])
-        if graph.data is None:
-            ptr, ind, _ = _rows(graph.indptr, graph.indices, graph.indices, rows)
-            return np.diff(ptr), ind, None
-        ptr, ind, dat = _rows(graph.indptr, graph.indices, graph.data, rows)
-        return np.diff(ptr), ind, dat
-
-    def topk(self, name: str, mask: str, Q: np.ndarray, k: int, exclude: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Exact cosine top-``k`` over the rows of the array ``name`` whose row of ``mask`` is non-zero,
-        except the rows ``exclude`` (:class:`~hopgraph.engine.components.dense.DenseIndex`, exact)."""
-        from ..engine.components.dense import DenseIndex
-
-        values, flags = self.graphs.get(name), self.graphs.get(mask)
-        if not isinstance(values, np.ndarray) or not isinstance(flags, np.ndarray) or len(flags) != len(values):
-            raise InputError(f"no row-per-node array {name!r} with mask {mask!r} in {self.path}")
-        if name not in self._exact:
-            self._exact[name] = DenseIndex(values, mode="exact")
-        allowed = np.asarray(flags).reshape(len(flags), -1)[:, 0] != 0
-        exclude = np.asarray(exclude, np.int64)
-        if len(exclude):
-            allowed = allowed.copy()
-            allowed[exclude] = False
-        return self._exact[name].topk(np.asarray(Q, np.float32), int(k), None if allowed.all() else allowed)

@@ -12,9 +12,11 @@ import numpy as np
 
 from ..engine import storage
 from ..engine.components.corpus import Corpus
-from ..engine.components.dense import DenseIndex, IVFIndex
+from ..engine.components.dense import DenseIndex
+from ..engine.components.ivf import IVFIndex
 from ..engine.components.sharded import ShardMap
-from ..engine.components.sharded_graph import owners_of, sending_rows
+from ..engine.graphs.remote import owners_of
+from ..engine.graphs.router_store import RouterStore
 from ..engine.sparse import take_rows
 from ..engine.errors import InputError
 from ..index import Index
@@ -68,9 +70,9 @@ def shard_index(index: Index, n_shards: int, out: str | Path, progress: bool = F
             local[rows] = np.arange(len(rows))
         shard_map = ShardMap(owner, local, n_shards)
         sink = GraphRowWriter(tmp, shard_map)
-        with sending_rows(sink):
-            part = write_router_part(index, tmp, 0, 0)
-            write_router(index, shard_map, tmp / router_dir_name(0), [part])
+        router = saving_through(index, RouterStore(sink=sink))
+        part = write_router_part(router, tmp, 0, 0)
+        write_router(router, shard_map, tmp / router_dir_name(0), [part])
         sink.finish()
         storage.write_json(tmp / SHARDS_FILE, {
             "format": FORMAT, "version": VERSION, "n_shards": n_shards, "passages": n, "owner_rule": "crc32(id) % S",
@@ -88,8 +90,22 @@ def shard_index(index: Index, n_shards: int, out: str | Path, progress: bool = F
     return out
 
 
+def saving_through(index: Index, store: Any) -> Index:
+    """A shallow copy of ``index`` whose components and pipelines save their graphs through
+    ``store`` (the router's state of the index, its graphs' rows sent to the shards); ``index``
+    itself is not changed."""
+    view = copy.copy(index)
+    view.components = copy.copy(index.components)
+    view.components.graphs = store
+    view.pipelines = {}
+    for name, pipe in index.pipelines.items():
+        view.pipelines[name] = copy.copy(pipe)
+        view.pipelines[name].components = view.components
+    return view
+
+
 class GraphRowWriter:
-    """``hopgraph shard``'s :class:`~hopgraph.engine.components.sharded_graph.RowSink`: each shard's
+    """``hopgraph shard``'s :class:`~hopgraph.engine.graphs.router_store.RowSink`: each shard's
     rows of every graph the router saves go to ``DIR/graph-SSS/NAME/`` (``indptr``, ``indices``,
     ``data`` over the shard's rows in its local order, global column ids); :meth:`finish` writes
     each graph directory's manifest with every file's checksum."""
@@ -99,6 +115,8 @@ class GraphRowWriter:
         self.shards = _MapHolder(shard_map)
 
     def send(self, directory: Path, key: str, item: Any, owners: str) -> str:
+        """Write each shard's rows of ``item`` (a CSR: its rows by the ``owners`` rule; a
+        2-D array: its rows) and return its name in the shards."""
         where = Path(directory).relative_to(self.out).parts  # under router-NNNNNN/ or parts/part-NNNNNN/
         name = "/".join([*where[2 if where[0] == PARTS_DIR else 1:], key])
         rule = owners_of(owners, self.shards)
@@ -120,6 +138,8 @@ class GraphRowWriter:
         return name
 
     def finish(self) -> None:
+        """Write each shard's graph directory manifest (the graph names, every file's size
+        and checksum)."""
         for s in range(self.shards.map.n_shards):
             path = self.out / graph_dir_name(s)
             path.mkdir(exist_ok=True)

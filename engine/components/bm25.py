@@ -67,10 +67,12 @@ class Postings:
 
     @property
     def n_docs(self) -> int:
+        """The number of passages indexed."""
         return len(self.doc_len)
 
     @classmethod
     def empty(cls) -> "Postings":
+        """Postings of no passage and no term."""
         z = np.zeros(0, np.int32)
         return cls([], np.zeros(1, np.int64), z, z, z)
 
@@ -148,10 +150,13 @@ class Postings:
         return np.asarray(self.docs[a:b], np.int64), np.asarray(self.tf[a:b], np.int64)
 
     def df(self, t: int) -> int:
+        """The document frequency of term id ``t`` (the passages whose text holds it)."""
         return int(self.indptr[t + 1] - self.indptr[t])
 
     # ------------------------------------------------------------------ persistence
     def arrays(self) -> dict[str, np.ndarray]:
+        """The postings as named arrays (vocabulary packed, with its hash table from
+        :data:`SMALL_PART` terms up), for :func:`~hopgraph.engine.storage.save_arrays`."""
         vocab_data, vocab_offsets = pack_strings(list(self.vocab))
         out = {"indptr": np.asarray(self.indptr, np.int64), "docs": self.docs, "tf": self.tf,
                "doc_len": self.doc_len, "vocab_data": vocab_data, "vocab_offsets": vocab_offsets}
@@ -161,6 +166,8 @@ class Postings:
         return out
 
     def save(self, directory: Path) -> dict[str, Any]:
+        """Write :meth:`arrays` under ``directory``; returns the manifest entry (passage, term and
+        posting counts)."""
         save_arrays(directory, self.arrays())
         return {"n_docs": self.n_docs, "vocab": len(self.vocab), "postings": len(self.docs)}
 
@@ -218,6 +225,8 @@ class TermStats:
     df: dict[str, int]
 
     def plus(self, other: "TermStats") -> "TermStats":
+        """The statistics of both parts of the corpus together (counts and lengths added, document
+        frequencies summed per token); neither is changed."""
         df = dict(self.df)
         for t, n in other.df.items():
             df[t] = df.get(t, 0) + n

@@ -1,6 +1,6 @@
 """The shared components of a sharded index, as its router sees them: the passages' embeddings,
 texts, metadata, dense index and BM25 postings live in the shards, and so do the rows of the
-pipelines' graphs (:mod:`.sharded_graph`); the router holds the passage ids and titles, the shard
+pipelines' graphs (:mod:`hopgraph.engine.graphs.router_store`); the router holds the passage ids and titles, the shard
 map, the extraction (read by writes only) and the pipelines' small state, and reads the rest
 through :class:`ShardCalls` (one call per shard a batch needs, run side by side).
 
@@ -50,7 +50,8 @@ class ShardCalls(Protocol):
 
     n_shards: int
 
-    def map(self, method: str, calls: Mapping[int, tuple]) -> dict[int, Any]: ...
+    def map(self, method: str, calls: Mapping[int, tuple]) -> dict[int, Any]:
+        """``{shard: method(*args)}`` for each ``{shard: args}`` of ``calls``, run side by side."""
 
 
 class ShardMap:
@@ -108,6 +109,8 @@ class Pending:
         self.cells: np.ndarray | None = None
 
     def field(self, name: str, row: int) -> str:
+        """Corpus field ``name`` (``"texts"``, ``"metadata"``) of global row ``row`` of the
+        pending passages."""
         return getattr(self.records, name)[row - self.start]
 
 
@@ -131,9 +134,11 @@ class ShardSet:
 
     @property
     def n_shards(self) -> int:
+        """The shard count."""
         return self.map.n_shards
 
     def map_calls(self, method: str, calls: Mapping[int, tuple]) -> dict[int, Any]:
+        """``calls.map(method, calls)`` (nothing to call: ``{}``)."""
         return self.calls.map(method, calls) if calls else {}
 
     def holding(self) -> list[int]:
@@ -161,11 +166,13 @@ class ShardedRows:
             shards.caches.add(self)
 
     def forget(self) -> None:
+        """Drop the rows kept of what was read."""
         with self._lock:
             self._cached_ids, self._cached = np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
 
     @property
     def map(self) -> ShardMap:
+        """The current :class:`ShardMap`."""
         return self.shards.map
 
     def _from_cache(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -188,6 +195,7 @@ class ShardedRows:
 
     @property
     def shape(self) -> tuple[int, int]:
+        """``(rows, dim)``."""
         return (len(self.map), self.dim)
 
     def __len__(self) -> int:
@@ -251,9 +259,12 @@ class ShardedDense:
 
     @property
     def method(self) -> str:
+        """``"exact"`` or ``"ann"``: how the single index of this many rows searches."""
         return dense_method(self.mode, len(self.X)) if self.ivf_bits is not None else "exact"
 
     def topk(self, Q: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Dense top-``k`` of ``Q`` under ``allowed`` (bool [N]; None: every row): global
+        ids and scores, as the single index searches."""
         Q = np.ascontiguousarray(Q, np.float32)
         if self.method == "exact":
             return self._gather("dense_topk", Q, k, allowed)
@@ -281,6 +292,7 @@ class ShardedDense:
         return merge_topk([(m.to_global(s, ids), scores) for s, (ids, scores) in results.items()], k, len(Q))
 
     def rows(self, rows: np.ndarray) -> np.ndarray:
+        """``X[rows]`` read from the owners."""
         return self.X.take(rows)
 
     def add(self, X: ShardedRows, start: int) -> None:
@@ -292,6 +304,8 @@ class ShardedDense:
 
     @property
     def ivf(self) -> "ShardedIVF":
+        """The IVF index as the router's writes read it; InputError when the shards hold
+        none."""
         if self._ivf is None:
             raise InputError("this sharded index's shards hold no IVF index (it searched exactly when sharded)")
         return self._ivf
@@ -308,6 +322,7 @@ class ShardedIVF:
         self._quantizer: Any = None
 
     def centroids(self) -> np.ndarray:
+        """The cells' centroids (read once from one shard)."""
         if self._centroids is None:
             holding = self.X.shards.holding()[:1]
             self._centroids = np.asarray(self.X.shards.map_calls("ivf_centroids", {s: () for s in holding})[holding[0]],
@@ -316,9 +331,11 @@ class ShardedIVF:
 
     @property
     def nlist(self) -> int:
+        """The cell count."""
         return len(self.centroids())
 
     def assign(self, X: np.ndarray) -> np.ndarray:
+        """The cell of each row of ``X`` (its nearest centroid, as faiss files it)."""
         if self._quantizer is None:
             import faiss
 
@@ -351,13 +368,16 @@ class ShardedBM25:
 
     @property
     def map(self) -> ShardMap:
+        """The current :class:`ShardMap`."""
         return self.shards.map
 
     @property
     def n_docs(self) -> int:
+        """The passage count of the index."""
         return len(self.map)
 
     def tokenize(self, texts: Sequence[str]) -> list[list[str]]:
+        """``texts`` tokenized as the shards' BM25 indexes tokenize."""
         return tokenize(texts, self.params.stopwords)
 
     def term_stats(self, tokens: Sequence[Sequence[str]]) -> TermStats:
@@ -378,6 +398,8 @@ class ShardedBM25:
 
     def topk(self, tokens: list[list[str]], k: int, allowed: np.ndarray | None = None
              ) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 top-``k`` of the token lists under ``allowed``: global ids and scores with
+        global statistics."""
         stats = self.term_stats(tokens)
         m = self.map
         results = self.shards.map_calls("bm25_topk", {s: (tokens, k, m.local_mask(allowed, s), stats, self.params)
@@ -404,6 +426,7 @@ class ShardedBM25:
         return out
 
     def scores_at(self, tokens: list[str], docs: np.ndarray) -> np.ndarray:
+        """BM25 scores of ``docs`` for one query's ``tokens`` (``docs``' shape)."""
         docs = np.asarray(docs, np.int64)
         return self.scores_at_batch([tokens], docs.reshape(1, -1)).reshape(docs.shape)
 
@@ -438,6 +461,7 @@ class RemoteStrings(Sequence[str]):
 
     @property
     def map(self) -> ShardMap:
+        """The current :class:`ShardMap`."""
         return self.shards.map
 
     def __len__(self) -> int:
@@ -498,6 +522,7 @@ class ShardedComponents(Components):
         return self
 
     def bm25(self, params: BM25Params | None = None, who: str = "bm25") -> ShardedBM25:  # type: ignore[override]
+        """The BM25 view over the shards scored with ``params`` (None: the index's)."""
         params = self.bm25_params if params is None else params
         if params not in self._bm25:
             self._bm25[params] = ShardedBM25(self.shards, params)  # type: ignore[assignment]

@@ -50,11 +50,13 @@ from .late_pooling import LateTexts
 from ..storage import load_arrays, save_arrays
 from .query_batch import QueryBatch
 from .title_mentions import TitleMentions
+from ..graphs.store import GraphStore, LocalStore
 
 #: folder of the saved title mention graph (:meth:`Components.title_mentions`)
 TITLE_MENTIONS_DIR = "title-mentions"
-#: component kinds a pipeline may declare
-KINDS = ("corpus", "dense", "bm25", "extraction")
+#: the kinds of shared components, which a pipeline declares in ``components_used`` (the corpus
+#: store is every pipeline's and need not be declared)
+COMPONENT_KINDS = ("corpus", "dense", "bm25", "extraction")
 #: stored BM25 postings of segments after the last whole one are joined in memory up to this many passages
 JOIN_POSTINGS_BELOW = 1_000_000
 
@@ -76,10 +78,14 @@ class Components:
 
     def __init__(self, X: np.ndarray, corpus: Corpus | None = None, embedder: Embedder | None = None,
                  bm25: BM25Params | dict[str, Any] | None = None, progress: bool = False,
-                 dense: str | None = None) -> None:
+                 dense: str | None = None, graphs: GraphStore | None = None) -> None:
+        """``graphs``: where the index keeps its graphs (:mod:`hopgraph.engine.graphs.store`; None:
+        in its own files, :class:`~hopgraph.engine.graphs.store.LocalStore`)."""
         if corpus is not None and len(corpus) != len(X):
             raise InputError(f"corpus has {len(corpus)} passages but X has {len(X)} rows")
         self.X, self.corpus, self.embedder, self.progress = X, corpus, embedder, progress
+        #: the graph store every pipeline and component saves its graphs to and loads them from
+        self.graphs: GraphStore = LocalStore() if graphs is None else graphs
         #: the dense search mode (``dense_index.DENSE_MODES``), resolved once
         self.dense_mode = dense_mode(dense)
         self.bm25_params = BM25Params.create(bm25)
@@ -99,16 +105,18 @@ class Components:
         #: tombstones: bool [N], True for a deleted row (None: nothing deleted)
         self.deleted: np.ndarray | None = None
         #: what was built in this process: kind → number of builds and seconds (for reports and tests)
-        self.builds: dict[str, list[float]] = {k: [] for k in KINDS}
+        self.builds: dict[str, list[float]] = {k: [] for k in COMPONENT_KINDS}
 
     # ------------------------------------------------------------------ access
     def require_corpus(self, who: str) -> Corpus:
+        """The corpus; InputError naming ``who`` when the components have none."""
         if self.corpus is None:
             raise InputError(f"pipeline {who!r} needs the corpus texts: fit(X, corpus)")
         return self.corpus
 
     @property
     def dense(self) -> DenseIndex:
+        """The dense index over X, built on first use."""
         if self._dense is None:
             t0 = time.perf_counter()
             self._dense = DenseIndex(self.X, self.dense_mode)
@@ -273,7 +281,7 @@ class Components:
                     save_arrays(directory / TITLE_MENTIONS_DIR, M.tail_arrays(start, stop))
                     entry["title_mentions"] = {"dir": TITLE_MENTIONS_DIR, "state": "tail"}
             else:
-                M.save(directory / TITLE_MENTIONS_DIR)
+                M.save(directory / TITLE_MENTIONS_DIR, self.graphs)
                 entry["title_mentions"] = {"dir": TITLE_MENTIONS_DIR, "state": "full"}
         return entry
 
@@ -287,13 +295,15 @@ class Components:
     @classmethod
     def load_segments(cls, segments: Sequence[tuple[Path, dict[str, Any], int, int]], X: np.ndarray,
                       corpus: Corpus, embedder: Embedder | None, bm25: dict[str, Any] | None,
-                      progress: bool = False, dense: str | None = None) -> "Components":
+                      progress: bool = False, dense: str | None = None, graphs: GraphStore | None = None
+                      ) -> "Components":
         """Open the components of a list of segments ``(components directory, entry, first row, rows)``
         in row order (module docstring): BM25 postings and extraction arrays memory-mapped (the
         postings of small later segments joined in memory), the dense IVF index validated and read
         into memory when this mode searches with it. An older index's bm25s files are not read: its
-        BM25 is built again from the corpus on first use."""
-        self = cls(X, corpus, embedder, bm25, progress, dense)
+        BM25 is built again from the corpus on first use. ``graphs``: the index's graph store
+        (:meth:`__init__`), which reads the graphs saved in the segments."""
+        self = cls(X, corpus, embedder, bm25, progress, dense, graphs)
         where = segments[-1][0] if segments else Path(".")
         try:
             self._load_dense(segments)
@@ -380,7 +390,7 @@ class Components:
         if full is None:
             return
         sub, n = full[0], full[2] + full[3]
-        M = TitleMentions.load(sub, n, corpus)
+        M = TitleMentions.load(sub, n, corpus, self.graphs)
         if tails:
             M = M.with_tails([load_arrays(d, TitleMentions.TAIL_FILES) for d, _, _, _ in tails], corpus, str(sub))
         if M.n_chunks != len(self.X):

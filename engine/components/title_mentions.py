@@ -31,7 +31,8 @@ from ...kernels.csr import CSR
 from .extraction import canonical_name
 from ..sparse import unit_weights
 from ..storage import RowReader, check_ids, check_indptr, load_arrays, save_arrays, string_hashes
-from .sharded_graph import ShardedCSR, held_by_shards, load_graph, save_graph, sending_rows_now, sharded_base
+from ..graphs.remote import ShardedCSR, remote_base
+from ..graphs.store import LOCAL, GraphStore, saved_by_reference
 
 #: the longest title (in canonical words) that is looked for in a passage text
 MAX_TITLE_WORDS = 8
@@ -52,6 +53,7 @@ class TitleVocabulary(dict):
     longest = 0
 
     def find(self, grams: Sequence[str]) -> Iterable[int]:
+        """The passages whose title has one of the forms ``grams`` (in the order found)."""
         for g in grams:
             yield from self.get(g, ())
 
@@ -84,6 +86,8 @@ class TitleForms:
 
     @classmethod
     def build(cls, titles: Sequence[str]) -> "TitleForms":
+        """The title forms of ``titles`` (:func:`title_vocabulary`) with their hashes and
+        rows."""
         vocab = title_vocabulary(titles)
         forms = list(vocab)
         h = string_hashes(forms)
@@ -108,6 +112,7 @@ class TitleForms:
                     yield from rows.tolist()
 
     def arrays(self) -> dict[str, np.ndarray]:
+        """What an index stores of the forms: hashes, the form → rows CSR, the longest form."""
         return {"form_hashes": self.hashes, "form_indptr": self.indptr, "form_rows": self.rows,
                 "form_longest": np.asarray([self.longest], np.int64)}
 
@@ -171,10 +176,12 @@ class TitleMentions:
 
     @property
     def n_stored(self) -> int:
+        """Rows of the stored graph (the rows appended since are in the tail)."""
         return self.graph.n_rows
 
     @property
     def n_chunks(self) -> int:
+        """Rows of M: the stored graph's and the tail's."""
         return self.graph.n_rows + (self.tail.n_rows if self.tail is not None else 0)
 
     def row(self, s: int) -> np.ndarray:
@@ -333,19 +340,19 @@ class TitleMentions:
             out.update(TitleForms.build(self.corpus.titles[:self.n_chunks]).arrays())
         return out
 
-    def save(self, directory: Any) -> None:
-        """Save M whole (:meth:`arrays`); in a sharded index, its rows go to (or stay in) the shards
-        that own their passages and ``directory`` keeps the row pointer, the reference, the rows
-        appended since (``tail_*``), the horizons and the title forms
-        (:mod:`~hopgraph.engine.components.sharded_graph`)."""
-        base = sharded_base(self.graph)
-        if base is None and not sending_rows_now():
+    def save(self, directory: Any, store: GraphStore = LOCAL) -> None:
+        """Save M whole (:meth:`arrays`); when ``store`` keeps its rows elsewhere (a sharded index's
+        router, :mod:`~hopgraph.engine.graphs.router_store`), they go to (or stay in) the shards that own
+        their passages and ``directory`` keeps the row pointer, the reference, the rows appended
+        since (``tail_*``), the horizons and the title forms."""
+        base = remote_base(self.graph)
+        if not store.by_reference(self.graph):
             save_arrays(directory, self.arrays())
             return
         out = self.arrays() if base is None else {}
         graph = CSR(out["indptr"], out["indices"], unit_weights(len(out["indices"])), self.n_chunks) \
             if base is None else self.graph
-        save_graph(directory, "", graph, weighted=False)
+        store.save_graph(directory, "", graph, weighted=False)
         if base is not None:
             if self.tail is not None:
                 out.update({f"tail_{k}": v for k, v in self.tail_arrays(self.n_stored, self.n_chunks).items()})
@@ -356,16 +363,17 @@ class TitleMentions:
         save_arrays(directory, {k: v for k, v in out.items() if k not in ("indptr", "indices")})
 
     @classmethod
-    def load(cls, directory: Any, n_chunks: int, corpus: Any = None) -> "TitleMentions":
-        """M as :meth:`save` left it in ``directory`` (``n_chunks`` passages in all), checked."""
+    def load(cls, directory: Any, n_chunks: int, corpus: Any = None, store: GraphStore = LOCAL) -> "TitleMentions":
+        """M as :meth:`save` left it in ``directory`` (``n_chunks`` passages in all), checked; rows
+        saved by reference read through ``store``."""
         optional = [f for f in ("horizon", *TitleForms.ARRAY_FILES) if (directory / f"{f}.npy").is_file()]
-        if not held_by_shards(directory, ""):
+        if not saved_by_reference(directory, ""):
             return cls.from_arrays(load_arrays(directory, list(cls.ARRAY_FILES) + optional), n_chunks,
                                    str(directory), corpus)
         tail = {k: load_arrays(directory, [f"tail_{k}"])[f"tail_{k}"] for k in cls.TAIL_FILES
                 if (directory / f"tail_{k}.npy").is_file()}
         n_stored = n_chunks - (len(tail["horizon"]) if tail else 0)
-        graph = load_graph(directory, "", n_stored, str(directory))
+        graph = store.load_graph(directory, "", n_stored, str(directory))
         arrays = load_arrays(directory, optional)
         forms = TitleForms.from_arrays(arrays, n_chunks, corpus.titles, str(directory)) \
             if corpus is not None and all(f in arrays for f in TitleForms.ARRAY_FILES) else None

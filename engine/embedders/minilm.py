@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import InputError
-from .sentence_transformer import encode_normalised, quiet_model_loading
+from .sentence_transformer import encode_normalised, quiet_model_loading, sentence_transformer_class
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
 
@@ -36,7 +36,8 @@ class MiniLMEmbedder:
     built from the folder (torch, safetensors and tokenizers: no transformers import, so a cold
     process answers its first query quickly), which computes sentence-transformers' embedding
     without padding (equal up to float rounding). On CUDA, and for :attr:`model`, the
-    sentence-transformers model is loaded (on first use).
+    sentence-transformers model is loaded (on first use): that needs the extra ``[gpu]`` or
+    ``[st]``, and raises :class:`InputError` naming it when sentence-transformers is missing.
     """
 
     name = DEFAULT_EMBEDDER
@@ -58,8 +59,7 @@ class MiniLMEmbedder:
         if self._st is None:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-            from sentence_transformers import SentenceTransformer
-
+            SentenceTransformer = sentence_transformer_class(f"{self.name} on {self.device}")
             with quiet_model_loading():
                 self._st = SentenceTransformer(str(minilm_model_dir()), device=self.device)
         return self._st

@@ -25,7 +25,9 @@ class Embedder(Protocol):
     name: str
     dim: int
 
-    def encode(self, texts: Sequence[str], batch_size: int = 64, progress: bool = False) -> np.ndarray: ...
+    def encode(self, texts: Sequence[str], batch_size: int = 64, progress: bool = False) -> np.ndarray:
+        """The embeddings of ``texts``: float32 ``[len(texts), dim]``, in order, ``batch_size`` texts a
+        forward pass, a tqdm bar when ``progress``."""
 
 
 def batches(n: int, size: int, progress: bool, desc: str) -> Iterable[Any]:

@@ -1,6 +1,8 @@
 """Any sentence-transformers model as an embedder (``st:NAME_OR_PATH`` or a ``SentenceTransformer``
 instance), with optional query and passage prompts. Models are loaded from a folder or the local
-Hugging Face cache, never downloaded."""
+Hugging Face cache, never downloaded. sentence-transformers is the optional extra ``[st]``
+(``pip install 'hopgraph[st]'``; ``[gpu]`` brings it too): it is imported only when such a model is
+loaded (:func:`sentence_transformer_class`)."""
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -13,6 +15,20 @@ from ..errors import InputError
 from .protocol import validate_embeddings
 
 PROMPT_KEYS = ("query", "passage")
+#: the extra that installs sentence-transformers, as named in the error when it is missing
+EXTRA = "hopgraph[st]"
+
+
+def sentence_transformer_class(what: str) -> type:
+    """sentence-transformers' ``SentenceTransformer`` class, imported now. Raises :class:`InputError`
+    naming ``what`` (the embedder that needs it) and the extra to install when sentence-transformers
+    (or a package it needs) cannot be imported."""
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError as e:
+        missing = f"the package {e.name!r} is missing" if e.name else f"{type(e).__name__}: {e}"
+        raise InputError(f"{what} needs sentence-transformers ({missing}): pip install '{EXTRA}'") from None
+    return SentenceTransformer
 
 
 @contextmanager
@@ -91,11 +107,13 @@ class SentenceTransformerEmbedder:
     (:meth:`encode_queries`) and to passages (:meth:`encode`): ``prompts={"query": ...,
     "passage": ...}``, else the model's own ``prompts`` (``"query"`` and ``"passage"`` or
     ``"document"``), else none. Loading never downloads (see :func:`_st_model_path`). Raises
-    :class:`InputError` for a model that is not found or does not load, or bad prompts.
+    :class:`InputError` for a model that is not found or does not load, bad prompts, or
+    sentence-transformers not installed (naming the extra ``[st]``).
     """
 
     def __init__(self, model: Any, prompts: Mapping[str, str] | None = None, device: str = "cpu") -> None:
-        from sentence_transformers import SentenceTransformer
+        what = f"embedder 'st:{model}'" if isinstance(model, (str, Path)) else "SentenceTransformerEmbedder"
+        SentenceTransformer = sentence_transformer_class(what)
 
         if isinstance(model, (str, Path)):
             folder = _st_model_path(str(model))

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..components.corpus import Corpus
 from ..errors import InputError
-from ..ranking import PAD_ID, PAD_SCORE
+from ..ranking import PAD_ID, PAD_SCORE, check_k
 
 #: word pieces per whitespace word assumed when the embedder has no tokenizer
 WORDPIECES_PER_WORD = 1.3
@@ -244,8 +244,7 @@ def group_by_document(search: Callable[[int], tuple[np.ndarray, np.ndarray]], co
     twice the depth until every query has ``k`` documents, its pipeline returns no more
     passages, or the depth covers the corpus. Returns ``(rows int64 [B, k], scores float32
     [B, k])``, padded with ``-1`` / ``-inf``."""
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise InputError(f"k must be a positive integer, got {k!r}")
+    k = check_k(k)
     n = len(corpus)
     depth = min(n, max(4 * k, k + 16))
     docs: dict[int, str] = {}

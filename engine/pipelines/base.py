@@ -27,19 +27,18 @@ from ...kernels.dispatch import resolve_device
 from ...kernels.threads import torch_threads
 from ..components.corpus import Corpus
 from ..components.query_batch import QueryBatch
-from ..components.shared import Components
+from ..components.shared import COMPONENT_KINDS, Components
+from ..cost import Cost, IndexShape, dense_scan_cost, list_depth
 from ..embedders import Embedder, validate_embeddings
 from ..errors import IndexFormatError, InputError, NotFittedError
 from ..params import (DeprecatedParameterWarning, FitParams, InvalidParameter, RunSettings, SearchParams,
                       split_params)
 from ..cancel import checkpoint
-from ..ranking import PAD_ID, PAD_SCORE
+from ..ranking import PAD_ID, PAD_SCORE, check_k
 from ..timing import StageTimer
 
 F = TypeVar("F", bound=FitParams)
 S = TypeVar("S", bound=SearchParams)
-#: the kinds of shared components a pipeline may declare in ``components_used``
-COMPONENT_KINDS = ("dense", "bm25", "extraction")
 
 
 def live_rows(components: Components) -> int:
@@ -67,14 +66,19 @@ class RerankStep(Protocol):
 
     name: str
 
-    def active(self, params: Any, components: Components) -> bool: ...
+    def active(self, params: Any, components: Components) -> bool:
+        """Whether the step runs in a search with ``params`` over ``components``."""
 
-    def depth(self, params: Any) -> int: ...
+    def depth(self, params: Any) -> int:
+        """How many results the step needs from the pipeline's ranking (0 when ``params`` switch it
+        off; :meth:`Pipeline.cost_depth` reads it without components)."""
 
-    def prepare(self, components: Components, who: str) -> None: ...
+    def prepare(self, components: Components, who: str) -> None:
+        """Build what the step reads, at fit time (``who``: the pipeline, for the build records)."""
 
     def __call__(self, ids: np.ndarray, scores: np.ndarray, k: int, params: Any, components: Components,
-                 allowed: np.ndarray | None, timer: StageTimer) -> tuple[np.ndarray, np.ndarray]: ...
+                 allowed: np.ndarray | None, timer: StageTimer) -> tuple[np.ndarray, np.ndarray]:
+        """The re-ranked top ``k`` of ``ids`` / ``scores`` ([B, depth], best first), every row allowed."""
 
 
 class Pipeline(ABC, Generic[F, S]):
@@ -89,7 +93,8 @@ class Pipeline(ABC, Generic[F, S]):
     FitParams: ClassVar[type[FitParams]] = FitParams
     SearchParams: ClassVar[type[SearchParams]] = SearchParams
     needs: ClassVar[Needs] = Needs()
-    #: the shared components the pipeline reads (:data:`COMPONENT_KINDS`); ``fit`` refuses to build others
+    #: the shared components the pipeline reads (kinds of
+    #: :data:`~hopgraph.engine.components.shared.COMPONENT_KINDS`); ``fit`` refuses to build others
     components_used: ClassVar[tuple[str, ...]] = ()
     #: whether the pipeline runs kernels of :mod:`hopgraph.kernels` (the run setting ``device`` matters)
     runs_kernels: ClassVar[bool] = False
@@ -156,6 +161,10 @@ class Pipeline(ABC, Generic[F, S]):
         needs them, the corpus and the embedder; over ``components`` when given (an index's shared
         ones), else over components made here. Returns self. Raises :class:`InputError` when X or
         a needed input is missing or invalid."""
+        unknown = set(self.components_used) - set(COMPONENT_KINDS)
+        if unknown:
+            raise RuntimeError(f"pipeline {self.name!r} declares components_used {sorted(unknown)} that are no kind "
+                               f"of shared component ({', '.join(COMPONENT_KINDS)})")
         if components is None:
             X = validate_embeddings(X, "passage embeddings")
             components = Components(X, corpus, embedder, progress=progress)
@@ -335,6 +344,30 @@ class Pipeline(ABC, Generic[F, S]):
         other.timings = {}
         return other
 
+    # ------------------------------------------------------------------ cost
+    @classmethod
+    def cost(cls, shape: IndexShape, params: S, batch: int, k: int, grouped: bool = False) -> Cost:
+        """The modelled work and peak memory of one search call ranking ``batch`` questions for the
+        top ``k`` with search parameters ``params`` over an index of ``shape`` (``grouped``: results
+        grouped by document), :mod:`hopgraph.engine.cost`; a server refuses or routes a request by it
+        before anything is allocated. Every figure grows with each parameter that grows the search.
+        Default: the dense scan and the ranked lists (:func:`~hopgraph.engine.cost.dense_scan_cost`);
+        a pipeline with structures of its own adds theirs. O(1)."""
+        return dense_scan_cost(shape, batch, cls.cost_depth(shape, params, k, grouped))
+
+    @classmethod
+    def cost_depth(cls, shape: IndexShape, params: S, k: int, grouped: bool) -> int:
+        """How deep a search's ranked lists are read (:func:`~hopgraph.engine.cost.list_depth`):
+        ``k``, or deeper for the reranking steps ``params`` switch on."""
+        return list_depth(shape, k, grouped, max([0] + [step.depth(params) for step in cls.rerank]))
+
+    @classmethod
+    def cost_fit(cls, shape: IndexShape) -> F:
+        """The fit parameters of this pipeline in ``shape`` (an instance or a stored mapping; the
+        defaults when ``shape`` has none), which its :meth:`cost` may read."""
+        fit = shape.fit.get(cls.name)
+        return fit if isinstance(fit, cls.FitParams) else cls.FitParams.create(fit)  # type: ignore[return-value]
+
     # ------------------------------------------------------------------ search
     def search(self, Q: np.ndarray, k: int = 5, query_texts: Sequence[str] | None = None, *,
                allowed: np.ndarray | None = None, **params: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -384,8 +417,7 @@ class Pipeline(ABC, Generic[F, S]):
                        ) -> tuple[np.ndarray, list[str] | None]:
         """Validated, normalised float32 Q [B, d] and the texts as a list (or None)."""
         self._check_fitted()
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise InputError(f"k must be a positive integer, got {k!r}")
+        check_k(k)
         Q = np.asarray(Q)
         if Q.ndim == 1:
             Q = Q[None, :]

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..components.bm25 import BM25Params
 from ..components.query_batch import QueryBatch
+from ..cost import PASSAGE_ARRAYS, Cost, IndexShape
 from ..params import SearchParams
 from ..ranking import fill_lowest
 from ..timing import StageTimer
@@ -33,6 +34,14 @@ class BM25(Pipeline):
 
     def _fit(self, progress: bool) -> None:
         self.components.bm25(self.fit_params, who=self.name)
+
+    @classmethod
+    def cost(cls, shape: IndexShape, params: BM25Search, batch: int, k: int, grouped: bool = False) -> Cost:
+        """:meth:`Pipeline.cost`: the postings (``n`` per question) read instead of the dense scan,
+        and the per-passage score arrays."""
+        n, depth = max(shape.n, 1), cls.cost_depth(shape, params, k, grouped)
+        lists = super().cost(shape, params, batch, k, grouped)
+        return Cost(batch * (n + depth), lists.memory + PASSAGE_ARRAYS * n)
 
     def _search_batch(self, batch: QueryBatch, k: int, params: BM25Search, timer: StageTimer
                       ) -> tuple[np.ndarray, np.ndarray]:

@@ -31,8 +31,8 @@ class BridgeSearch(SearchParams):
     """The title bridge's search parameters, shared by every pipeline that runs the step."""
 
     bridge: float = real(DEFAULT_WEIGHT, low=0.0)
-    bridge_seeds: int = integer(DEFAULT_SEEDS, low=1)
-    bridge_depth: int = integer(DEFAULT_DEPTH, low=1)
+    bridge_seeds: int = integer(DEFAULT_SEEDS, low=1, serving_bound=32)
+    bridge_depth: int = integer(DEFAULT_DEPTH, low=1, serving_bound=500)
 
 
 class TitleBridge:
@@ -45,8 +45,9 @@ class TitleBridge:
         return params.bridge > 0 and components.corpus is not None
 
     def depth(self, params: BridgeSearch) -> int:
-        """How many results the step needs from the pipeline's ranking."""
-        return params.bridge_depth
+        """How many results the step needs from the pipeline's ranking (0 when ``bridge`` = 0
+        switches it off)."""
+        return params.bridge_depth if params.bridge > 0 else 0
 
     def prepare(self, components: Components, who: str) -> None:
         """Build what the step reads (the title mention graph) at fit time, not on the first query."""

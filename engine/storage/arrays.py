@@ -49,6 +49,8 @@ SAVE_BLOCK_BYTES = 64 << 20
 
 
 def save_arrays(directory: Path, arrays: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+    """Save each array as ``NAME.npy`` under ``directory`` (made if missing; :func:`save_array`);
+    returns each one's manifest entry by name."""
     directory.mkdir(parents=True, exist_ok=True)
     return {name: save_array(directory, name, a) for name, a in arrays.items()}
 
@@ -65,6 +67,8 @@ def load_array(directory: Path, name: str, mmap: bool = True) -> np.ndarray:
 
 
 def load_arrays(directory: Path, names: Sequence[str], mmap: bool = True) -> dict[str, np.ndarray]:
+    """The arrays ``names`` saved under ``directory`` (:func:`load_array`: memory-mapped when
+    ``mmap``; IndexFormatError for a missing or corrupt one), by name."""
     return {n: load_array(directory, n, mmap) for n in names}
 
 

@@ -34,27 +34,33 @@ LEGACY_NAMES = ("manifest.json", "corpus", "corpus.jsonl", "embeddings.npy", "co
 
 
 def commit_name(number: int) -> str:
+    """The file name of commit ``number``: ``commit-NNNNNN.json``."""
     return f"{COMMIT_PREFIX}{number:06d}.json"
 
 
 def commit_number(name: str) -> int | None:
+    """The number of a commit file name, None when ``name`` is not one."""
     m = COMMIT_PATTERN.fullmatch(name)
     return int(m.group(1)) if m else None
 
 
 def segment_name(number: int) -> str:
+    """The directory name of segment ``number``: ``seg-NNNNNN``."""
     return f"{SEGMENT_PREFIX}{number:06d}"
 
 
 def segment_number(name: str) -> int | None:
+    """The number of a segment directory name, None when ``name`` is not one."""
     m = SEGMENT_PATTERN.fullmatch(name)
     return int(m.group(1)) if m else None
 
 
 def deletes_name(segment: str, commit: int) -> str:
+    """The file of ``segment``'s deleted rows as of commit ``commit``: ``seg-NNNNNN.del-MMMMMM.npy``."""
     return f"{segment}.del-{commit:06d}.npy"
 
 
 def generation_number(name: str) -> int | None:
+    """The number of a format-3 generation directory name (``gen-NNNNNN``), None when ``name`` is not one."""
     m = GEN_PATTERN.fullmatch(name)
     return int(m.group(1)) if m else None

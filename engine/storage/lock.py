@@ -158,6 +158,7 @@ class Lease:
         fcntl.flock(self.file.fileno(), fcntl.LOCK_SH)
 
     def close(self) -> None:
+        """Release the shared lock (a second call does nothing)."""
         if self.file is not None:
             self.file.close()
             self.file = None

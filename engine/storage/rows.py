@@ -37,14 +37,17 @@ class StackedRows:
     # ------------------------------------------------------------------ array protocol
     @property
     def ndim(self) -> int:
+        """The number of dimensions, as an ndarray's."""
         return len(self.shape)
 
     @property
     def size(self) -> int:
+        """The number of elements, as an ndarray's."""
         return int(np.prod(self.shape, dtype=np.int64))
 
     @property
     def nbytes(self) -> int:
+        """The bytes of every part together, as an ndarray's."""
         return self.size * self.dtype.itemsize
 
     def __len__(self) -> int:
@@ -55,6 +58,7 @@ class StackedRows:
         return out if dtype is None else out.astype(dtype, copy=False)
 
     def astype(self, dtype: Any, copy: bool = True) -> np.ndarray:
+        """Every row in one new array of ``dtype`` (``copy`` is accepted for ndarray compatibility: the result is always a new array)."""
         return np.asarray(self).astype(dtype, copy=False)
 
     def __repr__(self) -> str:

@@ -90,11 +90,13 @@ class HashTable:
 
     @classmethod
     def build(cls, strings: Sequence[str]) -> "HashTable":
+        """The table of ``strings``: their hashes sorted, with each one's position in ``strings``."""
         h = string_hashes(strings)
         order = np.argsort(h, kind="stable")
         return cls(h[order], order.astype(np.int64))
 
     def arrays(self, prefix: str) -> dict[str, np.ndarray]:
+        """The table as named arrays (``PREFIXhashes``, ``PREFIXpositions``), for :func:`save_arrays`."""
         return {f"{prefix}hashes": self.hashes, f"{prefix}positions": self.positions}
 
     @classmethod

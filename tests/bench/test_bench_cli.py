@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 
@@ -61,3 +63,18 @@ def test_bench_bad_input_is_one_line(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("hopgraph bench: error:") and words in err, err
         assert "Traceback" not in err
+
+
+def test_bench_without_a_checkout_is_one_line(tmp_path):
+    """An installed wheel has no ``bench/``: ``hopgraph bench`` says it needs a source checkout in
+    one line (exit status 2) and imports no benchmark code."""
+    script = ("import sys\nfrom pathlib import Path\nfrom hopgraph.cli import main, other_commands\n"
+              "other_commands.BENCH_DIR = Path(sys.argv[1])\nrc = main(['bench', '--quick'])\n"
+              "assert 'suite' not in sys.modules\nsys.exit(rc)\n")
+    absent = tmp_path / "site-packages" / "bench"
+    proc = subprocess.run([sys.executable, "-c", script, str(absent)], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("hopgraph bench: error: hopgraph bench runs from a source checkout")
+    assert str(absent / "suite") in proc.stderr

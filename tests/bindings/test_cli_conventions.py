@@ -188,7 +188,7 @@ def test_eval_k_is_a_deprecated_alias_of_ks(eval_data, tmp_path, capsys):
 def test_platform_cache_dir_is_platformdirs(monkeypatch, tmp_path):
     import platformdirs
 
-    from hopgraph.evaluate import platform_cache_dir
+    from hopgraph.cache_dir import platform_cache_dir
 
     assert platform_cache_dir() == Path(platformdirs.user_cache_dir("hopgraph", appauthor=False))
     if sys.platform.startswith("linux"):
@@ -197,7 +197,7 @@ def test_platform_cache_dir_is_platformdirs(monkeypatch, tmp_path):
 
 
 def test_default_cache_dir_env_override(monkeypatch, tmp_path):
-    from hopgraph.evaluate import default_cache_dir, platform_cache_dir
+    from hopgraph.cache_dir import default_cache_dir, platform_cache_dir
 
     assert default_cache_dir({"HOPGRAPH_CACHE_DIR": str(tmp_path)}) == tmp_path
     assert default_cache_dir({"HOPGRAPH_CACHE_DIR": ""}) == platform_cache_dir()

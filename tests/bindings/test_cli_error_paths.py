@@ -211,3 +211,12 @@ def test_input_paths_that_are_not_regular_files_are_named(small_index, tmp_path,
     assert f"--ids-file file {tmp_path} is a directory, not a file" in one_line_error(capsys, "delete")
     with pytest.raises(InputError, match="is not a regular file"):
         read_corpus(fifo)
+
+
+@pytest.mark.parametrize("item", ["year>>3000", "year==1999", "tag=<x"])
+def test_where_value_that_starts_with_an_operator_is_a_typo(item, small_index, capsys):
+    """``--where year>>3000`` is refused in one line naming the value and how to give such a text,
+    not run as a filter that passes nothing."""
+    assert main(["search", str(small_index), "x", "--where", item, "--pipeline", "dense"]) == EXIT_USER_ERROR
+    err = one_line_error(capsys, "search")
+    assert "starts with an operator" in err and item in err

@@ -226,3 +226,8 @@ def test_pipeline_variants_stay_bounded_after_compact(demo_corpus):
         idx.delete([demo_corpus.ids[round_]])
         idx.compact()
         assert len(idx._variants) == 0
+
+
+def test_len_is_the_live_passages(built):
+    """``len(index)`` is what a search may return: every passage, less the deleted ones."""
+    assert len(built) == built.n_live == len(built.corpus)

@@ -15,7 +15,8 @@ from hopgraph import Index
 from hopgraph.cli import main as cli_main
 from hopgraph.demo import demo_corpus
 from hopgraph.engine.components.bm25 import BM25Index, BM25Params
-from hopgraph.engine.components.dense import SUBSET_MAX_FRACTION, BlockedInnerProductIndex, DenseIndex, faiss_topk
+from hopgraph.engine.components.dense import SUBSET_MAX_FRACTION, DenseIndex
+from hopgraph.engine.components.exact_search import BlockedInnerProductIndex, faiss_topk
 from hopgraph.engine.errors import InputError
 from hopgraph.engine.filters import EmptyFilterWarning
 from conftest import random_unit

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from conftest import clustered_embeddings
 
-from hopgraph.engine.components import dense as dense_mod
-from hopgraph.engine.components.dense import BlockedInnerProductIndex, exact_inner_product_index, faiss_topk
+from hopgraph.engine.components import exact_search as dense_mod
+from hopgraph.engine.components.exact_search import BlockedInnerProductIndex, exact_inner_product_index, faiss_topk
 from hopgraph.index import Index
 
 
@@ -56,7 +56,7 @@ def test_loaded_large_index_scans_the_file_and_gives_the_same_results(tmp_path, 
 
 
 def test_gather_rows_reads_a_large_memmap_from_the_file(memmapped, monkeypatch):
-    from hopgraph.engine.components.dense import gather_rows
+    from hopgraph.engine.components.exact_search import gather_rows
 
     X, M = memmapped
     rows = np.array([[5, 0, 2999], [17, 17, 3]])

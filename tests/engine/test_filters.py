@@ -267,3 +267,21 @@ def test_the_evaluation_of_a_filter_honours_the_deadline(index):
     assert token.checks == 11  # stopped at the first checkpoint past the deadline, not after the 500 clauses
     with pytest.raises(SearchCancelled), cancellable(CountingToken(allowed=1)):
         index.search(QUESTIONS[:1], pipeline="dense", where=where)
+
+
+def test_a_filter_that_passes_nothing_says_why(index):
+    """The EmptyFilterWarning names a field no passage has (and the fields there are) and a range
+    comparison of a field with a value of a kind none of its values has; a filter that is merely
+    narrow says nothing more."""
+    from hopgraph.engine.filters import EmptyFilterWarning
+
+    Q = index.embed_queries(["a question"])
+    for where, note in (({"yaer": 1990}, "no passage has the metadata field 'yaer' (fields: "),
+                        ({"$or": [{"year": {"$gt": ">3000"}}]}, "field 'year' holds number, compared ($gt) with the "
+                                                               "text \">3000\""),
+                        ({"year": 1890}, None)):
+        with pytest.warns(EmptyFilterWarning) as caught:
+            index.search_arrays(["a question"], pipeline="dense", k=3, query_embeddings=Q, where=where)
+        message = str(caught[0].message)
+        assert "passes no passage" in message
+        assert (note in message) if note else message.endswith("no results"), message

@@ -13,8 +13,8 @@ import pytest
 from hopgraph import Index
 from hopgraph.cli import main
 from hopgraph.engine import storage
-from hopgraph.engine.params import (RUN_SETTINGS, DeprecatedParameterWarning, InvalidParameter, RunSettings,
-                                    parse_assignments)
+from hopgraph.assignments import parse_assignments
+from hopgraph.engine.params import RUN_SETTINGS, DeprecatedParameterWarning, InvalidParameter, RunSettings
 from hopgraph.engine.pipelines import pipeline_class, pipeline_names
 from hopgraph.engine.pipelines.base import RefitNeeded
 from hopgraph.engine.pipelines.dmar import DMARSearch

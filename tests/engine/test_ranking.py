@@ -1,5 +1,9 @@
-"""Ranking helpers: ``topk_rows`` order, ties toward the lower column and padding; reciprocal rank fusion."""
+"""Ranking helpers: ``topk_rows`` order, ties toward the lower column and padding; reciprocal rank fusion;
+the check of ``k``."""
+import re
+
 import numpy as np
+import pytest
 
 from hopgraph.engine.ranking import reciprocal_rank_fusion, topk_rows
 
@@ -38,3 +42,14 @@ def test_topk_rows_keeps_the_lowest_columns_of_a_tie_across_the_kth_place(rng):
             order = np.lexsort((np.broadcast_to(np.arange(40), scores.shape), -scores), axis=1)[:, :k]
             np.testing.assert_array_equal(ids, order)
             np.testing.assert_array_equal(top, np.take_along_axis(scores, order, 1))
+
+
+def test_check_k_is_the_one_check_of_a_number_of_results():
+    from hopgraph.engine.errors import InputError
+    from hopgraph.engine.ranking import check_k, is_k
+
+    assert check_k(3) == 3 and check_k(np.int64(7)) == 7 and type(check_k(np.int32(2))) is int
+    for bad in (0, -1, True, 2.0, "3", None):
+        assert not is_k(bad)
+        with pytest.raises(InputError, match=re.escape(f"search_kwargs['k'] must be a positive integer, got {bad!r}")):
+            check_k(bad, "search_kwargs['k']")

@@ -48,6 +48,8 @@ class SAGELayer(nn.Module):
         self.neigh_lin = nn.Linear(d_in, d_out, bias=False)
 
     def forward(self, h: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+        """One mean-aggregation layer over the edges ``src`` → ``dst``: ReLU(W_self h + mean
+        of W_neigh h over in-neighbours)."""
         # W · mean(h_u) = mean(W h_u): project first, then aggregate at the (smaller) output width
         msg = self.neigh_lin(h)
         agg = torch.zeros_like(msg).index_add_(0, dst, msg[src])
@@ -65,6 +67,8 @@ class SubgraphEncoder(nn.Module):
         self.layers = nn.ModuleList(SAGELayer(a, b) for a, b in zip(dims[:-1], dims[1:]))
 
     def forward(self, batch: "SubgraphBatch") -> torch.Tensor:
+        """The unit embedding of each subgraph of ``batch`` (SPEC §3): the layers, each output
+        L2-normalised, then the nodes pooled per subgraph and L2-normalised."""
         h, src, dst = batch.x, batch.src, batch.dst
         for layer in self.layers:
             h = nn.functional.normalize(layer(h, src, dst), dim=1)
@@ -104,7 +108,7 @@ class EntityRows:
 
 def entity_features(passage_entities: CSR, X: np.ndarray, entities: np.ndarray | None = None) -> "np.ndarray | EntityRows":
     """Mean embedding of the passages mentioning each entity, L2-normalised (float32 [E, d]). An X
-    read by rows only (a sharded index's, ``rows_only``) is read at the passages that mention an
+    read by rows only (``rows_only``: its rows held elsewhere) is read at the passages that mention an
     entity (the same sums, in the same order). ``entities`` (sorted ids): those entities' rows only
     (an :class:`EntityRows`; each row's sum as in the whole array)."""
     PT = passage_entities.to_scipy().T.tocsr()
@@ -282,7 +286,7 @@ def changed_subgraphs(old_ego: CSR, old_adj: CSR, old_passages: CSR, new_ego: CS
     when an edge appeared or vanished between two of its nodes. Vectorised: sorted key sets and
     sparse products, linear up to the sorts in the entries of the graphs.
 
-    When only some rows can differ (a sharded index's router reads only those of the old graphs),
+    When only some rows can differ (old graphs read by rows, whose other rows are not read),
     ``old_ego`` / ``old_passages`` and ``compared_ego`` (the new ego graph) / ``new_passages`` hold
     just those rows (the others empty); ``new_ego`` stays whole."""
     E = new_ego.n_rows

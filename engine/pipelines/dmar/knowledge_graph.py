@@ -37,7 +37,9 @@ from ...errors import InputError
 from ....kernels.csr import CSR, check_csr
 from ...components.extraction import FUNCTION_WORDS, Extraction, canonical_name, query_names
 from ...components.records import decode_lines, input_path
-from ...components.sharded_graph import held_by_shards, load_graph, save_graph, sending_rows_now
+from ...graphs.renumbered import (load_entity_ids, load_held, read_whole_graph, save_entity_ids, save_held,
+                                  stored_graph)
+from ...graphs.store import LOCAL, NODE_ROWS, PASSAGE_ROWS, GraphStore, saved_by_reference
 from ...sparse import csr_from_scipy, row_of_entries
 from ...storage import check_indptr, load_arrays, pack_strings, save_arrays, unpack_strings
 
@@ -98,8 +100,8 @@ class KnowledgeGraph:
 
     names: list[str]
     adj: CSR  # [E, E] float32, symmetric co-occurrence weights, columns sorted in a row
-    #: [N, E] unit weights, the linked entities of each passage (rarest first capped); at a sharded
-    #: index's router a graph whose rows the shards hold (:meth:`load`), read by rows
+    #: [N, E] unit weights, the linked entities of each passage (rarest first capped); a graph saved
+    #: by reference is read by rows (:meth:`load`)
     passage_entities: CSR
     ego: CSR  # [E, E] unit weights, row e = nodes of e's capped ego subgraph (e included); as above
     df: np.ndarray  # int32 [E] passages mentioning each entity
@@ -108,6 +110,7 @@ class KnowledgeGraph:
 
     @property
     def n_entities(self) -> int:
+        """The entity count E."""
         return len(self.names)
 
     @property
@@ -149,9 +152,9 @@ class KnowledgeGraph:
                     held: dict[str, Any] | None = None) -> "KnowledgeGraph":
         """The inverse of :meth:`arrays`, validated: every graph a CSR with ids in range and the
         expected rows, ``adj`` symmetric, each ego row holding its entity, ``df`` [E] at least the
-        passages linking each entity, ``kg_meta`` >= 1. ``held``: ``pe`` / ``ego`` graphs whose rows the
-        shards hold (:meth:`load`, at a router), checked by their row count only (their rows are never
-        read whole); ``adj`` is then checked by its row pointer only (read by writes, never by a search).
+        passages linking each entity, ``kg_meta`` >= 1. ``held``: ``pe`` / ``ego`` graphs loaded by
+        reference (:meth:`load`), checked by their row count only (their rows are never read whole);
+        ``adj`` is then checked by its row pointer only (read by writes, never by a search).
         Errors (InputError) name ``where`` and the array."""
         names = unpack_strings(a["kg_names_blob"], a["kg_names_offsets"], f"{where} kg_names_*")
         E = len(names)
@@ -170,7 +173,7 @@ class KnowledgeGraph:
             return g
 
         pe, ego = graph("pe", n_passages), graph("ego", E)
-        if held:  # a router's: no search reads adj, the router's files are checksummed; its row pointer checked
+        if held:  # no search reads adj; the files beside a reference are checksummed: its row pointer checked
             indptr = check_indptr(a["kg_adj_indptr"], E, len(a["kg_adj_indices"]), f"{where} kg_adj_indptr")
             if len(a["kg_adj_data"]) != len(a["kg_adj_indices"]):
                 raise InputError(f"{where} kg_adj_*: indices and data differ in length")
@@ -192,49 +195,43 @@ class KnowledgeGraph:
             raise InputError(f"{where} kg_meta: must hold max_query_entities >= 1")
         return cls(names=names, adj=adj, passage_entities=pe, ego=ego, df=df, max_query_entities=int(meta[0]))
 
-    #: the graphs whose rows a sharded index's shards hold: passage → entities by passage owner,
-    #: the ego subgraphs by entity (``e mod S``); ``adj`` stays whole where the names are (no search
-    #: reads it; every add reads it whole)
-    SHARDED_GRAPHS = {"pe": "passage", "ego": "modulo"}
+    #: the graphs a graph store may keep by reference (rows held elsewhere, read by rows), and how
+    #: their rows are split: passage → entities by passage, the ego subgraphs by entity; ``adj``
+    #: stays with the names (no search reads it; every add reads it whole)
+    ROW_GRAPHS = {"pe": PASSAGE_ROWS, "ego": NODE_ROWS}
 
-    def save(self, directory: Path) -> None:
-        """Save the arrays of :meth:`arrays`; inside ``hopgraph shard`` (or when their rows are in the
-        shards already) the rows of :attr:`SHARDED_GRAPHS` go to / stay in the shards and
-        ``directory`` keeps their ``indptr`` and a reference
-        (:func:`~hopgraph.engine.components.sharded_graph.save_graph`; every weight is 1: none stored),
-        after an add at the router also the rows held since and the entities' current ids
-        (:mod:`~hopgraph.engine.pipelines.dmar.held_rows`)."""
-        from .held_rows import save_entity_ids, save_held, stored_graph
-
+    def save(self, directory: Path, store: GraphStore = LOCAL) -> None:
+        """Save the arrays of :meth:`arrays`; the graphs of :attr:`ROW_GRAPHS` that ``store`` keeps
+        by reference (:meth:`~hopgraph.engine.graphs.store.GraphStore.by_reference`) are saved
+        through it (every weight is 1: none stored), with, after an add renumbered the entities, the
+        rows held since and the entities' current ids (:mod:`~hopgraph.engine.graphs.renumbered`)."""
         graphs = {"pe": self.passage_entities, "ego": self.ego}
-        remote = {k: g for k, g in graphs.items() if sending_rows_now() or stored_graph(g) is not None}
+        by_ref = {k: g for k, g in graphs.items() if store.by_reference(g)}
         arrays = self.arrays()
-        for k, g in remote.items():
+        for k, g in by_ref.items():
             del arrays[f"kg_{k}_indptr"], arrays[f"kg_{k}_indices"]
             stored = stored_graph(g)
-            save_graph(directory, f"kg_{k}_", stored if stored is not None else g, self.SHARDED_GRAPHS[k],
-                       weighted=False)
+            store.save_graph(directory, f"kg_{k}_", stored if stored is not None else g, self.ROW_GRAPHS[k],
+                             weighted=False)
             if stored is not None and stored is not g:
                 save_held(directory, f"kg_{k}_", g)
                 save_entity_ids(directory, g.base.col_ids)
         save_arrays(directory, arrays)
 
     @classmethod
-    def load(cls, directory: Path, n_passages: int, where: str) -> "KnowledgeGraph":
-        """A graph saved by :meth:`save` (:meth:`from_arrays`' checks; graphs whose rows are in the
-        shards read through them, inside ``reading_rows``, under the rows held since)."""
-        from .held_rows import load_entity_ids, load_held
-
-        remote = [k for k in cls.SHARDED_GRAPHS if held_by_shards(directory, f"kg_{k}_")]
-        names = [n for n in cls.ARRAY_NAMES if not any(n.startswith(f"kg_{k}_") for k in remote)]
+    def load(cls, directory: Path, n_passages: int, where: str, store: GraphStore = LOCAL) -> "KnowledgeGraph":
+        """A graph saved by :meth:`save` (:meth:`from_arrays`' checks; graphs saved by reference read
+        through ``store``, under the rows held since)."""
+        by_ref = [k for k in cls.ROW_GRAPHS if saved_by_reference(directory, f"kg_{k}_")]
+        names = [n for n in cls.ARRAY_NAMES if not any(n.startswith(f"kg_{k}_") for k in by_ref)]
         a = load_arrays(directory, names)
-        if not remote:
+        if not by_ref:
             return cls.from_arrays(a, n_passages, where)
         E = len(a["kg_names_offsets"]) - 1
         base_ids = load_entity_ids(directory, E, where)
         held = {}
-        for k in remote:
-            g = load_graph(directory, f"kg_{k}_", E if base_ids is None else len(base_ids), f"{where} kg_{k}_*")
+        for k in by_ref:
+            g = store.load_graph(directory, f"kg_{k}_", E if base_ids is None else len(base_ids), f"{where} kg_{k}_*")
             if base_ids is not None:
                 g = load_held(directory, f"kg_{k}_", g, base_ids, k == "ego", E if k == "ego" else n_passages, E,
                               where)
@@ -242,11 +239,8 @@ class KnowledgeGraph:
         return cls.from_arrays(a, n_passages, where, held)
 
     def read_whole(self) -> "KnowledgeGraph":
-        """This graph with every graph in memory (rows the shards hold read from them, weights ones as
-        :meth:`from_arrays` makes them): what a write at a sharded index's router that needs them
-        whole reads."""
-        from .held_rows import read_whole_graph
-
+        """This graph with every graph in memory (rows held elsewhere read, weights ones as
+        :meth:`from_arrays` makes them): what a write that needs them whole reads."""
         pe, ego = (read_whole_graph(g) for g in (self.passage_entities, self.ego))
         if pe is self.passage_entities and ego is self.ego:
             return self

@@ -64,12 +64,14 @@ import numpy as np
 import torch
 
 from ....kernels.shapley_mc import MODES as SHAPLEY_MODES
+from ...components.hybrid_ranking import hybrid_ranking
 from ...components.query_batch import QueryBatch
-from ...components.sharded_graph import ShardedMatrix, load_matrix, save_matrix
+from ...graphs.renumbered import (differing_rows, load_held_matrix, load_entity_ids, renumber, renumber_matrix,
+                                  save_held_matrix, spread, stored_graph, stored_matrix)
+from ...graphs.store import NODE_ROWS, saved_by_reference
+from ...cost import LIST_ENTRY, PASSAGE_ARRAYS, Cost, IndexShape
 from ...sparse import take_rows
 from ...storage.deltas import changed_rows
-from .held_rows import (differing_rows, load_held_matrix, load_entity_ids, renumber, renumber_matrix,
-                        save_held_matrix, spread, stored_graph, stored_matrix)
 from ...embedders.queries import encode_queries
 from ...errors import IndexFormatError, InputError
 from .gate import Gate, train_gate
@@ -83,7 +85,6 @@ from ...storage import check_unit_rows, load_arrays, pack_strings, save_arrays
 from .structural import structural_scores
 from ...timing import StageTimer
 from ..base import Needs, Pipeline
-from ..hybrid import hybrid_ranking
 from ..title_bridge import BridgeSearch, TitleBridge
 
 CANDIDATE_SOURCES = ("bm25", "hybrid")
@@ -140,21 +141,21 @@ class DMARSearch(BridgeSearch):
                "recall": "candidate_source", "seed": "random_state", "lexical": "bm25_weight",
                "T": "shapley_samples", "lam": "shapley_lambda"}
     candidate_source: str = choice("hybrid", CANDIDATE_SOURCES)
-    candidate_depth: int = integer(100, low=1)
-    anchors: int = integer(3, low=1)
-    second_stage_depth: int = integer(20, low=1)
-    union_depth: int = integer(20, low=0)
+    candidate_depth: int = integer(100, low=1, serving_bound=500)
+    anchors: int = integer(3, low=1, serving_bound=32)
+    second_stage_depth: int = integer(20, low=1, serving_bound=500)
+    union_depth: int = integer(20, low=0, serving_bound=500)
     structural: bool = flag(True)
     reformulate: bool = flag(True)
     gate: bool = flag(True)
     shapley_lambda: float = real(0.5, low=0.0, high=1.0)
-    shapley_samples: int = integer(50, low=1)
+    shapley_samples: int = integer(50, low=1, serving_bound=500)
     shapley_mode: str = choice("independent", SHAPLEY_MODES)
-    random_state: int = integer(0, low=0)
+    random_state: int = integer(0, low=0, serving_bound=2**32 - 1)
     bm25_weight: float = real(0.5, low=0.0)
     mmr: float = real(0.0, low=0.0)
     shift: float = real(1.0, low=0.0)
-    min_query_entities: int = integer(1, low=0)
+    min_query_entities: int = integer(1, low=0, serving_bound=64)
     query_linking: str = choice("capitalised", LINK_MODES)
     generator: Any = anything(None, _is_generator, "a seq2seq model folder or a callable (question, "
                               "snippets) -> text")
@@ -202,6 +203,21 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         self.subgraph_emb_: np.ndarray | None = None
         self.gate_: Gate | None = None
 
+    @classmethod
+    def cost(cls, shape: IndexShape, params: DMARSearch, batch: int, k: int, grouped: bool = False) -> Cost:
+        """:meth:`Pipeline.cost` plus the second dense pass of the reformulated questions, the C
+        candidates' vectors, and the Monte Carlo Shapley tensors (``shapley_samples · G · (3U + 7C)``
+        floats per question for G query entities and U = G · ego_size local nodes; SPEC §3 step 4)."""
+        n, d, depth = max(shape.n, 1), shape.d, cls.cost_depth(shape, params, k, grouped)
+        fit = cls.cost_fit(shape)
+        G = fit.max_query_entities
+        U = G * fit.ego_size
+        C = max(params.candidate_depth, params.union_depth + max(params.second_stage_depth, depth))
+        shapley = params.shapley_samples * G * (3 * U + 7 * C) if params.structural else 0
+        own = Cost(batch * (2 * n * d + n + C * d + shapley * (G + 2)),
+                   PASSAGE_ARRAYS * n + batch * (C * d * 4 * 3 + C * LIST_ENTRY * 4 + shapley * 4))
+        return super().cost(shape, params, batch, k, grouped) + own
+
     # ------------------------------------------------------------------ index
     def _fit(self, progress: bool) -> None:
         self.knowledge_graph_ = self._build_kg()
@@ -225,10 +241,10 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         nodes); the others keep their embeddings. The gate is kept. The result equals a fit on the
         grown corpus whose encoder has these weights (given the extraction's documented
         approximation). When an old entity's id moves out of order (a name known only from the
-        ``edge_list`` that the corpus now mentions), every subgraph is encoded again. At a sharded
-        index's router, whose graphs' rows the shards hold: :meth:`_add_over_stored` (the same
-        result, reading the rows that can differ); when every subgraph is encoded again, the router
-        holds the new graphs and embeddings whole."""
+        ``edge_list`` that the corpus now mentions), every subgraph is encoded again. When the
+        graphs were loaded by reference (their rows held elsewhere, read by rows):
+        :meth:`_add_over_stored` (the same result, reading the rows that can differ); when every
+        subgraph is encoded again, the new graphs and embeddings are held whole."""
         old_kg = self.knowledge_graph_
         kg = self.knowledge_graph_ = self._build_kg()
         ids = kg.name_ids
@@ -254,13 +270,13 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
 
     def _add_over_stored(self, old_kg: KnowledgeGraph, start: int, new_of_old: np.ndarray, old_ids: np.ndarray,
                          progress: bool) -> None:
-        """:meth:`_add` at a sharded index's router, whose passage → entities and ego rows and
-        embeddings the shards hold (:mod:`~hopgraph.engine.pipelines.dmar.held_rows`): the same
-        changed subgraphs and embeddings, reading of the old graphs only the rows that can differ —
-        an ego row where its entity's co-occurrences (``adj``, held here) changed, a passage's row
-        where one of its entities' passage count changed (the row is its rarest entities) — and of
-        the embeddings only the passages linking the nodes encoded again; the router then holds the
-        rows that differ from the stored ones (and the entities' new ids) over the stored rows."""
+        """:meth:`_add` over passage → entities and ego rows and embeddings loaded by reference
+        (:mod:`~hopgraph.engine.graphs.renumbered`): the same changed subgraphs and embeddings,
+        reading of the old graphs only the rows that can differ — an ego row where its entity's
+        co-occurrences (``adj``, held whole) changed, a passage's row where one of its entities'
+        passage count changed (the row is its rarest entities) — and of the embeddings only the
+        passages linking the nodes encoded again; the rows that differ from the stored ones (and
+        the entities' new ids) are then held over the stored rows."""
         kg, X = self.knowledge_graph_, self.components.X
         E, N = kg.n_entities, len(X)
         was_new = old_ids < 0
@@ -295,7 +311,7 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
                   log: Callable[[str], None] | None = None) -> list[float]:
         """(Re)train the Siamese encoder from scratch with the triplet loss and re-encode every
         ego subgraph (SPEC §3); returns the per-step losses."""
-        kg = self.knowledge_graph_.read_whole()  # a router's: every row read from the shards
+        kg = self.knowledge_graph_.read_whole()  # rows held elsewhere: every one read
         seed = self.search_defaults.random_state if seed is None else seed
         features = entity_features(kg.passage_entities, self.components.X)
         torch.manual_seed(seed)  # seeds the initial weights too
@@ -329,12 +345,13 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
 
     def _save(self, directory: Path) -> None:
         """The knowledge graph (:meth:`KnowledgeGraph.save`), the encoder and gate weights and the
-        subgraph embeddings; inside ``hopgraph shard`` the embeddings' rows go to the shards by entity
-        (:func:`~hopgraph.engine.components.sharded_graph.save_matrix`)."""
-        self.knowledge_graph_.save(directory)
+        subgraph embeddings, by entity, through the index's graph store (with, over embeddings
+        loaded by reference, the rows held since)."""
+        graphs = self.components.graphs
+        self.knowledge_graph_.save(directory, graphs)
         save_arrays(directory, {**encoder_arrays(self.encoder_), **self.gate_.arrays()})
         stored = stored_matrix(self.subgraph_emb_)
-        save_matrix(directory, "subgraph_emb", self.subgraph_emb_ if stored is None else stored, "modulo")
+        graphs.save_matrix(directory, "subgraph_emb", self.subgraph_emb_ if stored is None else stored, NODE_ROWS)
         if stored is not None and stored is not self.subgraph_emb_:
             save_held_matrix(directory, "subgraph_emb", self.subgraph_emb_)
 
@@ -403,7 +420,8 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         weights = sorted(p.stem for p in directory.glob("*.npy") if p.stem.startswith(("gnn.", "gate.")))
         arrays = load_arrays(directory, weights)
         X = self.components.X
-        self.knowledge_graph_ = KnowledgeGraph.load(directory, self._stored_rows, str(directory))
+        self.knowledge_graph_ = KnowledgeGraph.load(directory, self._stored_rows, str(directory),
+                                                    self.components.graphs)
         self.encoder_ = encoder_from_arrays(arrays)
         self.gate_ = Gate.from_arrays(arrays)
         d = X.shape[1]
@@ -411,12 +429,12 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         if d_in != d or self.gate_.mlp[0].in_features != 2 * d:
             raise IndexFormatError(f"{directory}: GNN input {d_in} / gate input {self.gate_.mlp[0].in_features} "
                                    f"do not fit embeddings of dimension {d}")
-        emb, E = load_matrix(directory, "subgraph_emb"), self.knowledge_graph_.n_entities
-        if isinstance(emb, ShardedMatrix):  # rows in the shards (checksummed there): shape and type only
+        emb, E = self.components.graphs.load_matrix(directory, "subgraph_emb"), self.knowledge_graph_.n_entities
+        if saved_by_reference(directory, "subgraph_emb."):  # rows held elsewhere (checksummed there): shape and type
             base_ids = load_entity_ids(directory, E, str(directory))
             n_base = E if base_ids is None else len(base_ids)
             if emb.shape != (n_base, d_out) or emb.dtype != np.float32:
-                raise IndexFormatError(f"{directory} subgraph_emb: {emb.dtype} {list(emb.shape)} in the shards, "
+                raise IndexFormatError(f"{directory} subgraph_emb: {emb.dtype} {list(emb.shape)} stored by reference, "
                                        f"expected float32 [{n_base}, {d_out}]")
             self.subgraph_emb_ = emb if base_ids is None else \
                 load_held_matrix(directory, "subgraph_emb", emb, base_ids, E, str(directory))

@@ -97,8 +97,8 @@ def best_structsim(Z: np.ndarray, q: QuerySubgraphs, ent_pad: np.ndarray, valid:
     ent_ok = ent_pad >= 0
     uniq, inv = np.unique(np.where(ent_ok, ent_pad, -1), return_inverse=True)
     inv = inv.reshape(B, C, Dm)
-    # one gather of the query subgraphs' and the candidates' entities (one call per shard when Z is
-    # held by the shards of a sharded index)
+    # one gather of the query subgraphs' and the candidates' entities (one read of the rows when Z's
+    # rows are held elsewhere, read by rows)
     rows = np.asarray(Z[np.concatenate([np.asarray(q.ents, np.int64), np.maximum(uniq, 0)])], np.float32)
     Zq = torch.from_numpy(rows[:len(q.ents)]) if len(q.ents) else torch.zeros((0, Z.shape[1]))
     S = torch.cat([Zq @ torch.from_numpy(rows[len(q.ents):]).T,

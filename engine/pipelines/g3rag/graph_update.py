@@ -53,7 +53,7 @@ from ....kernels.gain_knn import (as_embedding_tensor, check_gain_knn_inputs, se
                                 weights_function)
 from ...components.dense import gather_rows, row_blocks
 from ...storage import GatherBuffer
-from ...storage.deltas import OverlayCSR
+from ...graphs.views import OverlayCSR
 from ...errors import InputError
 from ....kernels.csr import CSR, check_csr
 from ....kernels.threads import torch_threads
@@ -253,7 +253,7 @@ def extend_gain_graph(graph: CSR, X: np.ndarray, start: int, penalty: np.ndarray
     cells), each group read once, instead of all N; a new row's candidates are the union of the
     groups that name it.
     ``as_overlay``: return the result as an
-    :class:`~hopgraph.engine.storage.deltas.OverlayCSR` over ``graph`` (only the rewritten and new rows
+    :class:`~hopgraph.engine.graphs.views.OverlayCSR` over ``graph`` (only the rewritten and new rows
     are made; a stored graph is not copied).
     """
     n = _check_rows(X, "extend_gain_graph")

@@ -65,6 +65,7 @@ class ChunkNames:
 
     @property
     def n_chunks(self) -> int:
+        """The number of passages N."""
         return len(self.indptr) - 1
 
     @classmethod

@@ -48,18 +48,19 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ....kernels import call
+from ...components.hybrid_ranking import hybrid_ranking
 from ...components.query_batch import QueryBatch
-from ...components.sharded_graph import load_graph, save_graph
+from ...cost import LIST_ENTRY, PASSAGE_ARRAYS, Cost, IndexShape
 from ...errors import IndexFormatError, InputError
 from ....kernels.csr import CSR
 from ...params import FitParams, choice, flag, integer, real
 from ...ranking import PAD_ID, PAD_SCORE, topk_entries
 from ...sparse import allowed_at, join
 from ...storage import check_finite, load_array, load_arrays, save_arrays
-from ...storage.deltas import TOPK_DELTA_FILES, OverlayCSR, apply_topk_deltas, empty_topk_delta, topk_delta
+from ...graphs.views import OverlayCSR
+from ...storage.deltas import TOPK_DELTA_FILES, apply_topk_deltas, empty_topk_delta, topk_delta
 from ...timing import StageTimer
 from ..base import Pipeline
-from ..hybrid import hybrid_ranking
 from ..title_bridge import BridgeSearch, TitleBridge
 from .ann_graph import ANN_MIN_N, CELL_SIZE, DEFAULT_NPROBE, AddedRowCandidates, ann_gain_knn, density_mode, graph_mode
 from .diffusion import Entries, diffusion_at, diffusion_entries, lookup, pair_cosines, pair_keys
@@ -88,6 +89,7 @@ class G3RAGFit(FitParams):
     density_samples: int = integer(4096, low=1)
 
     def check(self) -> None:
+        """InputError when ``sim_min`` exceeds ``sim_max``."""
         if self.sim_min > self.sim_max:
             raise self.invalid("sim_min", f"must not exceed sim_max = {self.sim_max}")
 
@@ -100,10 +102,10 @@ class G3RAGSearch(BridgeSearch):
     renamed = {"seed_k": "n_seeds", "seeds": "seed_source", "n_candidates": "candidate_depth",
                "hybrid_depth": "fusion_depth", "lexical": "bm25_weight"}
     scoring: str = choice("fused", ("mask", "fused"))
-    n_seeds: int = integer(3, low=1)
+    n_seeds: int = integer(3, low=1, serving_bound=64)
     seed_source: str = choice("dense", ("dense", "hybrid"))
-    candidate_depth: int = integer(20, low=1)
-    fusion_depth: int = integer(100, low=1)
+    candidate_depth: int = integer(20, low=1, serving_bound=1_000)
+    fusion_depth: int = integer(100, low=1, serving_bound=1_000)
     bm25_weight: float = real(0.15, low=0.0)
     tau: float = real(0.05, low=0.0, low_open=True)
     gamma: float = real(0.02, low=0.0)
@@ -128,6 +130,7 @@ class DensityBuild:
     high: float
 
     def array(self) -> np.ndarray:
+        """``[n, low, high]`` as float64, as the index stores it."""
         return np.array([self.n, self.low, self.high], np.float64)
 
     @classmethod
@@ -179,6 +182,16 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         #: the graph's arrays are read from an index (an add keeps them as an overlay's base)
         self._graph_stored = False
 
+    @classmethod
+    def cost(cls, shape: IndexShape, params: G3RAGSearch, batch: int, k: int, grouped: bool = False) -> Cost:
+        """:meth:`Pipeline.cost` plus the candidate and fusion lists and the graph edges read: the
+        ``n_neighbors`` edges of each seed and candidate, 8 operations each."""
+        n, depth = max(shape.n, 1), cls.cost_depth(shape, params, k, grouped)
+        D = max(params.fusion_depth, params.candidate_depth, depth)
+        edges = (params.n_seeds + params.candidate_depth) * cls.cost_fit(shape).n_neighbors
+        own = Cost(batch * (n + D + edges * 8), PASSAGE_ARRAYS * n + batch * (2 * D + edges) * LIST_ENTRY)
+        return super().cost(shape, params, batch, k, grouped) + own
+
     # ------------------------------------------------------------------ fit
     def _fit(self, progress: bool) -> None:
         """SPEC §1 index steps 1–5 (T is applied row-normalised at search time). BM25 and the
@@ -224,7 +237,7 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         O(candidates) per row); otherwise the new rows are exact (brute force over all passages)
         unless more than :data:`ANN_CANDIDATES_PER_ROW` passages come at once, which refits. A
         graph read from an index stays stored: the result is an
-        :class:`~hopgraph.engine.storage.deltas.OverlayCSR` over it. A pipeline loaded from an index
+        :class:`~hopgraph.engine.graphs.views.OverlayCSR` over it. A pipeline loaded from an index
         saved without the penalty is refitted."""
         self._follow_names(start)
         fp, X, build = self.fit_params, self.components.X, self.density_build_
@@ -252,7 +265,7 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         self.penalty_ = pen
 
     def _save(self, directory: Path) -> None:
-        save_graph(directory, "", self.graph_)
+        self.components.graphs.save_graph(directory, "", self.graph_)
         arrays = {}
         if self.penalty_ is not None and self.density_build_ is not None:
             arrays.update(penalty=np.asarray(self.penalty_, np.float32), density_build=self.density_build_.array())
@@ -322,7 +335,7 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         present (an index saved without them refits on its first ``add``); the passages' names when
         saved (else built on the first query that uses them)."""
         n = self._stored_rows
-        self.graph_ = load_graph(directory, "", n, f"{directory} graph")
+        self.graph_ = self.components.graphs.load_graph(directory, "", n, f"{directory} graph")
         self._graph_stored = True
         self._candidates = self._cells_stored = None
         if all((directory / f"{name}.npy").is_file() for name in AddedRowCandidates.ARRAY_FILES):

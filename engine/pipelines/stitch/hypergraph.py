@@ -49,34 +49,22 @@ from ...errors import IndexFormatError, InputError
 from ...components.extraction import Extraction
 from ....kernels.csr import CSR, check_csr
 from ...components.late_pooling import LateTexts
-from ...components.sharded_graph import (REF_SUFFIX, MatrixColumn, load_graph, load_matrix, row_held,
-                                         save_graph, save_matrix, sending_rows_now, sharded_base, with_rows_appended)
+from ...graphs.remote import held_elsewhere, read_by_rows, with_rows_appended
+from ...graphs.store import LOCAL, NODE_ROWS, PASSAGE_ROWS, GraphStore, saved_by_reference
 from ...sparse import csr_from_keys, csr_from_scipy, row_edge_positions
 from ...embedders.packed_bert import encode_bulk
 from ...ingest.streaming import TEXT_EMB_FILE
 from ...storage import (check_ids, check_indptr, check_packed, check_unit_rows, load_array, load_arrays, pack_strings,
                       release_pages, save_arrays, unpack_strings)
-from ...storage.deltas import OverlayCSR, _rows
+from .row_layout import (ROW_FIELDS, TEXT_STATES, keep_state_rows, keep_text_flags, load_rows, load_text_flags,
+                         save_rows, save_text_flags)
 
 
 #: the saved fields of the chunk graph P (``{GRAPH_PREFIX}indptr`` / ``indices`` / ``data``)
 GRAPH_PREFIX = "graph_"
 GRAPH_FIELDS = tuple(f"{GRAPH_PREFIX}{k}" for k in ("indptr", "indices", "data"))
-#: P's column sums, saved beside a P whose rows the shards hold (the router never reads all of P)
+#: P's column sums, saved beside a P saved by reference (its reader never reads all of P)
 COLUMN_SUMS_FILE = "graph_column_sums"
-#: beside text embeddings whose rows the shards hold: which of their texts were some state's
-#: description when they were sent ([U, 1] uint8, held by the shards: their top-k is searched among
-#: those) and the texts whose flag changed since (held here)
-TEXT_MASK, TEXT_FLIPS = "text_node_mask", "text_mask_flips"
-#: the per-state arrays, held by the shards as the columns of one [V, 3] int32 array (``node_columns``)
-NODE_COLUMNS = ("node_chunk", "node_group", "node_text")
-#: the hypergraph's CSRs (no values) whose rows the shards hold, by save prefix: (row pointer, entries)
-ROW_CSRS = {"group_": ("group_indptr", "group_nodes"), "edge_": ("edge_indptr", "edge_nodes"),
-            "node_": ("node_indptr", "node_incidence")}
-#: the text → states CSR, saved with the rows the shards hold (an unsharded index derives it from node_text)
-TEXT_STATES = "text_"
-#: the fields whose rows the shards hold with the states (not saved as ``.npy`` files at a router)
-ROW_FIELDS = NODE_COLUMNS + ("edge_text",) + tuple(f for pair in ROW_CSRS.values() for f in pair)
 
 
 #: entries of P per block of its column sums (:meth:`TopicHypergraph.column_sums`)
@@ -112,11 +100,6 @@ def chunk_links(indptr: np.ndarray, member_chunks: np.ndarray, n_chunks: int, ma
     return csr_from_scipy(W, np.float64)
 
 
-def holds_sharded_graph(directory: Path, prefix: str) -> bool:
-    """Whether ``directory`` keeps a reference to a graph whose rows the shards hold."""
-    return (Path(directory) / f"{prefix}{REF_SUFFIX}").is_file()
-
-
 def check_column_sums(sums: np.ndarray, n_chunks: int, where: str) -> np.ndarray:
     """Stored column sums of P: float64 [n_chunks], each in [0, 1 + 1e-4] (IndexFormatError otherwise)."""
     sums = np.asarray(sums)
@@ -133,16 +116,12 @@ def changed_chunk_rows(old: "TopicHypergraph", new: "TopicHypergraph", P: CSR) -
     a state, and their neighbours in ``new``'s P (= P). A link weight ``W[i, j]`` sums over the groups
     holding both chunks, so it changes only when i and j are in C; a column sum only for j in C;
     P[i, j] = W[i, j] / sum_j then only for i in C or a neighbour of C. O(V + links of C); reads
-    nothing of ``old`` but its state count (its rows may be in the shards)."""
+    nothing of ``old`` but its state count (its rows may be read by rows only)."""
     ng = np.asarray(new.node_group, np.int64)
     groups = np.unique(ng[old.n_nodes:])
     C = np.unique(np.asarray(new.node_chunk, np.int64)[np.isin(ng, groups)])
     rows = np.union1d(C, np.asarray(P.indices[row_edge_positions(P.indptr, C)[1]], np.int64))
     return rows[rows < old.n_chunks]
-
-
-def _take_csr_rows(P: CSR, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return _rows(P.indptr, P.indices, P.data, np.asarray(rows, np.int64))
 
 
 def column_stochastic(W: sp.spmatrix) -> sp.csr_matrix:
@@ -179,45 +158,49 @@ class TopicHypergraph:
     text_emb: np.ndarray
     names_data: np.ndarray
     names_offsets: np.ndarray
-    #: the column sums of P once computed (:meth:`column_sums`; saved only beside a P whose rows the
-    #: shards hold, :data:`COLUMN_SUMS_FILE`)
+    #: the column sums of P once computed (:meth:`column_sums`; saved only beside a P saved by
+    #: reference, :data:`COLUMN_SUMS_FILE`)
     _column_sums: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
-    #: P when its rows are held by the shards of a sharded index (a
-    #: :class:`~hopgraph.engine.components.sharded_graph.ShardedCSR`, or an overlay of the rows changed
-    #: since over one); None: P is the ``graph_*`` arrays
+    #: P when it was loaded by reference (read by rows; or an overlay of the rows changed since over
+    #: such a P); None: P is the ``graph_*`` arrays
     _graph: Any = field(default=None, init=False, repr=False, compare=False)
-    #: with text embeddings held by the shards: the shards' description flags (:data:`TEXT_MASK`, a
-    #: :class:`~hopgraph.engine.components.sharded_graph.ShardedMatrix`) and the rows whose flag changed since
+    #: with text embeddings loaded by reference: their stored description flags
+    #: (:data:`~.row_layout.TEXT_MASK`, a row matrix) and the rows whose flag changed since
     _text_mask: Any = field(default=None, init=False, repr=False, compare=False)
     _text_flips: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
-    #: with the states held by the shards: the CSRs of :data:`ROW_CSRS` and the text → states CSR
-    #: (:data:`TEXT_STATES`) by prefix (row pointers here, rows there, the rows changed since here)
+    #: with the states loaded by reference: the CSRs of :data:`~.row_layout.ROW_CSRS` and the text →
+    #: states CSR (:data:`~.row_layout.TEXT_STATES`) by prefix (the stored rows, the rows changed since)
     _row_graphs: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
-    def rows_held(self) -> bool:
-        """Whether the states, hyperedges and groups are held by the shards (a router's hypergraph)."""
-        return isinstance(self.node_chunk, MatrixColumn)
+    def rows_by_reference(self) -> bool:
+        """Whether the states, hyperedges and groups were loaded by reference (read by rows,
+        :mod:`.row_layout`)."""
+        return held_elsewhere(self.node_chunk)
 
     @property
     def n_nodes(self) -> int:
+        """The entity-state count V."""
         return len(self.node_chunk)
 
     @property
     def n_edges(self) -> int:
+        """The hyperedge (topic) count T."""
         return len(self.edge_text)
 
     @property
     def n_groups(self) -> int:
+        """The name-group count G."""
         return len(self.group_size)
 
     def names(self) -> list[str]:
+        """The canonical name of each group."""
         return unpack_strings(self.names_data, self.names_offsets)
 
     def transition(self) -> CSR:
         """The column-stochastic chunk-graph matrix P (row = target chunk, SPEC §2 step 6) as the
-        engine's one sparse-graph type, validated; at a router, P whose rows the shards hold (read by
-        rows; the shards checked their files)."""
+        engine's one sparse-graph type, validated; P loaded by reference as it was loaded (read by
+        rows; its holders checked their files)."""
         if self._graph is not None:
             return self._graph
         return check_csr(self.graph_indptr, self.graph_indices, self.graph_data, self.n_chunks,
@@ -230,7 +213,7 @@ class TopicHypergraph:
         resident set."""
         if self._column_sums is None:
             if self._graph is not None:
-                raise IndexFormatError("the column sums of a chunk graph held by the shards are saved with it")
+                raise IndexFormatError("the column sums of a chunk graph saved by reference are saved with it")
             P, sums = self.transition(), np.zeros(self.n_chunks)
             for s in range(0, P.nnz, COLUMN_SUM_BLOCK):
                 e = min(P.nnz, s + COLUMN_SUM_BLOCK)
@@ -262,101 +245,51 @@ class TopicHypergraph:
         """The saved fields (every constructor field; not the cache of :meth:`column_sums`)."""
         return [f.name for f in fields(cls) if f.init]
 
-    def save(self, directory: Path) -> None:
-        """Write the stored arrays (:meth:`stored`) into ``directory``, one ``.npy`` each; P by
-        :func:`~hopgraph.engine.components.sharded_graph.save_graph` (whole, the same files; or its
-        rows to the shards of a sharded index, with its column sums kept beside the reference)."""
-        split_texts = self.text_emb.shape[1] > 0  # text embeddings go to the shards (none: kept as is)
-        split_rows = sending_rows_now() or self.rows_held
-        held = ROW_FIELDS if split_rows else ()
+    def save(self, directory: Path, store: GraphStore = LOCAL) -> None:
+        """Write the stored arrays (:meth:`stored`) into ``directory``, one ``.npy`` each, through
+        ``store`` (:mod:`hopgraph.engine.graphs.store`): P as a graph (with its column sums beside
+        it when saved by reference); the text embeddings, when not zero-width, as a row matrix (with
+        their description flags when saved by reference); the states, hyperedges and groups as rows
+        by reference when ``store`` keeps them so (:mod:`.row_layout`), else as arrays."""
+        split_texts = self.text_emb.shape[1] > 0
+        by_rows = store.by_reference(self.node_chunk)
+        held = ROW_FIELDS if by_rows else ()
         arrays = {name: getattr(self, name) for name in self.stored()
                   if name not in ("n_chunks",) + GRAPH_FIELDS + held + (("text_emb",) if split_texts else ())}
         arrays["n_chunks"] = np.asarray([self.n_chunks], np.int64)
         save_arrays(directory, arrays)
         P = self._graph if self._graph is not None else \
             (self.graph_indptr, self.graph_indices, self.graph_data, self.n_chunks)
-        save_graph(directory, GRAPH_PREFIX, P, owners="passage")
-        if holds_sharded_graph(directory, GRAPH_PREFIX):
+        if store.save_graph(directory, GRAPH_PREFIX, P, PASSAGE_ROWS):
             save_arrays(directory, {COLUMN_SUMS_FILE: self.column_sums()})
-        if split_rows:
-            self._save_rows(directory)
-        if split_texts:
-            save_matrix(directory, "text_emb", self.text_emb, owners="modulo")
-        if split_texts and holds_sharded_graph(directory, "text_emb."):
-            mask = self._text_mask if self._text_mask is not None else self.node_text_mask()[:, None].astype(np.uint8)
-            save_matrix(directory, TEXT_MASK, mask, owners="modulo")
-            save_arrays(directory, {TEXT_FLIPS: self._text_flips if self._text_flips is not None
-                                    else np.zeros(0, np.int64)})
-
-    def _save_rows(self, directory: Path) -> None:
-        """The states' arrays, the hyperedges' texts, the CSRs of :data:`ROW_CSRS` and the text →
-        states CSR as rows the shards hold (sent now, or the references of those loaded so)."""
-        if self.rows_held:
-            save_matrix(directory, "node_columns", self.node_chunk.matrix)
-            save_matrix(directory, "edge_text", self.edge_text.matrix)
-            if not isinstance(self.node_group, MatrixColumn):  # renumbered by an add at the router
-                save_arrays(directory, {"node_group": np.asarray(self.node_group)})
-        else:
-            save_matrix(directory, "node_columns",
-                        np.stack([np.asarray(getattr(self, n), np.int32) for n in NODE_COLUMNS], axis=1), owners="modulo")
-            save_matrix(directory, "edge_text", np.asarray(self.edge_text, np.int32)[:, None], owners="modulo")
-        for prefix, graph in (self._row_graphs or self._whole_row_graphs()).items():
-            save_graph(directory, prefix, graph, owners="modulo")
-
-    def _whole_row_graphs(self) -> dict[str, tuple]:
-        """The CSRs :meth:`_save_rows` sends, from the whole arrays (entries only: uint8 zero values)."""
-        n_cols = {"group_": self.n_nodes, "edge_": self.n_nodes, "node_": len(self.edge_nodes)}
-        out: dict[str, tuple] = {}
-        for prefix, (ptr, entries) in ROW_CSRS.items():
-            ind = np.asarray(getattr(self, entries))
-            out[prefix] = (np.asarray(getattr(self, ptr), np.int64), ind, np.zeros(len(ind), np.uint8), n_cols[prefix])
-        ptr, nodes = csr_from_keys(np.asarray(self.node_text, np.int64), len(self.text_emb))
-        out[TEXT_STATES] = (ptr, nodes.astype(np.int32), np.zeros(len(nodes), np.uint8), self.n_nodes)
-        return out
+        if by_rows:
+            save_rows(self, directory, store)
+        if split_texts and store.save_matrix(directory, "text_emb", self.text_emb, NODE_ROWS):
+            save_text_flags(self, directory, store)
 
     @classmethod
-    def _load_rows(cls, directory: Path, arrays: dict[str, Any]) -> dict[str, Any]:
-        """What :meth:`_save_rows` wrote, into ``arrays``; returns the CSRs by prefix."""
-        nodes, edge_text = load_matrix(directory, "node_columns"), load_matrix(directory, "edge_text")
-        V, T, G = nodes.shape[0], edge_text.shape[0], len(arrays["group_size"])
-        if nodes.shape[1] != len(NODE_COLUMNS) or edge_text.shape[1] != 1:
-            raise IndexFormatError(f"{directory}: node_columns / edge_text of shapes {nodes.shape}, {edge_text.shape}")
-        arrays.update({n: MatrixColumn(nodes, i) for i, n in enumerate(NODE_COLUMNS)}, edge_text=MatrixColumn(edge_text, 0))
-        if (directory / "node_group.npy").is_file():  # held whole here since an add renumbered the groups
-            arrays["node_group"] = check_ids(load_array(directory, "node_group"), G, str(directory / "node_group.npy"), V)
-        edge = load_graph(directory, "edge_", V, f"{directory} hyperedges")
-        rows = {"group_": (G, V), "edge_": (T, V), "node_": (V, edge.nnz), TEXT_STATES: (None, V)}
-        graphs = {p: edge if p == "edge_" else load_graph(directory, p, n_cols, f"{directory} {p}rows")
-                  for p, (_, n_cols) in rows.items()}
-        for p, (n_rows, _) in rows.items():
-            if n_rows is not None and graphs[p].n_rows != n_rows:
-                raise IndexFormatError(f"{directory}: {p}rows has {graphs[p].n_rows} rows, expected {n_rows}")
-        for p, (ptr, entries) in ROW_CSRS.items():
-            arrays[ptr], arrays[entries] = graphs[p].indptr, graphs[p].indices
-        return graphs
-
-    @classmethod
-    def load(cls, directory: Path, mmap: bool = True, n_chunks: int | None = None) -> "TopicHypergraph":
-        """Open saved arrays (memory-mapped) and :meth:`validate` them (IndexFormatError naming the file);
-        at a router, P whose rows the shards hold (:func:`~hopgraph.engine.components.sharded_graph.load_graph`)."""
-        sharded = holds_sharded_graph(directory, GRAPH_PREFIX)
-        shard_texts = holds_sharded_graph(directory, "text_emb.")
-        shard_rows = holds_sharded_graph(directory, "node_columns.")
-        names = [n for n in cls.stored() if not (sharded and n in GRAPH_FIELDS) and not (shard_texts and n == "text_emb")
-                 and not (shard_rows and n in ROW_FIELDS)]
+    def load(cls, directory: Path, mmap: bool = True, n_chunks: int | None = None,
+             store: GraphStore = LOCAL) -> "TopicHypergraph":
+        """Open saved arrays (memory-mapped) and :meth:`validate` them (IndexFormatError naming the
+        file); what was saved by reference read through ``store``."""
+        graph_ref = saved_by_reference(directory, GRAPH_PREFIX)
+        texts_ref = saved_by_reference(directory, "text_emb.")
+        rows_ref = saved_by_reference(directory, "node_columns.")
+        names = [n for n in cls.stored() if not (graph_ref and n in GRAPH_FIELDS)
+                 and not (texts_ref and n == "text_emb") and not (rows_ref and n in ROW_FIELDS)]
         arrays = load_arrays(directory, names, mmap=mmap)
-        row_graphs = cls._load_rows(directory, arrays) if shard_rows else None
-        if shard_texts:
-            arrays["text_emb"] = load_matrix(directory, "text_emb")
+        row_graphs = load_rows(directory, arrays, store) if rows_ref else None
+        if texts_ref:
+            arrays["text_emb"] = store.load_matrix(directory, "text_emb")
         stored = check_ids(arrays["n_chunks"], np.iinfo(np.int64).max, f"{directory / 'n_chunks.npy'}", length=1)
         arrays["n_chunks"] = int(stored[0])
         if n_chunks is not None and arrays["n_chunks"] != n_chunks:
             raise IndexFormatError(f"{directory / 'n_chunks.npy'}: hypergraph has {arrays['n_chunks']} chunks, "
                                    f"the index {n_chunks}")
-        if not sharded:
+        if not graph_ref:
             H = cls(**arrays)
         else:
-            P = load_graph(directory, GRAPH_PREFIX, arrays["n_chunks"], f"{directory} chunk graph")
+            P = store.load_graph(directory, GRAPH_PREFIX, arrays["n_chunks"], f"{directory} chunk graph")
             H = cls(**arrays, graph_indptr=P.indptr, graph_indices=P.indices, graph_data=P.data)
             H._graph = P
             H._column_sums = check_column_sums(load_array(directory, COLUMN_SUMS_FILE, mmap=False), H.n_chunks,
@@ -365,83 +298,26 @@ class TopicHypergraph:
         if row_graphs is not None and row_graphs[TEXT_STATES].n_rows != len(H.text_emb):
             raise IndexFormatError(f"{directory}: text_rows has {row_graphs[TEXT_STATES].n_rows} rows, "
                                    f"{len(H.text_emb)} texts")
-        if shard_texts:
-            H._text_mask = load_matrix(directory, TEXT_MASK)
-            U0 = len(getattr(H.text_emb, "base", H.text_emb))
-            if H._text_mask.shape != (U0, 1):
-                raise IndexFormatError(f"{directory / TEXT_MASK}: shape {H._text_mask.shape}, expected {(U0, 1)}")
-            H._text_flips = check_ids(load_array(directory, TEXT_FLIPS, mmap=False), U0,
-                                      str(directory / f"{TEXT_FLIPS}.npy"))
+        if texts_ref:
+            load_text_flags(H, directory, store)
         return H.validate(directory)
 
-    def with_graph_base(self, old: "TopicHypergraph") -> "TopicHypergraph":
-        """This hypergraph (built from an extraction grown since ``old``) with what the shards hold
-        of ``old`` kept there: P as ``old``'s rows in the shards plus, in memory, the rows that differ
-        (:func:`changed_chunk_rows`) and the appended ones (its column sums computed first, from the
-        whole new P); the text description flags with the texts whose flag changed since. Else itself."""
-        if old._text_mask is not None and row_held(self.text_emb):
-            U0 = old._text_mask.shape[0]
-            was = old.node_text_mask()[:U0]
-            was[old._text_flips] ^= True  # the flags as the shards hold them
-            self._text_mask, self._text_flips = old._text_mask, np.flatnonzero(self.node_text_mask()[:U0] != was)
-        self._keep_chunk_graph(old)
-        self._keep_state_rows(old)
+    def with_stored_rows(self, old: "TopicHypergraph", store: GraphStore) -> "TopicHypergraph":
+        """This hypergraph (built from an extraction grown since ``old``) with what ``old`` kept by
+        reference kept so: P as ``old``'s stored rows plus the rows that differ
+        (:func:`changed_chunk_rows`) and the appended ones (:meth:`GraphStore.keep_rows`; its column
+        sums computed first, from the whole new P); the text description flags with the texts whose
+        flag changed since; the states' rows (:func:`~.row_layout.keep_state_rows`). Else itself."""
+        if old._text_mask is not None and read_by_rows(self.text_emb):
+            keep_text_flags(self, old)
+        if old._graph is not None:
+            sums, P = self.column_sums(), self.transition()
+            kept = store.keep_rows(old._graph, P, lambda: changed_chunk_rows(old, self, P))
+            if kept is not P:
+                self.graph_indptr, self.graph_indices, self.graph_data = kept.indptr, kept.indices, kept.data
+                self._graph, self._column_sums = kept, sums
+        keep_state_rows(self, old, store)
         return self
-
-    def _keep_chunk_graph(self, old: "TopicHypergraph") -> None:
-        """P as ``old``'s rows in the shards plus the rows changed since (:meth:`with_graph_base`)."""
-        base = sharded_base(old._graph) if old._graph is not None else None
-        if base is None:
-            return
-        sums = self.column_sums()
-        P = self.transition()
-        rows = np.union1d(changed_chunk_rows(old, self, P), np.arange(base.n_rows, self.n_chunks))
-        if isinstance(old._graph, OverlayCSR):
-            rows = np.union1d(rows, old._graph.overridden)
-        ptr, ind, dat = _take_csr_rows(P, rows)
-        graph = OverlayCSR(base, rows, ptr, ind, dat, self.n_chunks)
-        self.graph_indptr, self.graph_indices, self.graph_data = graph.indptr, graph.indices, graph.data
-        self._graph, self._column_sums = graph, sums
-
-    def _keep_state_rows(self, old: "TopicHypergraph") -> None:
-        """The states' chunks and texts, the hyperedges' texts and the hyperedge, incidence and text →
-        states CSRs as ``old``'s rows in the shards plus the rows changed or appended since, when
-        ``old``'s are held by the shards: the extraction grew by appending, so ``old``'s states,
-        hyperedges and incidences are the first ones, unchanged, and the text rows that change are
-        those of the texts that gained a state. The name groups are renumbered (names are kept
-        sorted), so ``node_group`` and the group CSR are held whole here from then on."""
-        if not old.rows_held or not isinstance(self.node_chunk, np.ndarray):
-            return
-        V0, T0 = old.n_nodes, old.n_edges
-        if not np.array_equal(np.asarray(self.edge_indptr[:T0 + 1]), np.asarray(old.edge_indptr)) or \
-                not np.array_equal(np.asarray(self.node_indptr[:V0 + 1]), np.asarray(old.node_indptr)):
-            return  # not grown by appending (never from extend_extraction): held whole here
-        texts = np.asarray(self.node_text[V0:], np.int64)
-        changed = {"edge_": np.zeros(0, np.int64), "node_": np.zeros(0, np.int64),
-                   TEXT_STATES: np.unique(texts[texts < len(old.text_emb)])}
-        graphs: dict[str, Any] = {}
-        for prefix, whole in self._whole_row_graphs().items():
-            if prefix == "group_":
-                graphs[prefix] = CSR(*whole)
-                continue
-            kept = old._row_graphs[prefix]
-            base = sharded_base(kept)
-            rows = np.union1d(changed[prefix], np.arange(base.n_rows, len(whole[0]) - 1))
-            if isinstance(kept, OverlayCSR):
-                rows = np.union1d(rows, kept.overridden)
-            ptr, ind, dat = _rows(whole[0], whole[1], whole[2], rows)
-            graphs[prefix] = OverlayCSR(base, rows, ptr, ind, dat, whole[3])
-        nodes = with_rows_appended(old.node_chunk.matrix,
-                                   np.stack([np.asarray(getattr(self, n)[V0:], np.int32) for n in NODE_COLUMNS], axis=1))
-        edge_text = with_rows_appended(old.edge_text.matrix, np.asarray(self.edge_text[T0:], np.int32)[:, None])
-        for i, name in enumerate(NODE_COLUMNS):
-            if name != "node_group":  # held whole (renumbered); its column in the shards is not read
-                setattr(self, name, MatrixColumn(nodes, i))
-        self.edge_text = MatrixColumn(edge_text, 0)
-        for prefix, (ptr, entries) in ROW_CSRS.items():
-            setattr(self, ptr, graphs[prefix].indptr)
-            setattr(self, entries, graphs[prefix].indices)
-        self._row_graphs = graphs
 
     def validate(self, directory: Path | str = "hypergraph") -> "TopicHypergraph":
         """Check every array against what it indexes (ids in range, CSR offsets, the two incidence
@@ -449,7 +325,7 @@ class TopicHypergraph:
         embeddings): stored arrays are trusted by the kernels, so a corrupt one must not pass."""
         d = Path(directory)
         f = lambda name: str(d / f"{name}.npy")  # noqa: E731
-        if self.rows_held:  # the rows are in the shards, whose files are checksummed: what is held here
+        if self.rows_by_reference:  # their holders' files are checksummed: what is held whole here
             if not np.array_equal(np.asarray(self.group_size), np.diff(self.group_indptr)):
                 raise IndexFormatError(f"{f('group_size')}: groups do not match group_indptr")
         else:
@@ -465,9 +341,9 @@ class TopicHypergraph:
                     raise IndexFormatError(f"{f('graph_data')}: chunk graph columns must sum to 1")
         if self.text_emb.ndim != 2:
             raise IndexFormatError(f"{f('text_emb')}: must be 2-D")
-        if self.text_emb.shape[1] and not row_held(self.text_emb):
+        if self.text_emb.shape[1] and not read_by_rows(self.text_emb):
             check_unit_rows(self.text_emb, f("text_emb"))
-        elif self.text_emb.shape[1] and len(getattr(self.text_emb, "tail", ())):  # the rows appended at a router
+        elif self.text_emb.shape[1] and len(getattr(self.text_emb, "tail", ())):  # the rows appended since
             check_unit_rows(self.text_emb.tail, f("text_emb.tail"))
         check_packed(self.names_data, self.names_offsets, f"{d}/names_*.npy", len(self.group_size))
         release_pages(*(getattr(self, name) for name in self.stored()))  # what the checks read stays on disk
@@ -509,7 +385,7 @@ TEXT_BLOCK_ROWS = 1 << 16
 def as_text_embeddings(E: np.ndarray) -> np.ndarray:
     """``E`` [U, d] as the stored text-embedding type (:data:`TEXT_EMB_DTYPE`), converted in
     row blocks (no float32 temporary of the whole array); already-converted input is returned as is."""
-    if row_held(E):  # at a router: rows held by the shards, already stored as such
+    if read_by_rows(E):  # rows held elsewhere, already stored as such
         return E
     E = np.asarray(E) if not isinstance(E, np.memmap) else E
     if E.ndim != 2:
@@ -603,7 +479,7 @@ def extend_text_embeddings(old_emb: np.ndarray, texts: list[str], corpus: Corpus
         raise InputError(f"{len(texts)} extraction texts, fewer than the {U} already embedded")
     if old_emb.shape[1] == 0:
         return np.zeros((len(texts), 0), TEXT_EMB_DTYPE)
-    if row_held(old_emb):  # at a router: the old rows stay in the shards, the new ones are held here
+    if read_by_rows(old_emb):  # the old rows stay where they are held, the new ones are held here
         return old_emb if len(texts) == U else with_rows_appended(
             old_emb, as_text_embeddings(embed_texts(texts[U:], corpus, X, embedder, progress, batch_size,
                                                     None if late is None else (lambda: late(U)))))

@@ -40,18 +40,18 @@ import torch
 from .... import kernels
 from ....kernels.tensors import as_tensor
 from ...components.corpus import Corpus
-from ...components.dense import DenseIndex, gather_rows
+from ...components.dense import DenseIndex
+from ...components.exact_search import gather_rows
 from ...components.extraction import Extraction
 from ...components.late_pooling import LateTexts, late_texts
 from ...components.query_batch import QueryBatch
-from ...ranking import merge_topk
-from ...components.sharded_graph import AppendedRows, matrix_topk, row_held
+from ...graphs.remote import read_by_rows
 from ...errors import IndexFormatError
 from ...params import choice, flag, integer, real
-from ...ranking import PAD_ID, topk_rows
 from ...sparse import csr_from_keys, row_entries
 from ..base import Needs
-from .hypergraph import TEXT_STATES, TopicHypergraph, embed_texts, extend_text_embeddings
+from .hypergraph import TopicHypergraph, embed_texts, extend_text_embeddings
+from .row_layout import TEXT_STATES, ReferencedTextIndex
 from .local_graph import local_hypergraph
 from .local_rows import LocalRows
 from .walk import ChunkGraphFit, ChunkGraphWalk, WalkSearch
@@ -83,17 +83,18 @@ class STITCHSearch(WalkSearch):
 
     pipeline = "stitch"
     renamed = {**WalkSearch.renamed, "match_k": "description_depth"}
-    n_seeds: int = integer(2, low=1)
+    n_seeds: int = integer(2, low=1, serving_bound=64)
     relevance: str = choice("hybrid", ("dense", "hybrid"))
     prior_mix: float = real(0.5, low=0.0, high=1.0)
     delta: float = real(0.8, low=-1.0, high=1.0)
     delta_mode: str = choice("relative", DELTA_MODES)
     spatial: bool = flag(True)
     temporal: bool = flag(True)
-    description_depth: int = integer(DESCRIPTION_DEPTH, low=1)
+    description_depth: int = integer(DESCRIPTION_DEPTH, low=1, serving_bound=1_024)
     bridge: float = real(0.4, low=0.0)
 
     def check(self) -> None:
+        """InputError when ``delta`` is outside (0, 1] in ``relative`` mode."""
         if self.delta_mode == "relative" and not 0.0 < self.delta <= 1.0:
             raise self.invalid("delta", "must lie in (0, 1] when delta_mode is 'relative'")
 
@@ -145,6 +146,8 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
 
     @classmethod
     def pooled_texts(cls, fit_params: dict[str, Any]) -> tuple[bool, bool] | None:
+        """The extraction options whose texts a fit embeds by late chunking
+        (``text_pooling="late"``), else None."""
         p = cls.saved_fit_params(fit_params) if fit_params else cls.FitParams()
         return None if p.text_pooling != "late" or p.extractions else (bool(p.title_entities), bool(p.numbers))
 
@@ -184,6 +187,12 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
                 raise IndexFormatError(f"{entry_file}: {e}") from None
             self._text_index = DenseIndex.load(directory / TEXT_IVF, entry, self.hypergraph_.text_emb,
                                                code_bits=TEXT_CODE_BITS)
+
+    @classmethod
+    def cost_reach(cls, params: STITCHSearch) -> int:
+        """:meth:`ChunkGraphWalk.cost_reach`: the seeds and the ``description_depth`` chunks the
+        description match adds."""
+        return params.n_seeds + params.description_depth
 
     # ------------------------------------------------------------------ search
     def prior_rows(self, batch: QueryBatch, rel: LocalRows, params: STITCHSearch) -> tuple[LocalRows, np.ndarray]:
@@ -251,16 +260,16 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
         return np.asarray(gather_rows(self.hypergraph_.text_emb, rows), np.float32)
 
     @property
-    def text_index(self) -> "DenseIndex | ShardedTextIndex":
+    def text_index(self) -> "DenseIndex | ReferencedTextIndex":
         """Cosine top-k over ``H.text_emb`` (step 1): exact, or IVF with exact rescoring from the
         dense index's ANN threshold up (:data:`TEXT_CODE_BITS`-bit codes); loaded with the index when
-        saved, else built on first use. At a router whose text embeddings the shards hold: exact,
-        each shard searching its rows (:class:`ShardedTextIndex`); above the ANN threshold, the IVF
-        index kept at the router, its candidates' rows gathered from the shards to rescore them."""
+        saved, else built on first use. Over text embeddings read by rows (loaded by reference):
+        exact, where their rows are held (:class:`~.row_layout.ReferencedTextIndex`); above the ANN
+        threshold, the IVF index held whole, its candidates' rows gathered to rescore them."""
         if self._text_index is None:
             index = DenseIndex(self.hypergraph_.text_emb, code_bits=TEXT_CODE_BITS)
-            exact_in_shards = row_held(self.hypergraph_.text_emb) and index.method == "exact"
-            self._text_index = ShardedTextIndex(self.hypergraph_) if exact_in_shards else index
+            exact_where_held = read_by_rows(self.hypergraph_.text_emb) and index.method == "exact"
+            self._text_index = ReferencedTextIndex(self.hypergraph_) if exact_where_held else index
         return self._text_index
 
     def _index_arrays(self) -> dict[str, Any]:
@@ -270,7 +279,7 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
         if "arrays" not in self._cache:
             H = self.hypergraph_
             mask = H.node_text_mask()
-            if H._row_graphs is not None:  # at a router: the row pointer here, the rows in the shards
+            if H._row_graphs is not None:  # loaded by reference: the row pointer whole, the rows read by rows
                 texts = H._row_graphs[TEXT_STATES]
                 text_indptr, text_nodes = texts.indptr, texts.indices
             else:
@@ -281,32 +290,3 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
                 "text_indptr": text_indptr, "text_nodes": text_nodes,
             }
         return self._cache["arrays"]
-
-
-class ShardedTextIndex:
-    """Exact cosine top-k over text embeddings whose rows the shards hold (a router's STITCH):
-    each shard's top-k among its rows that were descriptions when sent
-    (:func:`~hopgraph.engine.components.sharded_graph.matrix_topk`), except the rows whose flag
-    changed since, merged with the router's own top-k over the rows flagged since and the rows
-    appended since (their embeddings gathered). Equal to the single index's exact search (ties toward
-    the lower row)."""
-
-    method = "exact"
-
-    def __init__(self, H: TopicHypergraph) -> None:
-        self.H = H
-
-    def topk(self, Q: np.ndarray, k: int, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` texts per question among ``mask`` (bool [U]; None: every text): ids, scores."""
-        H, Q = self.H, np.ascontiguousarray(Q, np.float32)
-        emb = H.text_emb
-        base = emb.base if isinstance(emb, AppendedRows) else emb
-        U0 = base.shape[0]
-        now = np.ones(len(emb), bool) if mask is None else np.asarray(mask, bool)
-        flips = H._text_flips
-        extra = np.concatenate([flips[now[flips]], U0 + np.flatnonzero(now[U0:])]).astype(np.int64)
-        parts = [matrix_topk(base, H._text_mask, Q, k, flips[~now[flips]])]
-        if len(extra):
-            cols, scores = topk_rows(Q @ np.asarray(emb.take(extra), np.float32).T, min(k, len(extra)))
-            parts.append((np.where(cols >= 0, extra[np.maximum(cols, 0)], PAD_ID), scores))
-        return merge_topk(parts, k, len(Q))

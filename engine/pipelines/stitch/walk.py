@@ -24,8 +24,10 @@ import numpy as np
 
 from .... import kernels
 from ...components.extraction import Extraction, load_extractions
+from ...components.hybrid_ranking import RRF_K, hybrid_ranking
 from ...components.query_batch import QueryBatch
-from ...components.sharded_graph import sharded_base
+from ...graphs.store import whole_graph
+from ...cost import PASSAGE_ARRAYS, Cost, IndexShape
 from ...errors import IndexFormatError, InputError
 from ....kernels.csr import CSR
 from ...params import FitParams, choice, flag, integer, path, real
@@ -34,7 +36,6 @@ from ...sparse import allowed_at
 from ...ranking import fill_lowest, topk_entries
 from ...timing import StageTimer
 from ..base import Needs, Pipeline
-from ..hybrid import RRF_K, hybrid_ranking
 from ..title_bridge import BridgeSearch, TitleBridge
 from ...storage import check_unit_rows, load_array, save_arrays
 from .hypergraph import TEXT_EMB_DTYPE, TopicHypergraph, build_hypergraph
@@ -51,6 +52,8 @@ HYBRID_DEPTH = 100
 SUPPORT_RTOL = 1e-6
 #: :func:`union_entries` marks a [B, n] bitmap instead of sorting keys from this share of its cells
 DENSE_ENTRIES_SHARE = 1 / 8
+#: chunks the cost model assumes reached per chunk per hop of the walk region (the real fan-out is smaller)
+REGION_FANOUT = 64
 
 
 @dataclass(frozen=True)
@@ -74,15 +77,15 @@ class WalkSearch(BridgeSearch):
     pipeline = "ppr_binary"
     renamed = {"d": "damping", "seed_k": "n_seeds"}
     damping: float = real(0.85, low=0.0, high=1.0, low_open=True, high_open=True)
-    n_seeds: int = integer(8, low=1)
+    n_seeds: int = integer(8, low=1, serving_bound=256)
     balance: float = real(0.3, low=0.0, high=1.0)
     relevance: str = choice("dense", RELEVANCES)
     prior_mix: float = real(0.0, low=0.0, high=1.0)
     ppr: bool = flag(True)
     localise: bool = flag(True)
-    region_hops: int = integer(1, low=0)
+    region_hops: int = integer(1, low=0, serving_bound=3)
     tol: float = real(1e-6, low=0.0, low_open=True)
-    max_iter: int = integer(100, low=1)
+    max_iter: int = integer(100, low=1, serving_bound=1_000)
     fusion: str = choice("linear", FUSIONS)
     bridge: float = real(0.0, low=0.0)
 
@@ -129,6 +132,24 @@ class ChunkGraphWalk(Pipeline[F, S]):
         self.hypergraph_: TopicHypergraph | None = None
         self._cache: dict[str, Any] = {}
 
+    # ------------------------------------------------------------------ cost
+    @classmethod
+    def cost(cls, shape: IndexShape, params: S, batch: int, k: int, grouped: bool = False) -> Cost:
+        """:meth:`Pipeline.cost` plus the walk: a region of ``reach · REGION_FANOUT ^ region_hops``
+        chunks (at most N; all N without ``localise``) grown from the :meth:`cost_reach` chunks and the
+        ranked list, iterated ``max_iter`` times (once without ``ppr``), 6 float64 vectors over it."""
+        n, depth = max(shape.n, 1), cls.cost_depth(shape, params, k, grouped)
+        reach = cls.cost_reach(params) + depth
+        region = min(n, reach * REGION_FANOUT ** params.region_hops) if params.localise else n
+        iterations = params.max_iter if params.ppr else 1
+        own = Cost(batch * (n + region * iterations * 8), PASSAGE_ARRAYS * n + batch * region * 6 * 8)
+        return super().cost(shape, params, batch, k, grouped) + own
+
+    @classmethod
+    def cost_reach(cls, params: S) -> int:
+        """The chunks a question's walk region grows from besides its ranked list: its seeds."""
+        return params.n_seeds
+
     # ------------------------------------------------------------------ fit
     def _extraction(self) -> Extraction:
         corpus = self.components.require_corpus(self.name)
@@ -160,8 +181,8 @@ class ChunkGraphWalk(Pipeline[F, S]):
         if ex.n_chunks != n or len(ex.texts) < len(old):
             raise InputError(f"{self.name}: the extraction covers {ex.n_chunks} passages and {len(ex.texts)} texts, "
                              f"the index {n} passages and {len(old)} embedded texts")
-        self.hypergraph_ = build_hypergraph(ex, self._text_embeddings(ex, progress, old),
-                                            self.fit_params.max_group_chunks).with_graph_base(self.hypergraph_)
+        new = build_hypergraph(ex, self._text_embeddings(ex, progress, old), self.fit_params.max_group_chunks)
+        self.hypergraph_ = new.with_stored_rows(self.hypergraph_, self.components.graphs)
         self.components.bm25(who=self.name)
         self._reset_caches()
 
@@ -169,7 +190,7 @@ class ChunkGraphWalk(Pipeline[F, S]):
         self._cache = {}
 
     def _save(self, directory: Path) -> None:
-        self.hypergraph_.save(directory / "hypergraph")
+        self.hypergraph_.save(directory / "hypergraph", self.components.graphs)
 
     def _snapshot(self) -> TopicHypergraph:
         return self.hypergraph_
@@ -205,7 +226,8 @@ class ChunkGraphWalk(Pipeline[F, S]):
 
     def _load(self, directory: Path) -> None:
         X = self.components.X
-        self.hypergraph_ = TopicHypergraph.load(directory / "hypergraph", mmap=True, n_chunks=self._stored_rows)
+        self.hypergraph_ = TopicHypergraph.load(directory / "hypergraph", mmap=True, n_chunks=self._stored_rows,
+                                                store=self.components.graphs)
         dim = self.hypergraph_.text_emb.shape[1]
         if dim != self._text_dim():
             raise IndexFormatError(f"{directory / 'hypergraph' / 'text_emb.npy'}: dimension {dim}, "
@@ -381,13 +403,9 @@ class ChunkGraphWalk(Pipeline[F, S]):
 
     def whole_transition(self) -> CSR:
         """P with every row in memory, for the unlocalised walk (``localise=False``): :attr:`transition`;
-        at a router whose P the shards hold, every row gathered from them for this call (all of P,
-        O(links) bytes; the router's row cache keeps at most its bound of them)."""
-        P = self.transition
-        if sharded_base(P) is None:
-            return P
-        ptr, ind, dat = P.rows_csr(np.arange(P.n_rows, dtype=np.int64))
-        return CSR(ptr, ind, dat, P.n_cols)
+        a P read by rows (loaded by reference) has every row gathered for this call (all of P,
+        O(links) bytes; its row cache keeps at most its bound of them)."""
+        return whole_graph(self.transition)
 
     def _column_sums(self) -> np.ndarray:
         """Out-mass of every chunk in P (1, or 0 for a dangling chunk), float64 [N]."""

@@ -18,9 +18,9 @@ import hopgraph  # noqa: E402
 from hopgraph.engine.embedders import HashingEmbedder  # noqa: E402
 from hopgraph.engine.errors import InputError  # noqa: E402
 from hopgraph.engine.filters import MAX_WHERE_CLAUSES, MAX_WHERE_DEPTH, check_where  # noqa: E402
-from hopgraph.engine.pipelines import pipeline_names  # noqa: E402
+from hopgraph.engine.pipelines import pipeline_class, pipeline_names  # noqa: E402
 from hopgraph.serve import BackgroundServer, ParamLimits, ServeLimits, create_app  # noqa: E402
-from hopgraph.serve.budget import DEFAULT_BOUNDS, IndexShape, estimate, integer_search_params  # noqa: E402
+from hopgraph.serve.budget import IndexShape, declared_bounds, estimate, integer_search_params  # noqa: E402
 from hopgraph.serve.guard import HostOriginMiddleware, split_host  # noqa: E402
 
 DIM = 32
@@ -51,8 +51,10 @@ def search(http, **body):
 # ---------------------------------------------------------------- parameter bounds
 def test_every_integer_search_parameter_has_a_serving_bound():
     for name in pipeline_names():
-        missing = set(integer_search_params(name)) - set(DEFAULT_BOUNDS.get(name, {}))
+        missing = set(integer_search_params(name)) - set(declared_bounds(name))
         assert not missing, f"{name}: integer search parameters without a serving bound: {missing}"
+        assert all(ParamLimits.default().of(name)[p] >= pipeline_class(name).SearchParams.create().to_dict()[p]
+                   for p in declared_bounds(name)), f"{name}: a default above its serving bound"
 
 
 @pytest.mark.filterwarnings("ignore::hopgraph.DeprecatedParameterWarning")
@@ -84,8 +86,9 @@ def test_param_limits_from_file_and_flags(tmp_path):
     path = tmp_path / "limits.json"
     path.write_text(json.dumps({"dmar": {"shapley_samples": 64}, "stitch": {"region_hops": 1}}))
     limits = ParamLimits.from_sources(path, ["dmar.candidate_depth=200", "dmar.shapley_samples=80"])
-    assert limits.bounds["dmar"]["shapley_samples"] == 80 and limits.bounds["dmar"]["candidate_depth"] == 200
-    assert limits.bounds["stitch"]["region_hops"] == 1 and limits.bounds["hybrid"] == DEFAULT_BOUNDS["hybrid"]
+    assert limits.of("dmar")["shapley_samples"] == 80 and limits.of("dmar")["candidate_depth"] == 200
+    assert limits.of("dmar")["anchors"] == declared_bounds("dmar")["anchors"] == 32
+    assert limits.of("stitch")["region_hops"] == 1 and limits.of("hybrid") == declared_bounds("hybrid")
     for item, message in (("dmar.no_such=3", "no search parameter 'no_such'"),
                           ("dmar.shapley_lambda=3", "not an integer parameter"),
                           ("dmar.shapley_samples=0", "must be an integer >= 1"),
@@ -117,8 +120,6 @@ def test_k_beyond_max_k_is_422_and_within_it_is_clamped_to_the_index(http, index
 
 
 def test_estimates_grow_with_the_parameters(index):
-    from hopgraph.engine.pipelines import pipeline_class
-
     shape = IndexShape(100_000, 384, {"dmar": {"max_query_entities": 8, "ego_size": 16}})
     P = pipeline_class("dmar").SearchParams
     base = estimate(shape, "dmar", P.create(), 1, 5)
@@ -130,6 +131,37 @@ def test_estimates_grow_with_the_parameters(index):
     S = pipeline_class("stitch").SearchParams
     hops = [estimate(shape, "stitch", S.create(region_hops=h), 1, 5).memory_bytes for h in range(4)]
     assert hops == sorted(hops) and hops[3] > hops[0]
+
+
+@pytest.mark.parametrize("name", pipeline_names())
+def test_no_cost_model_falls_when_a_parameter_rises_to_its_bound(name):
+    """Every pipeline's declared model: each integer search parameter raised from its default to its
+    serving bound never lowers the work or the memory (a bound caps what a request can cost)."""
+    cls = pipeline_class(name)
+    shape = IndexShape(100_000, 384, {})
+    default = cls.SearchParams.create()
+    base = cls.cost(shape, default, 4, 10)
+    for param, bound in declared_bounds(name).items():
+        more = cls.cost(shape, default.replace(**{param: bound}), 4, 10)
+        assert more.work >= base.work and more.memory >= base.memory, (name, param)
+
+
+@pytest.mark.parametrize("pipeline, params, work, memory", [
+    ("dense", {}, 8.00000104166653, 207104),
+    ("bm25", {}, 8.000399980001, 1407104),
+    ("hybrid", {"fusion_depth": 300}, 8.000042597286424, 1464704),
+    ("g3rag", {"candidate_depth": 200, "bridge": 0.4}, 8.009594346939314, 2070080),
+    ("stitch", {"region_hops": 2, "localise": True}, 20.528361832671358, 11008064),
+    ("ppr_binary", {"ppr": False}, 7.865927463650824, 1517696),
+    ("dmar", {"shapley_samples": 200, "union_depth": 50}, 8.869559259196745, 16243264),
+])
+def test_each_pipelines_cost_model_gives_the_servers_figures(pipeline, params, work, memory):
+    """The figures the server's own model gave before the pipelines declared their costs (8 questions
+    searched 2 at a time, k = 10, over 100,000 passages of dimension 384), to the last bit."""
+    cls = pipeline_class(pipeline)
+    shape = IndexShape(100_000, 384, {"g3rag": {"n_neighbors": 32}, "dmar": {"max_query_entities": 8, "ego_size": 16}})
+    got = estimate(shape, pipeline, cls.SearchParams.create(**params), 8, 10, False, 2)
+    assert (got.work, got.memory_bytes) == (work, memory)
 
 
 def test_memory_estimate_over_the_budget_is_422_before_running(index):

@@ -182,7 +182,7 @@ def _detail(r: httpx.Response) -> str:
     ({"queries": ["q"], "pipeline": "dense", "k": "5"}, 422, "k: Input should be a valid integer"),
     ({"queries": ["q"], "pipeline": "dense", "k": True}, 422, "k: Input should be a valid integer"),
     ({"queries": ["q"], "pipeline": "nope"}, 422, "unknown pipeline 'nope'; this server serves: "),
-    ({"queries": ["q"]}, 422, "pipeline: Field required"),
+    ({"queries": ["q"], "pipeline": None, "k": 0}, 422, "k must be between 1 and"),  # no pipeline: the default
     ({"queries": [{"embedding": [1.0] * 3}], "pipeline": "dense"}, 422,
      "queries[0]: embedding has dimension 3, the index has 64"),
     ({"queries": [{"embedding": [0.0] * DIM}], "pipeline": "dense"}, 422, "zero vector"),

@@ -75,7 +75,8 @@ def test_searches_are_answered_from_the_last_commit_while_a_writer_thread_applie
             assert [k for k, v in state.items() if served.__dict__[k] is not v] == []
         finally:
             release.set()
-        assert answer.result(60) == {"added": ["cow-1"], "replaced": [], "passages": 25, "committed": True}
+        assert answer.result(60) == {"added": ["cow-1"], "replaced": [], "unchanged": [], "passages": 25,
+                                     "committed": True, "commit": "commit-000002.json"}
         for p in PIPES:  # read-your-writes: the copy is served before the answer
             assert c.search(QUESTION, pipeline=p, k=1)[0][0].id == "cow-1", p
         assert app.state.live.index is served and served.n_live == 25  # the same object, swapped state
@@ -116,7 +117,8 @@ def test_searches_are_answered_from_the_last_commit_while_the_writer_process_app
             assert [k for k, v in state.items() if served.__dict__.get(k) is not v] == []
         finally:
             (gate / "release").touch()
-        assert answer.result(60) == {"added": ["cow-1"], "replaced": [], "passages": 25, "committed": True}
+        assert answer.result(60) == {"added": ["cow-1"], "replaced": [], "unchanged": [], "passages": 25,
+                                     "committed": True, "commit": "commit-000002.json"}
         assert served.components.dense._index is not None             # warmed up before it was served
         for p in PIPES:  # read-your-writes: the commit is served before the answer
             assert c.search(QUESTION, pipeline=p, k=1)[0][0].id == "cow-1", p
@@ -140,7 +142,8 @@ def test_a_writer_process_killed_during_a_write_fails_it_and_changes_nothing(ind
         assert c.health()["passages"] == 24 and c.search(QUESTION, pipeline="bm25", k=1)[0][0].id != "cow-1"
         assert hopgraph.Index.load(index_dir, progress=False).n_live == 24
         monkeypatch.undo()                                             # a new writer process takes the next write
-        assert c.add(NEW) == {"added": ["cow-1"], "replaced": [], "passages": 25, "committed": True}
+        assert c.add(NEW) == {"added": ["cow-1"], "replaced": [], "unchanged": [], "passages": 25, "committed": True,
+                              "commit": c.health()["commit"]["name"]}
         assert c.search(QUESTION, pipeline="bm25", k=1)[0][0].id == "cow-1"
     assert hopgraph.Index.load(index_dir, progress=False).n_live == 25
 
@@ -164,7 +167,7 @@ def test_each_commit_loads_a_fresh_copy_and_a_failed_write_changes_nothing(index
         assert all(copy is not served for copy in copies)
         state = dict(served.__dict__)
         with pytest.raises(RequestRejected, match="HTTP 409.*'cow-1'"):
-            c.add(NEW)                                                 # a failing write: 409, nothing changed
+            c.add([{**NEW[0], "text": "Another text."}])               # a failing write: 409, nothing changed
         assert all(served.__dict__[k] is v for k, v in state.items()) and served.n_live == 24
 
         def write(records: list[dict]) -> dict:
@@ -230,6 +233,7 @@ def test_an_index_in_memory_is_written_in_place(index_dir):
     index = hopgraph.Index.build([{"id": c.ids[i], "text": c.texts[i]} for i in range(12)], embedder="hashing-64",
                                  pipelines=["bm25"], progress=False)
     with BackgroundServer(create_app(index, pipelines=["bm25"])) as srv, hopgraph.Client(srv.url) as client:
-        assert client.add(NEW) == {"added": ["cow-1"], "replaced": [], "passages": 13, "committed": False}
+        assert client.add(NEW) == {"added": ["cow-1"], "replaced": [], "unchanged": [], "passages": 13,
+                                   "committed": False, "commit": None}
         assert client.search(QUESTION, pipeline="bm25", k=1)[0][0].id == "cow-1"
     assert index.n_live == 13

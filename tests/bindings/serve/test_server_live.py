@@ -37,14 +37,18 @@ def test_add_delete_and_filtered_search_over_http_are_committed(index_dir):
             hopgraph.Client(srv.url) as c:
         assert c.health()["passages"] == 24
         r = c.add(new)
-        assert r == {"added": ["n1"], "replaced": [], "passages": 25, "committed": True}
+        assert r == {"added": ["n1"], "replaced": [], "unchanged": [], "passages": 25, "committed": True,
+                     "commit": c.health()["commit"]["name"]}
         for p in PIPES:
             hits = c.search(["quokka marsupial Rottnest"], pipeline=p, k=3)[0]
             assert hits[0].id == "n1" and hits[0].metadata == {"part": 9}, p
             hits = c.search(["quokka marsupial Rottnest"], pipeline=p, k=3, where={"part": 9})[0]
             assert [h.id for h in hits] == ["n1"], p
+        again = c.add(new)  # the same passage again (a retried add): a success naming the commit, nothing written
+        assert again == {"added": [], "replaced": [], "unchanged": ["n1"], "passages": 25, "committed": True,
+                         "commit": r["commit"]}
         with pytest.raises(RequestRejected, match="HTTP 409.*'n1'"):
-            c.add(new)
+            c.add([{**new[0], "metadata": {"part": 10}}])
         assert c.add([{**new[0], "text": "Quokkas smile."}], upsert=True)["replaced"] == ["n1"]
         assert c.passage("n1")["text"] == "Quokkas smile."
         hits = c.search("who designed the bridge", pipeline="dense", k=4, allowed_ids=["demo-7", "demo-8"])[0]
@@ -66,7 +70,8 @@ def test_add_delete_and_filtered_search_over_http_are_committed(index_dir):
                                             'no results']
             r = h.post("/search", json={"queries": ["x"], "pipeline": "bm25"})
             assert r.json()["warnings"] == []
-        assert c.delete("n1") == {"deleted": "n1", "passages": 24, "committed": True}
+        gone = c.delete("n1")
+        assert gone == {"deleted": "n1", "passages": 24, "committed": True, "commit": c.health()["commit"]["name"]}
         with pytest.raises(PassageNotFound):
             c.delete("n1")
         with pytest.raises(PassageNotFound):

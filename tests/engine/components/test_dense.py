@@ -9,7 +9,9 @@ from conftest import clustered_embeddings
 
 from hopgraph.engine.components import dense as dm
 from hopgraph.engine.components.shared import Components
-from hopgraph.engine.components.dense import DenseIndex, IVFIndex, exact_inner_product_index
+from hopgraph.engine.components.dense import DenseIndex
+from hopgraph.engine.components.exact_search import exact_inner_product_index
+from hopgraph.engine.components.ivf import IVFIndex
 from hopgraph.engine.errors import IndexFormatError, InputError
 
 #: top-10 overlap with the exact search the IVF must keep on the clustered data below (measured 1.0)

@@ -149,7 +149,7 @@ def test_extract_on_shared_corpus():
 def test_loaded_strings_stay_packed_and_bad_utf8_is_refused():
     from hopgraph.engine.components.corpus import PackedStrings
     from hopgraph.engine.errors import IndexFormatError
-    from hopgraph.engine.components.extraction import packed
+    from hopgraph.engine.components.extraction.data import packed
     from hopgraph.engine.storage import pack_strings
 
     strings = ["Ångström", "", "naïve café", "plain"]

@@ -5,11 +5,12 @@ import numpy as np
 import pytest
 from conftest import shared_dataset
 
-from hopgraph.engine.components import extraction as extraction_module
+from hopgraph.engine.components.extraction import builder as build_module
 from hopgraph.engine.components.corpus import Corpus, read_corpus
 from hopgraph.engine.errors import InputError
-from hopgraph.engine.components.extraction import (Extraction, _Builder, _read_passages, extend_extraction, extract,
-                                        lower_words, merge_names)
+from hopgraph.engine.components.extraction import Extraction, extend_extraction, extract, lower_words
+from hopgraph.engine.components.extraction.builder import ExtractionBuilder, read_passages
+from hopgraph.engine.components.extraction.data import merge_names
 
 
 def assert_same(a: Extraction, b: Extraction) -> None:
@@ -61,8 +62,8 @@ def test_extend_reads_only_the_new_passages(monkeypatch):
     old_c, full = grown(OLD, NEW)
     old = extract(old_c)
     read: list[str] = []
-    real = extraction_module.split_sentences
-    monkeypatch.setattr(extraction_module, "split_sentences", lambda text: read.append(text) or real(text))
+    real = build_module.split_sentences
+    monkeypatch.setattr(build_module, "split_sentences", lambda text: read.append(text) or real(text))
     extend_extraction(old, full, len(OLD))
     assert read == [x for _, x in NEW]
 
@@ -80,9 +81,9 @@ def test_old_sentence_initial_span_is_kept_until_compaction():
     assert states(ext) == [(0, "kora town"), (0, "traditional")]
     assert states(exact) == [(0, "kora town")]  # chunk 2's "Traditional" is dropped by both
     # the same as extracting the old passages with their own words and the new ones with all words
-    b = _Builder(len(full))
-    _read_passages(b, old_c, 0, True, True, lower_words(old_c.texts), False)
-    _read_passages(b, full, 1, True, True, lower_words(full.texts), False)
+    b = ExtractionBuilder(len(full))
+    read_passages(b, old_c, 0, True, True, lower_words(old_c.texts), False)
+    read_passages(b, full, 1, True, True, lower_words(full.texts), False)
     assert_same(ext, b.build())
 
 
@@ -150,9 +151,9 @@ def test_musique_extension_matches_the_documented_rule():
     start = int(0.8 * len(corpus))
     old_c = corpus.take(np.arange(start))
     ext = extend_extraction(extract(old_c), corpus, start)
-    b = _Builder(len(corpus))
-    _read_passages(b, old_c, 0, True, True, lower_words(old_c.texts), False)
-    _read_passages(b, corpus, start, True, True, lower_words(corpus.texts), False)
+    b = ExtractionBuilder(len(corpus))
+    read_passages(b, old_c, 0, True, True, lower_words(old_c.texts), False)
+    read_passages(b, corpus, start, True, True, lower_words(corpus.texts), False)
     assert_same(ext, b.build())
     full = extract(corpus)
     assert full.n_nodes <= ext.n_nodes <= full.n_nodes * 1.001
@@ -160,7 +161,7 @@ def test_musique_extension_matches_the_documented_rule():
 
 def test_merged_names_read_a_stored_vocabulary_without_copying_it():
     from hopgraph.engine.components.corpus import PackedStrings
-    from hopgraph.engine.components.extraction import MergedStrings
+    from hopgraph.engine.components.extraction.data import MergedStrings
     from hopgraph.engine.storage import pack_strings
 
     stored = PackedStrings(*pack_strings(["b", "d", "f"]))

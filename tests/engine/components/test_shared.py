@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from hopgraph import Index, IndexFormatError, InputError
-from hopgraph.engine.components import extraction as extraction_module
+from hopgraph.engine.components import shared as shared_module
 from hopgraph.engine import storage
 from hopgraph.engine.components.shared import Components
 from hopgraph.engine.components.corpus import Corpus, PackedStrings
@@ -37,7 +37,7 @@ def test_all_seven_share_one_of_each_component(seven, tmp_path, monkeypatch):
     assert not [f for f in files if f.endswith(".faiss")]
     assert "corpus.jsonl" not in files and "embeddings.npy" in files
     # loading reads the saved components: nothing is extracted or tokenized again
-    monkeypatch.setattr(extraction_module, "extract", lambda *a, **k: pytest.fail("extraction ran again"))
+    monkeypatch.setattr(shared_module, "extract", lambda *a, **k: pytest.fail("extraction ran again"))
     loaded = Index.load(path, embedder=seven.embedder)
     for name in ALL:
         a = seven.search_arrays(["Who designed the bridge in Peter Harlow's home city?"], pipeline=name, k=4)

@@ -190,6 +190,14 @@ def test_a_pipeline_builds_only_the_components_it_declares(demo_corpus, hashing_
     X = hashing_embedder.encode(demo_corpus.embedding_texts())
     with pytest.raises(RuntimeError, match=r"does not declare in components_used: \['bm25'\]"):
         Greedy().fit(X, demo_corpus)
+
+    class Unknown(Dense):
+        """A pipeline that declares a kind of shared component that does not exist."""
+
+        components_used = ("dense", "graph")
+
+    with pytest.raises(RuntimeError, match=r"declares components_used \['graph'\] that are no kind"):
+        Unknown().fit(X, demo_corpus)
     for name in PIPELINES:  # every registered pipeline's declaration covers what its fit builds
         cls = pipeline_class(name)
         cls().fit(X, demo_corpus, hashing_embedder)

@@ -120,7 +120,7 @@ def _reference_prior(pipe, batch) -> np.ndarray:
 
 
 def _reference_scores(pipe, batch) -> np.ndarray:
-    from hopgraph.engine.pipelines.hybrid import hybrid_ranking
+    from hopgraph.engine.components.hybrid_ranking import hybrid_ranking
     from hopgraph.engine.pipelines.stitch.walk import HYBRID_DEPTH, SUPPORT_RTOL, normalise_max, normalise_rows
     from hopgraph.kernels import call
 

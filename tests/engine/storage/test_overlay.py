@@ -8,7 +8,8 @@ from conftest import clustered_embeddings
 
 from hopgraph.engine.errors import IndexFormatError
 from hopgraph.engine.pipelines.g3rag.graph_update import extend_gain_graph
-from hopgraph.engine.storage.deltas import OverlayCSR, apply_topk_deltas, topk_delta
+from hopgraph.engine.graphs.views import OverlayCSR
+from hopgraph.engine.storage.deltas import apply_topk_deltas, topk_delta
 from hopgraph.kernels import call
 from hopgraph.kernels.csr import CSR
 

@@ -343,7 +343,7 @@ def test_release_pages_keeps_a_mapped_array_readable(tmp_path):
 
 
 def test_gather_rows_reads_any_dtype_from_the_file(tmp_path, monkeypatch):
-    from hopgraph.engine.components import dense as dense_index
+    from hopgraph.engine.components import exact_search as dense_index
     from hopgraph.engine.storage import load_array, save_arrays
 
     monkeypatch.setattr(dense_index, "SCAN_MIN_N", 10)

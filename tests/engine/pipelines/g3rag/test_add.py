@@ -307,7 +307,7 @@ def test_added_rows_take_the_candidates_of_the_builds_cells():
     """An add by the build's cells gives the new rows the edges an ANN build over the grown IVF
     gives them (same groups, same probes, exact rescoring), and the old rows only edges that
     the reverse scan found (each a true gain weight above the row's former k-th)."""
-    from hopgraph.engine.components.dense import IVFIndex
+    from hopgraph.engine.components.ivf import IVFIndex
     from hopgraph.engine.pipelines.g3rag.ann_graph import AddedRowCandidates, ann_gain_knn
 
     X = clustered_embeddings(1530, 16, 8, seed=13)  # 3 groups before and after the add

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from conftest import clustered_embeddings
 
-from hopgraph.engine.components.dense import IVFIndex
+from hopgraph.engine.components.ivf import IVFIndex
 from hopgraph.engine.pipelines.g3rag.ann_graph import ann_gain_knn, graph_cells, graph_recall
 from hopgraph.engine.errors import InputError
 from hopgraph.kernels.csr import csr_from_topk

@@ -20,7 +20,7 @@ from hopgraph import G3RAG
 from hopgraph.engine.components.query_batch import QueryBatch
 from hopgraph.engine.components.shared import Components
 from hopgraph.kernels.csr import CSR, check_csr
-from hopgraph.engine.pipelines.hybrid import hybrid_ranking  # noqa: F401  (used through pipe._relevance_ranking)
+from hopgraph.engine.components.hybrid_ranking import hybrid_ranking  # noqa: F401  (used through pipe._relevance_ranking)
 from hopgraph.engine.ranking import PAD_ID, PAD_SCORE, topk_rows
 from hopgraph.engine.pipelines.g3rag.diffusion import diffusion_at, diffusion_entries
 from hopgraph.engine.ranking import topk_entries

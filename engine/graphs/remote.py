@@ -1,44 +1,34 @@
-"""Graph rows held by the shards of a sharded index: the second phase of a sharded graph search.
+"""Graphs and row matrices whose rows another process holds: what a sharded index's router reads.
 
-A pipeline's graph (a CSR over passages or over its own nodes: G3RAG's gain graph W, the title
-mention graph, STITCH's hypergraph incidences, DMAR's knowledge graph) is split by row: each row is
-stored with the shard that owns it (a passage's row with the passage, a node's row with shard
+A pipeline's graph (a CSR over passages or over its own nodes) is split by row: each row is held
+by the shard that owns it (a passage's row with the passage, a node's row with shard
 ``node mod S``). The router keeps the row pointer ``indptr`` only; a search reads the entries of
-the rows it reaches — the seeds' and candidates' rows, the walk's region, the anchors'
-neighbourhoods — from their owners, one call per shard, after its first phase (dense / BM25
-seeds gathered from every shard) has named them. Every value read is the stored one, so the
-walk, diffusion or Shapley step computes what the single index computes.
+the rows it reaches from their owners, one call per shard. Every value read is the stored one,
+so the walk, diffusion or Shapley step computes what the single index computes.
 
-* :class:`ShardedCSR` — a CSR ``(indptr, indices, data, n_cols)`` whose ``indices`` and ``data``
-  (:class:`RemoteEntries`) read by position (``graph.indices[pos]``, slices), as a memory-mapped
-  one does; whole rows are fetched and kept (a stored row never changes);
-* :func:`save_graph` / :func:`load_graph` — how a pipeline stores a graph: whole (an unsharded
-  index); its rows sent to the shards (``hopgraph shard``, inside :func:`sending_rows`); or, at a
-  router, a reference to the shards' rows plus the rows changed since (appended and rewritten
-  rows, in the router's own directory).
+* :class:`ShardedCSR` — a CSR whose ``indices`` and ``data`` (:class:`RemoteEntries`) read by
+  position, as a memory-mapped one does; whole rows are fetched and kept (a stored row never
+  changes);
+* :class:`ShardedMatrix` — a row-per-node array read by rows (``M[rows]``); :class:`AppendedRows`,
+  one with rows appended since; :class:`MatrixColumn`, one of its columns as a 1-D array;
+* :func:`matrix_topk` — exact cosine top-k over a row matrix held this way, each holder searching
+  its rows.
+
+The :class:`~hopgraph.engine.graphs.router_store.RouterStore` saves and loads these; pipelines see them
+through the reader interfaces of :mod:`hopgraph.engine.graphs.store`.
 """
 from __future__ import annotations
 
-import contextlib
-import json
 import threading
 from collections import OrderedDict
-from contextvars import ContextVar
-from pathlib import Path
-from typing import Any, Iterator, Mapping, Protocol
+from typing import Any, Mapping, Protocol
 
 import numpy as np
 
-from ...kernels.csr import CSR, check_csr
 from ..errors import IndexFormatError, InputError
 from ..ranking import merge_topk
-from ..storage import check_indptr, load_array, load_arrays, save_arrays, write_json
-from ..storage.deltas import CSRView, OverlayCSR
+from .views import CSRView, OverlayCSR
 
-#: the file naming a graph whose rows are in the shards (``{prefix}rows.json`` beside its ``indptr``)
-REF_SUFFIX = "rows.json"
-#: the arrays of the rows changed since the shards' rows were written (``{prefix}over_*.npy``)
-OVERLAY_FILES = ("over_rows", "over_indptr", "over_indices", "over_data")
 #: graph entries a router keeps of the rows it read (both fields; ~12 bytes each)
 ROW_CACHE_ENTRIES = 1 << 21
 
@@ -64,12 +54,15 @@ class ModuloOwners:
         self.n_shards = int(n_shards)
 
     def split(self, rows: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """``{shard: (positions in rows, local rows)}`` for global ``rows`` (1-D): row ``r``
+        at ``r // S`` of shard ``r mod S``."""
         rows = np.asarray(rows, np.int64)
         owner = rows % self.n_shards
         return {s: (pos, rows[pos] // self.n_shards) for s in range(self.n_shards)
                 for pos in [np.flatnonzero(owner == s)] if len(pos)}
 
     def rows_of(self, shard: int, n_rows: int) -> np.ndarray:
+        """The rows below ``n_rows`` held by ``shard``, in its local order."""
         return np.arange(shard, n_rows, self.n_shards, dtype=np.int64)
 
 
@@ -85,12 +78,16 @@ class PassageOwners:
 
     @property
     def n_shards(self) -> int:
+        """The shard count of the current shard map."""
         return self.shards.map.n_shards
 
     def split(self, rows: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """``{shard: (positions in rows, local rows)}``: each passage row at its local row
+        in its owner."""
         return self.shards.map.split(rows)
 
     def rows_of(self, shard: int, n_rows: int) -> np.ndarray:
+        """The passage rows below ``n_rows`` owned by ``shard``, in its local order."""
         rows = self.shards.map.rows_of[shard]
         return rows[:int(np.searchsorted(rows, n_rows))] if len(rows) and rows[-1] >= n_rows else rows
 
@@ -119,6 +116,8 @@ class RowCache:
         return out
 
     def put(self, values: Mapping[int, Any]) -> None:
+        """Keep ``values`` (``{row: value}``), dropping the least recently used beyond the
+        limit."""
         with self._lock:
             for r, v in values.items():
                 self._rows[r] = v
@@ -127,12 +126,15 @@ class RowCache:
                 self.held -= self.size(self._rows.popitem(last=False)[1])
 
     def forget(self) -> None:
+        """Drop every kept row."""
         with self._lock:
             self._rows.clear()
             self.held = 0
 
 
 def owners_of(kind: str, shards: Any) -> RowOwners:
+    """The :class:`RowOwners` named ``kind`` (``"passage"`` or ``"modulo"``) over ``shards``;
+    IndexFormatError for another name."""
     if kind == PassageOwners.kind:
         return PassageOwners(shards)
     if kind == ModuloOwners.kind:
@@ -164,10 +166,12 @@ class ShardedCSR(CSRView):
         self.fetched = 0
 
     def arrays(self) -> dict[str, np.ndarray]:
+        """Refused: the graph's entries are never gathered whole (InputError)."""
         raise InputError(f"graph {self.name} is held by the shards of a sharded index; it is never read whole")
 
     def ref(self) -> dict[str, Any]:
-        """What a router's directory records of it (:func:`save_graph`)."""
+        """What a router's directory records of it
+        (:meth:`~hopgraph.engine.graphs.router_store.RouterStore.save_graph`)."""
         return {"name": self.name, "owners": self.owners.kind, "n_rows": self.n_rows, "n_cols": self.n_cols,
                 "nnz": self.nnz, "weighted": self.weighted,
                 "dtypes": {"indices": self.indices.dtype.str, "data": self.data.dtype.str}}
@@ -242,6 +246,7 @@ class RemoteEntries:
 
     @property
     def shape(self) -> tuple[int]:
+        """``(nnz,)``."""
         return (self.csr.nnz,)
 
     def __len__(self) -> int:
@@ -261,145 +266,65 @@ class RemoteEntries:
                          "they are read by rows, never whole")
 
 
-def sharded_base(graph: Any) -> ShardedCSR | None:
-    """The :class:`ShardedCSR` a graph is (or is an overlay or CSR view over), else None."""
+def remote_base(graph: Any) -> ShardedCSR | None:
+    """The :class:`ShardedCSR` a graph is (or is an overlay, a renumbering or a CSR view over),
+    else None."""
     if isinstance(graph, ShardedCSR):
         return graph
-    if isinstance(graph, OverlayCSR):
-        return sharded_base(graph.base)
+    if isinstance(graph, (OverlayCSR, RenumberedRows)):
+        return remote_base(graph.base)
     indices = graph[1] if isinstance(graph, tuple) else getattr(graph, "indices", None)
     return indices.csr if isinstance(indices, RemoteEntries) else None
 
 
-class RowSink(Protocol):
-    """Where ``hopgraph shard`` sends the rows of the graphs it splits (:func:`sending_rows`)."""
+class RenumberedRows:
+    """The stored rows of a :class:`ShardedCSR` over the current rows and entity ids: current row
+    ``r`` is stored row ``row_base[r]`` (-1: none, an empty row) with each entity id ``c`` read as
+    ``col_ids[c]`` (None: as stored). Entries read by position (``indices[pos]``), as a CSR's."""
 
-    def send(self, directory: Path, key: str, item: Any, owners: str) -> str:
-        """Write each shard's rows of ``item`` (a CSR, or a 2-D array: a row per node), saved by the
-        router in ``directory`` under ``key``, and return its name in the shards."""
+    def __init__(self, base: ShardedCSR, row_base: np.ndarray, col_ids: np.ndarray | None, n_cols: int) -> None:
+        self.base, self.n_cols = base, int(n_cols)
+        self.row_base = np.asarray(row_base, np.int64)
+        self.col_ids = None if col_ids is None else np.asarray(col_ids, np.int64)
+        base_lens = np.diff(base.indptr)
+        lens = np.where(self.row_base >= 0, base_lens[np.maximum(self.row_base, 0)], 0)
+        self.indptr = np.zeros(len(self.row_base) + 1, np.int64)
+        np.cumsum(lens, out=self.indptr[1:])
+        self.indices = _Renumbered(self, base.indices, self.col_ids)
+        self.data = _Renumbered(self, base.data, None)
 
-
-_SINK: ContextVar[RowSink | None] = ContextVar("hopgraph_row_sink", default=None)
-#: the router's :class:`~hopgraph.engine.components.sharded.ShardSet` while it loads
-_SOURCE: ContextVar[Any] = ContextVar("hopgraph_row_source", default=None)
-
-
-@contextlib.contextmanager
-def sending_rows(sink: RowSink) -> Iterator[None]:
-    """Graphs saved inside the block send their rows to ``sink`` (``hopgraph shard``)."""
-    token = _SINK.set(sink)
-    try:
-        yield
-    finally:
-        _SINK.reset(token)
-
-
-@contextlib.contextmanager
-def reading_rows(shards: Any) -> Iterator[None]:
-    """Graphs loaded inside the block whose rows are in the shards read them through ``shards`` (a
-    :class:`~hopgraph.engine.components.sharded.ShardSet`)."""
-    token = _SOURCE.set(shards)
-    try:
-        yield
-    finally:
-        _SOURCE.reset(token)
+    def base_positions(self, pos: np.ndarray) -> np.ndarray:
+        """The stored entry positions of the current entry positions ``pos``."""
+        row = np.searchsorted(self.indptr, pos, side="right") - 1
+        return self.base.indptr[self.row_base[row]] + (pos - self.indptr[row])
 
 
-def sending_rows_now() -> bool:
-    """Whether graphs saved now send their rows to the shards (inside :func:`sending_rows`)."""
-    return _SINK.get() is not None
+class _Renumbered:
+    """``indices`` / ``data`` of :class:`RenumberedRows`."""
 
+    ndim = 1
 
-def _files(prefix: str, names: tuple[str, ...]) -> list[str]:
-    return [f"{prefix}{n}" for n in names]
+    def __init__(self, rows: RenumberedRows, stored: Any, ids: np.ndarray | None) -> None:
+        self.rows, self.stored, self.ids = rows, stored, ids
+        self.dtype = np.dtype(np.int64) if ids is not None else stored.dtype
+        self.shape = (int(rows.indptr[-1]),)
 
+    def __len__(self) -> int:
+        return self.shape[0]
 
-def save_graph(directory: Path, prefix: str, graph: Any, owners: str = PassageOwners.kind,
-               weighted: bool = True) -> None:
-    """Save ``graph`` in ``directory`` as ``{prefix}indptr`` / ``indices`` / ``data``; inside
-    :func:`sending_rows`, its rows go to the shards and ``directory`` keeps ``indptr`` and the
-    reference; a graph whose rows are in the shards keeps its reference and the rows changed since
-    (``owners``: ``"passage"`` for a graph over passages, ``"modulo"`` over other nodes;
-    ``weighted=False``: every weight is 1 and the shards store none)."""
-    base = sharded_base(graph)
-    sink = _SINK.get()
-    if base is None and sink is None:
-        save_arrays(directory, {f"{prefix}{k}": v for k, v in graph_arrays(graph).items()})
-        return
-    if base is None:
-        indptr = np.asarray(graph[0], np.int64)
-        sent = graph if weighted else CSR(indptr, graph[1], None, int(graph[3]))
-        ref = {"name": sink.send(directory, f"{prefix}graph", sent, owners), "owners": owners, "n_rows": len(indptr) - 1,
-               "n_cols": int(graph[3]), "nnz": int(indptr[-1]), "weighted": bool(weighted),
-               "dtypes": {"indices": np.asarray(graph[1][:0]).dtype.str, "data": np.asarray(graph[2][:0]).dtype.str}}
-        save_arrays(directory, {f"{prefix}indptr": indptr})
-    else:
-        ref = {**base.ref(), "n_cols_now": int(graph[3])}
-        arrays = {f"{prefix}indptr": base.indptr}
-        if isinstance(graph, OverlayCSR):
-            arrays.update({f"{prefix}over_rows": graph.overridden, f"{prefix}over_indptr": graph._optr,
-                           f"{prefix}over_indices": np.asarray(graph.indices.extra),
-                           f"{prefix}over_data": np.asarray(graph.data.extra)})
-        save_arrays(directory, arrays)
-    write_json(directory / f"{prefix}{REF_SUFFIX}", ref)
+    def __getitem__(self, key: Any) -> np.ndarray:
+        if isinstance(key, slice):
+            key = np.arange(*key.indices(len(self)), dtype=np.int64)
+        pos = np.asarray(key, np.int64)
+        if not pos.size:
+            return np.zeros(pos.shape, self.dtype)
+        values = np.asarray(self.stored[self.rows.base_positions(pos.ravel())])
+        return (values if self.ids is None else self.ids[values]).reshape(pos.shape)
 
+    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        raise InputError(f"graph {self.rows.base.name} is held by the shards of a sharded index; "
+                         "it is read by rows, never whole")
 
-def graph_arrays(graph: Any) -> dict[str, np.ndarray]:
-    """``indptr``, ``indices``, ``data`` of a CSR, an overlay over one, or a CSR tuple."""
-    if hasattr(graph, "arrays"):
-        return graph.arrays()
-    return {"indptr": np.asarray(graph[0]), "indices": np.asarray(graph[1]), "data": np.asarray(graph[2])}
-
-
-def held_by_shards(directory: Path, prefix: str) -> bool:
-    """Whether the graph saved in ``directory`` under ``prefix`` has its rows in the shards."""
-    return (directory / f"{prefix}{REF_SUFFIX}").is_file()
-
-
-def _read_ref(ref_file: Path, where: str) -> tuple[Any, dict[str, Any]]:
-    """The shards being read from (inside :func:`reading_rows`) and the reference ``ref_file``
-    holds; IndexFormatError naming ``where`` outside a router, or the file when it is unreadable."""
-    shards = _SOURCE.get()
-    if shards is None:
-        raise IndexFormatError(f"{where}: its rows are held by the shards of a sharded index "
-                               "(open it with hopgraph.shards.open_router)")
-    try:
-        ref = json.loads(ref_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise IndexFormatError(f"{ref_file}: unreadable ({type(e).__name__}: {e})") from None
-    if not isinstance(ref, dict):
-        raise IndexFormatError(f"{ref_file}: unreadable (not a JSON object)")
-    return shards, ref
-
-
-def load_graph(directory: Path, prefix: str, n_cols: int, where: str) -> CSR | ShardedCSR | OverlayCSR:
-    """A graph saved by :func:`save_graph`: checked and memory-mapped when whole; a
-    :class:`ShardedCSR` (under an :class:`OverlayCSR` of the rows changed since) when its rows are
-    in the shards (inside :func:`reading_rows`; IndexFormatError naming ``where`` otherwise)."""
-    ref_file = directory / f"{prefix}{REF_SUFFIX}"
-    if not ref_file.is_file():
-        a = load_arrays(directory, _files(prefix, ("indptr", "indices", "data")))
-        return check_csr(a[f"{prefix}indptr"], a[f"{prefix}indices"], a[f"{prefix}data"], n_cols, where)
-    shards, ref = _read_ref(ref_file, where)
-    try:
-        name, kind, n_rows = str(ref["name"]), str(ref["owners"]), int(ref["n_rows"])
-        base_cols, nnz, dtypes = int(ref["n_cols"]), int(ref["nnz"]), dict(ref["dtypes"])
-    except (ValueError, KeyError, TypeError) as e:
-        raise IndexFormatError(f"{ref_file}: unreadable ({type(e).__name__}: {e})") from None
-    indptr = check_indptr(load_array(directory, f"{prefix}indptr", mmap=False), n_rows, nnz, f"{where} indptr")
-    base = ShardedCSR(name, indptr, base_cols, owners_of(kind, shards), shards, dtypes,
-                      weighted=bool(ref.get("weighted", True)))
-    if not (directory / f"{prefix}over_rows.npy").is_file():
-        if base_cols != n_cols:
-            raise IndexFormatError(f"{where}: {base_cols} columns, expected {n_cols}")
-        return base
-    o = load_arrays(directory, _files(prefix, OVERLAY_FILES), mmap=False)
-    rows = np.asarray(o[f"{prefix}over_rows"], np.int64)
-    optr = check_indptr(o[f"{prefix}over_indptr"], len(rows), len(o[f"{prefix}over_indices"]), f"{where} over_indptr")
-    if len(rows) and (np.any(np.diff(rows) <= 0) or rows[0] < 0):
-        raise IndexFormatError(f"{where} over_rows: not sorted distinct rows")
-    graph = OverlayCSR(base, rows, optr, o[f"{prefix}over_indices"], o[f"{prefix}over_data"], n_cols)
-    return graph
 
 
 class ShardedMatrix:
@@ -419,16 +344,19 @@ class ShardedMatrix:
 
     @property
     def size(self) -> int:
+        """Rows times columns."""
         return self.shape[0] * self.shape[1]
 
     @property
     def nbytes(self) -> int:
+        """The bytes the whole matrix would take."""
         return self.size * self.dtype.itemsize
 
     def __len__(self) -> int:
         return self.shape[0]
 
     def ref(self) -> dict[str, Any]:
+        """What a router's directory records of it (name, row owners, shape, type)."""
         return {"name": self.name, "owners": self.owners.kind, "shape": list(self.shape), "dtype": self.dtype.str}
 
     def _flat_rows(self, rows: np.ndarray) -> np.ndarray:
@@ -490,12 +418,16 @@ class AppendedRows(ShardedMatrix):
 
     @property
     def name(self) -> str:
+        """The stored matrix's name in the shards."""
         return self.base.name
 
     def ref(self) -> dict[str, Any]:
+        """The stored matrix's reference (the appended rows are saved beside it)."""
         return self.base.ref()
 
     def take(self, rows: np.ndarray) -> np.ndarray:
+        """``M[rows]`` for integer ``rows`` of any shape, each row read from the shards or
+        the appended rows."""
         rows = np.asarray(rows, np.int64)
         flat = self._flat_rows(rows)
         out = np.empty((len(flat), self.shape[1]), self.dtype)
@@ -536,8 +468,14 @@ def with_rows_appended(matrix: "ShardedMatrix | AppendedRows", rows: np.ndarray)
     return AppendedRows(matrix, np.asarray(rows, matrix.dtype).reshape(-1, matrix.shape[1]))
 
 
-def row_held(matrix: Any) -> bool:
-    """Whether ``matrix`` is a row-per-node array whose rows the shards hold (read by rows only)."""
+def held_elsewhere(item: Any) -> bool:
+    """Whether ``item`` (a graph, a row matrix, or a column of one) reads rows another process holds."""
+    return isinstance(item, (ShardedMatrix, MatrixColumn)) or remote_base(item) is not None
+
+
+def read_by_rows(matrix: Any) -> bool:
+    """Whether ``matrix`` is a row-per-node array whose rows another process holds (read by rows
+    only, never whole)."""
     return isinstance(matrix, ShardedMatrix)
 
 
@@ -561,41 +499,3 @@ def matrix_topk(matrix: ShardedMatrix, mask: ShardedMatrix, Q: np.ndarray, k: in
     return merge_topk(parts, k, len(Q))
 
 
-def save_matrix(directory: Path, name: str, matrix: Any, owners: str = ModuloOwners.kind) -> None:
-    """Save a 2-D array as ``{name}.npy`` in ``directory``; inside :func:`sending_rows` its rows go
-    to the shards and ``directory`` keeps a reference (``{name}.rows.json``), as a
-    :class:`ShardedMatrix` does; an :class:`AppendedRows` keeps its reference and its appended rows
-    (``{name}.tail.npy``)."""
-    sink = _SINK.get()
-    if isinstance(matrix, AppendedRows):
-        save_arrays(directory, {f"{name}.tail": matrix.tail})
-    if isinstance(matrix, ShardedMatrix):
-        ref = matrix.ref()
-    elif sink is not None:
-        matrix = np.asarray(matrix)
-        ref = {"name": sink.send(directory, name, matrix, owners), "owners": owners, "shape": list(matrix.shape),
-               "dtype": matrix.dtype.str}
-    else:
-        save_arrays(directory, {name: np.asarray(matrix)})
-        return
-    write_json(directory / f"{name}.{REF_SUFFIX}", ref)
-
-
-def load_matrix(directory: Path, name: str, mmap: bool = True) -> "np.ndarray | ShardedMatrix":
-    """A 2-D array saved by :func:`save_matrix`: memory-mapped when whole; a :class:`ShardedMatrix`
-    when its rows are in the shards (inside :func:`reading_rows`; IndexFormatError otherwise)."""
-    ref_file = directory / f"{name}.{REF_SUFFIX}"
-    if not ref_file.is_file():
-        return load_array(directory, name, mmap=mmap)
-    shards, ref = _read_ref(ref_file, str(directory / name))
-    try:
-        shape, dtype = tuple(int(x) for x in ref["shape"]), np.dtype(ref["dtype"])
-        kind, key = str(ref["owners"]), str(ref["name"])
-    except (ValueError, KeyError, TypeError) as e:
-        raise IndexFormatError(f"{ref_file}: unreadable ({type(e).__name__}: {e})") from None
-    if len(shape) != 2:
-        raise IndexFormatError(f"{ref_file}: shape {shape} is not 2-D")
-    matrix = ShardedMatrix(key, shape, dtype, owners_of(kind, shards), shards)
-    if (directory / f"{name}.tail.npy").is_file():
-        return AppendedRows(matrix, load_array(directory, f"{name}.tail", mmap=False))
-    return matrix

@@ -1,16 +1,18 @@
-"""Graphs and row-per-node arrays whose rows the shards hold: every read through the router's proxy
-equals the stored graph's, whole reads are refused, the rows changed since survive a save / load."""
+"""Graphs and row-per-node arrays whose rows the shards hold (a router's graph store): every read
+through the router's proxy equals the stored graph's, whole reads are refused, the rows changed
+since survive a save / load, and an index's own store refuses what it cannot read."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from hopgraph.engine.components.sharded import ShardMap, ShardSet
-from hopgraph.engine.components.sharded_graph import (ShardedCSR, ShardedMatrix, load_graph, load_matrix, owners_of,
-                                                      reading_rows, save_graph, save_matrix, sending_rows, sharded_base)
 from hopgraph.engine.errors import IndexFormatError, InputError
+from hopgraph.engine.graphs.remote import ShardedCSR, ShardedMatrix, owners_of, remote_base
+from hopgraph.engine.graphs.router_store import RouterStore
+from hopgraph.engine.graphs.store import LOCAL
+from hopgraph.engine.graphs.views import OverlayCSR
 from hopgraph.engine.sparse import take_rows
-from hopgraph.engine.storage.deltas import OverlayCSR
 from hopgraph.kernels.csr import CSR
 
 
@@ -80,14 +82,12 @@ def setup():
 def test_sharded_graph_reads_equal_the_stored_graph(setup, tmp_path, owners):
     rng, shards, fake = setup
     graph = random_graph(rng, 41, 41)
-    with sending_rows(Sink(shards, fake)):
-        save_graph(tmp_path, "g_", graph, owners)
+    assert RouterStore(shards, Sink(shards, fake)).save_graph(tmp_path, "g_", graph, owners)
     assert not (tmp_path / "g_indices.npy").exists()  # the entries are in the shards only
     with pytest.raises(IndexFormatError, match="held by the shards"):
-        load_graph(tmp_path, "g_", 41, "g")
-    with reading_rows(shards):
-        remote = load_graph(tmp_path, "g_", 41, "g")
-    assert isinstance(remote, ShardedCSR) and sharded_base(remote) is remote
+        LOCAL.load_graph(tmp_path, "g_", 41, "g")
+    remote = RouterStore(shards).load_graph(tmp_path, "g_", 41, "g")
+    assert isinstance(remote, ShardedCSR) and remote_base(remote) is remote
     np.testing.assert_array_equal(remote.indptr, graph.indptr)
     pos = rng.integers(0, graph.nnz, (3, 7))
     np.testing.assert_array_equal(remote.indices[pos], graph.indices[pos])
@@ -111,20 +111,18 @@ def test_sharded_graph_reads_equal_the_stored_graph(setup, tmp_path, owners):
 def test_rows_changed_since_survive_a_save_and_load(setup, tmp_path):
     rng, shards, fake = setup
     graph = random_graph(rng, 41, 41)
-    with sending_rows(Sink(shards, fake)):
-        save_graph(tmp_path, "", graph)
-    with reading_rows(shards):
-        remote = load_graph(tmp_path, "", 41, "g")
+    RouterStore(shards, Sink(shards, fake)).save_graph(tmp_path, "", graph)
+    store = RouterStore(shards)
+    remote = store.load_graph(tmp_path, "", 41, "g")
     # row 5 rewritten, rows 41, 42 appended (the graph grows to 43 columns)
     over = OverlayCSR.over(remote, 43).updated(np.array([5, 41, 42]), np.array([0, 2, 2, 3]),
                                                np.array([42, 1, 7], np.int32), np.array([.5, .25, 1.], np.float32), 43)
     later = tmp_path / "later"
     later.mkdir()
-    save_graph(later, "", over)
+    assert store.save_graph(later, "", over)
     assert not (later / "indices.npy").exists()
-    with reading_rows(shards):
-        back = load_graph(later, "", 43, "g")
-    assert isinstance(back, OverlayCSR) and sharded_base(back) is not None
+    back = store.load_graph(later, "", 43, "g")
+    assert isinstance(back, OverlayCSR) and remote_base(back) is not None
     np.testing.assert_array_equal(back.indptr, over.indptr)
     everything = np.arange(back.nnz)
     np.testing.assert_array_equal(back.indices[everything], over.indices[everything])
@@ -134,11 +132,11 @@ def test_rows_changed_since_survive_a_save_and_load(setup, tmp_path):
 def test_sharded_matrix_rows(setup, tmp_path):
     rng, shards, fake = setup
     M = rng.random((29, 6)).astype(np.float32)
-    with sending_rows(Sink(shards, fake)):
-        save_matrix(tmp_path, "emb", M)
+    assert RouterStore(shards, Sink(shards, fake)).save_matrix(tmp_path, "emb", M)
     assert not (tmp_path / "emb.npy").exists()
-    with reading_rows(shards):
-        remote = load_matrix(tmp_path, "emb")
+    with pytest.raises(IndexFormatError, match="held by the shards"):
+        LOCAL.load_matrix(tmp_path, "emb")
+    remote = RouterStore(shards).load_matrix(tmp_path, "emb")
     assert isinstance(remote, ShardedMatrix) and remote.shape == M.shape and len(remote) == 29
     rows = np.array([[28, 0], [3, 3]])
     np.testing.assert_array_equal(remote[rows], M[rows])
@@ -152,18 +150,18 @@ def test_sharded_matrix_rows(setup, tmp_path):
         remote[np.array([29])]
     plain = tmp_path / "plain"
     plain.mkdir()
-    save_matrix(plain, "emb", M)  # no shards: saved whole
-    np.testing.assert_array_equal(load_matrix(plain, "emb"), M)
+    assert not RouterStore(shards).save_matrix(plain, "emb", M)  # no sink: a whole matrix saved whole
+    np.testing.assert_array_equal(LOCAL.load_matrix(plain, "emb"), M)
 
 
 def test_forget_rows_drops_what_the_router_kept(setup, tmp_path):
     rng, shards, fake = setup
     graph = random_graph(rng, 41, 41)
-    with sending_rows(Sink(shards, fake)):
-        save_graph(tmp_path, "", graph)
-        save_matrix(tmp_path, "emb", rng.random((41, 3)).astype(np.float32))
-    with reading_rows(shards):
-        remote, emb = load_graph(tmp_path, "", 41, "g"), load_matrix(tmp_path, "emb")
+    sending = RouterStore(shards, Sink(shards, fake))
+    sending.save_graph(tmp_path, "", graph)
+    sending.save_matrix(tmp_path, "emb", rng.random((41, 3)).astype(np.float32))
+    store = RouterStore(shards)
+    remote, emb = store.load_graph(tmp_path, "", 41, "g"), store.load_matrix(tmp_path, "emb")
     rows = np.array([1, 2, 3, 39])
     remote.rows_csr(rows), emb[rows]
     calls = fake.calls
@@ -178,11 +176,9 @@ def test_an_unweighted_graph_stores_no_weights_in_the_shards(setup, tmp_path):
     rng, shards, fake = setup
     graph = random_graph(rng, 41, 41)
     ones = CSR(graph.indptr, graph.indices, np.ones(graph.nnz, np.float32), 41)
-    with sending_rows(Sink(shards, fake)):
-        save_graph(tmp_path, "", ones, weighted=False)
+    RouterStore(shards, Sink(shards, fake)).save_graph(tmp_path, "", ones, weighted=False)
     assert not any(weighted for part in fake.parts for _, weighted in part.values())
-    with reading_rows(shards):
-        remote = load_graph(tmp_path, "", 41, "g")
+    remote = RouterStore(shards).load_graph(tmp_path, "", 41, "g")
     pos = np.arange(graph.nnz)
     np.testing.assert_array_equal(remote.indices[pos], graph.indices)
     np.testing.assert_array_equal(remote.data[pos], np.ones(graph.nnz, np.float32))

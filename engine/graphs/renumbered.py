@@ -1,10 +1,12 @@
-"""DMAR's knowledge-graph rows and subgraph embeddings at a sharded index's router after adds.
+"""Graphs and row matrices over renumbered nodes whose stored rows the shards hold (DMAR's knowledge
+graph and subgraph embeddings at a sharded index's router after adds).
 
 ``hopgraph shard`` sends the rows of the passage → entities graph, of the ego subgraphs and of the
-subgraph embeddings to the shards (:meth:`~hopgraph.engine.pipelines.dmar.knowledge_graph.KnowledgeGraph.save`);
-those stored rows never change. An add through the router renumbers the entities (the names stay a
-sorted vocabulary: new names are inserted, every old id moves up, in order) and changes some rows.
-The router then holds, over the stored rows:
+subgraph embeddings to the shards (through the
+:class:`~hopgraph.engine.graphs.router_store.RouterStore`); those stored rows never change. An add
+through the router renumbers the entities (the names stay a sorted vocabulary: new names are
+inserted, every old id moves up, in order) and changes some rows. The router then holds, over the
+stored rows:
 
 * ``base_ids`` — the current id of every entity of the stored rows (increasing);
 * the **held rows**: every row that differs from its stored one (new passages and entities, rows the
@@ -21,64 +23,18 @@ from typing import Any
 
 import numpy as np
 
-from ...components.sharded_graph import ShardedCSR, ShardedMatrix
-from ...errors import IndexFormatError, InputError
-from ...sparse import take_rows
-from ...storage import check_indptr, load_arrays, save_arrays
-from ...storage.deltas import OverlayCSR
+from ...kernels.csr import CSR
+from ..errors import IndexFormatError
+from ..sparse import take_rows
+from ..storage import check_indptr, load_arrays, save_arrays
+from ..storage.deltas import changed_rows
+from .remote import RenumberedRows, ShardedCSR, ShardedMatrix
+from .views import OverlayCSR
 
 #: the arrays of a graph's held rows (``{prefix}held_*``; weights are ones, not stored)
 HELD_FILES = ("held_rows", "held_indptr", "held_indices")
 #: the current id of each entity of the stored rows
 BASE_IDS = "kg_base_ids"
-
-
-class RenumberedRows:
-    """The stored rows of a :class:`ShardedCSR` over the current rows and entity ids: current row
-    ``r`` is stored row ``row_base[r]`` (-1: none, an empty row) with each entity id ``c`` read as
-    ``col_ids[c]`` (None: as stored). Entries read by position (``indices[pos]``), as a CSR's."""
-
-    def __init__(self, base: ShardedCSR, row_base: np.ndarray, col_ids: np.ndarray | None, n_cols: int) -> None:
-        self.base, self.n_cols = base, int(n_cols)
-        self.row_base = np.asarray(row_base, np.int64)
-        self.col_ids = None if col_ids is None else np.asarray(col_ids, np.int64)
-        base_lens = np.diff(base.indptr)
-        lens = np.where(self.row_base >= 0, base_lens[np.maximum(self.row_base, 0)], 0)
-        self.indptr = np.zeros(len(self.row_base) + 1, np.int64)
-        np.cumsum(lens, out=self.indptr[1:])
-        self.indices = _Renumbered(self, base.indices, self.col_ids)
-        self.data = _Renumbered(self, base.data, None)
-
-    def base_positions(self, pos: np.ndarray) -> np.ndarray:
-        row = np.searchsorted(self.indptr, pos, side="right") - 1
-        return self.base.indptr[self.row_base[row]] + (pos - self.indptr[row])
-
-
-class _Renumbered:
-    """``indices`` / ``data`` of :class:`RenumberedRows`."""
-
-    ndim = 1
-
-    def __init__(self, rows: RenumberedRows, stored: Any, ids: np.ndarray | None) -> None:
-        self.rows, self.stored, self.ids = rows, stored, ids
-        self.dtype = np.dtype(np.int64) if ids is not None else stored.dtype
-        self.shape = (int(rows.indptr[-1]),)
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __getitem__(self, key: Any) -> np.ndarray:
-        if isinstance(key, slice):
-            key = np.arange(*key.indices(len(self)), dtype=np.int64)
-        pos = np.asarray(key, np.int64)
-        if not pos.size:
-            return np.zeros(pos.shape, self.dtype)
-        values = np.asarray(self.stored[self.rows.base_positions(pos.ravel())])
-        return (values if self.ids is None else self.ids[values]).reshape(pos.shape)
-
-    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
-        raise InputError(f"graph {self.rows.base.name} is held by the shards of a sharded index; "
-                         "it is read by rows, never whole")
 
 
 def held_graph(base: ShardedCSR, row_base: np.ndarray, col_ids: np.ndarray | None, held_rows: np.ndarray,
@@ -112,12 +68,16 @@ class HeldRowsMatrix(ShardedMatrix):
 
     @property
     def fetched(self) -> int:
+        """Rows fetched from the shards by the stored matrix."""
         return self.base.fetched
 
     def ref(self) -> dict[str, Any]:
+        """The stored matrix's reference."""
         return self.base.ref()
 
     def take(self, rows: np.ndarray) -> np.ndarray:
+        """``M[rows]`` for integer ``rows`` of any shape: held rows from memory, the others
+        from their stored rows."""
         rows = np.asarray(rows, np.int64)
         flat = rows.reshape(-1)
         if len(flat) and (flat.min() < 0 or flat.max() >= self.shape[0]):
@@ -187,12 +147,13 @@ def renumber_matrix(matrix: Any, new_of_old: np.ndarray, n_rows: int, rows: np.n
 # ---------------------------------------------------------------------- persistence
 def save_held(directory: Path, prefix: str, graph: OverlayCSR) -> None:
     """The held rows of a current graph (``{prefix}held_*``); its stored rows' reference is saved
-    with :func:`~hopgraph.engine.components.sharded_graph.save_graph` of :func:`stored_graph`."""
+    with :meth:`~hopgraph.engine.graphs.router_store.RouterStore.save_graph` of :func:`stored_graph`."""
     save_arrays(directory, {f"{prefix}held_rows": graph.overridden, f"{prefix}held_indptr": graph._optr,
                             f"{prefix}held_indices": np.asarray(graph.indices.extra, np.int32)})
 
 
 def save_entity_ids(directory: Path, base_ids: np.ndarray) -> None:
+    """Save the current id of every entity of the stored rows (``base_ids``, :data:`BASE_IDS`)."""
     save_arrays(directory, {BASE_IDS: np.asarray(base_ids, np.int64)})
 
 
@@ -230,6 +191,8 @@ def load_held(directory: Path, prefix: str, base: ShardedCSR, base_ids: np.ndarr
 
 
 def save_held_matrix(directory: Path, name: str, matrix: HeldRowsMatrix) -> None:
+    """Save the held rows and their values of ``matrix`` (``{name}_held_rows`` /
+    ``_held_values``)."""
     save_arrays(directory, {f"{name}_held_rows": matrix.held_rows, f"{name}_held_values": matrix.held_values})
 
 
@@ -261,8 +224,6 @@ def read_whole_matrix(matrix: Any) -> Any:
 
 def spread(part: Any, rows: np.ndarray, n_rows: int) -> Any:
     """A CSR of ``n_rows`` rows holding ``part``'s rows at the sorted distinct ``rows``, others empty."""
-    from ....kernels.csr import CSR
-
     lens = np.zeros(n_rows, np.int64)
     lens[np.asarray(rows, np.int64)] = np.diff(part.indptr)
     ptr = np.zeros(n_rows + 1, np.int64)
@@ -276,8 +237,6 @@ def differing_rows(old: Any, new: Any, rows: np.ndarray, old_row: np.ndarray, ne
     order, from those of row ``old_row[r]`` of ``old`` (-1: a new row, empty before) renumbered by
     ``new_of_old``; and ``old``'s rows read (a CSR over ``old``'s rows, the others empty, old ids).
     Reads only those rows of ``old``. O(entries of the rows)."""
-    from ...storage.deltas import changed_rows
-
     rows = np.asarray(rows, np.int64)
     o = old_row[rows]
     known = o >= 0
@@ -293,8 +252,6 @@ def differing_rows(old: Any, new: Any, rows: np.ndarray, old_row: np.ndarray, ne
 def read_whole_graph(graph: Any) -> Any:
     """A graph whose rows the shards hold read whole as a CSR (weights one; every row fetched): for
     a write that needs it all; anything else as it is."""
-    from ....kernels.csr import CSR
-
     if stored_graph(graph) is None:
         return graph
     ptr, ind, _ = graph.rows_csr(np.arange(len(graph[0]) - 1, dtype=np.int64))

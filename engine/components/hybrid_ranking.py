@@ -1,0 +1,34 @@
+"""The dense + BM25 candidate list of a query batch fused by reciprocal rank: the ``hybrid`` pipeline's
+ranking and the "hybrid seeds / candidates" option of the graph pipelines, computed from the index's
+shared components."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ranking import rrf_topk
+from ..timing import StageTimer
+from .query_batch import QueryBatch
+
+#: the RRF constant of the hybrid lists (``Σ 1 / (rrf_k + rank)``)
+RRF_K = 60
+
+
+def hybrid_ranking(batch: QueryBatch, k: int, depth: int = 100, rrf_k: int = RRF_K,
+                   timer: StageTimer | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``k`` rows by reciprocal rank fusion of the dense and BM25 top-``depth`` lists.
+
+    Scores are the RRF sums ``Σ 1/(rrf_k + rank)``; ties break toward the lower row
+    (:func:`~hopgraph.engine.ranking.topk_rows`); rows in neither list are padding. Only the
+    rows of the two lists are scored (:func:`~hopgraph.engine.ranking.rrf_topk`): no ``[B, N]``
+    array, O(B · depth) whatever the corpus size. The lists are drawn under the
+    batch's filter, so every returned row is allowed, and ``k`` come back whenever the two
+    lists hold that many.
+    """
+    depth = max(depth, k)
+    timer = timer or StageTimer()
+    with timer("dense"):
+        d_ids, _ = batch.dense_topk(depth)
+    with timer("bm25"):
+        b_ids, _ = batch.bm25_topk(depth)
+    with timer("fusion"):
+        return rrf_topk([d_ids, b_ids], k, k=rrf_k)
