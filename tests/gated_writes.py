@@ -13,7 +13,8 @@ from hopgraph.serve.writer import apply_add
 def gated_add(index: Any, records: Sequence[dict[str, Any]], upsert: bool, gate: str) -> dict[str, Any]:
     """Write this process's id to ``gate/entered``, wait (up to 60 s) for ``gate/release``, then add."""
     gate_dir = Path(gate)
-    (gate_dir / "entered").write_text(str(os.getpid()))
+    (gate_dir / "entered.tmp").write_text(str(os.getpid()))
+    os.replace(gate_dir / "entered.tmp", gate_dir / "entered")  # never seen empty
     deadline = time.monotonic() + 60
     while not (gate_dir / "release").exists() and time.monotonic() < deadline:
         time.sleep(0.02)

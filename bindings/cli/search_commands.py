@@ -58,6 +58,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 def topics_to_search(args: argparse.Namespace) -> dict[str, str] | None:
     """``--topics``' queries (with ``--run``; no question arguments then), or None for the questions
     given as arguments. InputError naming the flag or file at fault, before the index is opened."""
+    from ..engine.errors import InputError
     from ..engine.evaluation import load_topics
 
     if (args.topics is None) != (args.run is None):

@@ -48,16 +48,7 @@ class IndexBuild:
         from ..engine import distributed
         from ..engine.ingest import chunking, streaming
         from ..engine.ingest import precomputed as shards
-        from ..kernels.dispatch import DEVICES
-
-        if isinstance(pipelines, str) or not all(isinstance(p, str) for p in pipelines):
-            raise InputError(f"pipelines must be a list of pipeline names, got {pipelines!r}")
-        for p in pipelines:  # unknown names fail now, not after the corpus is embedded
-            pipeline_class(p)
-        if device not in DEVICES:
-            raise InputError(f"device must be one of {DEVICES}, got {device!r}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+        _check_build_arguments(pipelines, device, batch_size)
         corpus = Corpus.coerce(corpus)
         if chunk_tokens is not None:
             if embeddings is not None:
@@ -106,6 +97,21 @@ class IndexBuild:
             for p in pipelines:
                 index.pipeline(p)
         return index
+
+
+def _check_build_arguments(pipelines: Sequence[str], device: str, batch_size: int) -> None:
+    """:class:`InputError` for a bad pipeline list (unknown names fail now, not after the corpus is
+    embedded), device or batch size."""
+    from ..kernels.dispatch import DEVICES
+
+    if isinstance(pipelines, str) or not all(isinstance(p, str) for p in pipelines):
+        raise InputError(f"pipelines must be a list of pipeline names, got {pipelines!r}")
+    for p in pipelines:
+        pipeline_class(p)
+    if device not in DEVICES:
+        raise InputError(f"device must be one of {DEVICES}, got {device!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
 
 
 def _scratch_dir() -> Path:

@@ -1,7 +1,8 @@
 """The public façade: an index of a corpus, its embeddings, the shared components and the fitted
 pipelines. :class:`Index` is assembled from its parts: building (:mod:`.build`), searching
-(:mod:`.search`), live updates (:mod:`.live`) and persistence (:mod:`.io`); this module holds its
-state and the pipelines it has fitted."""
+(:mod:`.search`), live updates (:mod:`.live`) and persistence (:mod:`.io`: over the engine's
+:class:`~hopgraph.engine.index.IndexReader`, :class:`~hopgraph.engine.index.IndexWriter` and merge
+policy); this module holds its state and the pipelines it has fitted."""
 from __future__ import annotations
 
 import time
@@ -11,17 +12,16 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..engine import storage
 from ..engine.components.corpus import Corpus
 from ..engine.components.shared import Components
 from ..engine.embedders import Embedder, embedder_from_entry
 from ..engine.filters import MetadataIndex
+from ..engine.index import Committed, IndexReader
 from ..engine.params import RunSettings, split_params
 from ..engine.pipelines import Pipeline, pipeline_class
 from .build import IndexBuild
 from .io import IndexIO
 from .live import IndexLive
-from .merge import IndexMerge
 from .params import validate_params, variant_key
 from .search import IndexSearch
 
@@ -29,7 +29,7 @@ from .search import IndexSearch
 MAX_VARIANTS = 16
 
 
-class Index(IndexBuild, IndexSearch, IndexLive, IndexIO, IndexMerge):
+class Index(IndexBuild, IndexSearch, IndexLive, IndexIO):
     """A corpus, its embeddings, the shared components and the fitted pipelines over them.
 
     Build with :meth:`build`, persist with :meth:`save` / :meth:`load`, query with :meth:`search`,
@@ -63,9 +63,10 @@ class Index(IndexBuild, IndexSearch, IndexLive, IndexIO, IndexMerge):
         self.embed_seconds = 0.0
         self.path: Path | None = None
         self._manifest: dict[str, Any] | None = None
-        self._lease: storage.OpenedIndex | None = None
+        #: the engine's reader of the commit whose files this index reads (its lease; :mod:`.io`)
+        self._reader: IndexReader | None = None
         #: the commit this index was loaded from or last saved to (:mod:`.io`)
-        self._committed = None
+        self._committed: Committed | None = None
         #: the adds and deletes since that commit, to apply again on a newer one (None: not possible)
         self._ops: list[tuple] | None = []
         self._metadata: MetadataIndex | None = None

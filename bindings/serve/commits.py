@@ -19,9 +19,9 @@ processes.
   is loaded from that commit). A write that fails (or whose writer process dies) leaves the served
   index as it was: its copy is dropped, and the writes of the window applied before it are applied
   again to a fresh copy.
-* **Merges.** After a commit, when the tiered policy (:func:`hopgraph.index.merge.next_merge`) finds
-  segments to merge, one merge at a time runs in a background thread
-  (:func:`hopgraph.index.merge.merge_range`: written beside the live commit, committed in place of
+* **Merges.** After a commit, when the merge policy (:class:`~hopgraph.engine.storage.MergePolicy`,
+  by default the tiered one) finds segments to merge, one merge at a time runs in a background thread
+  (:func:`hopgraph.engine.index.merge_range`: written beside the live commit, committed in place of
   the segments it replaces). A merge changes how the index is stored, not what it holds, so no
   answer changes; the server then loads the merged commit in that thread and adopts it between
   micro-batches (the files of the replaced segments are then released).
@@ -54,8 +54,9 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, w
 
 from ..engine import storage
 from ..engine.errors import IndexFormatError, IndexLockedError
+from ..engine.index import merge_range
+from ..engine.storage import MERGE_FACTOR, MergePolicy, TieredMergePolicy
 from ..index import Index
-from ..index.merge import MERGE_FACTOR, merge_range, next_merge
 from .writer import ProcessWriter, ThreadWriter, load_live, process_embedder_entry, warm_up
 
 log = logging.getLogger("hopgraph.serve")
@@ -69,14 +70,15 @@ LOCK_RETRY_SECONDS = 10.0
 class LiveWrites:
     """The write path of one served index (module docstring). ``run_exclusive(fn)`` runs ``fn`` in
     the search worker between micro-batches (the batcher's); ``merge``: run the merge policy after
-    commits; ``process``: a writer process when the embedder allows; ``pipelines``: those served (each
+    commits (``merge_policy``; default the tiered policy of ``merge_factor``); ``process``: a writer process when the embedder allows; ``pipelines``: those served (each
     searched once on a commit before it is swapped in, :func:`~hopgraph.serve.writer.warm_up`)."""
 
     def __init__(self, index: Index, run_exclusive: Callable[[Callable[[], Any]], Awaitable[Any]],
                  window_ms: float = COMMIT_WINDOW_MS, merge: bool = True, merge_factor: int = MERGE_FACTOR,
-                 process: bool = True, pipelines: Sequence[str] = ()) -> None:
+                 process: bool = True, pipelines: Sequence[str] = (), merge_policy: MergePolicy | None = None) -> None:
         self.index, self.run_exclusive, self.pipelines = index, run_exclusive, list(pipelines)
-        self.window_ms, self.merge, self.merge_factor = float(window_ms), merge, merge_factor
+        self.window_ms, self.merge = float(window_ms), merge
+        self.merge_policy = merge_policy if merge_policy is not None else TieredMergePolicy(merge_factor)
         self._lock: asyncio.Lock | None = None
         self._pending: list[asyncio.Future] = []
         self._flush_task: asyncio.Task | None = None
@@ -276,7 +278,7 @@ class LiveWrites:
         if not self.merge or (self._merging is not None and self._merging.is_alive()):
             return
         sizes = [int(s["n_rows"]) for s in self.index._committed.manifest.get("segments", [])]
-        if next_merge(sizes, self.merge_factor) is None:
+        if self.merge_policy.find_merge(sizes) is None:
             return
         self._merging = threading.Thread(target=self._merge, args=(self.index.path,), name="hopgraph-merge",
                                          daemon=True)
@@ -285,9 +287,8 @@ class LiveWrites:
     def _merge(self, path: Any) -> None:
         try:
             while True:
-                sizes = [int(s["n_rows"]) for s in storage.read_manifest(path)["segments"]]
-                step = next_merge(sizes, self.merge_factor)
-                if step is None or merge_range(path, *step, Index) is None:
+                step = self.merge_policy.find_merge(storage.SegmentInfos.read(path).sizes)
+                if step is None or merge_range(path, *step) is None:
                     break
                 self.merges += 1
             merged = self._load()

@@ -1,8 +1,11 @@
-"""Index storage, by concern: :mod:`.commit` (segments behind commits, the commit point), :mod:`.lock`,
+"""Index storage, by concern: :mod:`.segment_infos` (a commit's segment list: the format),
+:mod:`.commit` (writing segments and commits, pinning a commit, cleanup), :mod:`.merge_policy`, :mod:`.lock`,
 :mod:`.checksum`, :mod:`.durable`, :mod:`.arrays`, :mod:`.rows`, :mod:`.validate`, :mod:`.strings`."""
 from .checksum import HASH, VERIFY_LEVELS, data_files, file_digest, verify_files
 from .durable import fsync_dir, fsync_tree, write_file_durably, write_json
 from .lock import Lease, WriteLock
+from .segment_infos import SegmentInfo, SegmentInfos
+from .merge_policy import MERGE_FACTOR, MergePolicy, TieredMergePolicy
 from .commit import (CommitWriter, NewSegment, OpenedIndex, SegmentRef, StaleIndexError, TargetGuard, check_target,
                      cleanup, has_index, is_index_dir, open_index, read_current, read_manifest, rebuild_command,
                      referenced_files, segment_dirs, verify_index)
@@ -24,6 +27,8 @@ __all__ = [
     "HashTable",
     "LEGACY_NAMES",
     "LOCK_FILE",
+    "MERGE_FACTOR",
+    "MergePolicy",
     "Lease",
     "MANIFEST",
     "NewSegment",
@@ -33,10 +38,13 @@ __all__ = [
     "RowReader",
     "SAVE_BLOCK_BYTES",
     "SEGMENT_MANIFEST",
+    "SegmentInfo",
+    "SegmentInfos",
     "SegmentRef",
     "StackedRows",
     "StaleIndexError",
     "TargetGuard",
+    "TieredMergePolicy",
     "UNIT_CHECK_FULL",
     "UNIT_CHECK_SAMPLE",
     "UNIT_TOL",

@@ -21,7 +21,7 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,6 +32,7 @@ from .layout import (CURRENT, DELETES_PATTERN, FORMAT_NAME, FORMAT_VERSION, LEAS
                      LOCK_FILE, MANIFEST, READ_VERSIONS, READERS_FILE, SEGMENT_FORMAT, SEGMENT_MANIFEST, commit_name,
                      commit_number, deletes_name, generation_number, segment_name, segment_number)
 from .lock import Lease, WriteLock, remove_unless_leased, try_exclusive
+from .segment_infos import SegmentInfo, SegmentInfos, check_digest, file_entry, read_current, read_json
 
 
 class StaleIndexError(IndexFormatError):
@@ -129,23 +130,6 @@ def check_target(path: str | Path, overwrite: bool = False, flag: str = "overwri
 
 
 # ---------------------------------------------------------------------- the commit point
-def read_current(path: Path) -> tuple[str, dict[str, Any]]:
-    """The name ``CURRENT`` points at (a commit file, or a format-3 generation) and its manifest entry
-    (size, digest, algorithm)."""
-    cur = Path(path) / CURRENT
-    try:
-        obj = json.loads(cur.read_text(encoding="utf-8"))
-        name = obj.get("commit", obj.get("generation"))
-        entry = obj["manifest"]
-        if obj.get("format") != FORMAT_NAME or not isinstance(name, str) or not isinstance(entry, dict) or \
-                (commit_number(name) is None and generation_number(name) is None):
-            raise ValueError("not a commit point")
-        int(entry["size"]), str(entry["digest"]), str(entry["algorithm"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise IndexFormatError(f"{cur} is corrupt ({e}); the index cannot be opened") from None
-    return name, entry
-
-
 @dataclass
 class SegmentRef:
     """One segment of an opened commit: its directory, global rows ``[first_row, first_row +
@@ -172,7 +156,8 @@ class OpenedIndex:
     segments: list[SegmentRef]
     lease: Lease | None
     version: int = FORMAT_VERSION
-    extra_files: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
+    #: the commit's segment list (None for a format-3 generation, which has none)
+    infos: SegmentInfos | None = None
 
     @property
     def number(self) -> int:
@@ -180,30 +165,10 @@ class OpenedIndex:
         return commit_number(self.name) or 0
 
     def close(self) -> None:
+        """Release the lease (a writer may then remove the commit's files); idempotent."""
         if self.lease is not None:
             self.lease.close()
             self.lease = None
-
-
-def _check_digest(file: Path, entry: dict[str, Any], whose: str) -> None:
-    try:
-        size, digest, algorithm = int(entry["size"]), str(entry["digest"]), str(entry.get("algorithm", HASH))
-    except (KeyError, TypeError, ValueError):
-        raise IndexFormatError(f"{whose}: bad entry for {file.name}") from None
-    if not file.is_file():
-        raise IndexFormatError(f"{file} is missing")
-    if file.stat().st_size != size or file_digest(file, algorithm) != digest:
-        raise IndexFormatError(f"{file} is corrupt (size or checksum differs from {whose})")
-
-
-def _read_json(file: Path) -> dict[str, Any]:
-    try:
-        obj = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise IndexFormatError(f"{file} is corrupt: {e}") from None
-    if not isinstance(obj, dict):
-        raise IndexFormatError(f"{file} is not a JSON object")
-    return obj
 
 
 def open_index(path: str | Path) -> OpenedIndex:
@@ -240,47 +205,32 @@ def _open_commit(path: Path, name: str, entry: dict[str, Any]) -> OpenedIndex | 
     ``CURRENT`` again)."""
     cfile = path / name
 
-    def segments(manifest: dict[str, Any]) -> list[SegmentRef]:
-        return [_open_segment(path, seg, cfile, i) for i, seg in enumerate(_list(manifest, "segments", cfile))]
+    def opened(manifest: dict[str, Any], lease: Lease) -> OpenedIndex:
+        """The commit ``manifest`` read under ``lease``, its segments checked."""
+        infos = SegmentInfos.from_manifest(name, manifest, cfile)
+        return OpenedIndex(path, name, manifest, [_open_segment(path, seg, cfile) for seg in infos.segments], lease,
+                           infos=infos)
 
-    return _pinned(path, name, entry, _lease_file(cfile), cfile, "a hopgraph index commit",
-                   lambda manifest, lease: OpenedIndex(path, name, manifest, segments(manifest), lease))
-
-
-def _list(manifest: dict[str, Any], key: str, where: Path) -> list:
-    value = manifest.get(key)
-    if not isinstance(value, list):
-        raise IndexFormatError(f"{where}: missing or invalid entry {key!r}")
-    return value
+    return _pinned(path, name, entry, _lease_file(cfile), cfile, "a hopgraph index commit", opened)
 
 
-def _open_segment(path: Path, seg: Any, cfile: Path, i: int) -> SegmentRef:
-    try:
-        name, first, n = str(seg["name"]), int(seg["first_row"]), int(seg["n_rows"])
-        if segment_number(name) is None:
-            raise ValueError(f"bad segment name {name!r}")
-        mentry = dict(seg["manifest"], algorithm=seg["manifest"].get("algorithm", HASH))
-        dentry = seg.get("deletes")
-    except (KeyError, TypeError, ValueError) as e:
-        raise IndexFormatError(f"{cfile}: segment {i}: missing or invalid entry {e}") from None
-    sdir = path / name
+def _open_segment(path: Path, seg: SegmentInfo, cfile: Path) -> SegmentRef:
+    """The segment ``seg`` of the commit file ``cfile``, its ``segment.json`` and deletes file checked
+    against the digests the commit records."""
+    sdir = path / seg.name
     mfile = sdir / SEGMENT_MANIFEST
-    _check_digest(mfile, mentry, str(cfile))
-    smanifest = _read_json(mfile)
+    check_digest(mfile, seg.manifest, str(cfile))
+    smanifest = read_json(mfile)
+    name, first, n = seg.name, seg.first_row, seg.n_rows
     if smanifest.get("format") != SEGMENT_FORMAT or smanifest.get("name") != name or \
             smanifest.get("first_row") != first or smanifest.get("n_rows") != n:
         raise IndexFormatError(f"{mfile}: does not describe segment {name} of rows [{first}, {first + n}) "
                                f"as {cfile} says")
     deletes = None
-    if dentry is not None:
-        try:
-            deletes = path / str(dentry["file"])
-            if deletes.name != Path(str(dentry["file"])).name or not DELETES_PATTERN.fullmatch(deletes.name):
-                raise ValueError("bad deletes file name")
-        except (KeyError, TypeError, ValueError) as e:
-            raise IndexFormatError(f"{cfile}: segment {name}: bad deletes entry ({e})") from None
-        _check_digest(deletes, dict(dentry, algorithm=dentry.get("algorithm", HASH)), str(cfile))
-    return SegmentRef(name, sdir, first, n, smanifest, deletes, dict(seg))
+    if seg.deletes is not None:
+        deletes = path / seg.deletes_file
+        check_digest(deletes, seg.deletes, str(cfile))
+    return SegmentRef(name, sdir, first, n, smanifest, deletes, seg.entry())
 
 
 def _open_generation(path: Path, name: str, entry: dict[str, Any]) -> OpenedIndex | None:
@@ -288,6 +238,7 @@ def _open_generation(path: Path, name: str, entry: dict[str, Any]) -> OpenedInde
     gen_dir = path / name
 
     def opened(manifest: dict[str, Any], lease: Lease) -> OpenedIndex:
+        """The generation ``manifest`` read under ``lease``, as one base segment."""
         n = int((manifest.get("corpus") or {}).get("n_passages", 0))
         return OpenedIndex(path, name, manifest, [SegmentRef(name, gen_dir, 0, n, manifest)], lease, version=3)
 
@@ -310,8 +261,8 @@ def _pinned(path: Path, name: str, entry: dict[str, Any], lease_file: Path, mfil
                 lease.close()
                 return None
             raise IndexFormatError(f"{mfile} is missing")
-        _check_digest(mfile, entry, str(path / CURRENT))
-        manifest = _read_json(mfile)
+        check_digest(mfile, entry, str(path / CURRENT))
+        manifest = read_json(mfile)
         if manifest.get("format") != FORMAT_NAME:
             raise IndexFormatError(f"{mfile} is not {what}")
         _check_version(path, manifest)
@@ -381,19 +332,25 @@ class NewSegment:
 
 class CommitWriter:
     """Write new segments and deletes files into the index at ``path`` and commit them (module
-    docstring). ``with CommitWriter(path, overwrite) as w:`` — :attr:`live` is the live commit's
-    manifest (None for a new index or a format-3 one), :meth:`new_segment` / :meth:`finish_segment`
-    write a segment, :meth:`write_deletes` a deletes file, :meth:`commit` the commit file and
-    ``CURRENT``. Leaving the block with an exception leaves the index as it was (what was written is
-    removed by the cleanup of the next write)."""
+    docstring), holding its write lock. ``with CommitWriter(path, overwrite) as w:`` — :attr:`live` is
+    the live commit's :class:`SegmentInfos` (None for a new index or a format-3 one),
+    :meth:`new_segment` / :meth:`finish_segment` write a segment, :meth:`write_deletes` a deletes
+    file, :meth:`commit` the commit file and ``CURRENT``. Leaving the block with an exception leaves
+    the index as it was (what was written is removed by the cleanup of the next write)."""
 
     def __init__(self, path: str | Path, overwrite: bool = False, flag: str = "overwrite=True") -> None:
         self.path = Path(path)
         self._guard = TargetGuard(self.path, overwrite, flag)
-        self.live: dict[str, Any] | None = None
-        self.live_name: str | None = None
-        self.committed: dict[str, Any] | None = None
+        self.live: SegmentInfos | None = None
+        #: the name ``CURRENT`` held when the writer was entered (a format-3 generation included)
+        self.current: str | None = None
+        self.committed: SegmentInfos | None = None
         self._temps: list[Path] = []
+
+    @property
+    def live_name(self) -> str | None:
+        """The live commit's name (None for a new index or a format-3 one)."""
+        return None if self.live is None else self.live.name
 
     def __enter__(self) -> "CommitWriter":
         self._guard.__enter__()
@@ -401,10 +358,9 @@ class CommitWriter:
             cleanup(self.path)
             if (self.path / CURRENT).is_file():
                 name, entry = read_current(self.path)
+                self.current = name
                 if commit_number(name) is not None:
-                    cfile = self.path / name
-                    _check_digest(cfile, entry, str(self.path / CURRENT))
-                    self.live, self.live_name = _read_json(cfile), name
+                    self.live = SegmentInfos.read_commit(self.path, name, entry)
         except BaseException:
             self._guard.__exit__(None, None, None)
             raise
@@ -422,6 +378,7 @@ class CommitWriter:
         return max([n for n in found if n is not None] + [0]) + 1
 
     def next_commit_number(self) -> int:
+        """A commit number above every commit (and temporary name) in the directory."""
         return max(self._next(commit_number), (commit_number(self.live_name or "") or 0) + 1)
 
     # -- segments
@@ -443,7 +400,7 @@ class CommitWriter:
         ACTIVE_MERGES.add(tmp.name)
         return NewSegment(name, tmp)
 
-    def finish_segment(self, seg: NewSegment, first_row: int, n_rows: int, **fields: Any) -> dict[str, Any]:
+    def finish_segment(self, seg: NewSegment, first_row: int, n_rows: int, **fields: Any) -> SegmentInfo:
         """Checksum every file of ``seg`` into its ``segment.json`` (with ``fields``), make it durable
         and give it its final name; returns the commit's entry for it (without deletes)."""
         manifest = {"format": SEGMENT_FORMAT, "format_version": FORMAT_VERSION, "name": seg.name,
@@ -461,36 +418,26 @@ class CommitWriter:
         ACTIVE_MERGES.discard(seg.dir.name)
         seg.dir = final
         fsync_dir(self.path)
-        mfile = final / SEGMENT_MANIFEST
-        return {"name": seg.name, "first_row": int(first_row), "n_rows": int(n_rows),
-                "manifest": {"size": mfile.stat().st_size, "digest": file_digest(mfile), "algorithm": HASH},
-                "deletes": None}
+        return SegmentInfo(seg.name, int(first_row), int(n_rows), file_entry(final / SEGMENT_MANIFEST))
 
     def write_deletes(self, segment: str, commit: int, rows_npy: bytes, count: int) -> dict[str, Any]:
         """Write a segment's deletes file (the bytes of a ``.npy`` of its deleted local rows) durably;
         returns its entry."""
         file = self.path / deletes_name(segment, commit)
         write_file_durably(file, rows_npy)
-        return {"file": file.name, "size": file.stat().st_size, "digest": file_digest(file), "algorithm": HASH,
-                "count": int(count)}
+        return {"file": file.name, **file_entry(file, count=int(count))}
 
-    def commit(self, number: int, manifest: dict[str, Any]) -> str:
-        """Write ``commit-NUMBER.json`` (``manifest`` plus format fields) and switch ``CURRENT`` to it
-        atomically; then remove what no commit a reader holds references. Returns the commit name."""
-        name = commit_name(number)
-        cfile = self.path / name
-        manifest = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "commit": number,
-                    "created": time.time(), **manifest, "checksum_algorithm": HASH}
-        lease = _lease_file(cfile)
+    def commit(self, number: int, infos: SegmentInfos) -> SegmentInfos:
+        """Write ``infos`` as commit ``number`` and switch ``CURRENT`` to it atomically
+        (:meth:`SegmentInfos.write`); then remove what no commit a reader holds references. Returns
+        the commit as written."""
+        lease = _lease_file(self.path / commit_name(number))
         lease.touch()
-        write_file_durably(cfile, (json.dumps(manifest, sort_keys=True, separators=(",", ":")) + "\n").encode())
-        current = {"format": FORMAT_NAME, "commit": name,
-                   "manifest": {"size": cfile.stat().st_size, "digest": file_digest(cfile), "algorithm": HASH}}
-        write_file_durably(self.path / CURRENT, (json.dumps(current, indent=2, sort_keys=True) + "\n").encode())
+        written = infos.write(self.path, number, time.time())
         self._guard.committed = True
-        self.live, self.live_name, self.committed = manifest, name, manifest
+        self.live = self.committed = written
         cleanup(self.path)
-        return name
+        return written
 
 
 class TargetGuard:
@@ -538,14 +485,8 @@ class TargetGuard:
 def _referenced(path: Path, commit_file: Path) -> set[str] | None:
     """The segment and deletes names a commit file references (None: unreadable)."""
     try:
-        manifest = json.loads(commit_file.read_text(encoding="utf-8"))
-        names = set()
-        for seg in manifest["segments"]:
-            names.add(str(seg["name"]))
-            if seg.get("deletes"):
-                names.add(str(seg["deletes"]["file"]))
-        return names
-    except (OSError, ValueError, KeyError, TypeError):
+        return SegmentInfos.from_manifest(commit_file.name, read_json(commit_file), commit_file).referenced()
+    except IndexFormatError:
         return None
 
 

@@ -183,14 +183,39 @@ def test_deletes_are_hidden_in_every_pipeline_across_commits_and_merges(tmp_path
 
 # ---------------------------------------------------------------------- merges
 def test_merge_policy_merges_adjacent_segments_of_one_tier():
-    from hopgraph.index.merge import next_merge, tier
+    from hopgraph.engine.storage import TieredMergePolicy
 
-    assert [tier(n, 10) for n in (0, 1, 9, 10, 99, 100, 1000)] == [0, 0, 0, 1, 1, 2, 3]
-    assert next_merge([1000] + [1] * 9, 10) is None
-    assert next_merge([1000] + [1] * 10, 10) == (1, 10)
-    assert next_merge([1000, 50] + [1] * 10, 10) == (2, 11)
-    assert next_merge([1000, 5, 3, 70, 2], 10, max_segments=3) == (1, 2)
-    assert next_merge([1000, 5, 3], 10, max_segments=3) is None
+    policy = TieredMergePolicy(10)
+    assert [policy.tier(n) for n in (0, 1, 9, 10, 99, 100, 1000)] == [0, 0, 0, 1, 1, 2, 3]
+    assert policy.find_merge([1000] + [1] * 9) is None
+    assert policy.find_merge([1000] + [1] * 10) == (1, 10)
+    assert policy.find_merge([1000, 50] + [1] * 10) == (2, 11)
+    assert policy.find_merge([1000, 5, 3, 70, 2], max_segments=3) == (1, 2)
+    assert policy.find_merge([1000, 5, 3], max_segments=3) is None
+
+
+def test_index_merge_takes_another_policy_and_its_results_stay(tmp_path):
+    from hopgraph.engine.index import IndexReader
+    from hopgraph.engine.storage import MergePolicy
+
+    class FirstPair(MergePolicy):
+        def find_merge(self, sizes, max_segments=None):
+            return (1, 2) if len(sizes) > 3 else None
+
+    recs = records()
+    path = segmented(tmp_path / "idx", recs, [16, 20, 23, 26], pipelines=EXACT)
+    index = Index.load(path, progress=False)
+    before = {p: results(index, p) for p in EXACT}
+    report = index.merge(policy=FirstPair())
+    assert (report.segments_before, report.segments_after, len(report.merges)) == (5, 3, 2)
+    assert [s["n_rows"] for s in storage.read_manifest(path)["segments"]] == [16, 10, len(recs) - 26]
+    with IndexReader.open(path, embedder="hashing-64") as reader:  # the engine reads what the façade wrote
+        assert reader.infos.sizes == [16, 10, len(recs) - 26] and list(reader.content.corpus.ids) == list(index.corpus.ids)
+        for p in EXACT:
+            rows, scores = reader.search(QUESTIONS, 5, p)
+            np.testing.assert_array_equal(rows, before[p][0])
+            np.testing.assert_allclose(scores, before[p][1], rtol=1e-6)
+            np.testing.assert_array_equal(results(index, p)[0], before[p][0])
 
 
 def test_a_reader_pinned_to_a_commit_keeps_its_results_while_a_merge_commits(tmp_path):

@@ -108,7 +108,7 @@ def test_crash_at_every_step_of_a_replace_leaves_one_complete_index(small, other
     def crash(*a, **k):
         raise Crash(step)
 
-    durable = storage.commit.write_file_durably
+    durable = storage.segment_infos.write_file_durably
     calls = {"n": 0}
 
     def write_durably(path, data, _step=step):  # the commit file, then CURRENT
@@ -123,7 +123,7 @@ def test_crash_at_every_step_of_a_replace_leaves_one_complete_index(small, other
             m.setattr(storage.commit, "cleanup", lambda path, _n=[0]: (_n.__setitem__(0, _n[0] + 1),
                                                                 crash() if _n[0] == 2 else None))
         elif step in ("commit_file", "write_current"):
-            m.setattr(storage.commit, "write_file_durably", write_durably)
+            m.setattr(storage.segment_infos, "write_file_durably", write_durably)
         elif step == "replace":
             m.setattr(storage.durable.os, "replace", crash)
         else:
