@@ -18,20 +18,6 @@ import types
 import pytest
 
 PACKAGES = ("hopgraph", "hopgraph.engine", "hopgraph.kernels")
-#: modules being restructured on other branches: their docstrings are written there (remove this
-#: list, and the xfail test below, once those branches are merged)
-RESTRUCTURED_ELSEWHERE = frozenset({
-    "hopgraph.engine.components.sharded_graph", "hopgraph.engine.components.sharded",
-    "hopgraph.engine.pipelines.stitch.hypergraph", "hopgraph.engine.pipelines.dmar.held_rows",
-    "hopgraph.engine.pipelines.dmar.knowledge_graph", "hopgraph.engine.storage.deltas",
-    "hopgraph.engine.storage.commit", "hopgraph.serve.budget", "hopgraph.engine.pipelines.g3rag.graph_update",
-    "hopgraph.engine.pipelines.g3rag.ann_graph", "hopgraph.kernels.gain_knn", "hopgraph.kernels.gain_knn_triton",
-    "hopgraph.kernels.batched_ppr", "hopgraph.kernels.batched_ppr_triton",
-})
-#: packages being restructured elsewhere (every module under them)
-RESTRUCTURED_PACKAGES = ("hopgraph.index",)
-
-
 def public_modules() -> list[str]:
     """Every module under :data:`PACKAGES` whose dotted name has no ``_``-prefixed part."""
     names = set(PACKAGES)
@@ -40,11 +26,6 @@ def public_modules() -> list[str]:
             if not any(part.startswith("_") for part in info.name.split(".")):
                 names.add(info.name)
     return sorted(names)
-
-
-def restructured_elsewhere(module: str) -> bool:
-    return module in RESTRUCTURED_ELSEWHERE or any(module == p or module.startswith(p + ".")
-                                                   for p in RESTRUCTURED_PACKAGES)
 
 
 def own_class_doc(cls: type) -> str | None:
@@ -110,13 +91,7 @@ def undocumented(module_name: str) -> list[str]:
 
 
 def test_every_public_function_class_and_method_has_a_docstring():
-    missing = [m for name in public_modules() if not restructured_elsewhere(name) for m in undocumented(name)]
-    assert not missing, f"{len(missing)} public names without a docstring:\n" + "\n".join(missing)
-
-
-@pytest.mark.xfail(strict=True, reason="the modules restructured on other branches get their docstrings there")
-def test_modules_restructured_elsewhere_have_docstrings():
-    missing = [m for name in public_modules() if restructured_elsewhere(name) for m in undocumented(name)]
+    missing = [m for name in public_modules() for m in undocumented(name)]
     assert not missing, f"{len(missing)} public names without a docstring:\n" + "\n".join(missing)
 
 
