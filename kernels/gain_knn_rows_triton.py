@@ -30,8 +30,7 @@ from .errors import InputError
 from .gain_knn import finalise_csr, select_topk
 from .gain_knn_rows import check_rows_inputs
 from .gain_knn_triton import (CONFIGS, DENSE_CONFIG, DENSE_ENTRIES, INTERPRET_CONFIG, TUNE_ROWS, configs_for,
-                              correction, gain, similarity_floor, similarity_part, similarity_tile, split_fp16,
-                              take_into_topk)
+                              gain, scan_columns, similarity_tile, split_fp16, store_topk)
 
 #: the largest k the register top-k takes here; larger k runs :func:`_gain_rows_weights_kernel`
 SELECT_MAX_K = 32
@@ -65,30 +64,9 @@ def _gain_knn_rows_kernel(QH, QL, ROW, XH, XL, XUN, PEN, OUT_V, OUT_C, M, N, D, 
     low = tl.load(ROW + rows * 4 + 2, mask=rmask, other=0.0)
     best_v = tl.where(slots[None, :] < K, low[:, None], float("inf")) + tl.zeros([BLOCK_M, KP], tl.float32)
     best_c = (-1 - slots[None, :]) + tl.zeros([BLOCK_M, KP], tl.int32)
-    thr = tl.min(best_v, axis=1)  # each row's k-th weight (its floor until k edges are held)
-    floor = similarity_floor(thr, sim_min, pen_max, norm_r, norm_max, un_r)
-    for c0 in range(0, N, BLOCK_N):
-        cols = c0 + tl.arange(0, BLOCK_N)
-        cmask = cols < N
-        first_c = stride_x.to(tl.int64) * c0
-        BH, BL = XH + first_c, XL + first_c
-        b_off = tl.arange(0, BLOCK_N) * stride_x
-        un_c = tl.load(XUN + cols, mask=cmask, other=0.0)
-        acc = similarity_part(AH, AL, BH, BL, a_off, rmask, b_off, cmask, D, tl.zeros([BLOCK_M, BLOCK_N], tl.float32),
-                              1, EVEN_D, BLOCK_D)
-        if tl.max(acc * un_c[None, :] - floor[:, None]) >= 0:
-            pen = tl.load(PEN + cols, mask=cmask, other=0.0)
-            s = correction(AH, AL, BH, BL, a_off, rmask, b_off, cmask, D, acc, EVEN_D, BLOCK_D) \
-                * un_r[:, None] * un_c[None, :]
-            w = gain(s, pen[None, :])
-            ok = cmask[None, :] & (cols[None, :] != excl[:, None]) & rmask[:, None] & (s >= sim_min) \
-                & (s <= sim_max) & (w > 0) & (w > thr[:, None])
-            best_v, best_c, thr = take_into_topk(w, ok, cols, best_v, best_c, thr, K)
-            floor = similarity_floor(thr, sim_min, pen_max, norm_r, norm_max, un_r)  # the rows' new k-th weights
-    out = rows.to(tl.int64)[:, None] * K + slots[None, :]
-    smask = rmask[:, None] & (slots[None, :] < K)
-    tl.store(OUT_V + out, best_v, mask=smask)
-    tl.store(OUT_C + out, tl.where(best_c >= 0, best_c, -1), mask=smask)
+    best_v, best_c = scan_columns(AH, AL, XH, XL, XUN, PEN, a_off, rmask, excl, un_r, norm_r, best_v, best_c, N, D,
+                                  stride_x, sim_min, sim_max, norm_max, pen_max, K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D)
+    store_topk(OUT_V, OUT_C, rows, rmask, best_v, best_c, K, KP)
 
 
 def _even_d(args: dict) -> bool:

@@ -167,6 +167,47 @@ def take_into_topk(w, ok, cols, best_v, best_c, thr, K: tl.constexpr):
 
 
 @triton.jit
+def scan_columns(AH, AL, XH, XL, UN_C, PEN, a_off, rmask, excl, un_r, norm_r, best_v, best_c, N, D, stride_x, sim_min,
+                 sim_max, norm_max, pen_max, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr):
+    """The rows' running top-k ``(best_v, best_c)`` after every column tile of X (``XH``/``XL`` its
+    split, ``UN_C`` its unscales, ``PEN`` its penalties): per tile ``hi·hi`` and one compare an entry with
+    the rows' similarity floors; a tile over them completes its split and goes through
+    :func:`take_into_topk`. ``AH``/``AL`` point at the tile rows (``a_off`` their offsets), ``excl`` is
+    each row's excluded column (its own for gain_knn), ``un_r``/``norm_r`` the rows' unscales and norms."""
+    thr = tl.min(best_v, axis=1)  # each row's k-th weight (-inf, or its floor, until k edges are held)
+    floor = similarity_floor(thr, sim_min, pen_max, norm_r, norm_max, un_r)
+    for c0 in range(0, N, BLOCK_N):
+        cols = c0 + tl.arange(0, BLOCK_N)
+        cmask = cols < N
+        first_c = stride_x.to(tl.int64) * c0
+        BH, BL = XH + first_c, XL + first_c
+        b_off = tl.arange(0, BLOCK_N) * stride_x
+        un_c = tl.load(UN_C + cols, mask=cmask, other=0.0)
+        acc = similarity_part(AH, AL, BH, BL, a_off, rmask, b_off, cmask, D, tl.zeros([BLOCK_M, BLOCK_N], tl.float32),
+                              1, EVEN_D, BLOCK_D)
+        if tl.max(acc * un_c[None, :] - floor[:, None]) >= 0:  # a product, a subtraction and a max an entry
+            pen = tl.load(PEN + cols, mask=cmask, other=0.0)
+            s = correction(AH, AL, BH, BL, a_off, rmask, b_off, cmask, D, acc, EVEN_D, BLOCK_D) \
+                * un_r[:, None] * un_c[None, :]  # hi·hi completed by hi·lo + lo·hi
+            w = gain(s, pen[None, :])
+            ok = cmask[None, :] & (cols[None, :] != excl[:, None]) & rmask[:, None] & (s >= sim_min) \
+                & (s <= sim_max) & (w > 0) & (w > thr[:, None])
+            best_v, best_c, thr = take_into_topk(w, ok, cols, best_v, best_c, thr, K)
+            floor = similarity_floor(thr, sim_min, pen_max, norm_r, norm_max, un_r)  # the rows' new k-th weights
+    return best_v, best_c
+
+
+@triton.jit
+def store_topk(OUT_V, OUT_C, rows, rmask, best_v, best_c, K: tl.constexpr, KP: tl.constexpr):
+    """Write the rows' top-k weights and columns ([rows, K] row-major; an empty slot's column -1)."""
+    out = rows.to(tl.int64)[:, None] * K + tl.arange(0, KP)[None, :]
+    smask = rmask[:, None] & (tl.arange(0, KP)[None, :] < K)
+    tl.store(OUT_V + out, best_v, mask=smask)
+    tl.store(OUT_C + out, tl.where(best_c >= 0, best_c, -1), mask=smask)
+
+
+@triton.jit
 def _gain_knn_kernel(XH, XL, UNSCALE, NORM, PEN, OUT_V, OUT_C, N_ROWS, N, D, stride_x, sim_min, sim_max,
                      norm_max, pen_max, K: tl.constexpr, KP: tl.constexpr, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr):
@@ -182,30 +223,9 @@ def _gain_knn_kernel(XH, XL, UNSCALE, NORM, PEN, OUT_V, OUT_C, N_ROWS, N, D, str
     # running top-k: empty slots hold -inf with distinct negative columns; padding slots (>= K) +inf
     best_v = tl.where(slots[None, :] < K, float("-inf"), float("inf")) + tl.zeros([BLOCK_M, KP], tl.float32)
     best_c = (-1 - slots[None, :]) + tl.zeros([BLOCK_M, KP], tl.int32)
-    thr = tl.min(best_v, axis=1)  # each row's k-th weight (-inf until k edges are held)
-    floor = similarity_floor(thr, sim_min, pen_max, norm_r, norm_max, un_r)
-    for c0 in range(0, N, BLOCK_N):
-        cols = c0 + tl.arange(0, BLOCK_N)
-        cmask = cols < N
-        first_c = stride_x.to(tl.int64) * c0
-        BH, BL = XH + first_c, XL + first_c
-        b_off = tl.arange(0, BLOCK_N) * stride_x
-        un_c = tl.load(UNSCALE + cols, mask=cmask, other=0.0)
-        acc = similarity_part(AH, AL, BH, BL, a_off, rmask, b_off, cmask, D, tl.zeros([BLOCK_M, BLOCK_N], tl.float32),
-                              1, EVEN_D, BLOCK_D)
-        if tl.max(acc * un_c[None, :] - floor[:, None]) >= 0:  # a product, a subtraction and a max an entry
-            pen = tl.load(PEN + cols, mask=cmask, other=0.0)
-            s = correction(AH, AL, BH, BL, a_off, rmask, b_off, cmask, D, acc, EVEN_D, BLOCK_D) \
-                * un_r[:, None] * un_c[None, :]  # hi·hi completed by hi·lo + lo·hi
-            w = gain(s, pen[None, :])
-            ok = cmask[None, :] & (cols[None, :] != rows[:, None]) & rmask[:, None] & (s >= sim_min) & (s <= sim_max) \
-                & (w > 0) & (w > thr[:, None])
-            best_v, best_c, thr = take_into_topk(w, ok, cols, best_v, best_c, thr, K)
-            floor = similarity_floor(thr, sim_min, pen_max, norm_r, norm_max, un_r)  # the rows' new k-th weights
-    out = rows.to(tl.int64)[:, None] * K + slots[None, :]
-    smask = rmask[:, None] & (slots[None, :] < K)
-    tl.store(OUT_V + out, best_v, mask=smask)
-    tl.store(OUT_C + out, tl.where(best_c >= 0, best_c, -1), mask=smask)
+    best_v, best_c = scan_columns(AH, AL, XH, XL, UNSCALE, PEN, a_off, rmask, rows, un_r, norm_r, best_v, best_c, N, D,
+                                  stride_x, sim_min, sim_max, norm_max, pen_max, K, BLOCK_M, BLOCK_N, BLOCK_D, EVEN_D)
+    store_topk(OUT_V, OUT_C, rows, rmask, best_v, best_c, K, KP)
 
 
 def _even_d(args: dict) -> bool:

@@ -1,7 +1,7 @@
 """Pipeline registry: name → class, imported on first use. The built-in pipelines are registered by
 module path; :func:`register_pipeline` adds one defined elsewhere, which every part of hopgraph
-(index build, save and load, search, sharding, the server's bounds and cost checks) then treats as
-it treats the built-in ones.
+(index build, save and load, search, a split index's router, the server's bounds and cost checks)
+then treats as it treats the built-in ones.
 
 Importing this package imports nothing else (the command line lists the pipeline names without
 loading any pipeline); :class:`~hopgraph.engine.pipelines.base.Pipeline` is imported on first access.
