@@ -120,6 +120,7 @@ class _ClientBase:
         self.url = url.rstrip("/")
         self.timeout, self.write_timeout = float(timeout), float(write_timeout)
         self._transport_error, self._timeout_error = httpx.TransportError, httpx.TimeoutException
+        self._connect_timeout = httpx.ConnectTimeout
         self._options = dict(base_url=self.url, headers=self._headers(api_key), timeout=timeout, trust_env=False,
                              transport=transport)
 
@@ -202,15 +203,12 @@ class _ClientBase:
     def _unreachable(self, e: Exception, method: str, path: str, timeout: float) -> ServiceError:
         """The error of a request that got no answer: a timeout says how long it waited and, for a
         write, that the write may still commit; anything else that the service cannot be reached."""
-        if isinstance(e, self._timeout_error) and not isinstance(e, self._connect_timeout()):
+        if isinstance(e, self._timeout_error) and not isinstance(e, self._connect_timeout):
             note = ("; the write may still commit (GET /health shows the commit served, a search or "
                     "GET /passages/ID the passage)") if is_write(method, path) else ""
             return ServiceError(None, f"no answer from the hopgraph service at {self.url} to {method} {path} in "
                                       f"{timeout:g} s{note}")
         return ServiceError(None, f"cannot reach the hopgraph service at {self.url}: {type(e).__name__}: {e}")
-
-    def _connect_timeout(self) -> type:
-        return self._httpx().ConnectTimeout
 
     def _timeout_of(self, method: str, path: str) -> float:
         """The seconds a request waits for its answer: :attr:`write_timeout` for writes (adds, deletes)."""

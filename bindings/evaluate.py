@@ -181,7 +181,7 @@ def evaluate(data_dir: str | Path, pipelines: Sequence[str], ks: Sequence[int], 
         raise InputError(f"baseline {baseline!r} is not an evaluated pipeline ({', '.join(labels)})")
     if run_dir is not None:
         Path(run_dir).mkdir(parents=True, exist_ok=True)
-    rows = RowEvaluation(index, bench.eval_set, measures, max(ks), depth, run_dir)
+    rows = RowEvaluation(index, bench.eval_set, measures, ks, depth, run_dir)
     results = {label: rows.evaluate(label, name, overrides) for label, name, overrides in runs}
     base = [rows.per_query[baseline][q][SIGNIFICANCE_MEASURE] for q in rows.qids]
     tests = {label: evaluation.paired_test(base, [rows.per_query[label][q][SIGNIFICANCE_MEASURE] for q in rows.qids])
@@ -222,22 +222,21 @@ def evaluated_index(index_dir: str | Path, pipelines: Sequence[str], device: str
 
 class RowEvaluation:
     """The rows of one report (:func:`evaluate`): the queries embedded once, then per row the table
-    search (``table_k`` deep: Recall@k, P@k, queries/s) and, when ``depth`` is larger, the deep search
+    search (the largest of ``ks`` deep: Recall@k, P@k, queries/s) and, when ``depth`` is larger, the deep search
     (the other measures and the Recall@k curve), each scored from exactly the run that is written to
     ``run_dir``."""
 
-    def __init__(self, index: Any, eval_set: Any, measures: Sequence[str], table_k: int, depth: int,
+    def __init__(self, index: Any, eval_set: Any, measures: Sequence[str], ks: Sequence[int], depth: int,
                  run_dir: str | Path | None) -> None:
         self.index, self.eval_set, self.measures = index, eval_set, list(measures)
-        self.table_k, self.depth, self.run_dir = table_k, depth, run_dir
+        self.table_k, self.depth, self.run_dir = max(ks), depth, run_dir
         self.qids, self.texts = list(eval_set.queries), list(eval_set.queries.values())
         t0 = time.perf_counter()
         self.Q = index.embed_queries(self.texts)
         self.embed_seconds = time.perf_counter() - t0
         self.cut = [m for m in measures if m.split("@")[0] in ("recall", "p")]  # from the table search
         self.deep = [m for m in measures if m not in self.cut]                  # from the deep search
-        self.curve = [f"recall@{k}" for k in sorted({k for k in CURVE_KS if k <= depth} | {
-            int(m.split("@")[1]) for m in self.cut if m.startswith("recall@")})]
+        self.curve = [f"recall@{k}" for k in sorted({k for k in CURVE_KS if k <= depth} | set(ks))]
         self.per_query: dict[str, dict[str, dict[str, float]]] = {}
         self.recall_curve: dict[str, dict[str, tuple[float, float]]] = {}
         self.run_files: dict[str, str] = {}

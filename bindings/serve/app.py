@@ -239,7 +239,7 @@ def _passage_routes(service: Service) -> APIRouter:
         try:
             return JSONResponse(index.passage(pid))
         except KeyError:
-            raise HTTPException(404, f"no passage with id {pid!r} in this index") from None
+            raise passage_not_found(pid) from None
 
     def check_writable() -> None:
         if service.read_only:
@@ -288,9 +288,9 @@ def _passage_routes(service: Service) -> APIRouter:
         try:
             await _refuse(service, refusable)
         except KeyError:
-            raise HTTPException(404, f"no passage with id {pid!r} in this index") from None
-        return await _answer_write(service, _commit(service, partial(apply_delete, pid=pid), "DELETE /passages"),
-                                   wait, missing=pid)
+            raise passage_not_found(pid) from None
+        return await _answer_write(service, _commit(service, partial(apply_delete, pid=pid), "DELETE /passages",
+                                                    missing=pid), wait)
 
     @router.get("/commits/{write_id}", summary="the state of a write sent with ?wait=false", response_model=None,
                 responses={200: {"model": WriteStatus}, 404: {"model": ErrorResponse}, 401: _ERRORS[401]})
@@ -333,18 +333,25 @@ async def _refuse(service: Service, refusable: Callable[[], Any]) -> Any:
         raise _write_error(e, "a write's checks") from None
 
 
-async def _commit(service: Service, op: Any, what: str, prepare: Any = None) -> dict[str, Any]:
+async def _commit(service: Service, op: Any, what: str, prepare: Any = None, missing: str | None = None
+                  ) -> dict[str, Any]:
     """Apply the write ``op(index)`` (:mod:`hopgraph.serve.writer`) and wait for its group commit
     (:mod:`hopgraph.serve.commits`); ``prepare()`` (when given) is awaited first and gives more
-    keywords of ``op``. Errors as :func:`_write_error` maps them (a KeyError raised as it is)."""
+    keywords of ``op``. Every error is an HTTPException: a KeyError is the 404 of passage ``missing``
+    (a delete's unknown id), the others as :func:`_write_error` maps them."""
     try:
         if prepare is not None:
             op = partial(op, **(await prepare()))
         return await service.live.write(op)
-    except KeyError:
-        raise
+    except KeyError as e:
+        raise (passage_not_found(missing) if missing is not None else _write_error(e, what)) from None
     except Exception as e:
         raise _write_error(e, what) from None
+
+
+def passage_not_found(pid: str) -> HTTPException:
+    """The 404 of a passage id the index does not hold."""
+    return HTTPException(404, f"no passage with id {pid!r} in this index")
 
 
 def _write_error(e: Exception, what: str) -> HTTPException:
@@ -359,16 +366,13 @@ def _write_error(e: Exception, what: str) -> HTTPException:
     return HTTPException(500, f"internal error during {what} ({type(e).__name__}); the server log has the details")
 
 
-async def _answer_write(service: Service, commit: Any, wait: bool, missing: str | None = None) -> JSONResponse:
-    """The answer of a write whose checks passed: its result once ``commit`` (a coroutine) is done, or,
-    when not ``wait``, 202 with the id under which ``GET /commits/{id}`` follows it (:class:`Writes`).
-    ``missing``: the id a KeyError of the write names (a delete's 404)."""
+async def _answer_write(service: Service, commit: Any, wait: bool) -> JSONResponse:
+    """The answer of a write whose checks passed: its result once ``commit`` (a :func:`_commit`
+    coroutine) is done, or, when not ``wait``, 202 with the id under which ``GET /commits/{id}``
+    follows it (:class:`Writes`)."""
     if wait:
-        try:
-            return JSONResponse(await commit)
-        except KeyError:
-            raise HTTPException(404, f"no passage with id {missing!r} in this index") from None
-    write_id = service.writes.start(commit, missing)
+        return JSONResponse(await commit)
+    write_id = service.writes.start(commit)
     return JSONResponse({"id": write_id, "status": "pending"}, status_code=202)
 
 

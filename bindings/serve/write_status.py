@@ -26,27 +26,24 @@ class Writes:
         self._states: LRUCache[str, dict[str, Any]] = LRUCache(maxsize)
         self._tasks: set[asyncio.Task] = set()
 
-    def start(self, commit: Coroutine[Any, Any, dict[str, Any]], missing: str | None = None) -> str:
-        """Run the write ``commit`` (a coroutine answering the write's result) in the background and
-        return its new id. ``missing``: the passage id a KeyError of the write names (a delete's 404)."""
+    def start(self, commit: Coroutine[Any, Any, dict[str, Any]]) -> str:
+        """Run the write ``commit`` (a coroutine answering the write's result, raising an HTTPException
+        for what it would answer otherwise) in the background and return its new id."""
         write_id = secrets.token_hex(8)
         state: dict[str, Any] = {"id": write_id, "status": "pending", "result": None, "error": None}
         self._states.put(write_id, state)
-        task = asyncio.get_running_loop().create_task(self._follow(commit, state, missing))
+        task = asyncio.get_running_loop().create_task(self._follow(commit, state))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return write_id
 
     @staticmethod
-    async def _follow(commit: Coroutine[Any, Any, dict[str, Any]], state: dict[str, Any], missing: str | None) -> None:
+    async def _follow(commit: Coroutine[Any, Any, dict[str, Any]], state: dict[str, Any]) -> None:
         try:
             state["result"] = await commit
             state["status"] = "committed"
         except HTTPException as e:
             state["status"], state["error"] = "failed", {"status": e.status_code, "detail": e.detail}
-        except KeyError:
-            state["status"] = "failed"
-            state["error"] = {"status": 404, "detail": f"no passage with id {missing!r} in this index"}
 
     def get(self, write_id: str) -> dict[str, Any] | None:
         """The state of write ``write_id`` (a copy), or None for an id never given or forgotten."""
