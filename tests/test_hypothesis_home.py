@@ -10,14 +10,16 @@ from conftest import HYPOTHESIS_HOME
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# a failing property (hypothesis stores its shrunk example) run with the storage the conftest sets
+# a failing property (hypothesis stores its shrunk example) run with the storage the conftest sets,
+# under the default profile whether or not the run is on a CI machine
 _FAILING_PROPERTY = """
 import sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 from conftest import keep_hypothesis_out_of_tree
 keep_hypothesis_out_of_tree(Path(sys.argv[2]))
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
+settings.load_profile("default")  # under CI hypothesis loads its "ci" profile, which keeps no database
 
 @given(st.integers())
 def small(x):
