@@ -15,12 +15,13 @@ workers and assembles exactly the single-process result:
   so the assembled graph is identical.
 
 ``ADDRESS`` is what :func:`ray.init` takes: ``"auto"`` (a running cluster),
-``"ray://host:10001"``, or ``"local"`` to start a local cluster in-process. Ray is
-imported only here, only when asked for.
+``"ray://host:10001"``, or ``"local"`` to start a new cluster in-process, bound to the
+loopback interface (:func:`connect`). Ray is imported only here, only when asked for.
 """
 from __future__ import annotations
 
 import contextvars
+import os
 from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator
 
@@ -40,14 +41,44 @@ def import_ray():
 
 
 def connect(address: str) -> Any:
-    """``ray.init`` on ``address`` unless Ray is already initialised (e.g. by a test)."""
+    """``ray.init`` on ``address`` unless Ray is already initialised (e.g. by a test); no dashboard,
+    no worker output on the driver. ``"local"`` starts a new single-node cluster (never one found
+    running on the machine) whose processes listen on 127.0.0.1 only (:func:`loopback_node`)."""
     ray = import_ray()
     if not ray.is_initialized():
         if address == "local":
-            ray.init(include_dashboard=False, log_to_driver=False)
+            with loopback_node():
+                ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
+                         log_to_driver=False)
         else:
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
     return ray
+
+
+@contextmanager
+def loopback_node() -> Iterator[None]:
+    """Within this block a Ray node started here takes 127.0.0.1 as its address, so that its GCS,
+    raylet, workers and agents listen on loopback only (they bind every interface otherwise).
+
+    Ray maps a loopback ``node_ip_address`` to the machine's outward address unless clusters are
+    switched off (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, the default on macOS and Windows), in
+    which case the node is loopback-only. The switch is Ray's module constant, read at import, so
+    it is set both there (for this process) and in the environment (for the processes the node
+    starts), and both are restored on exit; see docs/decisions/ray-local-loopback.md.
+    """
+    from ray._private import ray_constants
+
+    name = ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR
+    saved_env, saved_flag = os.environ.get(name), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[name], ray_constants.ENABLE_RAY_CLUSTER = "0", False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
+        if saved_env is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved_env
 
 
 def current_task_map() -> Callable | None:

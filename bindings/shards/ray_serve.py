@@ -16,10 +16,13 @@ Ray and Ray Serve are imported only here (``pip install 'hopgraph[distributed]'`
 """
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from ..engine.distributed import connect, import_ray
 from ..engine.errors import InputError, ShardUnavailableError
@@ -105,13 +108,35 @@ def serve_sharded(address: str, directory: str | Path, replicas: int = 2, host: 
     per shard with ``replicas`` replicas, and ``router_replicas`` routers at ``http://host:port``
     (``serve_options``: :func:`hopgraph.serve.create_app`'s keywords, and ``embedder``). Routers
     share the router state on disk: each takes in the others' commits before every request.
-    Returns the router's handle (``blocking``: serves until interrupted)."""
+
+    Returns the router's handle; ``blocking``: serves until SIGINT (Ctrl-C) or SIGTERM instead, then
+    deletes the application and disconnects from Ray (which stops a ``"local"`` cluster) and
+    returns None (:func:`stopped_by_sigterm`)."""
     for name, value in (("--replicas", replicas), ("--router-replicas", router_replicas)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InputError(f"{name} must be a positive integer, got {value!r}")
     directory = Path(directory).resolve()
     meta = read_shards(directory)
     connect(address)
+    if not blocking:
+        return deploy(directory, meta, replicas, host, port, router_replicas, serve_options)
+    with stopped_by_sigterm():
+        try:
+            deploy(directory, meta, replicas, host, port, router_replicas, serve_options)
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a repeated SIGTERM does not cut the shutdown short
+            stop_serving()
+    return None
+
+
+def deploy(directory: Path, meta: dict, replicas: int, host: str, port: int, router_replicas: int,
+           serve_options: dict[str, Any]) -> Any:
+    """Start Serve's proxy at ``host:port`` and run the shard and router deployments of the sharded
+    index at ``directory`` (``meta``: its shards.json); returns the router's handle."""
     from ray import serve
 
     serve.start(http_options={"host": host, "port": port})
@@ -122,14 +147,39 @@ def serve_sharded(address: str, directory: str | Path, replicas: int = 2, host: 
               for name, s in zip(names, meta["shards"])]
     router = serve.deployment(serve.ingress(router_app_builder(str(directory), names, serve_options))(_Router),
                               name=ROUTER_NAME, num_replicas=router_replicas, ray_actor_options={"num_cpus": 0})
-    handle = serve.run(router.bind(*shards), name=APP_NAME, route_prefix="/", blocking=False)
-    if blocking:
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            serve.delete(APP_NAME)
-    return handle
+    return serve.run(router.bind(*shards), name=APP_NAME, route_prefix="/", blocking=False)
+
+
+def stop_serving() -> None:
+    """Delete the application (when Serve got as far as starting), then disconnect from Ray."""
+    from ray import serve
+    from ray.serve.exceptions import RayServeException
+
+    try:
+        serve.delete(APP_NAME)
+    except RayServeException:  # no Serve controller: the deployment failed before starting it
+        pass
+    finally:
+        import_ray().shutdown()
+
+
+@contextmanager
+def stopped_by_sigterm() -> Iterator[None]:
+    """Within this block (in the main thread) SIGTERM raises KeyboardInterrupt, as Ctrl-C does, so
+    that a terminated server shuts down like an interrupted one; the previous handler is restored
+    after it.
+
+    Without it, SIGTERM meets the C++ failure-signal handler that ``ray.init`` installs in the
+    driver: a stack dump of the driver on stderr, then an abort, the cluster left to notice that
+    its driver is gone."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 class _Router:
