@@ -30,6 +30,8 @@ from .layout import read_shards, shard_dir_name
 
 #: how long a call to a shard is retried on other replicas before the shard counts as unavailable
 RETRY_SECONDS = 10.0
+#: seconds between two tries of a call to a shard
+RETRY_WAIT = 0.2
 #: the application name and the router deployment's name
 APP_NAME = "hopgraph"
 ROUTER_NAME = "router"
@@ -47,22 +49,35 @@ class RayShards:
         return {s: self._result(s, response, method, calls[s]) for s, response in pending.items()}
 
     def _result(self, shard: int, response: Any, method: str, args: tuple) -> Any:
+        """The answer of ``response``; a call whose replica is lost (a Ray error other than the
+        shard's own, back pressure, no replica) is sent again every :data:`RETRY_WAIT` seconds
+        (``tenacity``) until ``retry_seconds`` have passed, then the shard is unavailable."""
         ray = import_ray()
         from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
+        from tenacity import RetryError, Retrying, retry_if_exception, stop_after_delay, wait_fixed
 
-        deadline = time.monotonic() + self.retry_seconds
-        while True:
+        def lost(e: BaseException) -> bool:
+            return isinstance(e, (ray.exceptions.RayError, BackPressureError, DeploymentUnavailableError)) \
+                and not isinstance(e, ray.exceptions.RayTaskError)
+
+        sent = [response]
+
+        def once() -> Any:
+            call = sent.pop() if sent else self.handles[shard].call.remote(method, *args)
             try:
-                return response.result()
+                return call.result()
             except ray.exceptions.RayTaskError as e:  # the shard raised: its own error, as raised
                 cause = getattr(e, "cause", None)
                 raise (cause if isinstance(cause, BaseException) else e) from None
-            except (ray.exceptions.RayError, BackPressureError, DeploymentUnavailableError) as e:
-                if time.monotonic() >= deadline:
-                    raise ShardUnavailableError(shard, f"no replica answered within {self.retry_seconds:g} s "
-                                                       f"({type(e).__name__})") from None
-                time.sleep(0.2)
-                response = self.handles[shard].call.remote(method, *args)
+
+        retrying = Retrying(retry=retry_if_exception(lost), stop=stop_after_delay(self.retry_seconds),
+                            wait=wait_fixed(RETRY_WAIT))
+        try:
+            return retrying(once)
+        except RetryError as e:
+            error = e.last_attempt.exception()
+            raise ShardUnavailableError(shard, f"no replica answered within {self.retry_seconds:g} s "
+                                               f"({type(error).__name__})") from None
 
 
 def shard_deployment(name: str, path: str, replicas: int, graphs: str | None = None, dense: str | None = None) -> Any:
