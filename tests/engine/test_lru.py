@@ -39,3 +39,26 @@ def test_a_pickled_cache_arrives_empty_with_its_bound():
     emb.encode(["a cached token"])
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(emb)).encode(["a cached token"]),
                                   emb.encode(["a cached token"]))
+
+
+def test_concurrent_use_keeps_the_bound_and_every_value():
+    import threading
+
+    cache: LRUCache[int, int] = LRUCache(16)
+    errors = []
+
+    def work(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        try:
+            for key in rng.integers(0, 64, 3000).tolist():
+                assert cache.get_or_make(key, lambda: key * 10) == key * 10
+                assert len(cache) <= 16
+        except Exception as e:  # noqa: BLE001 - every failure is reported
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(cache) == 16
