@@ -27,6 +27,8 @@ from ...errors import InputError
 
 Generator = Callable[[str, list[str]], str]
 SNIPPET_CHARS = 200
+#: the extra that installs what :class:`Seq2SeqGenerator` needs
+EXTRA = "hopgraph[reformulation]"
 
 
 def anchor_snippets(corpus: Corpus, anchor_ids: np.ndarray, chars: int = SNIPPET_CHARS) -> list[list[str]]:
@@ -66,7 +68,10 @@ def rule_texts(query_texts: Sequence[str], corpus: Corpus, anchor_ids: np.ndarra
 
 
 class Seq2SeqGenerator:
-    """A local seq2seq model (folder readable by ``transformers``) as a reformulation generator."""
+    """A local seq2seq model (folder readable by ``transformers``) as a reformulation generator.
+
+    :class:`InputError` when the folder is missing, when ``transformers`` is not installed (naming
+    the extra :data:`EXTRA`), or when the folder holds no seq2seq model and tokenizer it can load."""
 
     def __init__(self, path: str | Path, max_new_tokens: int = 64, device: str = "cpu") -> None:
         path = Path(path)
@@ -74,11 +79,17 @@ class Seq2SeqGenerator:
             raise InputError(f"reformulation model folder {path} does not exist")
         try:
             from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-        except ImportError as e:  # pragma: no cover - transformers comes with sentence-transformers
-            raise InputError("a seq2seq reformulation model needs the package 'transformers'") from e
+        except ImportError:
+            raise InputError(f"a seq2seq reformulation model ({path}) needs transformers: "
+                             f"pip install '{EXTRA}'") from None
         self.path = str(path)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.path)
-        self.model = AutoModelForSeq2SeqLM.from_pretrained(self.path).to(device).eval()
+        try:
+            self.model = AutoModelForSeq2SeqLM.from_pretrained(self.path).to(device).eval()
+            self.tokenizer = AutoTokenizer.from_pretrained(self.path)
+        except (OSError, ValueError) as e:
+            reason = " ".join(str(e).split())[:300] or type(e).__name__
+            raise InputError(f"reformulation model folder {path} holds no seq2seq model and tokenizer that "
+                             f"transformers can load: {reason}") from None
         self.max_new_tokens, self.device = max_new_tokens, device
 
     def __call__(self, question: str, snippets: list[str]) -> str:

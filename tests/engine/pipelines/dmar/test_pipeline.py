@@ -157,3 +157,21 @@ def test_rule_reformulation(demo_corpus):
     np.testing.assert_allclose(out, [[0.70710677, 0.70710677, 0]], atol=1e-6)
     np.testing.assert_allclose(rule_vectors(Q, X.__getitem__, np.array([[-1, -1]])), Q)
     assert rule_texts(["Q?"], demo_corpus, np.array([[0, 0, -1]])) == ["Q? Marisol Venn"]
+
+
+def test_seq2seq_reformulation_errors_name_what_is_missing(tmp_path, monkeypatch):
+    import re
+    import sys
+
+    from hopgraph.engine.pipelines.dmar.reformulation import EXTRA, resolve_generator
+
+    with pytest.raises(InputError, match="does not exist"):
+        resolve_generator(tmp_path / "missing")
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "transformers", None)  # not installed: its import fails
+        with pytest.raises(InputError, match=rf"needs transformers: pip install '{re.escape(EXTRA)}'$"):
+            resolve_generator(str(tmp_path))
+    pytest.importorskip("transformers")
+    with pytest.raises(InputError, match=rf"{re.escape(str(tmp_path))} holds no seq2seq model and tokenizer that "
+                                         r"transformers can load: \S"):
+        resolve_generator(tmp_path)  # an empty folder
