@@ -2,6 +2,8 @@
 as a single-process build."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from conftest import clustered_embeddings
@@ -46,3 +48,20 @@ def test_ray_index_build_equals_single_process(local_cluster, tmp_path, demo_cor
     assert files == sorted(p.relative_to(tmp_path / "b") for p in (tmp_path / "b").rglob("*.npy"))
     for f in files:
         np.testing.assert_array_equal(np.load(tmp_path / "a" / f), np.load(tmp_path / "b" / f), err_msg=str(f))
+
+
+def test_loopback_node_switches_clusters_off_for_its_block_only(monkeypatch):
+    from ray._private import ray_constants, services, worker
+
+    name = ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR
+    monkeypatch.setenv(name, "1")
+    monkeypatch.setattr(worker, "_global_node", None)  # as before ray.init, even if a test's cluster runs
+    before = ray_constants.ENABLE_RAY_CLUSTER
+    with distributed.loopback_node():
+        assert os.environ[name] == "0" and ray_constants.ENABLE_RAY_CLUSTER is False
+        assert services.resolve_ip_for_localhost("127.0.0.1") == "127.0.0.1"  # what ray.init does with it
+    assert os.environ[name] == "1" and ray_constants.ENABLE_RAY_CLUSTER is before
+    monkeypatch.delenv(name)
+    with distributed.loopback_node():
+        pass
+    assert name not in os.environ
