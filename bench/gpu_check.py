@@ -400,9 +400,30 @@ def gain_rows_agree(X, pen, sim_min: float, sim_max: float, a, b, rtol: float = 
     return bad == 0, f"{near} rows differ only by near-ties, {bad} rows differ"
 
 
-def rankings_agree(ids_a, sc_a, ids_b, sc_b, n_check: int, rtol: float = 1e-4, atol: float = 1e-6) -> tuple[bool, str]:
-    """Pipeline results: the first ``n_check`` scores close; ids equal except where the score
-    ties (within tolerance) with another returned position of the same row."""
+@dataclass
+class RankingDiff:
+    """How two pipelines' results ``(ids [B, k], scores [B, k])`` differ in their first ``n_check``
+    positions: rows whose scores differ beyond tolerance, rows with an id that differs where its score
+    ties no other returned position (a real mismatch), and positions swapped at score near-ties."""
+
+    queries: int
+    score_mismatches: int
+    id_mismatches: int
+    near_ties: int
+    max_score_err: float
+
+    @property
+    def ok(self) -> bool:
+        return self.score_mismatches == 0 and self.id_mismatches == 0
+
+    def message(self) -> str:
+        return (f"{self.queries} queries: {self.score_mismatches} score mismatches, {self.id_mismatches} id "
+                f"mismatches, {self.near_ties} positions swapped at near-ties; max|Δscore| {self.max_score_err:.1e}")
+
+
+def ranking_diff(ids_a, sc_a, ids_b, sc_b, n_check: int, rtol: float = 1e-4, atol: float = 1e-6) -> RankingDiff:
+    """The :class:`RankingDiff` of two results: the first ``n_check`` scores close; ids equal except where
+    the score ties (within tolerance) with another returned position of the same row."""
     import numpy as np
 
     bad_scores = bad_ids = near = 0
@@ -418,9 +439,13 @@ def rankings_agree(ids_a, sc_a, ids_b, sc_b, n_check: int, rtol: float = 1e-4, a
             else:
                 bad_ids += 1
                 break
-    ok = bad_scores == 0 and bad_ids == 0
-    return ok, (f"{len(ids_a)} queries: {bad_scores} score mismatches, {bad_ids} id mismatches, "
-                f"{near} positions swapped at near-ties; max|Δscore| {max_err(sc_a[:, :n_check], sc_b[:, :n_check]):.1e}")
+    return RankingDiff(len(ids_a), bad_scores, bad_ids, near, max_err(sc_a[:, :n_check], sc_b[:, :n_check]))
+
+
+def rankings_agree(ids_a, sc_a, ids_b, sc_b, n_check: int, rtol: float = 1e-4, atol: float = 1e-6) -> tuple[bool, str]:
+    """Pipeline results agree (:func:`ranking_diff`): ``(ok, message)``."""
+    diff = ranking_diff(ids_a, sc_a, ids_b, sc_b, n_check, rtol, atol)
+    return diff.ok, diff.message()
 
 
 # ====================================================================== 1. parity
