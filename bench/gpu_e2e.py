@@ -10,27 +10,31 @@ still has them; a part whose planned seconds no longer fit the budget is skipped
    added later) and of n + A for the graph index (n = 10⁵); not part of any build figure.
 2. **build N, CUDA** — ``Index.build(..., embeddings=X, device="cuda", pipelines=[])`` then each
    shared component and each pipeline of dense + BM25 + G3RAG, timed one by one from the outside,
-   then ``save``. Stages: ``embeddings`` (validation), ``dense index``, ``BM25``, ``extraction``
-   (the shared components, built on first use), ``density`` (the seconds of the ``density`` op's
-   dispatches inside the G3RAG fit), ``graph`` (the rest of the G3RAG fit: the gain-kNN graph and
-   the passages' names), ``save``.
-3. **queries N** — dense, bm25, hybrid and g3rag on the CUDA-built index, one call of B = 256
-   questions (run setting ``batch_size`` = B) with ``device="cuda"`` and with ``device="cpu"``:
-   the first call (query-side caches) then the timed one; queries/s, GPU peak memory (torch's
-   allocator, over the timed call), the process's resident memory after it, host↔device copies
-   per batch (``bench/transfers.py``, when present), and the **ids** of the two devices compared
-   (``bench/gpu_check.py``'s :func:`ranking_diff`: ids equal except positions swapped at float
-   near-ties, counted). Both devices search the same index, so the comparison isolates the device.
-4. **add, CUDA** — ``Index.load(verify="fast", device="cuda")`` of the saved index, then
-   ``add`` of the A generated passages with their embeddings (in memory, not committed); a dense
-   search then finds the first one.
-5. **build n + queries n** — STITCH, ppr_binary and DMAR: as 2 and 3 at n (stages ``hypergraph``,
-   ``hypergraph (ppr_binary)``, ``knowledge graph``: each pipeline's fit).
-6. **add, CPU path** — as 4, the same saved index loaded with ``device="cpu"``.
-7. **build N / n, CPU path** — the device-dependent stages again with ``device="cpu"``: the same
-   corpus, X and shared components (embeddings, dense index, BM25, extraction and save are the
-   same CPU code on both devices: measured once, on the CUDA side, shown as "=" in the CPU column),
-   each pipeline fitted anew.
+   then ``save``. Stages: ``embeddings`` (the index object over X: validation), ``dense index``,
+   ``BM25``, ``extraction`` (the shared components, each built on first use), ``density`` (the
+   seconds of the ``density`` op's dispatches inside the G3RAG fit, timed at the dispatch point),
+   ``graph`` (the rest of the G3RAG fit: the gain-kNN graph and the passages' names), ``save``.
+   The kernel ops each fit dispatched are recorded with their seconds.
+3. **queries N + add, CUDA** — the saved index opened as a server opens it,
+   ``Index.load(verify="fast", device="cuda")`` (load seconds reported); dense, bm25, hybrid and
+   g3rag each searched with one call of B = 256 questions (run setting ``batch_size`` = B): a first
+   call (query-side caches), then the timed one; queries/s, GPU peak memory (torch's allocator, over
+   the timed call), the process's resident memory after it, host↔device copies of one more batch
+   (``bench/transfers.py``'s ``count_transfers``, when that module is present); then ``add`` of the
+   A generated passages with their embeddings (in memory, not committed), after which a dense search
+   must find the first one.
+4. **queries N + add, CPU path** — the same with ``device="cpu"``, and the **ids** of the two
+   devices compared (``bench/gpu_check.py``'s :func:`ranking_diff`: ids equal except positions
+   swapped at float near-ties, counted). Both devices open the same saved files, so the comparison
+   isolates the device.
+5. **build n + queries n** — STITCH, ppr_binary and DMAR: as 2 at n (stages ``hypergraph``,
+   ``hypergraph (ppr_binary)``, ``knowledge graph``: each pipeline's fit), then their queries on both
+   devices as 3 and 4 (no add).
+6. **build N / n, CPU path** — the device-dependent stages again with ``device="cpu"``, over the
+   same corpus, X and shared components: every fit that dispatched a kernel op with a Triton path on
+   the CUDA side is fitted anew. The other stages — embeddings, dense index, BM25, extraction, save
+   and the fits that dispatched no such op — are the same CPU code on both devices: measured once,
+   on the CUDA side, shown as "=" in the CPU column and counted in both whole-build totals.
 
 ``--interpret`` runs the Triton kernels in interpreter mode on CPU tensors (TRITON_INTERPRET=1
 before triton is imported; the "CUDA" side is ``device="cpu"`` with the Triton backend forced), at
@@ -41,13 +45,16 @@ every part. Exit status 0 when every part ran or was skipped for the budget and 
 comparison passed, 1 otherwise, 2 when there is no CUDA GPU (without ``--interpret``).
 
 On the device machine (its ``python3`` has torch + triton, numpy, scipy; faiss-cpu and bm25s
-carried as wheels as for ``bench/gpu_check.py``, see ``docs/gpu.md``; no ``pip install -e .``: the
-package is mapped from this checkout as ``gpu_check.py`` does)::
+carried as wheels, ``carry=[".whl"]``, as for ``bench/gpu_check.py``: ``docs/gpu.md``; no ``pip
+install -e .``: the package is mapped from this checkout as ``gpu_check.py`` does), one ``run``
+with ``timeout_s=420``::
 
-    PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 python3 bench/gpu_e2e.py 2>&1 | tee $OUT/gpu_e2e.log
+    set -o pipefail; python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \\
+        --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site && \\
+        PYTHONUNBUFFERED=1 python3 bench/gpu_e2e.py 2>&1 | tee $OUT/gpu_e2e.log
 
-The plan of a full run (:data:`PLAN`, seconds per part on an H200 host with 16 cores) is printed
-first and written in ``docs/gpu.md``.
+The plan of a full run (:data:`PLAN`, seconds per part on an H200 host with 16 cores, 336 s in
+all; the default ``--budget`` is 345 s) is printed first and written in ``docs/gpu.md``.
 """
 from __future__ import annotations
 
@@ -106,10 +113,10 @@ SIZES = {"full": Sizes(1_000_000, 100_000, 1_000, 256), "quick": Sizes(2_000, 1_
          "tiny": Sizes(120, 80, 8, 4, dim=32)}
 
 #: planned seconds of each part of a full run on an H200 host with 16 cores (docs/gpu.md: how they
-#: were estimated); a part is skipped when the elapsed time plus its plan, scaled by its size
-#: (linearly), exceeds --budget
-PLAN: dict[str, float] = {"data": 40, "build N, CUDA": 150, "queries N": 20, "add, CUDA": 10,
-                          "build n + queries n": 70, "add, CPU path": 10, "build N / n, CPU path": 55}
+#: were estimated; 342 s in all); a part is skipped when the elapsed time plus its plan, scaled by
+#: its size (linearly), exceeds --budget
+PLAN: dict[str, float] = {"data": 35, "build N, CUDA": 155, "queries N + add, CUDA": 15,
+                          "queries N + add, CPU path": 18, "build n + queries n": 58, "build N / n, CPU path": 58}
 
 
 @dataclass(frozen=True)
@@ -154,11 +161,8 @@ class E2ERun(Run):
         self.builds: list[dict[str, Any]] = []
         self.queries: list[dict[str, Any]] = []
         self.adds: list[dict[str, Any]] = []
+        self.loads: list[dict[str, Any]] = []
         self.load_start = [round(x, 2) for x in os.getloadavg()]
-
-    def planned(self, part: str, n: int, n_full: int) -> float:
-        """The part's planned seconds scaled to size ``n`` (its full size ``n_full``)."""
-        return PLAN[part] * n / n_full
 
     def gpu_reset(self) -> None:
         if not self.interpret:
@@ -187,6 +191,7 @@ class E2ERun(Run):
         ids_ok = all(q["ids"]["ok"] for q in self.queries if q.get("ids"))
         return {"env": env, "budget_s": self.args.budget, "elapsed_s": round(self.elapsed(), 2), "plan_s": PLAN,
                 "parts": self.parts, "builds": self.builds, "queries": self.queries, "adds": self.adds,
+                "loads": self.loads,
                 "peak_rss_gb": round(peak_rss_gb(), 3), "ok": not failed and ids_ok}
 
     def write_json(self) -> None:
@@ -246,18 +251,18 @@ def timed_ops(names: tuple[str, ...], totals: dict[str, float], sync: Callable[[
         dispatch._OPS.update(saved)
 
 
-def transfers_per_batch(search: Callable[[], Any]) -> tuple[Any, str]:
-    """Host↔device copies of one search batch, counted by ``bench/transfers.py``'s
-    ``count_transfers`` (the torch profiler's memcpy events): ``(result, text)``; ``(None, "n/a")``
-    when that module is not in this checkout."""
+def transfers_per_batch(search: Callable[[], Any], device: str) -> tuple[dict[str, Any] | None, str]:
+    """Host↔device copies of one search batch, counted by ``bench/transfers.py``'s ``count_transfers``
+    (on ``"cuda"`` the torch profiler's memcpy events, on ``"cpu"`` the crossings at the kernel
+    boundary): ``(counts, "htod H, dtoh D")``; ``(None, "n/a")`` when that module is not in this
+    checkout."""
     try:
         from transfers import count_transfers
     except ImportError:
         return None, "n/a"
-    counts = count_transfers(search)
-    if isinstance(counts, dict):
-        return counts, ", ".join(f"{k} {v}" for k, v in counts.items())
-    return counts, str(counts)
+    counts = count_transfers(search, device=device)
+    kept = {k: v for k, v in counts.items() if k in ("htod", "dtoh", "htod_bytes", "dtoh_bytes", "method")}
+    return kept, f"htod {kept.get('htod')}, dtoh {kept.get('dtoh')}"
 
 
 def table(head: list[str], rows: list[list[Any]]) -> str:
@@ -414,60 +419,71 @@ def search_once(index: Any, side: Side, pipeline: str, data: Data, run: E2ERun) 
         return pipe.search(data.Q, K, data.questions, **small)
 
 
-def queries(run: E2ERun, index: Any, data: Data, pipelines: tuple[str, ...]) -> None:
-    """Queries/s of ``pipelines`` on both sides over the same index, and their ids compared."""
-    for p in pipelines:
-        entry: dict[str, Any] = {"pipeline": p, "n": data.n, "batch": len(data.questions)}
-        results = {}
-        for side in (run.cuda, run.cpu):
-            if run.over_budget():
-                entry[side.name] = {"skipped": f"budget of {run.args.budget:.0f} s used"}
-                continue
-            t0 = time.perf_counter()
-            if not run.interpret:  # the interpreter's timings mean nothing: one call there
-                search_once(index, side, p, data, run)  # query-side caches built on first use
-            first = time.perf_counter() - t0
-            run.gpu_reset()
-            t0 = time.perf_counter()
-            ids, scores = search_once(index, side, p, data, run)
-            run.sync()
-            seconds = time.perf_counter() - t0
-            results[side.name] = (ids, scores)
-            figures = {"queries_per_s": len(data.questions) / seconds, "search_s": seconds, "first_search_s": first,
-                       "gpu_peak_gb": run.gpu_peak_gb(), "rss_gb": rss_gb()}
-            if side is run.cuda:
-                figures["transfers"], figures["transfers_text"] = transfers_per_batch(
-                    lambda: search_once(index, side, p, data, run))
-            entry[side.name] = figures
-            print(f"   {p:10s} {side.name:4s} {figures['queries_per_s']:10,.1f} q/s"
-                  + ("" if run.interpret else f" (first call {first:.2f} s)"), flush=True)
-        if len(results) == 2:
-            diff = ranking_diff(*results["cuda"], *results["cpu"], N_CHECK)
-            entry["ids"] = {**asdict(diff), "ok": diff.ok}
-            print(f"   {p:10s} {diff.message()}", flush=True)
-        run.queries.append(entry)
-        run.write_json()
-
-
-def add(run: E2ERun, side: Side, index_dir: Path, data: Data) -> None:
-    """``Index.load`` of ``index_dir`` on ``side`` and an add of ``data.new`` (in memory)."""
+def open_index(run: E2ERun, side: Side, index_dir: Path, n: int) -> Any:
+    """``Index.load`` of the saved index on ``side`` (sizes checked, ``verify="fast"``), as a server
+    opens it: on CUDA the index chooses there how its graphs are held. The seconds are recorded."""
     from hopgraph import Index
 
     with side.context():
         t0 = time.perf_counter()
         index = Index.load(index_dir, embedder=run.sizes.embedder, device=side.device, progress=False, verify="fast")
-        t_load = time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
+    run.loads.append({"side": side.name, "n": n, "seconds": seconds})
+    print(f"   {side.name}: Index.load of {n:,} passages {seconds:.2f} s", flush=True)
+    return index
+
+
+def queries(run: E2ERun, side: Side, index: Any, data: Data, pipelines: tuple[str, ...],
+            results: dict[tuple[int, str, str], tuple[Any, Any]]) -> None:
+    """Queries/s of ``pipelines`` on ``side`` (:func:`search_once`: a first call, then the timed one),
+    with GPU peak memory, resident memory and copies per batch; the ids and scores go to ``results``
+    and, once both sides have searched a pipeline, are compared (:func:`ranking_diff`)."""
+    for p in pipelines:
+        entry = next((q for q in run.queries if q["n"] == data.n and q["pipeline"] == p), None)
+        if entry is None:
+            entry = {"pipeline": p, "n": data.n, "batch": len(data.questions)}
+            run.queries.append(entry)
+        if run.over_budget():
+            entry[side.name] = {"skipped": f"budget of {run.args.budget:.0f} s used"}
+            continue
+        t0 = time.perf_counter()
+        if not run.interpret:  # the interpreter's timings mean nothing: one call there
+            search_once(index, side, p, data, run)  # query-side caches built on first use
+        first = time.perf_counter() - t0
+        run.gpu_reset()
+        t0 = time.perf_counter()
+        results[data.n, p, side.name] = search_once(index, side, p, data, run)
+        run.sync()
+        seconds = time.perf_counter() - t0
+        figures = {"queries_per_s": len(data.questions) / seconds, "search_s": seconds, "first_search_s": first,
+                   "gpu_peak_gb": run.gpu_peak_gb(), "rss_gb": rss_gb()}
+        if side is run.cuda:
+            figures["transfers"], figures["transfers_text"] = transfers_per_batch(
+                lambda: search_once(index, side, p, data, run), "cpu" if run.interpret else "cuda")
+        entry[side.name] = figures
+        print(f"   {p:10s} {side.name:4s} {figures['queries_per_s']:10,.1f} q/s"
+              + ("" if run.interpret else f" (first call {first:.2f} s)"), flush=True)
+        if (data.n, p, "cuda") in results and (data.n, p, "cpu") in results:
+            diff = ranking_diff(*results[data.n, p, "cuda"], *results[data.n, p, "cpu"], N_CHECK)
+            entry["ids"] = {**asdict(diff), "ok": diff.ok}
+            print(f"   {p:10s} cuda vs cpu: {diff.message()}", flush=True)
+        run.write_json()
+
+
+def add(run: E2ERun, side: Side, index: Any, data: Data) -> None:
+    """An add of ``data.new`` with their embeddings to ``index`` (opened on ``side``; in memory, not
+    committed); a dense search then must find the first added passage."""
+    with side.context():
         t0 = time.perf_counter()
         index.add(data.new, embeddings=data.X_new)
         run.sync()
-        t_add = time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
         ids, _ = index.search_arrays(data.new.texts[:1], "dense", 1, query_embeddings=data.X_new[:1])
-        index.close()
     found = int(ids[0, 0]) == data.n
-    run.adds.append({"side": side.name, "n": data.n, "added": len(data.new), "load_s": t_load, "add_s": t_add,
+    run.adds.append({"side": side.name, "n": data.n, "added": len(data.new), "add_s": seconds,
                      "pipelines": sorted(index.pipelines), "first_added_found": found})
-    print(f"   {side.name}: load {t_load:.2f} s, add of {len(data.new):,} passages {t_add:.3f} s, "
-          f"first added passage found: {found}", flush=True)
+    print(f"   {side.name}: add of {len(data.new):,} passages {seconds:.3f} s, first added passage found: {found}",
+          flush=True)
     if not found:
         raise AssertionError(f"after the add on {side.name}, a dense search of the first added passage's "
                              f"embedding returned row {int(ids[0, 0])}, not {data.n}")
@@ -511,11 +527,19 @@ def report(run: E2ERun) -> None:
                      "copies/batch", "ids"], rows))
         if any(q.get("cuda", {}).get("transfers_text") == "n/a" for q in run.queries):
             print("copies/batch n/a: bench/transfers.py (the torch profiler's memcpy count) is not in this checkout")
+        else:
+            print("copies/batch: host→device and device→host copies of one batch (bench/transfers.py: the torch "
+                  "profiler's memcpy events on CUDA, the kernel-boundary crossings on CPU tensors)")
     if run.adds:
-        rows = [[a["side"] if a["side"] == "cpu" else label, f"{a['n']:,}", f"{a['added']:,}", fmt_s(a["load_s"]),
-                 fmt_s(a["add_s"]), str(a["first_added_found"])] for a in run.adds]
-        print("\n(c) add to the saved index (loaded with verify='fast'; in memory, not committed)")
-        print(table(["device", "N", "added", "load s", "add s", "found"], rows))
+        rows = [[a["side"] if a["side"] == "cpu" else label, f"{a['n']:,}", f"{a['added']:,}", fmt_s(a["add_s"]),
+                 str(a["first_added_found"])] for a in run.adds]
+        print("\n(c) add to the saved index opened on each device (in memory, not committed; 'found': a dense "
+              "search of the first added passage returns it)")
+        print(table(["device", "N", "added", "add s", "found"], rows))
+    if run.loads:
+        print("\nIndex.load (verify='fast') before the queries: " + ", ".join(
+            f"{ld['n']:,} passages on {ld['side'] if ld['side'] == 'cpu' else label} {ld['seconds']:.2f} s"
+            for ld in run.loads))
     skipped = {p: r["detail"] for p, r in run.parts.items() if r["status"] != "DONE"}
     for p, why in skipped.items():
         print(f"{run.parts[p]['status']} {p}: {why}")
@@ -527,8 +551,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="N = 2,000, n = 1,000")
     ap.add_argument("--interpret", action="store_true",
                     help="TRITON_INTERPRET=1 on CPU tensors with tiny sizes (smoke test without a GPU)")
-    ap.add_argument("--budget", type=float, default=330.0,
-                    help="seconds; a part whose plan no longer fits is skipped (default 330)")
+    ap.add_argument("--budget", type=float, default=345.0,
+                    help="seconds; a part whose plan no longer fits is skipped (default 345)")
     ap.add_argument("--n-large", type=int, help="passages of the dense + BM25 + G3RAG index (full: 1,000,000)")
     ap.add_argument("--n-graph", type=int, help="passages of the STITCH + ppr_binary + DMAR index (full: 100,000)")
     ap.add_argument("--add", type=int, help="passages added to the large index (full: 1,000)")
@@ -561,17 +585,15 @@ def main(argv: list[str] | None = None) -> int:
     env = run.summary()["env"]
     print("gpu_e2e:", ", ".join(f"{k} {v}" for k, v in env.items()), f"budget {args.budget:.0f} s", flush=True)
     s, full = run.sizes, SIZES["full"]
-    plan = {"data": run.planned("data", s.large + s.graph, full.large + full.graph),
-            "build N, CUDA": run.planned("build N, CUDA", s.large, full.large),
-            "queries N": run.planned("queries N", s.batch, full.batch),
-            "add, CUDA": run.planned("add, CUDA", s.large, full.large),
-            "build n + queries n": run.planned("build n + queries n", s.graph, full.graph),
-            "add, CPU path": run.planned("add, CPU path", s.large, full.large),
-            "build N / n, CPU path": run.planned("build N / n, CPU path", s.large, full.large)}
+    scale = {"data": (s.large + s.graph) / (full.large + full.graph), "build N, CUDA": s.large / full.large,
+             "queries N + add, CUDA": s.large / full.large, "queries N + add, CPU path": s.large / full.large,
+             "build n + queries n": s.graph / full.graph, "build N / n, CPU path": s.large / full.large}
+    plan = {p: PLAN[p] * scale[p] for p in PLAN}
     print(table(["part", "planned s", "cumulative s"],
                 [[p, f"{t:.0f}", f"{sum(list(plan.values())[:i + 1]):.0f}"] for i, (p, t) in enumerate(plan.items())]))
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="hopgraph-gpu-e2e-"))
     state: dict[str, Any] = {}
+    results: dict[tuple[int, str, str], tuple[Any, Any]] = {}  # (n, pipeline, side) -> (ids, scores)
     try:
         def data() -> None:
             state["large"] = make_data(run, s.large, workdir)
@@ -581,10 +603,26 @@ def main(argv: list[str] | None = None) -> int:
             state["large built"] = built = build(run, run.cuda, state["large"], LARGE_PIPELINES, workdir / "large")
             record_build(run, s.large, LARGE_PIPELINES, run.cuda, built)
 
+        def queries_and_add(side: Side) -> Callable[[], None]:
+            def go() -> None:
+                index = open_index(run, side, workdir / "large", s.large)
+                try:
+                    queries(run, side, index, state["large"], LARGE_QUERIES, results)
+                    if not run.over_budget():
+                        add(run, side, index, state["large"])
+                finally:
+                    index.close()
+            return go
+
         def build_graph() -> None:
-            state["graph built"] = built = build(run, run.cuda, state["graph"], GRAPH_PIPELINES, workdir / "graph")
+            built = state["graph built"] = build(run, run.cuda, state["graph"], GRAPH_PIPELINES, workdir / "graph")
             record_build(run, s.graph, GRAPH_PIPELINES, run.cuda, built)
-            queries(run, built.index, state["graph"], GRAPH_PIPELINES)
+            for side in (run.cuda, run.cpu):
+                index = open_index(run, side, workdir / "graph", s.graph)
+                try:
+                    queries(run, side, index, state["graph"], GRAPH_PIPELINES, results)
+                finally:
+                    index.close()
 
         def build_cpu() -> None:
             for key, n, pipelines in (("large", s.large, LARGE_PIPELINES), ("graph", s.graph, GRAPH_PIPELINES)):
@@ -595,12 +633,9 @@ def main(argv: list[str] | None = None) -> int:
         if not part(run, "data", plan["data"], data):
             return finish(run)
         if part(run, "build N, CUDA", plan["build N, CUDA"], build_large):
-            part(run, "queries N", plan["queries N"],
-                 lambda: queries(run, state["large built"].index, state["large"], LARGE_QUERIES))
-            part(run, "add, CUDA", plan["add, CUDA"], lambda: add(run, run.cuda, workdir / "large", state["large"]))
+            part(run, "queries N + add, CUDA", plan["queries N + add, CUDA"], queries_and_add(run.cuda))
+            part(run, "queries N + add, CPU path", plan["queries N + add, CPU path"], queries_and_add(run.cpu))
         part(run, "build n + queries n", plan["build n + queries n"], build_graph)
-        if "large built" in state:
-            part(run, "add, CPU path", plan["add, CPU path"], lambda: add(run, run.cpu, workdir / "large", state["large"]))
         part(run, "build N / n, CPU path", plan["build N / n, CPU path"], build_cpu)
         state.clear()
         gc.collect()

@@ -54,6 +54,8 @@ def test_interpret_quick_run_end_to_end_without_hopgraph_installed(tmp_path, e2e
         assert q["ids"]["ok"] and q["ids"]["queries"] == summary["env"]["sizes"]["batch"], q
         assert q["cuda"]["rss_gb"] > 0 and "transfers_text" in q["cuda"]
     assert [(a["side"], a["first_added_found"]) for a in summary["adds"]] == [("cuda", True), ("cpu", True)]
+    assert [(ld["side"], ld["n"]) for ld in summary["loads"]] == [
+        (side, n) for n in (summary["env"]["sizes"]["large"], summary["env"]["sizes"]["graph"]) for side in ("cuda", "cpu")]
     assert all(a["added"] == summary["env"]["sizes"]["add"] for a in summary["adds"])
     for heading in ("(a) build of", "(b, d, e) queries", "(c) add", "load average", "gpu_e2e: ok"):
         assert heading in proc.stdout, heading
@@ -86,8 +88,8 @@ def test_parts_skip_over_budget_and_failures_are_reported(e2e):
     def broken() -> None:
         raise RuntimeError("no such thing")
 
-    assert not e2e.part(run, "queries N", 0.0, broken)
-    assert run.parts["queries N"]["status"] == "FAIL" and "no such thing" in run.parts["queries N"]["detail"]
+    assert not e2e.part(run, "build N, CUDA", 0.0, broken)
+    assert run.parts["build N, CUDA"]["status"] == "FAIL" and "no such thing" in run.parts["build N, CUDA"]["detail"]
     assert not run.summary()["ok"]
 
 
@@ -102,10 +104,14 @@ def test_sizes_follow_the_mode_and_the_flags(e2e):
 
 def test_transfer_column_reads_bench_transfers_or_says_n_a(e2e, monkeypatch):
     monkeypatch.setitem(sys.modules, "transfers", None)  # not in this checkout
-    assert e2e.transfers_per_batch(lambda: None) == (None, "n/a")
+    assert e2e.transfers_per_batch(lambda: None, "cpu") == (None, "n/a")
     calls = []
-    fake = types.ModuleType("transfers")
-    fake.count_transfers = lambda fn: (calls.append(fn()), {"HtoD": 2, "DtoH": 1})[1]
-    monkeypatch.setitem(sys.modules, "transfers", fake)
-    assert e2e.transfers_per_batch(lambda: "searched") == ({"HtoD": 2, "DtoH": 1}, "HtoD 2, DtoH 1")
-    assert calls == ["searched"]
+
+    def count_transfers(fn, device="cpu"):
+        calls.append((fn(), device))
+        return {"htod": 2, "dtoh": 1, "htod_bytes": 64, "dtoh_bytes": 8, "method": "m", "result": "ids"}
+
+    monkeypatch.setitem(sys.modules, "transfers", types.SimpleNamespace(count_transfers=count_transfers))
+    counts, text = e2e.transfers_per_batch(lambda: "searched", "cuda")
+    assert text == "htod 2, dtoh 1" and calls == [("searched", "cuda")]
+    assert counts == {"htod": 2, "dtoh": 1, "htod_bytes": 64, "dtoh_bytes": 8, "method": "m"}  # JSON-ready
