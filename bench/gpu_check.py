@@ -58,7 +58,8 @@ then one ``run`` with ``carry=[".whl"]``, ``timeout_s=480`` and the command::
         PYTHONUNBUFFERED=1 python3 bench/gpu_check.py 2>&1 | tee $OUT/gpu_check.log
 
 (``rc`` of the run is the script's exit status; ``$OUT/gpu_check.json`` and the log come
-back. Budget: machine start 1–2 min + this ≈ 6–8 min of the session's 15 device minutes.)
+back. Budget: machine start 1–2 min + this ≈ 6–8 min of the session's 15 device minutes;
+``docs/gpu.md``'s prepared calls run it with ``--budget 150`` before ``bench/gpu_e2e.py``.)
 faiss-GPU is a peer only where a ``faiss-gpu-cu12`` wheel was carried along the same way (it
 does not fit the 64 MiB carry with the others on every version: check its size first); cuGraph
 does not fit and is skipped.

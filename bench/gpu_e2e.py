@@ -53,7 +53,7 @@ with ``timeout_s=420``::
         --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site && \\
         PYTHONUNBUFFERED=1 python3 bench/gpu_e2e.py 2>&1 | tee $OUT/gpu_e2e.log
 
-The plan of a full run (:data:`PLAN`, seconds per part on an H200 host with 16 cores, 336 s in
+The plan of a full run (:data:`PLAN`, seconds per part on an H200 host with 16 cores, 339 s in
 all; the default ``--budget`` is 345 s) is printed first and written in ``docs/gpu.md``.
 """
 from __future__ import annotations
@@ -113,7 +113,7 @@ SIZES = {"full": Sizes(1_000_000, 100_000, 1_000, 256), "quick": Sizes(2_000, 1_
          "tiny": Sizes(120, 80, 8, 4, dim=32)}
 
 #: planned seconds of each part of a full run on an H200 host with 16 cores (docs/gpu.md: how they
-#: were estimated; 342 s in all); a part is skipped when the elapsed time plus its plan, scaled by
+#: were estimated; 339 s in all); a part is skipped when the elapsed time plus its plan, scaled by
 #: its size (linearly), exceeds --budget
 PLAN: dict[str, float] = {"data": 35, "build N, CUDA": 155, "queries N + add, CUDA": 15,
                           "queries N + add, CPU path": 18, "build n + queries n": 58, "build N / n, CPU path": 58}
