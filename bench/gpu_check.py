@@ -1088,20 +1088,30 @@ def section_timing(run: Run) -> None:
 
 
 # ====================================================================== main
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def start_run(args: argparse.Namespace, script: str, run_class: type[Run] = Run) -> Run | None:
+    """The run of ``script`` (this one, ``bench/gpu_e2e.py``): TRITON_INTERPRET=1 set before triton
+    is imported when ``args.interpret``, hopgraph importable from this checkout, the environment
+    printed; None when torch sees no CUDA GPU outside ``--interpret`` (said on stderr)."""
     if args.interpret:
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
     ensure_hopgraph_importable()
     import torch
 
     if not args.interpret and not torch.cuda.is_available():
-        print("gpu_check: torch sees no CUDA GPU; run on a CUDA machine, or use --interpret for a smoke test",
+        print(f"{script}: torch sees no CUDA GPU; run on a CUDA machine, or use --interpret for a smoke test",
               file=sys.stderr)
-        return 2
-    run = Run(args)
+        return None
+    run = run_class(args)
     env = run.summary()["env"]
-    print("gpu_check:", ", ".join(f"{k} {v}" for k, v in env.items()), f"budget {args.budget:.0f} s", flush=True)
+    print(f"{script}:", ", ".join(f"{k} {v}" for k, v in env.items()), f"budget {args.budget:.0f} s", flush=True)
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    run = start_run(args, "gpu_check")
+    if run is None:
+        return 2
     only = set(args.only or ("parity", "pipelines", "timing"))
     if "parity" in only:
         section_parity(run)

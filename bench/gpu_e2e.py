@@ -17,8 +17,8 @@ still has them; a part whose planned seconds no longer fit the budget is skipped
    The kernel ops each fit dispatched are recorded with their seconds.
 3. **queries N + add, CUDA** — the saved index opened as a server opens it,
    ``Index.load(verify="fast", device="cuda")`` (load seconds reported); dense, bm25, hybrid and
-   g3rag each searched with one call of B = 256 questions (run setting ``batch_size`` = B): a first
-   call (query-side caches), then the timed one; queries/s, GPU peak memory (torch's allocator, over
+   g3rag each searched with one call of B = 256 questions (the pipelines' own run settings, as in
+   ``bench/bench_scale.py``'s query stages): a first call (query-side caches), then the timed one; queries/s, GPU peak memory (torch's allocator, over
    the timed call), the process's resident memory after it, host↔device copies of one more batch
    (``bench/transfers.py``'s ``count_transfers``, when that module is present); then ``add`` of the
    A generated passages with their embeddings (in memory, not committed), after which a dense search
@@ -77,7 +77,7 @@ BENCH = Path(__file__).resolve().parent
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
-from gpu_check import INTERPRET_OVERRIDES, Run, ensure_hopgraph_importable, ranking_diff  # noqa: E402
+from gpu_check import INTERPRET_OVERRIDES, Run, ranking_diff, start_run  # noqa: E402
 
 LARGE_PIPELINES = ("dense", "bm25", "g3rag")
 GRAPH_PIPELINES = ("stitch", "ppr_binary", "dmar")
@@ -180,6 +180,7 @@ class E2ERun(Run):
     def summary(self) -> dict[str, Any]:
         import torch
         import triton
+        from _common import peak_rss_gb  # imports hopgraph: after ensure_hopgraph_importable
 
         env = {"mode": "interpret" if self.interpret else "cuda", "size": self.size, "sizes": asdict(self.sizes),
                "torch": torch.__version__, "triton": triton.__version__, "python": sys.version.split()[0],
@@ -202,17 +203,13 @@ class E2ERun(Run):
 
 
 # ====================================================================== measurement helpers
-def peak_rss_gb() -> float:
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
-
-
 def rss_gb() -> float:
     """This process's resident memory now (GiB; the peak where /proc is not there)."""
     try:
         pages = int(Path("/proc/self/statm").read_text().split()[1])
     except OSError:
+        from _common import peak_rss_gb
+
         return peak_rss_gb()
     return pages * os.sysconf("SC_PAGE_SIZE") / 2 ** 30
 
@@ -263,22 +260,6 @@ def transfers_per_batch(search: Callable[[], Any], device: str) -> tuple[dict[st
     counts = count_transfers(search, device=device)
     kept = {k: v for k, v in counts.items() if k in ("htod", "dtoh", "htod_bytes", "dtoh_bytes", "method")}
     return kept, f"htod {kept.get('htod')}, dtoh {kept.get('dtoh')}"
-
-
-def table(head: list[str], rows: list[list[Any]]) -> str:
-    """Plain-text table: first column left-aligned, the others right-aligned."""
-    cells = [[str(c) for c in r] for r in [head] + rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
-
-    def line(r: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-
-    return "\n".join([line(cells[0]), line(["-" * w for w in widths])] + [line(r) for r in cells[1:]])
-
-
-def stamp() -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()) + " · load average " + \
-        ", ".join(f"{x:.2f}" for x in os.getloadavg()) + f" · {os.cpu_count()} CPU cores"
 
 
 def fmt_s(x: float | None) -> str:
@@ -411,12 +392,11 @@ def record_build(run: E2ERun, n: int, pipelines: tuple[str, ...], side: Side, bu
 
 
 def search_once(index: Any, side: Side, pipeline: str, data: Data, run: E2ERun) -> tuple[Any, Any]:
-    """One search call of all the questions: the index's fitted ``pipeline`` with the run settings of
-    ``side`` (device, ``batch_size`` = the call's size), question embeddings given."""
+    """One search call of all the questions (embeddings given) on ``index``, opened on ``side``'s
+    device: the pipelines' own run settings (their batch sizes within the call)."""
     small = INTERPRET_OVERRIDES.get(pipeline, {}) if run.interpret else {}
     with side.context():
-        pipe = index.pipeline(pipeline).with_settings(device=side.device, batch_size=len(data.questions))
-        return pipe.search(data.Q, K, data.questions, **small)
+        return index.search_arrays(data.questions, pipeline, K, query_embeddings=data.Q, **small)
 
 
 def open_index(run: E2ERun, side: Side, index_dir: Path, n: int) -> Any:
@@ -491,8 +471,10 @@ def add(run: E2ERun, side: Side, index: Any, data: Data) -> None:
 
 # ====================================================================== report
 def report(run: E2ERun) -> None:
+    """The tables of the parts that ran, with the date and the load average."""
+    from _common import stamp, table
     label = "triton (interp.)" if run.interpret else "cuda"
-    print(f"\n== gpu_e2e results · {stamp()}")
+    print(f"\n== gpu_e2e results · {stamp()} · {os.cpu_count()} CPU cores")
     for b in run.builds:
         cu, cp = b["stages_s"].get("cuda", {}), b["stages_s"].get("cpu")
         has_cpu = cp is not None
@@ -572,18 +554,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.interpret:
-        os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
-    ensure_hopgraph_importable()
-    import torch
-
-    if not args.interpret and not torch.cuda.is_available():
-        print("gpu_e2e: torch sees no CUDA GPU; run on a CUDA machine, or use --interpret for a smoke test",
-              file=sys.stderr)
+    run = start_run(args, "gpu_e2e", E2ERun)
+    if run is None:
         return 2
-    run = E2ERun(args)
-    env = run.summary()["env"]
-    print("gpu_e2e:", ", ".join(f"{k} {v}" for k, v in env.items()), f"budget {args.budget:.0f} s", flush=True)
+    from _common import table  # imports hopgraph: after start_run made it importable
+
     s, full = run.sizes, SIZES["full"]
     scale = {"data": (s.large + s.graph) / (full.large + full.graph), "build N, CUDA": s.large / full.large,
              "queries N + add, CUDA": s.large / full.large, "queries N + add, CPU path": s.large / full.large,
