@@ -69,7 +69,7 @@ import tempfile
 import time
 import traceback
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -296,7 +296,7 @@ def make_data(run: E2ERun, n: int, workdir: Path) -> Data:
     from bench_scale import generate
     from hopgraph.engine.components.corpus import Corpus
 
-    m, a = n + run.sizes.add, run.sizes.add
+    m = n + run.sizes.add
     folder = workdir / f"data-{m}"
     generate(max(m, 256), folder)  # the generator draws 256 questions
     full = Corpus.from_jsonl(folder / "corpus.jsonl")
@@ -307,7 +307,7 @@ def make_data(run: E2ERun, n: int, workdir: Path) -> Data:
         X, Q = (A[:, :run.sizes.dim] / np.linalg.norm(A[:, :run.sizes.dim], axis=1, keepdims=True) for A in (X, Q))
     corpus = Corpus(full.ids[:n], full.titles[:n], full.texts[:n], source=full.source)
     new = Corpus(full.ids[n:m], full.titles[n:m], full.texts[n:m], source=full.source)
-    return Data(n, corpus, X[:n], new, X[n:m][:a], questions, Q)
+    return Data(n, corpus, X[:n], new, X[n:m], questions, Q)
 
 
 @dataclass
