@@ -58,7 +58,8 @@ then one ``run`` with ``carry=[".whl"]``, ``timeout_s=480`` and the command::
         PYTHONUNBUFFERED=1 python3 bench/gpu_check.py 2>&1 | tee $OUT/gpu_check.log
 
 (``rc`` of the run is the script's exit status; ``$OUT/gpu_check.json`` and the log come
-back. Budget: machine start 1–2 min + this ≈ 6–8 min of the session's 15 device minutes.)
+back. Budget: machine start 1–2 min + this ≈ 6–8 min of the session's 15 device minutes;
+``docs/gpu.md``'s prepared calls run it with ``--budget 150`` before ``bench/gpu_e2e.py``.)
 faiss-GPU is a peer only where a ``faiss-gpu-cu12`` wheel was carried along the same way (it
 does not fit the 64 MiB carry with the others on every version: check its size first); cuGraph
 does not fit and is skipped.
@@ -400,9 +401,30 @@ def gain_rows_agree(X, pen, sim_min: float, sim_max: float, a, b, rtol: float = 
     return bad == 0, f"{near} rows differ only by near-ties, {bad} rows differ"
 
 
-def rankings_agree(ids_a, sc_a, ids_b, sc_b, n_check: int, rtol: float = 1e-4, atol: float = 1e-6) -> tuple[bool, str]:
-    """Pipeline results: the first ``n_check`` scores close; ids equal except where the score
-    ties (within tolerance) with another returned position of the same row."""
+@dataclass
+class RankingDiff:
+    """How two pipelines' results ``(ids [B, k], scores [B, k])`` differ in their first ``n_check``
+    positions: rows whose scores differ beyond tolerance, rows with an id that differs where its score
+    ties no other returned position (a real mismatch), and positions swapped at score near-ties."""
+
+    queries: int
+    score_mismatches: int
+    id_mismatches: int
+    near_ties: int
+    max_score_err: float
+
+    @property
+    def ok(self) -> bool:
+        return self.score_mismatches == 0 and self.id_mismatches == 0
+
+    def message(self) -> str:
+        return (f"{self.queries} queries: {self.score_mismatches} score mismatches, {self.id_mismatches} id "
+                f"mismatches, {self.near_ties} positions swapped at near-ties; max|Δscore| {self.max_score_err:.1e}")
+
+
+def ranking_diff(ids_a, sc_a, ids_b, sc_b, n_check: int, rtol: float = 1e-4, atol: float = 1e-6) -> RankingDiff:
+    """The :class:`RankingDiff` of two results: the first ``n_check`` scores close; ids equal except where
+    the score ties (within tolerance) with another returned position of the same row."""
     import numpy as np
 
     bad_scores = bad_ids = near = 0
@@ -418,9 +440,13 @@ def rankings_agree(ids_a, sc_a, ids_b, sc_b, n_check: int, rtol: float = 1e-4, a
             else:
                 bad_ids += 1
                 break
-    ok = bad_scores == 0 and bad_ids == 0
-    return ok, (f"{len(ids_a)} queries: {bad_scores} score mismatches, {bad_ids} id mismatches, "
-                f"{near} positions swapped at near-ties; max|Δscore| {max_err(sc_a[:, :n_check], sc_b[:, :n_check]):.1e}")
+    return RankingDiff(len(ids_a), bad_scores, bad_ids, near, max_err(sc_a[:, :n_check], sc_b[:, :n_check]))
+
+
+def rankings_agree(ids_a, sc_a, ids_b, sc_b, n_check: int, rtol: float = 1e-4, atol: float = 1e-6) -> tuple[bool, str]:
+    """Pipeline results agree (:func:`ranking_diff`): ``(ok, message)``."""
+    diff = ranking_diff(ids_a, sc_a, ids_b, sc_b, n_check, rtol, atol)
+    return diff.ok, diff.message()
 
 
 # ====================================================================== 1. parity
@@ -1062,20 +1088,30 @@ def section_timing(run: Run) -> None:
 
 
 # ====================================================================== main
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def start_run(args: argparse.Namespace, script: str, run_class: type[Run] = Run) -> Run | None:
+    """The run of ``script`` (this one, ``bench/gpu_e2e.py``): TRITON_INTERPRET=1 set before triton
+    is imported when ``args.interpret``, hopgraph importable from this checkout, the environment
+    printed; None when torch sees no CUDA GPU outside ``--interpret`` (said on stderr)."""
     if args.interpret:
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
     ensure_hopgraph_importable()
     import torch
 
     if not args.interpret and not torch.cuda.is_available():
-        print("gpu_check: torch sees no CUDA GPU; run on a CUDA machine, or use --interpret for a smoke test",
+        print(f"{script}: torch sees no CUDA GPU; run on a CUDA machine, or use --interpret for a smoke test",
               file=sys.stderr)
-        return 2
-    run = Run(args)
+        return None
+    run = run_class(args)
     env = run.summary()["env"]
-    print("gpu_check:", ", ".join(f"{k} {v}" for k, v in env.items()), f"budget {args.budget:.0f} s", flush=True)
+    print(f"{script}:", ", ".join(f"{k} {v}" for k, v in env.items()), f"budget {args.budget:.0f} s", flush=True)
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    run = start_run(args, "gpu_check")
+    if run is None:
+        return 2
     only = set(args.only or ("parity", "pipelines", "timing"))
     if "parity" in only:
         section_parity(run)

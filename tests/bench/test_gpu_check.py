@@ -6,12 +6,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from bare_run import run_bare
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "gpu_check.py"
 
@@ -24,29 +25,12 @@ def load_gpu_check():
     return module
 
 
-#: runs a script as a bare device machine would: hopgraph not installed (this environment's editable
-#: install's finder removed), everything else importable
-BARE = """
-import runpy, sys
-sys.meta_path[:] = [f for f in sys.meta_path if not str(getattr(f, "__module__", "")).startswith("__editable__")]
-try:
-    import hopgraph
-except ImportError:
-    print("hopgraph is not importable from site-packages")
-else:
-    raise SystemExit("hopgraph is importable: not a bare run")
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
-
-
 @pytest.mark.slow
 def test_interpret_quick_run_passes_without_hopgraph_installed(tmp_path):
     """The whole script, as on a bare device machine: it imports hopgraph from this checkout's
     folders (the layout of setup.py), not from an installed package."""
     env = {**os.environ, "OUT": str(tmp_path), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run([sys.executable, "-c", BARE, str(SCRIPT), "--interpret", "--quick"], env=env,
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    proc = run_bare(SCRIPT, "--interpret", "--quick", cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert proc.stdout.startswith("hopgraph is not importable from site-packages")
     summary = json.loads((tmp_path / "gpu_check.json").read_text())
@@ -99,8 +83,7 @@ def test_source_roots_are_setup_pys():
 def test_the_kernels_ncu_profiles_run_without_hopgraph_installed(tmp_path):
     """bench/ncu_kernels.py (what docs/gpu.md's Nsight Compute command runs) in its interpreter mode."""
     script = SCRIPT.with_name("ncu_kernels.py")
-    proc = subprocess.run([sys.executable, "-c", BARE, str(script), "--interpret", "--quick"], capture_output=True,
-                          text=True, timeout=300, cwd=tmp_path)
+    proc = run_bare(script, "--interpret", "--quick", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert [line.split()[1:3] for line in proc.stdout.splitlines()[1:]] == [
         ["gain_knn", "tune"], ["gain_knn", "profile"], ["batched_ppr", "tune"], ["batched_ppr", "profile"]]
