@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from .... import kernels
-from ....kernels.tensors import as_tensor
+from ....kernels.tensors import as_numpy, as_tensor
 from ...components.corpus import Corpus
 from ...components.dense import DenseIndex
 from ...components.exact_search import gather_rows
@@ -230,9 +230,10 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
         L = local_hypergraph(H, act_v)
         A = np.zeros((B, len(L.nodes)), np.float32)
         A[act_q, np.searchsorted(L.nodes, act_v)] = act_val
-        A = as_tensor(A, device=dev)
-        S = as_tensor(np.maximum(Q @ self._text_rows(np.asarray(H.edge_text[L.edges])).T, 0.0), device=dev)
-        as_t = lambda a, dt=torch.int64: as_tensor(a, dt, dev)  # noqa: E731
+        A = as_tensor(A, device=dev, name="activation")
+        S = as_tensor(np.maximum(Q @ self._text_rows(np.asarray(H.edge_text[L.edges])).T, 0.0), device=dev,
+                      name="topic similarity")
+        as_t = lambda a, dt=torch.int64: as_tensor(a, dt, dev, "local hypergraph")  # noqa: E731
         channels = [A]
         if params.spatial:
             channels.append(kernels.call("hyperedge_max_propagate", A, S, as_t(L.edge_indptr),
@@ -244,7 +245,7 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
             chunk_sim = np.maximum(Q @ np.asarray(self.components.dense.rows(chunks), np.float32).T, 0.0)
             best_edge = torch.zeros_like(A).scatter_reduce(
                 1, as_t(L.inc_node).expand(B, -1), S[:, as_t(L.inc_edge)], "amax")
-            w = best_edge * as_tensor(chunk_sim[:, chunk_of], device=dev)
+            w = best_edge * as_tensor(chunk_sim[:, chunk_of], device=dev, name="chunk similarity")
             channels.append(kernels.call("group_decay_propagate", A, w, as_t(L.node_group),
                                          as_t(node_chunk), as_t(L.group_indptr),
                                          as_t(L.group_nodes, torch.int32), as_t(L.alpha, torch.float32),
@@ -252,8 +253,8 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
         a = torch.stack(channels).mean(0)
         log_group = np.log1p(np.asarray(H.group_size[np.asarray(H.node_group[L.nodes])])).astype(np.float32)
         I = torch.zeros((B, len(chunks)), dtype=torch.float64, device=dev)
-        I.index_add_(1, as_t(chunk_of), (a * as_tensor(log_group, device=dev)).to(torch.float64))
-        return LocalRows(chunks.astype(np.int64), I.cpu().numpy(), n)
+        I.index_add_(1, as_t(chunk_of), (a * as_t(log_group, torch.float32)).to(torch.float64))
+        return LocalRows(chunks.astype(np.int64), as_numpy(I), n)
 
     def _text_rows(self, rows: np.ndarray) -> np.ndarray:
         """Text embeddings ``rows`` as float32 (``H.text_emb`` may be float16 or memory-mapped)."""
