@@ -53,15 +53,46 @@ class ResidentCSR(CSR):
 
     def on_device(self) -> tuple[Any, Any, Any] | None:
         """``(indptr, indices, data)`` as tensors on the store's device (int64, int32, float32),
-        copied on the first call and kept; None when the graph does not fit the store's budget
+        copied on the first call and kept (shared by every reader of the same host arrays); None when the graph does not fit the store's budget
         (warned once, :class:`DeviceMemoryWarning`)."""
         store = getattr(self, "store", None)
-        return None if store is None else store.place(self)
+        if store is None:
+            return None
+        arrays = (np.asarray(self.indptr, np.int64), np.asarray(self.indices, np.int32),
+                  np.asarray(self.data, np.float32))
+        return store.place(arrays, self.component, ("indptr", "indices", "data"))
+
+
+class ResidentArray:
+    """A host array (``host``) held by a :class:`DeviceStore` under the name ``component``: reads
+    as the array on the host (``np.asarray``, ``[key]``, ``len``, ``shape``, ``dtype``);
+    :meth:`on_device` gives it as a tensor on the store's device, copied once."""
+
+    def __init__(self, host: np.ndarray, store: "DeviceStore", component: str) -> None:
+        self.host, self.store, self.component = host, store, component
+        self.shape, self.dtype = host.shape, host.dtype
+
+    def on_device(self) -> Any:
+        """The array as a tensor on the store's device (copied on the first call and kept); None
+        when it does not fit the store's budget."""
+        placed = self.store.place((self.host,), self.component, ("array",))
+        return None if placed is None else placed[0]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self.host if dtype is None else self.host.astype(dtype, copy=False)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.host[key]
+
+    def __len__(self) -> int:
+        return len(self.host)
 
 
 def resident(graph: CSR, store: "DeviceStore", component: str) -> ResidentCSR:
-    """``graph``'s arrays as a :class:`ResidentCSR` of ``store`` named ``component`` (no copy)."""
-    out = ResidentCSR(graph.indptr, graph.indices, graph.data, graph.n_cols)
+    """``graph``'s arrays as a :class:`ResidentCSR` of ``store`` named ``component`` (no copy of
+    arrays of the kernels' dtypes: int64, int32, float32)."""
+    out = ResidentCSR(np.asarray(graph.indptr, np.int64), np.asarray(graph.indices, np.int32),
+                      np.asarray(graph.data, np.float32), graph.n_cols)
     out.store, out.component = store, component
     return out
 
@@ -91,10 +122,13 @@ class DeviceStore(GraphStore):
     # ------------------------------------------------------------------ residency
     def hold(self, item: Any, component: str) -> Any:
         """``item`` as this store keeps it: a whole in-memory :class:`CSR` becomes a
-        :class:`ResidentCSR` named ``component`` (moved on first device use); anything else
-        (a graph read by rows, an overlay) is returned as it is."""
+        :class:`ResidentCSR` named ``component``, an array a :class:`ResidentArray` (each moved
+        on first device use); anything else (a graph read by rows, an overlay, a memory-mapped
+        array) is returned as it is."""
         if type(item) is CSR:
             return resident(item, self, component)
+        if type(item) is np.ndarray:
+            return ResidentArray(item, self, component)
         return item
 
     def room(self) -> int | None:
@@ -108,31 +142,34 @@ class DeviceStore(GraphStore):
             left = cuda_left if left is None else min(left, cuda_left)
         return left
 
-    def place(self, graph: ResidentCSR) -> tuple[Any, Any, Any] | None:
-        """The device tensors of ``graph`` (:meth:`ResidentCSR.on_device`)."""
-        key = id(graph)
+    def place(self, arrays: tuple[np.ndarray, ...], component: str, names: tuple[str, ...]
+              ) -> tuple[Any, ...] | None:
+        """``arrays`` (host arrays of one structure, ``names`` naming each) as tensors on this
+        store's device, copied on the first call and kept, shared by every reader of the same
+        host arrays; None when they do not fit the budget (warned once per ``component``)."""
+        arrays = tuple(np.asarray(a) for a in arrays)
+        key = tuple((a.__array_interface__["data"][0], a.shape, a.dtype.str) for a in arrays)
         with self._lock:
             if key in self._tensors:
                 return self._tensors[key][1]
-            arrays = (np.asarray(graph.indptr, np.int64), np.asarray(graph.indices, np.int32),
-                      np.asarray(graph.data, np.float32))
             nbytes = sum(a.nbytes for a in arrays)
             left = self.room()
             if left is not None and nbytes > left:
-                if not any(name == graph.component for name, _ in self.refused):
-                    warnings.warn(f"{graph.component}: {nbytes:,} bytes do not fit the {self.device} budget "
+                if not any(name == component for name, _ in self.refused):
+                    warnings.warn(f"{component}: {nbytes:,} bytes do not fit the {self.device} budget "
                                   f"({max(left, 0):,} bytes left); it stays in host memory and is copied per "
-                                  "kernel call", DeviceMemoryWarning, stacklevel=3)
-                    self.refused.append((graph.component, nbytes))
+                                  "kernel call", DeviceMemoryWarning, stacklevel=4)
+                    self.refused.append((component, nbytes))
                 return None
             from ...kernels.tensors import as_tensor
 
-            tensors = tuple(as_tensor(a, device=self.device, name=f"{graph.component} {what}")
-                            for a, what in zip(arrays, ("indptr", "indices", "data")))
-            # the graph is kept beside its tensors so that its id is not reused while they are held
-            self._tensors[key] = (graph, tensors)
+            tensors = tuple(as_tensor(a, device=self.device, name=f"{component} {what}")
+                            for a, what in zip(arrays, names))
+            # the host arrays are kept beside their tensors so that their addresses (the key) are
+            # not reused while the tensors are held
+            self._tensors[key] = (arrays, tensors)
             self.used += nbytes
-            self.placed.append((graph.component, nbytes))
+            self.placed.append((component, nbytes))
             return tensors
 
     # ------------------------------------------------------------------ GraphStore

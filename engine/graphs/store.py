@@ -95,12 +95,18 @@ def whole_graph(graph: Any) -> Any:
     return CSR(ptr, ind, dat, graph.n_cols)
 
 
+def device_arrays(item: Any) -> Any:
+    """``item``'s arrays as tensors on the device where a store holds it there (a graph's
+    ``(indptr, indices, data)``, an array's tensor: ``item.on_device()``, copied once), else None."""
+    on_device = getattr(item, "on_device", None)
+    return on_device() if on_device is not None else None
+
+
 def kernel_graph(graph: Any) -> Any:
-    """What a kernel is handed for ``graph``: its ``(indptr, indices, data)`` tensors on the device
-    when a store holds it there (:meth:`~hopgraph.engine.graphs.device_store.ResidentCSR.on_device`,
-    copied once), else :func:`whole_graph` (host arrays, which a kernel on a device copies per call)."""
-    on_device = getattr(graph, "on_device", None)
-    tensors = on_device() if on_device is not None else None
+    """What a kernel is handed for ``graph``: its tensors where a store holds it on the device
+    (:func:`device_arrays`), else :func:`whole_graph` (host arrays, which a kernel on a device
+    copies per call)."""
+    tensors = device_arrays(graph)
     return tensors if tensors is not None else whole_graph(graph)
 
 

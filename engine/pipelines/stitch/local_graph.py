@@ -18,11 +18,14 @@ and prior support reach, so the kernels run on ``[B, local]`` arrays instead of 
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
+import torch
 
 from ....kernels.csr import CSR
+from ....kernels.tensors import as_tensor
+from ...graphs.store import device_arrays
 from .hypergraph import TopicHypergraph
 from ...sparse import row_edge_positions, row_entries
 
@@ -110,12 +113,20 @@ def local_hypergraph(H: TopicHypergraph, active_nodes: np.ndarray) -> LocalHyper
         alpha=np.concatenate([H.group_alpha(groups), np.zeros(len(others), np.float32)]).astype(np.float32))
 
 
-def local_transition(P: CSR, col_sums: np.ndarray, chunks: np.ndarray) -> CSR:
+def local_transition(P: CSR, col_sums: np.ndarray, chunks: np.ndarray) -> Any:
     """P (column-stochastic, rows = targets) restricted to ``chunks`` (sorted), as an
     ``(M + 1) × (M + 1)`` CSR whose last row/column is the sink: column j's entries inside the set,
     and ``col_sums[j] −`` their sum (≥ 0) in the sink row. Dangling chunks (``col_sums`` 0) stay
     dangling; the sink column is empty (dangling too). A walk whose regions exclude the sink drops
-    exactly the mass the localised walk on the full P drops. Work: the rows of ``chunks`` only."""
+    exactly the mass the localised walk on the full P drops. Work: the rows of ``chunks`` only.
+
+    Where the graph store holds P and ``col_sums`` on the device
+    (:func:`~hopgraph.engine.graphs.store.device_arrays`), the same CSR is cut there
+    (:func:`local_transition_tensors`: only ``chunks`` crosses) and returned as its
+    ``(indptr, indices, data)`` tensors."""
+    P_dev, sums_dev = device_arrays(P), device_arrays(col_sums)
+    if P_dev is not None and sums_dev is not None:
+        return local_transition_tensors(*P_dev, sums_dev, chunks)
     chunks = np.asarray(chunks, np.int64)
     M = len(chunks)
     seg, pos = row_edge_positions(P.indptr, chunks)
@@ -133,6 +144,35 @@ def local_transition(P: CSR, col_sums: np.ndarray, chunks: np.ndarray) -> CSR:
     np.cumsum(counts, out=indptr[1:])
     return CSR(indptr, np.concatenate([where, np.flatnonzero(has_sink)]).astype(np.int32),
                np.concatenate([vals, sink[has_sink].astype(np.float32)]), M + 1)
+
+
+def local_transition_tensors(indptr: torch.Tensor, indices: torch.Tensor, data: torch.Tensor,
+                             col_sums: torch.Tensor, chunks: np.ndarray
+                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`local_transition` on P's and ``col_sums``' tensors (on one device): the same
+    entries in the same order (int64 indptr, int32 indices, float32 data), the sink's sums in
+    float64 — on the CPU in the same order as the host's."""
+    dev = indptr.device
+    chunks_t = as_tensor(np.asarray(chunks, np.int64), device=dev, name="walk region chunks")
+    M = len(chunks_t)
+    starts = indptr[chunks_t]
+    lengths = indptr[chunks_t + 1] - starts
+    seg = torch.repeat_interleave(torch.arange(M, device=dev), lengths)
+    offsets = torch.cumsum(lengths, 0) - lengths
+    pos = torch.arange(len(seg), device=dev) - offsets[seg] + starts[seg]
+    cols = indices[pos].to(torch.int64)
+    where = torch.searchsorted(chunks_t, cols).clamp_max(max(M - 1, 0))
+    inside = chunks_t[where] == cols if M else torch.zeros(0, dtype=torch.bool, device=dev)
+    seg, where, vals = seg[inside], where[inside], data[pos][inside]
+    kept = torch.bincount(where, weights=vals.to(torch.float64), minlength=M)
+    sink = (col_sums[chunks_t] - kept).clamp_min(0.0)
+    has_sink = sink > 0
+    counts = torch.bincount(seg, minlength=M + 1)
+    counts[M] = has_sink.sum()
+    out_ptr = torch.zeros(M + 2, dtype=torch.int64, device=dev)
+    torch.cumsum(counts, 0, out=out_ptr[1:])
+    return (out_ptr, torch.cat([where, torch.nonzero(has_sink).ravel()]).to(torch.int32),
+            torch.cat([vals, sink[has_sink].to(torch.float32)]))
 
 
 def neighbour_entries(adj_indptr: np.ndarray, adj_indices: np.ndarray, query: np.ndarray, node: np.ndarray

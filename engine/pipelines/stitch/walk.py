@@ -411,9 +411,13 @@ class ChunkGraphWalk(Pipeline[F, S]):
         its bound of them)."""
         return kernel_graph(self.transition)
 
-    def _column_sums(self) -> np.ndarray:
-        """Out-mass of every chunk in P (1, or 0 for a dangling chunk), float64 [N]."""
-        return self.hypergraph_.column_sums()
+    def _column_sums(self) -> Any:
+        """Out-mass of every chunk in P (1, or 0 for a dangling chunk), float64 [N], held by the
+        index's graph store beside P."""
+        if "sums" not in self._cache:
+            self._cache["sums"] = self.components.graphs.hold(self.hypergraph_.column_sums(),
+                                                              f"{self.name} chunk graph column sums")
+        return self._cache["sums"]
 
     def _adjacency(self) -> CSR:
         """The chunk graph's symmetric adjacency (for ``region_hops``): P's own pattern. Two chunks
