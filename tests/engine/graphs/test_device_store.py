@@ -141,3 +141,39 @@ def test_search_batch_moves_no_graph_structure(readers, name, params):
     if name == "ppr_binary" and params:
         assert (count.htod, count.dtoh) == (1, 1)  # the priors in, π out
     assert count.htod <= before.htod and count.dtoh <= before.dtoh
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_local_transition_on_the_device_equals_the_host_cut(seed):
+    from hopgraph.engine.pipelines.stitch.local_graph import local_transition, local_transition_tensors
+
+    rng = np.random.default_rng(seed)
+    n = 30
+    P = column_stochastic(random_graph(rng, n))  # columns without entries: dangling (sum 0)
+    sums = np.bincount(P.indices, weights=P.data.astype(np.float64), minlength=n)
+    store = DeviceStore("cpu")
+    for chunks in (np.sort(rng.choice(n, 9, replace=False)), np.arange(n), np.zeros(0, np.int64), np.array([0])):
+        want = local_transition(P, sums, chunks)
+        got = local_transition(store.hold(P, "P"), store.hold(sums, "sums"), chunks)
+        direct = local_transition_tensors(*(torch.from_numpy(a) for a in (P.indptr, P.indices, P.data, sums)), chunks)
+        for g, d, w in zip(got, direct, want[:3]):
+            assert g.dtype == torch.from_numpy(w).dtype
+            np.testing.assert_array_equal(g.numpy(), w)
+            np.testing.assert_array_equal(d.numpy(), w)
+
+
+def test_an_index_opened_on_cuda_chooses_the_device_store(saved_index, monkeypatch):
+    """The index chooses the store: ``device="cuda"`` opens with a :class:`DeviceStore` on CUDA
+    (here CUDA is only claimed: nothing is placed before a kernel reads a graph), and its
+    pipelines' graphs are that store's readers; ``"cpu"`` keeps the index's own files."""
+    from hopgraph.kernels import dispatch
+
+    path, embedder = saved_index
+    with IndexReader.open(path, embedder, device="cpu") as reader:
+        assert type(reader.content.components.graphs) is LocalStore
+    monkeypatch.setattr(dispatch, "cuda_available", lambda: True)
+    with IndexReader.open(path, embedder, device="cuda") as reader:
+        store = reader.content.components.graphs
+        assert isinstance(store, DeviceStore) and store.device.type == "cuda" and store.placed == []
+        assert isinstance(reader.content.pipelines["g3rag"].graph_, ResidentCSR)
+        assert reader.content.pipelines["stitch"].transition.component == "stitch chunk graph"
