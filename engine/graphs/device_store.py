@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import threading
 import warnings
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -58,9 +59,7 @@ class ResidentCSR(CSR):
         store = getattr(self, "store", None)
         if store is None:
             return None
-        arrays = (np.asarray(self.indptr, np.int64), np.asarray(self.indices, np.int32),
-                  np.asarray(self.data, np.float32))
-        return store.place(arrays, self.component, ("indptr", "indices", "data"))
+        return store.place((self.indptr, self.indices, self.data), self.component, ("indptr", "indices", "data"))
 
 
 class ResidentArray:
@@ -111,13 +110,13 @@ class DeviceStore(GraphStore):
             budget = int(os.environ[BUDGET_ENV])
         #: the bytes this store may place on its device (None: bounded by the device only)
         self.budget = budget
-        #: bytes placed so far
+        #: bytes held on the device now
         self.used = 0
-        #: the components placed, in order (name, bytes), and those refused (kept on the host)
+        #: the components placed so far, in order (name, bytes), and those refused (kept on the host)
         self.placed: list[tuple[str, int]] = []
         self.refused: list[tuple[str, int]] = []
-        self._tensors: dict[int, tuple[Any, Any, Any]] = {}
-        self._lock = threading.Lock()
+        self._tensors: dict[tuple, tuple[tuple[Any, ...], int]] = {}
+        self._lock = threading.RLock()  # a release may run from the GC inside place
 
     # ------------------------------------------------------------------ residency
     def hold(self, item: Any, component: str) -> Any:
@@ -145,13 +144,13 @@ class DeviceStore(GraphStore):
     def place(self, arrays: tuple[np.ndarray, ...], component: str, names: tuple[str, ...]
               ) -> tuple[Any, ...] | None:
         """``arrays`` (host arrays of one structure, ``names`` naming each) as tensors on this
-        store's device, copied on the first call and kept, shared by every reader of the same
-        host arrays; None when they do not fit the budget (warned once per ``component``)."""
-        arrays = tuple(np.asarray(a) for a in arrays)
+        store's device, copied on the first call and kept while those arrays live, shared by every
+        reader of the same host arrays; None when they do not fit the budget (warned once per
+        ``component``)."""
         key = tuple((a.__array_interface__["data"][0], a.shape, a.dtype.str) for a in arrays)
         with self._lock:
             if key in self._tensors:
-                return self._tensors[key][1]
+                return self._tensors[key][0]
             nbytes = sum(a.nbytes for a in arrays)
             left = self.room()
             if left is not None and nbytes > left:
@@ -163,14 +162,25 @@ class DeviceStore(GraphStore):
                 return None
             from ...kernels.tensors import as_tensor
 
-            tensors = tuple(as_tensor(a, device=self.device, name=f"{component} {what}")
+            # on the CPU a copy too (as_tensor would share the host memory): the store owns what it holds
+            tensors = tuple(as_tensor(a, device=self.device, name=f"{component} {what}").clone()
+                            if self.device.type == "cpu" else as_tensor(a, device=self.device, name=f"{component} {what}")
                             for a, what in zip(arrays, names))
-            # the host arrays are kept beside their tensors so that their addresses (the key) are
-            # not reused while the tensors are held
-            self._tensors[key] = (arrays, tensors)
+            # the tensors live as long as the host arrays: when one is freed (a graph replaced by
+            # an add), they are released, before its address can be reused under the same key
+            self._tensors[key] = (tensors, nbytes)
+            for a in arrays:
+                weakref.finalize(a, self._release, key)
             self.used += nbytes
             self.placed.append((component, nbytes))
             return tensors
+
+    def _release(self, key: tuple) -> None:
+        """Drop the tensors placed under ``key`` (their host arrays were freed)."""
+        with self._lock:
+            entry = self._tensors.pop(key, None)
+            if entry is not None:
+                self.used -= entry[1]
 
     # ------------------------------------------------------------------ GraphStore
     def save_graph(self, directory: Path, prefix: str, graph: Any, rows_by: str = PASSAGE_ROWS,

@@ -104,6 +104,23 @@ def test_resident_reader_is_the_loaded_graph_and_moves_once(tmp_path, rng):
     assert LOCAL.hold(graph, "x") is graph and kernel_graph(graph) is graph
 
 
+def test_tensors_released_with_their_host_arrays(rng):
+    """A graph replaced (by an add) frees its device copy: the tensors live as long as the host
+    arrays they were copied from."""
+    import gc
+
+    store = DeviceStore("cpu")
+    graph = random_graph(rng, 20)
+    held = store.hold(CSR(graph.indptr.copy(), graph.indices.copy(), graph.data.copy(), 20), "W")
+    sums = store.hold(np.ones(20), "sums")
+    assert held.on_device() is not None and sums.on_device() is not None and store.used > 0
+    kept = store.used - sums.host.nbytes
+    del held
+    gc.collect()
+    assert store.used == sums.host.nbytes and kept == sum(a.nbytes for a in graph[:3])
+    assert [name for name, _ in store.placed] == ["W", "sums"]  # the history stays
+
+
 def column_stochastic(graph: CSR) -> CSR:
     sums = np.bincount(graph.indices, weights=graph.data, minlength=graph.n_cols)
     return CSR(graph.indptr, graph.indices, (graph.data / sums[graph.indices]).astype(np.float32), graph.n_cols)
