@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ...kernels.csr import CSR
+from ..errors import InputError
 from .store import LOCAL, NODE_ROWS, PASSAGE_ROWS, GraphStore
 
 #: environment variable bounding the bytes a :class:`DeviceStore` places on its device (an integer)
@@ -54,8 +55,8 @@ class ResidentCSR(CSR):
 
     def on_device(self) -> tuple[Any, Any, Any] | None:
         """``(indptr, indices, data)`` as tensors on the store's device (int64, int32, float32),
-        copied on the first call and kept (shared by every reader of the same host arrays); None when the graph does not fit the store's budget
-        (warned once, :class:`DeviceMemoryWarning`)."""
+        copied on the first call and kept (shared by every reader of the same host arrays); None
+        when the graph does not fit the store's budget (warned once, :class:`DeviceMemoryWarning`)."""
         store = getattr(self, "store", None)
         if store is None:
             return None
@@ -107,7 +108,12 @@ class DeviceStore(GraphStore):
         self.device = torch.device(device)
         self.base = base
         if budget is None and os.environ.get(BUDGET_ENV, "").strip():
-            budget = int(os.environ[BUDGET_ENV])
+            value = os.environ[BUDGET_ENV].strip()
+            if not value.isdigit():
+                raise InputError(f"environment variable {BUDGET_ENV} must be a number of bytes >= 0, got {value!r}")
+            budget = int(value)
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
+            raise InputError(f"budget must be a number of bytes >= 0 or None, got {budget!r}")
         #: the bytes this store may place on its device (None: bounded by the device only)
         self.budget = budget
         #: bytes held on the device now

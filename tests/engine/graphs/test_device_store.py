@@ -135,6 +135,11 @@ def test_budget_keeps_what_does_not_fit_on_the_host(tmp_path, rng, monkeypatch):
     assert kernel_graph(held) is held and small.refused and small.used == 0
     monkeypatch.setenv("HOPGRAPH_DEVICE_BUDGET", "0")
     assert DeviceStore("cpu").budget == 0
+    monkeypatch.setenv("HOPGRAPH_DEVICE_BUDGET", "2GB")
+    with pytest.raises(ValueError, match="HOPGRAPH_DEVICE_BUDGET must be a number of bytes"):
+        DeviceStore("cpu")
+    with pytest.raises(ValueError, match="budget must be a number of bytes"):
+        DeviceStore("cpu", budget=-1)
     assert store_for_device("cpu") is None
 
 
