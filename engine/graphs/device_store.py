@@ -127,12 +127,12 @@ class DeviceStore(GraphStore):
     # ------------------------------------------------------------------ residency
     def hold(self, item: Any, component: str) -> Any:
         """``item`` as this store keeps it: a whole in-memory :class:`CSR` becomes a
-        :class:`ResidentCSR` named ``component``, an array a :class:`ResidentArray` (each moved
-        on first device use); anything else (a graph read by rows, an overlay, a memory-mapped
-        array) is returned as it is."""
+        :class:`ResidentCSR` named ``component``, an array (memory-mapped or not) a
+        :class:`ResidentArray` (each moved on first device use); anything else (a graph read by
+        rows, an overlay, rows held elsewhere) is returned as it is."""
         if type(item) is CSR:
             return resident(item, self, component)
-        if type(item) is np.ndarray:
+        if isinstance(item, np.ndarray):
             return ResidentArray(item, self, component)
         return item
 

@@ -23,6 +23,7 @@ def test_transfers_table(tmp_path, capsys, monkeypatch):
     assert all(r["ids_equal"] for r in rows.values()) and set(rows) >= {"g3rag", "stitch", "dmar"}
     for name in ("stitch localise=False", "ppr_binary localise=False"):
         assert rows[name]["files"]["graph_bytes"] > 0 and rows[name]["resident"]["graph_bytes"] == 0
-        assert rows[name]["resident"]["htod"] == rows[name]["files"]["htod"] - 3
-    assert rows["ppr_binary"]["resident"]["htod"] < rows["ppr_binary"]["files"]["htod"]
+        assert rows[name]["resident"]["htod"] <= rows[name]["files"]["htod"] - 3
+    for name in ("stitch", "ppr_binary"):
+        assert rows[name]["resident"]["htod"] < rows[name]["files"]["htod"]
     assert rows["g3rag"]["files"]["htod"] == rows["g3rag"]["resident"]["htod"] == 0

@@ -3,7 +3,8 @@ its readers are the loaded graphs, bit for bit, and give their arrays as device 
 once; a structure over the budget stays on the host with a warning naming it; an index opened
 with it answers every pipeline as an index opened on its own files (ids equal, scores within
 rounding), and a search batch after the first converts no stored graph structure — only the
-batch's own arrays cross the kernel boundary (:mod:`hopgraph.kernels.transfers`)."""
+batch's own arrays cross the kernel boundary (:mod:`hopgraph.kernels.transfers`); the walk's
+sub-graph and STITCH's sub-hypergraph cut on the device equal the host's cuts."""
 from __future__ import annotations
 
 import numpy as np
@@ -20,6 +21,8 @@ from hopgraph.engine.pipelines import pipeline_names
 from hopgraph.kernels import call
 from hopgraph.kernels.csr import CSR
 from hopgraph.kernels.transfers import counting_transfers
+
+from ranking_asserts import assert_same_up_to_ties
 
 #: each pipeline's search, with the walks over the whole chunk graph
 SEARCHES = [(name, {}) for name in pipeline_names()] + [("stitch", {"localise": False}),
@@ -150,8 +153,12 @@ def test_search_batch_moves_no_graph_structure(readers, name, params):
     resident.search(QUESTIONS, 10, name, **params)  # a structure moves on its first device use
     with counting_transfers() as count:
         ids, scores = resident.search(QUESTIONS, 10, name, **params)
-    np.testing.assert_array_equal(ids, want_ids)
-    np.testing.assert_allclose(scores, want_scores, rtol=1e-6, atol=1e-7)
+    if name == "stitch":  # its similarities are torch's products on the device: equal up to rounding
+        for b in range(len(ids)):
+            assert_same_up_to_ties(ids[b], scores[b], want_ids[b], want_scores[b], 1e-6, f"{name} row {b}")
+    else:  # the same arithmetic on the same arrays: bit for bit
+        np.testing.assert_array_equal(ids, want_ids)
+        np.testing.assert_array_equal(scores, want_scores)
     assert graph_crossings(count, stored_arrays(resident.content.pipelines[name])) == []
     assert not [c for c in count.to_device if c.name.startswith("batched_ppr: P")]
     with counting_transfers() as before:
@@ -159,10 +166,14 @@ def test_search_batch_moves_no_graph_structure(readers, name, params):
     if params.get("localise") is False:  # the own-files index copies P for every batch: the check bites
         assert len(graph_crossings(before, stored_arrays(files.content.pipelines[name]) +
                                    list(files.content.pipelines[name].transition[:3]))) == 3
-        assert count.htod == before.htod - 3
+        assert count.htod <= before.htod - 3
     if name == "ppr_binary" and params:
         assert (count.htod, count.dtoh) == (1, 1)  # the priors in, π out
-    assert count.htod <= before.htod and count.dtoh <= before.dtoh
+    moved, was = count.htod + count.dtoh, before.htod + before.dtoh
+    assert moved < was if name in ("stitch", "ppr_binary") else moved == was  # dmar's subgraphs: per batch
+    if name == "stitch":  # the questions and the activated states in, the chunks and their influence out
+        assert {c.name for c in count.to_device} >= {"questions", "activated states"}
+        assert not [c for c in count.to_device if c.name in ("activation", "local hypergraph", "topic similarity")]
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -199,3 +210,18 @@ def test_an_index_opened_on_cuda_chooses_the_device_store(saved_index, monkeypat
         assert isinstance(store, DeviceStore) and store.device.type == "cuda" and store.placed == []
         assert isinstance(reader.content.pipelines["g3rag"].graph_, ResidentCSR)
         assert reader.content.pipelines["stitch"].transition.component == "stitch chunk graph"
+
+
+def test_local_hypergraph_on_the_device_equals_the_host_cut(readers, rng):
+    """The influence stage's sub-hypergraph cut from the held tensors is the host's, field by field."""
+    from hopgraph.engine.pipelines.stitch.local_graph import (HYPERGRAPH_TENSORS, local_hypergraph,
+                                                              local_hypergraph_tensors)
+
+    H = readers[0].content.pipelines["stitch"].hypergraph_
+    h = {name: torch.from_numpy(np.array(getattr(H, name))) for name in HYPERGRAPH_TENSORS}
+    for size in (1, 3, 20, H.n_nodes):
+        active = rng.choice(H.n_nodes, min(size, H.n_nodes), replace=True)
+        want, got = local_hypergraph(H, active), local_hypergraph_tensors(h, H.n_nodes, torch.from_numpy(active))
+        for name, w, g in zip(want._fields, want, got):
+            assert g.dtype == torch.from_numpy(np.asarray(w)).dtype, name
+            np.testing.assert_array_equal(g.numpy(), w, err_msg=name)
