@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from .errors import DeviceUnavailable, InputError
+from .transfers import counting, inside_kernel, note_transfer
 
 DEVICES = ("auto", "cuda", "cpu")
 BACKENDS = ("triton", "cpu")
@@ -194,8 +195,26 @@ def call(name: str, *args: Any, device: str = "auto", backend: str | None = None
     dev = resolve_device(device)
     use_triton = backend_for(op, dev, backend) == "triton"
     args, kwargs = _tensor_args(op, args, kwargs, "cuda" if use_triton and dev == "cuda" else "cpu")
+    _note_host_arrays(op, args, kwargs)
     impl = op.triton if use_triton else op.cpu
-    return impl(*args, device=dev, **kwargs)
+    with inside_kernel():
+        return impl(*args, device=dev, **kwargs)
+
+
+def _note_host_arrays(op: Op, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Count (:func:`~hopgraph.kernels.tensors.counting_transfers`) the host arrays a kernel is
+    handed besides its declared tensors — NumPy arrays, alone or in a tuple such as a CSR: on
+    CUDA the kernel copies each to the device. Nothing when not counting."""
+    if not counting():
+        return
+    import numpy as np
+
+    named = list(zip(op.positional, args)) + list(kwargs.items())
+    for name, value in named:
+        parts = value if isinstance(value, (tuple, list)) else (value,)
+        for i, part in enumerate(parts):
+            if isinstance(part, np.ndarray) and part.ndim:
+                note_transfer("to_device", f"{op.name}: {name}" + (f"[{i}]" if parts is value else ""), part)
 
 
 def registered_ops() -> list[str]:

@@ -22,9 +22,12 @@ who calls it:
 * :class:`~hopgraph.engine.graphs.shard.ShardRows` — what one shard holds of those rows and serves
   by name.
 
-A device-resident store (graphs loaded straight into accelerator memory) is a further
-:class:`GraphStore`: it returns readers whose arrays live on the device and is chosen by the index
-in the same place (:attr:`~hopgraph.engine.components.shared.Components.graphs`).
+* :class:`~hopgraph.engine.graphs.device_store.DeviceStore` — an index opened on a GPU: the graphs
+  above, saved and loaded through a base store, held on the device (each copied there once, within
+  a memory budget); pipelines hand them to kernels through :func:`kernel_graph`, and give the
+  store the graphs they build from other arrays (:meth:`GraphStore.hold`).
+
+The index chooses the store in one place (:attr:`~hopgraph.engine.components.shared.Components.graphs`).
 """
 from __future__ import annotations
 
@@ -92,6 +95,21 @@ def whole_graph(graph: Any) -> Any:
     return CSR(ptr, ind, dat, graph.n_cols)
 
 
+def device_arrays(item: Any) -> Any:
+    """``item``'s arrays as tensors on the device where a store holds it there (a graph's
+    ``(indptr, indices, data)``, an array's tensor: ``item.on_device()``, copied once), else None."""
+    on_device = getattr(item, "on_device", None)
+    return on_device() if on_device is not None else None
+
+
+def kernel_graph(graph: Any) -> Any:
+    """What a kernel is handed for ``graph``: its tensors where a store holds it on the device
+    (:func:`device_arrays`), else :func:`whole_graph` (host arrays, which a kernel on a device
+    copies per call)."""
+    tensors = device_arrays(graph)
+    return tensors if tensors is not None else whole_graph(graph)
+
+
 class GraphStore(ABC):
     """Where an index's graphs and row matrices are saved and loaded (module docstring). Each save
     returns whether it stored a reference to rows held elsewhere (True) or the item whole."""
@@ -122,6 +140,12 @@ class GraphStore(ABC):
     def by_reference(self, item: Any) -> bool:
         """Whether saving ``item`` here stores a reference to rows held elsewhere. Default: never."""
         return False
+
+    def hold(self, item: Any, component: str) -> Any:
+        """``item`` (a graph a pipeline built or read otherwise than through :meth:`load_graph`) as
+        this store keeps it for searches, ``component`` naming it. Default: itself; a
+        :class:`~hopgraph.engine.graphs.device_store.DeviceStore` holds it on its device."""
+        return item
 
     def keep_rows(self, old: Any, new: Any, rows: Any) -> Any:
         """The graph to hold after an update that made ``new`` (whole, in memory) from ``old``:

@@ -19,6 +19,8 @@ from ..components.shared import Components
 from ..embedders import Embedder, resolve_embedder
 from ..embedders.queries import encode_queries
 from ..errors import IndexFormatError, InputError
+from ..graphs.device_store import store_for_device
+from ..graphs.store import GraphStore
 from ..params import RunSettings
 from ..pipelines import pipeline_class
 from ..storage.segment_infos import SegmentInfos
@@ -51,7 +53,8 @@ class IndexReader:
 
     @classmethod
     def open(cls, path: str | Path, embedder: Embedder | Callable | str | None = None, device: str = "auto",
-             progress: bool = False, verify: str = "full", dense: str | None = None) -> "IndexReader":
+             progress: bool = False, verify: str = "full", dense: str | None = None,
+             graphs: GraphStore | None = None) -> "IndexReader":
         """Open the live commit of the index at ``path`` (arrays memory-mapped).
 
         ``verify="full"`` checks the size and checksum of every file of every segment, ``"fast"``
@@ -61,14 +64,17 @@ class IndexReader:
         ``embedder`` (a name, an :class:`~hopgraph.engine.embedders.Embedder` or a callable) embeds
         queries; one other than the index was built with raises
         :class:`~hopgraph.engine.errors.InputError`. ``dense``: the dense search mode (``"auto"``,
-        ``"exact"``, ``"ann"``; None: ``HOPGRAPH_DENSE``, else auto)."""
+        ``"exact"``, ``"ann"``; None: ``HOPGRAPH_DENSE``, else auto). ``graphs``: the graph store
+        the pipelines load into (None: a :class:`~hopgraph.engine.graphs.device_store.DeviceStore`
+        when ``device`` runs on CUDA, else the index's own files;
+        :func:`~hopgraph.engine.graphs.device_store.store_for_device`)."""
         path = Path(path)
         if verify not in storage.VERIFY_LEVELS:
             raise InputError(f"verify must be one of {storage.VERIFY_LEVELS}, got {verify!r}")
         opened = storage.open_index(path)
         try:
             content, committed = read_commit(opened, embedder, RunSettings(device=device), progress, verify,
-                                             dense=dense)
+                                             dense=dense, graphs=graphs)
         except BaseException:
             opened.close()
             raise
@@ -129,11 +135,13 @@ class IndexReader:
 
 
 def read_commit(opened: storage.OpenedIndex, embedder: Embedder | Callable | str | None, settings: RunSettings,
-                progress: bool, verify: str, upto: int | None = None, dense: str | None = None
-                ) -> tuple[IndexContent, Committed]:
+                progress: bool, verify: str, upto: int | None = None, dense: str | None = None,
+                graphs: GraphStore | None = None) -> tuple[IndexContent, Committed]:
     """The content and commit snapshot of the pinned commit ``opened``; with ``upto``, of its first
     ``upto`` segments only (the index as it was before the later ones: a merge's base state;
-    pipelines not stored in them whole are left out). Raises as :meth:`IndexReader.open`."""
+    pipelines not stored in them whole are left out); its graphs in ``graphs`` (None: the store
+    :func:`~hopgraph.engine.graphs.device_store.store_for_device` gives for ``settings.device``).
+    Raises as :meth:`IndexReader.open`."""
     path = opened.path
     segments = opened.segments if upto is None else opened.segments[:upto]
     _verify_segments(path, segments, verify)
@@ -142,7 +150,8 @@ def read_commit(opened: storage.OpenedIndex, embedder: Embedder | Callable | str
     corpus, X, deleted = _read_rows(path, path / opened.name, segments, meta["segs"], meta["dim"])
     components = Components.load_segments(
         [(seg.dir / "components", f["components"], seg.first_row, seg.n_rows)
-         for seg, f in zip(segments, meta["segs"])], X, corpus, emb, meta["params"].get("bm25"), progress, dense)
+         for seg, f in zip(segments, meta["segs"])], X, corpus, emb, meta["params"].get("bm25"), progress, dense,
+        graphs if graphs is not None else store_for_device(settings.device))
     if deleted.any():
         components.deleted = deleted
     content = IndexContent(corpus, X, components, {}, meta["params"], emb, meta["emb_name"], dict(meta["emb_meta"]),

@@ -305,3 +305,34 @@ def test_register_checks_tensor_names():
     with pytest.raises(ValueError, match=r"tensors \['B'\] are not parameters"):
         dispatch.register("_test_bad_tensors", lambda A, device="cpu": A, tensors=("A", "B"))
     assert "_test_bad_tensors" not in dispatch.registered_ops()
+
+
+def test_transfers_counted_at_the_kernel_boundary():
+    """A host array given to a kernel counts as one host→device crossing (declared tensor or not), a
+    tensor on the device passes through as the same object and counts nothing, a kernel's own
+    conversions count nothing, and a result brought back with ``as_numpy`` counts one."""
+    from hopgraph.kernels.tensors import as_numpy, as_tensor
+    from hopgraph.kernels.transfers import counting_transfers
+
+    seen = {}
+
+    def op(A, B, device="cpu"):
+        seen["A"], seen["B"] = A, B
+        as_tensor(np.ones(3))  # inside the kernel: not the caller's transfer
+        return as_numpy(A)
+
+    dispatch.register("_test_counted", op, tensors=("A",))
+    try:
+        t, host = torch.ones(4), np.arange(5.0)
+        with counting_transfers() as count:
+            out = call("_test_counted", t, host, device="cpu")
+            as_numpy(torch.zeros(2))
+        assert seen["A"] is t and seen["B"] is host  # a tensor is passed on, not copied
+        assert [c.name for c in count.to_device] == ["_test_counted: B"] and count.htod_bytes == host.nbytes
+        assert count.dtoh == 1 and count.dtoh_bytes == 8 and out.tolist() == [1.0] * 4
+        with counting_transfers() as count:
+            call("_test_counted", np.ones(2), (np.ones(3), np.ones(1)), device="cpu")
+        assert [c.name for c in count.to_device] == ["_test_counted: A", "_test_counted: B[0]", "_test_counted: B[1]"]
+        call("_test_counted", np.ones(2), host, device="cpu")  # not counting: nothing recorded, nothing raised
+    finally:
+        dispatch._OPS.pop("_test_counted")

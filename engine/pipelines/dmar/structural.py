@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from .... import kernels
+from ....kernels.tensors import as_numpy
 from .knowledge_graph import KnowledgeGraph
 from ...sparse import join, row_of_entries, take_rows_once
 from ...timing import StageTimer
@@ -125,5 +126,5 @@ def structural_scores(kg: KnowledgeGraph, Z: np.ndarray, cand: np.ndarray, linke
     with timer("shapley"):
         _, score = kernels.call("shapley_mc", q.node_sets, q.n_sub, cand_nodes.astype(np.float32), best,
                                 lam=lam, T=T, seed=seed, mode=mode, device=device)
-        score = score.cpu().numpy()  # waits for a GPU kernel, so its time counts in this stage
+        score = as_numpy(score)  # waits for a GPU kernel, so its time counts in this stage
     return np.where(valid, score, 0.0).astype(np.float32), cand_linked

@@ -18,11 +18,14 @@ and prior support reach, so the kernels run on ``[B, local]`` arrays instead of 
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
+import torch
 
 from ....kernels.csr import CSR
+from ....kernels.tensors import as_tensor
+from ...graphs.store import device_arrays
 from .hypergraph import TopicHypergraph
 from ...sparse import row_edge_positions, row_entries
 
@@ -110,12 +113,20 @@ def local_hypergraph(H: TopicHypergraph, active_nodes: np.ndarray) -> LocalHyper
         alpha=np.concatenate([H.group_alpha(groups), np.zeros(len(others), np.float32)]).astype(np.float32))
 
 
-def local_transition(P: CSR, col_sums: np.ndarray, chunks: np.ndarray) -> CSR:
+def local_transition(P: CSR, col_sums: np.ndarray, chunks: np.ndarray) -> Any:
     """P (column-stochastic, rows = targets) restricted to ``chunks`` (sorted), as an
     ``(M + 1) × (M + 1)`` CSR whose last row/column is the sink: column j's entries inside the set,
     and ``col_sums[j] −`` their sum (≥ 0) in the sink row. Dangling chunks (``col_sums`` 0) stay
     dangling; the sink column is empty (dangling too). A walk whose regions exclude the sink drops
-    exactly the mass the localised walk on the full P drops. Work: the rows of ``chunks`` only."""
+    exactly the mass the localised walk on the full P drops. Work: the rows of ``chunks`` only.
+
+    Where the graph store holds P and ``col_sums`` on the device
+    (:func:`~hopgraph.engine.graphs.store.device_arrays`), the same CSR is cut there
+    (:func:`local_transition_tensors`: only ``chunks`` crosses) and returned as its
+    ``(indptr, indices, data)`` tensors."""
+    P_dev, sums_dev = device_arrays(P), device_arrays(col_sums)
+    if P_dev is not None and sums_dev is not None:
+        return local_transition_tensors(*P_dev, sums_dev, chunks)
     chunks = np.asarray(chunks, np.int64)
     M = len(chunks)
     seg, pos = row_edge_positions(P.indptr, chunks)
@@ -133,6 +144,93 @@ def local_transition(P: CSR, col_sums: np.ndarray, chunks: np.ndarray) -> CSR:
     np.cumsum(counts, out=indptr[1:])
     return CSR(indptr, np.concatenate([where, np.flatnonzero(has_sink)]).astype(np.int32),
                np.concatenate([vals, sink[has_sink].astype(np.float32)]), M + 1)
+
+
+def row_positions_tensors(indptr: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`~hopgraph.engine.sparse.row_edge_positions` on tensors: ``(segment, position)`` of
+    the entries of CSR rows ``rows`` (int64), row after row in CSR order."""
+    rows = rows.to(torch.int64)
+    starts = indptr[rows].to(torch.int64)
+    lengths = indptr[rows + 1].to(torch.int64) - starts
+    seg = torch.repeat_interleave(torch.arange(len(rows), device=rows.device), lengths)
+    offsets = torch.cumsum(lengths, 0) - lengths
+    return seg, torch.arange(len(seg), device=rows.device) - offsets[seg] + starts[seg]
+
+
+def local_transition_tensors(indptr: torch.Tensor, indices: torch.Tensor, data: torch.Tensor,
+                             col_sums: torch.Tensor, chunks: np.ndarray
+                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`local_transition` on P's and ``col_sums``' tensors (on one device): the same
+    entries in the same order (int64 indptr, int32 indices, float32 data), the sink's sums in
+    float64 — on the CPU in the same order as the host's."""
+    dev = indptr.device
+    chunks_t = as_tensor(np.asarray(chunks, np.int64), device=dev, name="walk region chunks")
+    M = len(chunks_t)
+    seg, pos = row_positions_tensors(indptr, chunks_t)
+    cols = indices[pos].to(torch.int64)
+    where = torch.searchsorted(chunks_t, cols).clamp_max(max(M - 1, 0))
+    inside = chunks_t[where] == cols if M else torch.zeros(0, dtype=torch.bool, device=dev)
+    seg, where, vals = seg[inside], where[inside], data[pos][inside]
+    kept = torch.bincount(where, weights=vals.to(torch.float64), minlength=M)
+    sink = (col_sums[chunks_t] - kept).clamp_min(0.0)
+    has_sink = sink > 0
+    counts = torch.bincount(seg, minlength=M + 1)
+    counts[M] = has_sink.sum()
+    out_ptr = torch.zeros(M + 2, dtype=torch.int64, device=dev)
+    torch.cumsum(counts, 0, out=out_ptr[1:])
+    return (out_ptr, torch.cat([where, torch.nonzero(has_sink).ravel()]).to(torch.int32),
+            torch.cat([vals, sink[has_sink].to(torch.float32)]))
+
+
+#: the hypergraph arrays :func:`local_hypergraph_tensors` reads, as tensors on one device
+HYPERGRAPH_TENSORS = ("node_group", "group_indptr", "group_nodes", "group_size", "node_indptr", "node_incidence",
+                      "edge_indptr", "edge_nodes")
+
+
+def local_hypergraph_tensors(h: dict[str, torch.Tensor], n_nodes: int, active_nodes: torch.Tensor
+                             ) -> LocalHypergraph:
+    """:func:`local_hypergraph` on the hypergraph's arrays as tensors (``h``, the names of
+    :data:`HYPERGRAPH_TENSORS`, on one device; ``n_nodes`` states): the same sub-hypergraph, its
+    fields tensors of the same values (int64 ids, float32 ``alpha``)."""
+    dev = active_nodes.device
+
+    def entries(indptr: str, values: str, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        seg, pos = row_positions_tensors(h[indptr], rows)
+        return seg, h[values][pos].to(torch.int64)
+
+    active = torch.unique(active_nodes.to(torch.int64))
+    groups = torch.unique(h["node_group"][active].to(torch.int64))
+    members = torch.unique(entries("group_indptr", "group_nodes", groups)[1])
+    inc = entries("node_indptr", "node_incidence", torch.unique(torch.cat([active, members])))[1]
+    edges = torch.unique(torch.searchsorted(h["edge_indptr"].to(torch.int64), inc, right=True) - 1)
+    e_seg, e_nodes = entries("edge_indptr", "edge_nodes", edges)
+    nodes = torch.unique(torch.cat([active, members, e_nodes]))
+    edge_indptr = torch.zeros(len(edges) + 1, dtype=torch.int64, device=dev)
+    torch.cumsum(torch.bincount(e_seg, minlength=len(edges)), 0, out=edge_indptr[1:])
+    edge_nodes = torch.searchsorted(nodes, e_nodes)
+    order = torch.sort(edge_nodes, stable=True).indices
+    node_indptr = torch.zeros(len(nodes) + 1, dtype=torch.int64, device=dev)
+    torch.cumsum(torch.bincount(edge_nodes, minlength=len(nodes)), 0, out=node_indptr[1:])
+    g_seg, g_nodes = entries("group_indptr", "group_nodes", groups)
+    local_g = torch.searchsorted(nodes, g_nodes)  # each state is in one group: no repeats
+    in_group = torch.zeros(len(nodes), dtype=torch.bool, device=dev)
+    in_group[local_g] = True
+    node_group = torch.empty(len(nodes), dtype=torch.int64, device=dev)
+    node_group[local_g] = g_seg
+    others = torch.nonzero(~in_group).ravel()
+    node_group[others] = len(groups) + torch.arange(len(others), device=dev)
+    sizes = torch.cat([h["group_indptr"][groups + 1].to(torch.int64) - h["group_indptr"][groups].to(torch.int64),
+                       torch.ones(len(others), dtype=torch.int64, device=dev)])
+    group_indptr = torch.zeros(len(sizes) + 1, dtype=torch.int64, device=dev)
+    torch.cumsum(sizes, 0, out=group_indptr[1:])
+    n_groups = len(h["group_size"])
+    alpha = (h["group_size"][groups].to(torch.float64) / (n_nodes / n_groups)).to(torch.float32) if n_groups else \
+        torch.zeros(0, dtype=torch.float32, device=dev)
+    return LocalHypergraph(
+        nodes=nodes, edges=edges, groups=groups, edge_indptr=edge_indptr, edge_nodes=edge_nodes,
+        node_indptr=node_indptr, node_incidence=order, inc_node=edge_nodes, inc_edge=e_seg, node_group=node_group,
+        group_indptr=group_indptr, group_nodes=torch.cat([local_g, others]),
+        alpha=torch.cat([alpha, torch.zeros(len(others), dtype=torch.float32, device=dev)]))
 
 
 def neighbour_entries(adj_indptr: np.ndarray, adj_indices: np.ndarray, query: np.ndarray, node: np.ndarray

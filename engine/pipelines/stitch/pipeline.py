@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from .... import kernels
-from ....kernels.tensors import as_tensor
+from ....kernels.tensors import as_numpy, as_tensor
 from ...components.corpus import Corpus
 from ...components.dense import DenseIndex
 from ...components.exact_search import gather_rows
@@ -46,12 +46,14 @@ from ...components.extraction import Extraction
 from ...components.late_pooling import LateTexts, late_texts
 from ...components.query_batch import QueryBatch
 from ...graphs.remote import read_by_rows
+from ...graphs.store import device_arrays
 from ...errors import IndexFormatError
 from ...params import choice, flag, integer, real
 from ...sparse import csr_from_keys, row_entries
 from ..base import Needs
 from .hypergraph import TopicHypergraph, embed_texts, extend_text_embeddings
 from .row_layout import TEXT_STATES, ReferencedTextIndex
+from .device_influence import held_arrays, influence_tensors
 from .local_graph import local_hypergraph
 from .local_rows import LocalRows
 from .walk import ChunkGraphFit, ChunkGraphWalk, WalkSearch
@@ -227,12 +229,17 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
         act_q, act_v, act_val = qb[seg], nodes, sims[qb, text_seg][seg]
         if not len(act_v):
             return LocalRows.empty(B, n)
+        held = self._held_on_device()
+        if held is not None:  # the graph store holds the hypergraph on the device: cut and scored there
+            return influence_tensors(held, H.n_nodes, Q, act_q, act_v, act_val, params.spatial, params.temporal,
+                                     self.device, n)
         L = local_hypergraph(H, act_v)
         A = np.zeros((B, len(L.nodes)), np.float32)
         A[act_q, np.searchsorted(L.nodes, act_v)] = act_val
-        A = as_tensor(A, device=dev)
-        S = as_tensor(np.maximum(Q @ self._text_rows(np.asarray(H.edge_text[L.edges])).T, 0.0), device=dev)
-        as_t = lambda a, dt=torch.int64: as_tensor(a, dt, dev)  # noqa: E731
+        A = as_tensor(A, device=dev, name="activation")
+        S = as_tensor(np.maximum(Q @ self._text_rows(np.asarray(H.edge_text[L.edges])).T, 0.0), device=dev,
+                      name="topic similarity")
+        as_t = lambda a, dt=torch.int64: as_tensor(a, dt, dev, "local hypergraph")  # noqa: E731
         channels = [A]
         if params.spatial:
             channels.append(kernels.call("hyperedge_max_propagate", A, S, as_t(L.edge_indptr),
@@ -244,7 +251,7 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
             chunk_sim = np.maximum(Q @ np.asarray(self.components.dense.rows(chunks), np.float32).T, 0.0)
             best_edge = torch.zeros_like(A).scatter_reduce(
                 1, as_t(L.inc_node).expand(B, -1), S[:, as_t(L.inc_edge)], "amax")
-            w = best_edge * as_tensor(chunk_sim[:, chunk_of], device=dev)
+            w = best_edge * as_tensor(chunk_sim[:, chunk_of], device=dev, name="chunk similarity")
             channels.append(kernels.call("group_decay_propagate", A, w, as_t(L.node_group),
                                          as_t(node_chunk), as_t(L.group_indptr),
                                          as_t(L.group_nodes, torch.int32), as_t(L.alpha, torch.float32),
@@ -252,8 +259,17 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
         a = torch.stack(channels).mean(0)
         log_group = np.log1p(np.asarray(H.group_size[np.asarray(H.node_group[L.nodes])])).astype(np.float32)
         I = torch.zeros((B, len(chunks)), dtype=torch.float64, device=dev)
-        I.index_add_(1, as_t(chunk_of), (a * as_tensor(log_group, device=dev)).to(torch.float64))
-        return LocalRows(chunks.astype(np.int64), I.cpu().numpy(), n)
+        I.index_add_(1, as_t(chunk_of), (a * as_t(log_group, torch.float32)).to(torch.float64))
+        return LocalRows(chunks.astype(np.int64), as_numpy(I), n)
+
+    def _held_on_device(self) -> dict[str, Any] | None:
+        """The arrays the influence stage reads as tensors where the index's graph store holds them
+        on the device (:func:`~.device_influence.held_arrays`, each copied once), else None (one of
+        them is not held there: the stage runs on the host)."""
+        if "held" not in self._cache:
+            self._cache["held"] = held_arrays(self.components.graphs, self.hypergraph_, self.components.X, self.name)
+        tensors = {key: device_arrays(value) for key, value in self._cache["held"].items()}
+        return None if any(t is None for t in tensors.values()) else tensors
 
     def _text_rows(self, rows: np.ndarray) -> np.ndarray:
         """Text embeddings ``rows`` as float32 (``H.text_emb`` may be float16 or memory-mapped)."""

@@ -23,10 +23,11 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .... import kernels
+from ....kernels.tensors import as_numpy
 from ...components.extraction import Extraction, load_extractions
 from ...components.hybrid_ranking import RRF_K, hybrid_ranking
 from ...components.query_batch import QueryBatch
-from ...graphs.store import whole_graph
+from ...graphs.store import kernel_graph
 from ...cost import PASSAGE_ARRAYS, Cost, IndexShape
 from ...errors import IndexFormatError, InputError
 from ....kernels.csr import CSR
@@ -363,7 +364,7 @@ class ChunkGraphWalk(Pipeline[F, S]):
             full = p.on(np.arange(p.n, dtype=np.int64))
             pi, _ = kernels.call("batched_ppr", self.whole_transition(), full.values, d=params.damping, tol=params.tol,
                                  max_iter=params.max_iter, device=self.device)
-            return full.with_values(pi.cpu().numpy())
+            return full.with_values(as_numpy(pi))
         reg = self.region(p, params)
         if not len(reg.cols):
             return LocalRows.empty(len(p), p.n)
@@ -375,7 +376,7 @@ class ChunkGraphWalk(Pipeline[F, S]):
         region[:, :-1] = reg.values
         pi, _ = kernels.call("batched_ppr", sub, pr, d=params.damping, tol=params.tol, max_iter=params.max_iter,
                              region=region, device=self.device)
-        return LocalRows(reg.cols, pi.cpu().numpy()[:, :-1], p.n)
+        return LocalRows(reg.cols, as_numpy(pi)[:, :-1], p.n)
 
     def fuse(self, pi: LocalRows, rel: LocalRows, params: S | None = None) -> LocalRows:
         """Step 7 on the union of π's and the relevance's columns (0 elsewhere):
@@ -396,20 +397,27 @@ class ChunkGraphWalk(Pipeline[F, S]):
 
     @property
     def transition(self) -> CSR:
-        """The chunk graph's column-stochastic matrix P (SPEC §2 step 6), read once."""
+        """The chunk graph's column-stochastic matrix P (SPEC §2 step 6), read once and held by the
+        index's graph store (:meth:`~hopgraph.engine.graphs.store.GraphStore.hold`)."""
         if "P" not in self._cache:
-            self._cache["P"] = self.hypergraph_.transition()
+            self._cache["P"] = self.components.graphs.hold(self.hypergraph_.transition(), f"{self.name} chunk graph")
         return self._cache["P"]
 
-    def whole_transition(self) -> CSR:
-        """P with every row in memory, for the unlocalised walk (``localise=False``): :attr:`transition`;
-        a P read by rows (loaded by reference) has every row gathered for this call (all of P,
-        O(links) bytes; its row cache keeps at most its bound of them)."""
-        return whole_graph(self.transition)
+    def whole_transition(self) -> Any:
+        """P as the unlocalised walk (``localise=False``) hands it to ``batched_ppr``
+        (:func:`~hopgraph.engine.graphs.store.kernel_graph`): its tensors where the graph store
+        holds it on the device; else every row in memory (a P read by rows, loaded by reference,
+        has every row gathered for this call: all of P, O(links) bytes; its row cache keeps at most
+        its bound of them)."""
+        return kernel_graph(self.transition)
 
-    def _column_sums(self) -> np.ndarray:
-        """Out-mass of every chunk in P (1, or 0 for a dangling chunk), float64 [N]."""
-        return self.hypergraph_.column_sums()
+    def _column_sums(self) -> Any:
+        """Out-mass of every chunk in P (1, or 0 for a dangling chunk), float64 [N], held by the
+        index's graph store beside P."""
+        if "sums" not in self._cache:
+            self._cache["sums"] = self.components.graphs.hold(self.hypergraph_.column_sums(),
+                                                              f"{self.name} chunk graph column sums")
+        return self._cache["sums"]
 
     def _adjacency(self) -> CSR:
         """The chunk graph's symmetric adjacency (for ``region_hops``): P's own pattern. Two chunks

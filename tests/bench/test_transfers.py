@@ -1,0 +1,29 @@
+"""bench/transfers.py cannot rot: it runs on CPU tensors over the demo corpus, and its table says what
+the device store saves — the whole chunk graph no longer copied per batch by the unlocalised walks,
+the localised walk's sub-graph cut on the device — with the same ids as the index's own files."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def test_transfers_table(tmp_path, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    spec = importlib.util.spec_from_file_location("transfers", BENCH / "transfers.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    assert module.main(["--batch", "4", "--json", str(tmp_path / "t.json")]) == 0
+    assert "kernel-boundary crossings" in capsys.readouterr().out
+    rows = {r["pipeline"]: r for r in json.loads((tmp_path / "t.json").read_text())}
+    assert all(r["ids_equal"] for r in rows.values()) and set(rows) >= {"g3rag", "stitch", "dmar"}
+    for name in ("stitch localise=False", "ppr_binary localise=False"):
+        assert rows[name]["files"]["graph_bytes"] > 0 and rows[name]["resident"]["graph_bytes"] == 0
+        assert rows[name]["resident"]["htod"] <= rows[name]["files"]["htod"] - 3
+    for name in ("stitch", "ppr_binary"):
+        assert rows[name]["resident"]["htod"] < rows[name]["files"]["htod"]
+    assert rows["g3rag"]["files"]["htod"] == rows["g3rag"]["resident"]["htod"] == 0
