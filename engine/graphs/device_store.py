@@ -218,7 +218,11 @@ class DeviceStore(GraphStore):
 
 def store_for_device(device: str) -> GraphStore | None:
     """The graph store an index opened with run setting ``device`` (``"auto" | "cuda" | "cpu"``)
-    uses: a :class:`DeviceStore` on CUDA when that is where it runs, else None (its own files)."""
-    from ...kernels.dispatch import resolve_device
+    uses: a :class:`DeviceStore` on CUDA when that is where it runs; on the CPU with the Triton
+    backend forced (its interpreter, which runs kernels on torch CPU tensors) a DeviceStore of CPU
+    tensors, so the device path is the one exercised; else None (its own files)."""
+    from ...kernels.dispatch import forced_backend, resolve_device
 
-    return DeviceStore("cuda") if resolve_device(device) == "cuda" else None
+    if resolve_device(device) == "cuda":
+        return DeviceStore("cuda")
+    return DeviceStore("cpu") if forced_backend() == "triton" else None
