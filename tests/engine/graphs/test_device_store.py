@@ -146,6 +146,18 @@ def test_budget_keeps_what_does_not_fit_on_the_host(tmp_path, rng, monkeypatch):
     assert store_for_device("cpu") is None
 
 
+def test_the_forced_triton_backend_on_the_cpu_opens_a_store_of_cpu_tensors():
+    """Triton's interpreter runs kernels on CPU tensors: with that backend forced, the device path
+    (a DeviceStore of torch CPU tensors) is the one an index opened on the CPU takes."""
+    from hopgraph.kernels import use_backend
+
+    with use_backend("triton"):
+        store = store_for_device("cpu")
+    assert isinstance(store, DeviceStore) and str(store.device) == "cpu"
+    with use_backend("cpu"):
+        assert store_for_device("cpu") is None
+
+
 @pytest.mark.parametrize("name,params", SEARCHES, ids=[n + "".join(f"-{k}" for k in p) for n, p in SEARCHES])
 def test_search_batch_moves_no_graph_structure(readers, name, params):
     files, resident, store = readers
