@@ -104,7 +104,7 @@ def test_hop_is_dmar_then_bridge_then_coverage(hop):
     p = pipe.search_defaults
     assert type(pipe).ablations["no_coverage"] == {"coverage": 0.0, "coverage_link": 0.0}
     assert type(pipe).SearchParams.published().coverage == 0.0
-    bare = pipe.with_search_defaults(bridge=0.0, coverage=0.0)
+    bare = pipe.with_search_defaults(bridge=0.0, coverage=0.0, coverage_link=0.0)
     lst = bare.search(Q, p.coverage_depth, query_texts=QUESTIONS)
     bridged = bridge_rerank(pipe.components.title_mentions(), *lst, p.coverage_depth, p.bridge, p.bridge_seeds)
     bm25 = pipe.components.bm25()
