@@ -35,7 +35,8 @@ def main() -> None:
     for ds in args.datasets.split(","):
         report = evaluate(Path(args.data) / ds, pipelines, ks, cache_dir=args.cache_dir, progress=False,
                           ablations=args.ablations)
-        best = max(report["results"][b]["recall@5"] for b in BASELINES if b in report["results"])
+        best = max((report["results"][b]["recall@5"] for b in BASELINES if b in report["results"]),
+                   default=float("inf"))  # no baseline in the run: nothing in bold
         for name, r in report["results"].items():
             cells = []
             for k in ks:
