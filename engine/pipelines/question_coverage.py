@@ -137,24 +137,25 @@ def _pick(cover: Cover, terms: list[str], head: np.ndarray, norm: np.ndarray, pi
     C = len(head)
     share, holds = _term_holdings(cover.bm25, terms, head)
     weighted = holds * share[:, None]
-    links = np.zeros(C, bool)  # the candidates a picked passage names
+    names = _Names(cover.mentions, head)
     order, values = [], []
     P = min(cover.pairs, C)
     if picks >= 2 and P >= 2:
         own = weighted.sum(0)[:P]
-        both = own[:, None] + own[None, :] - weighted[:, :P].T @ holds[:, :P].astype(np.float64)   # coverage of {a, b}
-        named = np.stack([np.isin(head[:P], cover.mentions.row(int(a))) for a in head[:P]])  # a → b
+        both = own[:, None] + own[None, :] - weighted[:, :P].T @ holds[:, :P].astype(np.float64)  # coverage of {a, b}
+        names.read(range(P))
+        named = np.stack([names.of(a)[:P] for a in range(P)])  # a names b
         value = norm[:P, None] + norm[None, :P] + cover.weight * both + cover.link * named
         np.fill_diagonal(value, -np.inf)
         a, b = divmod(int(np.argmax(value)), P)
-        order = [a, b]
         first = norm[a] + cover.weight * own[a]
-        values = [first, value[a, b] - first]
+        order, values = [a, b], [first, value[a, b] - first]
     covered = holds[:, order].any(1) if order else np.zeros(len(share), bool)
     free = np.ones(C, bool)
     free[order] = False
+    links = np.zeros(C, bool)  # the candidates a picked passage names
     for j in order:
-        links |= np.isin(head, cover.mentions.row(int(head[j])))
+        links |= names.of(j)
     while len(order) < picks:
         gain = (weighted * ~covered[:, None]).sum(0)
         value = np.where(free, norm[:C] + cover.weight * gain + cover.link * links, -np.inf)
@@ -163,8 +164,31 @@ def _pick(cover: Cover, terms: list[str], head: np.ndarray, norm: np.ndarray, pi
         values.append(value[j])
         free[j] = False
         covered |= holds[:, j]
-        links |= np.isin(head, cover.mentions.row(int(head[j])))
+        links |= names.of(j)
     picked = set(order)
     rest = [j for j in range(len(norm)) if j not in picked]
     return np.array(order + rest, np.int64), np.array(values + list(norm[rest]), np.float64)
 
+
+class _Names:
+    """Which candidates each candidate names (a row of the title mention graph restricted to the
+    candidates), read once per candidate, several rows at a time when asked."""
+
+    def __init__(self, mentions: TitleMentions, head: np.ndarray) -> None:
+        self.mentions, self.head = mentions, head
+        self.position = {int(p): j for j, p in enumerate(head.tolist())}
+        self.named: dict[int, np.ndarray] = {}
+
+    def read(self, positions) -> None:
+        """Read the rows of the candidates at ``positions`` not read yet, together."""
+        todo = [j for j in positions if j not in self.named]
+        for j, row in zip(todo, self.mentions.each_row(int(self.head[j]) for j in todo)):
+            mask = np.zeros(len(self.head), bool)
+            mask[[self.position[x] for x in row.tolist() if x in self.position]] = True
+            self.named[j] = mask
+
+    def of(self, j: int) -> np.ndarray:
+        """bool [C]: the candidates the candidate at position ``j`` names."""
+        if j not in self.named:
+            self.read([j])
+        return self.named[j]
