@@ -1,5 +1,5 @@
 """The BM25 component (Lucene variant, bm25s's scoring): one lexical index per index, shared by every
-pipeline that uses BM25 (bm25, hybrid, g3rag, stitch, ppr_binary, dmar); DMAR's candidate recall
+pipeline that uses BM25 (bm25, hybrid, g3rag, stitch, ppr_binary, dmar, hop); DMAR's candidate recall
 (SPEC §3 step 1) is its top n.
 
 Its parameters (:class:`BM25Params`: ``k1``, ``b``, ``stopwords``) are the ``"bm25"`` entry of the
