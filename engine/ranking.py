@@ -87,6 +87,16 @@ def _lowest_columns_at_ties(scores: np.ndarray, part: np.ndarray) -> None:
         part[b] = np.concatenate([above, tied])
 
 
+def minmax_normalised(scores: np.ndarray) -> np.ndarray:
+    """One list's scores min-max normalised (float64: best 1, last 0; all 1 when flat); a non-finite
+    score counts as the lowest finite one (all 1 when none is finite)."""
+    sc = np.asarray(scores, np.float64)
+    finite = np.isfinite(sc)
+    sc = np.where(finite, sc, sc[finite].min() if finite.any() else 0.0)
+    low, high = (sc.min(), sc.max()) if len(sc) else (0.0, 0.0)
+    return (sc - low) / (high - low) if high > low else np.ones_like(sc)
+
+
 def reciprocal_rank_fusion(rankings: list[np.ndarray], n_items: int, k: int = 60) -> np.ndarray:
     """Reciprocal rank fusion scores ``Σ_r 1 / (k + rank_r(d))`` (rank from 1).
 

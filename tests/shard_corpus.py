@@ -5,8 +5,8 @@ import json
 
 import numpy as np
 
-ALL = ["dense", "bm25", "hybrid", "g3rag", "stitch", "ppr_binary", "dmar"]
-PARAMS = {"dmar": {"gnn_steps": 2}}
+ALL = ["dense", "bm25", "hybrid", "g3rag", "stitch", "ppr_binary", "dmar", "hop"]
+PARAMS = {"dmar": {"gnn_steps": 2}, "hop": {"gnn_steps": 2}}
 QUESTIONS = ["Who discovered the comet Venn-Harlow?", "Which university operates the observatory in the Atacama?",
              "Who is the rector of the university founded in 1981?", "river city bridge"]
 

@@ -1,5 +1,5 @@
 """The BM25 component (Lucene variant, bm25s's scoring): one lexical index per index, shared by every
-pipeline that uses BM25 (bm25, hybrid, g3rag, stitch, ppr_binary, dmar); DMAR's candidate recall
+pipeline that uses BM25 (bm25, hybrid, g3rag, stitch, ppr_binary, dmar, hop); DMAR's candidate recall
 (SPEC §3 step 1) is its top n.
 
 Its parameters (:class:`BM25Params`: ``k1``, ``b``, ``stopwords``) are the ``"bm25"`` entry of the
@@ -379,6 +379,30 @@ class BM25Index:
         out = np.zeros(self.n_docs, np.float32)
         for d, v in self._scored(tokens):
             out[d] += v
+        return out
+
+    def term_scores_at(self, tokens: Sequence[str], docs: np.ndarray) -> np.ndarray:
+        """Each token's BM25 score in the passages ``docs`` (int [C], -1 = padding → 0): float32
+        [len(tokens), C], row t the score of ``tokens[t]`` alone, equal to ``scores_at([tokens[t]],
+        docs)``. Only the hits are scored: O(|tokens| · C · log df), whatever the postings' length."""
+        docs = np.asarray(docs, np.int64).ravel()
+        out = np.zeros((len(tokens), len(docs)), np.float32)
+        k1, b = float(self.params.k1), float(self.params.b)
+        for i, hits in enumerate(self._token_postings(tokens)):
+            if not hits:
+                continue
+            idf = lucene_idf(self.n_docs, self._own_df(hits)) if self.stats is None \
+                else lucene_idf(self.stats.n_docs, self.stats.df[tokens[i]])
+            for p, t in hits:
+                d, tf = self.parts[p].posting(t)
+                local = docs - self.first[p]
+                inside = (docs >= 0) & (local >= 0) & (local < self.parts[p].n_docs)
+                if not len(d) or not inside.any():
+                    continue
+                pos = np.minimum(np.searchsorted(d, local), len(d) - 1)
+                hit = inside & (d[pos] == local)
+                out[i, hit] = score_postings(tf[pos[hit]], np.asarray(self.parts[p].doc_len)[local[hit]], idf, k1, b,
+                                             self.avgdl)
         return out
 
     def scores_at_batch(self, tokens: Sequence[list[str]], docs: np.ndarray) -> np.ndarray:

@@ -425,6 +425,12 @@ class ShardedBM25:
         out[valid] = flat
         return out
 
+    def term_scores_at(self, tokens: Sequence[str], docs: np.ndarray) -> np.ndarray:
+        """Each token's BM25 score at ``docs`` (int [C]; float32 [len(tokens), C]), with global
+        statistics: :meth:`scores_at_batch` of one single-token query per token."""
+        docs = np.asarray(docs, np.int64).ravel()
+        return self.scores_at_batch([[t] for t in tokens], np.tile(docs, (len(tokens), 1)))
+
     def scores_at(self, tokens: list[str], docs: np.ndarray) -> np.ndarray:
         """BM25 scores of ``docs`` for one query's ``tokens`` (``docs``' shape)."""
         docs = np.asarray(docs, np.int64)

@@ -186,20 +186,24 @@ class TitleMentions:
 
     def row(self, s: int) -> np.ndarray:
         """Row ``s`` of M (read as :meth:`rows` reads)."""
-        with RowReader(self.graph.indices) as read:
-            return np.unique(self._row(read, s))
+        return self.each_row([s])[0]
 
     def rows(self, seeds: Iterable[int]) -> np.ndarray:
-        """The sorted distinct passages the titles of ``seeds`` mention (the union of their rows). A
-        memory-mapped M (a loaded index) is read with plain reads (:class:`~.storage.RowReader`), so
-        the rows read do not stay in the resident set. A row whose horizon is below N gets the
-        mentions of the later titles (module docstring)."""
+        """The sorted distinct passages the titles of ``seeds`` mention (the union of their rows,
+        read as :meth:`each_row` reads them)."""
+        parts = self.each_row(seeds)
+        return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+
+    def each_row(self, seeds: Iterable[int]) -> list[np.ndarray]:
+        """Row of each of ``seeds`` (sorted distinct passages), read together: a memory-mapped M (a
+        loaded index) with plain reads (:class:`~.storage.RowReader`), so the rows read do not stay
+        in the resident set; a sharded M from its shards, one call each. A row whose horizon is
+        below N gets the mentions of the later titles (module docstring)."""
         seeds = [int(s) for s in seeds]
-        if isinstance(self.graph, ShardedCSR):  # the stored rows from their shards, one call each
+        if isinstance(self.graph, ShardedCSR):
             self.graph.fetch_rows(np.asarray([s for s in seeds if s < self.n_stored], np.int64))
         with RowReader(self.graph.indices) as read:
-            parts = [self._row(read, s) for s in seeds]
-        return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+            return [np.unique(self._row(read, s)) for s in seeds]
 
     def _row(self, read: RowReader, s: int) -> np.ndarray:
         s = int(s)

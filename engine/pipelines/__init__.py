@@ -23,6 +23,7 @@ _BUILT_IN: dict[str, str] = {
     "stitch": "hopgraph.engine.pipelines.stitch:STITCH",
     "ppr_binary": "hopgraph.engine.pipelines.stitch:PPRBinary",
     "dmar": "hopgraph.engine.pipelines.dmar:DMAR",
+    "hop": "hopgraph.engine.pipelines.hop:Hop",
 }
 #: name → "module:Class" of a built-in pipeline, or the class registered by :func:`register_pipeline`
 _REGISTRY: dict[str, str | type[Pipeline]] = dict(_BUILT_IN)

@@ -77,8 +77,10 @@ class RerankStep(Protocol):
         """Build what the step reads, at fit time (``who``: the pipeline, for the build records)."""
 
     def __call__(self, ids: np.ndarray, scores: np.ndarray, k: int, params: Any, components: Components,
-                 allowed: np.ndarray | None, timer: StageTimer) -> tuple[np.ndarray, np.ndarray]:
-        """The re-ranked top ``k`` of ``ids`` / ``scores`` ([B, depth], best first), every row allowed."""
+                 allowed: np.ndarray | None, timer: StageTimer, texts: Sequence[str] | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """The re-ranked top ``k`` of ``ids`` / ``scores`` ([B, depth], best first), every row allowed;
+        ``texts``: the questions, when the search was given them."""
 
 
 class Pipeline(ABC, Generic[F, S]):
@@ -403,8 +405,9 @@ class Pipeline(ABC, Generic[F, S]):
                 checkpoint()
                 batch = self.components.batch(Q[s:s + size], None if texts is None else texts[s:s + size], allowed)
                 ids[s:s + size], scores[s:s + size] = self._search_batch(batch, list_k, sp, timer)
-        for step in steps:
-            ids, scores = step(ids, scores, k, sp, self.components, allowed, timer)
+        for i, step in enumerate(steps):  # a step followed by another keeps the whole list
+            ids, scores = step(ids, scores, k if i == len(steps) - 1 else list_k, sp, self.components, allowed,
+                               timer, texts=texts)
         return ids[:, :k], scores[:, :k]
 
     @abstractmethod

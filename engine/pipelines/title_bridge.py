@@ -11,13 +11,14 @@ query-time second hop in the spirit of SPEC §1–§3. ``bridge=0`` switches it 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
 from ..components.shared import Components
 from ..components.title_mentions import TitleMentions
 from ..params import SearchParams, integer, real
-from ..ranking import PAD_ID, PAD_SCORE
+from ..ranking import PAD_ID, PAD_SCORE, minmax_normalised
 from ..timing import StageTimer
 
 #: the defaults, one set for every corpus and every pipeline that re-ranks by the bridge
@@ -54,7 +55,8 @@ class TitleBridge:
         components.title_mentions(who)
 
     def __call__(self, ids: np.ndarray, scores: np.ndarray, k: int, params: BridgeSearch, components: Components,
-                 allowed: np.ndarray | None, timer: StageTimer) -> tuple[np.ndarray, np.ndarray]:
+                 allowed: np.ndarray | None, timer: StageTimer, texts: Sequence[str] | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
         with timer(self.name):
             return bridge_rerank(components.title_mentions(self.name), ids, scores, k, params.bridge,
                                  params.bridge_seeds, components.allowed(allowed))
@@ -69,13 +71,10 @@ def bridge_rerank(mentions: TitleMentions, ids: np.ndarray, scores: np.ndarray, 
     out_scores = np.full((B, k), PAD_SCORE, np.float32)
     for b in range(B):
         ok = ids[b] >= 0
-        lst, sc = ids[b][ok], np.asarray(scores[b][ok], np.float64)
+        lst = ids[b][ok]
         if not len(lst):
             continue
-        finite = np.isfinite(sc)
-        sc = np.where(finite, sc, sc[finite].min() if finite.any() else 0.0)  # a -inf score ranks last
-        low, high = sc.min(), sc.max()
-        norm = (sc - low) / (high - low) if high > low else np.ones_like(sc)
+        norm = minmax_normalised(scores[b][ok])  # a -inf score ranks last
         targets = mentions.rows(int(s) for s in lst[:seeds])
         if allowed is not None:
             targets = targets[allowed[targets]]

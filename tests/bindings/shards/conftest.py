@@ -1,4 +1,4 @@
-"""Fixtures of the sharded-index tests: one seven-pipeline index of the demo corpus (with metadata)."""
+"""Fixtures of the sharded-index tests: one eight-pipeline index of the demo corpus (with metadata)."""
 from __future__ import annotations
 
 import pytest
@@ -8,7 +8,7 @@ from shard_corpus import ALL, PARAMS, demo_records
 
 @pytest.fixture(scope="module")
 def saved_index(tmp_path_factory):
-    """A saved seven-pipeline index of the demo corpus (hashing embedder), and its path."""
+    """A saved eight-pipeline index of the demo corpus (hashing embedder), and its path."""
     from hopgraph import Index
 
     path = tmp_path_factory.mktemp("single") / "index"

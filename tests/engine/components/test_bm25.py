@@ -82,3 +82,22 @@ def test_empty_batch_and_no_hits(index):
     assert ids.shape == (0, 5) and scores.shape == (0, 5)
     ids, scores = index.topk([["nothing"]], 3)
     assert (ids == -1).all() and np.isneginf(scores).all()
+
+
+def test_term_scores_are_each_tokens_score_at_the_passages():
+    """``term_scores_at`` row t = ``scores_at([token t])`` bit for bit, over one part and over
+    several (a grown index), with padding, unknown tokens and passages outside the postings."""
+    rng = np.random.default_rng(3)
+    words = [f"w{i}" for i in range(40)]
+    texts = [" ".join(rng.choice(words, int(rng.integers(1, 25)))) for _ in range(240)]
+    grown = BM25Index.build(texts[:120], BM25Params()).extended(texts[120:], join_below=1)
+    assert len(grown.parts) == 2
+    docs = np.array([0, 5, 239, -1, 120, 119, 7, 200])
+    tokens = ["w1", "w3", "unknown", "w39", "w1"]
+    for idx in (BM25Index.build(texts, BM25Params()), grown):
+        got = idx.term_scores_at(tokens, docs)
+        assert got.shape == (len(tokens), len(docs)) and got.dtype == np.float32
+        for t, token in enumerate(tokens):
+            np.testing.assert_array_equal(got[t], idx.scores_at([token], docs))
+        assert (got[:, 3] == 0).all() and (got[2] == 0).all()
+    assert grown.term_scores_at([], docs).shape == (0, len(docs))
