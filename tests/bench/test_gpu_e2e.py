@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 
 from bare_run import run_bare
+from hopgraph.engine.pipelines import pipeline_names
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "gpu_e2e.py"
-SEVEN = {"dense", "bm25", "hybrid", "g3rag", "stitch", "ppr_binary", "dmar"}
+#: every built-in pipeline
+EVERY = set(pipeline_names())
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +50,7 @@ def test_interpret_quick_run_end_to_end_without_hopgraph_installed(tmp_path, e2e
     assert set(graph["stages_s"]["cpu"]) == {s for p, ops in graph["kernel_ops_s"]["cuda"].items() if ops
                                              for s in (e2e.FIT_STAGE[p],)}
 
-    assert {q["pipeline"] for q in summary["queries"]} == SEVEN
+    assert {q["pipeline"] for q in summary["queries"]} == EVERY
     for q in summary["queries"]:
         assert q["cuda"]["queries_per_s"] > 0 and q["cpu"]["queries_per_s"] > 0, q
         assert q["ids"]["ok"] and q["ids"]["queries"] == summary["env"]["sizes"]["batch"], q
