@@ -198,7 +198,7 @@ def cli_ratio(data: Path, rounds: int) -> None:
             used = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
             wall[side].append(seconds)
             cpu[side].append(used)
-            rows.append([f"{side} #{r}", f"{load:.2f}", f"{seconds:.1f}", f"{used:.1f}"]
+            rows.append([f"{side}, round {r}", f"{load:.2f}", f"{seconds:.1f}", f"{used:.1f}"]
                         + [f"{st[k]:.2f}" if k in st else "" for k in keys]
                         + [f"{st['model s']:.1f}", st["texts"], st["tokens"]])
             print("# " + " | ".join(str(c) for c in rows[-1]), flush=True)
