@@ -3,6 +3,17 @@ and Recall@5 of each pipeline (the shared components: ``docs/decisions/shared-co
 
     .venv/bin/python bench/bench_build.py --data ../shared/data/hotpotqa [--embeddings X.npy]
 
+    .venv/bin/python bench/bench_build.py --data ../shared/data/hotpotqa --cli-rounds 2
+
+``--cli-rounds R`` instead times ``hopgraph index CORPUS --out DIR -q`` (MiniLM, the CLI's default
+embedder, streamed through its work directory) with the dense pipeline alone and with six
+(``dense,bm25,hybrid,g3rag,stitch,dmar``), each build a fresh interpreter running the CLI's ``main``,
+the two alternating R rounds each, and prints every run's stages (the passage embedding pass, which
+holds STITCH's extraction and late-pooled texts when STITCH is built; each pipeline's fit; the
+save), the texts and tokens that went through the transformer, wall and CPU seconds (the
+process's, imports included), the 1-minute load at each run's start, and the ratio of the medians
+six / dense.
+
 The passage embeddings are computed once (MiniLM) and cached in ``--embeddings`` so the
 timed part is the build itself: ``Index.build(corpus, embeddings=X, pipelines=all seven)``
 (every pipeline fitted, embedding of the passages excluded; the STITCH topic/description
@@ -15,7 +26,11 @@ index is walked for BM25 stores (``params.index.json`` of bm25s) and faiss files
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,9 +38,11 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import best_of, table
+from _common import best_of, stamp, table
 
 PIPELINES = ("dense", "bm25", "hybrid", "g3rag", "stitch", "ppr_binary", "dmar")
+#: the two sides of ``--cli-rounds``
+CLI_SIDES = {"dense": "dense", "six": "dense,bm25,hybrid,g3rag,stitch,dmar"}
 
 
 def main() -> None:
@@ -34,7 +51,16 @@ def main() -> None:
     ap.add_argument("--embeddings", help="cache of the MiniLM passage embeddings (.npy; written if absent)")
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3, help="warm searches per pipeline (the best is shown)")
+    ap.add_argument("--cli-rounds", type=int, default=0,
+                    help="time `hopgraph index` dense-only vs six pipelines instead, this many rounds each")
+    ap.add_argument("--cli-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.cli_child:
+        print(json.dumps(cli_child(CLI_SIDES[args.cli_child], Path(args.data))))
+        return
+    if args.cli_rounds:
+        cli_ratio(Path(args.data), args.cli_rounds)
+        return
     load_before = os.getloadavg()[0]
 
     import hopgraph.engine.components.extraction as extraction
@@ -105,6 +131,85 @@ def main() -> None:
         ["extraction runs", calls["extract"]], ["BM25 stores saved", bm25_stores],
         ["faiss files saved", faiss_files], ["index size (MB)", f"{size_mb:.1f}"]]))
     sys.stdout.flush()
+
+
+def cli_child(pipelines: str, data: Path) -> dict:
+    """One ``hopgraph index`` (the CLI's ``main``) in this fresh process, with its stages timed by
+    wrapping the functions the build calls (the code measured is unchanged)."""
+    t_start = time.perf_counter()
+    from hopgraph import cli
+    from hopgraph.engine.embedders.packed_bert import PackedBertEncoder
+    from hopgraph.index import Index
+
+    stages: dict = {"texts": 0, "tokens": 0, "model s": 0.0}
+    hidden, build, save = PackedBertEncoder._hidden, Index.build.__func__, Index.save
+
+    def counted_hidden(self, texts):
+        t0 = time.perf_counter()
+        out = hidden(self, texts)
+        stages["model s"] += time.perf_counter() - t0
+        stages["texts"] += len(texts)
+        stages["tokens"] += int(out[0].shape[0])
+        return out
+
+    def kept_build(cls, *a, **kw):
+        index = build(cls, *a, **kw)
+        stages["embedding pass s"] = index.embed_seconds
+        stages.update({f"fit {p} s": t for p, t in index.fit_seconds.items()})
+        return index
+
+    def timed_save(self, *a, **kw):
+        t0 = time.perf_counter()
+        out = save(self, *a, **kw)
+        stages["save s"] = time.perf_counter() - t0
+        return out
+
+    PackedBertEncoder._hidden, Index.build, Index.save = counted_hidden, classmethod(kept_build), timed_save
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        status = cli.main(["index", str(data / "corpus.jsonl"), "--out", str(Path(tmp) / "idx"),
+                           "--pipelines", pipelines, "-q"])
+        stages["cli main s"] = time.perf_counter() - t0
+    if status != 0:
+        raise SystemExit(f"hopgraph index exited with {status}")
+    stages["in process s"] = time.perf_counter() - t_start
+    return stages
+
+
+def cli_ratio(data: Path, rounds: int) -> None:
+    """``--cli-rounds``: the dense-only and six-pipeline builds alternating, a table of their runs
+    and the ratio of the median wall (and CPU) seconds."""
+    rows, wall, cpu = [], {k: [] for k in CLI_SIDES}, {k: [] for k in CLI_SIDES}
+    keys = ["embedding pass s", "fit dense s", "fit bm25 s", "fit hybrid s", "fit g3rag s", "fit stitch s",
+            "fit dmar s", "save s"]
+    for r in range(1, rounds + 1):
+        for side in CLI_SIDES:
+            load = os.getloadavg()[0]
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t0 = time.perf_counter()
+            proc = subprocess.run([sys.executable, __file__, "--data", str(data), "--cli-child", side],
+                                  capture_output=True, text=True)
+            seconds = time.perf_counter() - t0
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
+            if proc.returncode != 0 or not lines:
+                raise SystemExit(f"{side} build failed: {proc.stderr.strip()[-2000:]}")
+            st = json.loads(lines[-1])
+            used = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+            wall[side].append(seconds)
+            cpu[side].append(used)
+            rows.append([f"{side}, round {r}", f"{load:.2f}", f"{seconds:.1f}", f"{used:.1f}"]
+                        + [f"{st[k]:.2f}" if k in st else "" for k in keys]
+                        + [f"{st['model s']:.1f}", st["texts"], st["tokens"]])
+            print("# " + " | ".join(str(c) for c in rows[-1]), flush=True)
+    med = {k: (statistics.median(wall[k]), statistics.median(cpu[k])) for k in CLI_SIDES}
+    print(f"# {data.name}: hopgraph index, MiniLM, fresh process per build, {os.cpu_count()} CPUs")
+    print(table(["run", "1-min load", "wall s", "CPU s", "embedding pass", "fit dense", "fit bm25", "fit hybrid",
+                 "fit g3rag", "fit stitch", "fit dmar", "save", "in the model", "texts run", "tokens run"], rows))
+    print(f"median wall: dense {med['dense'][0]:.1f} s, six {med['six'][0]:.1f} s, six / dense "
+          f"{med['six'][0] / med['dense'][0]:.3f}; median CPU: dense {med['dense'][1]:.1f} s, six "
+          f"{med['six'][1]:.1f} s, six / dense {med['six'][1] / med['dense'][1]:.3f}")
+    print(stamp())
 
 
 if __name__ == "__main__":

@@ -88,7 +88,8 @@ def cached_index(data_dir: Path, embedder: str, cache_dir: Path, device: str, pi
                  progress: bool, params: Mapping[str, Mapping[str, Any]] | None = None,
                  corpus_path: Path | None = None) -> tuple[Any, Path]:
     """Load the cached index of the corpus (``corpus_path``, default ``data_dir/corpus.jsonl``) or
-    build it; fit and cache missing pipelines.
+    build it (fitting ``pipelines`` in the build, so that a pipeline that late-chunks texts pools them
+    in the passages' own forward pass); fit and cache missing pipelines.
 
     A cached pipeline whose saved parameters differ from the current defaults (say,
     after an upgrade changed them) is updated when only query-time parameters differ,
@@ -108,8 +109,9 @@ def cached_index(data_dir: Path, embedder: str, cache_dir: Path, device: str, pi
             index = Index.load(path, embedder=emb, device=device, progress=progress)
         except (HopgraphError, NotImplementedError) as e:
             log.warning("cached index %s unusable (%s); rebuilding", path, e)
-    if index is None:
-        index = Index.build(corpus, embedder=emb, device=device, pipelines=(), progress=progress)
+    if index is None:  # the pipelines fitted in the build: one forward pass gives X and STITCH's pooled texts
+        index = Index.build(corpus, embedder=emb, device=device, pipelines=pipelines, params=params,
+                            progress=progress)
     index.set_params(params or {})
     updated = False
     for p in pipelines:

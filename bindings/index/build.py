@@ -74,18 +74,19 @@ class IndexBuild:
             if emb is not None and emb.dim != X.shape[1]:
                 raise InputError(f"embedder {emb.name} has dimension {emb.dim}, embeddings have {X.shape[1]}")
             name = emb.name if emb is not None else name
-        elif work_dir is not None or ray_address is not None:
-            emb = resolve_embedder(embedder)
-            chunking.warn_long_passages(corpus, emb, chunk_tokens)
-            X = streaming.embed_corpus(corpus, emb, work_dir if work_dir is not None else _scratch_dir(),
-                                       batch_size, resume=resume, progress=progress, ray_address=ray_address)
-            name = emb.name
         else:
             emb = resolve_embedder(embedder)
             chunking.warn_long_passages(corpus, emb, chunk_tokens)
             checked = validate_params(params or {})
             pooled = [key for key in (pipeline_class(p).pooled_texts(checked.get(p, {})) for p in pipelines) if key]
-            X, adopted = embed_corpus(corpus, emb, pooled, batch_size, progress)
+            if work_dir is None and ray_address is None:
+                X, adopted = embed_corpus(corpus, emb, pooled, batch_size, progress)
+            elif pooled and ray_address is None:  # streamed, the texts pooled in the same pass
+                X, adopted = streaming.embed_corpus_pooled(corpus, emb, work_dir, pooled[0], batch_size,
+                                                           resume=resume, progress=progress)
+            else:  # on Ray the passages alone (a pipeline that pools texts runs its own pass over them)
+                X = streaming.embed_corpus(corpus, emb, work_dir if work_dir is not None else _scratch_dir(),
+                                           batch_size, resume=resume, progress=progress, ray_address=ray_address)
             name = emb.name
         index = cls(corpus, X, emb, name, device=device, params=params, progress=progress)
         index.embed_seconds = time.perf_counter() - t0

@@ -20,7 +20,7 @@ import numpy as np
 from .corpus import Corpus
 from .extraction import Extraction, extract
 from ..embedders import Embedder
-from ..embedders.packed_bert import PackedBertEncoder
+from ..embedders.packed_bert import BULK_CHUNK, PackedBertEncoder
 from ..sparse import csr_from_keys
 
 
@@ -129,35 +129,42 @@ def _pooled(ex: Extraction, passage_texts: Sequence[str], embedder, first_text: 
     if encoder is None:
         return None
     spans = text_spans(ex, passage_texts, first_text)
-    X, emb, ok = pool_spans(encoder, passage_texts, spans, every_passage=every_passage, progress=progress, desc=desc)
+    passages = np.arange(len(passage_texts)) if every_passage else None
+    X, emb, ok = pool_spans(encoder, passage_texts, spans, passages, progress=progress, desc=desc)
     return X, LateTexts(spans, emb, ok)
 
 
 def pool_spans(encoder: PackedBertEncoder, passage_texts: Sequence[str], spans: TextSpans,
-               every_passage: bool = False, chunk_passages: int = 64, progress: bool = False,
+               passages: np.ndarray | None = None, chunk_passages: int = BULK_CHUNK, progress: bool = False,
                desc: str = "embed passages (late-chunked texts)") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Late-chunked embeddings of ``spans``' requests with ``encoder``: ``(passage embeddings,
-    request embeddings [R, d] float32, ok [R] bool)``. The passages run are those holding a request
-    (their embeddings come back in ``np.unique(spans.chunk)`` order), or with ``every_passage`` all of
-    ``passage_texts`` (in order); ``chunk_passages`` at a time, in order of length (few distinct
-    token lengths a pass, as :func:`~hopgraph.engine.embedders.packed_bert.encode_bulk`)."""
+    """Late-chunked embeddings of the requests of ``spans`` found in ``passages`` (ascending passage
+    numbers; default: every passage holding a request) with ``encoder``, from the passages' own
+    forward pass: ``(passage embeddings [len(passages), d], request embeddings [R', d] float32,
+    ok [R'] bool)``, the R' requests those of ``passages`` in request order (all of ``spans`` by
+    default; a contiguous range of requests for a contiguous range of passages). The passages run
+    ``chunk_passages`` at a time (by default as many as
+    :func:`~hopgraph.engine.embedders.packed_bert.encode_bulk` runs), in order of length (few
+    distinct token lengths a pass)."""
     from tqdm.auto import tqdm
 
-    out = np.zeros((len(spans), encoder.dim), np.float32)
-    ok = np.zeros(len(spans), bool)
-    passages = np.arange(len(passage_texts)) if every_passage else np.unique(spans.chunk)
-    X = np.zeros((len(passages), encoder.dim), np.float32)
+    passages = np.unique(spans.chunk) if passages is None else np.asarray(passages, np.int64)
     first = np.searchsorted(spans.chunk, passages)
     last = np.searchsorted(spans.chunk, passages, side="right")
+    row = np.zeros(len(passages) + 1, np.int64)  # passage i's requests are rows row[i]:row[i + 1] of the output
+    np.cumsum(last - first, out=row[1:])
+    out = np.zeros((int(row[-1]), encoder.dim), np.float32)
+    ok = np.zeros(len(out), bool)
+    X = np.zeros((len(passages), encoder.dim), np.float32)
     order = np.argsort([len(passage_texts[c]) for c in passages.tolist()], kind="stable")
     for lo in tqdm(range(0, len(order), chunk_passages), desc=desc, disable=not progress, unit="chunk"):
         part = order[lo:lo + chunk_passages]
         requests = np.concatenate([np.arange(first[i], last[i]) for i in part])
+        rows = np.concatenate([np.arange(row[i], row[i + 1]) for i in part])
         local = {int(passages[i]): j for j, i in enumerate(part.tolist())}
         X[part], emb, good = encoder.encode_spans(
             [passage_texts[int(passages[i])] for i in part],
             [(local[int(spans.chunk[r])], spans.ranges[spans.indptr[r]:spans.indptr[r + 1]]) for r in requests])
-        out[requests], ok[requests] = emb, good
+        out[rows], ok[rows] = emb, good
     return X, out, ok
 
 

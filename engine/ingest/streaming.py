@@ -31,7 +31,10 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..components.corpus import Corpus
+from ..components.extraction import Extraction, extract
+from ..components.late_pooling import LateTexts, pool_spans, text_spans
 from ..embedders import Embedder, validate_embeddings
+from ..embedders.packed_bert import PackedBertEncoder
 from ..errors import InputError
 
 STATE_FILE = "state.json"
@@ -42,8 +45,12 @@ CHUNK_BATCHES = 16
 #: STITCH's topic/description embeddings during a build with a work directory
 #: (:func:`hopgraph.engine.pipelines.stitch.hypergraph.text_embedding_rows`)
 TEXT_EMB_FILE = "stitch-text_emb.npy"
+#: the late-chunked text embeddings pooled in the passages' pass (:func:`embed_corpus_pooled`)
+LATE_TEXTS_FILE = "late-texts.npy"
 #: the only files a work directory holds (anything else: not ours, never deleted)
-WORK_FILES = (STATE_FILE, STATE_FILE + ".tmp", EMBEDDINGS_FILE, TEXT_EMB_FILE)
+WORK_FILES = (STATE_FILE, STATE_FILE + ".tmp", EMBEDDINGS_FILE, TEXT_EMB_FILE, LATE_TEXTS_FILE)
+#: rows per block when reading :data:`LATE_TEXTS_FILE` back (bounds the temporaries)
+OK_BLOCK_ROWS = 1 << 16
 
 
 def work_dir_for(out: str | Path) -> Path:
@@ -88,47 +95,113 @@ def embed_corpus(corpus: Corpus, embedder: Embedder, work_dir: str | Path, batch
     kept and embedding continues from the next chunk, with the chunk and batch sizes
     of the interrupted run. Without ``resume`` any previous work directory is discarded.
     """
-    for label, value in (("batch_size", batch_size), ("chunk_size", chunk_size)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise InputError(f"{label} must be a positive integer, got {value!r}")
-    chunk_size = chunk_size or CHUNK_BATCHES * batch_size
-    work_dir = Path(work_dir)
-    key = job_key(corpus, embedder)
     n, dim = len(corpus), int(embedder.dim)
-    state = read_state(work_dir) if resume else None
-    path = work_dir / EMBEDDINGS_FILE
-    if state is not None and path.is_file():
-        if state.get("version") != STATE_VERSION or state.get("key") != key:
-            raise InputError(
-                f"cannot resume: {work_dir} holds embeddings of another build ({state.get('key')}); "
-                f"this build is {key}. Run without --resume to start over")
-        batch_size, chunk_size = int(state["batch_size"]), int(state["chunk_size"])
-        done = int(state["done"])
-        out = np.load(path, mmap_mode="r+")
-        if out.shape != (n, dim) or out.dtype != np.float32:
-            raise InputError(f"cannot resume: {path} has shape {out.shape} {out.dtype}, expected ({n}, {dim})")
-    else:
-        remove_work_dir(work_dir)
-        work_dir.mkdir(parents=True)
-        out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, dim))
-        done = 0
-        state = {"version": STATE_VERSION, "key": key, "batch_size": batch_size, "chunk_size": chunk_size,
-                 "done": 0}
-        write_state(work_dir, state)
-    bar = _bar(progress, n, done)
-    try:
-        for start, block in iter_embedded_chunks(corpus, embedder, done, chunk_size, batch_size, ray_address):
-            out[start:start + len(block)] = block
-            out.flush()
-            state["done"] = start + len(block)
+    with _ChunkedJob(work_dir, job_key(corpus, embedder), {EMBEDDINGS_FILE: n}, dim, batch_size, chunk_size,
+                     resume, progress, n) as job:
+        for start, block in iter_embedded_chunks(corpus, embedder, job.done, job.chunk_size, job.batch_size,
+                                                 ray_address):
+            job.write(start + len(block), {EMBEDDINGS_FILE: (start, block)})
+    return job.arrays[EMBEDDINGS_FILE]
+
+
+def embed_corpus_pooled(corpus: Corpus, embedder: Embedder, work_dir: str | Path, options: tuple[bool, bool],
+                        batch_size: int = 64, resume: bool = False, progress: bool = True,
+                        chunk_size: int | None = None) -> tuple[np.ndarray, tuple[tuple[bool, bool], Extraction,
+                                                                                  LateTexts | None]]:
+    """:func:`embed_corpus` for a build whose pipeline late-chunks the texts of the extraction with
+    ``options`` (``title_entities``, ``numbers``): each chunk's one forward pass gives both its
+    passages' rows of X and the late-chunked embeddings of the texts first found in those passages
+    (:func:`~hopgraph.engine.components.late_pooling.pool_spans`), written to :data:`LATE_TEXTS_FILE`
+    beside X and resumed with it, so that no passage runs through the model twice. Returns
+    ``(X, (options, extraction, texts))`` as
+    :func:`~hopgraph.engine.components.late_pooling.embed_corpus` does (texts None, and X
+    :func:`embed_corpus`'s, when the embedder is not a model the packed encoder runs)."""
+    ex = extract(corpus, *options, progress=progress)
+    encoder = PackedBertEncoder.for_embedder(embedder)
+    if encoder is None:
+        return embed_corpus(corpus, embedder, work_dir, batch_size, resume, progress, None, chunk_size), \
+            (options, ex, None)
+    texts = corpus.embedding_texts()
+    spans = text_spans(ex, texts)
+    key = {**job_key(corpus, embedder), "late_texts": {"options": list(options), "requests": len(spans)}}
+    n = len(corpus)
+    with _ChunkedJob(work_dir, key, {EMBEDDINGS_FILE: n, LATE_TEXTS_FILE: len(spans)}, encoder.dim, batch_size,
+                     chunk_size, resume, progress, n) as job:
+        for start in range(job.done, n, job.chunk_size):
+            stop = min(start + job.chunk_size, n)
+            X, emb, _ = pool_spans(encoder, texts, spans, np.arange(start, stop))
+            job.write(stop, {EMBEDDINGS_FILE: (start, X),
+                             LATE_TEXTS_FILE: (int(np.searchsorted(spans.chunk, start)), emb)})
+    emb = job.arrays[LATE_TEXTS_FILE]
+    ok = np.zeros(len(emb), bool)  # a request pooled no token: its row stayed zero (a pooled one is a unit vector)
+    for a in range(0, len(emb), OK_BLOCK_ROWS):
+        ok[a:a + OK_BLOCK_ROWS] = np.asarray(emb[a:a + OK_BLOCK_ROWS]).any(axis=1)
+    return job.arrays[EMBEDDINGS_FILE], (options, ex, LateTexts(spans, emb, ok))
+
+
+class _ChunkedJob:
+    """The resumable state of a chunked embedding in a work directory: float32 arrays
+    ``{file: rows}`` of width ``dim`` (memory-mapped), the state file and the progress bar. Entered,
+    it opens (resume) or creates them; :meth:`write` stores a finished chunk's rows and records the
+    passages done; on exit the arrays are reopened read-only in :attr:`arrays`."""
+
+    def __init__(self, work_dir: str | Path, key: dict[str, Any], rows: dict[str, int], dim: int, batch_size: int,
+                 chunk_size: int | None, resume: bool, progress: bool, total: int) -> None:
+        for label, value in (("batch_size", batch_size), ("chunk_size", chunk_size)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise InputError(f"{label} must be a positive integer, got {value!r}")
+        self.work_dir, self.key, self.rows, self.dim = Path(work_dir), key, rows, dim
+        self.batch_size, self.chunk_size = batch_size, chunk_size or CHUNK_BATCHES * batch_size
+        self.resume, self.progress, self.total = resume, progress, total
+        self.done = 0
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def __enter__(self) -> "_ChunkedJob":
+        work_dir = self.work_dir
+        state = read_state(work_dir) if self.resume else None
+        paths = {name: work_dir / name for name in self.rows}
+        if state is not None and all(p.is_file() for p in paths.values()):
+            if state.get("version") != STATE_VERSION or state.get("key") != self.key:
+                raise InputError(
+                    f"cannot resume: {work_dir} holds embeddings of another build ({state.get('key')}); "
+                    f"this build is {self.key}. Run without --resume to start over")
+            self.batch_size, self.chunk_size = int(state["batch_size"]), int(state["chunk_size"])
+            self.done = int(state["done"])
+            for name, path in paths.items():
+                self.arrays[name] = np.load(path, mmap_mode="r+")
+                if self.arrays[name].shape != (self.rows[name], self.dim) or self.arrays[name].dtype != np.float32:
+                    raise InputError(f"cannot resume: {path} has shape {self.arrays[name].shape} "
+                                     f"{self.arrays[name].dtype}, expected ({self.rows[name]}, {self.dim})")
+        else:
+            remove_work_dir(work_dir)
+            work_dir.mkdir(parents=True)
+            for name, path in paths.items():
+                self.arrays[name] = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32,
+                                                              shape=(self.rows[name], self.dim))
+            state = {"version": STATE_VERSION, "key": self.key, "batch_size": self.batch_size,
+                     "chunk_size": self.chunk_size, "done": 0}
             write_state(work_dir, state)
-            if bar is not None:
-                bar.update(len(block))
-    finally:
-        if bar is not None:
-            bar.close()
-    del out
-    return np.load(path, mmap_mode="r")
+        self.state = state
+        self.bar = _bar(self.progress, self.total, self.done)
+        return self
+
+    def write(self, done: int, blocks: dict[str, tuple[int, np.ndarray]]) -> None:
+        """Store each ``file: (first row, rows)`` of a finished chunk, then record ``done`` passages."""
+        for name, (first, block) in blocks.items():
+            self.arrays[name][first:first + len(block)] = block
+            self.arrays[name].flush()
+        if self.bar is not None:
+            self.bar.update(done - self.state["done"])
+        self.state["done"] = self.done = done
+        write_state(self.work_dir, self.state)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        names = list(self.arrays)
+        self.arrays.clear()  # the writable maps closed before the files are reopened
+        if exc[0] is None:
+            self.arrays = {name: np.load(self.work_dir / name, mmap_mode="r") for name in names}
 
 
 def iter_embedded_chunks(corpus: Corpus, embedder: Embedder, start: int, chunk_size: int, batch_size: int,

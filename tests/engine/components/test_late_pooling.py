@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from hopgraph.engine.components.corpus import Corpus
+from hopgraph.engine.errors import InputError
 from hopgraph.engine.embedders import HashingEmbedder
 from hopgraph.engine.components.extraction import extract
 from hopgraph.engine.components.late_pooling import embed_with_texts, late_texts, text_spans
@@ -192,3 +193,69 @@ def test_an_index_saved_before_text_pooling_is_refitted_not_mislabelled(tmp_path
     back = Index.load(tmp_path / "i", embedder="hashing-32", verify="fast")
     assert back.pipelines["stitch"].fit_params.text_pooling == "separate"
     assert back.sync_params("stitch") == "dropped"
+
+
+def _record_model_texts(monkeypatch) -> list[str]:
+    """The texts that run through the packed encoder's forward pass, as they run."""
+    seen: list[str] = []
+    hidden = PackedBertEncoder._hidden
+
+    def recorded(self, texts):
+        seen.extend(texts)
+        return hidden(self, texts)
+
+    monkeypatch.setattr(PackedBertEncoder, "_hidden", recorded)
+    return seen
+
+
+@pytest.mark.slow
+def test_streamed_build_pools_texts_in_the_one_passage_pass(minilm, tmp_path, monkeypatch, demo_corpus):
+    """A build with a work directory (``hopgraph index``) runs every passage through the model once,
+    pooling STITCH's texts in that pass (the extraction adopted), and equals the in-memory build."""
+    minilm.encode(["warm up"])
+    seen = _record_model_texts(monkeypatch)
+    streamed = Index.build(demo_corpus, embedder=minilm, pipelines=["dense", "stitch"], work_dir=tmp_path / "w",
+                           batch_size=1, progress=False)
+    passages = demo_corpus.embedding_texts()
+    assert sorted(t for t in seen if t in set(passages)) == sorted(passages)  # each passage once
+    assert streamed.components.builds["extraction"] == [0.0]
+    memory = Index.build(demo_corpus, embedder=minilm, pipelines=["dense", "stitch"], progress=False)
+    np.testing.assert_allclose(np.asarray(streamed.X), memory.X, atol=1e-6)
+    a, b = (np.asarray(i.pipelines["stitch"].hypergraph_.text_emb, np.float32) for i in (streamed, memory))
+    np.testing.assert_allclose(a, b, atol=2e-3)
+
+
+@pytest.mark.slow
+def test_interrupted_pooled_build_resumes_to_the_same_texts(minilm, tmp_path, monkeypatch, demo_corpus):
+    """An interrupted streamed build that pools texts resumes from its last finished chunk (X and
+    the pooled texts kept in the work directory) and equals an uninterrupted one; the state of a
+    build without pooled texts is refused."""
+    import hopgraph.engine.ingest.streaming as streaming
+
+    pool = streaming.pool_spans
+    calls = {"n": 0}
+
+    def failing(*a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt("simulated")
+        return pool(*a, **kw)
+
+    work = tmp_path / "w"
+    monkeypatch.setattr(streaming, "pool_spans", failing)
+    with pytest.raises(KeyboardInterrupt):
+        Index.build(demo_corpus, embedder=minilm, pipelines=["stitch"], work_dir=work, batch_size=1, progress=False)
+    chunk = streaming.CHUNK_BATCHES
+    assert streaming.read_state(work)["done"] == chunk and (work / streaming.LATE_TEXTS_FILE).is_file()
+    with pytest.raises(InputError, match="cannot resume: .* another build"):
+        Index.build(demo_corpus, embedder=minilm, pipelines=["dense"], work_dir=work, resume=True, progress=False)
+    seen = _record_model_texts(monkeypatch)
+    resumed = Index.build(demo_corpus, embedder=minilm, pipelines=["stitch"], work_dir=work, resume=True,
+                          progress=False)
+    passages = demo_corpus.embedding_texts()
+    assert sorted(t for t in seen if t in set(passages)) == sorted(passages[chunk:])  # the first chunk kept
+    fresh = Index.build(demo_corpus, embedder=minilm, pipelines=["stitch"], work_dir=tmp_path / "f",
+                        batch_size=1, progress=False)
+    np.testing.assert_array_equal(np.asarray(resumed.X), np.asarray(fresh.X))
+    np.testing.assert_array_equal(np.asarray(resumed.pipelines["stitch"].hypergraph_.text_emb),
+                                  np.asarray(fresh.pipelines["stitch"].hypergraph_.text_emb))
