@@ -27,10 +27,10 @@ from typing import Any, Callable
 
 from suite.common import stamp, table
 
-#: the pipelines whose search runs kernels, with the variant that walks the whole chunk graph
+#: every pipeline's search, with the variants that walk the whole chunk graph
 SEARCHES = [("dense", {}), ("bm25", {}), ("hybrid", {}), ("g3rag", {}), ("stitch", {}),
             ("stitch", {"localise": False}), ("ppr_binary", {}), ("ppr_binary", {"localise": False}),
-            ("dmar", {})]
+            ("dmar", {}), ("hop", {})]
 
 
 def count_transfers(fn: Callable[[], Any], device: str = "cpu") -> dict[str, Any]:
