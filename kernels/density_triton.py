@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from .density import check_density_inputs
-from .gain_knn_triton import TUNE_ROWS, similarity_tile, split_fp16
+from .gain_knn_triton import TUNE_ROWS, even_d, similarity_tile, split_fp16
 
 #: the autotuned configurations (tile rows, tile columns, reduction step, warps, stages)
 CONFIGS = [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_D": 32}, num_warps=w, num_stages=s, maxnreg=r)
@@ -53,12 +53,8 @@ def _density_kernel(XH, XL, UNSCALE, COLS, OUT_SUM, N_ROWS, M, D, stride_x, SAMP
     tl.store(OUT_SUM + rows, acc, mask=rmask)
 
 
-def _even_d(args: dict) -> bool:
-    return args["D"] % args["BLOCK_D"] == 0
-
-
 _density_tuned = triton.autotune(configs=CONFIGS, key=["D", "SAMPLED"])(
-    triton.heuristics({"EVEN_D": _even_d})(_density_kernel))
+    triton.heuristics({"EVEN_D": even_d})(_density_kernel))
 
 
 def density_triton(X, mode: str = "exact", n_samples: int = 4096, seed: int = 0, device: str = "cuda",

@@ -30,7 +30,7 @@ from .errors import InputError
 from .gain_knn import finalise_csr, select_topk
 from .gain_knn_rows import check_rows_inputs
 from .gain_knn_triton import (CONFIGS, DENSE_CONFIG, DENSE_ENTRIES, INTERPRET_CONFIG, TUNE_ROWS, configs_for,
-                              gain, scan_columns, similarity_tile, split_fp16, store_topk)
+                              gain, scan_columns, similarity_tile, split_fp16, store_topk, tuned_top_k)
 
 #: the largest k the register top-k takes here; larger k runs :func:`_gain_rows_weights_kernel`
 SELECT_MAX_K = 32
@@ -69,13 +69,7 @@ def _gain_knn_rows_kernel(QH, QL, ROW, XH, XL, XUN, PEN, OUT_V, OUT_C, M, N, D, 
     store_topk(OUT_V, OUT_C, rows, rmask, best_v, best_c, K, KP)
 
 
-def _even_d(args: dict) -> bool:
-    return args["D"] % args["BLOCK_D"] == 0
-
-
-_gain_knn_rows_tuned = triton.autotune(configs=ROWS_CONFIGS, key=["D", "K"], prune_configs_by={
-    "early_config_prune": lambda configs, named_args, **kw: configs_for(kw.get("K", named_args.get("K")), configs)})(
-    triton.heuristics({"EVEN_D": _even_d})(_gain_knn_rows_kernel))
+_gain_knn_rows_tuned = tuned_top_k(_gain_knn_rows_kernel, ROWS_CONFIGS)
 
 
 @triton.jit

@@ -25,6 +25,8 @@ and stages are autotuned on CUDA (:data:`CONFIGS`, tuned once per ``(d, k)`` on 
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import triton
 import triton.language as tl
@@ -228,13 +230,20 @@ def _gain_knn_kernel(XH, XL, UNSCALE, NORM, PEN, OUT_V, OUT_C, N_ROWS, N, D, str
     store_topk(OUT_V, OUT_C, rows, rmask, best_v, best_c, K, KP)
 
 
-def _even_d(args: dict) -> bool:
+def even_d(args: dict) -> bool:
+    """The ``EVEN_D`` heuristic of a launch: ``D`` is a whole number of ``BLOCK_D`` steps (no masked tail)."""
     return args["D"] % args["BLOCK_D"] == 0
 
 
-_gain_knn_tuned = triton.autotune(configs=CONFIGS, key=["D", "K"], prune_configs_by={
-    "early_config_prune": lambda configs, named_args, **kw: configs_for(kw.get("K", named_args.get("K")), configs)})(
-    triton.heuristics({"EVEN_D": _even_d})(_gain_knn_kernel))
+def tuned_top_k(kernel: Any, configs: list) -> Any:
+    """A top-k ``kernel`` autotuned over ``configs`` by ``(D, K)``, the configurations that cannot
+    hold ``K`` pruned (:func:`configs_for`), with ``EVEN_D`` set by :func:`even_d`."""
+    return triton.autotune(configs=configs, key=["D", "K"], prune_configs_by={
+        "early_config_prune": lambda cs, named_args, **kw: configs_for(kw.get("K", named_args.get("K")), cs)})(
+        triton.heuristics({"EVEN_D": even_d})(kernel))
+
+
+_gain_knn_tuned = tuned_top_k(_gain_knn_kernel, CONFIGS)
 
 
 @triton.jit
