@@ -168,10 +168,9 @@ class DeviceStore(GraphStore):
                 return None
             from ...kernels.tensors import as_tensor
 
-            # on the CPU a copy too (as_tensor would share the host memory): the store owns what it holds
-            tensors = tuple(as_tensor(a, device=self.device, name=f"{component} {what}").clone()
-                            if self.device.type == "cpu" else as_tensor(a, device=self.device, name=f"{component} {what}")
-                            for a, what in zip(arrays, names))
+            tensors = tuple(as_tensor(a, device=self.device, name=f"{component} {what}") for a, what in zip(arrays, names))
+            if self.device.type == "cpu":  # as_tensor shares the host memory there: the store owns what it holds
+                tensors = tuple(t.clone() for t in tensors)
             # the tensors live as long as the host arrays: when one is freed (a graph replaced by
             # an add), they are released, before its address can be reused under the same key
             self._tensors[key] = (tensors, nbytes)
