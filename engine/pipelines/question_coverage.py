@@ -68,6 +68,11 @@ class Cover:
     depth: int
 
 
+def _switched_on(params: CoverageSearch) -> bool:
+    """Whether the step does anything: ``coverage`` or ``coverage_link`` > 0."""
+    return params.coverage > 0 or params.coverage_link > 0
+
+
 class QuestionCoverage:
     """Question coverage as a reranking step of :meth:`Pipeline.search` (it reads the question texts)."""
 
@@ -75,11 +80,11 @@ class QuestionCoverage:
 
     def active(self, params: CoverageSearch, components: Components) -> bool:
         """On when ``coverage`` or ``coverage_link`` > 0 and the corpus (its BM25, its titles) is known."""
-        return (params.coverage > 0 or params.coverage_link > 0) and components.corpus is not None
+        return _switched_on(params) and components.corpus is not None
 
     def depth(self, params: CoverageSearch) -> int:
         """How many results the step reads from the list (0 when it is switched off)."""
-        return params.coverage_depth if params.coverage > 0 or params.coverage_link > 0 else 0
+        return params.coverage_depth if _switched_on(params) else 0
 
     def prepare(self, components: Components, who: str) -> None:
         """Build what the step reads (the index's BM25, the title mention graph) at fit time."""
