@@ -17,13 +17,13 @@ names two candidates share.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from typing import Sequence
 
 import numpy as np
 
 from ..components.extraction import Extraction, canonical_name
-from .g3rag.name_links import ChunkNames
+from ..sparse import row_entries
+from .g3rag.name_links import ChunkNames, group_pairs
 
 #: the key of the passages' names among an extraction's derived structures
 DERIVED_KEY = "chunk_names"
@@ -52,18 +52,19 @@ def shared_name_links(names: ChunkNames, vocabulary: Sequence[str], candidates: 
     links = np.zeros((C, C))
     if C < 2 or names.n_chunks < 2:
         return links
-    holders: dict[int, list[int]] = defaultdict(list)
-    for j, row in enumerate(np.asarray(candidates, np.int64).tolist()):
-        for n in names.names[names.indptr[row]:names.indptr[row + 1]].tolist():
-            holders[n].append(j)
+    slot, name = row_entries(names.indptr, names.names, np.asarray(candidates, np.int64))
+    order = np.argsort(name, kind="stable")  # group the (candidate, name) entries by name
+    slot, name = slot[order], name[order]
+    shared, first, count = np.unique(name, return_index=True, return_counts=True)
     form = question_form(question)
-    scale = 1.0 / math.log(names.n_chunks)
-    for n, held in holders.items():
-        if len(held) < 2 or f" {vocabulary[n]} " in form:
-            continue
-        weight = float(names.idf[n]) * scale
-        idx = np.array(held)
-        block = links[np.ix_(idx, idx)]
-        links[np.ix_(idx, idx)] = np.maximum(block, weight)
-    np.fill_diagonal(links, 0.0)
+    keep = (count >= 2) & (names.idf[shared] > 0)
+    keep[keep] = [f" {vocabulary[int(n)]} " not in form for n in shared[keep]]
+    if not keep.any():
+        return links
+    starts, sizes = first[keep], count[keep]
+    group_ptr = np.concatenate([[0], np.cumsum(sizes)])
+    member = np.arange(group_ptr[-1]) + np.repeat(starts - group_ptr[:-1], sizes)  # the kept groups' entries
+    a, b, _ = group_pairs(group_ptr, member, C)
+    weight = names.idf[name[a]] / math.log(names.n_chunks)
+    np.maximum.at(links, (slot[a], slot[b]), weight)
     return links
