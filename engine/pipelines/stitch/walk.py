@@ -27,7 +27,7 @@ from ....kernels.tensors import as_numpy
 from ...components.extraction import Extraction, load_extractions
 from ...components.hybrid_ranking import RRF_K, hybrid_ranking
 from ...components.query_batch import QueryBatch
-from ...graphs.store import kernel_graph
+from ...graphs.store import device_arrays, kernel_graph
 from ...cost import PASSAGE_ARRAYS, Cost, IndexShape
 from ...errors import IndexFormatError, InputError
 from ....kernels.csr import CSR
@@ -40,6 +40,7 @@ from ..base import Needs, Pipeline
 from ..title_bridge import BridgeSearch, TitleBridge
 from ...storage import check_unit_rows, load_array, save_arrays
 from .hypergraph import TEXT_EMB_DTYPE, TopicHypergraph, build_hypergraph
+from .device_walk import DeviceRows, finished_prior, local_walk, whole_walk
 from .local_graph import local_transition, neighbour_entries
 from .local_rows import LocalRows
 
@@ -262,6 +263,12 @@ class ChunkGraphWalk(Pipeline[F, S]):
             rel = self.relevance_rows(batch, top_k, params)
         with timer("prior"):
             p, uniform = self.prior_rows(batch, rel, params)
+        if isinstance(p, DeviceRows):  # the graph store holds the prior's and the walk's arrays on the device
+            final = self.resident_scores(batch, p, uniform, rel, params, timer)
+            if final is not None:
+                return final
+            with timer("prior"):
+                p = p.host()
         # rows whose prior is uniform over the corpus (Σ I = 0, SPEC §2.5), or left without mass by
         # the filter, need every chunk: they are done apart, so the other rows stay local
         parts, out = [], None
@@ -285,15 +292,48 @@ class ChunkGraphWalk(Pipeline[F, S]):
                     pi = self.walk(pr, params)
             else:
                 pi = pr
-            with timer("ranking"):
-                if params.relevance == "dense":  # the cosine of every chunk π reaches, exactly
-                    rl = self.cosine_on(batch, rows, np.union1d(pi.cols, rl.cols))
-                final = self.fuse(pi, rl, params)
+            final = self.final_scores(batch, rows, pi, rl, params, timer)
             out = final if out is None else merge_rows(out, final)
             if len(parts) == 1:
                 return final
         order = np.concatenate([r for r, _, _ in parts])
         return out.rows(np.argsort(order, kind="stable"))
+
+    def final_scores(self, batch: QueryBatch, rows: np.ndarray, pi: LocalRows, rel: LocalRows, params: S,
+                     timer: StageTimer) -> LocalRows:
+        """Step 7 for the batch rows ``rows``: π fused with their relevance ``rel`` (``relevance="dense"``:
+        the cosine of every chunk π reaches, exactly)."""
+        with timer("ranking"):
+            if params.relevance == "dense":
+                rel = self.cosine_on(batch, rows, np.union1d(pi.cols, rel.cols))
+            return self.fuse(pi, rel, params)
+
+    def resident_scores(self, batch: QueryBatch, p: DeviceRows, uniform: np.ndarray, rel: LocalRows, params: S,
+                        timer: StageTimer) -> LocalRows | None:
+        """:meth:`batch_scores` from a prior held on the device (:mod:`.device_walk`): mixed,
+        filtered, grown into its regions and walked there; π comes to the host for step 7. None
+        when a row needs every chunk (its prior uniform, or without mass after the filter): the
+        caller goes on on the host."""
+        if uniform.any():
+            return None
+        with timer("prior"):
+            p, empty = finished_prior(p, rel, params.prior_mix, params.n_seeds, batch.allowed)
+        if empty.any():
+            return None
+        if not params.ppr:
+            pi = p.host()
+        else:
+            with timer("ppr"):
+                P = device_arrays(self.transition)
+                walk = dict(damping=params.damping, tol=params.tol, max_iter=params.max_iter, device=self.device)
+                pi = local_walk(p, P, device_arrays(self._column_sums()), params.region_hops, SUPPORT_RTOL, **walk) \
+                    if params.localise else whole_walk(p, P, **walk)
+        return self.final_scores(batch, np.arange(len(p)), pi, rel, params, timer)
+
+    def walk_held(self) -> bool:
+        """Whether the graph store holds the walk's arrays (P and its column sums) on the device
+        (:func:`~hopgraph.engine.graphs.store.device_arrays`, each copied once)."""
+        return device_arrays(self.transition) is not None and device_arrays(self._column_sums()) is not None
 
     def finish_prior(self, p: LocalRows, rel: LocalRows, allowed: np.ndarray | None, params: S
                      ) -> tuple[LocalRows, np.ndarray]:
@@ -328,14 +368,16 @@ class ChunkGraphWalk(Pipeline[F, S]):
         return LocalRows(np.asarray(cols, np.int64), sims.astype(np.float32), len(self.components.X))
 
     @abstractmethod
-    def prior_rows(self, batch: QueryBatch, rel: LocalRows, params: S) -> tuple[LocalRows, np.ndarray]:
-        """The chunk prior (SPEC §2 steps 1–5) on its support, and the rows whose prior is uniform."""
+    def prior_rows(self, batch: QueryBatch, rel: LocalRows, params: S) -> tuple[LocalRows | DeviceRows, np.ndarray]:
+        """The chunk prior (SPEC §2 steps 1–5) on its support (or held on the device,
+        :class:`~.device_walk.DeviceRows`, for :meth:`resident_scores`), and the rows whose prior is
+        uniform."""
 
     def prior(self, batch: QueryBatch, rel: LocalRows | None = None, params: S | None = None) -> np.ndarray:
         """STITCH chunk prior p [B, N] (steps 1–5), float64 rows summing to 1, dense (for inspection and tests; search never makes it)."""
         params = params or self.search_defaults
         p, uniform = self.prior_rows(batch, rel if rel is not None else self.relevance_rows(batch, 1, params), params)
-        out = p.dense()
+        out = (p.host() if isinstance(p, DeviceRows) else p).dense()
         out[uniform] = 1.0 / max(p.n, 1)
         return out
 
