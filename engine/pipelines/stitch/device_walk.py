@@ -39,6 +39,14 @@ class DeviceRows:
         """The rows as :class:`~.local_rows.LocalRows` (both arrays brought to the host)."""
         return LocalRows(as_numpy(self.cols), as_numpy(self.values), self.n)
 
+    def rows(self, r: np.ndarray) -> "DeviceRows":
+        """The rows ``r`` (host int indices) over the same columns: itself when ``r`` is every row
+        in order (nothing crosses), else ``r`` goes in."""
+        r = np.asarray(r, np.int64)
+        if len(r) == len(self) and np.array_equal(r, np.arange(len(self))):
+            return self
+        return DeviceRows(self.cols, self.values[as_tensor(r, device=self.values.device, name="batch rows")], self.n)
+
     def on(self, cols: torch.Tensor) -> "DeviceRows":
         """:meth:`LocalRows.on <.local_rows.LocalRows.on>`: the same rows over ``cols`` (sorted;
         entries on columns missing from it dropped)."""

@@ -346,3 +346,17 @@ def test_dmar_structural_path_on_the_device_equals_the_host(readers, rng):
             got = resident.scores(cand, linked, 0.5, 20, 3, mode, "cpu")
             np.testing.assert_allclose(got[0], want[0], atol=1e-6)
             np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_stitch_on_the_device_rows_do_not_depend_on_their_batch(readers):
+    """A batch whose rows go different ways — on the device, and on the host for a question that
+    activates nothing (uniform prior) or whose prior the filter empties — gives each question what
+    it gets alone."""
+    _, resident, _ = readers
+    n = len(resident.content.components.X)
+    questions = QUESTIONS[:3] + ["zzzz qqqq"] + QUESTIONS[3:5]
+    for allowed in (None, np.arange(n) % 4 != 1):
+        ids, scores = resident.search(questions, 10, "stitch", allowed=allowed)
+        for b, question in enumerate(questions):
+            one_ids, one_scores = resident.search([question], 10, "stitch", allowed=allowed)
+            assert_same_up_to_ties(ids[b], scores[b], one_ids[0], one_scores[0], 1e-6, f"row {b}")
