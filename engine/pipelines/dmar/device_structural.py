@@ -1,8 +1,8 @@
 """DMAR's structural path (SPEC §3 step 2, :mod:`.structural`) on arrays the index's graph store
 holds on the device: the knowledge graph's ego and passage → entity graphs and the subgraph
 embeddings. The query subgraphs G_Q, the candidates' subgraph memberships nodes(G_D) and the best
-structsim are cut and computed there and handed to ``shapley_mc`` as they are: the linked entities
-go in once per batch, the candidates once per scoring, Score_ent comes out.
+structsim are cut and computed there and handed to ``shapley_mc`` as they are: the linked
+(question, entity) pairs go in once per batch, the candidates once per scoring, Score_ent comes out.
 
 The same selections and arithmetic as the host path (:func:`~.structural.query_subgraphs`,
 :func:`~.structural.candidate_subgraphs`, :func:`~.structural.best_structsim`) in the same order,
@@ -63,9 +63,9 @@ class ResidentStructure:
         n_sub_host = np.asarray([len(g) for g in linked], np.int64)
         G = max(int(n_sub_host.max(initial=0)), 1)
         ents_host = np.concatenate(linked).astype(np.int64) if n_sub_host.sum() else np.zeros(0, np.int64)
-        ents = as_tensor(ents_host, device=dev, name="linked entities")
-        n_sub = as_tensor(n_sub_host, device=dev, name="linked entities per question")
-        q_of = torch.repeat_interleave(torch.arange(B, device=dev), n_sub)
+        q_of, ents = as_tensor(np.stack([np.repeat(np.arange(B, dtype=np.int64), n_sub_host), ents_host]),
+                               device=dev, name="linked (question, entity) pairs")
+        n_sub = torch.bincount(q_of, minlength=B)
         g_of = torch.arange(len(ents), device=dev) - (torch.cumsum(n_sub, 0) - n_sub)[q_of]
         seg, pos = row_positions_tensors(self.ego[0], ents)
         t_q, t_g, t_node = q_of[seg], g_of[seg], self.ego[1][pos].to(torch.int64)

@@ -2,7 +2,7 @@
 on arrays the index's graph store holds on the device: the sub-hypergraph of the activated states is
 cut there (:func:`~hopgraph.engine.pipelines.stitch.local_graph.local_hypergraph_tensors`), the topic
 and chunk similarities are computed there from the held text embeddings and passage embeddings, and
-only the questions and the activated states go in; the chunks and their influence stay there
+only the questions and the activated (row, state) pairs with their activations go in; the chunks and their influence stay there
 (:class:`~.device_walk.DeviceRows`) for the prior and the walk (:mod:`.device_walk`).
 
 The same arithmetic as the host path, in the same order, on torch: equal on the CPU up to how the
@@ -33,9 +33,9 @@ def influence_tensors(held: dict[str, torch.Tensor], n_nodes: int, Q: np.ndarray
     on the held tensors ``held`` (the arrays of ``HYPERGRAPH_TENSORS`` and :data:`DEVICE_ARRAYS`);
     ``device``: the kernels' run device."""
     dev = held["X"].device
-    q, v, val = (as_tensor(a, dt, dev, name) for a, dt, name in
-                 ((act_q, torch.int64, "activated rows"), (act_v, torch.int64, "activated states"),
-                  (act_val, torch.float32, "activations")))
+    q, v = as_tensor(np.stack([np.asarray(act_q, np.int64), np.asarray(act_v, np.int64)]), device=dev,
+                     name="activated (row, state) pairs")
+    val = as_tensor(act_val, torch.float32, dev, "activations")
     Qt = as_tensor(np.asarray(Q, np.float32), device=dev, name="questions")
     B = len(Qt)
     L = local_hypergraph_tensors(held, n_nodes, v)

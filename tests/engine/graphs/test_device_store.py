@@ -184,11 +184,11 @@ def test_search_batch_moves_no_graph_structure(readers, name, params):
         assert (count.htod, count.dtoh) == (1, 1)  # the priors in, π out
     moved, was = count.htod + count.dtoh, before.htod + before.dtoh
     assert moved < was if name in ("stitch", "ppr_binary", "dmar", "hop") else moved == was
-    if name in ("dmar", "hop"):  # the linked entities once, the candidates per scoring in; Score_ent out
-        assert sorted(c.name for c in count.to_device) == ["candidates", "candidates", "linked entities",
-                                                           "linked entities per question"]
-    if name == "stitch":  # the questions and the activated states in, the chunks and their influence out
-        assert {c.name for c in count.to_device} >= {"questions", "activated states"}
+    if name in ("dmar", "hop"):  # the linked pairs once, the candidates per scoring in; Score_ent out
+        assert sorted(c.name for c in count.to_device) == ["candidates", "candidates",
+                                                           "linked (question, entity) pairs"]
+    if name == "stitch":  # the questions, the activated states and the relevance in; no host prior
+        assert {c.name for c in count.to_device} >= {"questions", "activated (row, state) pairs"}
         assert not [c for c in count.to_device if c.name in ("activation", "local hypergraph", "topic similarity")]
 
 
