@@ -203,7 +203,7 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
         """The chunk prior (steps 1–5) on its support, and the rows whose Σ I is 0 (uniform); kept
         on the device (:class:`~.device_walk.DeviceRows`) where the graph store holds the influence
         stage's arrays and the walk's there (:meth:`~.walk.ChunkGraphWalk.walk_held`)."""
-        I = self._influence(batch, params, resident=self.walk_held())
+        I = self._influence(batch, params, resident=self._held_on_device() is not None and self.walk_held())
         if isinstance(I, DeviceRows):
             return normalised(I)
         s = I.values.sum(1, keepdims=True)

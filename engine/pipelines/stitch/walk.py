@@ -348,8 +348,8 @@ class ChunkGraphWalk(Pipeline[F, S]):
     @abstractmethod
     def prior_rows(self, batch: QueryBatch, rel: LocalRows, params: S) -> tuple[LocalRows | DeviceRows, np.ndarray]:
         """The chunk prior (SPEC §2 steps 1–5) on its support (or held on the device,
-        :class:`~.device_walk.DeviceRows`, for :meth:`resident_scores`), and the rows whose prior is
-        uniform."""
+        :class:`~.device_walk.DeviceRows`, finished and walked there: :meth:`finish_prior`,
+        :meth:`walk`), and the rows whose prior is uniform."""
 
     def prior(self, batch: QueryBatch, rel: LocalRows | None = None, params: S | None = None) -> np.ndarray:
         """STITCH chunk prior p [B, N] (steps 1–5), float64 rows summing to 1, dense (for inspection and tests; search never makes it)."""
