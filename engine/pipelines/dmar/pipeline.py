@@ -82,6 +82,7 @@ from ...params import FitParams, anything, choice, flag, integer, path, real
 from ...ranking import PAD_ID, PAD_SCORE, topk_rows
 from .reformulation import anchor_snippets, generate_texts, resolve_generator, rule_vectors
 from ...storage import check_unit_rows, load_arrays, pack_strings, save_arrays
+from .device_structural import HeldStructure
 from .structural import structural_scores
 from ...timing import StageTimer
 from ..base import Needs, Pipeline
@@ -202,6 +203,8 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         self.encoder_: SubgraphEncoder | None = None
         self.subgraph_emb_: np.ndarray | None = None
         self.gate_: Gate | None = None
+        #: the knowledge graph and subgraph embeddings as the graph store holds them for the structural path
+        self._held = HeldStructure()
 
     @classmethod
     def cost(cls, shape: IndexShape, params: DMARSearch, batch: int, k: int, grouped: bool = False) -> Cost:
@@ -521,9 +524,14 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
             raw = {"sem": sem, "struct": np.zeros_like(sem), "struct_ok": np.zeros_like(valid),
                    "lex": batch.bm25_of(cand) if params.bm25_weight else np.zeros_like(sem)}
         if params.structural and self.knowledge_graph_.n_entities:
-            raw["struct"], raw["struct_ok"] = structural_scores(
-                self.knowledge_graph_, self.subgraph_emb_, cand, linked, params.shapley_lambda,
-                params.shapley_samples, params.random_state, params.shapley_mode, self.device, timer)
+            shapley = (params.shapley_lambda, params.shapley_samples, params.random_state, params.shapley_mode,
+                       self.device, timer)
+            resident = self._held.resident(self.components.graphs, self.knowledge_graph_, self.subgraph_emb_, self.name)
+            if resident is not None:  # the graph store holds the KG and the embeddings on the device: cut there
+                raw["struct"], raw["struct_ok"] = resident.scores(cand, linked, *shapley)
+            else:
+                raw["struct"], raw["struct_ok"] = structural_scores(self.knowledge_graph_, self.subgraph_emb_, cand,
+                                                                    linked, *shapley)
         if only_raw:
             return None, raw
         with timer("fusion"):
