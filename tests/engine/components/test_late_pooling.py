@@ -105,6 +105,36 @@ def test_encode_spans_equals_the_models_token_embeddings(minilm):
 
 
 @pytest.mark.slow
+def test_encode_spans_tokenises_once(minilm, monkeypatch):
+    """The passages are tokenised once for both the forward pass and the span offsets, and the
+    result is the same as with the two tokenisations (ids from ``preprocess``, offsets apart)."""
+    enc = PackedBertEncoder.for_embedder(minilm)
+    texts = ["Abbey Road: Abbey Road is an album. It was recorded in London.", "word " * 400 + "tail end", "x"]
+    spans = [(0, np.array([[12, 35]])), (1, np.array([[0, 20]])), (2, np.array([[0, 1]]))]
+    calls = {"tokenize": 0, "preprocess": 0}
+    tokenize, preprocess = enc._tokenize, enc._preprocess
+
+    def counted(name, fn):
+        def call(*a):
+            calls[name] += 1
+            return fn(*a)
+        return call
+
+    monkeypatch.setattr(enc, "_tokenize", counted("tokenize", tokenize))
+    monkeypatch.setattr(enc, "_preprocess", counted("preprocess", preprocess))
+    X, emb, ok = enc.encode_spans(texts, spans)
+    assert calls == {"tokenize": 1, "preprocess": 0}
+    features, offsets = tokenize(texts)
+    for key, value in preprocess(texts).items():
+        assert np.array_equal(value.numpy(), features[key].numpy()), key
+    assert [len(o) for o in offsets] == features["attention_mask"].sum(1).tolist()
+    with monkeypatch.context() as m:  # the forward pass tokenising for itself gives the same bits
+        m.setattr(enc, "_tokenize", lambda t: (None, tokenize(t)[1]))
+        X2, emb2, ok2 = enc.encode_spans(texts, spans)
+    assert np.array_equal(X, X2) and np.array_equal(emb, emb2) and np.array_equal(ok, ok2)
+
+
+@pytest.mark.slow
 def test_build_pools_texts_in_the_passage_pass_equal_to_a_later_fit(minilm):
     c = corpus()
     built = Index.build(c, embedder=minilm, pipelines=["stitch"], progress=False)
@@ -200,9 +230,9 @@ def _record_model_texts(monkeypatch) -> list[str]:
     seen: list[str] = []
     hidden = PackedBertEncoder._hidden
 
-    def recorded(self, texts):
+    def recorded(self, texts, *rest):
         seen.extend(texts)
-        return hidden(self, texts)
+        return hidden(self, texts, *rest)
 
     monkeypatch.setattr(PackedBertEncoder, "_hidden", recorded)
     return seen
