@@ -289,3 +289,36 @@ def test_interrupted_pooled_build_resumes_to_the_same_texts(minilm, tmp_path, mo
     np.testing.assert_array_equal(np.asarray(resumed.X), np.asarray(fresh.X))
     np.testing.assert_array_equal(np.asarray(resumed.pipelines["stitch"].hypergraph_.text_emb),
                                   np.asarray(fresh.pipelines["stitch"].hypergraph_.text_emb))
+
+
+@pytest.mark.slow
+def test_add_pools_the_new_texts_in_the_new_passages_pass(minilm, monkeypatch):
+    """``add`` runs each new passage through the model once, pooling STITCH's new texts in that
+    pass (the extraction extended once, before the pass), and gives the index that the two-pass
+    add (the passages embedded alone, STITCH's texts pooled in a pass of its own) gives."""
+    minilm.encode(["warm up"])
+    base = corpus(RECORDS[:3])
+    pooled = Index.build(base, embedder=minilm, pipelines=["dense", "stitch"], progress=False)
+    extractions = len(pooled.components.builds["extraction"])
+    seen = _record_model_texts(monkeypatch)
+    pooled.add(RECORDS[3:])
+    new_passages = corpus(RECORDS[3:]).embedding_texts()
+    assert sorted(t for t in seen if t in set(new_passages)) == sorted(new_passages)  # each new passage once
+    old_passages = set(base.embedding_texts())
+    assert not [t for t in seen if t in old_passages]
+    on_their_own = [t for t in seen if t not in set(new_passages)]  # texts past the model's window
+    assert on_their_own == ["Late Sentence names EMI Studios."]
+    assert len(pooled.components.builds["extraction"]) == extractions + 1  # extended once
+    # the same index as the passages embedded apart from STITCH's own pass over them
+    two_pass = Index.build(base, embedder=minilm, pipelines=["dense", "stitch"], progress=False)
+    seen.clear()
+    two_pass.add(RECORDS[3:], embeddings=minilm.encode(new_passages))
+    assert set(seen) & set(new_passages)  # STITCH's own pass over the passages holding its texts
+    np.testing.assert_allclose(pooled.X, two_pass.X, atol=1e-6)
+    a, b = (np.asarray(i.pipelines["stitch"].hypergraph_.text_emb, np.float32) for i in (pooled, two_pass))
+    assert a.shape == b.shape
+    np.testing.assert_allclose(a, b, atol=2e-3)
+    q = ["Who recorded at EMI Studios?", "Where is Paul McCartney from?"]
+    for name in ("dense", "stitch"):
+        assert [h.id for h in pooled.search(q, pipeline=name, k=5)[0]] == \
+            [h.id for h in two_pass.search(q, pipeline=name, k=5)[0]]
