@@ -144,9 +144,9 @@ def cli_child(pipelines: str, data: Path) -> dict:
     stages: dict = {"texts": 0, "tokens": 0, "model s": 0.0}
     hidden, build, save = PackedBertEncoder._hidden, Index.build.__func__, Index.save
 
-    def counted_hidden(self, texts):
+    def counted_hidden(self, texts, *rest):
         t0 = time.perf_counter()
-        out = hidden(self, texts)
+        out = hidden(self, texts, *rest)
         stages["model s"] += time.perf_counter() - t0
         stages["texts"] += len(texts)
         stages["tokens"] += int(out[0].shape[0])

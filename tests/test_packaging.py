@@ -113,10 +113,11 @@ _BUILD_AND_SEARCH = textwrap.dedent("""
     search_all(index, names)
     assert "triton" not in sys.modules, "triton imported by a CPU build and search"
     assert not our_triton_modules(), our_triton_modules()
-    # DMAR trains its GNN with torch.optim, whose torch._dynamo probes for triton itself; hopgraph may not
+    # DMAR trains its GNN by torch's functional Adam, without torch.optim's torch._dynamo (which imports triton)
     for name in trained:
         index.pipeline(name)
     search_all(index, trained)
+    assert "triton" not in sys.modules, "triton imported by training the GNN"
     assert not our_triton_modules(), our_triton_modules()
     assert not IMPORTERS, "triton imported by hopgraph: " + repr(IMPORTERS)
     print("ok", len(names) + len(trained))

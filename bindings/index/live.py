@@ -38,7 +38,8 @@ class IndexLive:
         "metadata"}``, strings, a Corpus or a corpus path) without rebuilding the index.
 
         Only the new passages are embedded (with the index's embedder, or ``embeddings`` given
-        for them). Every built component and fitted pipeline is updated: dense and BM25 exactly
+        for them); when a fitted pipeline late-chunks extraction texts (STITCH), the new texts are
+        pooled in the new passages' own forward pass, as in ``Index.build``. Every built component and fitted pipeline is updated: dense and BM25 exactly
         as a build from scratch of the grown corpus would be; the graph pipelines incrementally
         (each pipeline's ``add`` says what stays approximate until :meth:`~hopgraph.index.Index.compact`). An id the
         index already holds raises :class:`InputError` naming it, unless ``upsert=True``, which
@@ -55,15 +56,16 @@ class IndexLive:
         existing = self._existing(new, upsert)
         dim = int(self.X.shape[1])
         t0 = time.perf_counter()
+        extended = None
         if embeddings is not None:
             X_new = validate_embeddings(np.asarray(embeddings), "embeddings of the added passages", dim=dim)
             if len(X_new) != len(new):
                 raise InputError(f"embeddings have {len(X_new)} rows for {len(new)} added passages")
         else:
-            X_new = self._embed_passages(new, batch_size)
+            X_new, extended = self._embed_pooled(new, batch_size)
         embed_seconds = time.perf_counter() - t0
         t0 = time.perf_counter()
-        self._append(new, X_new, [row for _, row in existing])
+        self._append(new, X_new, [row for _, row in existing], extended)
         if self._ops is not None:
             self._ops.append(("add", new, X_new, upsert))
         return AddReport(list(new.ids), [p for p, _ in existing], embed_seconds, time.perf_counter() - t0)
@@ -101,13 +103,15 @@ class IndexLive:
                                    "replaces them)")
         return existing
 
-    def _append(self, new: Corpus, X_new: np.ndarray, replaced: Sequence[int]) -> None:
+    def _append(self, new: Corpus, X_new: np.ndarray, replaced: Sequence[int], extended=None) -> None:
         """Append the checked passages ``new`` with their embeddings, tombstone the ``replaced`` rows
-        and update every component and pipeline (the update half of :meth:`add`)."""
+        and update every component and pipeline (the update half of :meth:`add`); ``extended``: an
+        extraction already extended to them, with its new texts' late-chunked embeddings
+        (:meth:`_embed_pooled`)."""
         start = len(self.X)
         X = stack_rows([self.X, np.ascontiguousarray(X_new, np.float32)])
         corpus = self.corpus.concat(new)
-        self.components.extend(X, corpus, start)
+        self.components.extend(X, corpus, start, extended)
         self.X, self.corpus, self._metadata = X, corpus, None
         self._tombstone(replaced)
         for pipe in self.pipelines.values():
@@ -125,6 +129,31 @@ class IndexLive:
     def _embed_passages(self, new: Corpus, batch_size: int) -> np.ndarray:
         X_new = self.embedder.encode(new.embedding_texts(), batch_size=batch_size, progress=self.progress)
         return validate_embeddings(np.asarray(X_new), f"embeddings of {new.source}", dim=int(self.X.shape[1]))
+
+    def _embed_pooled(self, new: Corpus, batch_size: int) -> tuple[np.ndarray, tuple | None]:
+        """The new passages' embeddings and, when a fitted pipeline late-chunks the texts of a built
+        extraction (:meth:`~hopgraph.engine.pipelines.base.Pipeline.pooled_texts`), that extraction
+        extended to them (:func:`~hopgraph.engine.components.extraction.extend_extraction`) with its
+        new texts pooled in the same forward pass
+        (:func:`~hopgraph.engine.components.late_pooling.embed_with_texts`, as ``Index.build``):
+        ``(X_new, (key, extraction, late texts or None) | None)``. Changes nothing."""
+        from ..engine.components.extraction import extend_extraction
+        from ..engine.components.late_pooling import embed_with_texts
+
+        keys = [type(p).pooled_texts(p.fit_params.to_dict()) for p in self.pipelines.values()]
+        built = [(k, self.components.built_extraction(k)) for k in keys if k is not None]
+        built = [(k, ex) for k, ex in built if ex is not None]
+        if not built:
+            return self._embed_passages(new, batch_size), None
+        key, old = built[0]
+        start = len(self.X)
+        grown = self.corpus.concat(new)
+        ex = extend_extraction(old, grown, start, *key, progress=self.progress)
+        both = embed_with_texts(ex, grown.embedding_texts(), self.embedder, self.progress, start, len(old.texts))
+        if both is None:  # not a model the packed encoder runs: the passages alone, texts on their own
+            return self._embed_passages(new, batch_size), (key, ex, None)
+        X_new = validate_embeddings(both[0], f"embeddings of {new.source}", dim=int(self.X.shape[1]))
+        return X_new, (key, ex, both[1])
 
     def delete(self, ids: Sequence[str] | str) -> DeleteReport:
         """Delete passages: from now on no search returns them (tombstones; the structures drop

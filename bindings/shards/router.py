@@ -101,7 +101,12 @@ class ShardedIndex(Index):
         return (dict(zip(rows, read[1])) if with_text else {}), meta
 
     # ------------------------------------------------------------------ writes
-    def _append(self, new: Corpus, X_new: np.ndarray, replaced: Sequence[int]) -> None:
+    def _embed_pooled(self, new: Corpus, batch_size: int) -> tuple[np.ndarray, None]:
+        """The new passages' embeddings alone (STITCH pools its new texts in a pass of its own): the
+        router's corpus texts are read from the shards, and pooling would read them all."""
+        return self._embed_passages(new, batch_size), None
+
+    def _append(self, new: Corpus, X_new: np.ndarray, replaced: Sequence[int], extended: None = None) -> None:
         """The router's state updated as an unsharded index's add does (its pipelines read the new
         passages from the router, :class:`~hopgraph.engine.components.sharded.Pending`, the old ones
         from the shards), then each new passage sent to its owner shard (committed there), then the

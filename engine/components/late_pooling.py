@@ -21,6 +21,7 @@ from .corpus import Corpus
 from .extraction import Extraction, extract
 from ..embedders import Embedder
 from ..embedders.packed_bert import BULK_CHUNK, PackedBertEncoder
+from ..errors import InputError
 from ..sparse import csr_from_keys
 
 
@@ -107,29 +108,36 @@ def late_texts(ex: Extraction, passage_texts: Sequence[str], embedder, first_tex
                progress: bool = False) -> LateTexts | None:
     """The late-chunked embeddings of ``ex.texts[first_text:]`` (one pass over the passages that
     first use them), or None when ``embedder`` is not a model the packed encoder runs."""
-    both = _pooled(ex, passage_texts, embedder, first_text, False, progress)
+    both = _pooled(ex, passage_texts, embedder, first_text, None, progress)
     return None if both is None else both[1]
 
 
-def embed_with_texts(ex: Extraction, passage_texts: Sequence[str], embedder, progress: bool = False
-                     ) -> tuple[np.ndarray, LateTexts] | None:
-    """One pass over every passage giving both the passages' embeddings (the model's own, as
+def embed_with_texts(ex: Extraction, passage_texts: Sequence[str], embedder, progress: bool = False,
+                     start: int = 0, first_text: int = 0) -> tuple[np.ndarray, LateTexts] | None:
+    """One pass over the passages ``start:`` giving both their embeddings (the model's own, as
     ``embedder.encode`` up to float rounding: the packed encoder is checked against it) and the
-    late-chunked embeddings of all of ``ex.texts``; None when ``embedder`` is not a model the packed
-    encoder runs. ``Index.build`` uses it when a pipeline it fits wants late-chunked texts, so that
-    no passage runs through the model twice."""
-    return _pooled(ex, passage_texts, embedder, 0, True, progress, "embed passages and topic/description texts")
+    late-chunked embeddings of ``ex.texts[first_text:]`` (request ``text`` numbers count from
+    ``first_text``); None when ``embedder`` is not a model the packed encoder runs. ``Index.build``
+    uses it (every passage, every text) when a pipeline it fits wants late-chunked texts, and
+    ``Index.add`` for the appended passages (``start``: the first of them) and the texts the grown
+    extraction adds (``first_text``: their first id, all first used by those passages), so that no
+    passage runs through the model twice."""
+    return _pooled(ex, passage_texts, embedder, first_text, np.arange(start, len(passage_texts)), progress,
+                   "embed passages and topic/description texts")
 
 
-def _pooled(ex: Extraction, passage_texts: Sequence[str], embedder, first_text: int, every_passage: bool,
+def _pooled(ex: Extraction, passage_texts: Sequence[str], embedder, first_text: int, passages: np.ndarray | None,
             progress: bool, desc: str = "embed passages (late-chunked texts)") -> tuple[np.ndarray, LateTexts] | None:
-    """:func:`pool_spans` of the spans of ``ex.texts[first_text:]`` as ``(passage embeddings,
-    LateTexts)``, or None when ``embedder`` is not a model the packed encoder runs."""
+    """:func:`pool_spans` of the spans of ``ex.texts[first_text:]`` in ``passages`` (None: those
+    holding one) as ``(passage embeddings, LateTexts)``, or None when ``embedder`` is not a model the
+    packed encoder runs."""
     encoder = PackedBertEncoder.for_embedder(embedder) if embedder is not None else None
     if encoder is None:
         return None
     spans = text_spans(ex, passage_texts, first_text)
-    passages = np.arange(len(passage_texts)) if every_passage else None
+    if passages is not None and len(spans) and spans.chunk[0] < (passages[0] if len(passages) else len(passage_texts)):
+        raise InputError(f"late pooling: a text from id {first_text} is first used by passage {spans.chunk[0]}, "
+                         f"before the passages pooled (from {passages[0]})")
     X, emb, ok = pool_spans(encoder, passage_texts, spans, passages, progress=progress, desc=desc)
     return X, LateTexts(spans, emb, ok)
 

@@ -95,8 +95,9 @@ class Components:
         self._bm25: dict[BM25Params, BM25Index] = {}
         self._extractions: dict[tuple[bool, bool], Extraction] = {}
         #: late-chunked texts of an extraction made in the passages' own embedding pass
-        #: (``Index.build``), taken by the first fit that wants them (:meth:`take_late_texts`)
-        self._late_texts: dict[tuple[bool, bool], LateTexts] = {}
+        #: (``Index.build``, ``Index.add``) with the id of their first text, taken by the first fit
+        #: or update that wants them (:meth:`take_late_texts`)
+        self._late_texts: dict[tuple[bool, bool], tuple[int, LateTexts]] = {}
         #: the build's work directory (``Index.build(work_dir=)``): large build-time arrays are
         #: memory-mapped there instead of held in memory (None: in memory)
         self.work_dir: Path | None = None
@@ -154,11 +155,17 @@ class Components:
         self._extractions[key] = ex
         self.builds["extraction"].append(0.0)
         if late is not None:
-            self._late_texts[key] = late
+            self._late_texts[key] = (0, late)
 
-    def take_late_texts(self, key: tuple[bool, bool]) -> LateTexts | None:
-        """The late-chunked texts :meth:`adopt_extraction` received for ``key`` (once), else None."""
-        return self._late_texts.pop(key, None)
+    def built_extraction(self, key: tuple[bool, bool]) -> Extraction | None:
+        """The extraction with options ``key`` if built or loaded (never builds it), else None."""
+        return self._extractions.get(key)
+
+    def take_late_texts(self, key: tuple[bool, bool], first_text: int = 0) -> LateTexts | None:
+        """The late-chunked texts of extraction ``key`` from text ``first_text`` on that
+        :meth:`adopt_extraction` or :meth:`extend` received (once), else None."""
+        first, late = self._late_texts.pop(key, (None, None))
+        return late if first == first_text else None
 
     def title_mentions(self, who: str = "title_bridge") -> TitleMentions:
         """The title mention graph of the corpus (:mod:`hopgraph.engine.components.title_mentions`), built on first
@@ -191,12 +198,16 @@ class Components:
         return ~self.deleted if allowed is None else allowed & ~self.deleted
 
     # ------------------------------------------------------------------ live updates
-    def extend(self, X: np.ndarray, corpus: Corpus | None, start: int) -> None:
+    def extend(self, X: np.ndarray, corpus: Corpus | None, start: int,
+               extended: tuple[tuple[bool, bool], Extraction, LateTexts | None] | None = None) -> None:
         """Grow to ``X`` / ``corpus``, whose rows ``[start, N)`` are new and the others unchanged:
         the dense index gets the new rows, every BM25 index the new passages' postings (the scores
         then equal those of a build from scratch: the statistics are summed at query time), every
         built extraction is extended (:func:`extend_extraction`), the title mentions get the new rows
-        (:meth:`TitleMentions.extended`)."""
+        (:meth:`TitleMentions.extended`). ``extended``: ``(key, extraction, late texts)``, the
+        extraction ``key`` already extended by the caller (``Index.add`` extends it before embedding
+        to pool the new texts in the new passages' pass), taken as is, with the late-chunked
+        embeddings of its new texts (or None)."""
         if corpus is not None and len(corpus) != len(X):
             raise InputError(f"corpus has {len(corpus)} passages but X has {len(X)} rows")
         self.X, self.corpus = X, corpus
@@ -210,6 +221,12 @@ class Components:
                 self.builds["bm25"].append(time.perf_counter() - t0)
             self._bm25 = {p: self._postings[p.stopwords].with_params(p) for p in self._bm25}
         for key, old in list(self._extractions.items()):
+            if extended is not None and key == extended[0]:
+                self._extractions[key] = extended[1]
+                self.builds["extraction"].append(0.0)  # made by the caller, as adopt_extraction's
+                if extended[2] is not None:
+                    self._late_texts[key] = (len(old.texts), extended[2])
+                continue
             t0 = time.perf_counter()
             self._extractions[key] = extend_extraction(old, self.require_corpus("extraction"), start, *key,
                                                        progress=self.progress)

@@ -49,12 +49,13 @@ class PackedBertEncoder:
     ``config.json``, ``model.safetensors`` and ``tokenizer.json`` (:meth:`from_folder`: torch,
     safetensors and tokenizers only, no transformers)."""
 
-    def __init__(self, name: str, dim: int, bert: Any, preprocess: Any, offsets: Any) -> None:
+    def __init__(self, name: str, dim: int, bert: Any, preprocess: Any, tokenize: Any) -> None:
         """``bert``: a module with a BertModel's ``embeddings`` and ``encoder.layer``; ``preprocess(texts)``:
         padded ``input_ids`` / ``attention_mask`` / ``token_type_ids`` tensors as the model tokenises;
-        ``offsets(texts)``: each text's token character offsets (special tokens ``(0, 0)``)."""
+        ``tokenize(texts)``: ``(preprocess(texts), offsets)``, ``offsets`` each text's token character
+        offsets (special tokens ``(0, 0)``)."""
         self.name, self.dim = name, int(dim)
-        self._bert, self._preprocess, self._offsets = bert, preprocess, offsets
+        self._bert, self._preprocess, self._tokenize = bert, preprocess, tokenize
         #: linear layers per text: each text's embedding does not depend on the rest of its batch
         self.row_independent = False
         cfg = bert.config
@@ -75,11 +76,12 @@ class PackedBertEncoder:
         try:
             st = embedder.model  # type: ignore[attr-defined]
 
-            def offsets(texts: list[str]) -> list:
-                return st.tokenizer(texts, truncation=True, max_length=st.max_seq_length,
-                                    return_offsets_mapping=True)["offset_mapping"]
+            def tokenize(texts: list[str]) -> tuple[dict[str, Any], list]:
+                offsets = st.tokenizer(texts, truncation=True, max_length=st.max_seq_length,
+                                       return_offsets_mapping=True)["offset_mapping"]
+                return st.preprocess(texts), offsets
 
-            enc = cls(embedder.name, embedder.dim, st[0].auto_model, st.preprocess, offsets)
+            enc = cls(embedder.name, embedder.dim, st[0].auto_model, st.preprocess, tokenize)
             ref = embedder.encode(_PROBE_TEXTS, progress=False)
             if float(np.abs(enc.encode(_PROBE_TEXTS) - ref).max()) > PROBE_TOLERANCE:
                 return None
@@ -101,9 +103,11 @@ class PackedBertEncoder:
         tok.enable_truncation(max_length=int(max_seq_length))
 
         def preprocess(texts: list[str]) -> dict[str, Any]:
+            return features(tok.encode_batch(texts))
+
+        def features(encs: list) -> dict[str, Any]:
             import torch
 
-            encs = tok.encode_batch(texts)
             n = max((len(e.ids) for e in encs), default=0)
             ids = torch.zeros((len(encs), n), dtype=torch.int64)
             types = torch.zeros((len(encs), n), dtype=torch.int64)
@@ -114,10 +118,11 @@ class PackedBertEncoder:
                 mask[i, :len(e.ids)] = 1
             return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask}
 
-        def offsets(texts: list[str]) -> list:
-            return [e.offsets for e in tok.encode_batch(texts)]
+        def tokenize(texts: list[str]) -> tuple[dict[str, Any], list]:
+            encs = tok.encode_batch(texts)
+            return features(encs), [e.offsets for e in encs]
 
-        return cls(name, int(bert.config.hidden_size), bert, preprocess, offsets)
+        return cls(name, int(bert.config.hidden_size), bert, preprocess, tokenize)
 
     def row_independent_copy(self) -> "PackedBertEncoder":
         """This encoder in the row-independent mode (the same weights, shared)."""
@@ -153,9 +158,9 @@ class PackedBertEncoder:
         if not len(texts):
             return np.zeros((0, self.dim), np.float32), out, ok
         texts = list(texts)
-        offsets = self._offsets(texts)
+        features, offsets = self._tokenize(texts)
         with torch.inference_mode():
-            h, lengths, order = self._hidden(texts)
+            h, lengths, order = self._hidden(texts, features)
             X = validate_embeddings(self._pool(h, lengths, order).numpy(), f"{self.name} output", self.dim)
         start = np.zeros(len(texts), np.int64)  # first token of each text in h (packed in length order)
         length = np.zeros(len(texts), np.int64)
@@ -199,13 +204,15 @@ class PackedBertEncoder:
         out[order] = pooled
         return out
 
-    def _hidden(self, texts: list[str]) -> tuple[Any, Any, Any]:
+    def _hidden(self, texts: list[str], features: dict[str, Any] | None = None) -> tuple[Any, Any, Any]:
         """The last hidden states of ``texts``' tokens packed as ``[tokens, hidden]`` with the texts
-        in ``order`` (by token count) and their ``lengths`` in that order."""
+        in ``order`` (by token count) and their ``lengths`` in that order; ``features``: the texts
+        already tokenised by ``preprocess`` (default: tokenised here)."""
         import torch
         import torch.nn.functional as F
 
-        features = self._preprocess(texts)  # the model's own tokenisation (truncation, special tokens)
+        if features is None:
+            features = self._preprocess(texts)  # the model's own tokenisation (truncation, special tokens)
         mask = features["attention_mask"].bool()
         lengths = mask.sum(dim=1)
         order = torch.argsort(lengths, stable=True)  # equal lengths contiguous: attention per group

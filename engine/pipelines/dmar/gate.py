@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ...errors import InputError
+from .adam import Adam
 from .gnn import finite_weights
 
 
@@ -83,7 +84,7 @@ def train_gate(gate: Gate, q: np.ndarray, d: np.ndarray, z_sem: np.ndarray, z_st
     Q, D, zs, zt, G, V = t(q), t(d), t(z_sem), t(z_struct), t(gold & valid), t(valid, torch.bool)
     off = t(offset) if offset is not None else torch.zeros_like(zs)
     target = G / G.sum(1, keepdim=True)
-    opt = torch.optim.AdamW(gate.parameters(), lr=lr, weight_decay=weight_decay)
+    opt = Adam(gate.parameters(), lr=lr, weight_decay=weight_decay, decoupled=True)  # AdamW
     losses = []
     gate.train()
     for epoch in range(epochs):

@@ -14,10 +14,10 @@
   negative = half of the batch a random other ego subgraph sharing no node with the
   anchor, half a heavy perturbation of the anchor (``heavy_drop`` of its nodes and
   edges dropped and the survivors' features replaced by random entities' features).
-  Seeded (torch and numpy generators); Adam. Defaults (:func:`pretrain`): batch 64,
-  margin m = 0.3, lr 1e-3, ``light_drop`` 0.1, ``heavy_drop`` 0.7; 60 steps when DMAR's
-  ``fit`` trains it (``gnn_steps``), 600 with ``hopgraph train-gnn``. Hidden and output
-  width 64.
+  Seeded (torch and numpy generators); Adam (torch's update, :mod:`.adam`). Defaults
+  (:func:`pretrain`): batch 64, margin m = 0.3, lr 1e-3, ``light_drop`` 0.1,
+  ``heavy_drop`` 0.7; 60 steps when DMAR's ``fit`` trains it (``gnn_steps``), 600 with
+  ``hopgraph train-gnn``. Hidden and output width 64.
 
 Every ego subgraph is encoded once at index time (:func:`encode_all`); a query then
 costs only cosines between stored embeddings. When the knowledge graph grows (a live index's ``add``),
@@ -37,6 +37,7 @@ from ....kernels.csr import CSR
 from ....kernels.threads import torch_threads
 from ...errors import InputError
 from ...sparse import join, row_of_entries, take_rows
+from .adam import Adam
 
 
 class SAGELayer(nn.Module):
@@ -217,7 +218,7 @@ def pretrain(encoder: SubgraphEncoder, ego: CSR, adj: CSR, features: np.ndarray,
         return losses
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    opt = torch.optim.Adam(encoder.parameters(), lr=lr)
+    opt = Adam(encoder.parameters(), lr=lr)
     encoder.train()
     with torch_threads(GNN_THREADS):
         _pretrain_loop(encoder, ego, adj, features, opt, rng, losses, steps, batch_size, margin, light_drop,

@@ -156,14 +156,14 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
 
     def _late(self, ex: Extraction, corpus: Corpus, progress: bool) -> Callable[[int], LateTexts | None] | None:
         """The late-chunked embeddings of ``ex.texts[first:]`` as a function of ``first``
-        (``text_pooling="late"``; those ``Index.build`` pooled with the passages when it did),
-        else None (texts embedded on their own)."""
+        (``text_pooling="late"``; those ``Index.build`` or ``Index.add`` pooled with the passages
+        when it did), else None (texts embedded on their own)."""
         if self.fit_params.text_pooling != "late":
             return None
         key = None if self.fit_params.extractions else (bool(self.fit_params.title_entities), bool(self.fit_params.numbers))
 
         def provide(first: int = 0) -> LateTexts | None:
-            made = self.components.take_late_texts(key) if key is not None and first == 0 else None
+            made = self.components.take_late_texts(key, first) if key is not None else None
             return made if made is not None else \
                 late_texts(ex, corpus.embedding_texts(), self.components.embedder, first, progress)
         return provide

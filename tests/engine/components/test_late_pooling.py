@@ -105,6 +105,36 @@ def test_encode_spans_equals_the_models_token_embeddings(minilm):
 
 
 @pytest.mark.slow
+def test_encode_spans_tokenises_once(minilm, monkeypatch):
+    """The passages are tokenised once for both the forward pass and the span offsets, and the
+    result is the same as with the two tokenisations (ids from ``preprocess``, offsets apart)."""
+    enc = PackedBertEncoder.for_embedder(minilm)
+    texts = ["Abbey Road: Abbey Road is an album. It was recorded in London.", "word " * 400 + "tail end", "x"]
+    spans = [(0, np.array([[12, 35]])), (1, np.array([[0, 20]])), (2, np.array([[0, 1]]))]
+    calls = {"tokenize": 0, "preprocess": 0}
+    tokenize, preprocess = enc._tokenize, enc._preprocess
+
+    def counted(name, fn):
+        def call(*a):
+            calls[name] += 1
+            return fn(*a)
+        return call
+
+    monkeypatch.setattr(enc, "_tokenize", counted("tokenize", tokenize))
+    monkeypatch.setattr(enc, "_preprocess", counted("preprocess", preprocess))
+    X, emb, ok = enc.encode_spans(texts, spans)
+    assert calls == {"tokenize": 1, "preprocess": 0}
+    features, offsets = tokenize(texts)
+    for key, value in preprocess(texts).items():
+        assert np.array_equal(value.numpy(), features[key].numpy()), key
+    assert [len(o) for o in offsets] == features["attention_mask"].sum(1).tolist()
+    with monkeypatch.context() as m:  # the forward pass tokenising for itself gives the same bits
+        m.setattr(enc, "_tokenize", lambda t: (None, tokenize(t)[1]))
+        X2, emb2, ok2 = enc.encode_spans(texts, spans)
+    assert np.array_equal(X, X2) and np.array_equal(emb, emb2) and np.array_equal(ok, ok2)
+
+
+@pytest.mark.slow
 def test_build_pools_texts_in_the_passage_pass_equal_to_a_later_fit(minilm):
     c = corpus()
     built = Index.build(c, embedder=minilm, pipelines=["stitch"], progress=False)
@@ -200,9 +230,9 @@ def _record_model_texts(monkeypatch) -> list[str]:
     seen: list[str] = []
     hidden = PackedBertEncoder._hidden
 
-    def recorded(self, texts):
+    def recorded(self, texts, *rest):
         seen.extend(texts)
-        return hidden(self, texts)
+        return hidden(self, texts, *rest)
 
     monkeypatch.setattr(PackedBertEncoder, "_hidden", recorded)
     return seen
@@ -259,3 +289,36 @@ def test_interrupted_pooled_build_resumes_to_the_same_texts(minilm, tmp_path, mo
     np.testing.assert_array_equal(np.asarray(resumed.X), np.asarray(fresh.X))
     np.testing.assert_array_equal(np.asarray(resumed.pipelines["stitch"].hypergraph_.text_emb),
                                   np.asarray(fresh.pipelines["stitch"].hypergraph_.text_emb))
+
+
+@pytest.mark.slow
+def test_add_pools_the_new_texts_in_the_new_passages_pass(minilm, monkeypatch):
+    """``add`` runs each new passage through the model once, pooling STITCH's new texts in that
+    pass (the extraction extended once, before the pass), and gives the index that the two-pass
+    add (the passages embedded alone, STITCH's texts pooled in a pass of its own) gives."""
+    minilm.encode(["warm up"])
+    base = corpus(RECORDS[:3])
+    pooled = Index.build(base, embedder=minilm, pipelines=["dense", "stitch"], progress=False)
+    extractions = len(pooled.components.builds["extraction"])
+    seen = _record_model_texts(monkeypatch)
+    pooled.add(RECORDS[3:])
+    new_passages = corpus(RECORDS[3:]).embedding_texts()
+    assert sorted(t for t in seen if t in set(new_passages)) == sorted(new_passages)  # each new passage once
+    old_passages = set(base.embedding_texts())
+    assert not [t for t in seen if t in old_passages]
+    on_their_own = [t for t in seen if t not in set(new_passages)]  # texts past the model's window
+    assert on_their_own == ["Late Sentence names EMI Studios."]
+    assert len(pooled.components.builds["extraction"]) == extractions + 1  # extended once
+    # the same index as the passages embedded apart from STITCH's own pass over them
+    two_pass = Index.build(base, embedder=minilm, pipelines=["dense", "stitch"], progress=False)
+    seen.clear()
+    two_pass.add(RECORDS[3:], embeddings=minilm.encode(new_passages))
+    assert set(seen) & set(new_passages)  # STITCH's own pass over the passages holding its texts
+    np.testing.assert_allclose(pooled.X, two_pass.X, atol=1e-6)
+    a, b = (np.asarray(i.pipelines["stitch"].hypergraph_.text_emb, np.float32) for i in (pooled, two_pass))
+    assert a.shape == b.shape
+    np.testing.assert_allclose(a, b, atol=2e-3)
+    q = ["Who recorded at EMI Studios?", "Where is Paul McCartney from?"]
+    for name in ("dense", "stitch"):
+        assert [h.id for h in pooled.search(q, pipeline=name, k=5)[0]] == \
+            [h.id for h in two_pass.search(q, pipeline=name, k=5)[0]]
