@@ -12,11 +12,16 @@ once, and shared by every pipeline that declares it needs it (``Pipeline.compone
   / ``b`` reads the same postings);
 * ``extraction`` — :func:`~hopgraph.engine.components.extraction.extract` (SPEC §2 zero-token rules),
   keyed by its two options (``title_entities``, ``numbers``);
-* title mentions — :class:`~hopgraph.engine.components.title_mentions.TitleMentions`.
+* title mentions — :class:`~hopgraph.engine.components.title_mentions.TitleMentions`;
+* fitted states — what a pipeline's fit builds from the components alone, keyed by the pipeline
+  family and what the fit depends on (:meth:`Components.shared_fit`): two pipelines whose fits
+  would build the same state (DMAR and ``hop`` with the same fit parameters) build it once and
+  share it.
 
 Live updates: :meth:`Components.extend` takes the grown X and corpus (new rows at the end) and
 updates every built component from the new rows (dense: added rows; BM25: the new passages'
-postings; extraction and title mentions: extended); ``deleted`` (bool [N] or None) marks tombstoned
+postings; extraction and title mentions: extended; fitted states: forgotten, each pipeline updates
+its own, :meth:`Components.shared_update` sharing the result); ``deleted`` (bool [N] or None) marks tombstoned
 rows, which no search returns (:meth:`Components.allowed`).
 
 Segments: :meth:`Components.save` writes every component whole (a base segment);
@@ -33,9 +38,10 @@ shared by the stages of a pipeline's search.
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Hashable, Sequence, TypeVar
 
 import numpy as np
 
@@ -57,6 +63,7 @@ TITLE_MENTIONS_DIR = "title-mentions"
 #: the kinds of shared components, which a pipeline declares in ``components_used`` (the corpus
 #: store is every pipeline's and need not be declared)
 COMPONENT_KINDS = ("corpus", "dense", "bm25", "extraction")
+T = TypeVar("T")
 #: stored BM25 postings of segments after the last whole one are joined in memory up to this many passages
 JOIN_POSTINGS_BELOW = 1_000_000
 
@@ -102,6 +109,8 @@ class Components:
         self.work_dir: Path | None = None
         #: the title mention graph and the corpus it was built from (:meth:`title_mentions`)
         self._title_mentions: tuple[Corpus, TitleMentions] | None = None
+        #: pipelines' fitted states by key (:meth:`shared_fit`, :meth:`shared_update`)
+        self._fitted: dict[Hashable, Any] = {}
         #: tombstones: bool [N], True for a deleted row (None: nothing deleted)
         self.deleted: np.ndarray | None = None
         #: what was built in this process: kind → number of builds and seconds (for reports and tests)
@@ -172,6 +181,25 @@ class Components:
             self._title_mentions = (corpus, self._title_mentions[1].extended(corpus, self._title_mentions[1].n_chunks))
         return self._title_mentions[1]
 
+    def shared_fit(self, key: Hashable, build: Callable[[], T]) -> T:
+        """The fitted state ``build()`` makes over these components, built once per ``key`` (the
+        pipeline family and every value the fit depends on) until the rows grow, and shared by every
+        pipeline that asks with the same key. The state is read, never changed in place: a pipeline
+        that retrains a part replaces its own reference."""
+        if key not in self._fitted:
+            self._fitted[key] = build()
+        return self._fitted[key]
+
+    def shared_update(self, key: Hashable, old: tuple[Any, ...], update: Callable[[], T]) -> T:
+        """The state ``update()`` makes from the state ``old`` (its parts) after the rows grew (a live
+        add), computed once for ``key`` and those parts and shared by the pipelines that held them
+        (compared by identity: a pipeline holding other parts, e.g. loaded from its own files or
+        retrained, updates its own). The parts are held by weak reference only."""
+        held = self._fitted.get(("update", key))
+        if held is None or len(held[0]) != len(old) or any(r() is not o for r, o in zip(held[0], old)):
+            held = self._fitted[("update", key)] = (tuple(weakref.ref(o) for o in old), update())
+        return held[1]
+
     def batch(self, Q: np.ndarray, texts: Sequence[str] | None = None,
               allowed: np.ndarray | None = None) -> QueryBatch:
         """A :class:`QueryBatch` over these components, restricted to ``allowed`` rows (bool [N],
@@ -200,6 +228,7 @@ class Components:
         if corpus is not None and len(corpus) != len(X):
             raise InputError(f"corpus has {len(corpus)} passages but X has {len(X)} rows")
         self.X, self.corpus = X, corpus
+        self._fitted.clear()
         if self._dense is not None:
             self._dense.add(X, start)
         if self._postings:

@@ -220,9 +220,21 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
 
     # ------------------------------------------------------------------ index
     def _fit(self, progress: bool) -> None:
+        """The knowledge graph, the pre-trained encoder, the subgraph embeddings and the untrained
+        gate, fitted once per index for these fit parameters and seed and shared by every DMAR-family
+        pipeline that asks for the same (``dmar`` and ``hop``: :meth:`Components.shared_fit`)."""
+        self.knowledge_graph_, self.encoder_, self.subgraph_emb_, self.gate_ = self.components.shared_fit(
+            self._fit_key(), lambda: self._fit_state(progress))
+
+    def _fit_key(self) -> tuple:
+        """What the fitted state depends on besides the components: the fit parameters and the
+        seed of the encoder's pre-training."""
+        return ("dmar", tuple(sorted(self.fit_params.to_dict().items())), self.search_defaults.random_state)
+
+    def _fit_state(self, progress: bool) -> tuple[KnowledgeGraph, SubgraphEncoder, np.ndarray, Gate]:
         self.knowledge_graph_ = self._build_kg()
         self.train_gnn(self.fit_params.gnn_steps, progress=progress)
-        self.gate_ = Gate(self.components.X.shape[1])
+        return self.knowledge_graph_, self.encoder_, self.subgraph_emb_, Gate(self.components.X.shape[1])
 
     def _build_kg(self) -> KnowledgeGraph:
         """The knowledge graph of the shared extraction (SPEC §3 step 2), BM25 built on the way."""
@@ -232,6 +244,13 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
                                      fp.max_passage_entities, fp.max_query_entities)
 
     def _add(self, start: int, progress: bool) -> None:
+        """:meth:`_update` computed once for the pipelines holding the same state (``dmar`` and
+        ``hop`` fitted together: :meth:`Components.shared_update`)."""
+        old = (self.knowledge_graph_, self.subgraph_emb_, self.encoder_)
+        self.knowledge_graph_, self.subgraph_emb_ = self.components.shared_update(
+            self._fit_key(), old, lambda: self._update(start, progress))
+
+    def _update(self, start: int, progress: bool) -> tuple[KnowledgeGraph, np.ndarray]:
         """Passages ``[start, N)`` were appended (SPEC §3 step 2 on the grown corpus): the
         knowledge graph is rebuilt from the extended shared extraction (arithmetic), the entity
         features recomputed, and with the **same** encoder (not retrained: ``Index.compact()`` or
@@ -244,7 +263,8 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         ``edge_list`` that the corpus now mentions), every subgraph is encoded again. When the
         graphs were loaded by reference (their rows held elsewhere, read by rows):
         :meth:`_add_over_stored` (the same result, reading the rows that can differ); when every
-        subgraph is encoded again, the new graphs and embeddings are held whole."""
+        subgraph is encoded again, the new graphs and embeddings are held whole. Returns the new
+        knowledge graph and subgraph embeddings (also set on this pipeline)."""
         old_kg = self.knowledge_graph_
         kg = self.knowledge_graph_ = self._build_kg()
         ids = kg.name_ids
@@ -252,12 +272,12 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         if (pos < 0).any() or (np.diff(pos) <= 0).any():
             features = entity_features(kg.passage_entities, self.components.X)
             self.subgraph_emb_ = encode_all(self.encoder_, kg.ego, kg.adj, features, progress=progress)
-            return
+            return kg, self.subgraph_emb_
         old_ids = np.full(kg.n_entities, -1, np.int64)
         old_ids[pos] = np.arange(old_kg.n_entities)
         if stored_graph(old_kg.ego) is not None:
             self._add_over_stored(old_kg, start, pos, old_ids, progress)
-            return
+            return self.knowledge_graph_, self.subgraph_emb_
         old_emb = np.asarray(self.subgraph_emb_)
         features = entity_features(kg.passage_entities, self.components.X)
         changed = changed_subgraphs(old_kg.ego, old_kg.adj, old_kg.passage_entities, kg.ego, kg.adj,
@@ -267,6 +287,7 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         emb[changed] = encode_subgraphs(self.encoder_, kg.ego, kg.adj, features, np.flatnonzero(changed),
                                         progress=progress)
         self.subgraph_emb_ = emb
+        return kg, emb
 
     def _add_over_stored(self, old_kg: KnowledgeGraph, start: int, new_of_old: np.ndarray, old_ids: np.ndarray,
                          progress: bool) -> None:
