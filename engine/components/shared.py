@@ -16,7 +16,8 @@ once, and shared by every pipeline that declares it needs it (``Pipeline.compone
 * fitted states — what a pipeline's fit builds from the components alone, keyed by the pipeline
   family and what the fit depends on (:meth:`Components.shared_fit`): two pipelines whose fits
   would build the same state (DMAR and ``hop`` with the same fit parameters) build it once and
-  share it.
+  share it; saved once (:meth:`Components.save_state`: the second pipeline's folder names the
+  first's, :data:`SAME_STATE`) and read once (:meth:`Components.stored_state`).
 
 Live updates: :meth:`Components.extend` takes the grown X and corpus (new rows at the end) and
 updates every built component from the new rows (dense: added rows; BM25: the new passages'
@@ -37,6 +38,7 @@ shared by the stages of a pipeline's search.
 """
 from __future__ import annotations
 
+import json
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -53,11 +55,14 @@ from ..errors import IndexFormatError, InputError
 from .extraction import (DELTA_FILES as EXTRACTION_DELTA_FILES, Extraction, apply_extraction_deltas,
                          extend_extraction, extract, extraction_delta, lower_words)
 from .late_pooling import LateTexts
-from ..storage import load_arrays, save_arrays
+from ..storage import load_arrays, save_arrays, write_json
 from .query_batch import QueryBatch
 from .title_mentions import TitleMentions
 from ..graphs.store import GraphStore, LocalStore
 
+#: the file a pipeline's folder holds instead of its fitted state when that state is the one saved in
+#: a folder beside it (``{"pipeline": name of that folder}``, :meth:`Components.save_state`)
+SAME_STATE = "same-state.json"
 #: folder of the saved title mention graph (:meth:`Components.title_mentions`)
 TITLE_MENTIONS_DIR = "title-mentions"
 #: the kinds of shared components, which a pipeline declares in ``components_used`` (the corpus
@@ -109,8 +114,10 @@ class Components:
         self.work_dir: Path | None = None
         #: the title mention graph and the corpus it was built from (:meth:`title_mentions`)
         self._title_mentions: tuple[Corpus, TitleMentions] | None = None
-        #: pipelines' fitted states by key (:meth:`shared_fit`, :meth:`shared_update`)
+        #: pipelines' fitted states by key (:meth:`shared_fit`, :meth:`shared_update`, :meth:`stored_state`)
         self._fitted: dict[Hashable, Any] = {}
+        #: the folders :meth:`save_state` wrote a state into, with its parts (weak references)
+        self._saved: dict[Path, tuple[weakref.ref, ...]] = {}
         #: tombstones: bool [N], True for a deleted row (None: nothing deleted)
         self.deleted: np.ndarray | None = None
         #: what was built in this process: kind → number of builds and seconds (for reports and tests)
@@ -199,6 +206,36 @@ class Components:
         if held is None or len(held[0]) != len(old) or any(r() is not o for r, o in zip(held[0], old)):
             held = self._fitted[("update", key)] = (tuple(weakref.ref(o) for o in old), update())
         return held[1]
+
+    def save_state(self, directory: Path, parts: tuple[Any, ...], save: Callable[[Path], None]) -> None:
+        """Save a pipeline's fitted state (its ``parts``) into ``directory`` with ``save(directory)``;
+        or, when this process saved the same parts (identical objects) into a folder beside
+        ``directory`` (same parent: ``dmar`` beside ``hop`` in one segment), write only
+        :data:`SAME_STATE` naming that folder."""
+        for where, refs in self._saved.items():
+            if where.parent == directory.parent and where != directory and where.is_dir() \
+                    and len(refs) == len(parts) and all(r() is p for r, p in zip(refs, parts)):
+                write_json(directory / SAME_STATE, {"pipeline": where.name})
+                return
+        save(directory)
+        self._saved[directory] = tuple(weakref.ref(p) for p in parts)
+
+    def stored_state(self, directory: Path, rows: int | None, load: Callable[[Path], T]) -> T:
+        """The state ``load(folder)`` reads from ``directory``, or from the folder beside it that its
+        :data:`SAME_STATE` names; read once per folder and row count, and shared by the pipelines
+        that read it."""
+        source = directory
+        if (directory / SAME_STATE).is_file():
+            try:
+                name = json.loads((directory / SAME_STATE).read_text(encoding="utf-8")).get("pipeline")
+            except (ValueError, AttributeError, OSError):
+                name = None
+            plain = isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
+            source = directory.parent / name if plain else directory
+            if source == directory or not source.is_dir():
+                raise IndexFormatError(f"{directory / SAME_STATE}: names no folder beside it holding a "
+                                       f"state ({name!r})")
+        return self.shared_fit(("stored", str(source), rows), lambda: load(source))
 
     def batch(self, Q: np.ndarray, texts: Sequence[str] | None = None,
               allowed: np.ndarray | None = None) -> QueryBatch:

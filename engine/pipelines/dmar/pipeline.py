@@ -365,6 +365,15 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         self.changed()
 
     def _save(self, directory: Path) -> None:
+        """:meth:`_write_state`, or only the name of the folder beside ``directory`` into which the
+        same state was saved (``dmar`` and ``hop`` sharing one fit: :meth:`Components.save_state`)."""
+        self.components.save_state(directory, self._parts(), self._write_state)
+
+    def _parts(self) -> tuple[KnowledgeGraph, SubgraphEncoder, Any, Gate]:
+        """The fitted state: knowledge graph, encoder, subgraph embeddings, gate."""
+        return self.knowledge_graph_, self.encoder_, self.subgraph_emb_, self.gate_
+
+    def _write_state(self, directory: Path) -> None:
         """The knowledge graph (:meth:`KnowledgeGraph.save`), the encoder and gate weights and the
         subgraph embeddings, by entity, through the index's graph store (with, over embeddings
         loaded by reference, the rows held since)."""
@@ -437,6 +446,12 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         self.knowledge_graph_, self.subgraph_emb_ = kg, emb
 
     def _load(self, directory: Path) -> None:
+        """:meth:`_read_state` of ``directory`` or of the folder whose state it shares, read once for
+        the pipelines that share it (:meth:`Components.stored_state`)."""
+        self.knowledge_graph_, self.encoder_, self.subgraph_emb_, self.gate_ = self.components.stored_state(
+            directory, self._stored_rows, self._read_state)
+
+    def _read_state(self, directory: Path) -> tuple[KnowledgeGraph, SubgraphEncoder, Any, Gate]:
         """Open the saved KG, GNN, gate and subgraph embeddings, checked against each other and X."""
         weights = sorted(p.stem for p in directory.glob("*.npy") if p.stem.startswith(("gnn.", "gate.")))
         arrays = load_arrays(directory, weights)
@@ -462,6 +477,7 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         else:
             self.subgraph_emb_ = check_unit_rows(emb, str(directory / "subgraph_emb.npy"),
                                                  rows=self.knowledge_graph_.n_entities, dim=d_out, allow_zero=True)
+        return self._parts()
 
     # ------------------------------------------------------------------ search
     def _search_batch(self, batch: QueryBatch, k: int, params: DMARSearch, timer: StageTimer

@@ -3,11 +3,15 @@ and shared by ``dmar`` and ``hop`` (``Components.shared_fit`` / ``shared_update`
 of separate fits."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from hopgraph import HashingEmbedder, Index
-from hopgraph.engine.components.shared import Components
+from hopgraph.engine.components.shared import SAME_STATE, Components
+from hopgraph.engine.errors import IndexFormatError
+from hopgraph.engine.storage import verify_index
 from hopgraph.engine.pipelines.dmar import pipeline as dmar_module
 
 QUESTIONS = ["Which engineer designed the bridge in the home city of the amateur astronomer Peter Harlow?",
@@ -101,6 +105,42 @@ def test_saved_index_and_segments_load_with_the_same_results(tmp_path, demo_corp
     loaded = Index.load(tmp_path / "idx", embedder=HashingEmbedder(64), progress=False)
     for name in ("dmar", "hop"):
         same_results(index, loaded, name)
+
+
+def test_the_shared_state_is_saved_once(tmp_path, demo_corpus):
+    index = Index.build(demo_corpus, embedder=HashingEmbedder(64), pipelines=["hop", "dmar"], params=PARAMS,
+                        progress=False)
+    index.save(tmp_path / "idx")
+    (hop_dir,) = tmp_path.glob("idx/**/pipelines/hop")
+    (dmar_dir,) = tmp_path.glob("idx/**/pipelines/dmar")
+    assert [p.name for p in dmar_dir.iterdir()] == [SAME_STATE]
+    assert json.loads((dmar_dir / SAME_STATE).read_text()) == {"pipeline": "hop"}
+    assert any(p.suffix == ".npy" for p in hop_dir.iterdir())
+    assert verify_index(tmp_path / "idx") == []
+    loaded = Index.load(tmp_path / "idx", embedder=HashingEmbedder(64), progress=False)
+    assert all(getattr(loaded.pipelines["dmar"], a) is getattr(loaded.pipelines["hop"], a) for a in STATE)
+    for name in ("dmar", "hop"):
+        same_results(index, loaded, name)
+    index.pipelines["dmar"].train_gnn(1)  # states no longer the same: each saved whole
+    index.save(tmp_path / "idx2")
+    (dmar_dir,) = tmp_path.glob("idx2/**/pipelines/dmar")
+    assert not (dmar_dir / SAME_STATE).exists()
+    same_results(index, Index.load(tmp_path / "idx2", embedder=HashingEmbedder(64), progress=False), "dmar")
+
+
+def test_stored_state_reads_the_folder_named_once(tmp_path, demo_corpus):
+    comp = Components(np.eye(4, dtype=np.float32))
+    for name in ("dmar", "hop"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "hop" / SAME_STATE).write_text(json.dumps({"pipeline": "dmar"}))
+    read = []
+    state = comp.stored_state(tmp_path / "dmar", 4, lambda d: read.append(d.name) or object())
+    assert comp.stored_state(tmp_path / "hop", 4, lambda d: read.append(d.name) or object()) is state
+    assert read == ["dmar"]
+    for bad in ("../dmar", "missing", "hop", 3):
+        (tmp_path / "hop" / SAME_STATE).write_text(json.dumps({"pipeline": bad}))
+        with pytest.raises(IndexFormatError, match=SAME_STATE):
+            comp.stored_state(tmp_path / "hop", 4, lambda d: object())
 
 
 def test_shared_fit_is_built_once_per_key_and_forgotten_when_rows_grow(demo_corpus):
