@@ -215,6 +215,7 @@ class Components:
         for where, refs in self._saved.items():
             if where.parent == directory.parent and where != directory and where.is_dir() \
                     and len(refs) == len(parts) and all(r() is p for r, p in zip(refs, parts)):
+                directory.mkdir(parents=True, exist_ok=True)
                 write_json(directory / SAME_STATE, {"pipeline": where.name})
                 return
         save(directory)
