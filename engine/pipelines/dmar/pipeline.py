@@ -82,6 +82,7 @@ from ...params import FitParams, anything, choice, flag, integer, path, real
 from ...ranking import PAD_ID, PAD_SCORE, topk_rows
 from .reformulation import anchor_snippets, generate_texts, resolve_generator, rule_vectors
 from ...storage import check_unit_rows, load_arrays, pack_strings, save_arrays
+from .scores import dedupe_rows, zscore
 from .structural import structural_scores
 from ...timing import StageTimer
 from ..base import Needs, Pipeline
@@ -92,28 +93,6 @@ CANDIDATE_SOURCES = ("bm25", "hybrid")
 #: entity linking, subgraph/candidate node sets, GNN structsim cosines, Shapley kernel, semantic/
 #: lexical/gate fusion, anchors + reformulation + faiss second stage, final rerank, title bridge
 STAGES = ("recall", "link", "subgraphs", "gnn", "shapley", "fusion", "second_stage", "rerank", "title_bridge")
-
-
-def zscore(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Row-wise z-scores over the entries where ``mask`` holds; 0 elsewhere and for flat rows."""
-    m = mask.astype(np.float64)
-    cnt = np.maximum(m.sum(1, keepdims=True), 1)
-    v = np.where(mask, values, 0.0).astype(np.float64)
-    mean = v.sum(1, keepdims=True) / cnt
-    std = np.sqrt((np.where(mask, (v - mean) ** 2, 0.0)).sum(1, keepdims=True) / cnt)
-    z = np.where(std > 1e-9, (v - mean) / np.maximum(std, 1e-9), 0.0)
-    return np.where(mask, z, 0.0).astype(np.float32)
-
-
-def dedupe_rows(ids: np.ndarray) -> np.ndarray:
-    """Replace repeated ids within a row (after the first) by padding -1."""
-    order = np.argsort(ids, axis=1, kind="stable")
-    s = np.take_along_axis(ids, order, 1)
-    dup_sorted = np.zeros_like(s, bool)
-    dup_sorted[:, 1:] = (s[:, 1:] == s[:, :-1]) & (s[:, 1:] >= 0)
-    dup = np.zeros_like(dup_sorted)
-    np.put_along_axis(dup, order, dup_sorted, 1)
-    return np.where(dup, PAD_ID, ids)
 
 
 def _is_generator(value: Any) -> bool:
@@ -220,15 +199,12 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
 
     # ------------------------------------------------------------------ index
     def _fit(self, progress: bool) -> None:
-        """The knowledge graph, the pre-trained encoder, the subgraph embeddings and the untrained
-        gate, fitted once per index for these fit parameters and seed and shared by every DMAR-family
-        pipeline that asks for the same (``dmar`` and ``hop``: :meth:`Components.shared_fit`)."""
+        """KG, pre-trained encoder, subgraph embeddings, gate: once per index (:meth:`Components.shared_fit`)."""
         self.knowledge_graph_, self.encoder_, self.subgraph_emb_, self.gate_ = self.components.shared_fit(
             self._fit_key(), lambda: self._fit_state(progress))
 
     def _fit_key(self) -> tuple:
-        """What the fitted state depends on besides the components: the fit parameters and the
-        seed of the encoder's pre-training."""
+        """What the fitted state depends on besides the components: fit parameters, pre-training seed."""
         return ("dmar", tuple(sorted(self.fit_params.to_dict().items())), self.search_defaults.random_state)
 
     def _fit_state(self, progress: bool) -> tuple[KnowledgeGraph, SubgraphEncoder, np.ndarray, Gate]:
@@ -244,8 +220,7 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
                                      fp.max_passage_entities, fp.max_query_entities)
 
     def _add(self, start: int, progress: bool) -> None:
-        """:meth:`_update` computed once for the pipelines holding the same state (``dmar`` and
-        ``hop`` fitted together: :meth:`Components.shared_update`)."""
+        """:meth:`_update`, once for the pipelines holding the same state (:meth:`Components.shared_update`)."""
         old = (self.knowledge_graph_, self.subgraph_emb_, self.encoder_)
         self.knowledge_graph_, self.subgraph_emb_ = self.components.shared_update(
             self._fit_key(), old, lambda: self._update(start, progress))
@@ -365,8 +340,7 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         self.changed()
 
     def _save(self, directory: Path) -> None:
-        """:meth:`_write_state`, or only the name of the folder beside ``directory`` into which the
-        same state was saved (``dmar`` and ``hop`` sharing one fit: :meth:`Components.save_state`)."""
+        """:meth:`_write_state`, or the name of a folder beside with this state (:meth:`Components.save_state`)."""
         self.components.save_state(directory, self._parts(), self._write_state)
 
     def _parts(self) -> tuple[KnowledgeGraph, SubgraphEncoder, Any, Gate]:
@@ -446,8 +420,7 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         self.knowledge_graph_, self.subgraph_emb_ = kg, emb
 
     def _load(self, directory: Path) -> None:
-        """:meth:`_read_state` of ``directory`` or of the folder whose state it shares, read once for
-        the pipelines that share it (:meth:`Components.stored_state`)."""
+        """:meth:`_read_state` of ``directory`` or of the folder it names, once (:meth:`Components.stored_state`)."""
         self.knowledge_graph_, self.encoder_, self.subgraph_emb_, self.gate_ = self.components.stored_state(
             directory, self._stored_rows, self._read_state)
 
