@@ -20,10 +20,12 @@ from hopgraph.evaluate import cached_index
 ROWS = [("defaults", {}),
         *((f"coverage={v}", {"coverage": v}) for v in (0.0, 0.5, 1.5, 2.0)),
         *((f"coverage_link={v}", {"coverage_link": v}) for v in (0.0, 0.1, 0.3, 0.4)),
+        *((f"coverage_names={v}", {"coverage_names": v}) for v in (0.0, 0.1, 0.3, 0.4)),
         *((f"coverage_pairs={v}", {"coverage_pairs": v}) for v in (0, 5, 20)),
         *((f"coverage_depth={v}", {"coverage_depth": v}) for v in (10, 20, 50)),
         ("bridge=0", {"bridge": 0.0}),
-        ("no step (coverage=coverage_link=0)", {"coverage": 0.0, "coverage_link": 0.0})]
+        ("no step (coverage=coverage_link=coverage_names=0)",
+         {"coverage": 0.0, "coverage_link": 0.0, "coverage_names": 0.0})]
 
 
 def recall(ids, gold, k: int) -> float:

@@ -66,6 +66,13 @@ def graph_bytes(count: dict[str, Any], structures: list[Any]) -> int | None:
     return sum(c.nbytes for c in crossings.to_device if any(s <= c.address < s + n for s, n in spans))
 
 
+def crossing_names(count: dict[str, Any]) -> list[str] | None:
+    """The names of the host arrays counted crossing to the device, in order (None on CUDA: the
+    profiler's events do not say which array each copy was)."""
+    crossings = count.get("crossings")
+    return None if crossings is None else [c.name for c in crossings.to_device]
+
+
 def stored_structures(pipeline: Any) -> list[Any]:
     """The host arrays of the graph structures a pipeline's search reads (W, P and the hypergraph's
     arrays, the knowledge graph's)."""
@@ -125,6 +132,7 @@ def measure(path: Path, embedder: Any, device: str, batch: int) -> list[dict[str
             out[label] = count["result"]
             row[label] = {k: count[k] for k in ("htod", "dtoh", "htod_bytes", "dtoh_bytes")}
             row[label]["graph_bytes"] = graph_bytes(count, stored_structures(reader.content.pipelines[name]))
+            row[label]["names_in"] = crossing_names(count)
             row["method"] = count["method"]
         row["ids_equal"] = bool(np.array_equal(out["files"][0], out["resident"][0]))
         row["max_score_diff"] = float(np.max(np.abs(out["files"][1] - out["resident"][1]), initial=0.0))
@@ -153,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     print(table(["search", "own files", "device store", "ids equal", "max |Δscore|"],
                 [[r["pipeline"], cell(r["files"]), cell(r["resident"]), r["ids_equal"], f"{r['max_score_diff']:.1e}"]
                  for r in rows]))
+    if rows[0]["resident"]["names_in"] is not None:
+        print("\n# what crosses to the device per batch with the device store")
+        print(table(["search", "arrays in"], [[r["pipeline"], ", ".join(r["resident"]["names_in"]) or "-"]
+                                              for r in rows]))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0

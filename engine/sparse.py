@@ -9,12 +9,17 @@ transition T = row-normalised W) is :func:`row_normalised`.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..kernels.csr import CSR
 
+if TYPE_CHECKING:
+    import torch
+
 __all__ = ["allowed_at", "csr_from_keys", "csr_from_scipy", "join", "row_edge_positions", "row_entries",
-           "row_normalised", "row_of_entries", "row_sums", "take_rows", "unit_weights"]
+           "row_normalised", "row_of_entries", "row_positions_tensors", "row_sums", "take_rows", "unit_weights"]
 
 
 def unit_weights(n: int) -> np.ndarray:
@@ -74,6 +79,19 @@ def row_edge_positions(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray
     offsets = np.cumsum(lengths) - lengths
     pos = np.arange(int(lengths.sum()), dtype=np.int64) - offsets[seg] + starts[seg]
     return seg, pos
+
+
+def row_positions_tensors(indptr: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`row_edge_positions` on tensors (one device): ``(segment, position)`` of the
+    entries of CSR rows ``rows`` (int64), row after row in CSR order."""
+    import torch
+
+    rows = rows.to(torch.int64)
+    starts = indptr[rows].to(torch.int64)
+    lengths = indptr[rows + 1].to(torch.int64) - starts
+    seg = torch.repeat_interleave(torch.arange(len(rows), device=rows.device), lengths)
+    offsets = torch.cumsum(lengths, 0) - lengths
+    return seg, torch.arange(len(seg), device=rows.device) - offsets[seg] + starts[seg]
 
 
 def row_entries(indptr: np.ndarray, values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -6,8 +6,8 @@ the title bridge (:mod:`~hopgraph.engine.pipelines.title_bridge`) re-ranks that 
 coverage (:mod:`~hopgraph.engine.pipelines.question_coverage`) picks its top greedily so that the
 first passages together cover the question's terms. Zero LLM tokens; one set of defaults for every
 corpus. Ablations: ``no_coverage`` (the step off: DMAR with its bridge), ``coverage=0`` (pair and
-links only), ``coverage_link=0``, ``coverage_pairs=0`` (greedy from the first pick), ``no_bridge``,
-``no_graph``.
+links only), ``coverage_link=0``, ``coverage_names=0`` (no shared-name links), ``coverage_pairs=0``
+(greedy from the first pick), ``no_bridge``, ``no_graph``.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ class HopSearch(DMARSearch, CoverageSearch):
     @classmethod
     def published_values(cls) -> dict[str, Any]:
         """DMAR as published (SPEC §3): no title bridge, no coverage."""
-        return {**DMARSearch.published_values(), "coverage": 0.0, "coverage_link": 0.0}
+        return {**DMARSearch.published_values(), "coverage": 0.0, "coverage_link": 0.0, "coverage_names": 0.0}
 
 
 class Hop(DMAR):
@@ -48,9 +48,10 @@ class Hop(DMAR):
     stages = (*STAGES, "coverage")
     ablations = {
         "published": HopSearch.published_values(),
-        "no_coverage": {"coverage": 0.0, "coverage_link": 0.0},
+        "no_coverage": {"coverage": 0.0, "coverage_link": 0.0, "coverage_names": 0.0},
         "coverage=0": {"coverage": 0.0},
         "coverage_link=0": {"coverage_link": 0.0},
+        "coverage_names=0": {"coverage_names": 0.0},
         "coverage_pairs=0": {"coverage_pairs": 0},
         "no_bridge": {"bridge": 0.0},
         "no_graph": {"structural": False, "bridge": 0.0},

@@ -1,6 +1,7 @@
 """bench/transfers.py cannot rot: it runs on CPU tensors over the demo corpus, and its table says what
 the device store saves — the whole chunk graph no longer copied per batch by the unlocalised walks,
-the localised walk's sub-graph cut on the device — with the same ids as the index's own files."""
+the localised walk's sub-graph cut on the device, STITCH's prior and DMAR's subgraphs made there —
+with the same ids as the index's own files."""
 from __future__ import annotations
 
 import importlib.util
@@ -24,6 +25,7 @@ def test_transfers_table(tmp_path, capsys, monkeypatch):
     for name in ("stitch localise=False", "ppr_binary localise=False"):
         assert rows[name]["files"]["graph_bytes"] > 0 and rows[name]["resident"]["graph_bytes"] == 0
         assert rows[name]["resident"]["htod"] <= rows[name]["files"]["htod"] - 3
-    for name in ("stitch", "ppr_binary"):
+    for name in ("stitch", "ppr_binary", "dmar", "hop"):
         assert rows[name]["resident"]["htod"] < rows[name]["files"]["htod"]
+    assert "walk region chunks" not in rows["stitch"]["resident"]["names_in"]  # the prior stays on the device
     assert rows["g3rag"]["files"]["htod"] == rows["g3rag"]["resident"]["htod"] == 0

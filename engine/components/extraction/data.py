@@ -56,6 +56,9 @@ class Extraction:
     #: were first stored with while ``names`` stays sorted, so a segment stores only its new names
     #: and the stable ids of its nodes' names (:func:`extraction_delta`)
     name_stable: np.ndarray | None = field(default=None, repr=False, compare=False)
+    #: transient: structures a reader derives from this extraction once (keyed by the reader's name;
+    #: an extended extraction is a new object and starts empty)
+    derived: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def n_topics(self) -> int:

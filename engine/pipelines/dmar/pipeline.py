@@ -83,6 +83,7 @@ from ...ranking import PAD_ID, PAD_SCORE, topk_rows
 from .reformulation import anchor_snippets, generate_texts, resolve_generator, rule_vectors
 from ...storage import check_unit_rows, load_arrays, pack_strings, save_arrays
 from .scores import dedupe_rows, zscore
+from .device_structural import HeldStructure
 from .structural import structural_scores
 from ...timing import StageTimer
 from ..base import Needs, Pipeline
@@ -181,6 +182,8 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         self.encoder_: SubgraphEncoder | None = None
         self.subgraph_emb_: np.ndarray | None = None
         self.gate_: Gate | None = None
+        #: the knowledge graph and subgraph embeddings as the graph store holds them for the structural path
+        self._held = HeldStructure()
 
     @classmethod
     def cost(cls, shape: IndexShape, params: DMARSearch, batch: int, k: int, grouped: bool = False) -> Cost:
@@ -238,8 +241,7 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         ``edge_list`` that the corpus now mentions), every subgraph is encoded again. When the
         graphs were loaded by reference (their rows held elsewhere, read by rows):
         :meth:`_add_over_stored` (the same result, reading the rows that can differ); when every
-        subgraph is encoded again, the new graphs and embeddings are held whole. Returns the new
-        knowledge graph and subgraph embeddings (also set on this pipeline)."""
+        subgraph is encoded again, the new graphs and embeddings are held whole. Returns both."""
         old_kg = self.knowledge_graph_
         kg = self.knowledge_graph_ = self._build_kg()
         ids = kg.name_ids
@@ -261,7 +263,6 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         emb[~changed] = old_emb[old_ids[~changed]]
         emb[changed] = encode_subgraphs(self.encoder_, kg.ego, kg.adj, features, np.flatnonzero(changed),
                                         progress=progress)
-        self.subgraph_emb_ = emb
         return kg, emb
 
     def _add_over_stored(self, old_kg: KnowledgeGraph, start: int, new_of_old: np.ndarray, old_ids: np.ndarray,
@@ -531,9 +532,14 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
             raw = {"sem": sem, "struct": np.zeros_like(sem), "struct_ok": np.zeros_like(valid),
                    "lex": batch.bm25_of(cand) if params.bm25_weight else np.zeros_like(sem)}
         if params.structural and self.knowledge_graph_.n_entities:
-            raw["struct"], raw["struct_ok"] = structural_scores(
-                self.knowledge_graph_, self.subgraph_emb_, cand, linked, params.shapley_lambda,
-                params.shapley_samples, params.random_state, params.shapley_mode, self.device, timer)
+            shapley = (params.shapley_lambda, params.shapley_samples, params.random_state, params.shapley_mode,
+                       self.device, timer)
+            resident = self._held.resident(self.components.graphs, self.knowledge_graph_, self.subgraph_emb_, self.name)
+            if resident is not None:  # the graph store holds the KG and the embeddings on the device: cut there
+                raw["struct"], raw["struct_ok"] = resident.scores(cand, linked, *shapley)
+            else:
+                raw["struct"], raw["struct_ok"] = structural_scores(self.knowledge_graph_, self.subgraph_emb_, cand,
+                                                                    linked, *shapley)
         if only_raw:
             return None, raw
         with timer("fusion"):

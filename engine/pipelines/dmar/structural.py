@@ -7,7 +7,9 @@ Batched over queries and candidates in three steps, each a stage of the caller's
 ``subgraphs`` (query-local node vocabularies, the node sets of G_Q and the membership of
 nodes(G_D)), ``gnn`` (structsim = cosine of subgraph embeddings, once per distinct (query
 subgraph, candidate entity) pair of the batch, then the best match per candidate), and
-``shapley`` (op ``shapley_mc`` through the kernel dispatch).
+``shapley`` (op ``shapley_mc`` through the kernel dispatch). Where the index's graph store holds the
+knowledge graph and the subgraph embeddings on the device, :mod:`.device_structural` does the same
+there.
 """
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 on arrays the index's graph store holds on the device: the sub-hypergraph of the activated states is
 cut there (:func:`~hopgraph.engine.pipelines.stitch.local_graph.local_hypergraph_tensors`), the topic
 and chunk similarities are computed there from the held text embeddings and passage embeddings, and
-only the questions and the activated states go in, the chunks and their influence come out.
+only the questions and the activated (row, state) pairs with their activations go in; the chunks and their influence stay there
+(:class:`~.device_walk.DeviceRows`) for the prior and the walk (:mod:`.device_walk`).
 
 The same arithmetic as the host path, in the same order, on torch: equal on the CPU up to how the
 two matrix products round (numpy's and torch's BLAS calls).
@@ -15,9 +16,9 @@ import numpy as np
 import torch
 
 from .... import kernels
-from ....kernels.tensors import as_numpy, as_tensor
+from ....kernels.tensors import as_tensor
+from .device_walk import DeviceRows
 from .local_graph import local_hypergraph_tensors
-from .local_rows import LocalRows
 
 #: the held arrays the device path reads besides :data:`~.local_graph.HYPERGRAPH_TENSORS`: each
 #: hyperedge's text, each state's chunk, the text embeddings and the passage embeddings X
@@ -26,15 +27,15 @@ DEVICE_ARRAYS = ("edge_text", "node_chunk", "text_emb", "X")
 
 def influence_tensors(held: dict[str, torch.Tensor], n_nodes: int, Q: np.ndarray, act_q: np.ndarray,
                       act_v: np.ndarray, act_val: np.ndarray, spatial: bool, temporal: bool, device: str,
-                      n_chunks: int) -> LocalRows:
+                      n_chunks: int) -> DeviceRows:
     """``I(c) = Σ_{v∈c} a(v) ln(1 + N_v)`` on the chunks of the sub-hypergraph of the activated
     states ``act_v`` (of batch rows ``act_q``, activation ``act_val``), as the host path computes it,
     on the held tensors ``held`` (the arrays of ``HYPERGRAPH_TENSORS`` and :data:`DEVICE_ARRAYS`);
     ``device``: the kernels' run device."""
     dev = held["X"].device
-    q, v, val = (as_tensor(a, dt, dev, name) for a, dt, name in
-                 ((act_q, torch.int64, "activated rows"), (act_v, torch.int64, "activated states"),
-                  (act_val, torch.float32, "activations")))
+    q, v = as_tensor(np.stack([np.asarray(act_q, np.int64), np.asarray(act_v, np.int64)]), device=dev,
+                     name="activated (row, state) pairs")
+    val = as_tensor(act_val, torch.float32, dev, "activations")
     Qt = as_tensor(np.asarray(Q, np.float32), device=dev, name="questions")
     B = len(Qt)
     L = local_hypergraph_tensors(held, n_nodes, v)
@@ -58,7 +59,7 @@ def influence_tensors(held: dict[str, torch.Tensor], n_nodes: int, Q: np.ndarray
     log_group = torch.log1p(sizes.to(torch.float64)).to(torch.float32)
     I = torch.zeros((B, len(chunks)), dtype=torch.float64, device=dev)
     I.index_add_(1, chunk_of, (a * log_group).to(torch.float64))
-    return LocalRows(as_numpy(chunks), as_numpy(I), n_chunks)
+    return DeviceRows(chunks, I, n_chunks)
 
 
 def held_arrays(graphs: Any, H: Any, X: Any, name: str) -> dict[str, Any]:

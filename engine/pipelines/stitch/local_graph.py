@@ -27,7 +27,7 @@ from ....kernels.csr import CSR
 from ....kernels.tensors import as_tensor
 from ...graphs.store import device_arrays
 from .hypergraph import TopicHypergraph
-from ...sparse import row_edge_positions, row_entries
+from ...sparse import row_edge_positions, row_entries, row_positions_tensors
 
 
 def incident_edges(H: TopicHypergraph, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -146,25 +146,16 @@ def local_transition(P: CSR, col_sums: np.ndarray, chunks: np.ndarray) -> Any:
                np.concatenate([vals, sink[has_sink].astype(np.float32)]), M + 1)
 
 
-def row_positions_tensors(indptr: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`~hopgraph.engine.sparse.row_edge_positions` on tensors: ``(segment, position)`` of
-    the entries of CSR rows ``rows`` (int64), row after row in CSR order."""
-    rows = rows.to(torch.int64)
-    starts = indptr[rows].to(torch.int64)
-    lengths = indptr[rows + 1].to(torch.int64) - starts
-    seg = torch.repeat_interleave(torch.arange(len(rows), device=rows.device), lengths)
-    offsets = torch.cumsum(lengths, 0) - lengths
-    return seg, torch.arange(len(seg), device=rows.device) - offsets[seg] + starts[seg]
-
-
 def local_transition_tensors(indptr: torch.Tensor, indices: torch.Tensor, data: torch.Tensor,
-                             col_sums: torch.Tensor, chunks: np.ndarray
+                             col_sums: torch.Tensor, chunks: np.ndarray | torch.Tensor
                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`local_transition` on P's and ``col_sums``' tensors (on one device): the same
+    """:func:`local_transition` on P's and ``col_sums``' tensors (on one device; ``chunks`` a
+    host array, or a tensor there): the same
     entries in the same order (int64 indptr, int32 indices, float32 data), the sink's sums in
     float64 — on the CPU in the same order as the host's."""
     dev = indptr.device
-    chunks_t = as_tensor(np.asarray(chunks, np.int64), device=dev, name="walk region chunks")
+    chunks_t = chunks.to(torch.int64) if isinstance(chunks, torch.Tensor) else \
+        as_tensor(np.asarray(chunks, np.int64), device=dev, name="walk region chunks")
     M = len(chunks_t)
     seg, pos = row_positions_tensors(indptr, chunks_t)
     cols = indices[pos].to(torch.int64)

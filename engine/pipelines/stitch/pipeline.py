@@ -54,6 +54,7 @@ from ..base import Needs
 from .hypergraph import TopicHypergraph, embed_texts, extend_text_embeddings
 from .row_layout import TEXT_STATES, ReferencedTextIndex
 from .device_influence import held_arrays, influence_tensors
+from .device_walk import DeviceRows, normalised
 from .local_graph import local_hypergraph
 from .local_rows import LocalRows
 from .walk import ChunkGraphFit, ChunkGraphWalk, WalkSearch
@@ -197,9 +198,14 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
         return params.n_seeds + params.description_depth
 
     # ------------------------------------------------------------------ search
-    def prior_rows(self, batch: QueryBatch, rel: LocalRows, params: STITCHSearch) -> tuple[LocalRows, np.ndarray]:
-        """The chunk prior (steps 1–5) on its support, and the rows whose Σ I is 0 (uniform)."""
-        I = self.influence(batch, params)
+    def prior_rows(self, batch: QueryBatch, rel: LocalRows, params: STITCHSearch
+                   ) -> tuple[LocalRows | DeviceRows, np.ndarray]:
+        """The chunk prior (steps 1–5) on its support, and the rows whose Σ I is 0 (uniform); kept
+        on the device (:class:`~.device_walk.DeviceRows`) where the graph store holds the influence
+        stage's arrays and the walk's there (:meth:`~.walk.ChunkGraphWalk.walk_held`)."""
+        I = self._influence(batch, params, resident=self._held_on_device() is not None and self.walk_held())
+        if isinstance(I, DeviceRows):
+            return normalised(I)
         s = I.values.sum(1, keepdims=True)
         uniform = s[:, 0] <= 0
         return I.with_values(np.divide(I.values, s, out=np.zeros_like(I.values), where=s > 0)), uniform
@@ -212,7 +218,11 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
         of which those at or above δ_q activate their states; the spatial and temporal channels
         run on the sub-hypergraph those states reach (:func:`local_hypergraph`), the topic and
         chunk similarities they use are computed for its edges and nodes only."""
-        params = params or self.search_defaults
+        I = self._influence(batch, params or self.search_defaults, resident=False)
+        return I.host() if isinstance(I, DeviceRows) else I
+
+    def _influence(self, batch: QueryBatch, params: STITCHSearch, resident: bool) -> LocalRows | DeviceRows:
+        """:meth:`influence`, left on the device where it ran there when ``resident``."""
         H, dev, Q = self.hypergraph_, torch.device(self.device), batch.Q
         B, n = len(Q), self.hypergraph_.n_chunks
         if H.n_nodes == 0 or B == 0:
@@ -231,8 +241,9 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
             return LocalRows.empty(B, n)
         held = self._held_on_device()
         if held is not None:  # the graph store holds the hypergraph on the device: cut and scored there
-            return influence_tensors(held, H.n_nodes, Q, act_q, act_v, act_val, params.spatial, params.temporal,
-                                     self.device, n)
+            I = influence_tensors(held, H.n_nodes, Q, act_q, act_v, act_val, params.spatial, params.temporal,
+                                  self.device, n)
+            return I if resident else I.host()
         L = local_hypergraph(H, act_v)
         A = np.zeros((B, len(L.nodes)), np.float32)
         A[act_q, np.searchsorted(L.nodes, act_v)] = act_val

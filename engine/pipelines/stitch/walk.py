@@ -12,6 +12,8 @@ reciprocal-rank fusion of the two lists). Per-question vectors are
 non-zero: nothing of size [B, N] is made, except for rows whose prior is uniform over the corpus
 (Σ I = 0, SPEC §2.5, or no mass left after the filter), which are walked apart on every chunk.
 When fewer than k chunks score above 0, the lowest allowed ids follow with score 0.
+Where the index's graph store holds the prior (STITCH's influence) and P on the device, steps 5–6
+run there for the rows walked locally (:mod:`.device_walk`).
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from ....kernels.tensors import as_numpy
 from ...components.extraction import Extraction, load_extractions
 from ...components.hybrid_ranking import RRF_K, hybrid_ranking
 from ...components.query_batch import QueryBatch
-from ...graphs.store import kernel_graph
+from ...graphs.store import device_arrays, kernel_graph
 from ...cost import PASSAGE_ARRAYS, Cost, IndexShape
 from ...errors import IndexFormatError, InputError
 from ....kernels.csr import CSR
@@ -40,6 +42,7 @@ from ..base import Needs, Pipeline
 from ..title_bridge import BridgeSearch, TitleBridge
 from ...storage import check_unit_rows, load_array, save_arrays
 from .hypergraph import TEXT_EMB_DTYPE, TopicHypergraph, build_hypergraph
+from .device_walk import DeviceRows, finished_prior, local_walk, whole_walk
 from .local_graph import local_transition, neighbour_entries
 from .local_rows import LocalRows
 
@@ -263,7 +266,8 @@ class ChunkGraphWalk(Pipeline[F, S]):
         with timer("prior"):
             p, uniform = self.prior_rows(batch, rel, params)
         # rows whose prior is uniform over the corpus (Σ I = 0, SPEC §2.5), or left without mass by
-        # the filter, need every chunk: they are done apart, so the other rows stay local
+        # the filter, need every chunk: they are done apart (on the host), so the other rows stay
+        # local (on the device where the graph store holds the prior there: DeviceRows)
         parts, out = [], None
         local = np.flatnonzero(~uniform)
         with timer("prior"):
@@ -274,7 +278,7 @@ class ChunkGraphWalk(Pipeline[F, S]):
             parts.append((local[keep], p_loc.rows(keep), rel.rows(local[keep])))
         if len(glob):
             with timer("prior"):
-                full = p.rows(glob).on(np.arange(p.n, dtype=np.int64))
+                full = on_host(p.rows(glob)).on(np.arange(p.n, dtype=np.int64))
                 values = full.values
                 values[uniform[glob]] = 1.0 / max(p.n, 1)
                 p_glob, _ = self.finish_prior(full, rel.rows(glob), batch.allowed, params)
@@ -284,21 +288,35 @@ class ChunkGraphWalk(Pipeline[F, S]):
                 with timer("ppr"):
                     pi = self.walk(pr, params)
             else:
-                pi = pr
-            with timer("ranking"):
-                if params.relevance == "dense":  # the cosine of every chunk π reaches, exactly
-                    rl = self.cosine_on(batch, rows, np.union1d(pi.cols, rl.cols))
-                final = self.fuse(pi, rl, params)
+                pi = on_host(pr)
+            final = self.final_scores(batch, rows, pi, rl, params, timer)
             out = final if out is None else merge_rows(out, final)
             if len(parts) == 1:
                 return final
         order = np.concatenate([r for r, _, _ in parts])
         return out.rows(np.argsort(order, kind="stable"))
 
-    def finish_prior(self, p: LocalRows, rel: LocalRows, allowed: np.ndarray | None, params: S
-                     ) -> tuple[LocalRows, np.ndarray]:
+    def final_scores(self, batch: QueryBatch, rows: np.ndarray, pi: LocalRows, rel: LocalRows, params: S,
+                     timer: StageTimer) -> LocalRows:
+        """Step 7 for the batch rows ``rows``: π fused with their relevance ``rel`` (``relevance="dense"``:
+        the cosine of every chunk π reaches, exactly)."""
+        with timer("ranking"):
+            if params.relevance == "dense":
+                rel = self.cosine_on(batch, rows, np.union1d(pi.cols, rel.cols))
+            return self.fuse(pi, rel, params)
+
+    def walk_held(self) -> bool:
+        """Whether the graph store holds the walk's arrays (P and its column sums) on the device
+        (:func:`~hopgraph.engine.graphs.store.device_arrays`, each copied once)."""
+        return device_arrays(self.transition) is not None and device_arrays(self._column_sums()) is not None
+
+    def finish_prior(self, p: LocalRows | DeviceRows, rel: LocalRows, allowed: np.ndarray | None, params: S
+                     ) -> tuple[LocalRows | DeviceRows, np.ndarray]:
         """Prior mixing (step 5, ``prior_mix``) and the filter (:func:`masked_distribution`);
-        returns the prior and which rows have no mass left (only possible on local columns)."""
+        returns the prior and which rows have no mass left (only possible on local columns). A
+        prior held on the device is finished there (:func:`~.device_walk.finished_prior`)."""
+        if isinstance(p, DeviceRows):
+            return finished_prior(p, rel, params.prior_mix, params.n_seeds, allowed)
         if params.prior_mix > 0:
             cols = np.union1d(p.cols, rel.cols)
             p, r = p.on(cols), rel.on(cols)
@@ -328,14 +346,16 @@ class ChunkGraphWalk(Pipeline[F, S]):
         return LocalRows(np.asarray(cols, np.int64), sims.astype(np.float32), len(self.components.X))
 
     @abstractmethod
-    def prior_rows(self, batch: QueryBatch, rel: LocalRows, params: S) -> tuple[LocalRows, np.ndarray]:
-        """The chunk prior (SPEC §2 steps 1–5) on its support, and the rows whose prior is uniform."""
+    def prior_rows(self, batch: QueryBatch, rel: LocalRows, params: S) -> tuple[LocalRows | DeviceRows, np.ndarray]:
+        """The chunk prior (SPEC §2 steps 1–5) on its support (or held on the device,
+        :class:`~.device_walk.DeviceRows`, finished and walked there: :meth:`finish_prior`,
+        :meth:`walk`), and the rows whose prior is uniform."""
 
     def prior(self, batch: QueryBatch, rel: LocalRows | None = None, params: S | None = None) -> np.ndarray:
         """STITCH chunk prior p [B, N] (steps 1–5), float64 rows summing to 1, dense (for inspection and tests; search never makes it)."""
         params = params or self.search_defaults
         p, uniform = self.prior_rows(batch, rel if rel is not None else self.relevance_rows(batch, 1, params), params)
-        out = p.dense()
+        out = on_host(p).dense()
         out[uniform] = 1.0 / max(p.n, 1)
         return out
 
@@ -355,11 +375,14 @@ class ChunkGraphWalk(Pipeline[F, S]):
                 q, cols = union_entries((q, nq), (cols, nc), len(v), p.n)
         return LocalRows.from_entries(q, cols, True, len(v), p.n, bool)
 
-    def walk(self, p: LocalRows, params: S | None = None) -> LocalRows:
+    def walk(self, p: LocalRows | DeviceRows, params: S | None = None) -> LocalRows:
         """π of each row (step 6): ``batched_ppr`` on the chunk graph restricted to the union of the
         batch's regions plus a sink (:func:`local_transition`), each row's walk confined to its own
-        region; ``localise=False``: the global walk (every chunk, as the SPEC's unlocalised PPR)."""
+        region; ``localise=False``: the global walk (every chunk, as the SPEC's unlocalised PPR). A prior
+        held on the device is walked there (:meth:`resident_walk`)."""
         params = params or self.search_defaults
+        if isinstance(p, DeviceRows):
+            return self.resident_walk(p, params)
         if not params.localise:
             full = p.on(np.arange(p.n, dtype=np.int64))
             pi, _ = kernels.call("batched_ppr", self.whole_transition(), full.values, d=params.damping, tol=params.tol,
@@ -377,6 +400,15 @@ class ChunkGraphWalk(Pipeline[F, S]):
         pi, _ = kernels.call("batched_ppr", sub, pr, d=params.damping, tol=params.tol, max_iter=params.max_iter,
                              region=region, device=self.device)
         return LocalRows(reg.cols, as_numpy(pi)[:, :-1], p.n)
+
+    def resident_walk(self, p: DeviceRows, params: S) -> LocalRows:
+        """:meth:`walk` of a prior held on the device, on P's tensors there (:mod:`.device_walk`:
+        the regions grown and P cut there); π comes to the host."""
+        P = device_arrays(self.transition)
+        walk = dict(damping=params.damping, tol=params.tol, max_iter=params.max_iter, device=self.device)
+        if not params.localise:
+            return whole_walk(p, P, **walk)
+        return local_walk(p, P, device_arrays(self._column_sums()), params.region_hops, SUPPORT_RTOL, **walk)
 
     def fuse(self, pi: LocalRows, rel: LocalRows, params: S | None = None) -> LocalRows:
         """Step 7 on the union of π's and the relevance's columns (0 elsewhere):
@@ -481,6 +513,11 @@ def top_k_distribution(rel: np.ndarray, k: int, n: int | None = None) -> np.ndar
         return normalise_rows(out)
     s = out.sum(1, keepdims=True)
     return np.divide(out, s, out=np.zeros_like(out), where=s > 0)
+
+
+def on_host(rows: LocalRows | DeviceRows) -> LocalRows:
+    """``rows`` as :class:`LocalRows` (brought to the host when held on the device)."""
+    return rows.host() if isinstance(rows, DeviceRows) else rows
 
 
 def merge_rows(a: LocalRows, b: LocalRows) -> LocalRows:

@@ -368,11 +368,19 @@ def test_an_ivf_searched_index_gives_the_same_results_sharded(tmp_path, monkeypa
     np.testing.assert_array_equal(shard.components.dense.ivf.centroids(), single.components.dense.ivf.centroids())
 
 
-def test_a_router_reads_the_extraction_only_when_a_write_needs_it(saved_index, tmp_path):
+def test_a_router_reads_the_extraction_only_when_a_write_or_hop_needs_it(saved_index, tmp_path):
+    """hop's shared-name links read the passages' names from the extraction (on the router's first hop
+    search); no other search reads it."""
     single, router, _, _ = sharded(saved_index, tmp_path)
     for name in ALL:
-        router.search_arrays(QUESTIONS, name, k=5)
+        if name != "hop":
+            router.search_arrays(QUESTIONS, name, k=5)
     assert "_extraction_segments" in router.components.__dict__  # searches never read it
+    router.search_arrays(QUESTIONS, "hop", k=5, coverage_names=0.0)
+    assert "_extraction_segments" in router.components.__dict__
+    router.search_arrays(QUESTIONS, "hop", k=5)
+    assert "_extraction_segments" not in router.components.__dict__
+    router = sharded(saved_index, tmp_path / "again")[1]
     router.add(NEW[:1])
     assert "_extraction_segments" not in router.components.__dict__
     single.add(NEW[:1])

@@ -4,7 +4,8 @@ once; a structure over the budget stays on the host with a warning naming it; an
 with it answers every pipeline as an index opened on its own files (ids equal, scores within
 rounding), and a search batch after the first converts no stored graph structure — only the
 batch's own arrays cross the kernel boundary (:mod:`hopgraph.kernels.transfers`); the walk's
-sub-graph and STITCH's sub-hypergraph cut on the device equal the host's cuts."""
+sub-graph and STITCH's sub-hypergraph cut on the device equal the host's cuts; STITCH's prior and
+DMAR's structural subgraphs are made on the device and equal the host's."""
 from __future__ import annotations
 
 import numpy as np
@@ -182,9 +183,12 @@ def test_search_batch_moves_no_graph_structure(readers, name, params):
     if name == "ppr_binary" and params:
         assert (count.htod, count.dtoh) == (1, 1)  # the priors in, π out
     moved, was = count.htod + count.dtoh, before.htod + before.dtoh
-    assert moved < was if name in ("stitch", "ppr_binary") else moved == was  # dmar's subgraphs: per batch
-    if name == "stitch":  # the questions and the activated states in, the chunks and their influence out
-        assert {c.name for c in count.to_device} >= {"questions", "activated states"}
+    assert moved < was if name in ("stitch", "ppr_binary", "dmar", "hop") else moved == was
+    if name in ("dmar", "hop"):  # the linked pairs once, the candidates per scoring in; Score_ent out
+        assert sorted(c.name for c in count.to_device) == ["candidates", "candidates",
+                                                           "linked (question, entity) pairs"]
+    if name == "stitch":  # the questions, the activated states and the relevance in; no host prior
+        assert {c.name for c in count.to_device} >= {"questions", "activated (row, state) pairs"}
         assert not [c for c in count.to_device if c.name in ("activation", "local hypergraph", "topic similarity")]
 
 
@@ -237,3 +241,122 @@ def test_local_hypergraph_on_the_device_equals_the_host_cut(readers, rng):
         for name, w, g in zip(want._fields, want, got):
             assert g.dtype == torch.from_numpy(np.asarray(w)).dtype, name
             np.testing.assert_array_equal(g.numpy(), w, err_msg=name)
+
+
+#: STITCH searches whose prior takes every branch of the device path: mixing on and off, dense
+#: relevance, no walk, two hops, the whole graph, as published
+STITCH_VARIANTS = [{}, {"prior_mix": 0.0}, {"relevance": "dense"}, {"ppr": False}, {"region_hops": 2},
+                   {"localise": False}, {"published": True}]
+
+
+@pytest.mark.parametrize("params", STITCH_VARIANTS, ids=[",".join(map(str, p.items())) or "defaults"
+                                                         for p in STITCH_VARIANTS])
+def test_stitch_prior_and_walk_stay_on_the_device(readers, params):
+    """With the hypergraph and P held on the device, STITCH's prior is normalised, mixed, filtered,
+    grown into its regions and walked there (:mod:`~hopgraph.engine.pipelines.stitch.device_walk`):
+    nothing of it comes back before π, the walk gets no host array, and the ranking equals the host
+    path's up to rounding — with a filter, and with questions that activate nothing (their prior is
+    uniform over the corpus: that batch goes on on the host)."""
+    files, resident, _ = readers
+    published = params.pop("published", False)
+    if published:  # its absolute threshold leaves a demo question without activated states: on the host
+        params = resident.content.pipelines["stitch"].SearchParams.published_values()
+    n = len(files.content.components.X)
+    for questions, allowed in ((QUESTIONS, None), (QUESTIONS, np.arange(n) % 3 != 0),
+                               (QUESTIONS + ["zzzz qqqq"], None), (QUESTIONS, np.arange(n) == 5)):
+        want_ids, want_scores = files.search(questions, 10, "stitch", allowed=allowed, **params)
+        resident.search(questions, 10, "stitch", allowed=allowed, **params)
+        with counting_transfers() as count:
+            ids, scores = resident.search(questions, 10, "stitch", allowed=allowed, **params)
+        for b in range(len(ids)):
+            assert_same_up_to_ties(ids[b], scores[b], want_ids[b], want_scores[b], 1e-6, f"row {b} {params}")
+        names = [c.name for c in count.to_device]
+        if len(questions) == len(QUESTIONS) and allowed is None and not published:  # on the device throughout
+            assert not [m for m in names if m.startswith("batched_ppr") or m == "walk region chunks"], names
+            assert count.dtoh == 1 + (2 if params.get("ppr", True) and params.get("localise", True) else
+                                      1 if params.get("ppr", True) else 2)  # the uniform rows, π (and its chunks)
+
+
+def test_device_prior_helpers_equal_the_host_ones(rng):
+    """The device path's seed distribution and region equal the host's (:func:`~hopgraph.engine.
+    pipelines.stitch.walk.top_k_distribution`, :meth:`~hopgraph.engine.pipelines.stitch.walk.
+    ChunkGraphWalk.region`), ties and empty rows included."""
+    from hopgraph.engine.pipelines.stitch import device_walk
+    from hopgraph.engine.pipelines.stitch.local_graph import neighbour_entries
+    from hopgraph.engine.pipelines.stitch.local_rows import LocalRows
+    from hopgraph.engine.pipelines.stitch.walk import SUPPORT_RTOL, top_k_distribution, union_entries
+
+    for M, n in ((7, 7), (7, 40), (0, 5)):
+        rel = rng.integers(0, 3, (5, M)).astype(np.float64) / 2  # ties, zero rows
+        for k in (1, 2, 8):
+            got = device_walk.top_k_distribution(torch.from_numpy(rel), k, n).numpy()
+            np.testing.assert_allclose(got, top_k_distribution(rel, k, n), rtol=1e-15, atol=0)
+    graph = random_graph(rng, 30)
+    cols = np.sort(rng.choice(30, 12, replace=False))
+    values = rng.random((4, 12)) * (rng.random((4, 12)) < 0.5)
+    values[1] = 0.0
+    values[2, 3] = 1e-9  # below the support threshold
+    for hops in (0, 1, 2):
+        q, c = np.nonzero((values > 0) & (values >= SUPPORT_RTOL * values.max(1, keepdims=True)))
+        c = cols[c]
+        for _ in range(hops):
+            nq, nc = neighbour_entries(graph.indptr, graph.indices, q, c)
+            q, c = union_entries((q, nq), (c, nc), 4, 30)
+        want = LocalRows.from_entries(q, c, True, 4, 30, bool)
+        p = device_walk.DeviceRows(torch.from_numpy(cols), torch.from_numpy(values), 30)
+        got_cols, got_mask = device_walk.region(p, tuple(torch.from_numpy(a) for a in graph[:3]), hops, SUPPORT_RTOL)
+        np.testing.assert_array_equal(got_cols.numpy(), want.cols)
+        np.testing.assert_array_equal(got_mask.numpy(), want.values)
+
+
+def test_dmar_structural_path_on_the_device_equals_the_host(readers, rng):
+    """DMAR's query and candidate subgraphs and best structsim cut from the held knowledge graph
+    (:mod:`~hopgraph.engine.pipelines.dmar.device_structural`) equal the host's
+    (:mod:`~hopgraph.engine.pipelines.dmar.structural`) — queries linking nothing, padded and
+    entity-less candidates, repeated entities included — and so does Score_ent."""
+    from hopgraph.engine.pipelines.dmar.device_structural import held_structure, resident_structure
+    from hopgraph.engine.pipelines.dmar.structural import (best_structsim, candidate_subgraphs, query_subgraphs,
+                                                           structural_scores)
+
+    pipe = readers[0].content.pipelines["dmar"]
+    kg, Z = pipe.knowledge_graph_, pipe.subgraph_emb_
+    E, N = kg.n_entities, kg.passage_entities.n_rows
+    resident = resident_structure(held_structure(DeviceStore("cpu"), kg, Z, "dmar"), E)
+    no_entities = np.flatnonzero(np.diff(kg.passage_entities.indptr) == 0)
+    for B, C in ((1, 1), (3, 7), (5, N)):
+        linked = [np.sort(rng.choice(E, rng.integers(0, 4), replace=False)).astype(np.int32) for _ in range(B)]
+        linked[0] = np.zeros(0, np.int32)  # a question linking nothing
+        cand = rng.integers(0, N, (B, C))
+        cand[:, -1] = -1  # padding
+        if len(no_entities):
+            cand[-1, 0] = no_entities[0]
+        q = query_subgraphs(kg, linked)
+        want_nodes, want_linked, want_pad = candidate_subgraphs(kg, cand, q.local_nodes)
+        want_best = best_structsim(Z, q, want_pad, cand >= 0)
+        got_q = resident.query(linked)
+        assert resident.query(linked) is got_q  # one batch's two scorings share it
+        got_nodes, got_linked, got_pad, valid = resident.candidates(got_q, cand)
+        np.testing.assert_array_equal(got_q.node_sets.numpy(), q.node_sets)
+        np.testing.assert_array_equal(got_nodes.numpy(), want_nodes)
+        np.testing.assert_array_equal(got_linked, want_linked)
+        np.testing.assert_array_equal(got_pad.numpy(), want_pad)
+        np.testing.assert_allclose(resident.best_structsim(got_q, got_pad, valid).numpy(), want_best, atol=1e-6)
+        for mode in ("independent", "shared"):
+            want = structural_scores(kg, Z, cand, linked, 0.5, 20, 3, mode, "cpu")
+            got = resident.scores(cand, linked, 0.5, 20, 3, mode, "cpu")
+            np.testing.assert_allclose(got[0], want[0], atol=1e-6)
+            np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_stitch_on_the_device_rows_do_not_depend_on_their_batch(readers):
+    """A batch whose rows go different ways — on the device, and on the host for a question that
+    activates nothing (uniform prior) or whose prior the filter empties — gives each question what
+    it gets alone."""
+    _, resident, _ = readers
+    n = len(resident.content.components.X)
+    questions = QUESTIONS[:3] + ["zzzz qqqq"] + QUESTIONS[3:5]
+    for allowed in (None, np.arange(n) % 4 != 1):
+        ids, scores = resident.search(questions, 10, "stitch", allowed=allowed)
+        for b, question in enumerate(questions):
+            one_ids, one_scores = resident.search([question], 10, "stitch", allowed=allowed)
+            assert_same_up_to_ties(ids[b], scores[b], one_ids[0], one_scores[0], 1e-6, f"row {b}")

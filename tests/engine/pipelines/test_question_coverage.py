@@ -91,6 +91,35 @@ def test_padding_empty_questions_and_flat_scores(bm25):
     assert got.tolist() == [[1, 0]]
 
 
+def test_a_picked_passage_lifts_the_passages_that_share_a_rare_name_with_it(bm25, name_extraction):
+    """Passages 0 and 4 hold 'Zed Corp' (two passages of six); 'Common Name' is in every passage."""
+    ids = np.array([[0, 1, 2, 4, 3]])
+    scores = np.array([[1.0, 0.95, 0.9, 0.85, 0.0]], np.float32)
+    off, _ = coverage_rerank(cover(bm25, weight=0.0), [[]], ids, scores, 5, ["what is it?"])
+    assert off.tolist() == ids.tolist()
+    step = Cover(bm25, MENTIONS, 0.0, 0.0, 0, 30, 0.2, name_extraction)
+    got, s = coverage_rerank(step, [[]], ids, scores, 5, ["what is it?"])
+    assert got.tolist() == [[0, 4, 1, 2, 3]]  # 0.85 + 0.2 · ln 3 / ln 6 > 0.95
+    assert (np.diff(s[0]) <= 0).all()
+    # the question holds the name: no link
+    assert coverage_rerank(step, [[]], ids, scores, 5, ["what is Zed Corp?"])[0].tolist() == ids.tolist()
+    # in the pair search too: (1, 4) do not share it, (0, 4) do
+    paired = Cover(bm25, MENTIONS, 0.0, 0.0, 5, 30, 0.2, name_extraction)
+    assert coverage_rerank(paired, [[]], ids, scores, 2, ["what is it?"])[0].tolist() == [[0, 4]]
+    with pytest.raises(ValueError, match="question texts"):
+        coverage_rerank(step, [[]], ids, scores, 5)
+
+
+@pytest.fixture(scope="module")
+def name_extraction():
+    from hopgraph.engine.components.corpus import Corpus
+    from hopgraph.engine.components.extraction import extract
+
+    texts = ["Zed Corp made it. Common Name was there.", "Common Name met Ann Lee.", "Common Name sang.",
+             "Common Name slept.", "Zed Corp was founded in Oslo. Common Name ran it.", "Common Name left."]
+    return extract(Corpus.from_records([{"id": str(i), "text": t} for i, t in enumerate(texts)]))
+
+
 @pytest.fixture(scope="module")
 def hop(demo_corpus, hashing_embedder):
     X = hashing_embedder.encode(demo_corpus.embedding_texts())
@@ -102,20 +131,21 @@ def test_hop_is_dmar_then_bridge_then_coverage(hop):
     then by coverage; ``no_coverage`` switches the last step off."""
     pipe, Q = hop
     p = pipe.search_defaults
-    assert type(pipe).ablations["no_coverage"] == {"coverage": 0.0, "coverage_link": 0.0}
+    assert type(pipe).ablations["no_coverage"] == {"coverage": 0.0, "coverage_link": 0.0, "coverage_names": 0.0}
     assert type(pipe).SearchParams.published().coverage == 0.0
-    bare = pipe.with_search_defaults(bridge=0.0, coverage=0.0, coverage_link=0.0)
+    bare = pipe.with_search_defaults(bridge=0.0, coverage=0.0, coverage_link=0.0, coverage_names=0.0)
     lst = bare.search(Q, p.coverage_depth, query_texts=QUESTIONS)
     bridged = bridge_rerank(pipe.components.title_mentions(), *lst, p.coverage_depth, p.bridge, p.bridge_seeds)
     bm25 = pipe.components.bm25()
     step = Cover(bm25, pipe.components.title_mentions(), p.coverage, p.coverage_link, p.coverage_pairs,
-                 p.coverage_depth)
-    want = coverage_rerank(step, bm25.tokenize(QUESTIONS), *bridged, 5)
+                 p.coverage_depth, p.coverage_names, pipe.components.extraction())
+    want = coverage_rerank(step, bm25.tokenize(QUESTIONS), *bridged, 5, QUESTIONS)
     ids, scores = pipe.search(Q, 5, query_texts=QUESTIONS)
     np.testing.assert_array_equal(ids, want[0])
     np.testing.assert_allclose(scores, want[1], rtol=1e-6)
     assert "coverage" in pipe.timings and "title_bridge" in pipe.timings
-    off = pipe.with_search_defaults(coverage=0.0, coverage_link=0.0).search(Q, 5, query_texts=QUESTIONS)[0]
+    off = pipe.with_search_defaults(coverage=0.0, coverage_link=0.0, coverage_names=0.0).search(
+        Q, 5, query_texts=QUESTIONS)[0]
     assert (ids != off).any()
 
 
@@ -129,6 +159,7 @@ def test_hop_respects_filters_and_batches(hop):
 
 
 def test_coverage_parameters_are_checked():
-    for bad in ({"coverage": -0.1}, {"coverage_link": -1.0}, {"coverage_pairs": -1}, {"coverage_depth": 0}):
+    for bad in ({"coverage": -0.1}, {"coverage_link": -1.0}, {"coverage_names": -0.5}, {"coverage_pairs": -1},
+                {"coverage_depth": 0}):
         with pytest.raises(InvalidParameter, match=next(iter(bad))):
             Hop(**bad)
