@@ -241,7 +241,7 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         ``edge_list`` that the corpus now mentions), every subgraph is encoded again. When the
         graphs were loaded by reference (their rows held elsewhere, read by rows):
         :meth:`_add_over_stored` (the same result, reading the rows that can differ); when every
-        subgraph is encoded again, the new graphs and embeddings are held whole. Returns both."""
+        subgraph is encoded again, the new graphs and embeddings are held whole. Returns the new (KG, embeddings)."""
         old_kg = self.knowledge_graph_
         kg = self.knowledge_graph_ = self._build_kg()
         ids = kg.name_ids
