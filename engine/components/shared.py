@@ -12,11 +12,17 @@ once, and shared by every pipeline that declares it needs it (``Pipeline.compone
   / ``b`` reads the same postings);
 * ``extraction`` — :func:`~hopgraph.engine.components.extraction.extract` (SPEC §2 zero-token rules),
   keyed by its two options (``title_entities``, ``numbers``);
-* title mentions — :class:`~hopgraph.engine.components.title_mentions.TitleMentions`.
+* title mentions — :class:`~hopgraph.engine.components.title_mentions.TitleMentions`;
+* fitted states — what a pipeline's fit builds from the components alone, keyed by the pipeline
+  family and what the fit depends on (:meth:`Components.shared_fit`): two pipelines whose fits
+  would build the same state (DMAR and ``hop`` with the same fit parameters) build it once and
+  share it; saved once (:meth:`Components.save_state`: the second pipeline's folder names the
+  first's, :data:`SAME_STATE`) and read once (:meth:`Components.stored_state`).
 
 Live updates: :meth:`Components.extend` takes the grown X and corpus (new rows at the end) and
 updates every built component from the new rows (dense: added rows; BM25: the new passages'
-postings; extraction and title mentions: extended); ``deleted`` (bool [N] or None) marks tombstoned
+postings; extraction and title mentions: extended; fitted states: forgotten, each pipeline updates
+its own, :meth:`Components.shared_update` sharing the result); ``deleted`` (bool [N] or None) marks tombstoned
 rows, which no search returns (:meth:`Components.allowed`).
 
 Segments: :meth:`Components.save` writes every component whole (a base segment);
@@ -32,10 +38,12 @@ shared by the stages of a pipeline's search.
 """
 from __future__ import annotations
 
+import json
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Hashable, Sequence, TypeVar
 
 import numpy as np
 
@@ -47,16 +55,20 @@ from ..errors import IndexFormatError, InputError
 from .extraction import (DELTA_FILES as EXTRACTION_DELTA_FILES, Extraction, apply_extraction_deltas,
                          extend_extraction, extract, extraction_delta, lower_words)
 from .late_pooling import LateTexts
-from ..storage import load_arrays, save_arrays
+from ..storage import load_arrays, save_arrays, write_json
 from .query_batch import QueryBatch
 from .title_mentions import TitleMentions
 from ..graphs.store import GraphStore, LocalStore
 
+#: the file a pipeline's folder holds instead of its fitted state when that state is the one saved in
+#: a folder beside it (``{"pipeline": name of that folder}``, :meth:`Components.save_state`)
+SAME_STATE = "same-state.json"
 #: folder of the saved title mention graph (:meth:`Components.title_mentions`)
 TITLE_MENTIONS_DIR = "title-mentions"
 #: the kinds of shared components, which a pipeline declares in ``components_used`` (the corpus
 #: store is every pipeline's and need not be declared)
 COMPONENT_KINDS = ("corpus", "dense", "bm25", "extraction")
+T = TypeVar("T")
 #: stored BM25 postings of segments after the last whole one are joined in memory up to this many passages
 JOIN_POSTINGS_BELOW = 1_000_000
 
@@ -103,6 +115,10 @@ class Components:
         self.work_dir: Path | None = None
         #: the title mention graph and the corpus it was built from (:meth:`title_mentions`)
         self._title_mentions: tuple[Corpus, TitleMentions] | None = None
+        #: pipelines' fitted states by key (:meth:`shared_fit`, :meth:`shared_update`, :meth:`stored_state`)
+        self._fitted: dict[Hashable, Any] = {}
+        #: the folders :meth:`save_state` wrote a state into, with its parts (weak references)
+        self._saved: dict[Path, tuple[weakref.ref, ...]] = {}
         #: tombstones: bool [N], True for a deleted row (None: nothing deleted)
         self.deleted: np.ndarray | None = None
         #: what was built in this process: kind → number of builds and seconds (for reports and tests)
@@ -179,6 +195,56 @@ class Components:
             self._title_mentions = (corpus, self._title_mentions[1].extended(corpus, self._title_mentions[1].n_chunks))
         return self._title_mentions[1]
 
+    def shared_fit(self, key: Hashable, build: Callable[[], T]) -> T:
+        """The fitted state ``build()`` makes over these components, built once per ``key`` (the
+        pipeline family and every value the fit depends on) until the rows grow, and shared by every
+        pipeline that asks with the same key. The state is read, never changed in place: a pipeline
+        that retrains a part replaces its own reference."""
+        if key not in self._fitted:
+            self._fitted[key] = build()
+        return self._fitted[key]
+
+    def shared_update(self, key: Hashable, old: tuple[Any, ...], update: Callable[[], T]) -> T:
+        """The state ``update()`` makes from the state ``old`` (its parts) after the rows grew (a live
+        add), computed once for ``key`` and those parts and shared by the pipelines that held them
+        (compared by identity: a pipeline holding other parts, e.g. loaded from its own files or
+        retrained, updates its own). The parts are held by weak reference only."""
+        held = self._fitted.get(("update", key))
+        if held is None or len(held[0]) != len(old) or any(r() is not o for r, o in zip(held[0], old)):
+            held = self._fitted[("update", key)] = (tuple(weakref.ref(o) for o in old), update())
+        return held[1]
+
+    def save_state(self, directory: Path, parts: tuple[Any, ...], save: Callable[[Path], None]) -> None:
+        """Save a pipeline's fitted state (its ``parts``) into ``directory`` with ``save(directory)``;
+        or, when this process saved the same parts (identical objects) into a folder beside
+        ``directory`` (same parent: ``dmar`` beside ``hop`` in one segment), write only
+        :data:`SAME_STATE` naming that folder."""
+        for where, refs in self._saved.items():
+            if where.parent == directory.parent and where != directory and where.is_dir() \
+                    and len(refs) == len(parts) and all(r() is p for r, p in zip(refs, parts)):
+                directory.mkdir(parents=True, exist_ok=True)
+                write_json(directory / SAME_STATE, {"pipeline": where.name})
+                return
+        save(directory)
+        self._saved[directory] = tuple(weakref.ref(p) for p in parts)
+
+    def stored_state(self, directory: Path, rows: int | None, load: Callable[[Path], T]) -> T:
+        """The state ``load(folder)`` reads from ``directory``, or from the folder beside it that its
+        :data:`SAME_STATE` names; read once per folder and row count, and shared by the pipelines
+        that read it."""
+        source = directory
+        if (directory / SAME_STATE).is_file():
+            try:
+                name = json.loads((directory / SAME_STATE).read_text(encoding="utf-8")).get("pipeline")
+            except (ValueError, AttributeError, OSError):
+                name = None
+            plain = isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
+            source = directory.parent / name if plain else directory
+            if source == directory or not source.is_dir():
+                raise IndexFormatError(f"{directory / SAME_STATE}: names no folder beside it holding a "
+                                       f"state ({name!r})")
+        return self.shared_fit(("stored", str(source), rows), lambda: load(source))
+
     def batch(self, Q: np.ndarray, texts: Sequence[str] | None = None,
               allowed: np.ndarray | None = None) -> QueryBatch:
         """A :class:`QueryBatch` over these components, restricted to ``allowed`` rows (bool [N],
@@ -211,6 +277,7 @@ class Components:
         if corpus is not None and len(corpus) != len(X):
             raise InputError(f"corpus has {len(corpus)} passages but X has {len(X)} rows")
         self.X, self.corpus = X, corpus
+        self._fitted.clear()
         if self._dense is not None:
             self._dense.add(X, start)
         if self._postings:

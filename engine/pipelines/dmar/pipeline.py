@@ -82,6 +82,7 @@ from ...params import FitParams, anything, choice, flag, integer, path, real
 from ...ranking import PAD_ID, PAD_SCORE, topk_rows
 from .reformulation import anchor_snippets, generate_texts, resolve_generator, rule_vectors
 from ...storage import check_unit_rows, load_arrays, pack_strings, save_arrays
+from .scores import dedupe_rows, zscore
 from .device_structural import HeldStructure
 from .structural import structural_scores
 from ...timing import StageTimer
@@ -93,28 +94,6 @@ CANDIDATE_SOURCES = ("bm25", "hybrid")
 #: entity linking, subgraph/candidate node sets, GNN structsim cosines, Shapley kernel, semantic/
 #: lexical/gate fusion, anchors + reformulation + faiss second stage, final rerank, title bridge
 STAGES = ("recall", "link", "subgraphs", "gnn", "shapley", "fusion", "second_stage", "rerank", "title_bridge")
-
-
-def zscore(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Row-wise z-scores over the entries where ``mask`` holds; 0 elsewhere and for flat rows."""
-    m = mask.astype(np.float64)
-    cnt = np.maximum(m.sum(1, keepdims=True), 1)
-    v = np.where(mask, values, 0.0).astype(np.float64)
-    mean = v.sum(1, keepdims=True) / cnt
-    std = np.sqrt((np.where(mask, (v - mean) ** 2, 0.0)).sum(1, keepdims=True) / cnt)
-    z = np.where(std > 1e-9, (v - mean) / np.maximum(std, 1e-9), 0.0)
-    return np.where(mask, z, 0.0).astype(np.float32)
-
-
-def dedupe_rows(ids: np.ndarray) -> np.ndarray:
-    """Replace repeated ids within a row (after the first) by padding -1."""
-    order = np.argsort(ids, axis=1, kind="stable")
-    s = np.take_along_axis(ids, order, 1)
-    dup_sorted = np.zeros_like(s, bool)
-    dup_sorted[:, 1:] = (s[:, 1:] == s[:, :-1]) & (s[:, 1:] >= 0)
-    dup = np.zeros_like(dup_sorted)
-    np.put_along_axis(dup, order, dup_sorted, 1)
-    return np.where(dup, PAD_ID, ids)
 
 
 def _is_generator(value: Any) -> bool:
@@ -223,9 +202,18 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
 
     # ------------------------------------------------------------------ index
     def _fit(self, progress: bool) -> None:
+        """KG, pre-trained encoder, subgraph embeddings, gate: once per index (:meth:`Components.shared_fit`)."""
+        self.knowledge_graph_, self.encoder_, self.subgraph_emb_, self.gate_ = self.components.shared_fit(
+            self._fit_key(), lambda: self._fit_state(progress))
+
+    def _fit_key(self) -> tuple:
+        """What the fitted state depends on besides the components: fit parameters, pre-training seed."""
+        return ("dmar", tuple(sorted(self.fit_params.to_dict().items())), self.search_defaults.random_state)
+
+    def _fit_state(self, progress: bool) -> tuple[KnowledgeGraph, SubgraphEncoder, np.ndarray, Gate]:
         self.knowledge_graph_ = self._build_kg()
         self.train_gnn(self.fit_params.gnn_steps, progress=progress)
-        self.gate_ = Gate(self.components.X.shape[1])
+        return self.knowledge_graph_, self.encoder_, self.subgraph_emb_, Gate(self.components.X.shape[1])
 
     def _build_kg(self) -> KnowledgeGraph:
         """The knowledge graph of the shared extraction (SPEC §3 step 2), BM25 built on the way."""
@@ -235,6 +223,12 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
                                      fp.max_passage_entities, fp.max_query_entities)
 
     def _add(self, start: int, progress: bool) -> None:
+        """:meth:`_update`, once for the pipelines holding the same state (:meth:`Components.shared_update`)."""
+        old = (self.knowledge_graph_, self.subgraph_emb_, self.encoder_)
+        self.knowledge_graph_, self.subgraph_emb_ = self.components.shared_update(
+            self._fit_key(), old, lambda: self._update(start, progress))
+
+    def _update(self, start: int, progress: bool) -> tuple[KnowledgeGraph, np.ndarray]:
         """Passages ``[start, N)`` were appended (SPEC §3 step 2 on the grown corpus): the
         knowledge graph is rebuilt from the extended shared extraction (arithmetic), the entity
         features recomputed, and with the **same** encoder (not retrained: ``Index.compact()`` or
@@ -247,7 +241,7 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         ``edge_list`` that the corpus now mentions), every subgraph is encoded again. When the
         graphs were loaded by reference (their rows held elsewhere, read by rows):
         :meth:`_add_over_stored` (the same result, reading the rows that can differ); when every
-        subgraph is encoded again, the new graphs and embeddings are held whole."""
+        subgraph is encoded again, the new graphs and embeddings are held whole. Returns the new (KG, embeddings)."""
         old_kg = self.knowledge_graph_
         kg = self.knowledge_graph_ = self._build_kg()
         ids = kg.name_ids
@@ -255,12 +249,12 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         if (pos < 0).any() or (np.diff(pos) <= 0).any():
             features = entity_features(kg.passage_entities, self.components.X)
             self.subgraph_emb_ = encode_all(self.encoder_, kg.ego, kg.adj, features, progress=progress)
-            return
+            return kg, self.subgraph_emb_
         old_ids = np.full(kg.n_entities, -1, np.int64)
         old_ids[pos] = np.arange(old_kg.n_entities)
         if stored_graph(old_kg.ego) is not None:
             self._add_over_stored(old_kg, start, pos, old_ids, progress)
-            return
+            return self.knowledge_graph_, self.subgraph_emb_
         old_emb = np.asarray(self.subgraph_emb_)
         features = entity_features(kg.passage_entities, self.components.X)
         changed = changed_subgraphs(old_kg.ego, old_kg.adj, old_kg.passage_entities, kg.ego, kg.adj,
@@ -269,7 +263,7 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         emb[~changed] = old_emb[old_ids[~changed]]
         emb[changed] = encode_subgraphs(self.encoder_, kg.ego, kg.adj, features, np.flatnonzero(changed),
                                         progress=progress)
-        self.subgraph_emb_ = emb
+        return kg, emb
 
     def _add_over_stored(self, old_kg: KnowledgeGraph, start: int, new_of_old: np.ndarray, old_ids: np.ndarray,
                          progress: bool) -> None:
@@ -347,6 +341,14 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         self.changed()
 
     def _save(self, directory: Path) -> None:
+        """:meth:`_write_state`, or the name of a folder beside with this state (:meth:`Components.save_state`)."""
+        self.components.save_state(directory, self._parts(), self._write_state)
+
+    def _parts(self) -> tuple[KnowledgeGraph, SubgraphEncoder, Any, Gate]:
+        """The fitted state: knowledge graph, encoder, subgraph embeddings, gate."""
+        return self.knowledge_graph_, self.encoder_, self.subgraph_emb_, self.gate_
+
+    def _write_state(self, directory: Path) -> None:
         """The knowledge graph (:meth:`KnowledgeGraph.save`), the encoder and gate weights and the
         subgraph embeddings, by entity, through the index's graph store (with, over embeddings
         loaded by reference, the rows held since)."""
@@ -419,6 +421,11 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         self.knowledge_graph_, self.subgraph_emb_ = kg, emb
 
     def _load(self, directory: Path) -> None:
+        """:meth:`_read_state` of ``directory`` or of the folder it names, once (:meth:`Components.stored_state`)."""
+        self.knowledge_graph_, self.encoder_, self.subgraph_emb_, self.gate_ = self.components.stored_state(
+            directory, self._stored_rows, self._read_state)
+
+    def _read_state(self, directory: Path) -> tuple[KnowledgeGraph, SubgraphEncoder, Any, Gate]:
         """Open the saved KG, GNN, gate and subgraph embeddings, checked against each other and X."""
         weights = sorted(p.stem for p in directory.glob("*.npy") if p.stem.startswith(("gnn.", "gate.")))
         arrays = load_arrays(directory, weights)
@@ -444,6 +451,7 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         else:
             self.subgraph_emb_ = check_unit_rows(emb, str(directory / "subgraph_emb.npy"),
                                                  rows=self.knowledge_graph_.n_entities, dim=d_out, allow_zero=True)
+        return self._parts()
 
     # ------------------------------------------------------------------ search
     def _search_batch(self, batch: QueryBatch, k: int, params: DMARSearch, timer: StageTimer
