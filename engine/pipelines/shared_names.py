@@ -31,10 +31,15 @@ DERIVED_KEY = "chunk_names"
 
 def chunk_names(ex: Extraction) -> ChunkNames:
     """The passages' names of the extraction ``ex`` (:meth:`ChunkNames.from_extraction`, no title
-    links), made once per extraction object and held with it."""
+    links), made once per extraction object and held with it; where ``ex`` extends an extraction
+    whose names were made (a live add), those names extended by the new passages' only
+    (:meth:`ChunkNames.extended`, equal to remaking them)."""
     names = ex.derived.get(DERIVED_KEY)
     if names is None or names.n_chunks != ex.n_chunks:
-        names = ex.derived[DERIVED_KEY] = ChunkNames.from_extraction(ex)
+        previous = (ex.previous_derived or {}).get(DERIVED_KEY)
+        names = previous.extended(ex, ()) if previous is not None else None
+        ex.derived[DERIVED_KEY] = names = names if names is not None else ChunkNames.from_extraction(ex)
+        ex.previous_derived = None  # the older names are no longer needed
     return names
 
 

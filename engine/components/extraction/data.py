@@ -59,6 +59,9 @@ class Extraction:
     #: transient: structures a reader derives from this extraction once (keyed by the reader's name;
     #: an extended extraction is a new object and starts empty)
     derived: dict = field(default_factory=dict, repr=False, compare=False)
+    #: transient: the ``derived`` structures of the extraction this one extends (set by
+    #: :func:`extend_extraction`), for a reader to extend its structure instead of remaking it
+    previous_derived: "dict | None" = field(default=None, repr=False, compare=False)
 
     @property
     def n_topics(self) -> int:

@@ -68,4 +68,5 @@ def extend_extraction(old: Extraction, corpus: Corpus, start: int, title_entitie
     ex.text_index = new.text_index  # the stored table and the texts added since: no dict over every text
     ex.name_stable = stable
     ex.previous_names = (old.n_chunks, len(old.names), old_map)
+    ex.previous_derived = old.derived
     return ex

@@ -69,3 +69,28 @@ def test_the_passages_names_are_made_once_per_extraction():
     assert chunk_names(ex) is first
     assert isinstance(first, ChunkNames) and first.n_chunks == len(TEXTS)
     assert _extraction().derived == {}  # a new extraction starts without
+
+
+def test_an_extended_extraction_extends_the_names_instead_of_remaking_them(monkeypatch):
+    from hopgraph.engine.components.extraction import extend_extraction
+
+    old = extract(Corpus.from_strings(TEXTS[:5]))
+    made = chunk_names(old)
+    grown = extend_extraction(old, Corpus.from_strings(TEXTS), 5)
+    expected = ChunkNames.from_extraction(grown)
+    monkeypatch.setattr(ChunkNames, "from_extraction", classmethod(lambda cls, ex, titles=(): 1 / 0))
+    names = chunk_names(grown)
+    assert names is not made and names.n_chunks == len(TEXTS) and grown.previous_derived is None
+    for field in ("indptr", "names", "idf", "title"):
+        np.testing.assert_array_equal(getattr(names, field), getattr(expected, field))
+    question = "Who ran it?"
+    np.testing.assert_array_equal(shared_name_links(names, grown.names, np.arange(len(TEXTS)), question),
+                                  shared_name_links(expected, grown.names, np.arange(len(TEXTS)), question))
+
+
+def test_an_extended_extraction_whose_base_names_were_never_made_makes_them():
+    from hopgraph.engine.components.extraction import extend_extraction
+
+    grown = extend_extraction(extract(Corpus.from_strings(TEXTS[:5])), Corpus.from_strings(TEXTS), 5)
+    names = chunk_names(grown)
+    np.testing.assert_array_equal(names.names, ChunkNames.from_extraction(grown).names)
