@@ -11,10 +11,12 @@ training of these networks at a small corpus (``docs/decisions/one-forward-pass-
 """
 from __future__ import annotations
 
-from typing import Iterable
+import inspect
+from typing import Callable, Iterable
 
 import torch
 from torch.optim.adam import adam
+from torch.optim.adamw import adamw
 
 
 class Adam:
@@ -57,10 +59,21 @@ class Adam:
             sq_avgs.append(sq_avg)
             steps.append(step)
         if params:
-            adam(params, grads, avgs, sq_avgs, [], steps, foreach=None, capturable=False, differentiable=False,
-                 fused=None, grad_scale=None, found_inf=None, has_complex=False,
-                 decoupled_weight_decay=self.decoupled, amsgrad=False, beta1=self.betas[0], beta2=self.betas[1],
-                 lr=self.lr, weight_decay=self.weight_decay, eps=self.eps, maximize=False)
+            update, decoupling = _functional_update(self.decoupled)
+            update(params, grads, avgs, sq_avgs, [], steps, foreach=None, capturable=False, differentiable=False,
+                   fused=None, grad_scale=None, found_inf=None, has_complex=False, amsgrad=False,
+                   beta1=self.betas[0], beta2=self.betas[1], lr=self.lr, weight_decay=self.weight_decay,
+                   eps=self.eps, maximize=False, **decoupling)
+
+
+def _functional_update(decoupled: bool) -> tuple[Callable[..., None], dict[str, bool]]:
+    """torch's functional update and its decoupling argument: ``adam(..., decoupled_weight_decay=)``
+    where torch's ``adam`` takes it (AdamW is Adam with that switch in recent torch); in an older torch
+    of the supported range, ``adam`` for Adam and ``adamw`` (the function ``AdamW.step`` calls there)
+    for AdamW."""
+    if "decoupled_weight_decay" in inspect.signature(adam).parameters:
+        return adam, {"decoupled_weight_decay": decoupled}
+    return (adamw if decoupled else adam), {}
 
 
 def _scalar_dtype() -> torch.dtype:

@@ -121,3 +121,27 @@ print(sorted(m for m in ("torch._dynamo", "triton", "sympy") if m in sys.modules
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("kind", ["adam", "adamw"])
+def test_same_bits_on_a_torch_whose_adam_has_no_decoupling(monkeypatch, kind: str) -> None:
+    """An older torch of the supported range: ``adam`` without ``decoupled_weight_decay`` (AdamW by
+    ``adamw``) — the same parameters as torch.optim's classes."""
+    import hopgraph.engine.pipelines.dmar.adam as module
+    from torch.optim.adam import adam as torch_adam
+
+    def old_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, foreach=None,
+                 capturable=False, differentiable=False, fused=None, grad_scale=None, found_inf=None,
+                 has_complex=False, *, amsgrad, beta1, beta2, lr, weight_decay, eps, maximize):
+        torch_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, foreach=foreach,
+                   capturable=capturable, differentiable=differentiable, fused=fused, grad_scale=grad_scale,
+                   found_inf=found_inf, has_complex=has_complex, amsgrad=amsgrad, beta1=beta1, beta2=beta2,
+                   lr=lr, weight_decay=weight_decay, eps=eps, maximize=maximize)
+
+    monkeypatch.setattr(module, "adam", old_adam)
+    ours_net, ref_net = _net(6), _net(6)
+    decoupled = kind == "adamw"
+    ours = Adam(ours_net.parameters(), lr=3e-2, weight_decay=0.1, decoupled=decoupled)
+    ref = (torch.optim.AdamW if decoupled else torch.optim.Adam)(ref_net.parameters(), lr=3e-2, weight_decay=0.1)
+    assert _train(ours_net, ours, 6) == _train(ref_net, ref, 6)
+    assert all(torch.equal(a, b) for a, b in zip(ours_net.parameters(), ref_net.parameters()))
