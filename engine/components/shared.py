@@ -221,12 +221,18 @@ class Components:
         :data:`SAME_STATE` naming that folder."""
         for where, refs in self._saved.items():
             if where.parent == directory.parent and where != directory and where.is_dir() \
+                    and not (where / SAME_STATE).exists() \
                     and len(refs) == len(parts) and all(r() is p for r, p in zip(refs, parts)):
                 directory.mkdir(parents=True, exist_ok=True)
                 write_json(directory / SAME_STATE, {"pipeline": where.name})
                 return
         save(directory)
         self._saved[directory] = tuple(weakref.ref(p) for p in parts)
+
+    def begin_segment_write(self) -> None:
+        """Forget the folders :meth:`save_state` wrote before: a segment's pipelines name only a
+        folder of the segment being written (an earlier, failed write of the same name included)."""
+        self._saved.clear()
 
     def stored_state(self, directory: Path, rows: int | None, load: Callable[[Path], T]) -> T:
         """The state ``load(folder)`` reads from ``directory``, or from the folder beside it that its

@@ -41,6 +41,7 @@ def write_segment(directory: Path, content: IndexContent, since: Committed | Non
     since ``since`` (None: everything) under ``directory``; returns the segment manifest's fields
     (``corpus``, ``embeddings``: only with rows; ``components``; ``pipelines``: those that wrote)."""
     fields: dict[str, Any] = {}
+    content.components.begin_segment_write()
     if stop > start:
         whole = since is None and start == 0 and stop == len(content.X)
         part = content.corpus if whole and stop == len(content.corpus) else content.corpus.rows(start, stop)

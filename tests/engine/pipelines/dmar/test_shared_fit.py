@@ -156,3 +156,24 @@ def test_shared_fit_is_built_once_per_key_and_forgotten_when_rows_grow(demo_corp
     new = comp.shared_update("k", old, object)
     assert comp.shared_update("k", old, object) is new
     assert comp.shared_update("k", (old[0], np.ones(2)), object) is not new
+
+
+def test_save_state_names_only_a_full_state_of_the_segment_being_written(tmp_path):
+    class Part:
+        pass
+
+    comp = Components(np.eye(4, dtype=np.float32))
+    parts = (Part(), Part())
+
+    def write(directory):
+        directory.mkdir(parents=True)
+        (directory / "state.npy").write_bytes(b"x")
+
+    comp.save_state(tmp_path / "seg" / "hop", parts, write)
+    comp.save_state(tmp_path / "seg" / "dmar", parts, write)
+    assert [p.name for p in (tmp_path / "seg" / "dmar").iterdir()] == [SAME_STATE]
+    comp.save_state(tmp_path / "seg" / "third", parts, write)  # never a folder that names another
+    assert json.loads((tmp_path / "seg" / "third" / SAME_STATE).read_text()) == {"pipeline": "hop"}
+    comp.begin_segment_write()  # a new write of the same segment name: the earlier folders are forgotten
+    comp.save_state(tmp_path / "seg" / "dmar2", parts, write)
+    assert (tmp_path / "seg" / "dmar2" / "state.npy").is_file()
