@@ -39,7 +39,9 @@ class IndexLive:
 
         Only the new passages are embedded (with the index's embedder, or ``embeddings`` given
         for them); when a fitted pipeline late-chunks extraction texts (STITCH), the new texts are
-        pooled in the new passages' own forward pass, as in ``Index.build``. Every built component and fitted pipeline is updated: dense and BM25 exactly
+        pooled in the new passages' own forward pass, as in ``Index.build`` (that pass runs the
+        build's passages a pass; ``batch_size`` is the embedder's batch when it embeds the passages
+        alone). Every built component and fitted pipeline is updated: dense and BM25 exactly
         as a build from scratch of the grown corpus would be; the graph pipelines incrementally
         (each pipeline's ``add`` says what stays approximate until :meth:`~hopgraph.index.Index.compact`). An id the
         index already holds raises :class:`InputError` naming it, unless ``upsert=True``, which
