@@ -58,12 +58,18 @@ class DeviceRows:
         return DeviceRows(cols, values, self.n)
 
 
+def rows_summing_to_one(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row of ``values`` [B, M] divided by its sum (0 where the sum is not > 0), and the rows
+    whose sum is not > 0 (bool [B], on the device)."""
+    s = values.sum(1, keepdim=True)
+    return torch.where(s > 0, values / torch.where(s > 0, s, 1.0), 0.0), s[:, 0] <= 0
+
+
 def normalised(I: DeviceRows) -> tuple[DeviceRows, np.ndarray]:
     """``p = I / Σ I`` per row (0 where Σ I = 0), and the rows whose Σ I is 0 (host bool [B]:
     their prior is uniform over the corpus, walked on the host)."""
-    s = I.values.sum(1, keepdim=True)
-    p = torch.where(s > 0, I.values / torch.where(s > 0, s, 1.0), 0.0)
-    return DeviceRows(I.cols, p, I.n), as_numpy(s[:, 0] <= 0)
+    p, empty = rows_summing_to_one(I.values)
+    return DeviceRows(I.cols, p, I.n), as_numpy(empty)
 
 
 def top_k_distribution(rel: torch.Tensor, k: int, n: int) -> torch.Tensor:
@@ -77,11 +83,9 @@ def top_k_distribution(rel: torch.Tensor, k: int, n: int) -> torch.Tensor:
     kk = min(k, rel.shape[1])
     top = torch.sort(rel.to(torch.float32), dim=1, descending=True, stable=True).indices[:, :kk]
     out.scatter_(1, top, rel.gather(1, top))
-    out = out.clamp_min(0.0)
-    s = out.sum(1, keepdim=True)
-    out = torch.where(s > 0, out / torch.where(s > 0, s, 1.0), 0.0)
+    out, empty = rows_summing_to_one(out.clamp_min(0.0))
     if n == rel.shape[1]:
-        out[s[:, 0] <= 0] = 1.0 / rel.shape[1]
+        out[empty] = 1.0 / rel.shape[1]
     return out
 
 
@@ -102,9 +106,8 @@ def finished_prior(p: DeviceRows, rel: LocalRows, prior_mix: float, n_seeds: int
     if allowed is None:
         return p, np.zeros(len(p), bool)
     ok = as_tensor(np.asarray(allowed, bool), device=dev, name="filter")[p.cols]
-    v = torch.where(ok[None, :], p.values, 0.0)
-    s = v.sum(1, keepdim=True)
-    return DeviceRows(p.cols, torch.where(s > 0, v / torch.where(s > 0, s, 1.0), 0.0), p.n), as_numpy(s[:, 0] <= 0)
+    values, empty = rows_summing_to_one(torch.where(ok[None, :], p.values, 0.0))
+    return DeviceRows(p.cols, values, p.n), as_numpy(empty)
 
 
 def region(p: DeviceRows, adjacency: tuple[torch.Tensor, ...], hops: int, rtol: float
