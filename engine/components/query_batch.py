@@ -2,13 +2,16 @@
 tokens, the dense and BM25 top lists, the cosine of every passage."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from ..errors import InputError
+from ..graphs.device_store import DeviceStore
 
 if TYPE_CHECKING:
+    import torch
+
     from .shared import Components
 
 #: a cached ``Q @ X.T`` of a batch is kept only up to this many entries (larger: not cached)
@@ -28,6 +31,7 @@ class QueryBatch:
         self._dense: tuple[np.ndarray, np.ndarray] | None = None
         self._bm25: tuple[np.ndarray, np.ndarray] | None = None
         self._cosine: np.ndarray | None = None
+        self._on_device: dict[str, Any] = {}
 
     def __len__(self) -> int:
         return len(self.Q)
@@ -49,6 +53,52 @@ class QueryBatch:
         if self._dense is None or self._dense[0].shape[1] < k:
             self._dense = self.components.dense.topk(self.Q, k, self.allowed)
         return self._dense[0][:, :k], self._dense[1][:, :k]
+
+    # ------------------------------------------------------------------ on the device
+    @property
+    def device(self) -> "torch.device | None":
+        """The torch device where the index's graph store holds its arrays (a
+        :class:`~hopgraph.engine.graphs.device_store.DeviceStore`), else None (the batch is
+        searched on the host only)."""
+        store = self.components.graphs
+        return store.device if isinstance(store, DeviceStore) else None
+
+    def _device_value(self, key: str, make: Any) -> Any:
+        """``make()``, computed once per batch and kept under ``key``."""
+        if key not in self._on_device:
+            self._on_device[key] = make()
+        return self._on_device[key]
+
+    def question_tensor(self) -> "torch.Tensor":
+        """The question vectors Q as a float32 tensor on :attr:`device` (they go in once per batch)."""
+        from ...kernels.tensors import as_tensor
+
+        return self._device_value("Q", lambda: as_tensor(np.asarray(self.Q, np.float32), device=self.device,
+                                                         name="questions"))
+
+    def allowed_tensor(self) -> "torch.Tensor | None":
+        """The batch's filter (bool [N]) on :attr:`device`, None without one (it goes in once per batch)."""
+        from ...kernels.tensors import as_tensor
+
+        if self.allowed is None:
+            return None
+        return self._device_value("allowed", lambda: as_tensor(self.allowed, device=self.device, name="filter"))
+
+    def dense_topk_tensors(self, k: int) -> tuple["torch.Tensor", "torch.Tensor"]:
+        """:meth:`dense_topk` as tensors on :attr:`device` (ids int64, scores float32)."""
+        from ...kernels.tensors import as_tensor
+
+        ids, scores = self.dense_topk(k)
+        return as_tensor(ids, device=self.device, name="dense ids"), as_tensor(scores, device=self.device,
+                                                                               name="dense scores")
+
+    def bm25_topk_tensors(self, k: int) -> tuple["torch.Tensor", "torch.Tensor"]:
+        """:meth:`bm25_topk` as tensors on :attr:`device` (ids int64, scores float32)."""
+        from ...kernels.tensors import as_tensor
+
+        ids, scores = self.bm25_topk(k)
+        return as_tensor(ids, device=self.device, name="bm25 ids"), as_tensor(scores, device=self.device,
+                                                                             name="bm25 scores")
 
     def dense_topk_of(self, Q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Dense top-``k`` of other query vectors (e.g. reformulated ones) under this batch's filter."""
