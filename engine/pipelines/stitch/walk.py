@@ -168,8 +168,10 @@ class ChunkGraphWalk(Pipeline[F, S]):
         self._reset_caches()
 
     @abstractmethod
-    def _text_embeddings(self, ex: Extraction, progress: bool, old: np.ndarray | None = None) -> np.ndarray:
-        """The embeddings of ``ex.texts`` (``old``: those of its first texts, kept)."""
+    def _text_embeddings(self, ex: Extraction, progress: bool, old: np.ndarray | None = None,
+                         first_row: int = 0) -> np.ndarray:
+        """The embeddings of ``ex.texts`` (``old``: those of its first texts, kept; the texts after
+        them are first used by the passages from ``first_row`` on)."""
 
     def _add(self, start: int, progress: bool) -> None:
         """Passages ``[start, N)`` were appended: the shared extraction was extended (old text ids
@@ -185,7 +187,8 @@ class ChunkGraphWalk(Pipeline[F, S]):
         if ex.n_chunks != n or len(ex.texts) < len(old):
             raise InputError(f"{self.name}: the extraction covers {ex.n_chunks} passages and {len(ex.texts)} texts, "
                              f"the index {n} passages and {len(old)} embedded texts")
-        new = build_hypergraph(ex, self._text_embeddings(ex, progress, old), self.fit_params.max_group_chunks)
+        new = build_hypergraph(ex, self._text_embeddings(ex, progress, old, start),
+                               self.fit_params.max_group_chunks)
         self.hypergraph_ = new.with_stored_rows(self.hypergraph_, self.components.graphs)
         self.components.bm25(who=self.name)
         self._reset_caches()
