@@ -6,7 +6,7 @@ compute them on the host, bit for bit.
 What stays on the host is the query side (:class:`DeviceQuery`): the vocabulary lookup (a host
 hash table) gives each query token its ``(part, vocabulary id)`` hits, whose postings spans
 (``indptr``, on the host) and idf (from the summed or the given statistics) go to the device once
-per batch — two arrays. There the postings entries are gathered and scored with the host's
+per batch, as one array. There the postings entries are gathered and scored with the host's
 arithmetic (:func:`~.bm25.term_weights` in float64 on the same values, rounded once to float32),
 and each query's scores summed per passage in float32, token after token: one ``index_add_`` per
 (token place, part) group, in which a (query, passage) pair occurs at most once, so every sum is
@@ -38,8 +38,9 @@ from .bm25 import BM25Index, term_weights
 BLOCK_ENTRIES = 1 << 24
 #: the name the postings are held under in the store (its warning names it when they do not fit)
 COMPONENT = "bm25 postings"
-#: the fields of a query hit, in the order of the rows of :attr:`DeviceQuery.hits`
-HIT_FIELDS = ("query", "step", "part", "start", "length")
+#: the fields of a query hit, in the order of the rows of :attr:`DeviceQuery.hits` (``idf``: its
+#: float32 bits)
+HIT_FIELDS = ("query", "step", "part", "start", "length", "idf")
 
 
 class Group(NamedTuple):
@@ -66,33 +67,31 @@ class Block(NamedTuple):
 
 class DeviceQuery:
     """The host side of a batch of token lists over ``index`` (module docstring): one hit per
-    (query, known token, part holding it) — ``hits`` int64 [5, H] (:data:`HIT_FIELDS`: the query,
+    (query, known token, part holding it) — ``hits`` int64 [6, H] (:data:`HIT_FIELDS`: the query,
     the token's place among the query's known tokens, repeats counted, the part, the posting's
-    start and length there) and ``idf`` float32 [H] — ordered by block, step, part, query, and the
-    :class:`Block` s of at most ``block_entries`` entries. ``send`` makes the two arrays tensors
-    on ``device`` (the batch's crossings in; none without a hit)."""
+    start and length there, the bits of the token's float32 idf) ordered by block, step, part,
+    query — and the :class:`Block` s of at most ``block_entries`` entries. :meth:`tensors` makes
+    it a tensor on ``device`` (the batch's one crossing in; none without a hit)."""
 
     def __init__(self, index: BM25Index, tokens: Sequence[Sequence[str]], device: Any,
                  block_entries: int = BLOCK_ENTRIES) -> None:
         self.n_queries = len(tokens)
         flat = [t for query in tokens for t in query]
         found = index.token_postings(flat)
-        rows: list[tuple[int, int, int, int, int]] = []
-        idf: list[np.float32] = []
+        rows: list[tuple[int, int, int, int, int, int]] = []
         at = 0
         for q, query in enumerate(tokens):
             step = 0
             for token, hits in zip(query, found[at:at + len(query)]):
                 if not hits:
                     continue
-                w = index.token_idf(token, hits)
+                idf = int(np.float32(index.token_idf(token, hits)).view(np.int32))
                 for p, t in hits:
                     start = int(index.parts[p].indptr[t])
-                    rows.append((q, step, p, start, int(index.parts[p].indptr[t + 1]) - start))
-                    idf.append(w)
+                    rows.append((q, step, p, start, int(index.parts[p].indptr[t + 1]) - start, idf))
                 step += 1
             at += len(query)
-        hits = np.asarray(rows, np.int64).reshape(-1, 5).T
+        hits = np.asarray(rows, np.int64).reshape(-1, len(HIT_FIELDS)).T
         per_query = np.bincount(hits[0], weights=hits[4], minlength=self.n_queries).astype(np.int64)
         block_of = np.zeros(self.n_queries, np.int64)
         self.blocks: list[Block] = []
@@ -107,7 +106,6 @@ class DeviceQuery:
                 total += int(per_query[q])
         order = np.lexsort((hits[0], hits[2], hits[1], block_of[hits[0]])) if hits.shape[1] else np.zeros(0, np.int64)
         self.hits = np.ascontiguousarray(hits[:, order])
-        self.idf = np.asarray(idf, np.float32).reshape(-1)[order]
         keys = np.stack([block_of[self.hits[0]], self.hits[1], self.hits[2]])
         cuts = np.flatnonzero(np.any(keys[:, 1:] != keys[:, :-1], axis=0)) + 1
         for a, b in zip(np.concatenate([[0], cuts]).tolist(), np.concatenate([cuts, [len(order)]]).tolist()):
@@ -125,10 +123,10 @@ class DeviceQuery:
         return self.hits.shape[1]
 
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(hits, idf)`` on the device, sent on the first call."""
+        """``(hits int64 [6, H], idf float32 [H])`` on the device, sent (one array) on the first call."""
         if self._sent is None:
-            self._sent = (as_tensor(self.hits, device=self.device, name="bm25 query postings"),
-                          as_tensor(self.idf, device=self.device, name="bm25 query idf"))
+            hits = as_tensor(self.hits, device=self.device, name="bm25 query postings")
+            self._sent = hits, hits[5].to(torch.int32).view(torch.float32)
         return self._sent
 
 
