@@ -208,3 +208,35 @@ def test_query_batch_on_the_device_equals_the_host(demo_readers):
         cand[:, ::3] = rng.integers(-1, len(Q), cand[:, ::3].shape)
         got = as_numpy(dev.bm25_of_tensors(as_tensor(cand)))
         np.testing.assert_array_equal(got.view(np.int32), host.bm25_of(cand).view(np.int32))
+
+
+def test_an_index_grown_by_adds_and_deletes_searches_as_on_its_files(tmp_path):
+    """Segments: the base postings memory-mapped and the added passages' joined in memory (two
+    parts), a deleted passage as the batch's filter; the bm25 pipeline and the batch's lists equal
+    the index's own files."""
+    from hopgraph.engine.components.query_batch import QueryBatch
+    from hopgraph.engine.graphs.store import LocalStore
+    from hopgraph.engine.index import IndexReader
+
+    embedder = HashingEmbedder(64)
+    path = tmp_path / "index"
+    Index.build(demo_corpus(), embedder=embedder, pipelines=["bm25"], progress=False).save(path)
+    for step in range(2):
+        with Index.updating(path, embedder=embedder, progress=False) as index:
+            index.add([{"id": f"new-{step}-{i}", "title": f"Extra {i}", "text": text}
+                       for i, text in enumerate(random_texts(6, step) + [DEMO_QUESTIONS[step]])])
+            index.delete([f"demo-{step + 3}"])
+    files = IndexReader.open(path, embedder, device="cpu", graphs=LocalStore())
+    resident = IndexReader.open(path, embedder, device="cpu", graphs=DeviceStore("cpu"))
+    try:
+        components = resident.content.components
+        assert len(components.bm25().parts) >= 2 and components.deleted is not None
+        questions = DEMO_QUESTIONS + ["bridge river poet"]
+        assert_same(resident.search(questions, 12, "bm25"), files.search(questions, 12, "bm25"))
+        allowed = ~components.deleted
+        host = QueryBatch(files.content.components, np.zeros((len(questions), 4), np.float32), questions, allowed)
+        dev = QueryBatch(components, np.zeros((len(questions), 4), np.float32), questions, allowed)
+        assert_same(dev.bm25_topk(40), host.bm25_topk(40))
+    finally:
+        files.close()
+        resident.close()
