@@ -38,7 +38,7 @@ from .bm25 import BM25Index, term_weights
 BLOCK_ENTRIES = 1 << 24
 #: the name the postings are held under in the store (its warning names it when they do not fit)
 COMPONENT = "bm25 postings"
-#: the fields of a query hit, in the order of the rows of :attr:`DeviceQuery.hits` (``idf``: its
+#: the fields of a query hit, in the order of the rows of a :class:`DeviceQuery`'s ``hits`` (``idf``: its
 #: float32 bits)
 HIT_FIELDS = ("query", "step", "part", "start", "length", "idf")
 
