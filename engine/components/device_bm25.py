@@ -65,6 +65,44 @@ class Block(NamedTuple):
     groups: list[Group]
 
 
+def query_hits(index: BM25Index, tokens: Sequence[Sequence[str]]) -> np.ndarray:
+    """The hits of the token lists ``tokens`` (int64 [6, H], :data:`HIT_FIELDS`), in query, token,
+    part order: the vocabulary looked up once per part for the whole batch."""
+    found = index.token_postings([t for query in tokens for t in query])
+    rows: list[tuple[int, int, int, int, int, int]] = []
+    at = 0
+    for q, query in enumerate(tokens):
+        step = 0
+        for token, hits in zip(query, found[at:at + len(query)]):
+            if not hits:
+                continue
+            idf = int(np.float32(index.token_idf(token, hits)).view(np.int32))
+            for p, t in hits:
+                start = int(index.parts[p].indptr[t])
+                rows.append((q, step, p, start, int(index.parts[p].indptr[t + 1]) - start, idf))
+            step += 1
+        at += len(query)
+    return np.asarray(rows, np.int64).reshape(-1, len(HIT_FIELDS)).T
+
+
+def query_blocks(per_query: np.ndarray, block_entries: int) -> tuple[np.ndarray, list[Block]]:
+    """Consecutive queries grouped into blocks of at most ``block_entries`` posting entries
+    (``per_query`` each; one over the bound is a block of its own): each query's block and the
+    blocks (without their groups yet)."""
+    block_of = np.zeros(len(per_query), np.int64)
+    blocks: list[Block] = []
+    first, total = 0, 0
+    for q in range(len(per_query) + 1):
+        if q == len(per_query) or (q > first and total + per_query[q] > block_entries):
+            if q > first:
+                block_of[first:q] = len(blocks)
+                blocks.append(Block(first, q, total, []))
+            first, total = q, 0
+        if q < len(per_query):
+            total += int(per_query[q])
+    return block_of, blocks
+
+
 class DeviceQuery:
     """The host side of a batch of token lists over ``index`` (module docstring): one hit per
     (query, known token, part holding it) — ``hits`` int64 [6, H] (:data:`HIT_FIELDS`: the query,
@@ -75,46 +113,19 @@ class DeviceQuery:
 
     def __init__(self, index: BM25Index, tokens: Sequence[Sequence[str]], device: Any,
                  block_entries: int = BLOCK_ENTRIES) -> None:
-        self.n_queries = len(tokens)
-        flat = [t for query in tokens for t in query]
-        found = index.token_postings(flat)
-        rows: list[tuple[int, int, int, int, int, int]] = []
-        at = 0
-        for q, query in enumerate(tokens):
-            step = 0
-            for token, hits in zip(query, found[at:at + len(query)]):
-                if not hits:
-                    continue
-                idf = int(np.float32(index.token_idf(token, hits)).view(np.int32))
-                for p, t in hits:
-                    start = int(index.parts[p].indptr[t])
-                    rows.append((q, step, p, start, int(index.parts[p].indptr[t + 1]) - start, idf))
-                step += 1
-            at += len(query)
-        hits = np.asarray(rows, np.int64).reshape(-1, len(HIT_FIELDS)).T
+        self.n_queries, self.device = len(tokens), device
+        hits = query_hits(index, tokens)
         per_query = np.bincount(hits[0], weights=hits[4], minlength=self.n_queries).astype(np.int64)
-        block_of = np.zeros(self.n_queries, np.int64)
-        self.blocks: list[Block] = []
-        first, total = 0, 0
-        for q in range(self.n_queries + 1):
-            if q == self.n_queries or (q > first and total + per_query[q] > block_entries):
-                if q > first:
-                    block_of[first:q] = len(self.blocks)
-                    self.blocks.append(Block(first, q, total, []))
-                first, total = q, 0
-            if q < self.n_queries:
-                total += int(per_query[q])
-        order = np.lexsort((hits[0], hits[2], hits[1], block_of[hits[0]])) if hits.shape[1] else np.zeros(0, np.int64)
+        block_of, self.blocks = query_blocks(per_query, block_entries)
+        order = np.lexsort((hits[0], hits[2], hits[1], block_of[hits[0]]))
         self.hits = np.ascontiguousarray(hits[:, order])
-        keys = np.stack([block_of[self.hits[0]], self.hits[1], self.hits[2]])
-        cuts = np.flatnonzero(np.any(keys[:, 1:] != keys[:, :-1], axis=0)) + 1
-        for a, b in zip(np.concatenate([[0], cuts]).tolist(), np.concatenate([cuts, [len(order)]]).tolist()):
-            if a == b:
-                continue
-            lengths = self.hits[4, a:b]
-            self.blocks[int(keys[0, a])].groups.append(Group(int(keys[1, a]), int(keys[2, a]), a, b,
-                                                             int(lengths.sum()), int(lengths.max())))
-        self.device = device
+        keys = np.stack([block_of[self.hits[0]], self.hits[1], self.hits[2]])  # block, step, part
+        cuts = np.concatenate([[0], np.flatnonzero(np.any(keys[:, 1:] != keys[:, :-1], axis=0)) + 1, [len(order)]])
+        for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+            if a < b:
+                lengths = self.hits[4, a:b]
+                self.blocks[int(keys[0, a])].groups.append(Group(int(keys[1, a]), int(keys[2, a]), a, b,
+                                                                 int(lengths.sum()), int(lengths.max())))
         self._sent: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
