@@ -16,12 +16,14 @@ index), read in blocks of rows so that at most :data:`BLOCK_SCORES` scores exist
 queries over 10⁶ rows never make the ``[B, N]`` matrix): each block's top-``k`` is merged into
 the running one.
 
-The exact order without sorting a block: each score is mapped to an int64 key whose high 32 bits
-order as the float does and whose low 32 bits are ``2³² − 1 − row``; the keys are distinct, and
-their order is "score descending, then the lower row", so ``torch.topk`` on the keys is the exact
-ranking (no tie margin), and the keys decode back to the rows and to the float32 scores bit for
-bit. This op has no Triton kernel: its work is a matrix product and a selection, which torch runs
-on any device (``cuBLAS`` and ``torch.topk`` on CUDA).
+The exact order without sorting a block (:func:`block_topk`): ``torch.topk`` of the floats gives
+each query's ``k``-th score t of the block and the entries above it; which of the entries scoring
+exactly t are kept (the lowest rows) is a second ``torch.topk``, of their positions; no tie margin,
+no host synchronisation. The short lists are ranked by int64 keys (:func:`score_keys`) whose high
+32 bits order as the float does and whose low 32 bits are ``2³² − 1 − row``: distinct, ordered
+"score descending, then the lower row", decoded back to the rows and the float32 scores bit for
+bit; the running top-``k`` is kept as keys. This op has no Triton kernel: its work is a matrix
+product and two selections, which torch runs on any device (cuBLAS and ``torch.topk`` on CUDA).
 """
 from __future__ import annotations
 
@@ -35,18 +37,22 @@ from .errors import InputError
 from .tensors import as_tensor
 
 #: the most scores (queries × rows) one block of the product holds at a time
-BLOCK_SCORES = 1 << 24
+BLOCK_SCORES = 1 << 22
 #: the low 32 bits of a key: ``LOW − row`` (rows below 2³² − 1)
 LOW = (1 << 32) - 1
+#: a key below every score's (never among a block's top: at least ``kk`` real keys compete with it)
+NO_KEY = torch.iinfo(torch.int64).min
 OP = "inner_product_topk"
 
 
 def score_keys(scores: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """int64 keys ordering ``scores`` (float32; NaN already replaced) descending, then ``rows``
     (int64, broadcast against ``scores``) ascending, all distinct where the rows differ; -0.0 keys as +0.0."""
-    bits = torch.where(scores == 0, 0.0, scores).view(torch.int32)
-    ordered = torch.where(bits >= 0, bits, bits ^ 0x7FFFFFFF).to(torch.int64)
-    return (ordered << 32) | (LOW - rows)
+    keys = (scores + 0.0).view(torch.int32).to(torch.int64)  # -0.0 + 0.0 is +0.0
+    keys ^= (keys >> 31) & 0x7FFFFFFF  # a negative float: its other 31 bits flipped, so the ints order as the floats
+    keys <<= 32
+    keys |= LOW - rows
+    return keys
 
 
 def decoded(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -55,6 +61,21 @@ def decoded(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     scores = torch.where(ordered >= 0, ordered, ordered ^ 0x7FFFFFFF).view(torch.float32)
     rows = LOW - (keys & LOW)
     return torch.where(scores == -torch.inf, -1, rows), scores
+
+
+def block_topk(scores: torch.Tensor, first_row: int, kk: int) -> torch.Tensor:
+    """The keys (:func:`score_keys`) of the exact top-``kk`` of one block of scores [B, r] (rows
+    ``first_row`` on; no NaN), best first: ``torch.topk`` of the floats gives each query's ``kk``-th
+    score t and the entries above it; the lowest columns scoring t are a ``torch.topk`` of their
+    positions; the two short lists are merged by their keys."""
+    vals, cols = torch.topk(scores, kk, dim=1)
+    t = vals[:, kk - 1:kk]
+    r = scores.shape[1]
+    positions = torch.arange(r, dtype=torch.int32, device=scores.device)
+    tied = torch.topk(torch.where(scores == t, positions, r), kk, dim=1, largest=False).values.to(torch.int64)
+    above = torch.where(vals > t, score_keys(vals, cols + first_row), NO_KEY)
+    at_t = torch.where(tied < r, score_keys(t.expand_as(vals), tied + first_row), NO_KEY)
+    return torch.topk(torch.cat([above, at_t], 1), kk, dim=1).values
 
 
 def _parts(X: "torch.Tensor | Sequence[torch.Tensor]", device: torch.device, d: int) -> list[torch.Tensor]:
@@ -102,12 +123,10 @@ def inner_product_topk(Q: torch.Tensor, X: "torch.Tensor | Sequence[torch.Tensor
     for part in parts:
         for s in range(0, len(part), step):
             block = part[s:s + step].to(torch.float32)
-            scores = Q @ block.T
-            scores = torch.where(torch.isnan(scores), -torch.inf, scores)
+            scores = (Q @ block.T).nan_to_num_(nan=-torch.inf, posinf=torch.inf, neginf=-torch.inf)
             if allowed is not None:
-                scores = torch.where(allowed[offset + s:offset + s + len(block)], scores, -torch.inf)
-            rows = torch.arange(offset + s, offset + s + len(block), device=dev)
-            keys = torch.topk(score_keys(scores, rows), min(k, len(block)), dim=1).values
+                scores.masked_fill_(~allowed[offset + s:offset + s + len(block)], -torch.inf)
+            keys = block_topk(scores, offset + s, min(k, len(block)))
             best = keys if best is None else torch.topk(torch.cat([best, keys], 1), min(k, best.shape[1] + keys.shape[1]),
                                                         dim=1).values
         offset += len(part)
