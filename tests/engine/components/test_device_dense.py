@@ -150,3 +150,32 @@ def test_a_fixed_mask_is_held_and_combined_with_the_filter(data):
     assert {name for name, _ in store.placed} == {"texts", "texts mask"}
     with pytest.warns(DeviceMemoryWarning, match="texts"):
         assert DeviceDenseSearch.held(DeviceStore("cpu", budget=0), X, "texts") is None
+
+
+def test_stitch_description_match_on_the_device_equals_the_text_index(tmp_path):
+    """STITCH's activation (SPEC §2 step 1) searches the text embeddings the store holds, under the
+    mask of the description texts: the same lists as its text index, up to near-ties."""
+    from hopgraph import HashingEmbedder, Index
+    from hopgraph.demo import DEMO_QUESTIONS, demo_corpus
+    from hopgraph.engine.index import IndexReader
+
+    embedder = HashingEmbedder(64)
+    Index.build(demo_corpus(), embedder=embedder, pipelines=["stitch"], progress=False).save(tmp_path / "i")
+    store = DeviceStore("cpu")
+    reader = IndexReader.open(tmp_path / "i", embedder, device="cpu", graphs=store)
+    try:
+        stitch = reader.content.pipelines["stitch"]
+        Q = embedder.encode(DEMO_QUESTIONS)
+        t = stitch._index_arrays()
+        depth = min(32, t["n_node_texts"])
+        batch = reader.content.components.batch(Q, DEMO_QUESTIONS)
+        stitch._description_topk(batch, depth, t)  # the text embeddings and the mask placed, once
+        batch = reader.content.components.batch(Q, DEMO_QUESTIONS)
+        with counting_transfers() as count:
+            got = stitch._description_topk(batch, depth, t)
+        assert [c.name for c in count.to_device] == ["questions"] and count.dtoh == 2
+        assert_lists_match(got, t["text_index"].topk(Q, depth, t["node_text_mask"]))
+        held = {name for name, _ in store.placed}
+        assert "stitch text_emb" in held and ("stitch text_emb mask" in held) == (t["node_text_mask"] is not None)
+    finally:
+        reader.close()
