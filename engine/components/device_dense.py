@@ -49,6 +49,7 @@ class DeviceDenseSearch:
 
     def __init__(self, rows: list[torch.Tensor], mask: torch.Tensor | None = None) -> None:
         self.rows, self.mask = rows, mask
+        #: the torch device the rows are on (where every search runs)
         self.device = rows[0].device
 
     @classmethod
