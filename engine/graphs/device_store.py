@@ -166,11 +166,7 @@ class DeviceStore(GraphStore):
                                   "kernel call", DeviceMemoryWarning, stacklevel=4)
                     self.refused.append((component, nbytes))
                 return None
-            from ...kernels.tensors import as_tensor
-
-            tensors = tuple(as_tensor(a, device=self.device, name=f"{component} {what}") for a, what in zip(arrays, names))
-            if self.device.type == "cpu":  # as_tensor shares the host memory there: the store owns what it holds
-                tensors = tuple(t.clone() for t in tensors)
+            tensors = tuple(copied_to(a, self.device, f"{component} {what}") for a, what in zip(arrays, names))
             # the tensors live as long as the host arrays: when one is freed (a graph replaced by
             # an add), they are released, before its address can be reused under the same key
             self._tensors[key] = (tensors, nbytes)
@@ -213,6 +209,35 @@ class DeviceStore(GraphStore):
     def keep_rows(self, old: Any, new: Any, rows: Any) -> Any:
         """As the base store."""
         return self.base.keep_rows(old, new, rows)
+
+
+#: bytes of a memory-mapped array read from its file at a time when it is copied to a device
+COPY_BLOCK_BYTES = 64 << 20
+
+
+def copied_to(array: np.ndarray, device: Any, name: str) -> Any:
+    """A tensor on ``device`` owning a copy of ``array`` (one host→device transfer named ``name``). A
+    memory-mapped array is read from its file in blocks of :data:`COPY_BLOCK_BYTES` into one reused
+    buffer (:class:`~hopgraph.engine.storage.RowReader`), so its pages never enter the process's
+    resident set (a copy through the mapping would fault the whole file in)."""
+    import torch
+
+    from ...kernels.tensors import as_tensor
+    from ...kernels.transfers import note_transfer
+    from ..storage import RowReader
+
+    if not (isinstance(array, np.memmap) and array.ndim and len(array) and array.flags.c_contiguous):
+        t = as_tensor(array, device=device, name=name)
+        return t.clone() if t.device.type == "cpu" else t  # as_tensor shares host memory on the CPU
+    note_transfer("to_device", name, array)
+    out = torch.empty(array.shape, dtype=torch.from_numpy(np.zeros(0, array.dtype)).dtype, device=device)
+    step = max(1, COPY_BLOCK_BYTES // max(1, array[:1].nbytes))
+    buf = np.empty((min(step, len(array)),) + array.shape[1:], array.dtype)
+    with RowReader(array) as read:
+        for a in range(0, len(array), step):
+            b = min(a + step, len(array))
+            out[a:b].copy_(torch.from_numpy(read(a, b, out=buf[:b - a])))
+    return out
 
 
 def store_for_device(device: str) -> GraphStore | None:

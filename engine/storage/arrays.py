@@ -94,6 +94,18 @@ def _file_backed(arr: np.ndarray) -> bool:
     return isinstance(arr, np.memmap) and arr.flags.c_contiguous and bool(arr.filename)
 
 
+def _file_offset(arr: np.memmap) -> int:
+    """The byte position of ``arr``'s first element in its file. A slice of a mapping keeps its
+    parent's ``offset`` (numpy copies the attribute), so the position is found from the element's
+    address within the mapping, which numpy opens at ``offset`` rounded down to the allocation
+    granularity."""
+    m = getattr(arr, "_mmap", None)
+    if m is None:
+        return int(arr.offset)
+    start = int(arr.offset) - int(arr.offset) % mmap.ALLOCATIONGRANULARITY
+    return start + arr.__array_interface__["data"][0] - np.frombuffer(m, np.uint8).__array_interface__["data"][0]
+
+
 def _row_bytes(arr: np.ndarray) -> int:
     """Bytes of one row (everything past the first axis) of ``arr``."""
     return int(np.prod(arr.shape[1:], dtype=np.int64)) * arr.dtype.itemsize
@@ -128,7 +140,7 @@ class RowReader:
             return out
         if out is None:
             out = np.empty((b - a,) + tuple(self.arr.shape[1:]), self.arr.dtype)
-        self.file.seek(int(self.arr.offset) + a * self.row_bytes)
+        self.file.seek(_file_offset(self.arr) + a * self.row_bytes)
         if self.file.readinto(memoryview(out.reshape(-1).view(np.uint8))) != out.nbytes:
             raise IndexFormatError(f"index file {self.arr.filename}: shorter than its header says")
         return out
@@ -152,7 +164,7 @@ def read_rows(arr: np.ndarray, rows: np.ndarray) -> np.ndarray:
     shape = tuple(arr.shape[1:])
     out = np.empty((len(flat),) + shape, arr.dtype)
     if len(flat) >= MAPPED_GATHER_MIN and getattr(arr, "_mmap", None) is not None \
-            and os.stat(arr.filename).st_size >= int(arr.offset) + arr.nbytes:  # a file cut short: no SIGBUS
+            and os.stat(arr.filename).st_size >= _file_offset(arr) + arr.nbytes:  # a file cut short: no SIGBUS
         # many rows: read through the mapping in sorted blocks (a page fault a row, not a system
         # call), the pages dropped from the resident set after each block
         order = np.argsort(flat, kind="stable")
@@ -161,11 +173,11 @@ def read_rows(arr: np.ndarray, rows: np.ndarray) -> np.ndarray:
             out[part] = arr[flat[part]]
             release_pages(arr)
         return out.reshape(rows.shape + shape)
-    row_bytes = _row_bytes(arr)
+    row_bytes, first = _row_bytes(arr), _file_offset(arr)
     fd = os.open(arr.filename, os.O_RDONLY)
     try:
         for i, r in enumerate(flat.tolist()):
-            chunk = os.pread(fd, row_bytes, int(arr.offset) + r * row_bytes)
+            chunk = os.pread(fd, row_bytes, first + r * row_bytes)
             if len(chunk) != row_bytes:
                 raise IndexFormatError(f"index file {arr.filename}: shorter than its header says")
             out[i] = np.frombuffer(chunk, arr.dtype).reshape(shape)

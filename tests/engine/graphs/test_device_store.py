@@ -125,6 +125,26 @@ def test_tensors_released_with_their_host_arrays(rng):
     assert [name for name, _ in store.placed] == ["W", "sums"]  # the history stays
 
 
+def test_a_memory_mapped_array_is_read_from_its_file_in_blocks(tmp_path, rng, monkeypatch):
+    """A memory-mapped array is copied to the device from its file in blocks (plain reads into one
+    buffer, never through the mapping), equal to the array, counted as one transfer."""
+    from hopgraph.engine.graphs import device_store
+    from hopgraph.engine.storage import RowReader
+
+    X = rng.standard_normal((1000, 24)).astype(np.float16)
+    np.save(tmp_path / "x.npy", X)
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
+    reads = []
+    real = RowReader.__call__
+    monkeypatch.setattr(RowReader, "__call__", lambda self, a, b, out=None: reads.append((a, b)) or real(self, a, b, out))
+    monkeypatch.setattr(device_store, "COPY_BLOCK_BYTES", 48 * 100)  # 100 rows a block
+    with counting_transfers() as count:
+        t = DeviceStore("cpu").hold(mapped, "text embeddings").on_device()
+    assert t.dtype == torch.float16 and np.array_equal(t.numpy(), X)
+    assert reads == [(a, min(a + 100, 1000)) for a in range(0, 1000, 100)]
+    assert [c.name for c in count.to_device] == ["text embeddings array"]
+
+
 def column_stochastic(graph: CSR) -> CSR:
     sums = np.bincount(graph.indices, weights=graph.data, minlength=graph.n_cols)
     return CSR(graph.indptr, graph.indices, (graph.data / sums[graph.indices]).astype(np.float32), graph.n_cols)

@@ -241,6 +241,24 @@ def test_row_reader_reads_rows_from_the_file_of_a_mapped_array(tmp_path):
                 np.testing.assert_array_equal(got, a[lo:hi])
 
 
+def test_a_slice_of_a_mapped_array_is_read_from_its_own_rows(tmp_path):
+    """A row slice of a mapping (numpy keeps the parent's ``offset`` on it) is read from where its
+    rows are in the file, by RowReader and read_rows alike (both ways read_rows reads)."""
+    import hopgraph.engine.storage.arrays as arrays
+    from hopgraph.engine.storage import RowReader, load_array, read_rows, save_arrays
+
+    a = np.arange(5000 * 4, dtype=np.float32).reshape(5000, 4)
+    save_arrays(tmp_path, {"a": a})
+    part = load_array(tmp_path, "a")[1000:]
+    assert isinstance(part, np.memmap) and part.offset == load_array(tmp_path, "a").offset
+    with RowReader(part) as read:
+        np.testing.assert_array_equal(read(0, 3), a[1000:1003])
+    for gather_min in (4, 1 << 30):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(arrays, "MAPPED_GATHER_MIN", gather_min)
+            np.testing.assert_array_equal(read_rows(part, np.array([0, 5, 3999])), a[[1000, 1005, 4999]])
+
+
 def test_read_rows_reads_scattered_rows_from_the_file_of_a_mapped_array(tmp_path):
     from hopgraph.engine.storage import read_rows, load_array, save_arrays
 
