@@ -14,7 +14,8 @@ import numpy as np
 
 def tie_runs(scores: np.ndarray, atol: float) -> list[slice]:
     """The runs of consecutive positions of a ranked score row whose neighbours differ by ≤ atol."""
-    breaks = np.flatnonzero(np.abs(np.diff(scores)) > atol) + 1
+    with np.errstate(invalid="ignore"):  # -inf padding after -inf: NaN, no break (padding ties)
+        breaks = np.flatnonzero(np.abs(np.diff(scores)) > atol) + 1
     edges = [0, *breaks.tolist(), len(scores)]
     return [slice(a, b) for a, b in zip(edges[:-1], edges[1:])]
 
