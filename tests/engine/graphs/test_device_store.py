@@ -183,14 +183,16 @@ def test_search_batch_moves_no_graph_structure(readers, name, params):
     if params.get("localise") is False:  # the own-files index copies P for every batch: the check bites
         assert len(graph_crossings(before, stored_arrays(files.content.pipelines[name]) +
                                    list(files.content.pipelines[name].transition[:3]))) == 3
-        assert len(names_in) <= before.htod - 3
+        assert len(names_in) < before.htod
     if name == "ppr_binary":  # the matched names and the questions in; the uniform rows, the top-k out
         assert (names_in, count.dtoh) == (["matched (question, name) pairs", "questions"], 3)
     if name == "hybrid":  # fused on the device: the top-k ids and scores out
         assert (names_in, count.dtoh) == ([], 2)
     moved, was = len(names_in) + count.dtoh, before.htod + before.dtoh
-    assert moved < was if name in ("stitch", "ppr_binary", "dmar", "hop") else \
-        moved == was if name != "hybrid" else True
+    if name in ("stitch", "dmar", "hop"):
+        assert moved < was
+    elif name not in ("ppr_binary", "hybrid"):  # (their exact crossings are checked above)
+        assert moved == was
     if name in ("dmar", "hop"):  # the linked pairs once, the candidates per scoring in; Score_ent out
         assert sorted(c.name for c in count.to_device) == ["candidates", "candidates",
                                                            "linked (question, entity) pairs"]
