@@ -3,7 +3,7 @@ ranking and the "hybrid seeds / candidates" option of the graph pipelines, compu
 shared components."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -29,14 +29,7 @@ def hybrid_ranking(batch: QueryBatch, k: int, depth: int = 100, rrf_k: int = RRF
     batch's filter, so every returned row is allowed, and ``k`` come back whenever the two
     lists hold that many.
     """
-    depth = max(depth, k)
-    timer = timer or StageTimer()
-    with timer("dense"):
-        d_ids, _ = batch.dense_topk(depth)
-    with timer("bm25"):
-        b_ids, _ = batch.bm25_topk(depth)
-    with timer("fusion"):
-        return rrf_topk([d_ids, b_ids], k, k=rrf_k)
+    return _fused(batch.dense_topk, batch.bm25_topk, rrf_topk, k, depth, rrf_k, timer)
 
 
 def hybrid_ranking_tensors(batch: QueryBatch, k: int, depth: int = 100, rrf_k: int = RRF_K,
@@ -49,11 +42,17 @@ def hybrid_ranking_tensors(batch: QueryBatch, k: int, depth: int = 100, rrf_k: i
     device."""
     from ..ranking_tensors import rrf_topk_tensors
 
+    return _fused(batch.dense_topk_tensors, batch.bm25_topk_tensors, rrf_topk_tensors, k, depth, rrf_k, timer)
+
+
+def _fused(dense: Callable[[int], Any], bm25: Callable[[int], Any], fuse: Callable[..., Any], k: int, depth: int,
+           rrf_k: int, timer: StageTimer | None) -> Any:
+    """``fuse`` of the ``dense`` and ``bm25`` top-``max(depth, k)`` ids, timed per stage."""
     depth = max(depth, k)
     timer = timer or StageTimer()
     with timer("dense"):
-        d_ids, _ = batch.dense_topk_tensors(depth)
+        d_ids, _ = dense(depth)
     with timer("bm25"):
-        b_ids, _ = batch.bm25_topk_tensors(depth)
+        b_ids, _ = bm25(depth)
     with timer("fusion"):
-        return rrf_topk_tensors([d_ids, b_ids], k, k=rrf_k)
+        return fuse([d_ids, b_ids], k, k=rrf_k)
