@@ -245,8 +245,8 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
             return LocalRows.empty(B, n)
         held = self._held_on_device()
         if held is not None:  # the graph store holds the hypergraph on the device: cut and scored there
-            I = influence_tensors(held, H.n_nodes, Q, act_q, act_v, act_val, params.spatial, params.temporal,
-                                  self.device, n)
+            I = influence_tensors(held, H.n_nodes, batch.question_tensor(), act_q, act_v, act_val, params.spatial,
+                                  params.temporal, self.device, n)
             return I if resident else I.host()
         L = local_hypergraph(H, act_v)
         A = np.zeros((B, len(L.nodes)), np.float32)
