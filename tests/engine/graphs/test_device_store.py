@@ -193,9 +193,9 @@ def test_search_batch_moves_no_graph_structure(readers, name, params):
         assert moved < was
     elif name not in ("ppr_binary", "hybrid"):  # (their exact crossings are checked above)
         assert moved == was
-    if name in ("dmar", "hop"):  # the linked pairs once, the candidates per scoring in; Score_ent out
-        assert sorted(c.name for c in count.to_device) == ["candidates", "candidates",
-                                                           "linked (question, entity) pairs"]
+    if name in ("dmar", "hop"):  # the linked pairs once, the rerank's candidates in (stage 1's are the top
+        # lists' fusion, on the device); stage 1's candidate ids out (for the host stages), Score_ent per scoring
+        assert (sorted(names_in), count.dtoh) == (["candidates", "linked (question, entity) pairs"], 3)
     if name == "stitch":  # the questions, the activated states and the relevance in; no host prior
         assert {c.name for c in count.to_device} >= {"questions", "activated (row, state) pairs"}
         assert not [c for c in count.to_device if c.name in ("activation", "local hypergraph", "topic similarity")]

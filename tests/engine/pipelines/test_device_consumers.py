@@ -2,8 +2,10 @@
 tensors, :class:`~hopgraph.engine.graphs.device_store.DeviceStore`): ``hybrid`` fuses the two lists
 there, bit for bit with the host; STITCH and ``ppr_binary`` read their relevance from them, make
 their prior, walk, fuse and rank there (``ppr_binary``'s binary prior included), and bring back
-only the top-k (and which rows are walked apart on the host) — ids equal to an index on its own
-files, scores within rounding; a question's results never depend on its batch on the device."""
+only the top-k (and which rows are walked apart on the host); DMAR's stage-1 candidates are taken
+from them for its structural path there. Ids equal to an index on its own files, scores within
+rounding (bit for bit for hybrid and DMAR); a question's results never depend on its batch on the
+device."""
 from __future__ import annotations
 
 import numpy as np
@@ -32,7 +34,7 @@ WALK_VARIANTS = [("stitch", {}), ("stitch", {"relevance": "dense"}), ("stitch", 
 @pytest.fixture(scope="module")
 def readers(tmp_path_factory):
     embedder = HashingEmbedder(64)
-    index = Index.build(demo_corpus(), embedder=embedder, pipelines=["hybrid", "stitch", "ppr_binary"],
+    index = Index.build(demo_corpus(), embedder=embedder, pipelines=["hybrid", "stitch", "ppr_binary", "dmar"],
                         progress=False)
     path = tmp_path_factory.mktemp("consumers") / "index"
     index.save(path)
@@ -119,6 +121,27 @@ def test_binary_prior_on_the_device_equals_the_host(readers, n_seeds):
     got, got_uniform = binary_prior_tensors(pipe._held_prior(), *pipe._matched(batch), device_rel, n_seeds)
     np.testing.assert_array_equal(got_uniform, want_uniform)
     np.testing.assert_allclose(got.host().dense(), want.dense(), rtol=1e-15, atol=0)
+
+
+@pytest.mark.parametrize("params", [{}, {"candidate_source": "bm25"}, {"union_depth": 0, "bm25_weight": 0.0}])
+def test_dmar_candidates_from_the_device_lists_equal_the_host(readers, params):
+    """DMAR's stage-1 candidates fused from the device lists (the structural path reads them there,
+    the ids come to the host once) give the host's ranking bit for bit, each question as alone."""
+    files, resident = readers
+    n = len(files.content.components.X)
+    resident.search(QUESTIONS, 10, "dmar", **params)  # the knowledge graph moves on its first device use
+    for allowed in filters(n)[:2]:
+        want = files.search(QUESTIONS, 10, "dmar", allowed=allowed, **params)
+        with counting_transfers() as count:
+            got = resident.search(QUESTIONS, 10, "dmar", allowed=allowed, **params)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+        names = sorted(c.name for c in count.to_device if c.name not in TOP_LISTS)
+        assert names == ["candidates", "linked (question, entity) pairs"] or allowed is not None, names
+    ids, scores = resident.search(QUESTIONS, 10, "dmar", **params)
+    for b, question in enumerate(QUESTIONS):
+        one = resident.search([question], 10, "dmar", **params)
+        np.testing.assert_array_equal(one[0][0], ids[b])
 
 
 def _embed(reader, texts):
