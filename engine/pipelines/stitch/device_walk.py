@@ -25,6 +25,11 @@ from .local_graph import local_transition_tensors
 from .local_rows import LocalRows
 
 
+#: the id a row of a ranking brought back from the device holds when that row is to be searched
+#: again apart (its prior is uniform over the corpus, or the filter left it no mass)
+APART = -2
+
+
 @dataclass(frozen=True)
 class DeviceRows:
     """:class:`~.local_rows.LocalRows` whose ``cols`` (int64 [M], increasing) and ``values``
@@ -84,11 +89,11 @@ def rows_summing_to_one(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     return torch.where(s > 0, values / torch.where(s > 0, s, 1.0), 0.0), s[:, 0] <= 0
 
 
-def normalised(I: DeviceRows) -> tuple[DeviceRows, np.ndarray]:
-    """``p = I / Σ I`` per row (0 where Σ I = 0), and the rows whose Σ I is 0 (host bool [B]:
-    their prior is uniform over the corpus, walked on the host)."""
+def normalised(I: DeviceRows) -> tuple[DeviceRows, torch.Tensor]:
+    """``p = I / Σ I`` per row (0 where Σ I = 0), and the rows whose Σ I is 0 (bool [B], on the
+    device: their prior is uniform over the corpus, walked apart on the host)."""
     p, empty = rows_summing_to_one(I.values)
-    return DeviceRows(I.cols, p, I.n), as_numpy(empty)
+    return DeviceRows(I.cols, p, I.n), empty
 
 
 def top_k_distribution(rel: torch.Tensor, k: int, n: int) -> torch.Tensor:
@@ -117,12 +122,11 @@ def on_device(rows: LocalRows | DeviceRows, device: torch.device) -> DeviceRows:
 
 
 def finished_prior(p: DeviceRows, rel: LocalRows | DeviceRows, prior_mix: float, n_seeds: int,
-                   allowed: np.ndarray | torch.Tensor | None) -> tuple[DeviceRows, np.ndarray]:
+                   allowed: np.ndarray | torch.Tensor | None) -> tuple[DeviceRows, torch.Tensor | None]:
     """:meth:`~.walk.ChunkGraphWalk.finish_prior` on the device: ``p`` mixed with the relevance
     ``rel`` on its ``n_seeds`` best chunks (``prior_mix``; ``rel`` goes in when on the host),
     restricted to the ``allowed`` passages (the filter goes in when on the host) and renormalised;
-    returns it and the rows left without mass (host bool [B]; all False without a filter, nothing
-    crossing)."""
+    returns it and the rows left without mass (bool [B] on the device; None without a filter)."""
     dev = p.values.device
     if prior_mix > 0:
         rel = on_device(rel, dev)
@@ -131,10 +135,10 @@ def finished_prior(p: DeviceRows, rel: LocalRows | DeviceRows, prior_mix: float,
         p = DeviceRows(cols, (1.0 - prior_mix) * p.values
                        + prior_mix * top_k_distribution(r.values.to(torch.float64), n_seeds, p.n), p.n)
     if allowed is None:
-        return p, np.zeros(len(p), bool)
+        return p, None
     ok = as_tensor(allowed, torch.bool, dev, "filter")[p.cols]
     values, empty = rows_summing_to_one(torch.where(ok[None, :], p.values, 0.0))
-    return DeviceRows(p.cols, values, p.n), as_numpy(empty)
+    return DeviceRows(p.cols, values, p.n), empty
 
 
 def region(p: DeviceRows, adjacency: tuple[torch.Tensor, ...], hops: int, rtol: float
@@ -227,9 +231,12 @@ def cosine_rows(Q: torch.Tensor, X: torch.Tensor, cols: torch.Tensor, allowed: t
     return DeviceRows(cols, sims, n)
 
 
-def ranked(final: DeviceRows, top_k: int, allowed: torch.Tensor | None) -> tuple[np.ndarray, np.ndarray]:
+def ranked(final: DeviceRows, top_k: int, allowed: torch.Tensor | None, apart: torch.Tensor | None = None
+           ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`~.walk.rank_local` on the device: the positive allowed entries best first, then the
-    lowest allowed ids with score 0; only these top-``top_k`` ids and scores come to the host."""
+    lowest allowed ids with score 0; only these top-``top_k`` ids and scores come to the host. The
+    rows ``apart`` (bool [B] on the device) come back as :data:`APART` ids instead: they are
+    searched again apart."""
     from ...ranking_tensors import fill_lowest_tensors, topk_columns
 
     v = final.values.to(torch.float32)
@@ -238,4 +245,6 @@ def ranked(final: DeviceRows, top_k: int, allowed: torch.Tensor | None) -> tuple
         keep &= allowed[final.cols][None, :]
     ids, scores = topk_columns(torch.where(keep, v, float("-inf")), final.cols, top_k)
     ids, scores = fill_lowest_tensors(ids, scores, allowed, final.n)
+    if apart is not None:
+        ids = torch.where(apart[:, None], APART, ids)
     return as_numpy(ids), as_numpy(scores)

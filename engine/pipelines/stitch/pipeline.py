@@ -199,10 +199,11 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
 
     # ------------------------------------------------------------------ search
     def prior_rows(self, batch: QueryBatch, rel: LocalRows, params: STITCHSearch
-                   ) -> tuple[LocalRows | DeviceRows, np.ndarray]:
+                   ) -> tuple[LocalRows | DeviceRows, np.ndarray | torch.Tensor]:
         """The chunk prior (steps 1–5) on its support, and the rows whose Σ I is 0 (uniform); kept
-        on the device (:class:`~.device_walk.DeviceRows`) where the graph store holds the influence
-        stage's arrays and the walk's there (:meth:`~.walk.ChunkGraphWalk.walk_held`)."""
+        on the device (:class:`~.device_walk.DeviceRows`, the rows a bool tensor there) where the
+        graph store holds the influence stage's arrays and the walk's there
+        (:meth:`~.walk.ChunkGraphWalk.resident_prior`)."""
         I = self._influence(batch, params, resident=self.resident_prior())
         if isinstance(I, DeviceRows):
             return normalised(I)

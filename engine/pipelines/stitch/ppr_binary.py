@@ -67,7 +67,7 @@ class PPRBinary(ChunkGraphWalk[ChunkGraphFit, WalkSearch]):
         return rows, groups
 
     def prior_rows(self, batch: QueryBatch, rel: LocalRows | DeviceRows, params: WalkSearch
-                   ) -> tuple[LocalRows | DeviceRows, np.ndarray]:
+                   ) -> tuple[LocalRows | DeviceRows, np.ndarray | torch.Tensor]:
         """p = 1 on chunks holding a state of a name the question mentions (normalised; the chunks read
         from the matched name groups' rows only); questions with no match fall back to the ``seed_k``
         most relevant chunks. Made on the device (:func:`binary_prior_tensors`) where
@@ -91,12 +91,12 @@ class PPRBinary(ChunkGraphWalk[ChunkGraphFit, WalkSearch]):
 
 
 def binary_prior_tensors(held: dict[str, torch.Tensor], rows: np.ndarray, groups: np.ndarray, rel: DeviceRows,
-                         n_seeds: int) -> tuple[DeviceRows, np.ndarray]:
+                         n_seeds: int) -> tuple[DeviceRows, torch.Tensor]:
     """:meth:`PPRBinary.prior_rows` on the device: the matched (batch row, name group) pairs go in,
     their groups' states and chunks are read from the held arrays ``held`` (:data:`PRIOR_ARRAYS`),
     rows without a match take the relevance ``rel``'s ``n_seeds`` best chunks
     (:func:`~.device_walk.top_k_distribution`); each row is normalised there. Returns the prior
-    and the rows without mass (host bool [B], as :func:`~.device_walk.normalised`)."""
+    and the rows without mass (bool [B] on the device, as :func:`~.device_walk.normalised`)."""
     dev = rel.values.device
     q, g = as_tensor(np.stack([rows, groups]), device=dev, name="matched (question, name) pairs")
     seg, pos = row_positions_tensors(held["group_indptr"], g)

@@ -46,7 +46,7 @@ from ..base import Needs, Pipeline
 from ..title_bridge import BridgeSearch, TitleBridge
 from ...storage import check_unit_rows, load_array, save_arrays
 from .hypergraph import TEXT_EMB_DTYPE, TopicHypergraph, build_hypergraph
-from .device_walk import (DeviceRows, cosine_rows, finished_prior, fused, local_walk, on_device, ranked,
+from .device_walk import (APART, DeviceRows, cosine_rows, finished_prior, fused, local_walk, on_device, ranked,
                           whole_walk)
 from .local_graph import local_transition, neighbour_entries
 from .local_rows import LocalRows
@@ -250,11 +250,46 @@ class ChunkGraphWalk(Pipeline[F, S]):
     # ------------------------------------------------------------------ search
     def _search_batch(self, batch: QueryBatch, k: int, params: S, timer: StageTimer
                       ) -> tuple[np.ndarray, np.ndarray]:
-        final = self.batch_scores(batch, timer, k, params)
+        if batch.device is not None and self.resident_prior():
+            return self.resident_search(batch, k, params, timer)
+        return self._ranking(self.batch_scores(batch, timer, k, params), k, batch, timer)
+
+    def _ranking(self, final: LocalRows | DeviceRows, k: int, batch: QueryBatch, timer: StageTimer
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """The top-``k`` of the final scores (on the device when they are there)."""
         with timer("ranking"):
             if isinstance(final, DeviceRows):
                 return ranked(final, k, batch.allowed_tensor())
             return rank_local(final, k, batch.allowed)
+
+    def resident_search(self, batch: QueryBatch, k: int, params: S, timer: StageTimer
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        """Steps 5–7 of a batch on the device (module docstring) in one pass, with no host round
+        trip before the ranking: the relevance from the batch's top lists, the prior, the walk, the
+        fusion and the top-``k`` there; only the top-``k`` ids and scores come back. The rows whose
+        prior is uniform over the corpus (Σ I = 0) or that the filter left without mass come back
+        marked (:data:`~.device_walk.APART`) and are searched again apart (:meth:`batch_scores`:
+        walked on every chunk on the host); a row's ranking never depends on the other rows."""
+        with timer("relevance"):
+            rel = self.relevance_rows(batch, k, params, resident=True)
+        with timer("prior"):
+            p, uniform = self.prior_rows(batch, rel, params)
+        if not isinstance(p, DeviceRows):  # no prior on the device (nothing activated in the batch)
+            return self._ranking(self.scores_of(batch, rel, p, uniform, params, timer), k, batch, timer)
+        with timer("prior"):
+            p, empty = finished_prior(p, rel, params.prior_mix, params.n_seeds, batch.allowed_tensor())
+        if params.ppr:
+            with timer("ppr"):
+                p = self.resident_walk(p, params)
+        final = self.final_scores(batch, np.arange(len(batch)), p, rel, params, timer)
+        with timer("ranking"):
+            ids, scores = ranked(final, k, batch.allowed_tensor(), uniform if empty is None else uniform | empty)
+        apart = np.flatnonzero(ids[:, 0] == APART)
+        if len(apart):
+            texts = None if batch.texts is None else [batch.texts[i] for i in apart]
+            again = QueryBatch(self.components, batch.Q[apart], texts, batch.allowed)
+            ids[apart], scores[apart] = self._ranking(self.batch_scores(again, timer, k, params), k, again, timer)
+        return ids, scores
 
     def scores(self, Q: np.ndarray, texts: list[str], timer: StageTimer | None = None,
                params: S | None = None) -> np.ndarray:
@@ -274,6 +309,13 @@ class ChunkGraphWalk(Pipeline[F, S]):
             rel = self.relevance_rows(batch, top_k, params, resident=resident)
         with timer("prior"):
             p, uniform = self.prior_rows(batch, rel, params)
+        return self.scores_of(batch, rel, p, uniform, params, timer)
+
+    def scores_of(self, batch: QueryBatch, rel: LocalRows | DeviceRows, p: LocalRows | DeviceRows,
+                  uniform: np.ndarray | torch.Tensor, params: S, timer: StageTimer) -> LocalRows | DeviceRows:
+        """:meth:`batch_scores` from the batch's relevance ``rel`` and prior ``p`` (steps 5–7), ``uniform``
+        the rows whose prior is uniform over the corpus."""
+        uniform = as_numpy(uniform)
         # rows whose prior is uniform over the corpus (Σ I = 0, SPEC §2.5), or left without mass by
         # the filter, need every chunk: they are done apart (on the host), so the other rows stay
         # local (on the device where the graph store holds the prior there: DeviceRows)
@@ -353,7 +395,8 @@ class ChunkGraphWalk(Pipeline[F, S]):
         returns the prior and which rows have no mass left (only possible on local columns). A
         prior held on the device is finished there (:func:`~.device_walk.finished_prior`)."""
         if isinstance(p, DeviceRows):
-            return finished_prior(p, rel, params.prior_mix, params.n_seeds, allowed)
+            p, empty = finished_prior(p, rel, params.prior_mix, params.n_seeds, allowed)
+            return p, np.zeros(len(p), bool) if empty is None else as_numpy(empty)
         rel = on_host(rel)
         if params.prior_mix > 0:
             cols = np.union1d(p.cols, rel.cols)
@@ -402,7 +445,7 @@ class ChunkGraphWalk(Pipeline[F, S]):
         params = params or self.search_defaults
         p, uniform = self.prior_rows(batch, rel if rel is not None else self.relevance_rows(batch, 1, params), params)
         out = on_host(p).dense()
-        out[uniform] = 1.0 / max(p.n, 1)
+        out[as_numpy(uniform)] = 1.0 / max(p.n, 1)
         return out
 
     def region(self, p: LocalRows, params: S | None = None) -> LocalRows:

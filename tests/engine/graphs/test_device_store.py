@@ -184,8 +184,8 @@ def test_search_batch_moves_no_graph_structure(readers, name, params):
         assert len(graph_crossings(before, stored_arrays(files.content.pipelines[name]) +
                                    list(files.content.pipelines[name].transition[:3]))) == 3
         assert len(names_in) < before.htod
-    if name == "ppr_binary":  # the matched names and the questions in; the uniform rows, the top-k out
-        assert (names_in, count.dtoh) == (["matched (question, name) pairs", "questions"], 3)
+    if name == "ppr_binary":  # the matched names and the questions in; the top-k ids and scores out
+        assert (names_in, count.dtoh) == (["matched (question, name) pairs", "questions"], 2)
     if name == "hybrid":  # fused on the device: the top-k ids and scores out
         assert (names_in, count.dtoh) == ([], 2)
     moved, was = len(names_in) + count.dtoh, before.htod + before.dtoh
@@ -283,7 +283,7 @@ def test_stitch_prior_and_walk_stay_on_the_device(readers, params):
         if len(questions) == len(QUESTIONS) and allowed is None and not published:  # on the device throughout
             assert not [m for m in names if m.startswith("batched_ppr") or m == "walk region chunks"], names
             assert not [m for m in names if m.startswith("relevance")], names
-            assert count.dtoh == 3  # the uniform rows, the top-k ids and scores
+            assert count.dtoh == 2  # the top-k ids and scores
 
 
 def test_device_prior_helpers_equal_the_host_ones(rng):
