@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["allowed_at", "csr_from_keys", "csr_from_scipy", "join", "row_edge_positions", "row_entries",
-           "row_normalised", "row_of_entries", "row_positions_tensors", "row_sums", "take_rows", "unit_weights"]
+           "row_normalised", "row_of_entries", "row_positions_tensors", "row_sums", "segment_positions_tensors",
+           "take_rows", "unit_weights"]
 
 
 def unit_weights(n: int) -> np.ndarray:
@@ -88,10 +89,19 @@ def row_positions_tensors(indptr: torch.Tensor, rows: torch.Tensor) -> tuple[tor
 
     rows = rows.to(torch.int64)
     starts = indptr[rows].to(torch.int64)
-    lengths = indptr[rows + 1].to(torch.int64) - starts
-    seg = torch.repeat_interleave(torch.arange(len(rows), device=rows.device), lengths)
+    return segment_positions_tensors(starts, indptr[rows + 1].to(torch.int64) - starts)
+
+
+def segment_positions_tensors(starts: torch.Tensor, lengths: torch.Tensor, total: int | None = None
+                              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(segment, position)`` of the entries of the spans ``[starts[s], starts[s] + lengths[s])``
+    (int64 tensors, one device), span after span in order. ``total``: ``lengths.sum()`` when the
+    caller knows it (no read of it back from the device)."""
+    import torch
+
+    seg = torch.repeat_interleave(torch.arange(len(starts), device=starts.device), lengths, output_size=total)
     offsets = torch.cumsum(lengths, 0) - lengths
-    return seg, torch.arange(len(seg), device=rows.device) - offsets[seg] + starts[seg]
+    return seg, torch.arange(len(seg), device=starts.device) - offsets[seg] + starts[seg]
 
 
 def row_entries(indptr: np.ndarray, values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

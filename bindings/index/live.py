@@ -151,7 +151,7 @@ class IndexLive:
         start = len(self.X)
         grown = self.corpus.concat(new)
         ex = extend_extraction(old, grown, start, *key, progress=self.progress)
-        both = embed_with_texts(ex, grown.embedding_texts(), self.embedder, self.progress, start, len(old.texts))
+        both = embed_with_texts(ex, grown.embedding_texts_from(start), self.embedder, self.progress, start, len(old.texts))
         if both is None:  # not a model the packed encoder runs: the passages alone, texts on their own
             return self._embed_passages(new, batch_size), (key, ex, None)
         X_new = validate_embeddings(both[0], f"embeddings of {new.source}", dim=int(self.X.shape[1]))

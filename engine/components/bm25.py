@@ -203,10 +203,18 @@ class Postings:
 def score_postings(tf: np.ndarray, doc_len: np.ndarray, idf: np.float32, k1: float, b: float,
                    avgdl: np.float64) -> np.ndarray:
     """bm25s's score of one token in passages with counts ``tf`` and lengths ``doc_len`` (float32):
-    ``idf · tf / (tf + k1 · ((1 − b) + b · len / avgdl))`` in float64, rounded once to float32."""
-    norm = k1 * ((1 - b) + b * np.asarray(doc_len, np.float64) / avgdl)
-    tf = np.asarray(tf, np.float64)
-    return (np.float64(idf) * (tf / (norm + tf))).astype(np.float32)
+    :func:`term_weights` in float64, rounded once to float32."""
+    return term_weights(np.asarray(tf, np.float64), np.asarray(doc_len, np.float64), np.float64(idf), k1, b,
+                        avgdl).astype(np.float32)
+
+
+def term_weights(tf: Any, doc_len: Any, idf: Any, k1: float, b: float, avgdl: Any) -> Any:
+    """``idf · tf / (tf + k1 · ((1 − b) + b · len / avgdl))`` of float64 NumPy arrays or torch
+    tensors (``k1``, ``b`` Python floats): one IEEE operation after the other in this order, so
+    both libraries give the same bits (on CUDA ``avgdl`` must be a tensor on the device: torch
+    divides by a host scalar as a multiplication by its reciprocal there)."""
+    norm = k1 * ((1 - b) + b * doc_len / avgdl)
+    return idf * (tf / (norm + tf))
 
 
 def lucene_idf(n_docs: int, df: int) -> np.float32:
@@ -267,7 +275,7 @@ class BM25Index:
     def term_stats(self, tokens: Sequence[Sequence[str]]) -> TermStats:
         """This index's own statistics for the tokens of ``tokens`` (lists of query tokens)."""
         wanted = list(dict.fromkeys(t for query in tokens for t in query))
-        df = {t: self._own_df(hits) for t, hits in zip(wanted, self._token_postings(wanted))}
+        df = {t: self._own_df(hits) for t, hits in zip(wanted, self.token_postings(wanted))}
         return TermStats(self.n_docs, self.total_len, df)
 
     def extended(self, texts: Sequence[str], progress: bool = False, join_below: int = 4096) -> "BM25Index":
@@ -287,7 +295,7 @@ class BM25Index:
         return tokenize(texts, self.params.stopwords)
 
     # ------------------------------------------------------------------ scoring
-    def _token_postings(self, tokens: Sequence[str]) -> list[list[tuple[int, int]]]:
+    def token_postings(self, tokens: Sequence[str]) -> list[list[tuple[int, int]]]:
         """Per query token, the ``(part, vocabulary id)`` pairs holding it."""
         found = [[] for _ in tokens]
         for p, part in enumerate(self.parts):
@@ -300,15 +308,21 @@ class BM25Index:
         """A token's document frequency in these postings (its ``(part, vocabulary id)`` pairs)."""
         return sum(self.parts[p].df(t) for p, t in hits)
 
+    def token_idf(self, token: str, hits: Sequence[tuple[int, int]]) -> np.float32:
+        """The idf of ``token`` (held at ``hits``, its ``(part, vocabulary id)`` pairs): from this
+        index's own statistics, or from ``stats`` when given."""
+        if self.stats is None:
+            return lucene_idf(self.n_docs, self._own_df(hits))
+        return lucene_idf(self.stats.n_docs, self.stats.df[token])
+
     def _scored(self, tokens: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per known query token (in order, repeats kept): ``(global docs ascending, scores float32)``."""
         out = []
         k1, b = float(self.params.k1), float(self.params.b)
-        for token, hits in zip(tokens, self._token_postings(tokens)):
+        for token, hits in zip(tokens, self.token_postings(tokens)):
             if not hits:
                 continue
-            idf = lucene_idf(self.n_docs, self._own_df(hits)) if self.stats is None \
-                else lucene_idf(self.stats.n_docs, self.stats.df[token])
+            idf = self.token_idf(token, hits)
             docs, scores = [], []
             for p, t in hits:
                 d, tf = self.parts[p].posting(t)
@@ -388,11 +402,10 @@ class BM25Index:
         docs = np.asarray(docs, np.int64).ravel()
         out = np.zeros((len(tokens), len(docs)), np.float32)
         k1, b = float(self.params.k1), float(self.params.b)
-        for i, hits in enumerate(self._token_postings(tokens)):
+        for i, hits in enumerate(self.token_postings(tokens)):
             if not hits:
                 continue
-            idf = lucene_idf(self.n_docs, self._own_df(hits)) if self.stats is None \
-                else lucene_idf(self.stats.n_docs, self.stats.df[tokens[i]])
+            idf = self.token_idf(tokens[i], hits)
             for p, t in hits:
                 d, tf = self.parts[p].posting(t)
                 local = docs - self.first[p]

@@ -119,6 +119,25 @@ def chain(a: Sequence[str], b: Sequence[str]) -> Sequence[str]:
     return ChainedStrings([a, b])
 
 
+class RowTexts(Sequence[str]):
+    """Texts indexed by corpus row, of the rows ``[start, n)`` only (``texts[i - start]`` is row
+    ``i``): what a caller that reads only the appended passages of a grown corpus is given, so that
+    the earlier passages are never decoded. Reading an earlier row raises IndexError."""
+
+    def __init__(self, start: int, texts: Sequence[str], n: int) -> None:
+        if len(texts) != n - start:
+            raise ValueError(f"RowTexts: {len(texts)} texts for rows [{start}, {n})")
+        self.start, self.texts, self.n = start, texts, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: Any) -> str:
+        if not isinstance(i, (int, np.integer)) or not self.start <= i < self.n:
+            raise IndexError(f"row {i!r} is not held: these texts are of rows [{self.start}, {self.n})")
+        return self.texts[int(i) - self.start]
+
+
 class Corpus:
     """An ordered, validated list of passages: ids, titles, texts and per-passage metadata
     (a JSON object string, ``""`` for none). In memory after loading a file; memory-mapped
@@ -246,6 +265,11 @@ class Corpus:
         """Texts as embedded: ``"title: text"`` when a title exists, else the text
         (passages ``start:stop``, all by default, so large corpora are embedded in batches)."""
         return [f"{t}: {x}" if t else x for t, x in zip(self.titles[start:stop], self.texts[start:stop])]
+
+    def embedding_texts_from(self, start: int) -> RowTexts:
+        """:meth:`embedding_texts` of the passages ``start:``, indexed by row (:class:`RowTexts`):
+        the earlier passages are not decoded."""
+        return RowTexts(start, self.embedding_texts(start), len(self))
 
     @property
     def checksum(self) -> str:

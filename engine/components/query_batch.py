@@ -12,6 +12,7 @@ from ..graphs.device_store import DeviceStore
 if TYPE_CHECKING:
     import torch
 
+    from .device_bm25 import DeviceBM25, DeviceQuery
     from .shared import Components
 
 #: a cached ``Q @ X.T`` of a batch is kept only up to this many entries (larger: not cached)
@@ -30,6 +31,7 @@ class QueryBatch:
         self._tokens: list[list[str]] | None = None
         self._dense: tuple[np.ndarray, np.ndarray] | None = None
         self._bm25: tuple[np.ndarray, np.ndarray] | None = None
+        self._bm25_tensors: tuple[torch.Tensor, torch.Tensor] | None = None
         self._cosine: np.ndarray | None = None
         self._on_device: dict[str, Any] = {}
 
@@ -92,13 +94,45 @@ class QueryBatch:
         return as_tensor(ids, device=self.device, name="dense ids"), as_tensor(scores, device=self.device,
                                                                                name="dense scores")
 
+    def _device_bm25(self) -> "tuple[DeviceBM25, DeviceQuery] | None":
+        """The index's BM25 postings held on :attr:`device` with this batch's query side there
+        (:mod:`.device_bm25`), made once per batch; None when the batch is searched on the host
+        (no device store, a sharded BM25, postings over the store's budget)."""
+        if self.device is None:
+            return None
+
+        def make() -> "tuple[DeviceBM25, DeviceQuery] | None":
+            from .device_bm25 import DeviceBM25
+
+            resident = DeviceBM25.of(self.components.bm25(), self.components.graphs)
+            return None if resident is None else (resident, resident.query(self.tokens))
+        return self._device_value("bm25", make)
+
     def bm25_topk_tensors(self, k: int) -> tuple["torch.Tensor", "torch.Tensor"]:
-        """:meth:`bm25_topk` as tensors on :attr:`device` (ids int64, scores float32)."""
+        """:meth:`bm25_topk` as tensors on :attr:`device` (ids int64, scores float32): computed
+        there from the held postings (:mod:`.device_bm25`; a longer earlier list is sliced), else
+        the host lists made tensors."""
         from ...kernels.tensors import as_tensor
 
-        ids, scores = self.bm25_topk(k)
-        return as_tensor(ids, device=self.device, name="bm25 ids"), as_tensor(scores, device=self.device,
-                                                                             name="bm25 scores")
+        resident = self._device_bm25()
+        if resident is None:
+            ids, scores = self.bm25_topk(k)
+            return as_tensor(ids, device=self.device, name="bm25 ids"), as_tensor(scores, device=self.device,
+                                                                                 name="bm25 scores")
+        if self._bm25_tensors is None or self._bm25_tensors[0].shape[1] < k:
+            self._bm25_tensors = resident[0].topk(resident[1], k, self.allowed_tensor())
+        return self._bm25_tensors[0][:, :k], self._bm25_tensors[1][:, :k]
+
+    def bm25_of_tensors(self, cand: "torch.Tensor") -> "torch.Tensor":
+        """:meth:`bm25_of` of candidate rows on :attr:`device` (int [B, C], -1 = padding → 0):
+        float32 [B, C] there, computed from the held postings (:mod:`.device_bm25`), else on the
+        host (the candidates out, the scores in)."""
+        from ...kernels.tensors import as_numpy, as_tensor
+
+        resident = self._device_bm25()
+        if resident is None:
+            return as_tensor(self.bm25_of(as_numpy(cand)), device=self.device, name="bm25 scores")
+        return resident[0].scores_at(resident[1], as_tensor(cand, device=self.device, name="candidates"))
 
     def dense_topk_of(self, Q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Dense top-``k`` of other query vectors (e.g. reformulated ones) under this batch's filter."""
@@ -118,9 +152,17 @@ class QueryBatch:
         return p
 
     def bm25_topk(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """BM25 top-``k`` (zero-score hits are padding; a longer earlier list is sliced)."""
+        """BM25 top-``k`` (zero-score hits are padding; a longer earlier list is sliced): on the
+        device when the store holds the postings (:meth:`bm25_topk_tensors`, brought back), else on
+        the host."""
         if self._bm25 is None or self._bm25[0].shape[1] < k:
-            self._bm25 = self.components.bm25().topk(self.tokens, k, self.allowed)
+            if self._device_bm25() is None:
+                self._bm25 = self.components.bm25().topk(self.tokens, k, self.allowed)
+            else:
+                from ...kernels.tensors import as_numpy
+
+                ids, scores = self.bm25_topk_tensors(k)
+                self._bm25 = as_numpy(ids), as_numpy(scores)
         return self._bm25[0][:, :k], self._bm25[1][:, :k]
 
     def bm25_of(self, cand: np.ndarray) -> np.ndarray:

@@ -85,6 +85,22 @@ class ComponentsSnapshot:
     title_mentions: Any = None
 
 
+def state_source(directory: Path) -> Path:
+    """The folder a pipeline's state in ``directory`` is read from: ``directory``, or the folder
+    beside it that its :data:`SAME_STATE` names (IndexFormatError when that names no such folder)."""
+    if not (directory / SAME_STATE).is_file():
+        return directory
+    try:
+        name = json.loads((directory / SAME_STATE).read_text(encoding="utf-8")).get("pipeline")
+    except (ValueError, AttributeError, OSError):
+        name = None
+    plain = isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
+    source = directory.parent / name if plain else directory
+    if source == directory or not source.is_dir():
+        raise IndexFormatError(f"{directory / SAME_STATE}: names no folder beside it holding a state ({name!r})")
+    return source
+
+
 class Components:
     """The shared parts of one index (module docstring). ``X`` is validated by the caller."""
 
@@ -236,20 +252,16 @@ class Components:
 
     def stored_state(self, directory: Path, rows: int | None, load: Callable[[Path], T]) -> T:
         """The state ``load(folder)`` reads from ``directory``, or from the folder beside it that its
-        :data:`SAME_STATE` names; read once per folder and row count, and shared by the pipelines
-        that read it."""
-        source = directory
-        if (directory / SAME_STATE).is_file():
-            try:
-                name = json.loads((directory / SAME_STATE).read_text(encoding="utf-8")).get("pipeline")
-            except (ValueError, AttributeError, OSError):
-                name = None
-            plain = isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
-            source = directory.parent / name if plain else directory
-            if source == directory or not source.is_dir():
-                raise IndexFormatError(f"{directory / SAME_STATE}: names no folder beside it holding a "
-                                       f"state ({name!r})")
+        :data:`SAME_STATE` names (:func:`state_source`); read once per folder and row count, and
+        shared by the pipelines that read it, until :meth:`forget_stored_states`."""
+        source = state_source(directory)
         return self.shared_fit(("stored", str(source), rows), lambda: load(source))
+
+    def forget_stored_states(self) -> None:
+        """Stop holding the states :meth:`stored_state` read (the pipelines hold what they use): called
+        once an index's pipelines are loaded, so a stored state that later deltas replaced is freed."""
+        for key in [k for k in self._fitted if isinstance(k, tuple) and k[:1] == ("stored",)]:
+            del self._fitted[key]
 
     def batch(self, Q: np.ndarray, texts: Sequence[str] | None = None,
               allowed: np.ndarray | None = None) -> QueryBatch:

@@ -246,6 +246,7 @@ def _read_pipelines(path: Path, content: IndexContent, segments: list[storage.Se
             raise IndexFormatError(f"index {path}: pipeline {name} is corrupt or unreadable: "
                                    f"{type(e).__name__}: {e}") from None
         content.fit_seconds[name] = meta["fit_seconds"][name]
+    content.components.forget_stored_states()
 
 
 def _segment_fields(seg: storage.SegmentRef, version: int) -> dict[str, Any]:

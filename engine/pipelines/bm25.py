@@ -8,10 +8,11 @@ score 0 (as a sort of every passage's score, zeros included, would rank them), s
 come back whenever ``k`` passages pass the filter."""
 from __future__ import annotations
 
-
 import numpy as np
 
+from ...kernels.tensors import as_numpy
 from ..components.bm25 import BM25Params
+from ..components.device_bm25 import DeviceBM25
 from ..components.query_batch import QueryBatch
 from ..cost import PASSAGE_ARRAYS, Cost, IndexShape
 from ..params import SearchParams
@@ -49,5 +50,10 @@ class BM25(Pipeline):
         with timer("tokenize"):
             tokens = bm25.tokenize(batch.texts)
         with timer("bm25"):
-            ids, scores = bm25.topk(tokens, k, batch.allowed)
+            resident = DeviceBM25.of(bm25, self.components.graphs) if batch.device is not None else None
+            if resident is None:
+                ids, scores = bm25.topk(tokens, k, batch.allowed)
+            else:  # the postings held on the device: the query side in, ids and scores out
+                ids_t, scores_t = resident.topk(resident.query(tokens), k, batch.allowed_tensor())
+                ids, scores = as_numpy(ids_t), as_numpy(scores_t)
             return fill_lowest(ids, scores, batch.allowed, len(self.components.X))

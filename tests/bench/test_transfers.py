@@ -36,4 +36,6 @@ def test_transfers_table(tmp_path, capsys, monkeypatch):
     for name in ("stitch", "ppr_binary", "dmar", "hop"):
         assert own_inputs(rows[name]) < rows[name]["files"]["htod"]
     assert "walk region chunks" not in rows["stitch"]["resident"]["names_in"]  # the prior stays on the device
-    assert rows["g3rag"]["files"]["htod"] == rows["g3rag"]["resident"]["htod"] == 0
+    assert rows["g3rag"]["files"]["htod"] == 0
+    for name in ("bm25", "g3rag"):  # BM25 on the held postings: the query side in, the ids and scores out
+        assert rows[name]["resident"]["names_in"] == ["bm25 query postings"] and rows[name]["resident"]["dtoh"] == 2

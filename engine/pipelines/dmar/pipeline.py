@@ -67,6 +67,7 @@ from ....kernels.shapley_mc import MODES as SHAPLEY_MODES
 from ....kernels.tensors import as_numpy
 from ...components.hybrid_ranking import hybrid_ranking, hybrid_ranking_tensors
 from ...components.query_batch import QueryBatch
+from ...components.shared import state_source
 from ...graphs.renumbered import (differing_rows, load_held_matrix, load_entity_ids, renumber, renumber_matrix,
                                   save_held_matrix, spread, stored_graph, stored_matrix)
 from ...graphs.store import NODE_ROWS, saved_by_reference
@@ -84,6 +85,7 @@ from ...ranking import PAD_ID, PAD_SCORE, topk_rows
 from .reformulation import anchor_snippets, generate_texts, resolve_generator, rule_vectors
 from ...storage import check_unit_rows, load_arrays, pack_strings, save_arrays
 from .scores import dedupe_rows, zscore
+from .deltas import delta_arrays, read_deltas
 from .device_structural import HeldStructure
 from .structural import structural_scores
 from ...timing import StageTimer
@@ -369,57 +371,22 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         """The subgraph embeddings of the entities that are new or were encoded again since ``since``,
         by entity name (``emb_names_*``, ``emb_rows``), and the encoder and gate weights when they
         changed; the knowledge graph is arithmetic on the extraction and rebuilt when the index is
-        opened. None (stored whole) with an ``edge_list``."""
+        opened. None (stored whole) with an ``edge_list``. A pipeline holding the same state and
+        snapshot as one whose delta this segment already holds names that folder
+        (:meth:`Components.save_state`)."""
         if self.fit_params.edge_list is not None:
             return None
-        old_kg, old_emb, old_weights = since
-        kg, emb = self.knowledge_graph_, np.asarray(self.subgraph_emb_)
-        ids = old_kg.name_ids
-        pos = np.fromiter((ids.get(n, -1) for n in kg.names), np.int64, kg.n_entities)
-        old_emb = np.asarray(old_emb)
-        same = pos >= 0
-        same[same] = (old_emb[pos[same]] == emb[same]).all(axis=1)
-        rows = np.flatnonzero(~same)
-        blob, offsets = pack_strings([kg.names[i] for i in rows.tolist()])
-        arrays = {"emb_names_blob": blob, "emb_names_offsets": offsets, "emb_rows": emb[rows]}
-        weights = {**encoder_arrays(self.encoder_), **self.gate_.arrays()}
-        if weights.keys() != old_weights.keys() or any(not np.array_equal(v, old_weights[k]) for k, v in weights.items()):
-            arrays.update(weights)
-        save_arrays(directory, arrays)
+        parts = (*self._parts(), since[0], since[1])
+        self.components.save_state(directory, parts, lambda d: save_arrays(d, delta_arrays(self._parts(), since)))
         return "delta"
 
     def _load_deltas(self, parts: list[tuple[Path, int]]) -> None:
-        """The knowledge graph built from the index's (extended) extraction; each entity's subgraph
-        embedding the last one stored under its name (segments in order, then the stored state); the
-        last encoder and gate weights stored."""
-        from ...storage import unpack_strings
-
-        by_name = dict(zip(self.knowledge_graph_.names, range(self.knowledge_graph_.n_entities)))
-        sources: list[np.ndarray] = [np.asarray(self.subgraph_emb_)]
-        where: dict[str, tuple[int, int]] = {n: (0, i) for n, i in by_name.items()}
-        d_out = sources[0].shape[1]
-        for d, _ in parts:
-            names = sorted(p.stem for p in d.glob("*.npy"))
-            weights = [n for n in names if n.startswith(("gnn.", "gate."))]
-            a = load_arrays(d, ["emb_names_blob", "emb_names_offsets", "emb_rows", *weights])
-            emb_names = unpack_strings(a["emb_names_blob"], a["emb_names_offsets"], f"{d} emb_names")
-            rows = check_unit_rows(a["emb_rows"], str(d / "emb_rows.npy"), rows=len(emb_names), dim=d_out,
-                                   allow_zero=True)
-            sources.append(np.asarray(rows))
-            for i, n in enumerate(emb_names):
-                where[n] = (len(sources) - 1, i)
-            if weights:
-                self.encoder_ = encoder_from_arrays(a)
-                self.gate_ = Gate.from_arrays(a)
-        kg = self._build_kg()
-        missing = [n for n in kg.names if n not in where]
-        if missing:
-            raise IndexFormatError(f"{parts[-1][0]}: no subgraph embedding stored for entity {missing[0]!r}")
-        emb = np.empty((kg.n_entities, d_out), np.float32)
-        for i, n in enumerate(kg.names):
-            k, j = where[n]
-            emb[i] = sources[k][j]
-        self.knowledge_graph_, self.subgraph_emb_ = kg, emb
+        """The state after the deltas ``parts``, read once for the pipelines that loaded the same
+        state and whose deltas are the same folders (:meth:`Components.shared_update`)."""
+        sources = [(state_source(d), n) for d, n in parts]
+        old = self._parts()
+        self.knowledge_graph_, self.encoder_, self.subgraph_emb_, self.gate_ = self.components.shared_update(
+            ("deltas", tuple((str(d), n) for d, n in sources)), old, lambda: read_deltas(sources, old, self._build_kg))
 
     def _load(self, directory: Path) -> None:
         """:meth:`_read_state` of ``directory`` or of the folder it names, once (:meth:`Components.stored_state`)."""

@@ -20,7 +20,9 @@ import torch
 
 from .... import kernels
 from ....kernels.tensors import as_numpy, as_tensor
+from ...components.query_batch import QueryBatch
 from ...sparse import row_positions_tensors
+from ...timing import StageTimer
 from .local_graph import local_transition_tensors
 from .local_rows import LocalRows
 
@@ -248,3 +250,34 @@ def ranked(final: DeviceRows, top_k: int, allowed: torch.Tensor | None, apart: t
     if apart is not None:
         ids = torch.where(apart[:, None], APART, ids)
     return as_numpy(ids), as_numpy(scores)
+
+
+def resident_search(walk: Any, batch: QueryBatch, k: int, params: Any, timer: StageTimer
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Steps 5–7 of a batch on the device for the chunk-graph walk ``walk``
+    (:class:`~.walk.ChunkGraphWalk`, where it holds its prior's arrays there) in one pass, with no
+    host round trip before the ranking: the relevance from the batch's top lists, the prior, the
+    walk, the fusion and the top-``k`` there; only the top-``k`` ids and scores come back. The rows
+    whose prior is uniform over the corpus (Σ I = 0) or that the filter left without mass come back
+    marked (:data:`APART`) and are searched again apart (``walk.batch_scores``: walked on every
+    chunk on the host); a row's ranking never depends on the other rows."""
+    with timer("relevance"):
+        rel = walk.relevance_rows(batch, k, params, resident=True)
+    with timer("prior"):
+        p, uniform = walk.prior_rows(batch, rel, params)
+    if not isinstance(p, DeviceRows):  # no prior on the device (nothing activated in the batch)
+        return walk._ranking(walk.scores_of(batch, rel, p, uniform, params, timer), k, batch, timer)
+    with timer("prior"):
+        p, empty = finished_prior(p, rel, params.prior_mix, params.n_seeds, batch.allowed_tensor())
+    if params.ppr:
+        with timer("ppr"):
+            p = walk.resident_walk(p, params)
+    final = walk.final_scores(batch, np.arange(len(batch)), p, rel, params, timer)
+    with timer("ranking"):
+        ids, scores = ranked(final, k, batch.allowed_tensor(), uniform if empty is None else uniform | empty)
+    apart = np.flatnonzero(ids[:, 0] == APART)
+    if len(apart):
+        texts = None if batch.texts is None else [batch.texts[i] for i in apart]
+        again = QueryBatch(batch.components, batch.Q[apart], texts, batch.allowed)
+        ids[apart], scores[apart] = walk._ranking(walk.batch_scores(again, timer, k, params), k, again, timer)
+    return ids, scores

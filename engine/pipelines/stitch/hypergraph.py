@@ -425,14 +425,16 @@ def text_embedding_rows(n: int, d: int, work_dir: Path | None = None) -> np.ndar
 
 def embed_texts(texts: list[str], corpus: Corpus, X: np.ndarray, embedder: Embedder | None,
                 progress: bool = False, batch_size: int = 64, late: Callable[[], LateTexts | None] | None = None,
-                work_dir: Path | None = None) -> np.ndarray:
+                work_dir: Path | None = None, first_row: int = 0) -> np.ndarray:
     """Embeddings of ``texts`` (distinct: :class:`Extraction` stores each text once) as
     :data:`TEXT_EMB_DTYPE` [U, d] (in :func:`text_embedding_rows`: in ``work_dir`` when given);
     passage embedding texts reuse rows of X. ``late`` (a function giving the texts' late-chunked
     embeddings, :mod:`hopgraph.engine.components.late_pooling`, or None when the embedder cannot give them)
     supplies the others it can; what is left is embedded on its own, :data:`TEXT_BLOCK_ROWS` texts at
-    a time, padding-free in length order (:func:`~hopgraph.engine.embedders.packed_bert.encode_bulk`)."""
-    row_of = {t: i for i, t in enumerate(corpus.embedding_texts())}
+    a time, padding-free in length order (:func:`~hopgraph.engine.embedders.packed_bert.encode_bulk`).
+    Only the passages from ``first_row`` on are read for texts equal to theirs (an add's new texts:
+    the earlier passages are not decoded)."""
+    row_of = {t: i + first_row for i, t in enumerate(corpus.embedding_texts(first_row))}
     rows = np.fromiter((row_of.get(t, -1) for t in texts), np.int64, len(texts))
     del row_of
     out = text_embedding_rows(len(texts), X.shape[1], work_dir)
@@ -466,11 +468,12 @@ def embed_texts(texts: list[str], corpus: Corpus, X: np.ndarray, embedder: Embed
 
 def extend_text_embeddings(old_emb: np.ndarray, texts: list[str], corpus: Corpus, X: np.ndarray,
                            embedder: Embedder | None, progress: bool = False, batch_size: int = 64,
-                           late: Callable[[int], LateTexts | None] | None = None) -> np.ndarray:
+                           late: Callable[[int], LateTexts | None] | None = None, first_row: int = 0
+                           ) -> np.ndarray:
     """Embeddings of ``texts`` (the texts of an extraction grown by
     :func:`~hopgraph.engine.components.extraction.extend_extraction`, whose first ``len(old_emb)`` are the
-    texts ``old_emb`` embeds, by id): the old rows are kept and only the texts after them are
-    embedded, by :func:`embed_texts`' rules (a text equal to a passage's embedding text, e.g. a new
+    texts ``old_emb`` embeds, by id): the old rows are kept and only the texts after them (first
+    used by the passages from ``first_row`` on) are embedded, by :func:`embed_texts`' rules (a text equal to a passage's embedding text, e.g. a new
     title state's description, reuses that passage's row of X; ``late(first_text)`` gives the
     late-chunked embeddings of the texts from ``first_text`` on). A zero-width ``old_emb`` (a
     pipeline that needs no text embeddings) gives zero-width rows."""
@@ -482,12 +485,13 @@ def extend_text_embeddings(old_emb: np.ndarray, texts: list[str], corpus: Corpus
     if read_by_rows(old_emb):  # the old rows stay where they are held, the new ones are held here
         return old_emb if len(texts) == U else with_rows_appended(
             old_emb, as_text_embeddings(embed_texts(texts[U:], corpus, X, embedder, progress, batch_size,
-                                                    None if late is None else (lambda: late(U)))))
+                                                    None if late is None else (lambda: late(U)),
+                                                    first_row=first_row)))
     old = as_text_embeddings(old_emb)
     if len(texts) == U:
         return np.array(old) if isinstance(old, np.memmap) else old
     new = embed_texts(texts[U:], corpus, X, embedder, progress, batch_size,
-                      None if late is None else (lambda: late(U)))
+                      None if late is None else (lambda: late(U)), first_row=first_row)
     return np.concatenate([old, new])
 
 

@@ -138,14 +138,15 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
         self._text_index: DenseIndex | None = None
 
     # ------------------------------------------------------------------ fit
-    def _text_embeddings(self, ex: Extraction, progress: bool, old: np.ndarray | None = None) -> np.ndarray:
+    def _text_embeddings(self, ex: Extraction, progress: bool, old: np.ndarray | None = None,
+                         first_row: int = 0) -> np.ndarray:
         comp = self.components
         corpus = comp.require_corpus(self.name)
-        late = self._late(ex, corpus, progress)
         if old is None:
-            return embed_texts(ex.texts, corpus, comp.X, comp.embedder, progress=progress, late=late,
-                               work_dir=comp.work_dir)
-        return extend_text_embeddings(old, ex.texts, corpus, comp.X, comp.embedder, progress, late=late)
+            return embed_texts(ex.texts, corpus, comp.X, comp.embedder, progress=progress,
+                               late=self._late(ex, corpus, progress), work_dir=comp.work_dir)
+        return extend_text_embeddings(old, ex.texts, corpus, comp.X, comp.embedder, progress,
+                                      late=self._late(ex, corpus, progress, first_row), first_row=first_row)
 
     @classmethod
     def pooled_texts(cls, fit_params: dict[str, Any]) -> tuple[bool, bool] | None:
@@ -154,10 +155,12 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
         p = cls.saved_fit_params(fit_params) if fit_params else cls.FitParams()
         return None if p.text_pooling != "late" or p.extractions else (bool(p.title_entities), bool(p.numbers))
 
-    def _late(self, ex: Extraction, corpus: Corpus, progress: bool) -> Callable[[int], LateTexts | None] | None:
+    def _late(self, ex: Extraction, corpus: Corpus, progress: bool, first_row: int = 0
+              ) -> Callable[[int], LateTexts | None] | None:
         """The late-chunked embeddings of ``ex.texts[first:]`` as a function of ``first``
         (``text_pooling="late"``; those ``Index.build`` or ``Index.add`` pooled with the passages
-        when it did), else None (texts embedded on their own)."""
+        when it did), else None (texts embedded on their own). Those texts are first used by the
+        passages from ``first_row`` on: the earlier passages are not read."""
         if self.fit_params.text_pooling != "late":
             return None
         key = None if self.fit_params.extractions else (bool(self.fit_params.title_entities), bool(self.fit_params.numbers))
@@ -165,7 +168,7 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
         def provide(first: int = 0) -> LateTexts | None:
             made = self.components.take_late_texts(key, first) if key is not None else None
             return made if made is not None else \
-                late_texts(ex, corpus.embedding_texts(), self.components.embedder, first, progress)
+                late_texts(ex, corpus.embedding_texts_from(first_row), self.components.embedder, first, progress)
         return provide
 
     def _reset_caches(self) -> None:

@@ -35,7 +35,8 @@ class PPRBinary(ChunkGraphWalk[ChunkGraphFit, WalkSearch]):
     name = "ppr_binary"
     ablations = {"ppr=False": {"ppr": False}, "localise=False": {"localise": False}, "balance=0": {"balance": 0.0}}
 
-    def _text_embeddings(self, ex: Extraction, progress: bool, old: np.ndarray | None = None) -> np.ndarray:
+    def _text_embeddings(self, ex: Extraction, progress: bool, old: np.ndarray | None = None,
+                         first_row: int = 0) -> np.ndarray:
         """None needed: the binary prior never looks at topic or description embeddings."""
         return np.zeros((len(ex.texts), 0), np.float16)
 

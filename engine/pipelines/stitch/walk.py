@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
-
-from .... import kernels
 import torch
 
+from .... import kernels
 from ....kernels.tensors import as_numpy, as_tensor
 from ...components.extraction import Extraction, load_extractions
 from ...components.hybrid_ranking import RRF_K, hybrid_ranking, hybrid_ranking_tensors
@@ -46,8 +45,8 @@ from ..base import Needs, Pipeline
 from ..title_bridge import BridgeSearch, TitleBridge
 from ...storage import check_unit_rows, load_array, save_arrays
 from .hypergraph import TEXT_EMB_DTYPE, TopicHypergraph, build_hypergraph
-from .device_walk import (APART, DeviceRows, cosine_rows, finished_prior, fused, local_walk, on_device, ranked,
-                          whole_walk)
+from .device_walk import (DeviceRows, cosine_rows, finished_prior, fused, local_walk, on_device, ranked,
+                          resident_search, whole_walk)
 from .local_graph import local_transition, neighbour_entries
 from .local_rows import LocalRows
 
@@ -173,8 +172,10 @@ class ChunkGraphWalk(Pipeline[F, S]):
         self._reset_caches()
 
     @abstractmethod
-    def _text_embeddings(self, ex: Extraction, progress: bool, old: np.ndarray | None = None) -> np.ndarray:
-        """The embeddings of ``ex.texts`` (``old``: those of its first texts, kept)."""
+    def _text_embeddings(self, ex: Extraction, progress: bool, old: np.ndarray | None = None,
+                         first_row: int = 0) -> np.ndarray:
+        """The embeddings of ``ex.texts`` (``old``: those of its first texts, kept; the texts after
+        them are first used by the passages from ``first_row`` on)."""
 
     def _add(self, start: int, progress: bool) -> None:
         """Passages ``[start, N)`` were appended: the shared extraction was extended (old text ids
@@ -190,7 +191,8 @@ class ChunkGraphWalk(Pipeline[F, S]):
         if ex.n_chunks != n or len(ex.texts) < len(old):
             raise InputError(f"{self.name}: the extraction covers {ex.n_chunks} passages and {len(ex.texts)} texts, "
                              f"the index {n} passages and {len(old)} embedded texts")
-        new = build_hypergraph(ex, self._text_embeddings(ex, progress, old), self.fit_params.max_group_chunks)
+        new = build_hypergraph(ex, self._text_embeddings(ex, progress, old, start),
+                               self.fit_params.max_group_chunks)
         self.hypergraph_ = new.with_stored_rows(self.hypergraph_, self.components.graphs)
         self.components.bm25(who=self.name)
         self._reset_caches()
@@ -251,45 +253,17 @@ class ChunkGraphWalk(Pipeline[F, S]):
     def _search_batch(self, batch: QueryBatch, k: int, params: S, timer: StageTimer
                       ) -> tuple[np.ndarray, np.ndarray]:
         if batch.device is not None and self.resident_prior():
-            return self.resident_search(batch, k, params, timer)
+            return resident_search(self, batch, k, params, timer)
         return self._ranking(self.batch_scores(batch, timer, k, params), k, batch, timer)
 
     def _ranking(self, final: LocalRows | DeviceRows, k: int, batch: QueryBatch, timer: StageTimer
                  ) -> tuple[np.ndarray, np.ndarray]:
-        """The top-``k`` of the final scores (on the device when they are there)."""
+        """The top-``k`` of the final scores (on the device when they are there: :func:`~.device_walk.ranked`;
+        :func:`~.device_walk.resident_search` runs steps 5–7 there in one pass)."""
         with timer("ranking"):
             if isinstance(final, DeviceRows):
                 return ranked(final, k, batch.allowed_tensor())
             return rank_local(final, k, batch.allowed)
-
-    def resident_search(self, batch: QueryBatch, k: int, params: S, timer: StageTimer
-                        ) -> tuple[np.ndarray, np.ndarray]:
-        """Steps 5–7 of a batch on the device (module docstring) in one pass, with no host round
-        trip before the ranking: the relevance from the batch's top lists, the prior, the walk, the
-        fusion and the top-``k`` there; only the top-``k`` ids and scores come back. The rows whose
-        prior is uniform over the corpus (Σ I = 0) or that the filter left without mass come back
-        marked (:data:`~.device_walk.APART`) and are searched again apart (:meth:`batch_scores`:
-        walked on every chunk on the host); a row's ranking never depends on the other rows."""
-        with timer("relevance"):
-            rel = self.relevance_rows(batch, k, params, resident=True)
-        with timer("prior"):
-            p, uniform = self.prior_rows(batch, rel, params)
-        if not isinstance(p, DeviceRows):  # no prior on the device (nothing activated in the batch)
-            return self._ranking(self.scores_of(batch, rel, p, uniform, params, timer), k, batch, timer)
-        with timer("prior"):
-            p, empty = finished_prior(p, rel, params.prior_mix, params.n_seeds, batch.allowed_tensor())
-        if params.ppr:
-            with timer("ppr"):
-                p = self.resident_walk(p, params)
-        final = self.final_scores(batch, np.arange(len(batch)), p, rel, params, timer)
-        with timer("ranking"):
-            ids, scores = ranked(final, k, batch.allowed_tensor(), uniform if empty is None else uniform | empty)
-        apart = np.flatnonzero(ids[:, 0] == APART)
-        if len(apart):
-            texts = None if batch.texts is None else [batch.texts[i] for i in apart]
-            again = QueryBatch(self.components, batch.Q[apart], texts, batch.allowed)
-            ids[apart], scores[apart] = self._ranking(self.batch_scores(again, timer, k, params), k, again, timer)
-        return ids, scores
 
     def scores(self, Q: np.ndarray, texts: list[str], timer: StageTimer | None = None,
                params: S | None = None) -> np.ndarray:
@@ -376,15 +350,12 @@ class ChunkGraphWalk(Pipeline[F, S]):
         return device_arrays(self.transition) is not None and device_arrays(self._column_sums()) is not None
 
     def resident_prior(self) -> bool:
-        """Whether the prior of a batch is made on the device (:meth:`prior_rows` gives
-        :class:`~.device_walk.DeviceRows`), so the relevance, the walk and the ranking stay there:
-        the graph store holds the walk's arrays, the passage embeddings and the subclass's prior
-        arrays there."""
+        """Whether a batch's prior is made on the device (so are its relevance, walk and ranking): the
+        graph store holds the walk's arrays, the passage embeddings and the prior's arrays there."""
         return self.walk_held() and self._held_passages() is not None
 
     def _held_passages(self) -> Any:
-        """The passage embeddings X as a tensor where the index's graph store holds them on the
-        device (step 7's cosine on π's support), else None."""
+        """X as a tensor where the graph store holds it on the device (step 7's cosine), else None."""
         if "X" not in self._cache:
             self._cache["X"] = self.components.graphs.hold(self.components.X, f"{self.name} X")
         return device_arrays(self._cache["X"])

@@ -301,7 +301,14 @@ def test_add_pools_the_new_texts_in_the_new_passages_pass(minilm, monkeypatch):
     pooled = Index.build(base, embedder=minilm, pipelines=["dense", "stitch"], progress=False)
     extractions = len(pooled.components.builds["extraction"])
     seen = _record_model_texts(monkeypatch)
+    decoded = []
+    real = Corpus.embedding_texts
+    monkeypatch.setattr(Corpus, "embedding_texts",
+                        lambda self, start=0, stop=None: decoded.append((len(self) if stop is None else stop) - start)
+                        or real(self, start, stop))
     pooled.add(RECORDS[3:])
+    monkeypatch.setattr(Corpus, "embedding_texts", real)
+    assert decoded and max(decoded) == len(RECORDS) - 3  # only the new passages' texts are built
     new_passages = corpus(RECORDS[3:]).embedding_texts()
     assert sorted(t for t in seen if t in set(new_passages)) == sorted(new_passages)  # each new passage once
     old_passages = set(base.embedding_texts())
@@ -312,7 +319,13 @@ def test_add_pools_the_new_texts_in_the_new_passages_pass(minilm, monkeypatch):
     # the same index as the passages embedded apart from STITCH's own pass over them
     two_pass = Index.build(base, embedder=minilm, pipelines=["dense", "stitch"], progress=False)
     seen.clear()
+    decoded.clear()
+    monkeypatch.setattr(Corpus, "embedding_texts",
+                        lambda self, start=0, stop=None: decoded.append((len(self) if stop is None else stop) - start)
+                        or real(self, start, stop))
     two_pass.add(RECORDS[3:], embeddings=minilm.encode(new_passages))
+    monkeypatch.setattr(Corpus, "embedding_texts", real)
+    assert decoded and max(decoded) == len(RECORDS) - 3  # STITCH's own pass reads only the new passages too
     assert set(seen) & set(new_passages)  # STITCH's own pass over the passages holding its texts
     np.testing.assert_allclose(pooled.X, two_pass.X, atol=1e-6)
     a, b = (np.asarray(i.pipelines["stitch"].hypergraph_.text_emb, np.float32) for i in (pooled, two_pass))
@@ -322,3 +335,13 @@ def test_add_pools_the_new_texts_in_the_new_passages_pass(minilm, monkeypatch):
     for name in ("dense", "stitch"):
         assert [h.id for h in pooled.search(q, pipeline=name, k=5)[0]] == \
             [h.id for h in two_pass.search(q, pipeline=name, k=5)[0]]
+
+
+def test_row_texts_hold_only_the_rows_from_their_start():
+    """``Corpus.embedding_texts_from(start)`` is indexed by row and reads no earlier row."""
+    texts = corpus(RECORDS).embedding_texts_from(3)
+    assert len(texts) == len(RECORDS)
+    assert [texts[i] for i in range(3, len(RECORDS))] == corpus(RECORDS).embedding_texts(3)
+    for bad in (0, 2, len(RECORDS), -1):
+        with pytest.raises(IndexError, match="not held"):
+            texts[bad]

@@ -31,7 +31,7 @@ SEARCHES = [(name, {}) for name in pipeline_names()] + [("stitch", {"localise": 
 QUESTIONS = DEMO_QUESTIONS[:6]
 #: the batch's dense and BM25 top lists made tensors (:meth:`~hopgraph.engine.components.query_batch.
 #: QueryBatch.dense_topk_tensors`): counted apart, their producers search on the device
-TOP_LISTS = {"dense ids", "dense scores", "bm25 ids", "bm25 scores"}
+TOP_LISTS = {"dense ids", "dense scores", "bm25 ids", "bm25 scores", "bm25 query postings"}
 
 
 @pytest.fixture(scope="module")
@@ -184,6 +184,9 @@ def test_search_batch_moves_no_graph_structure(readers, name, params):
         assert len(graph_crossings(before, stored_arrays(files.content.pipelines[name]) +
                                    list(files.content.pipelines[name].transition[:3]))) == 3
         assert len(names_in) < before.htod
+    # BM25 on the held postings: the query side in once per batch
+    bm25_in = sum(c.name == "bm25 query postings" for c in count.to_device)
+    assert bm25_in == (name in ("bm25", "hybrid", "g3rag", "stitch", "dmar", "hop"))
     if name == "ppr_binary":  # the matched names and the questions in; the top-k ids and scores out
         assert (names_in, count.dtoh) == (["matched (question, name) pairs", "questions"], 2)
     if name == "hybrid":  # fused on the device: the top-k ids and scores out
@@ -191,8 +194,10 @@ def test_search_batch_moves_no_graph_structure(readers, name, params):
     moved, was = len(names_in) + count.dtoh, before.htod + before.dtoh
     if name in ("stitch", "dmar", "hop"):
         assert moved < was
-    elif name not in ("ppr_binary", "hybrid"):  # (their exact crossings are checked above)
+    elif name not in ("ppr_binary", "hybrid", "bm25", "g3rag"):  # (their exact crossings are checked above / below)
         assert moved == was
+    if name in ("bm25", "g3rag"):  # BM25's ids and scores out to a host caller
+        assert moved == was + 2
     if name in ("dmar", "hop"):  # the linked pairs once, the rerank's candidates in (stage 1's are the top
         # lists' fusion, on the device); stage 1's candidate ids out (for the host stages), Score_ent per scoring
         assert (sorted(names_in), count.dtoh) == (["candidates", "linked (question, entity) pairs"], 3)

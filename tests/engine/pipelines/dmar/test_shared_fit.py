@@ -107,6 +107,30 @@ def test_saved_index_and_segments_load_with_the_same_results(tmp_path, demo_corp
         same_results(index, loaded, name)
 
 
+def test_the_shared_deltas_are_saved_and_applied_once(tmp_path, demo_corpus, counted):
+    """After a live add the second segment holds the shared state's delta once (the other pipeline's
+    folder names it); on load the delta is applied once, both pipelines hold the result, and the
+    state read before the delta is no longer held by the index."""
+    index = Index.build(demo_corpus.take(np.arange(SPLIT)), embedder=HashingEmbedder(64), pipelines=["dmar", "hop"],
+                        params=PARAMS, progress=False)
+    index.save(tmp_path / "idx")
+    index.add(demo_corpus.take(np.arange(SPLIT, len(demo_corpus))))
+    index.save()
+    dirs = sorted(tmp_path.glob("idx/**/pipelines/*"), key=lambda d: (d.parent.parent.name, d.name))
+    assert len(dirs) == 4
+    later = [d for d in dirs if d.parent.parent != dirs[0].parent.parent]
+    assert sorted(len(list(d.iterdir())) == 1 and (d / SAME_STATE).is_file() for d in later) == [False, True]
+    assert verify_index(tmp_path / "idx") == []
+    counted["kg"] = 0
+    loaded = Index.load(tmp_path / "idx", embedder=HashingEmbedder(64), progress=False)
+    dmar, hop = loaded.pipelines["dmar"], loaded.pipelines["hop"]
+    assert all(getattr(dmar, a) is getattr(hop, a) for a in STATE)
+    assert counted["kg"] == 1  # the graph after the delta, built once (the stored one is read)
+    assert not [k for k in loaded.components._fitted if k[:1] == ("stored",)]
+    for name in ("dmar", "hop"):
+        same_results(index, loaded, name)
+
+
 def test_the_shared_state_is_saved_once(tmp_path, demo_corpus):
     index = Index.build(demo_corpus, embedder=HashingEmbedder(64), pipelines=["hop", "dmar"], params=PARAMS,
                         progress=False)
