@@ -1,7 +1,9 @@
 """hopgraph.kernels: the sparse-graph ops of SPEC "Engine kernels" (``density``, ``gain_knn``,
 ``gain_knn_rows``, ``sparse_diffusion`` for §1; ``hyperedge_max_propagate``, ``group_decay_propagate``,
 ``batched_ppr`` for §2; ``shapley_mc`` for §3), each with a Triton kernel, a CPU
-implementation of the same semantics and one dispatch point (:mod:`hopgraph.kernels.dispatch`). Kernels know nothing of
+implementation of the same semantics, and ``inner_product_topk`` (the exact dense search: torch code
+without a Triton kernel, run on the device of its tensors), with one dispatch point
+(:mod:`hopgraph.kernels.dispatch`). Kernels know nothing of
 the layers above them; those call them only through :func:`call` or the op functions
 below, which are :func:`call` with the CPU implementation's signature::
 
@@ -33,7 +35,7 @@ if _other is not None and _other.loader is not None:
     sys.modules["kernels"] = _module
     _other.loader.exec_module(_module)
 else:
-    from .dispatch import BACKEND_ENV, call, op_function, registered_ops, resolve_device, use_backend
+    from .dispatch import BACKEND_ENV, call, get_op, op_function, registered_ops, resolve_device, use_backend
 
     density = op_function("density")
     gain_knn = op_function("gain_knn")
@@ -43,8 +45,11 @@ else:
     group_decay_propagate = op_function("group_decay_propagate")
     batched_ppr = op_function("batched_ppr")
     shapley_mc = op_function("shapley_mc")
+    inner_product_topk = op_function("inner_product_topk")
 
     OPS = ("density", "gain_knn", "gain_knn_rows", "sparse_diffusion", "hyperedge_max_propagate", "group_decay_propagate",
-           "batched_ppr", "shapley_mc")
+           "batched_ppr", "shapley_mc", "inner_product_topk")
+    #: the ops with a Triton kernel (the others are torch code, which runs on any device as it is)
+    TRITON_OPS = tuple(name for name in OPS if get_op(name).triton_path is not None)
 
-    __all__ = ["BACKEND_ENV", "OPS", "call", "registered_ops", "resolve_device", "use_backend", *OPS]
+    __all__ = ["BACKEND_ENV", "OPS", "TRITON_OPS", "call", "registered_ops", "resolve_device", "use_backend", *OPS]

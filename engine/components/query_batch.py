@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     import torch
 
     from .device_bm25 import DeviceBM25, DeviceQuery
+    from .device_dense import DeviceDenseSearch
     from .shared import Components
 
 #: a cached ``Q @ X.T`` of a batch is kept only up to this many entries (larger: not cached)
@@ -30,6 +31,7 @@ class QueryBatch:
         self.texts = None if texts is None else list(texts)
         self._tokens: list[list[str]] | None = None
         self._dense: tuple[np.ndarray, np.ndarray] | None = None
+        self._dense_tensors: tuple["torch.Tensor", "torch.Tensor"] | None = None
         self._bm25: tuple[np.ndarray, np.ndarray] | None = None
         self._bm25_tensors: tuple[torch.Tensor, torch.Tensor] | None = None
         self._cosine: np.ndarray | None = None
@@ -51,9 +53,17 @@ class QueryBatch:
         return self._tokens
 
     def dense_topk(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Dense top-``k`` (a longer list computed earlier in the batch is sliced)."""
+        """Dense top-``k`` (a longer list computed earlier in the batch is sliced). Where the graph
+        store holds X on its device (:meth:`dense_on_device`): :meth:`dense_topk_tensors` brought
+        back once (the two forms share one list)."""
         if self._dense is None or self._dense[0].shape[1] < k:
-            self._dense = self.components.dense.topk(self.Q, k, self.allowed)
+            if self.dense_on_device() is None:
+                self._dense = self.components.dense.topk(self.Q, k, self.allowed)
+            else:
+                from ...kernels.tensors import as_numpy
+
+                self.dense_topk_tensors(k)
+                self._dense = as_numpy(self._dense_tensors[0]), as_numpy(self._dense_tensors[1])
         return self._dense[0][:, :k], self._dense[1][:, :k]
 
     # ------------------------------------------------------------------ on the device
@@ -86,13 +96,31 @@ class QueryBatch:
             return None
         return self._device_value("allowed", lambda: as_tensor(self.allowed, device=self.device, name="filter"))
 
+    def dense_on_device(self) -> "DeviceDenseSearch | None":
+        """The exact search over X where the index's graph store holds X on its device
+        (:class:`~hopgraph.engine.components.device_dense.DeviceDenseSearch`, X placed once), else
+        None (no device store, or X refused by its budget: the host search answers)."""
+        from .device_dense import DeviceDenseSearch
+
+        if self.device is None:
+            return None
+        return self._device_value("dense search", lambda: DeviceDenseSearch.held(self.components.graphs,
+                                                                                 self.components.X, "dense X"))
+
     def dense_topk_tensors(self, k: int) -> tuple["torch.Tensor", "torch.Tensor"]:
-        """:meth:`dense_topk` as tensors on :attr:`device` (ids int64, scores float32)."""
+        """:meth:`dense_topk` as tensors on :attr:`device` (ids int64, scores float32): searched there
+        from the held X (:meth:`dense_on_device`; the questions and the filter go in once per batch,
+        nothing comes back), else the host lists made tensors."""
         from ...kernels.tensors import as_tensor
 
-        ids, scores = self.dense_topk(k)
-        return as_tensor(ids, device=self.device, name="dense ids"), as_tensor(scores, device=self.device,
-                                                                               name="dense scores")
+        search = self.dense_on_device()
+        if search is None:
+            ids, scores = self.dense_topk(k)
+            return as_tensor(ids, device=self.device, name="dense ids"), as_tensor(scores, device=self.device,
+                                                                                   name="dense scores")
+        if self._dense_tensors is None or self._dense_tensors[0].shape[1] < k:
+            self._dense_tensors = search.topk_tensors(self.question_tensor(), k, self.allowed_tensor())
+        return self._dense_tensors[0][:, :k], self._dense_tensors[1][:, :k]
 
     def _device_bm25(self) -> "tuple[DeviceBM25, DeviceQuery] | None":
         """The index's BM25 postings held on :attr:`device` with this batch's query side there
@@ -135,8 +163,13 @@ class QueryBatch:
         return resident[0].scores_at(resident[1], as_tensor(cand, device=self.device, name="candidates"))
 
     def dense_topk_of(self, Q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Dense top-``k`` of other query vectors (e.g. reformulated ones) under this batch's filter."""
-        return self.components.dense.topk(Q, k, self.allowed)
+        """Dense top-``k`` of other query vectors (e.g. reformulated ones) under this batch's filter:
+        on the device where X is held there (:meth:`dense_on_device`: ``Q`` goes in, the lists come
+        back), else on the host."""
+        search = self.dense_on_device()
+        if search is None:
+            return self.components.dense.topk(Q, k, self.allowed)
+        return search.topk(Q, k, self.allowed_tensor())
 
     def mask_scores(self, scores: np.ndarray) -> np.ndarray:
         """``scores`` [B, N] with the rows this batch may not return set to -inf (in place)."""

@@ -18,7 +18,7 @@ import pytest
 from suite import gpu_compile, gpu_model, sass
 
 from hopgraph.cli import main
-from hopgraph.kernels import OPS
+from hopgraph.kernels import TRITON_OPS
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGETS = ("sm_80", "sm_90")
@@ -39,7 +39,7 @@ def test_every_shipped_build_compiles_for_sm80_and_sm90_and_passes(compiled):
     builds = gpu_compile.all_builds()
     assert {(r["kernel"], r["config"], r["target"]) for r in records} == \
         {(b.kernel, b.config, t) for b in builds for t in TARGETS}
-    assert {b.kernel for b in builds} == set(OPS)
+    assert {b.kernel for b in builds} == set(TRITON_OPS)
     for r in records:
         assert KEYS <= set(r), r
         assert (keep / f"{r['kernel']}-{r['config']}-{r['target']}.cubin").stat().st_size > 0
@@ -104,7 +104,7 @@ def test_gpu_model_records_and_targets(tmp_path):
     out = tmp_path / "model.json"
     assert main(["bench", "--gpu-model", "--json", str(out)]) == 0
     records = {r["kernel"]: r for r in json.loads(out.read_text())}
-    assert set(records) == set(OPS)
+    assert set(records) == set(TRITON_OPS)
     for r in records.values():
         assert {"kernel", "shape", "bytes", "flops", "roofline_s", "estimate_s"} <= set(r)
         for field in ("roofline_s", "estimate_s"):

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-#: what every batch on the device takes in whatever its pipeline: the questions and its dense and BM25
-#: top lists (made tensors by :class:`~hopgraph.engine.components.query_batch.QueryBatch`)
-BATCH_INPUTS = {"questions", "dense ids", "dense scores", "bm25 ids", "bm25 scores"}
+#: what every batch on the device takes in whatever its pipeline: the questions, BM25's query side and
+#: the top lists where they are made on the host (:class:`~hopgraph.engine.components.query_batch.QueryBatch`)
+BATCH_INPUTS = {"questions", "dense ids", "dense scores", "bm25 ids", "bm25 scores", "bm25 query postings"}
 
 
 def own_inputs(row: dict) -> int:
@@ -36,6 +36,8 @@ def test_transfers_table(tmp_path, capsys, monkeypatch):
     for name in ("stitch", "ppr_binary", "dmar", "hop"):
         assert own_inputs(rows[name]) < rows[name]["files"]["htod"]
     assert "walk region chunks" not in rows["stitch"]["resident"]["names_in"]  # the prior stays on the device
-    assert rows["g3rag"]["files"]["htod"] == 0
-    for name in ("bm25", "g3rag"):  # BM25 on the held postings: the query side in, the ids and scores out
-        assert rows[name]["resident"]["names_in"] == ["bm25 query postings"] and rows[name]["resident"]["dtoh"] == 2
+    assert rows["g3rag"]["files"]["htod"] == rows["dense"]["files"]["htod"] == 0  # faiss on the host
+    dense = rows["dense"]["resident"]  # searched on the device: the questions in, the ids and scores out
+    assert dense["names_in"] == ["questions"] and dense["dtoh"] == 2
+    bm25 = rows["bm25"]["resident"]  # BM25 on the held postings: the query side in, the ids and scores out
+    assert bm25["names_in"] == ["bm25 query postings"] and bm25["dtoh"] == 2

@@ -41,6 +41,7 @@ from .... import kernels
 from ....kernels.tensors import as_numpy, as_tensor
 from ...components.corpus import Corpus
 from ...components.dense import DenseIndex
+from ...components.device_dense import DeviceDenseSearch
 from ...components.exact_search import gather_rows
 from ...components.extraction import Extraction
 from ...components.late_pooling import LateTexts, late_texts
@@ -236,7 +237,7 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
         if H.n_nodes == 0 or B == 0:
             return LocalRows.empty(B, n)
         t = self._index_arrays()
-        ids, sims = t["text_index"].topk(Q, min(params.description_depth, t["n_node_texts"]), t["node_text_mask"])
+        ids, sims = self._description_topk(batch, min(params.description_depth, t["n_node_texts"]), t)
         if params.delta_mode == "relative":
             thr = params.delta * np.maximum(sims[:, :1], 1e-6)
         else:
@@ -280,6 +281,18 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
         I = torch.zeros((B, len(chunks)), dtype=torch.float64, device=dev)
         I.index_add_(1, as_t(chunk_of), (a * as_t(log_group, torch.float32)).to(torch.float64))
         return LocalRows(chunks.astype(np.int64), as_numpy(I), n)
+
+    def _description_topk(self, batch: QueryBatch, depth: int, t: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        """The ``depth`` description texts nearest each question (ids, scores): searched exactly on the
+        device where the index's graph store holds the text embeddings there
+        (:class:`~hopgraph.engine.components.device_dense.DeviceDenseSearch`; the questions go in,
+        the lists come back), else by the text index."""
+        held = DeviceDenseSearch.held(self.components.graphs, self.hypergraph_.text_emb, f"{self.name} text_emb",
+                                      t["node_text_mask"]) if batch.device is not None else None
+        if held is None:
+            return t["text_index"].topk(batch.Q, depth, t["node_text_mask"])
+        ids, sims = held.topk_tensors(batch.question_tensor(), depth)
+        return as_numpy(ids), as_numpy(sims)
 
     def _held_on_device(self) -> dict[str, Any] | None:
         """The arrays the influence stage reads as tensors where the index's graph store holds them
