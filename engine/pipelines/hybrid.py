@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..components.hybrid_ranking import RRF_K, hybrid_ranking
+from ...kernels.tensors import as_numpy
+from ..components.hybrid_ranking import RRF_K, hybrid_ranking, hybrid_ranking_tensors
 from ..components.query_batch import QueryBatch
 from ..cost import LIST_ENTRY, PASSAGE_ARRAYS, Cost, IndexShape
 from ..params import FitParams, SearchParams, integer
@@ -51,4 +52,9 @@ class Hybrid(Pipeline):
 
     def _search_batch(self, batch: QueryBatch, k: int, params: HybridSearch, timer: StageTimer
                       ) -> tuple[np.ndarray, np.ndarray]:
+        """The fused top-``k``; on a batch searched on the device, fused there and only the top-``k``
+        ids and scores brought back."""
+        if batch.device is not None:
+            ids, scores = hybrid_ranking_tensors(batch, k, params.fusion_depth, params.rrf_k, timer)
+            return as_numpy(ids), as_numpy(scores)
         return hybrid_ranking(batch, k, params.fusion_depth, params.rrf_k, timer)

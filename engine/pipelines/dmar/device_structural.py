@@ -81,17 +81,19 @@ class ResidentStructure:
             self._last = (linked, out)
         return out
 
-    def candidates(self, q: QueryTensors, cand: np.ndarray
+    def candidates(self, q: QueryTensors, cand: np.ndarray, cand_tensor: torch.Tensor | None = None
                    ) -> tuple[torch.Tensor, np.ndarray, torch.Tensor, torch.Tensor]:
         """:func:`~.structural.candidate_subgraphs` on the device: the membership of each
         query-local node in nodes(G_D) (float32 [B, C, U]), which candidates link any entity (host
-        bool [B, C]), their entity lists padded with -1 ([B·C, Dm]) and ``cand >= 0`` [B, C]."""
+        bool [B, C]), their entity lists padded with -1 ([B·C, Dm]) and ``cand >= 0`` [B, C].
+        ``cand_tensor``: ``cand`` already on the device (else it goes in)."""
         dev, (B, C) = self.Z.device, cand.shape
         U = q.node_sets.shape[2]
         flat_host = np.where(cand >= 0, cand, 0).ravel().astype(np.int64)
         n_ent = np.asarray(self.pe_indptr[flat_host + 1] - self.pe_indptr[flat_host], np.int64)
         linked = (n_ent.reshape(B, C) > 0) & (cand >= 0)
-        cand_t = as_tensor(np.asarray(cand, np.int64), device=dev, name="candidates")
+        cand_t = cand_tensor if cand_tensor is not None else \
+            as_tensor(np.asarray(cand, np.int64), device=dev, name="candidates")
         valid = cand_t >= 0
         flat = torch.where(valid, cand_t, 0).ravel()
         pe_seg, pe_pos = row_positions_tensors(self.pe[0], flat)
@@ -124,13 +126,14 @@ class ResidentStructure:
         return sims.clamp_min(-1.0) * (sims > -2).float() * valid[..., None]
 
     def scores(self, cand: np.ndarray, linked: list[np.ndarray], lam: float, T: int, seed: int, mode: str,
-               device: str, timer: StageTimer | None = None) -> tuple[np.ndarray, np.ndarray]:
+               device: str, timer: StageTimer | None = None, cand_tensor: torch.Tensor | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
         """:func:`~.structural.structural_scores` on the device: Score_ent [B, C] and which
-        candidates link any entity (bool [B, C])."""
+        candidates link any entity (bool [B, C]); ``cand_tensor``: ``cand`` already there."""
         timer = timer or StageTimer()
         with timer("subgraphs"):
             q = self.query(linked)
-            cand_nodes, cand_linked, ent_pad, valid = self.candidates(q, cand)
+            cand_nodes, cand_linked, ent_pad, valid = self.candidates(q, cand, cand_tensor)
         with timer("gnn"):
             best = self.best_structsim(q, ent_pad, valid)
         with timer("shapley"):

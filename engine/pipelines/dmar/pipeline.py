@@ -64,7 +64,8 @@ import numpy as np
 import torch
 
 from ....kernels.shapley_mc import MODES as SHAPLEY_MODES
-from ...components.hybrid_ranking import hybrid_ranking
+from ....kernels.tensors import as_numpy
+from ...components.hybrid_ranking import hybrid_ranking, hybrid_ranking_tensors
 from ...components.query_batch import QueryBatch
 from ...components.shared import state_source
 from ...graphs.renumbered import (differing_rows, load_held_matrix, load_entity_ids, renumber, renumber_matrix,
@@ -425,10 +426,10 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
                       ) -> tuple[np.ndarray, np.ndarray]:
         """SPEC §3 steps 1–6 for one batch."""
         with timer("recall"):
-            cand = self._recall(batch, params)
+            cand, cand_t = self._recall(batch, params, on_device=self._resident(batch, params) is not None)
         with timer("link"):
             linked = self._link(batch.texts, params)
-        fused1, parts1 = self._dual_path(batch, cand, linked, params, timer)
+        fused1, parts1 = self._dual_path(batch, cand, linked, params, timer, cand_tensor=cand_t)
         with timer("second_stage"):
             anchors = self._anchors(cand, fused1, params)
             Q2 = self._reformulate(batch.Q, batch.texts, anchors, params)
@@ -457,7 +458,7 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
         params = params or self.search_defaults
         Q, texts = self._check_queries(Q, 1, query_texts)
         batch = self.components.batch(Q, texts)
-        cand = self._recall(batch, params)
+        cand, _ = self._recall(batch, params)
         linked = self._link(batch.texts, params)
         _, raw = self._dual_path(batch, cand, linked, params, StageTimer(), only_raw=True)
         valid = cand >= 0
@@ -481,17 +482,38 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
             return [np.zeros(0, np.int32)] * len(texts)
         return self.knowledge_graph_.link_queries(texts, params.query_linking)
 
-    def _recall(self, batch: QueryBatch, params: DMARSearch) -> np.ndarray:
-        """Step 1: the ``candidate_depth`` candidates (BM25, or the dense + BM25 RRF)."""
+    def _recall(self, batch: QueryBatch, params: DMARSearch, on_device: bool = False
+                ) -> tuple[np.ndarray, torch.Tensor | None]:
+        """Step 1: the ``candidate_depth`` candidates (BM25, or the dense + BM25 RRF), and, when
+        ``on_device``, the same ids as a tensor on the batch's device: taken (and fused) from the
+        batch's top lists there, for the structural path there (:meth:`_resident`); the ids come to
+        the host once, for the stages that run there (semantic and lexical scores, the gate, the
+        anchors, the reformulation). Else None."""
+        if on_device:
+            if params.candidate_source == "hybrid":
+                ids_t, _ = hybrid_ranking_tensors(batch, params.candidate_depth, depth=params.candidate_depth)
+            else:
+                ids_t, _ = batch.bm25_topk_tensors(params.candidate_depth)
+            return as_numpy(ids_t), ids_t
         if params.candidate_source == "hybrid":
             ids, _ = hybrid_ranking(batch, params.candidate_depth, depth=params.candidate_depth)
         else:
             ids, _ = batch.bm25_topk(params.candidate_depth)
-        return ids
+        return ids, None
+
+    def _resident(self, batch: QueryBatch, params: DMARSearch) -> Any:
+        """The structural path on the device (:class:`~.device_structural.ResidentStructure`) where
+        the batch is searched there and the graph store holds the knowledge graph and the subgraph
+        embeddings there, else None."""
+        if batch.device is None or not params.structural or not self.knowledge_graph_.n_entities:
+            return None
+        return self._held.resident(self.components.graphs, self.knowledge_graph_, self.subgraph_emb_, self.name)
 
     def _dual_path(self, batch: QueryBatch, cand: np.ndarray, linked: list[np.ndarray], params: DMARSearch,
-                   timer: StageTimer, only_raw: bool = False) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
-        """Raw semantic / structural / lexical scores of candidates ``cand`` [B, C]; fused unless ``only_raw``."""
+                   timer: StageTimer, only_raw: bool = False, cand_tensor: torch.Tensor | None = None
+                   ) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
+        """Raw semantic / structural / lexical scores of candidates ``cand`` [B, C]; fused unless
+        ``only_raw``. ``cand_tensor``: the same ids on the device, read there by the structural path."""
         with timer("fusion"):
             valid = cand >= 0
             Xc = self.components.dense.rows(np.where(valid, cand, 0))
@@ -503,7 +525,7 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
                        self.device, timer)
             resident = self._held.resident(self.components.graphs, self.knowledge_graph_, self.subgraph_emb_, self.name)
             if resident is not None:  # the graph store holds the KG and the embeddings on the device: cut there
-                raw["struct"], raw["struct_ok"] = resident.scores(cand, linked, *shapley)
+                raw["struct"], raw["struct_ok"] = resident.scores(cand, linked, *shapley, cand_tensor=cand_tensor)
             else:
                 raw["struct"], raw["struct_ok"] = structural_scores(self.knowledge_graph_, self.subgraph_emb_, cand,
                                                                     linked, *shapley)

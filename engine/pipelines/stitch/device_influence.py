@@ -25,7 +25,7 @@ from .local_graph import local_hypergraph_tensors
 DEVICE_ARRAYS = ("edge_text", "node_chunk", "text_emb", "X")
 
 
-def influence_tensors(held: dict[str, torch.Tensor], n_nodes: int, Q: np.ndarray, act_q: np.ndarray,
+def influence_tensors(held: dict[str, torch.Tensor], n_nodes: int, Q: np.ndarray | torch.Tensor, act_q: np.ndarray,
                       act_v: np.ndarray, act_val: np.ndarray, spatial: bool, temporal: bool, device: str,
                       n_chunks: int) -> DeviceRows:
     """``I(c) = Σ_{v∈c} a(v) ln(1 + N_v)`` on the chunks of the sub-hypergraph of the activated
@@ -36,7 +36,7 @@ def influence_tensors(held: dict[str, torch.Tensor], n_nodes: int, Q: np.ndarray
     q, v = as_tensor(np.stack([np.asarray(act_q, np.int64), np.asarray(act_v, np.int64)]), device=dev,
                      name="activated (row, state) pairs")
     val = as_tensor(act_val, torch.float32, dev, "activations")
-    Qt = as_tensor(np.asarray(Q, np.float32), device=dev, name="questions")
+    Qt = as_tensor(Q, torch.float32, dev, "questions")  # a tensor (the batch's, on the device) passes as it is
     B = len(Qt)
     L = local_hypergraph_tensors(held, n_nodes, v)
     A = torch.zeros((B, len(L.nodes)), dtype=torch.float32, device=dev)

@@ -203,16 +203,21 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
 
     # ------------------------------------------------------------------ search
     def prior_rows(self, batch: QueryBatch, rel: LocalRows, params: STITCHSearch
-                   ) -> tuple[LocalRows | DeviceRows, np.ndarray]:
+                   ) -> tuple[LocalRows | DeviceRows, np.ndarray | torch.Tensor]:
         """The chunk prior (steps 1–5) on its support, and the rows whose Σ I is 0 (uniform); kept
-        on the device (:class:`~.device_walk.DeviceRows`) where the graph store holds the influence
-        stage's arrays and the walk's there (:meth:`~.walk.ChunkGraphWalk.walk_held`)."""
-        I = self._influence(batch, params, resident=self._held_on_device() is not None and self.walk_held())
+        on the device (:class:`~.device_walk.DeviceRows`, the rows a bool tensor there) where the
+        graph store holds the influence stage's arrays and the walk's there
+        (:meth:`~.walk.ChunkGraphWalk.resident_prior`)."""
+        I = self._influence(batch, params, resident=self.resident_prior())
         if isinstance(I, DeviceRows):
             return normalised(I)
         s = I.values.sum(1, keepdims=True)
         uniform = s[:, 0] <= 0
         return I.with_values(np.divide(I.values, s, out=np.zeros_like(I.values), where=s > 0)), uniform
+
+    def resident_prior(self) -> bool:
+        """:meth:`~.walk.ChunkGraphWalk.resident_prior`: and the influence stage's arrays held there."""
+        return self._held_on_device() is not None and super().resident_prior()
 
     def influence(self, batch: QueryBatch, params: STITCHSearch | None = None) -> LocalRows:
         """``I(c) = Σ_{v∈c} a(v) ln(1 + N_v)`` (steps 1–5) on the chunks of the local hypergraph.
@@ -245,8 +250,8 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
             return LocalRows.empty(B, n)
         held = self._held_on_device()
         if held is not None:  # the graph store holds the hypergraph on the device: cut and scored there
-            I = influence_tensors(held, H.n_nodes, Q, act_q, act_v, act_val, params.spatial, params.temporal,
-                                  self.device, n)
+            I = influence_tensors(held, H.n_nodes, batch.question_tensor(), act_q, act_v, act_val, params.spatial,
+                                  params.temporal, self.device, n)
             return I if resident else I.host()
         L = local_hypergraph(H, act_v)
         A = np.zeros((B, len(L.nodes)), np.float32)

@@ -12,8 +12,10 @@ reciprocal-rank fusion of the two lists). Per-question vectors are
 non-zero: nothing of size [B, N] is made, except for rows whose prior is uniform over the corpus
 (Σ I = 0, SPEC §2.5, or no mass left after the filter), which are walked apart on every chunk.
 When fewer than k chunks score above 0, the lowest allowed ids follow with score 0.
-Where the index's graph store holds the prior (STITCH's influence) and P on the device, steps 5–6
-run there for the rows walked locally (:mod:`.device_walk`).
+Where the index's graph store holds the prior's arrays (STITCH's influence, ``ppr_binary``'s name
+groups) and P on the device (:meth:`ChunkGraphWalk.resident_prior`), steps 5–7 run there for the
+rows walked locally (:mod:`.device_walk`): the relevance is read from the batch's top lists on the
+device, and only the top-k ids and scores come back.
 """
 from __future__ import annotations
 
@@ -23,11 +25,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
+import torch
 
 from .... import kernels
-from ....kernels.tensors import as_numpy
+from ....kernels.tensors import as_numpy, as_tensor
 from ...components.extraction import Extraction, load_extractions
-from ...components.hybrid_ranking import RRF_K, hybrid_ranking
+from ...components.hybrid_ranking import RRF_K, hybrid_ranking, hybrid_ranking_tensors
 from ...components.query_batch import QueryBatch
 from ...graphs.store import device_arrays, kernel_graph
 from ...cost import PASSAGE_ARRAYS, Cost, IndexShape
@@ -42,7 +45,8 @@ from ..base import Needs, Pipeline
 from ..title_bridge import BridgeSearch, TitleBridge
 from ...storage import check_unit_rows, load_array, save_arrays
 from .hypergraph import TEXT_EMB_DTYPE, TopicHypergraph, build_hypergraph
-from .device_walk import DeviceRows, finished_prior, local_walk, whole_walk
+from .device_walk import (DeviceRows, cosine_rows, finished_prior, fused, local_walk, on_device, ranked,
+                          resident_search, whole_walk)
 from .local_graph import local_transition, neighbour_entries
 from .local_rows import LocalRows
 
@@ -248,33 +252,52 @@ class ChunkGraphWalk(Pipeline[F, S]):
     # ------------------------------------------------------------------ search
     def _search_batch(self, batch: QueryBatch, k: int, params: S, timer: StageTimer
                       ) -> tuple[np.ndarray, np.ndarray]:
-        final = self.batch_scores(batch, timer, k, params)
+        if batch.device is not None and self.resident_prior():
+            return resident_search(self, batch, k, params, timer)
+        return self._ranking(self.batch_scores(batch, timer, k, params), k, batch, timer)
+
+    def _ranking(self, final: LocalRows | DeviceRows, k: int, batch: QueryBatch, timer: StageTimer
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """The top-``k`` of the final scores (on the device when they are there: :func:`~.device_walk.ranked`;
+        :func:`~.device_walk.resident_search` runs steps 5–7 there in one pass)."""
         with timer("ranking"):
+            if isinstance(final, DeviceRows):
+                return ranked(final, k, batch.allowed_tensor())
             return rank_local(final, k, batch.allowed)
 
     def scores(self, Q: np.ndarray, texts: list[str], timer: StageTimer | None = None,
                params: S | None = None) -> np.ndarray:
         """Final chunk scores [B, N] (step 7) of a batch of normalised queries, as a dense array
         (for inspection and tests: ``search`` never makes it)."""
-        return self.batch_scores(self.components.batch(Q, texts), timer, params=params).dense()
+        return on_host(self.batch_scores(self.components.batch(Q, texts), timer, params=params)).dense()
 
     def batch_scores(self, batch: QueryBatch, timer: StageTimer | None = None, top_k: int = 1,
-                     params: S | None = None) -> LocalRows:
+                     params: S | None = None) -> LocalRows | DeviceRows:
         """Final scores of a :class:`QueryBatch` (step 7) on the chunks where they can be non-zero
         (on local columns, module docstring): its filter zeroes the relevance and the prior of the
-        passages it excludes; the walk may pass through them; the caller masks the ranking."""
+        passages it excludes; the walk may pass through them; the caller masks the ranking. Left on
+        the device (:class:`~.device_walk.DeviceRows`) when every row was walked there."""
         timer, params = timer or StageTimer(), params or self.search_defaults
+        resident = batch.device is not None and self.resident_prior()
         with timer("relevance"):
-            rel = self.relevance_rows(batch, top_k, params)
+            rel = self.relevance_rows(batch, top_k, params, resident=resident)
         with timer("prior"):
             p, uniform = self.prior_rows(batch, rel, params)
+        return self.scores_of(batch, rel, p, uniform, params, timer)
+
+    def scores_of(self, batch: QueryBatch, rel: LocalRows | DeviceRows, p: LocalRows | DeviceRows,
+                  uniform: np.ndarray | torch.Tensor, params: S, timer: StageTimer) -> LocalRows | DeviceRows:
+        """:meth:`batch_scores` from the batch's relevance ``rel`` and prior ``p`` (steps 5–7), ``uniform``
+        the rows whose prior is uniform over the corpus."""
+        uniform = as_numpy(uniform)
         # rows whose prior is uniform over the corpus (Σ I = 0, SPEC §2.5), or left without mass by
         # the filter, need every chunk: they are done apart (on the host), so the other rows stay
         # local (on the device where the graph store holds the prior there: DeviceRows)
         parts, out = [], None
         local = np.flatnonzero(~uniform)
         with timer("prior"):
-            p_loc, empty = self.finish_prior(p.rows(local), rel.rows(local), batch.allowed, params)
+            allowed = batch.allowed_tensor() if isinstance(p, DeviceRows) else batch.allowed
+            p_loc, empty = self.finish_prior(p.rows(local), rel.rows(local), allowed, params)
         glob = np.union1d(np.flatnonzero(uniform), local[empty])
         keep = np.flatnonzero(~empty)
         if len(keep) or not len(glob):
@@ -284,26 +307,39 @@ class ChunkGraphWalk(Pipeline[F, S]):
                 full = on_host(p.rows(glob)).on(np.arange(p.n, dtype=np.int64))
                 values = full.values
                 values[uniform[glob]] = 1.0 / max(p.n, 1)
-                p_glob, _ = self.finish_prior(full, rel.rows(glob), batch.allowed, params)
-            parts.append((glob, p_glob, rel.rows(glob)))
+                rel_glob = on_host(rel.rows(glob))
+                p_glob, _ = self.finish_prior(full, rel_glob, batch.allowed, params)
+            parts.append((glob, p_glob, rel_glob))
         for rows, pr, rl in parts:
             if params.ppr:
                 with timer("ppr"):
-                    pi = self.walk(pr, params)
+                    pi = self.walk(pr, params) if isinstance(pr, LocalRows) else self.resident_walk(pr, params)
             else:
-                pi = on_host(pr)
+                pi = pr
             final = self.final_scores(batch, rows, pi, rl, params, timer)
-            out = final if out is None else merge_rows(out, final)
             if len(parts) == 1:
                 return final
+            out = on_host(final) if out is None else merge_rows(out, on_host(final))
         order = np.concatenate([r for r, _, _ in parts])
         return out.rows(np.argsort(order, kind="stable"))
 
-    def final_scores(self, batch: QueryBatch, rows: np.ndarray, pi: LocalRows, rel: LocalRows, params: S,
-                     timer: StageTimer) -> LocalRows:
+    def final_scores(self, batch: QueryBatch, rows: np.ndarray, pi: LocalRows | DeviceRows,
+                     rel: LocalRows | DeviceRows, params: S, timer: StageTimer) -> LocalRows | DeviceRows:
         """Step 7 for the batch rows ``rows``: π fused with their relevance ``rel`` (``relevance="dense"``:
-        the cosine of every chunk π reaches, exactly)."""
+        the cosine of every chunk π reaches, exactly); on the device when π is there
+        (:func:`~.device_walk.fused`, the cosine from the held passage embeddings)."""
         with timer("ranking"):
+            if isinstance(pi, DeviceRows):
+                dev = pi.values.device
+                rel = on_device(rel, dev)
+                if params.relevance == "dense":
+                    Q = batch.question_tensor()
+                    if len(rows) != len(batch) or not np.array_equal(rows, np.arange(len(batch))):
+                        Q = Q[as_tensor(np.asarray(rows, np.int64), device=dev, name="batch rows")]
+                    rel = cosine_rows(Q, self._held_passages(), torch.unique(torch.cat([pi.cols, rel.cols])),
+                                      batch.allowed_tensor(), pi.n)
+                return fused(pi, rel, params.balance, params.fusion, HYBRID_DEPTH, RRF_K)
+            rel = on_host(rel)
             if params.relevance == "dense":
                 rel = self.cosine_on(batch, rows, np.union1d(pi.cols, rel.cols))
             return self.fuse(pi, rel, params)
@@ -313,13 +349,26 @@ class ChunkGraphWalk(Pipeline[F, S]):
         (:func:`~hopgraph.engine.graphs.store.device_arrays`, each copied once)."""
         return device_arrays(self.transition) is not None and device_arrays(self._column_sums()) is not None
 
+    def resident_prior(self) -> bool:
+        """Whether a batch's prior is made on the device (so are its relevance, walk and ranking): the
+        graph store holds the walk's arrays, the passage embeddings and the prior's arrays there."""
+        return self.walk_held() and self._held_passages() is not None
+
+    def _held_passages(self) -> Any:
+        """X as a tensor where the graph store holds it on the device (step 7's cosine), else None."""
+        if "X" not in self._cache:
+            self._cache["X"] = self.components.graphs.hold(self.components.X, f"{self.name} X")
+        return device_arrays(self._cache["X"])
+
     def finish_prior(self, p: LocalRows | DeviceRows, rel: LocalRows, allowed: np.ndarray | None, params: S
                      ) -> tuple[LocalRows | DeviceRows, np.ndarray]:
         """Prior mixing (step 5, ``prior_mix``) and the filter (:func:`masked_distribution`);
         returns the prior and which rows have no mass left (only possible on local columns). A
         prior held on the device is finished there (:func:`~.device_walk.finished_prior`)."""
         if isinstance(p, DeviceRows):
-            return finished_prior(p, rel, params.prior_mix, params.n_seeds, allowed)
+            p, empty = finished_prior(p, rel, params.prior_mix, params.n_seeds, allowed)
+            return p, np.zeros(len(p), bool) if empty is None else as_numpy(empty)
+        rel = on_host(rel)
         if params.prior_mix > 0:
             cols = np.union1d(p.cols, rel.cols)
             p, r = p.on(cols), rel.on(cols)
@@ -327,12 +376,20 @@ class ChunkGraphWalk(Pipeline[F, S]):
                               + params.prior_mix * top_k_distribution(r.values, params.n_seeds, p.n))
         return masked_distribution(p, allowed)
 
-    def relevance_rows(self, batch: QueryBatch, top_k: int = 1, params: S | None = None) -> LocalRows:
+    def relevance_rows(self, batch: QueryBatch, top_k: int = 1, params: S | None = None, resident: bool = False
+                       ) -> LocalRows | DeviceRows:
         """Query relevance (step 7) ≥ 0 on the chunks where it matters: clipped cosine on the dense
         top ``max(HYBRID_DEPTH, top_k, seed_k)`` (every other chunk scores below all of them, so it
         can enter the top ``top_k`` only with π > 0, where it is scored exactly), or the hybrid RRF
-        scores of the fused top ``HYBRID_DEPTH`` (0 elsewhere). Drawn under the batch's filter."""
+        scores of the fused top ``HYBRID_DEPTH`` (0 elsewhere). Drawn under the batch's filter.
+        ``resident``: from the batch's top lists on the device, left there (:class:`DeviceRows`)."""
         n, params = len(self.components.X), params or self.search_defaults
+        if resident:
+            if params.relevance == "dense":
+                ids, sc = batch.dense_topk_tensors(max(HYBRID_DEPTH, top_k, params.n_seeds))
+                return DeviceRows.from_ids(ids, sc.clamp_min(0.0), n)
+            ids, sc = hybrid_ranking_tensors(batch, HYBRID_DEPTH, depth=HYBRID_DEPTH)
+            return DeviceRows.from_ids(ids, sc, n)
         if params.relevance == "dense":
             ids, sc = batch.dense_topk(max(HYBRID_DEPTH, top_k, params.n_seeds))
             return LocalRows.from_ids(ids, np.maximum(sc, 0.0), n, np.float32)
@@ -359,7 +416,7 @@ class ChunkGraphWalk(Pipeline[F, S]):
         params = params or self.search_defaults
         p, uniform = self.prior_rows(batch, rel if rel is not None else self.relevance_rows(batch, 1, params), params)
         out = on_host(p).dense()
-        out[uniform] = 1.0 / max(p.n, 1)
+        out[as_numpy(uniform)] = 1.0 / max(p.n, 1)
         return out
 
     def region(self, p: LocalRows, params: S | None = None) -> LocalRows:
@@ -385,7 +442,7 @@ class ChunkGraphWalk(Pipeline[F, S]):
         held on the device is walked there (:meth:`resident_walk`)."""
         params = params or self.search_defaults
         if isinstance(p, DeviceRows):
-            return self.resident_walk(p, params)
+            return self.resident_walk(p, params).host()
         if not params.localise:
             full = p.on(np.arange(p.n, dtype=np.int64))
             pi, _ = kernels.call("batched_ppr", self.whole_transition(), full.values, d=params.damping, tol=params.tol,
@@ -404,9 +461,9 @@ class ChunkGraphWalk(Pipeline[F, S]):
                              region=region, device=self.device)
         return LocalRows(reg.cols, as_numpy(pi)[:, :-1], p.n)
 
-    def resident_walk(self, p: DeviceRows, params: S) -> LocalRows:
+    def resident_walk(self, p: DeviceRows, params: S) -> DeviceRows:
         """:meth:`walk` of a prior held on the device, on P's tensors there (:mod:`.device_walk`:
-        the regions grown and P cut there); π comes to the host."""
+        the regions grown and P cut there); π stays there."""
         P = device_arrays(self.transition)
         walk = dict(damping=params.damping, tol=params.tol, max_iter=params.max_iter, device=self.device)
         if not params.localise:
