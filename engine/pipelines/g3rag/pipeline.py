@@ -396,12 +396,14 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
             return None
         self.graph_ = self.components.graphs.hold(self.graph_, f"{self.name} graph")
         W = device_arrays(self.graph_)
+        if W is None:  # an overlay (a stored graph being extended) or over the budget: nothing else moves
+            return None
         fused = params.scoring == "fused"
         reads_X = fused and (self._lexical(batch, params) or (params.expand and params.gamma > 0))
         X = self._held("embeddings", self.components.X) if reads_X else None
         names = self._names(params) if fused else None
         held_names = None if names is None else [self._held(f"names {k}", getattr(names, k)) for k in NAMES_FIELDS]
-        if W is None or (reads_X and X is None) or (held_names is not None and None in held_names):
+        if (reads_X and X is None) or (held_names is not None and None in held_names):
             return None
         return DeviceGraph(tuple(W), X, None if held_names is None else tuple(held_names), n,
                            "cuda" if batch.device.type == "cuda" else "cpu")

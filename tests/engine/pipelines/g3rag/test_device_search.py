@@ -91,6 +91,25 @@ def test_device_search_equals_the_host_path(demo, params):
             assert not set(ids[ids >= 0].tolist()) - set(np.flatnonzero(allowed).tolist())
 
 
+def test_with_the_lists_searched_on_the_device_only_the_questions_go_in(demo, monkeypatch):
+    """The dense and BM25 top lists made on the device (here: their crossings not counted, as a
+    device search's would not be), a batch moves the questions in and the top-k ids and scores out."""
+    from hopgraph.engine.components.query_batch import QueryBatch
+    from hopgraph.kernels.transfers import inside_kernel
+
+    _, _, _, resident = demo
+    for name in ("dense_topk_tensors", "bm25_topk_tensors"):
+        def on_device(self, k, original=getattr(QueryBatch, name)):
+            with inside_kernel():
+                return original(self, k)
+        monkeypatch.setattr(QueryBatch, name, on_device)
+    for params, crossing in (({}, ["questions"]), ({"expand": True}, ["questions"]), ({"scoring": "mask"}, [])):
+        resident.search(DEMO_QUESTIONS, 10, "g3rag", **params)
+        with counting_transfers() as count:
+            resident.search(DEMO_QUESTIONS, 10, "g3rag", **params)
+        assert [c.name for c in count.to_device] == crossing and count.dtoh == 2
+
+
 def test_the_host_path_never_touches_torch_and_a_refused_graph_stays_there(demo):
     path, embedder, files, _ = demo
     with counting_transfers() as count:
