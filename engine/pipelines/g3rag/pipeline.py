@@ -394,8 +394,7 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         n = len(self.components.X)
         if batch.device is None or n == 0:
             return None
-        self.graph_ = self.components.graphs.hold(self.graph_, f"{self.name} graph")
-        W = device_arrays(self.graph_)
+        W = self._held("graph", self.graph_)  # held beside graph_, which an add may replace meanwhile
         if W is None:  # an overlay (a stored graph being extended) or over the budget: nothing else moves
             return None
         fused = params.scoring == "fused"

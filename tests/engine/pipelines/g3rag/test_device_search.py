@@ -146,6 +146,28 @@ def test_the_triton_diffusion_in_the_device_search(demo):
         np.testing.assert_array_equal(got[1], want[1])
 
 
+def test_a_writable_index_on_the_device_before_and_after_an_add(tmp_path):
+    """An index loaded with the device store (the forced Triton backend on the CPU chooses one of CPU
+    tensors) searches on the device; after an add its stored W is an overlay, searched on the host
+    with nothing placed: equal to an index on its own files throughout."""
+    embedder, corpus = HashingEmbedder(64), demo_corpus()
+    Index.build(corpus.take(np.arange(20)), embedder=embedder, pipelines=["g3rag"], progress=False).save(tmp_path / "i")
+    host = Index.load(tmp_path / "i", embedder, device="cpu")
+    with use_backend("triton"):
+        device = Index.load(tmp_path / "i", embedder, device="cpu")
+    assert isinstance(device.components.graphs, DeviceStore)
+    for added in (False, True):
+        if added:
+            for index in (host, device):
+                index.add(corpus.take(np.arange(20, 30)))
+        for params in ({}, {"expand": True}, {"scoring": "mask"}):
+            want = host.search(DEMO_QUESTIONS, "g3rag", k=10, **params)
+            with counting_transfers() as count:
+                got = device.search(DEMO_QUESTIONS, "g3rag", k=10, **params)
+            assert [[h.id for h in row] for row in got] == [[h.id for h in row] for row in want]
+            assert count.dtoh == (0 if added else 2)
+
+
 @pytest.mark.slow
 def test_device_search_on_hotpotqa(tmp_path):
     path = shared_dataset("hotpotqa")
