@@ -10,10 +10,10 @@ Only the seeds' CSR rows are touched, and no float atomics are used:
 3. :func:`_run_sums_kernel`, one program per block of runs: each run's terms summed one after the
    other in float64, then rounded to float32 — the CPU path's sums in the CPU path's order.
 
-For ``sparse_diffusion`` the runs' keys and values (O(B·s·deg)) come to the host, which scatters them
+By default the runs' keys and values (O(B·s·deg)) come to the host, which scatters them
 into the dense result, or picks each query's top candidates with the CPU path's
 :func:`~.sparse_diffusion.top_entries` (``top=k``: nothing of size B·n_cols exists anywhere); for
-``sparse_diffusion_entries`` they stay on the device. The results equal the CPU paths'.
+``entries=True`` they stay on the device. The results equal the CPU paths'.
 """
 from __future__ import annotations
 
