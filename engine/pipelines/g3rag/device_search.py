@@ -1,11 +1,11 @@
-"""G3RAG's search (SPEC §1 query, both scorings of :mod:`.pipeline`) on the device where the index's
-graph store holds the gain graph W: the relevance lists, their fusion, the softmax p, the diffusion
+"""G3RAG's search (SPEC §1 query, both scorings of :mod:`hopgraph.engine.pipelines.g3rag.pipeline`) on the
+device where the index's graph store holds the gain graph W: the relevance lists, their fusion, the softmax p, the diffusion
 ``y = pᵀT`` over W's seed rows (the ``sparse_diffusion`` op with ``entries=True``: the reached entries
 stay on the device), the name links among the candidates, the cosines of reached passages
 (``expand``) and the final top-k all run on tensors; the top-k ids and scores come out.
 
-Each step is the host's (:mod:`.pipeline`, :mod:`.diffusion`, :mod:`.name_links`, :mod:`.masked`) in
-the same order on torch: the same selections (duplicates dropped at their first place, ties toward
+Each step is the host's (:mod:`hopgraph.engine.pipelines.g3rag.pipeline`, :mod:`.diffusion`, :mod:`.name_links`,
+:mod:`.masked`) in the same order on torch: the same selections (duplicates dropped at their first place, ties toward
 the lower passage), the diffusion's and the name links' float64 sums in the same order (bit for bit
 on the CPU), and sums that may round the last bit differently where NumPy reduces pairwise (the
 softmax's total, the cosines).
@@ -126,8 +126,8 @@ def diffusion(graph: DeviceGraph, seeds: torch.Tensor, weights: torch.Tensor | N
 
 def fused_relevance(batch: Any, graph: DeviceGraph, depth: int, fusion_depth: int, bm25_weight: float | None
                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:meth:`~.pipeline.G3RAG._relevance` on the device: the top-``depth`` passages by ``cos +
-    bm25_weight · bm25 / max bm25`` (float32, best first, ties toward the lower passage, -1 / -inf
+    """:meth:`~hopgraph.engine.pipelines.g3rag.pipeline.G3RAG._relevance` on the device: the top-``depth``
+    passages by ``cos + bm25_weight · bm25 / max bm25`` (float32, best first, ties toward the lower passage, -1 / -inf
     padding) from the batch's dense and BM25 lists (``bm25_weight`` None: the dense list only)."""
     d_ids, d_scores = batch.dense_topk_tensors(min(max(depth, fusion_depth), graph.n))
     if bm25_weight is None:
@@ -154,7 +154,8 @@ def fused_relevance(batch: Any, graph: DeviceGraph, depth: int, fusion_depth: in
 
 def softmax_weights(cand: torch.Tensor, rel: torch.Tensor, tau: float) -> torch.Tensor:
     """``p = softmax(rel / tau)`` over each row's candidates (float32; 0 at padding, a row without
-    candidates all 0), as :meth:`~.pipeline.G3RAG._search_fused` computes it."""
+    candidates all 0), as :meth:`~hopgraph.engine.pipelines.g3rag.pipeline.G3RAG._search_fused` computes
+    it."""
     valid = cand >= 0
     top = torch.where(valid[:, :1], rel[:, :1], 0.0)
     z = torch.where(valid, torch.exp((torch.where(valid, rel, top) - top) / tau), 0.0)
@@ -215,8 +216,8 @@ def pair_cosines_tensors(Q: torch.Tensor, X: torch.Tensor, query: torch.Tensor, 
 # ---------------------------------------------------------------- the two scorings
 def fused_search(batch: Any, graph: DeviceGraph, top_k: int, params: Any, bm25_weight: float | None, timer: Any
                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:meth:`~.pipeline.G3RAG._search_fused` on the device (module docstring): the ids and scores
-    tensors of the top ``top_k``."""
+    """:meth:`~hopgraph.engine.pipelines.g3rag.pipeline.G3RAG._search_fused` on the device (module docstring):
+    the ids and scores tensors of the top ``top_k``."""
     n, B = graph.n, len(batch)
     m = min(max(params.candidate_depth, top_k), n)
     with timer("relevance"):
@@ -263,8 +264,8 @@ def fused_search(batch: Any, graph: DeviceGraph, top_k: int, params: Any, bm25_w
 
 def masked_search(batch: Any, graph: DeviceGraph, top_k: int, ranking: tuple[torch.Tensor, torch.Tensor],
                   seed_k: int, timer: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """:meth:`~.pipeline.G3RAG._search_masked` on the device from the seed ``ranking`` (ids, scores
-    tensors of the top ``seed_k + top_k``): seeds, ``y = pᵀT`` over their rows, seeds masked (and
+    """:meth:`~hopgraph.engine.pipelines.g3rag.pipeline.G3RAG._search_masked` on the device from the seed
+    ``ranking`` (ids, scores tensors of the top ``seed_k + top_k``): seeds, ``y = pᵀT`` over their rows, seeds masked (and
     y = 0, and filtered passages), then seeds, diffused, fill; the ids and ordering scores."""
     rank_ids, rank_scores = ranking
     n, B = graph.n, len(batch)

@@ -422,7 +422,7 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
                     ranking = batch.dense_topk_tensors(depth)
                 else:
                     ranking = tuple(as_tensor(a, device=batch.device, name="hybrid seeds")
-                                    for a in hybrid_ranking(batch, depth, params.fusion_depth))
+                                    for a in self._relevance_ranking(batch, depth, params))
             ids, scores = masked_search(batch, graph, k, ranking, seed_k, timer)
         return as_numpy(ids), as_numpy(scores)
 
