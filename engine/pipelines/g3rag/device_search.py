@@ -29,12 +29,12 @@ __all__ = ["DeviceGraph", "fused_search", "masked_search", "topk_entries_tensors
 @dataclass(frozen=True)
 class DeviceGraph:
     """What G3RAG's search reads on one device: W's ``(indptr, indices, data)``, the embeddings ``X``
-    (None when the search reads no embedding: no BM25 candidates, no ``expand``), the passages'
-    names ``(indptr, names, idf, title)`` (None when the name links are off), the passage count
+    as the dense search holds them (row parts stacked in order; None when the search reads no
+    embedding: no BM25 candidates, no ``expand``), the passages' names ``(indptr, names, idf, title)`` (None when the name links are off), the passage count
     ``n`` and the kernels' ``device`` (``"cuda"`` | ``"cpu"``)."""
 
     W: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
-    X: torch.Tensor | None
+    X: list[torch.Tensor] | None
     names: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None
     n: int
     device: str
@@ -116,6 +116,20 @@ def ratio(y: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return torch.where(scale > 0, y / torch.where(scale > 0, scale, 1.0), 0.0)
 
 
+def gather_rows(parts: list[torch.Tensor], ids: torch.Tensor) -> torch.Tensor:
+    """The rows ``ids`` (int64, any shape, all in [0, N)) of the matrix stacked from ``parts`` (float32,
+    ``ids``' shape + ``[d]``)."""
+    if len(parts) == 1:
+        return parts[0][ids].to(torch.float32)
+    out = torch.empty((*ids.shape, parts[0].shape[1]), dtype=torch.float32, device=ids.device)
+    start = 0
+    for part in parts:
+        inside = (ids >= start) & (ids < start + len(part))
+        out[inside] = part[ids[inside] - start].to(torch.float32)
+        start += len(part)
+    return out
+
+
 # ---------------------------------------------------------------- steps
 def diffusion(graph: DeviceGraph, seeds: torch.Tensor, weights: torch.Tensor | None
               ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -135,7 +149,7 @@ def fused_relevance(batch: Any, graph: DeviceGraph, depth: int, fusion_depth: in
     b_ids, b_scores = batch.bm25_topk_tensors(min(fusion_depth, graph.n))
     cand = torch.cat([d_ids, b_ids], 1)
     # the cosine of the dense candidates is their dense score; only the BM25 ones' rows are read
-    b_cos = torch.einsum("bd,bkd->bk", batch.question_tensor(), graph.X[b_ids.clamp_min(0)])
+    b_cos = torch.einsum("bd,bkd->bk", batch.question_tensor(), gather_rows(graph.X, b_ids.clamp_min(0)))
     rel = torch.cat([d_scores.to(torch.float32), b_cos.to(torch.float32)], 1)
     head = b_scores[:, :1]
     top_bm25 = torch.where(torch.isfinite(head) & (head > 0), head, 1.0)
@@ -205,10 +219,11 @@ def name_link_diffusion_tensors(names: tuple[torch.Tensor, ...], cand: torch.Ten
     return zeros.index_add_(0, dst, flow).reshape(B, m).to(torch.float32)
 
 
-def pair_cosines_tensors(Q: torch.Tensor, X: torch.Tensor, query: torch.Tensor, column: torch.Tensor
+def pair_cosines_tensors(Q: torch.Tensor, X: list[torch.Tensor], query: torch.Tensor, column: torch.Tensor
                          ) -> torch.Tensor:
-    """``Q[query[i]] · X[column[i]]`` (float32 [P]), :data:`~.diffusion.PAIR_BLOCK` pairs at a time."""
-    parts = [(Q[query[s:s + PAIR_BLOCK]] * X[column[s:s + PAIR_BLOCK]].to(torch.float32)).sum(1)
+    """``Q[query[i]] · X[column[i]]`` (float32 [P]; X's row ``parts``), :data:`~.diffusion.PAIR_BLOCK`
+    pairs at a time."""
+    parts = [(Q[query[s:s + PAIR_BLOCK]] * gather_rows(X, column[s:s + PAIR_BLOCK])).sum(1)
              for s in range(0, len(query), PAIR_BLOCK)]
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float32, device=Q.device)
 

@@ -399,7 +399,8 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
             return None
         fused = params.scoring == "fused"
         reads_X = fused and (self._lexical(batch, params) or (params.expand and params.gamma > 0))
-        X = self._held("embeddings", self.components.X) if reads_X else None
+        search = batch.dense_on_device() if reads_X else None  # X's rows as the dense search holds them
+        X = None if search is None else search.rows
         names = self._names(params) if fused else None
         held_names = None if names is None else [self._held(f"names {k}", getattr(names, k)) for k in NAMES_FIELDS]
         if (reads_X and X is None) or (held_names is not None and None in held_names):
