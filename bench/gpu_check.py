@@ -533,8 +533,13 @@ def parity_sparse_diffusion(run: Run) -> list[tuple[str, bool, str]]:
                 ids_t, val_t = run.tri("sparse_diffusion", *args, normalise=normalise, top=10)
                 ids_c, val_c = run.cpu("sparse_diffusion", *args, normalise=normalise, top=10)
                 top_ok = bool(np.array_equal(ids_t, ids_c) and np.array_equal(val_t, val_c))
-                out.append((f"{name}/{'w' if weights is not None else 'uniform'}/norm={normalise}", ok and top_ok,
-                            msg + ("" if top_ok else "; top=10 differs")))
+                keys_t, y_t = run.tri("sparse_diffusion", *args, normalise=normalise, entries=True)
+                keys_c, y_c = run.cpu("sparse_diffusion", *args, normalise=normalise, entries=True)
+                entries_ok = bool(np.array_equal(keys_t.cpu().numpy(), keys_c.numpy())
+                                  and np.array_equal(y_t.cpu().numpy(), y_c.numpy()))
+                out.append((f"{name}/{'w' if weights is not None else 'uniform'}/norm={normalise}",
+                            ok and top_ok and entries_ok, msg + ("" if top_ok else "; top=10 differs")
+                            + ("" if entries_ok else "; entries differ")))
     empty = np.zeros((0, 3), np.int64)
     a = run.tri("sparse_diffusion", empty, None, *random_csr(5, 2, 0), 5)
     out.append(("empty_batch", a.shape == (0, 5), f"shape {a.shape}"))

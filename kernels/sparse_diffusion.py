@@ -11,8 +11,11 @@ indices, data)`` holds raw weights W and each seed row is divided by its sum on 
 Output: with ``top=None`` the dense ``float32 [B, n_cols]``; with ``top=k`` only the top
 candidates, ``(ids int64 [B, k], values float32 [B, k])``: per query the k columns reached by an
 edge of its seeds with the largest y (ties → lower column), best first, padded with -1 / -inf —
-O(B·s·deg) memory, nothing of size B·n_cols. Every y is the float64 sum of its terms in the order
-(query, seed, CSR position), rounded to float32.
+O(B·s·deg) memory, nothing of size B·n_cols. With ``entries=True`` (for a search whose seeds and
+graph are on a device) the inputs may be tensors and the result stays on the seeds' device:
+``(keys int64 [P], values float32 [P])``, one entry per (query b, column j) pair reached by an edge of
+b's seeds, ``key = b·n_cols + j``, increasing (:mod:`.diffusion_tensors`). Every y is the float64 sum
+of its terms in the order (query, seed, CSR position), rounded to float32.
 """
 from __future__ import annotations
 
@@ -94,9 +97,19 @@ def top_entries(keys: np.ndarray, values: np.ndarray, B: int, n_cols: int, top: 
 
 
 def sparse_diffusion_cpu(seed_ids, seed_weights, indptr, indices, data, n_cols: int,
-                         normalise: bool = True, top: int | None = None, device: str = "cpu"):
+                         normalise: bool = True, top: int | None = None, entries: bool = False,
+                         device: str = "cpu"):
     """SPEC §1 query step 2 on the CPU: ``float32 [B, n_cols]``, or with ``top`` the top candidates
-    ``(ids, values)`` (see module docstring). O(B·n_cols) for the dense result, O(B·s·deg) with ``top``."""
+    ``(ids, values)``, or with ``entries`` the reached entries as tensors on the seeds' device (torch,
+    :func:`.diffusion_tensors.diffusion_entries`; see module docstring). O(B·n_cols) for the dense
+    result, O(B·s·deg) with ``top`` or ``entries``."""
+    if entries:
+        from .diffusion_tensors import diffusion_entries, on_one_device
+
+        if top is not None:
+            raise InputError("sparse_diffusion: top and entries=True exclude each other")
+        return diffusion_entries(*on_one_device(seed_ids, seed_weights, indptr, indices, data, "cpu"), n_cols,
+                                 normalise)
     graph = check_csr(indptr, indices, data, n_cols, "sparse_diffusion graph")
     ids, weights = check_diffusion_inputs(seed_ids, seed_weights, graph)
     check_top(top)

@@ -10,9 +10,10 @@ Only the seeds' CSR rows are touched, and no float atomics are used:
 3. :func:`_run_sums_kernel`, one program per block of runs: each run's terms summed one after the
    other in float64, then rounded to float32 — the CPU path's sums in the CPU path's order.
 
-The runs' keys and values (O(B·s·deg)) come to the host, which scatters them into the dense
-result, or picks each query's top candidates with the CPU path's :func:`~.sparse_diffusion.top_entries`
-(``top=k``: nothing of size B·n_cols exists anywhere). The result equals the CPU path's.
+By default the runs' keys and values (O(B·s·deg)) come to the host, which scatters them
+into the dense result, or picks each query's top candidates with the CPU path's
+:func:`~.sparse_diffusion.top_entries` (``top=k``: nothing of size B·n_cols exists anywhere); for
+``entries=True`` they stay on the device. The results equal the CPU paths'.
 """
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ import triton
 import triton.language as tl
 
 from .csr import check_csr
+from .errors import InputError
 from .sparse_diffusion import check_diffusion_inputs, check_top, top_entries
+from .diffusion_tensors import check_diffusion_tensors, on_one_device
 
 #: runs per program of the summing kernel; edges per step of the terms kernel (one warp)
 RUNS = 128
@@ -66,37 +69,56 @@ def _run_sums_kernel(ORDER, STARTS, TERMS, VALUES, n_runs, RUNS: tl.constexpr):
     tl.store(VALUES + r, acc.to(tl.float32), mask=ok)
 
 
+def diffusion_runs(ids: torch.Tensor, weights: torch.Tensor, indptr: torch.Tensor, indices: torch.Tensor,
+                   data: torch.Tensor, n_cols: int, normalise: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Steps 1–3 of the module docstring on the tensors' device: ``(keys int64 [P], values float32 [P])``,
+    one entry per distinct key ``b·n_cols + j`` reached, keys increasing. ``ids`` int64 and ``weights``
+    float32 [B, s] (validated, padding weighted 0), the graph int64 / int32 / float32."""
+    dev = ids.device
+    B, S = ids.shape
+    safe = ids.clamp_min(0)
+    lengths = torch.where(ids >= 0, indptr[safe + 1] - indptr[safe], 0).flatten().to(torch.int64)
+    total = int(lengths.sum()) if lengths.numel() else 0
+    if total == 0:
+        return torch.zeros(0, dtype=torch.int64, device=dev), torch.zeros(0, dtype=torch.float32, device=dev)
+    keys = torch.empty(total, dtype=torch.int64, device=dev)
+    terms = torch.empty(total, dtype=torch.float64, device=dev)
+    _seed_terms_kernel[(B * S,)](ids.contiguous(), weights.contiguous(), torch.cumsum(lengths, 0) - lengths,
+                                 indptr.contiguous(), indices.contiguous(), data.contiguous(), keys, terms, S,
+                                 int(n_cols), NORMALISE=bool(normalise), BLOCK=BLOCK,
+                                 **({} if dev.type == "cpu" else {"num_warps": 1}))
+    sorted_keys, order = torch.sort(keys, stable=True)
+    first = torch.ones(total, dtype=torch.bool, device=dev)
+    first[1:] = sorted_keys[1:] != sorted_keys[:-1]
+    starts = torch.cat([torch.nonzero(first).flatten(), torch.tensor([total], device=dev)])
+    n_runs = len(starts) - 1
+    vals = torch.empty(n_runs, dtype=torch.float32, device=dev)
+    _run_sums_kernel[(triton.cdiv(n_runs, RUNS),)](order, starts, terms, vals, n_runs, RUNS=RUNS)
+    return sorted_keys[first], vals
+
+
 def sparse_diffusion_triton(seed_ids, seed_weights, indptr, indices, data, n_cols: int,
-                            normalise: bool = True, top: int | None = None, device: str = "cuda",
-                            **_: object):
+                            normalise: bool = True, top: int | None = None, entries: bool = False,
+                            device: str = "cuda", **_: object):
     """SPEC §1 query step 2 with the Triton kernels; same contract and results as
-    :func:`.sparse_diffusion.sparse_diffusion_cpu` (NumPy results, on the host)."""
+    :func:`.sparse_diffusion.sparse_diffusion_cpu` (NumPy results on the host; with ``entries`` the
+    ``(keys, values)`` tensors on the seeds' device)."""
+    if entries:
+        if top is not None:
+            raise InputError("sparse_diffusion: top and entries=True exclude each other")
+        args = on_one_device(seed_ids, seed_weights, indptr, indices, data, "cpu" if device == "cpu" else "cuda")
+        ids, weights = check_diffusion_tensors(*args, n_cols)
+        return diffusion_runs(ids, weights, args[2].to(torch.int64), args[3].to(torch.int32),
+                              args[4].to(torch.float32), n_cols, normalise)
     graph = check_csr(indptr, indices, data, n_cols, "sparse_diffusion graph")
     ids, weights = check_diffusion_inputs(seed_ids, seed_weights, graph)
     check_top(top)
-    B, S = ids.shape
-    n = int(n_cols)
+    B, n = ids.shape[0], int(n_cols)
     dev = "cpu" if device == "cpu" else "cuda"
-    lengths = np.where(ids >= 0, graph.indptr[np.maximum(ids, 0) + 1] - graph.indptr[np.maximum(ids, 0)], 0).ravel()
-    total = int(lengths.sum())
-    if total == 0:
-        keys, values = np.zeros(0, np.int64), np.zeros(0, np.float32)
-    else:
-        t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(dev)  # noqa: E731
-        offsets = np.cumsum(lengths) - lengths
-        keys_d = torch.empty(total, dtype=torch.int64, device=dev)
-        terms = torch.empty(total, dtype=torch.float64, device=dev)
-        _seed_terms_kernel[(B * S,)](t(ids), t(weights), t(offsets.astype(np.int64)), t(graph.indptr),
-                                     t(graph.indices), t(graph.data), keys_d, terms, S, n,
-                                     NORMALISE=bool(normalise), BLOCK=BLOCK, **({} if dev == "cpu" else {"num_warps": 1}))
-        sorted_keys, order = torch.sort(keys_d, stable=True)
-        first = torch.ones(total, dtype=torch.bool, device=dev)
-        first[1:] = sorted_keys[1:] != sorted_keys[:-1]
-        starts = torch.cat([torch.nonzero(first).flatten(), torch.tensor([total], device=dev)])
-        n_runs = len(starts) - 1
-        vals = torch.empty(n_runs, dtype=torch.float32, device=dev)
-        _run_sums_kernel[(triton.cdiv(n_runs, RUNS),)](order, starts, terms, vals, n_runs, RUNS=RUNS)
-        keys, values = sorted_keys[first].cpu().numpy(), vals.cpu().numpy()
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(dev)  # noqa: E731
+    keys_d, vals_d = diffusion_runs(t(ids), t(weights), t(graph.indptr), t(graph.indices), t(graph.data), n,
+                                    normalise)
+    keys, values = keys_d.cpu().numpy(), vals_d.cpu().numpy()
     if top is not None:
         return top_entries(keys, values, B, n, top)
     out = np.zeros(B * n, np.float32)

@@ -41,3 +41,6 @@ def test_transfers_table(tmp_path, capsys, monkeypatch):
     assert dense["names_in"] == ["questions"] and dense["dtoh"] == 2
     bm25 = rows["bm25"]["resident"]  # BM25 on the held postings: the query side in, the ids and scores out
     assert bm25["names_in"] == ["bm25 query postings"] and bm25["dtoh"] == 2
+    g3rag = rows["g3rag"]["resident"]  # on the device: the questions and BM25's query side in, W never, the top-k out
+    assert g3rag["names_in"] == ["questions", "bm25 query postings"] and g3rag["dtoh"] == 2
+    assert g3rag["graph_bytes"] == 0

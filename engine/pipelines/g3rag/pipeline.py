@@ -57,12 +57,15 @@ from ...params import FitParams, choice, flag, integer, real
 from ...ranking import PAD_ID, PAD_SCORE, topk_entries
 from ...sparse import allowed_at, join
 from ...storage import check_finite, load_array, load_arrays, save_arrays
+from ...graphs.store import device_arrays
 from ...graphs.views import OverlayCSR
+from ....kernels.tensors import as_numpy, as_tensor
 from ...storage.deltas import TOPK_DELTA_FILES, apply_topk_deltas, empty_topk_delta, topk_delta
 from ...timing import StageTimer
 from ..base import Pipeline
 from ..title_bridge import BridgeSearch, TitleBridge
 from .ann_graph import ANN_MIN_N, CELL_SIZE, DEFAULT_NPROBE, AddedRowCandidates, ann_gain_knn, density_mode, graph_mode
+from .device_search import DeviceGraph, fused_search, masked_search
 from .diffusion import Entries, diffusion_at, diffusion_entries, lookup, pair_cosines, pair_keys
 from .graph_update import added_density, added_penalty, extend_gain_graph
 from .masked import DIFFUSED, FILL, SEED, TieredRanking, tiered_ranking
@@ -182,6 +185,8 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
         self._cells_stored: dict[str, np.ndarray] | None = None
         #: the graph's arrays are read from an index (an add keeps them as an overlay's base)
         self._graph_stored = False
+        #: the items a device search reads besides W, as the graph store holds them: key -> (item, held)
+        self._device_items: dict[str, tuple[Any, Any]] = {}
 
     @classmethod
     def cost(cls, shape: IndexShape, params: G3RAGSearch, batch: int, k: int, grouped: bool = False) -> Cost:
@@ -356,15 +361,71 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
     def _search_batch(self, batch: QueryBatch, k: int, params: G3RAGSearch, timer: StageTimer
                       ) -> tuple[np.ndarray, np.ndarray]:
         """SPEC §1 query steps 1–4 (``scoring="mask"``) or the fused scoring; every array is sized
-        by the seeds' and candidates' edges, none by N."""
+        by the seeds' and candidates' edges, none by N. On the device where the graph store holds W
+        (and what else the search reads) when the batch has one (:mod:`.device_search`), else on the host."""
         if params.scoring == "mask":
             if params.seed_source == "hybrid" and self.components.corpus is None:
                 raise InputError("G3RAG: hybrid seeds need the corpus at fit time: fit(X, corpus)")
             if params.seed_source == "hybrid" and batch.texts is None:
                 raise InputError("G3RAG: hybrid seeds need query_texts, one per query")
+        graph = self._device_graph(batch, params)
+        if graph is not None:
+            return self._search_on_device(batch, k, params, graph, timer)
+        if params.scoring == "mask":
             ranking = self._search_masked(batch, k, params, timer)
             return ranking.ids, ranking.ordering_scores()
         return self._search_fused(batch, k, params, timer)
+
+    # ------------------------------------------------------------------ search on the device
+    def _held(self, key: str, item: Any) -> Any:
+        """``item``'s tensors where the graph store holds it on the device (held once per item,
+        :meth:`GraphStore.hold <hopgraph.engine.graphs.store.GraphStore.hold>`, named ``g3rag {key}``), else None."""
+        source, held = self._device_items.get(key, (None, None))
+        if source is not item:
+            held = self.components.graphs.hold(item, f"{self.name} {key}")
+            self._device_items[key] = (item, held)
+        return device_arrays(held)
+
+    def _device_graph(self, batch: QueryBatch, params: G3RAGSearch) -> DeviceGraph | None:
+        """What the search reads, as tensors on the batch's device (:class:`.device_search.DeviceGraph`):
+        W, the embeddings when the search reads some (BM25 candidates' cosines, ``expand``) and the
+        passages' names when the name links are on; None (the host path) without a device, or when
+        one of them stays in host memory (a graph being extended, over the store's budget)."""
+        n = len(self.components.X)
+        if batch.device is None or n == 0:
+            return None
+        W = self._held("graph", self.graph_)  # held beside graph_, which an add may replace meanwhile
+        if W is None:  # an overlay (a stored graph being extended) or over the budget: nothing else moves
+            return None
+        fused = params.scoring == "fused"
+        reads_X = fused and (self._lexical(batch, params) or (params.expand and params.gamma > 0))
+        search = batch.dense_on_device() if reads_X else None  # X's rows as the dense search holds them
+        X = None if search is None else search.rows
+        names = self._names(params) if fused else None
+        held_names = None if names is None else [self._held(f"names {k}", getattr(names, k)) for k in NAMES_FIELDS]
+        if (reads_X and X is None) or (held_names is not None and None in held_names):
+            return None
+        return DeviceGraph(tuple(W), X, None if held_names is None else tuple(held_names), n,
+                           "cuda" if batch.device.type == "cuda" else "cpu")
+
+    def _search_on_device(self, batch: QueryBatch, k: int, params: G3RAGSearch, graph: DeviceGraph,
+                          timer: StageTimer) -> tuple[np.ndarray, np.ndarray]:
+        """Either scoring on the device (:mod:`.device_search`); the top-``k`` ids and scores come out.
+        Hybrid seeds (``scoring="mask"``) are the host's fused lists, made tensors."""
+        if params.scoring == "fused":
+            weight = params.bm25_weight if self._lexical(batch, params) else None
+            ids, scores = fused_search(batch, graph, k, params, weight, timer)
+        else:
+            seed_k = min(params.n_seeds, graph.n)
+            depth = min(seed_k + k, graph.n)
+            with timer("seeds"):
+                if params.seed_source == "dense":
+                    ranking = batch.dense_topk_tensors(depth)
+                else:
+                    ranking = tuple(as_tensor(a, device=batch.device, name="hybrid seeds")
+                                    for a in self._relevance_ranking(batch, depth, params))
+            ids, scores = masked_search(batch, graph, k, ranking, seed_k, timer)
+        return as_numpy(ids), as_numpy(scores)
 
     def _relevance_ranking(self, batch: QueryBatch, depth: int, params: G3RAGSearch) -> tuple[np.ndarray, np.ndarray]:
         """Seed ranking of the masked scoring: dense cosine, or dense + BM25 RRF (``seed_source``)."""
@@ -394,11 +455,15 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
             return tiered_ranking([(seeds, rank_scores[:, :seed_k], SEED), (diff_ids, diff_scores, DIFFUSED),
                                    (rank_ids[:, seed_k:], rank_scores[:, seed_k:], FILL)], top_k)
 
+    def _lexical(self, batch: QueryBatch, params: G3RAGSearch) -> bool:
+        """Whether the relevance has its BM25 term: ``bm25_weight`` > 0 and the corpus and the question texts known."""
+        return params.bm25_weight != 0 and batch.texts is not None and self.components.corpus is not None
+
     def _relevance(self, batch: QueryBatch, depth: int, params: G3RAGSearch) -> tuple[np.ndarray, np.ndarray]:
         """Top-``depth`` passages by ``cos + bm25_weight · bm25 / max bm25`` (float32, best first)."""
         n = len(self.components.X)
         d_ids, d_scores = batch.dense_topk(min(max(depth, params.fusion_depth), n))
-        if params.bm25_weight == 0 or batch.texts is None or self.components.corpus is None:
+        if not self._lexical(batch, params):
             return d_ids[:, :depth], d_scores[:, :depth]
         b_ids, b_scores = batch.bm25_topk(min(params.fusion_depth, n))
         cand = np.concatenate([d_ids, b_ids], axis=1)
