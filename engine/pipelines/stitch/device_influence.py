@@ -2,7 +2,8 @@
 on arrays the index's graph store holds on the device: the sub-hypergraph of the activated states is
 cut there (:func:`~hopgraph.engine.pipelines.stitch.local_graph.local_hypergraph_tensors`), the topic
 and chunk similarities are computed there from the held text embeddings and passage embeddings, and
-only the questions and the activated (row, state) pairs with their activations go in; the chunks and their influence stay there
+only the questions go in (the activated (row, state) pairs with their activations are made there,
+:func:`~.activation.activated_tensors`, or go in where the host made them); the chunks and their influence stay there
 (:class:`~.device_walk.DeviceRows`) for the prior and the walk (:mod:`.device_walk`).
 
 The same arithmetic as the host path, in the same order, on torch: equal on the CPU up to how the
@@ -25,16 +26,21 @@ from .local_graph import local_hypergraph_tensors
 DEVICE_ARRAYS = ("edge_text", "node_chunk", "text_emb", "X")
 
 
-def influence_tensors(held: dict[str, torch.Tensor], n_nodes: int, Q: np.ndarray | torch.Tensor, act_q: np.ndarray,
-                      act_v: np.ndarray, act_val: np.ndarray, spatial: bool, temporal: bool, device: str,
+def influence_tensors(held: dict[str, torch.Tensor], n_nodes: int, Q: np.ndarray | torch.Tensor,
+                      act_q: np.ndarray | torch.Tensor, act_v: np.ndarray | torch.Tensor,
+                      act_val: np.ndarray | torch.Tensor, spatial: bool, temporal: bool, device: str,
                       n_chunks: int) -> DeviceRows:
     """``I(c) = Σ_{v∈c} a(v) ln(1 + N_v)`` on the chunks of the sub-hypergraph of the activated
-    states ``act_v`` (of batch rows ``act_q``, activation ``act_val``), as the host path computes it,
+    states ``act_v`` (of batch rows ``act_q``, activation ``act_val``: host arrays, which go in, or
+    tensors on the device, which stay there), as the host path computes it,
     on the held tensors ``held`` (the arrays of ``HYPERGRAPH_TENSORS`` and :data:`DEVICE_ARRAYS`);
     ``device``: the kernels' run device."""
     dev = held["X"].device
-    q, v = as_tensor(np.stack([np.asarray(act_q, np.int64), np.asarray(act_v, np.int64)]), device=dev,
-                     name="activated (row, state) pairs")
+    if isinstance(act_v, torch.Tensor):  # made on the device (:func:`~.activation.activated_tensors`)
+        q, v = act_q, act_v
+    else:
+        q, v = as_tensor(np.stack([np.asarray(act_q, np.int64), np.asarray(act_v, np.int64)]), device=dev,
+                         name="activated (row, state) pairs")
     val = as_tensor(act_val, torch.float32, dev, "activations")
     Qt = as_tensor(Q, torch.float32, dev, "questions")  # a tensor (the batch's, on the device) passes as it is
     B = len(Qt)

@@ -50,10 +50,11 @@ from ...graphs.remote import read_by_rows
 from ...graphs.store import device_arrays
 from ...errors import IndexFormatError
 from ...params import choice, flag, integer, real
-from ...sparse import csr_from_keys, row_entries
+from ...sparse import csr_from_keys
 from ..base import Needs
 from .hypergraph import TopicHypergraph, embed_texts, extend_text_embeddings
 from .row_layout import TEXT_STATES, ReferencedTextIndex
+from .activation import activated, activated_tensors
 from .device_influence import held_arrays, influence_tensors
 from .device_walk import DeviceRows, normalised
 from .local_graph import local_hypergraph
@@ -236,19 +237,10 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
         B, n = len(Q), self.hypergraph_.n_chunks
         if H.n_nodes == 0 or B == 0:
             return LocalRows.empty(B, n)
-        t = self._index_arrays()
-        ids, sims = self._description_topk(batch, min(params.description_depth, t["n_node_texts"]), t)
-        if params.delta_mode == "relative":
-            thr = params.delta * np.maximum(sims[:, :1], 1e-6)
-        else:
-            thr = np.float32(params.delta)
-        hit = (ids >= 0) & (sims >= thr) & (sims > 0)
-        qb, text_seg = np.nonzero(hit)
-        seg, nodes = row_entries(t["text_indptr"], t["text_nodes"], ids[qb, text_seg])
-        act_q, act_v, act_val = qb[seg], nodes, sims[qb, text_seg][seg]
+        held = self._held_on_device()
+        act_q, act_v, act_val = self._activation(batch, params, held is not None)
         if not len(act_v):
             return LocalRows.empty(B, n)
-        held = self._held_on_device()
         if held is not None:  # the graph store holds the hypergraph on the device: cut and scored there
             I = influence_tensors(held, H.n_nodes, batch.question_tensor(), act_q, act_v, act_val, params.spatial,
                                   params.temporal, self.device, n)
@@ -281,6 +273,37 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
         I = torch.zeros((B, len(chunks)), dtype=torch.float64, device=dev)
         I.index_add_(1, as_t(chunk_of), (a * as_t(log_group, torch.float32)).to(torch.float64))
         return LocalRows(chunks.astype(np.int64), as_numpy(I), n)
+
+    def _activation(self, batch: QueryBatch, params: STITCHSearch, on_device: bool
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | tuple[torch.Tensor, ...]:
+        """Step 1's activated ``(row, state, A)`` triples (:mod:`.activation`): made on the device and
+        left there when ``on_device`` (the influence stage runs there) and the index's graph store holds
+        the text embeddings and the text → states CSR there (the questions go in, nothing comes back);
+        else on the host, from the description lists (:meth:`_description_topk`)."""
+        t = self._index_arrays()
+        depth = min(params.description_depth, t["n_node_texts"])
+        held = self._held_activation(batch, t) if on_device else None
+        if held is not None:
+            ids, sims = held["search"].topk_tensors(batch.question_tensor(), depth)
+            return activated_tensors(ids, sims, held["text_indptr"], held["text_nodes"], params.delta,
+                                     params.delta_mode)
+        ids, sims = self._description_topk(batch, depth, t)
+        return activated(ids, sims, t["text_indptr"], t["text_nodes"], params.delta, params.delta_mode)
+
+    def _held_activation(self, batch: QueryBatch, t: dict[str, Any]) -> dict[str, Any] | None:
+        """The description search over the held text embeddings and the text → states CSR as tensors
+        where the index's graph store holds both on the device (each copied once), else None."""
+        if batch.device is None:
+            return None
+        search = DeviceDenseSearch.held(self.components.graphs, self.hypergraph_.text_emb, f"{self.name} text_emb",
+                                        t["node_text_mask"])
+        if "held_texts" not in self._cache:
+            self._cache["held_texts"] = {key: self.components.graphs.hold(t[key], f"{self.name} {key}")
+                                         for key in ("text_indptr", "text_nodes")}
+        csr = {key: device_arrays(value) for key, value in self._cache["held_texts"].items()}
+        if search is None or any(value is None for value in csr.values()):
+            return None
+        return {"search": search, **csr}
 
     def _description_topk(self, batch: QueryBatch, depth: int, t: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         """The ``depth`` description texts nearest each question (ids, scores): searched exactly on the
