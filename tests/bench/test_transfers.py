@@ -36,6 +36,9 @@ def test_transfers_table(tmp_path, capsys, monkeypatch):
     for name in ("stitch", "ppr_binary", "dmar", "hop"):
         assert own_inputs(rows[name]) < rows[name]["files"]["htod"]
     assert "walk region chunks" not in rows["stitch"]["resident"]["names_in"]  # the prior stays on the device
+    for name in ("stitch", "stitch localise=False"):  # activated, scored, walked on the device: the top-k out
+        stitch = rows[name]["resident"]
+        assert stitch["names_in"] == ["questions", "bm25 query postings"] and stitch["dtoh"] == 2
     assert rows["g3rag"]["files"]["htod"] == rows["dense"]["files"]["htod"] == 0  # faiss on the host
     dense = rows["dense"]["resident"]  # searched on the device: the questions in, the ids and scores out
     assert dense["names_in"] == ["questions"] and dense["dtoh"] == 2
