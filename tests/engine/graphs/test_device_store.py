@@ -394,3 +394,17 @@ def test_stitch_on_the_device_rows_do_not_depend_on_their_batch(readers):
         for b, question in enumerate(questions):
             one_ids, one_scores = resident.search([question], 10, "stitch", allowed=allowed)
             assert_same_up_to_ties(ids[b], scores[b], one_ids[0], one_scores[0], 1e-6, f"row {b}")
+
+
+def test_structures_used_together_are_placed_together_or_not_at_all(rng):
+    """``place_together``: when one structure a search needs is refused, those the same call placed
+    are released again (no budget held by structures no search uses); one placed before is kept."""
+    a, b, c = (rng.standard_normal(100).astype(np.float32) for _ in range(3))
+    store = DeviceStore("cpu", budget=a.nbytes * 2)
+    kept = store.hold(c, "kept").on_device()
+    with pytest.warns(DeviceMemoryWarning, match="second"):
+        got = store.place_together(lambda: [store.hold(a, "first").on_device(), store.hold(b, "second").on_device(),
+                                            store.hold(c, "kept").on_device()])
+    assert got is None and store.used == c.nbytes and kept is store.hold(c, "kept").on_device()
+    both = store.place_together(lambda: [store.hold(a, "first").on_device(), store.hold(c, "kept").on_device()])
+    assert both is not None and store.used == a.nbytes + c.nbytes
