@@ -120,9 +120,12 @@ def test_a_filter_is_respected_on_the_device(readers):
 
 @pytest.mark.parametrize("name", ["dmar", "hop"])
 def test_device_rows_do_not_depend_on_their_batch(readers, name):
-    _, resident = readers
-    ids, scores = resident.search(QUESTIONS, 10, name)
-    for b, question in enumerate(QUESTIONS):
+    files, resident = readers
+    questions = QUESTIONS[::-1] + ["", "zzzz qqqq"]  # one matching no term, one linking nothing
+    ids, scores = resident.search(questions, 10, name)
+    want_ids, want_scores = files.search(questions, 10, name)
+    compare(ids, scores, want_ids, want_scores, f"{name} odd questions")
+    for b, question in enumerate(questions):
         one_ids, one_scores = resident.search([question], 10, name)
         np.testing.assert_array_equal(one_ids[0], ids[b])
         np.testing.assert_allclose(one_scores[0], scores[b], rtol=0, atol=1e-5)
