@@ -78,6 +78,8 @@ def fill_lowest_tensors(ids: torch.Tensor, scores: torch.Tensor, allowed: torch.
     listed, each with ``score``. Returns new tensors."""
     B, k = ids.shape
     dev = ids.device
+    if k == 0:
+        return ids.clone(), scores.clone()
     want = torch.arange(1, 2 * k + 1, device=dev)  # a row lists at most k ids: the first 2k allowed suffice
     if allowed is None:
         pool = want - 1
@@ -85,7 +87,10 @@ def fill_lowest_tensors(ids: torch.Tensor, scores: torch.Tensor, allowed: torch.
         pool = torch.searchsorted(torch.cumsum(allowed.to(torch.int64), 0), want)  # the j-th allowed id
     pool_ok = pool < n
     have = (ids >= 0).sum(1, keepdim=True)
-    listed = (pool[None, :, None] == ids[:, None, :]).any(2)
+    listed_ids = torch.sort(torch.where(ids >= 0, ids, torch.iinfo(torch.int64).max), 1).values
+    candidates = pool.to(ids.dtype).expand(B, -1).contiguous()
+    at = torch.searchsorted(listed_ids, candidates).clamp_max(k - 1)
+    listed = listed_ids.gather(1, at) == candidates  # [B, 2k]: no [B, 2k, k] comparison
     free = ~listed & pool_ok[None, :]
     place = have + torch.cumsum(free, 1) - 1
     place = torch.where(free & (place < k), place, k)  # column k: where the ids that do not fit go

@@ -38,6 +38,8 @@ from .tensors import as_tensor
 
 #: the most scores (queries × rows) one block of the product holds at a time
 BLOCK_SCORES = 1 << 22
+#: at most this many elements of X are read (and widened to float32) per block
+BLOCK_ELEMENTS = 1 << 22
 #: the low 32 bits of a key: ``LOW − row`` (rows below 2³² − 1)
 LOW = (1 << 32) - 1
 #: a key below every score's (never among a block's top: at least ``kk`` real keys compete with it)
@@ -101,7 +103,8 @@ def inner_product_topk(Q: torch.Tensor, X: "torch.Tensor | Sequence[torch.Tensor
     """``(ids int64 [B, k], scores float32 [B, k])``: the top-``k`` rows of ``Q [B, d] · Xᵀ`` per
     query (module docstring), on Q's device; X ``[N, d]`` (or parts stacked by rows) and
     ``allowed`` (bool [N]) must be there too. ``block_rows``: rows of X per block (None: as many
-    as keep :data:`BLOCK_SCORES` scores). O(B · N · d) work, O(B · (block_rows + k)) memory."""
+    as keep :data:`BLOCK_SCORES` scores and :data:`BLOCK_ELEMENTS` elements of X, which a float16
+    part is widened to float32 for). O(B · N · d) work, O((B + d) · block_rows + B · k) memory."""
     del device  # the work runs where the tensors are
     k = check_positive_int(k, "k", OP)
     if Q.dim() != 2 or not Q.dtype.is_floating_point:
@@ -116,7 +119,7 @@ def inner_product_topk(Q: torch.Tensor, X: "torch.Tensor | Sequence[torch.Tensor
                          f"{tuple(allowed.shape)} on {allowed.device}")
     if block_rows is not None:
         block_rows = check_positive_int(block_rows, "block_rows", OP)
-    step = block_rows or max(1, BLOCK_SCORES // max(B, 1))
+    step = block_rows or max(1, min(BLOCK_SCORES // max(B, 1), BLOCK_ELEMENTS // max(Q.shape[1], 1)))
     Q = Q.to(torch.float32)
     best: torch.Tensor | None = None
     offset = 0

@@ -157,13 +157,9 @@ class DeviceBM25:
         :class:`BM25Index` (a sharded view) or a part does not fit the store's budget."""
         if not isinstance(store, DeviceStore) or not isinstance(index, BM25Index):
             return None
-        parts = []
-        for part in index.parts:
-            placed = store.place((part.docs, part.tf, part.doc_len), COMPONENT, ("docs", "tf", "doc_len"))
-            if placed is None:
-                return None
-            parts.append(placed)
-        return cls(index, parts, store.device)
+        parts = store.place_together(lambda: [store.place((p.docs, p.tf, p.doc_len), COMPONENT, ("docs", "tf", "doc_len"))
+                                              for p in index.parts])
+        return None if parts is None else cls(index, parts, store.device)
 
     def query(self, tokens: Sequence[Sequence[str]], block_entries: int = BLOCK_ENTRIES) -> DeviceQuery:
         """The host side of the token lists ``tokens`` (:class:`DeviceQuery`)."""

@@ -34,12 +34,12 @@ from ..storage import StackedRows
 def held_rows(graphs: Any, X: Any, component: str) -> list[torch.Tensor] | None:
     """The rows of ``X`` as tensors on the device of ``graphs`` (a :class:`DeviceStore`), one per part
     of a :class:`StackedRows` (else one), each placed once under the name ``component``; None when
-    ``graphs`` holds nothing on a device, or X is not an array it can hold, or a part does not fit."""
+    ``graphs`` holds nothing on a device, or X is not an array it can hold, or a part does not fit
+    (then none of them is kept: :meth:`DeviceStore.place_together`)."""
     if not isinstance(graphs, DeviceStore):
         return None
     parts = X.parts if isinstance(X, StackedRows) else [X]
-    tensors = [device_arrays(graphs.hold(part, component)) for part in parts]
-    return None if any(t is None for t in tensors) else tensors
+    return graphs.place_together(lambda: [device_arrays(graphs.hold(part, component)) for part in parts])
 
 
 class DeviceDenseSearch:
@@ -56,13 +56,15 @@ class DeviceDenseSearch:
     def held(cls, graphs: Any, X: Any, component: str, mask: np.ndarray | None = None) -> "DeviceDenseSearch | None":
         """The search over ``X`` held by ``graphs`` (:func:`held_rows`), under a fixed row ``mask``
         (bool [N], held too, as ``"{component} mask"``); None when either is not held on a device."""
-        rows = held_rows(graphs, X, component)
-        if rows is None:
-            return None
         if mask is None:
-            return cls(rows)
-        held_mask = device_arrays(graphs.hold(np.asarray(mask, bool), f"{component} mask"))
-        return None if held_mask is None else cls(rows, held_mask)
+            rows = held_rows(graphs, X, component)
+            return None if rows is None else cls(rows)
+        if not isinstance(graphs, DeviceStore):
+            return None
+        mask = np.asarray(mask, bool)
+        got = graphs.place_together(lambda: [held_rows(graphs, X, component),
+                                             device_arrays(graphs.hold(mask, f"{component} mask"))])
+        return None if got is None else cls(*got)
 
     def __len__(self) -> int:
         return sum(len(r) for r in self.rows)

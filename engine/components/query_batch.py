@@ -136,6 +136,11 @@ class QueryBatch:
             return None if resident is None else (resident, resident.query(self.tokens))
         return self._device_value("bm25", make)
 
+    def lists_on_device(self) -> bool:
+        """Whether a top list of this batch is searched on :attr:`device` (X or the BM25 postings held
+        there): when neither is, fusing them there would only move both lists in and the result out."""
+        return self.device is not None and (self.dense_on_device() is not None or self._device_bm25() is not None)
+
     def bm25_topk_tensors(self, k: int) -> tuple["torch.Tensor", "torch.Tensor"]:
         """:meth:`bm25_topk` as tensors on :attr:`device` (ids int64, scores float32): computed
         there from the held postings (:mod:`.device_bm25`; a longer earlier list is sliced), else

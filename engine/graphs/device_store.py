@@ -27,7 +27,7 @@ import threading
 import warnings
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -175,6 +175,20 @@ class DeviceStore(GraphStore):
             self.used += nbytes
             self.placed.append((component, nbytes))
             return tensors
+
+    def place_together(self, fetch: Callable[[], list[Any]]) -> list[Any] | None:
+        """``fetch()``: the device forms of structures a search uses together (each placed by this
+        store, :meth:`place` / :meth:`hold`; None for one refused), or None when one is refused; then
+        what ``fetch`` placed anew is released again, so that no budget is held by structures no
+        search uses (the refusal is still reported once, and the host path runs)."""
+        with self._lock:
+            before = set(self._tensors)
+            out = fetch()
+            if any(item is None for item in out):
+                for key in set(self._tensors) - before:
+                    self._release(key)
+                return None
+            return out
 
     def _release(self, key: tuple) -> None:
         """Drop the tensors placed under ``key`` (their host arrays were freed)."""

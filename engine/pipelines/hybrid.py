@@ -52,9 +52,9 @@ class Hybrid(Pipeline):
 
     def _search_batch(self, batch: QueryBatch, k: int, params: HybridSearch, timer: StageTimer
                       ) -> tuple[np.ndarray, np.ndarray]:
-        """The fused top-``k``; on a batch searched on the device, fused there and only the top-``k``
-        ids and scores brought back."""
-        if batch.device is not None:
+        """The fused top-``k``; on a batch whose lists are searched on the device, fused there and only
+        the top-``k`` ids and scores brought back."""
+        if batch.lists_on_device():
             ids, scores = hybrid_ranking_tensors(batch, k, params.fusion_depth, params.rrf_k, timer)
             return as_numpy(ids), as_numpy(scores)
         return hybrid_ranking(batch, k, params.fusion_depth, params.rrf_k, timer)

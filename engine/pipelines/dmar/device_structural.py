@@ -83,19 +83,29 @@ class ResidentStructure:
 
     def candidates(self, q: QueryTensors, cand: np.ndarray, cand_tensor: torch.Tensor | None = None
                    ) -> tuple[torch.Tensor, np.ndarray, torch.Tensor, torch.Tensor]:
-        """:func:`~.structural.candidate_subgraphs` on the device: the membership of each
-        query-local node in nodes(G_D) (float32 [B, C, U]), which candidates link any entity (host
-        bool [B, C]), their entity lists padded with -1 ([B·C, Dm]) and ``cand >= 0`` [B, C].
-        ``cand_tensor``: ``cand`` already on the device (else it goes in)."""
-        dev, (B, C) = self.Z.device, cand.shape
-        U = q.node_sets.shape[2]
+        """:func:`~.structural.candidate_subgraphs` on the device for host candidates ``cand``
+        (:meth:`candidates_tensors`), which candidates link any entity read on the host (bool [B, C],
+        no crossing). ``cand_tensor``: ``cand`` already on the device (else it goes in)."""
+        cand_t = cand_tensor if cand_tensor is not None else \
+            as_tensor(np.asarray(cand, np.int64), device=self.Z.device, name="candidates")
+        cand_nodes, _, ent_pad, valid = self.candidates_tensors(q, cand_t)
         flat_host = np.where(cand >= 0, cand, 0).ravel().astype(np.int64)
         n_ent = np.asarray(self.pe_indptr[flat_host + 1] - self.pe_indptr[flat_host], np.int64)
-        linked = (n_ent.reshape(B, C) > 0) & (cand >= 0)
-        cand_t = cand_tensor if cand_tensor is not None else \
-            as_tensor(np.asarray(cand, np.int64), device=dev, name="candidates")
+        return cand_nodes, (n_ent.reshape(cand.shape) > 0) & (cand >= 0), ent_pad, valid
+
+    def candidates_tensors(self, q: QueryTensors, cand_t: torch.Tensor
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:func:`~.structural.candidate_subgraphs` on the device for candidates there (int [B, C],
+        -1 = padding): the membership of each query-local node in nodes(G_D) (float32 [B, C, U]),
+        which candidates link any entity (bool [B, C]), their entity lists padded with -1
+        ([B·C, Dm]) and ``cand >= 0`` [B, C], all tensors there."""
+        dev, (B, C) = self.Z.device, cand_t.shape
+        U = q.node_sets.shape[2]
+        cand_t = cand_t.to(torch.int64)
         valid = cand_t >= 0
         flat = torch.where(valid, cand_t, 0).ravel()
+        n_ent = (self.pe[0][flat + 1] - self.pe[0][flat]).to(torch.int64)
+        linked = (n_ent.reshape(B, C) > 0) & valid
         pe_seg, pe_pos = row_positions_tensors(self.pe[0], flat)
         ents = self.pe[1][pe_pos].to(torch.int64)
         ego_seg, ego_pos = row_positions_tensors(self.ego[0], ents)
@@ -106,7 +116,7 @@ class ResidentStructure:
         member = torch.zeros((B * C, U), dtype=torch.float32, device=dev)
         member[row[found], q.local_of_key[pos[found]]] = 1.0
         cand_nodes = member.reshape(B, C, U) * valid[..., None]
-        Dm = max(int(n_ent.max(initial=0)), 1)
+        Dm = max(int(n_ent.max()) if len(n_ent) else 0, 1)
         ent_pad = torch.full((B * C, Dm), -1, dtype=torch.int64, device=dev)
         ent_pad[pe_seg, pe_pos - self.pe[0][flat][pe_seg]] = ents
         return cand_nodes, linked, ent_pad, valid
@@ -130,17 +140,28 @@ class ResidentStructure:
                ) -> tuple[np.ndarray, np.ndarray]:
         """:func:`~.structural.structural_scores` on the device: Score_ent [B, C] and which
         candidates link any entity (bool [B, C]); ``cand_tensor``: ``cand`` already there."""
+        cand_t = cand_tensor if cand_tensor is not None else \
+            as_tensor(np.asarray(cand, np.int64), device=self.Z.device, name="candidates")
+        score, _ = self.scores_tensors(cand_t, linked, lam, T, seed, mode, device, timer)
+        flat_host = np.where(cand >= 0, cand, 0).ravel().astype(np.int64)
+        n_ent = np.asarray(self.pe_indptr[flat_host + 1] - self.pe_indptr[flat_host], np.int64)
+        return as_numpy(score), (n_ent.reshape(cand.shape) > 0) & (cand >= 0)
+
+    def scores_tensors(self, cand_t: torch.Tensor, linked: list[np.ndarray], lam: float, T: int, seed: int,
+                       mode: str, device: str, timer: StageTimer | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`scores` of candidates on the device (int [B, C], -1 = padding): Score_ent (float32
+        [B, C], 0 at padding) and which candidates link any entity (bool [B, C]), tensors there."""
         timer = timer or StageTimer()
         with timer("subgraphs"):
             q = self.query(linked)
-            cand_nodes, cand_linked, ent_pad, valid = self.candidates(q, cand, cand_tensor)
+            cand_nodes, cand_linked, ent_pad, valid = self.candidates_tensors(q, cand_t)
         with timer("gnn"):
             best = self.best_structsim(q, ent_pad, valid)
         with timer("shapley"):
             _, score = kernels.call("shapley_mc", q.node_sets, q.n_sub, cand_nodes, best, lam=lam, T=T, seed=seed,
                                     mode=mode, device=device)
-            score = as_numpy(score)
-        return np.where(cand >= 0, score, 0.0).astype(np.float32), cand_linked
+        return torch.where(valid, score.to(torch.float32), 0.0), cand_linked
 
 
 def held_structure(graphs: Any, kg: KnowledgeGraph, Z: Any, name: str) -> dict[str, Any]:

@@ -86,6 +86,7 @@ from .reformulation import anchor_snippets, generate_texts, resolve_generator, r
 from ...storage import check_unit_rows, load_arrays, pack_strings, save_arrays
 from .scores import dedupe_rows, zscore
 from .deltas import delta_arrays, read_deltas
+from .device_search import device_search
 from .device_structural import HeldStructure
 from .structural import structural_scores
 from ...timing import StageTimer
@@ -424,7 +425,10 @@ class DMAR(Pipeline[DMARFit, DMARSearch]):
     # ------------------------------------------------------------------ search
     def _search_batch(self, batch: QueryBatch, k: int, params: DMARSearch, timer: StageTimer
                       ) -> tuple[np.ndarray, np.ndarray]:
-        """SPEC §3 steps 1–6 for one batch."""
+        """SPEC §3 steps 1–6 for one batch: on the device where it can run there (:mod:`.device_search`)."""
+        on_device = device_search(self, batch, k, params, timer)
+        if on_device is not None:
+            return on_device
         with timer("recall"):
             cand, cand_t = self._recall(batch, params, on_device=self._resident(batch, params) is not None)
         with timer("link"):

@@ -48,7 +48,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ....kernels import call
-from ...components.hybrid_ranking import hybrid_ranking
+from ...components.hybrid_ranking import hybrid_ranking, hybrid_ranking_tensors
 from ...components.query_batch import QueryBatch
 from ...cost import LIST_ENTRY, PASSAGE_ARRAYS, Cost, IndexShape
 from ...errors import IndexFormatError, InputError
@@ -59,7 +59,7 @@ from ...sparse import allowed_at, join
 from ...storage import check_finite, load_array, load_arrays, save_arrays
 from ...graphs.store import device_arrays
 from ...graphs.views import OverlayCSR
-from ....kernels.tensors import as_numpy, as_tensor
+from ....kernels.tensors import as_numpy
 from ...storage.deltas import TOPK_DELTA_FILES, apply_topk_deltas, empty_topk_delta, topk_delta
 from ...timing import StageTimer
 from ..base import Pipeline
@@ -411,7 +411,8 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
     def _search_on_device(self, batch: QueryBatch, k: int, params: G3RAGSearch, graph: DeviceGraph,
                           timer: StageTimer) -> tuple[np.ndarray, np.ndarray]:
         """Either scoring on the device (:mod:`.device_search`); the top-``k`` ids and scores come out.
-        Hybrid seeds (``scoring="mask"``) are the host's fused lists, made tensors."""
+        Hybrid seeds (``scoring="mask"``) are the two lists fused there
+        (:func:`~hopgraph.engine.components.hybrid_ranking.hybrid_ranking_tensors`)."""
         if params.scoring == "fused":
             weight = params.bm25_weight if self._lexical(batch, params) else None
             ids, scores = fused_search(batch, graph, k, params, weight, timer)
@@ -419,11 +420,8 @@ class G3RAG(Pipeline[G3RAGFit, G3RAGSearch]):
             seed_k = min(params.n_seeds, graph.n)
             depth = min(seed_k + k, graph.n)
             with timer("seeds"):
-                if params.seed_source == "dense":
-                    ranking = batch.dense_topk_tensors(depth)
-                else:
-                    ranking = tuple(as_tensor(a, device=batch.device, name="hybrid seeds")
-                                    for a in self._relevance_ranking(batch, depth, params))
+                ranking = batch.dense_topk_tensors(depth) if params.seed_source == "dense" else \
+                    hybrid_ranking_tensors(batch, depth, params.fusion_depth)
             ids, scores = masked_search(batch, graph, k, ranking, seed_k, timer)
         return as_numpy(ids), as_numpy(scores)
 

@@ -292,18 +292,18 @@ class STITCH(ChunkGraphWalk[STITCHFit, STITCHSearch]):
 
     def _held_activation(self, batch: QueryBatch, t: dict[str, Any]) -> dict[str, Any] | None:
         """The description search over the held text embeddings and the text → states CSR as tensors
-        where the index's graph store holds both on the device (each copied once), else None."""
-        if batch.device is None:
+        where the index's graph store holds them all on the device (each copied once; placed together:
+        :meth:`~hopgraph.engine.graphs.device_store.DeviceStore.place_together`), else None."""
+        graphs = self.components.graphs
+        if batch.device is None or not hasattr(graphs, "place_together"):
             return None
-        search = DeviceDenseSearch.held(self.components.graphs, self.hypergraph_.text_emb, f"{self.name} text_emb",
-                                        t["node_text_mask"])
         if "held_texts" not in self._cache:
-            self._cache["held_texts"] = {key: self.components.graphs.hold(t[key], f"{self.name} {key}")
-                                         for key in ("text_indptr", "text_nodes")}
-        csr = {key: device_arrays(value) for key, value in self._cache["held_texts"].items()}
-        if search is None or any(value is None for value in csr.values()):
-            return None
-        return {"search": search, **csr}
+            self._cache["held_texts"] = [graphs.hold(t[key], f"{self.name} {key}")
+                                         for key in ("text_indptr", "text_nodes")]
+        got = graphs.place_together(lambda: [
+            DeviceDenseSearch.held(graphs, self.hypergraph_.text_emb, f"{self.name} text_emb", t["node_text_mask"]),
+            *(device_arrays(held) for held in self._cache["held_texts"])])
+        return None if got is None else dict(zip(("search", "text_indptr", "text_nodes"), got))
 
     def _description_topk(self, batch: QueryBatch, depth: int, t: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         """The ``depth`` description texts nearest each question (ids, scores): searched exactly on the

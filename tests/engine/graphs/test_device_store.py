@@ -216,11 +216,10 @@ def test_search_batch_moves_no_graph_structure(readers, name, params):
         assert count.dtoh == 2
     if name == "ppr_binary":  # the questions and the matched names in
         assert sorted(names_in) == ["matched (question, name) pairs", "questions"]
-    if name in ("dmar", "hop"):  # the linked pairs once, the rerank's candidates in (stage 1's are the top
-        # lists' fusion, on the device), the reformulated query vectors to the dense search; stage 1's
-        # candidate ids out (for the host stages), Score_ent per scoring, the second stage's dense list
-        assert sorted(names_in) == ["candidates", "linked (question, entity) pairs", "query vectors", "questions"]
-        assert count.dtoh == 5
+    if name in ("dmar", "hop"):  # searched on the device after the questions' linking: the linked pairs
+        # in once; the candidates, Score_ent and Q' stay there; the top-k ids and scores out
+        assert sorted(names_in) == ["linked (question, entity) pairs", "questions"]
+        assert count.dtoh == 2
     if name == "stitch":  # activated, scored, walked on the device: the questions in, the top-k ids and scores out
         assert names_in == ["questions"] and count.dtoh == 2
         assert not [c for c in count.to_device if c.name in ("activation", "local hypergraph", "topic similarity")]
@@ -394,3 +393,17 @@ def test_stitch_on_the_device_rows_do_not_depend_on_their_batch(readers):
         for b, question in enumerate(questions):
             one_ids, one_scores = resident.search([question], 10, "stitch", allowed=allowed)
             assert_same_up_to_ties(ids[b], scores[b], one_ids[0], one_scores[0], 1e-6, f"row {b}")
+
+
+def test_structures_used_together_are_placed_together_or_not_at_all(rng):
+    """``place_together``: when one structure a search needs is refused, those the same call placed
+    are released again (no budget held by structures no search uses); one placed before is kept."""
+    a, b, c = (rng.standard_normal(100).astype(np.float32) for _ in range(3))
+    store = DeviceStore("cpu", budget=a.nbytes * 2)
+    kept = store.hold(c, "kept").on_device()
+    with pytest.warns(DeviceMemoryWarning, match="second"):
+        got = store.place_together(lambda: [store.hold(a, "first").on_device(), store.hold(b, "second").on_device(),
+                                            store.hold(c, "kept").on_device()])
+    assert got is None and store.used == c.nbytes and kept is store.hold(c, "kept").on_device()
+    both = store.place_together(lambda: [store.hold(a, "first").on_device(), store.hold(c, "kept").on_device()])
+    assert both is not None and store.used == a.nbytes + c.nbytes
