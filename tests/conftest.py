@@ -84,6 +84,29 @@ def shared_dataset(name: str) -> Path:
     return path
 
 
+def shared_sample(name: str) -> tuple["Corpus", list[str]]:
+    """The corpus and the question texts of ../shared/data/NAME (skips when absent)."""
+    import json
+
+    from hopgraph.engine.components.corpus import Corpus
+
+    path = shared_dataset(name)
+    with open(path / "questions.jsonl", encoding="utf-8") as f:
+        questions = [json.loads(line)["question"] for line in f]
+    return Corpus.from_jsonl(path / "corpus.jsonl"), questions
+
+
+def open_pair(path: Path, embedder, store=None) -> tuple:
+    """The index at ``path`` opened twice on the CPU: on its own files, and with a device store
+    (``store``; default a :class:`DeviceStore` of CPU tensors) — the host and the device paths."""
+    from hopgraph.engine.graphs.device_store import DeviceStore
+    from hopgraph.engine.graphs.store import LocalStore
+    from hopgraph.engine.index import IndexReader
+
+    return (IndexReader.open(path, embedder, device="cpu", graphs=LocalStore()),
+            IndexReader.open(path, embedder, device="cpu", graphs=store or DeviceStore("cpu")))
+
+
 def random_unit(n: int, d: int, seed: int = 0) -> np.ndarray:
     """Normalised float32 Gaussian rows (test data)."""
     X = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)

@@ -15,10 +15,9 @@ import torch
 from hopgraph import HashingEmbedder, Index
 from hopgraph.demo import DEMO_QUESTIONS, demo_corpus
 from hopgraph.engine.graphs.device_store import DeviceStore
-from hopgraph.engine.graphs.store import LocalStore
-from hopgraph.engine.index import IndexReader
 from hopgraph.kernels.transfers import counting_transfers
 
+from conftest import open_pair
 from ranking_asserts import assert_same_up_to_ties
 
 QUESTIONS = DEMO_QUESTIONS[:6]
@@ -39,8 +38,7 @@ def readers(tmp_path_factory):
                         progress=False)
     path = tmp_path_factory.mktemp("consumers") / "index"
     index.save(path)
-    files = IndexReader.open(path, embedder, device="cpu", graphs=LocalStore())
-    resident = IndexReader.open(path, embedder, device="cpu", graphs=DeviceStore("cpu"))
+    files, resident = open_pair(path, embedder)
     yield files, resident
     files.close()
     resident.close()

@@ -14,14 +14,13 @@ import torch
 from hopgraph import HashingEmbedder, Index
 from hopgraph.demo import DEMO_QUESTIONS, demo_corpus
 from hopgraph.engine.graphs.device_store import DeviceStore
-from hopgraph.engine.graphs.store import LocalStore
-from hopgraph.engine.index import IndexReader
 from hopgraph.engine.pipelines.dmar.device_search import dedupe_tensors, rule_vectors_tensors, zscore_tensors
 from hopgraph.engine.pipelines.dmar.reformulation import rule_vectors
 from hopgraph.engine.pipelines.dmar.scores import dedupe_rows, zscore
 from hopgraph.kernels.transfers import counting_transfers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+from conftest import open_pair, shared_sample  # noqa: E402
 from ranking_asserts import assert_same_up_to_ties  # noqa: E402
 
 QUESTIONS = list(DEMO_QUESTIONS)
@@ -38,8 +37,7 @@ def readers(tmp_path_factory):
     index = Index.build(demo_corpus(), embedder=embedder, pipelines=["dmar", "hop"], progress=False)
     path = tmp_path_factory.mktemp("dmar-device") / "index"
     index.save(path)
-    files = IndexReader.open(path, embedder, device="cpu", graphs=LocalStore())
-    resident = IndexReader.open(path, embedder, device="cpu", graphs=DeviceStore("cpu"))
+    files, resident = open_pair(path, embedder)
     yield files, resident
     files.close()
     resident.close()
@@ -158,19 +156,10 @@ def test_tensor_helpers_equal_their_host_twins(seed):
 @pytest.mark.slow
 def test_device_search_on_hotpotqa(tmp_path):
     """The HotpotQA sample (100 questions): the device path's ids equal the host's up to near-ties, counted."""
-    import json
-
-    from conftest import shared_dataset
-    from hopgraph.engine.components.corpus import Corpus
-
-    path = shared_dataset("hotpotqa")
-    corpus = Corpus.from_jsonl(path / "corpus.jsonl")
-    with open(path / "questions.jsonl", encoding="utf-8") as f:
-        questions = [json.loads(line)["question"] for line in f]
+    corpus, questions = shared_sample("hotpotqa")
     embedder = HashingEmbedder(64)
     Index.build(corpus, embedder=embedder, pipelines=["dmar", "hop"], progress=False).save(tmp_path / "index")
-    files = IndexReader.open(tmp_path / "index", embedder, device="cpu", graphs=LocalStore())
-    resident = IndexReader.open(tmp_path / "index", embedder, device="cpu", graphs=DeviceStore("cpu"))
+    files, resident = open_pair(tmp_path / "index", embedder)
     swaps = {}
     for name, params in (("dmar", {}), ("hop", {}), ("dmar", {"union_depth": 0}), ("dmar", {"published": True})):
         want_ids, want_scores = files.search(questions, 10, name, **params_of(params))

@@ -7,20 +7,16 @@ against its host counterpart; the ``sparse_diffusion`` op's ``entries=True`` (CP
 the interpreter) against its dense result."""
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest
 import torch
-from conftest import shared_dataset
+from conftest import open_pair, shared_sample
 
 from hopgraph import HashingEmbedder, Index
 from hopgraph.demo import DEMO_QUESTIONS, demo_corpus
-from hopgraph.engine.components.corpus import Corpus
 from hopgraph.engine.errors import InputError
 from hopgraph.engine.graphs.device_store import DeviceStore
-from hopgraph.engine.graphs.store import LocalStore
-from hopgraph.engine.index import IndexReader
 from hopgraph.engine.pipelines.g3rag import device_search as ds
 from hopgraph.engine.pipelines.g3rag.masked import DIFFUSED, FILL, SEED, tiered_ranking
 from hopgraph.engine.pipelines.g3rag.name_links import ChunkNames, name_link_diffusion
@@ -38,11 +34,6 @@ IDS = ["-".join(f"{k}={v}" for k, v in p.items()) or "default" for p in VARIANTS
 #: scores within float rounding (the dense search's products and the softmax's sums are torch's: a few
 #: 1e-7, then scaled up by the title bridge's min-max normalisation); as test_batch_independence.py
 ATOL = 1e-5
-
-
-def open_pair(path, embedder, store=None):
-    return (IndexReader.open(path, embedder, device="cpu", graphs=LocalStore()),
-            IndexReader.open(path, embedder, device="cpu", graphs=store or DeviceStore("cpu")))
 
 
 @pytest.fixture(scope="module")
@@ -172,10 +163,7 @@ def test_a_writable_index_on_the_device_before_and_after_an_add(tmp_path):
 
 @pytest.mark.slow
 def test_device_search_on_hotpotqa(tmp_path):
-    path = shared_dataset("hotpotqa")
-    corpus = Corpus.from_jsonl(path / "corpus.jsonl")
-    with open(path / "questions.jsonl", encoding="utf-8") as f:
-        questions = [json.loads(line)["question"] for line in f]
+    corpus, questions = shared_sample("hotpotqa")
     embedder = HashingEmbedder(64)
     Index.build(corpus, embedder=embedder, pipelines=["g3rag"], progress=False).save(tmp_path / "index")
     files, resident = open_pair(tmp_path / "index", embedder)
