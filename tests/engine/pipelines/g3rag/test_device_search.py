@@ -16,7 +16,7 @@ from conftest import open_pair, shared_sample
 from hopgraph import HashingEmbedder, Index
 from hopgraph.demo import DEMO_QUESTIONS, demo_corpus
 from hopgraph.engine.errors import InputError
-from hopgraph.engine.graphs.device_store import DeviceStore
+from hopgraph.engine.graphs.device_store import DeviceMemoryWarning, DeviceStore
 from hopgraph.engine.pipelines.g3rag import device_search as ds
 from hopgraph.engine.pipelines.g3rag.masked import DIFFUSED, FILL, SEED, tiered_ranking
 from hopgraph.engine.pipelines.g3rag.name_links import ChunkNames, name_link_diffusion
@@ -104,11 +104,13 @@ def test_the_host_path_never_touches_torch_and_a_refused_graph_stays_there(demo)
     with counting_transfers() as count:
         want = files.search(DEMO_QUESTIONS, 10, "g3rag", expand=True)
     assert (count.htod, count.dtoh) == (0, 0)
-    with pytest.warns(UserWarning, match="g3rag"):
+    with pytest.warns(DeviceMemoryWarning) as warned:
         _, refused = open_pair(path, embedder, DeviceStore("cpu", budget=0))
         with counting_transfers() as count:
             got = refused.search(DEMO_QUESTIONS, 10, "g3rag", expand=True)
     refused.close()
+    said = " ".join(str(w.message) for w in warned)  # each refused structure named
+    assert "g3rag" in said and "dense X" in said and "bm25 postings" in said
     assert (count.htod, count.dtoh) == (0, 0)  # over the budget: the host path, bit for bit
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
