@@ -30,10 +30,8 @@ class QueryBatch:
         self.allowed = allowed
         self.texts = None if texts is None else list(texts)
         self._tokens: list[list[str]] | None = None
-        self._dense: tuple[np.ndarray, np.ndarray] | None = None
-        self._dense_tensors: tuple["torch.Tensor", "torch.Tensor"] | None = None
-        self._bm25: tuple[np.ndarray, np.ndarray] | None = None
-        self._bm25_tensors: tuple[torch.Tensor, torch.Tensor] | None = None
+        #: the widest top lists computed so far, by kind (``"dense"``, ``"bm25"``, and their tensor forms)
+        self._lists: dict[str, tuple[Any, Any]] = {}
         self._cosine: np.ndarray | None = None
         self._on_device: dict[str, Any] = {}
 
@@ -56,15 +54,34 @@ class QueryBatch:
         """Dense top-``k`` (a longer list computed earlier in the batch is sliced). Where the graph
         store holds X on its device (:meth:`dense_on_device`): :meth:`dense_topk_tensors` brought
         back once (the two forms share one list)."""
-        if self._dense is None or self._dense[0].shape[1] < k:
-            if self.dense_on_device() is None:
-                self._dense = self.components.dense.topk(self.Q, k, self.allowed)
-            else:
-                from ...kernels.tensors import as_numpy
+        if self.dense_on_device() is None:
+            return self._top_list("dense", k, lambda k: self.components.dense.topk(self.Q, k, self.allowed))
+        return self._top_list("dense", k, lambda k: self._brought_back("dense tensors", self.dense_topk_tensors, k))
 
-                self.dense_topk_tensors(k)
-                self._dense = as_numpy(self._dense_tensors[0]), as_numpy(self._dense_tensors[1])
-        return self._dense[0][:, :k], self._dense[1][:, :k]
+    def _top_list(self, kind: str, k: int, compute: Any) -> tuple[Any, Any]:
+        """The top-``k`` list ``kind`` of this batch, ``(ids, scores)``: a longer one computed earlier
+        is sliced, else ``compute(k)`` is kept for the batch."""
+        held = self._lists.get(kind)
+        if held is None or held[0].shape[1] < k:
+            held = self._lists[kind] = compute(k)
+        return held[0][:, :k], held[1][:, :k]
+
+    def _brought_back(self, kind: str, compute: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The device list ``kind`` made at least ``k`` wide (``compute(k)``) and brought to the host
+        whole (two crossings), so that a narrower or equal host request never crosses again."""
+        from ...kernels.tensors import as_numpy
+
+        compute(k)
+        ids, scores = self._lists[kind]
+        return as_numpy(ids), as_numpy(scores)
+
+    def _host_list_tensors(self, lists: tuple[np.ndarray, np.ndarray], kind: str) -> tuple[Any, Any]:
+        """A top list made on the host, ``(ids, scores)``, as tensors on :attr:`device` (two crossings)."""
+        from ...kernels.tensors import as_tensor
+
+        ids, scores = lists
+        return as_tensor(ids, device=self.device, name=f"{kind} ids"), as_tensor(scores, device=self.device,
+                                                                                 name=f"{kind} scores")
 
     # ------------------------------------------------------------------ on the device
     @property
@@ -111,16 +128,11 @@ class QueryBatch:
         """:meth:`dense_topk` as tensors on :attr:`device` (ids int64, scores float32): searched there
         from the held X (:meth:`dense_on_device`; the questions and the filter go in once per batch,
         nothing comes back), else the host lists made tensors."""
-        from ...kernels.tensors import as_tensor
-
         search = self.dense_on_device()
         if search is None:
-            ids, scores = self.dense_topk(k)
-            return as_tensor(ids, device=self.device, name="dense ids"), as_tensor(scores, device=self.device,
-                                                                                   name="dense scores")
-        if self._dense_tensors is None or self._dense_tensors[0].shape[1] < k:
-            self._dense_tensors = search.topk_tensors(self.question_tensor(), k, self.allowed_tensor())
-        return self._dense_tensors[0][:, :k], self._dense_tensors[1][:, :k]
+            return self._host_list_tensors(self.dense_topk(k), "dense")
+        return self._top_list("dense tensors", k,
+                              lambda k: search.topk_tensors(self.question_tensor(), k, self.allowed_tensor()))
 
     def _device_bm25(self) -> "tuple[DeviceBM25, DeviceQuery] | None":
         """The index's BM25 postings held on :attr:`device` with this batch's query side there
@@ -145,16 +157,10 @@ class QueryBatch:
         """:meth:`bm25_topk` as tensors on :attr:`device` (ids int64, scores float32): computed
         there from the held postings (:mod:`.device_bm25`; a longer earlier list is sliced), else
         the host lists made tensors."""
-        from ...kernels.tensors import as_tensor
-
         resident = self._device_bm25()
         if resident is None:
-            ids, scores = self.bm25_topk(k)
-            return as_tensor(ids, device=self.device, name="bm25 ids"), as_tensor(scores, device=self.device,
-                                                                                 name="bm25 scores")
-        if self._bm25_tensors is None or self._bm25_tensors[0].shape[1] < k:
-            self._bm25_tensors = resident[0].topk(resident[1], k, self.allowed_tensor())
-        return self._bm25_tensors[0][:, :k], self._bm25_tensors[1][:, :k]
+            return self._host_list_tensors(self.bm25_topk(k), "bm25")
+        return self._top_list("bm25 tensors", k, lambda k: resident[0].topk(resident[1], k, self.allowed_tensor()))
 
     def bm25_of_tensors(self, cand: "torch.Tensor") -> "torch.Tensor":
         """:meth:`bm25_of` of candidate rows on :attr:`device` (int [B, C], -1 = padding → 0):
@@ -193,15 +199,9 @@ class QueryBatch:
         """BM25 top-``k`` (zero-score hits are padding; a longer earlier list is sliced): on the
         device when the store holds the postings (:meth:`bm25_topk_tensors`, brought back), else on
         the host."""
-        if self._bm25 is None or self._bm25[0].shape[1] < k:
-            if self._device_bm25() is None:
-                self._bm25 = self.components.bm25().topk(self.tokens, k, self.allowed)
-            else:
-                from ...kernels.tensors import as_numpy
-
-                ids, scores = self.bm25_topk_tensors(k)
-                self._bm25 = as_numpy(ids), as_numpy(scores)
-        return self._bm25[0][:, :k], self._bm25[1][:, :k]
+        if self._device_bm25() is None:
+            return self._top_list("bm25", k, lambda k: self.components.bm25().topk(self.tokens, k, self.allowed))
+        return self._top_list("bm25", k, lambda k: self._brought_back("bm25 tensors", self.bm25_topk_tensors, k))
 
     def bm25_of(self, cand: np.ndarray) -> np.ndarray:
         """BM25 score of candidate rows ``cand`` [B, C] (-1 = padding → 0): read at the candidates
@@ -216,3 +216,4 @@ class QueryBatch:
         if sims.size <= COSINE_CACHE_BUDGET:
             self._cosine = sims
         return sims
+
