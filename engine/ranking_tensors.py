@@ -6,13 +6,15 @@ Each function is its host twin's contract on tensors, with the same arithmetic i
 where the host's scores are sums (:func:`rrf_topk_tensors`: the same float32 terms added in the
 rankings' order, so the scores equal the host's bit for bit), the same selections (ties toward the
 lower id, -inf / NaN not a result, padding -1 / -inf) and no host round trip: no ``.item()``,
-``nonzero`` or Python loop over the batch, so a CUDA stream is never synchronised by them.
+``nonzero`` or Python loop over the batch, so a CUDA stream is never synchronised by them — except
+:func:`topk_entries_tensors`, whose flat entries are selected by a boolean mask (its size is read
+back on CUDA).
 """
 from __future__ import annotations
 
 import torch
 
-from .ranking import PAD_ID
+from .ranking import PAD_ID, PAD_SCORE
 
 #: the id given to padding while sorting (above every real id)
 _PAD_KEY = torch.iinfo(torch.int64).max
@@ -99,3 +101,35 @@ def fill_lowest_tensors(ids: torch.Tensor, scores: torch.Tensor, allowed: torch.
     out_ids.scatter_(1, place, pool.expand(B, -1).to(ids.dtype))
     out_scores.scatter_(1, place, torch.full(place.shape, score, dtype=scores.dtype, device=dev))
     return out_ids[:, :k], out_scores[:, :k]
+
+
+def topk_entries_tensors(query: torch.Tensor, column: torch.Tensor, score: torch.Tensor, n_queries: int, k: int
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`~hopgraph.engine.ranking.topk_entries` on tensors: per query the ``k`` entries of highest
+    float32 score (ties toward the lower column; -inf and NaN are no result), ``(ids int64 [B, k],
+    scores float32 [B, k])`` padded with -1 / -inf."""
+    dev = score.device
+    ids = torch.full((n_queries, k), PAD_ID, dtype=torch.int64, device=dev)
+    out = torch.full((n_queries, k), PAD_SCORE, dtype=torch.float32, device=dev)
+    score = score.to(torch.float32)
+    keep = torch.isfinite(score) | (score > 0)
+    query, column, score = query[keep].to(torch.int64), column[keep].to(torch.int64), score[keep]
+    order = torch.sort(column, stable=True).indices
+    order = order[torch.sort(score[order], descending=True, stable=True).indices]
+    order = order[torch.sort(query[order], stable=True).indices]
+    query, column, score = query[order], column[order], score[order]
+    rank = torch.arange(len(query), device=dev) - torch.searchsorted(query, query)
+    top = rank < k
+    ids[query[top], rank[top]] = column[top]
+    out[query[top], rank[top]] = score[top]
+    return ids, out
+
+
+def first_places(ids: torch.Tensor) -> torch.Tensor:
+    """Bool ``[B, m]``: the entries of ``ids`` (-1 = none) that hold their id's first place in their row."""
+    order = torch.sort(ids, dim=1, stable=True).indices  # equal ids stay in list order
+    by_id = ids.gather(1, order)
+    first = torch.ones_like(by_id, dtype=torch.bool)
+    first[:, 1:] = by_id[:, 1:] != by_id[:, :-1]
+    out = torch.zeros_like(first).scatter_(1, order, first)
+    return out & (ids >= 0)

@@ -42,6 +42,20 @@ def held_rows(graphs: Any, X: Any, component: str) -> list[torch.Tensor] | None:
     return graphs.place_together(lambda: [device_arrays(graphs.hold(part, component)) for part in parts])
 
 
+def gather_held_rows(parts: list[torch.Tensor], ids: torch.Tensor) -> torch.Tensor:
+    """The rows ``ids`` (int64, any shape, all in [0, N)) of the matrix stacked from ``parts`` (float32,
+    ``ids``' shape + ``[d]``)."""
+    if len(parts) == 1:
+        return parts[0][ids].to(torch.float32)
+    out = torch.empty((*ids.shape, parts[0].shape[1]), dtype=torch.float32, device=ids.device)
+    start = 0
+    for part in parts:
+        inside = (ids >= start) & (ids < start + len(part))
+        out[inside] = part[ids[inside] - start].to(torch.float32)
+        start += len(part)
+    return out
+
+
 class DeviceDenseSearch:
     """Exact inner-product top-k over ``rows`` (a list of tensors stacked by rows, on one device:
     :func:`held_rows`), ``mask`` (bool tensor [N] there, or None) restricting every search to those
@@ -56,14 +70,11 @@ class DeviceDenseSearch:
     def held(cls, graphs: Any, X: Any, component: str, mask: np.ndarray | None = None) -> "DeviceDenseSearch | None":
         """The search over ``X`` held by ``graphs`` (:func:`held_rows`), under a fixed row ``mask``
         (bool [N], held too, as ``"{component} mask"``); None when either is not held on a device."""
-        if mask is None:
-            rows = held_rows(graphs, X, component)
-            return None if rows is None else cls(rows)
         if not isinstance(graphs, DeviceStore):
             return None
-        mask = np.asarray(mask, bool)
-        got = graphs.place_together(lambda: [held_rows(graphs, X, component),
-                                             device_arrays(graphs.hold(mask, f"{component} mask"))])
+        held_mask = [] if mask is None else [np.asarray(mask, bool)]
+        got = graphs.place_together(lambda: [held_rows(graphs, X, component)] +
+                                    [device_arrays(graphs.hold(m, f"{component} mask")) for m in held_mask])
         return None if got is None else cls(*got)
 
     def __len__(self) -> int:

@@ -23,12 +23,12 @@ import numpy as np
 import torch
 
 from ....kernels.tensors import as_numpy
+from ...components.device_dense import gather_held_rows
 from ...components.hybrid_ranking import hybrid_ranking_tensors
 from ...components.query_batch import QueryBatch
 from ...ranking import PAD_ID
-from ...ranking_tensors import topk_columns
+from ...ranking_tensors import first_places, topk_columns
 from ...timing import StageTimer
-from ..g3rag.device_search import gather_rows
 from .gate import Gate
 
 #: the gate's copy on each device it ran on (its weights placed there once)
@@ -49,12 +49,7 @@ def zscore_tensors(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def dedupe_tensors(ids: torch.Tensor) -> torch.Tensor:
     """:func:`~.scores.dedupe_rows` on tensors: repeated ids within a row (after the first) → -1."""
-    order = torch.sort(ids, dim=1, stable=True).indices
-    s = ids.gather(1, order)
-    dup_sorted = torch.zeros_like(s, dtype=torch.bool)
-    dup_sorted[:, 1:] = (s[:, 1:] == s[:, :-1]) & (s[:, 1:] >= 0)
-    dup = torch.zeros_like(dup_sorted).scatter_(1, order, dup_sorted)
-    return torch.where(dup, PAD_ID, ids)
+    return torch.where(first_places(ids), ids, PAD_ID)
 
 
 def top_ids(scores: torch.Tensor, ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -71,7 +66,7 @@ def rule_vectors_tensors(Q: torch.Tensor, rows: list[torch.Tensor], anchors: tor
     """:func:`~.reformulation.rule_vectors` on tensors: ``normalise(q + shift · mean anchor row)``,
     float64 as NumPy promotes it, float32 out."""
     valid = anchors >= 0
-    A = gather_rows(rows, torch.where(valid, anchors, 0)) * valid[..., None]
+    A = gather_held_rows(rows, torch.where(valid, anchors, 0)) * valid[..., None]
     mean = A.sum(1).to(torch.float64) / valid.sum(1, keepdim=True).clamp_min(1)
     out = Q.to(torch.float64) + shift * mean
     norms = torch.linalg.vector_norm(out, dim=1, keepdim=True)
@@ -106,7 +101,7 @@ class DeviceDMAR:
         p = self.params
         with self.timer("fusion"):
             valid = cand >= 0
-            Xc = gather_rows(self.dense.rows, torch.where(valid, cand, 0))
+            Xc = gather_held_rows(self.dense.rows, torch.where(valid, cand, 0))
             sem = torch.einsum("bcd,bd->bc", Xc, self.Q)
             raw = {"X": Xc, "sem": sem, "struct": torch.zeros_like(sem), "struct_ok": torch.zeros_like(valid),
                    "lex": self.batch.bm25_of_tensors(cand).to(torch.float32) if p.bm25_weight else torch.zeros_like(sem)}

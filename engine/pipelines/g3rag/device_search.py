@@ -18,12 +18,14 @@ from typing import Any
 import torch
 
 from .... import kernels
+from ...components.device_dense import gather_held_rows
 from ...ranking import PAD_ID, PAD_SCORE
+from ...ranking_tensors import first_places, topk_entries_tensors
 from ...sparse import row_positions_tensors
 from .diffusion import PAIR_BLOCK
 from .masked import DIFFUSED, FILL, SEED, TIER_GAP
 
-__all__ = ["DeviceGraph", "fused_search", "masked_search", "topk_entries_tensors", "tiered_ranking_tensors"]
+__all__ = ["DeviceGraph", "fused_search", "masked_search", "tiered_ranking_tensors"]
 
 
 @dataclass(frozen=True)
@@ -41,38 +43,6 @@ class DeviceGraph:
 
 
 # ---------------------------------------------------------------- selections
-def topk_entries_tensors(query: torch.Tensor, column: torch.Tensor, score: torch.Tensor, n_queries: int, k: int
-                         ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`~hopgraph.engine.ranking.topk_entries` on tensors: per query the ``k`` entries of highest
-    float32 score (ties toward the lower column; -inf and NaN are no result), ``(ids int64 [B, k],
-    scores float32 [B, k])`` padded with -1 / -inf."""
-    dev = score.device
-    ids = torch.full((n_queries, k), PAD_ID, dtype=torch.int64, device=dev)
-    out = torch.full((n_queries, k), PAD_SCORE, dtype=torch.float32, device=dev)
-    score = score.to(torch.float32)
-    keep = torch.isfinite(score) | (score > 0)
-    query, column, score = query[keep].to(torch.int64), column[keep].to(torch.int64), score[keep]
-    order = torch.sort(column, stable=True).indices
-    order = order[torch.sort(score[order], descending=True, stable=True).indices]
-    order = order[torch.sort(query[order], stable=True).indices]
-    query, column, score = query[order], column[order], score[order]
-    rank = torch.arange(len(query), device=dev) - torch.searchsorted(query, query)
-    top = rank < k
-    ids[query[top], rank[top]] = column[top]
-    out[query[top], rank[top]] = score[top]
-    return ids, out
-
-
-def first_places(ids: torch.Tensor) -> torch.Tensor:
-    """Bool ``[B, m]``: the entries of ``ids`` (-1 = none) that hold their id's first place in their row."""
-    order = torch.sort(ids, dim=1, stable=True).indices  # equal ids stay in list order
-    by_id = ids.gather(1, order)
-    first = torch.ones_like(by_id, dtype=torch.bool)
-    first[:, 1:] = by_id[:, 1:] != by_id[:, :-1]
-    out = torch.zeros_like(first).scatter_(1, order, first)
-    return out & (ids >= 0)
-
-
 def tiered_ranking_tensors(parts: list[tuple[torch.Tensor, torch.Tensor, int]], k: int
                            ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`~.masked.tiered_ranking` and its ordering scores (:meth:`~.masked.TieredRanking.ordering_scores`)
@@ -116,20 +86,6 @@ def ratio(y: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return torch.where(scale > 0, y / torch.where(scale > 0, scale, 1.0), 0.0)
 
 
-def gather_rows(parts: list[torch.Tensor], ids: torch.Tensor) -> torch.Tensor:
-    """The rows ``ids`` (int64, any shape, all in [0, N)) of the matrix stacked from ``parts`` (float32,
-    ``ids``' shape + ``[d]``)."""
-    if len(parts) == 1:
-        return parts[0][ids].to(torch.float32)
-    out = torch.empty((*ids.shape, parts[0].shape[1]), dtype=torch.float32, device=ids.device)
-    start = 0
-    for part in parts:
-        inside = (ids >= start) & (ids < start + len(part))
-        out[inside] = part[ids[inside] - start].to(torch.float32)
-        start += len(part)
-    return out
-
-
 # ---------------------------------------------------------------- steps
 def diffusion(graph: DeviceGraph, seeds: torch.Tensor, weights: torch.Tensor | None
               ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -149,7 +105,7 @@ def fused_relevance(batch: Any, graph: DeviceGraph, depth: int, fusion_depth: in
     b_ids, b_scores = batch.bm25_topk_tensors(min(fusion_depth, graph.n))
     cand = torch.cat([d_ids, b_ids], 1)
     # the cosine of the dense candidates is their dense score; only the BM25 ones' rows are read
-    b_cos = torch.einsum("bd,bkd->bk", batch.question_tensor(), gather_rows(graph.X, b_ids.clamp_min(0)))
+    b_cos = torch.einsum("bd,bkd->bk", batch.question_tensor(), gather_held_rows(graph.X, b_ids.clamp_min(0)))
     rel = torch.cat([d_scores.to(torch.float32), b_cos.to(torch.float32)], 1)
     head = b_scores[:, :1]
     top_bm25 = torch.where(torch.isfinite(head) & (head > 0), head, 1.0)
@@ -223,7 +179,7 @@ def pair_cosines_tensors(Q: torch.Tensor, X: list[torch.Tensor], query: torch.Te
                          ) -> torch.Tensor:
     """``Q[query[i]] · X[column[i]]`` (float32 [P]; X's row ``parts``), :data:`~.diffusion.PAIR_BLOCK`
     pairs at a time."""
-    parts = [(Q[query[s:s + PAIR_BLOCK]] * gather_rows(X, column[s:s + PAIR_BLOCK])).sum(1)
+    parts = [(Q[query[s:s + PAIR_BLOCK]] * gather_held_rows(X, column[s:s + PAIR_BLOCK])).sum(1)
              for s in range(0, len(query), PAIR_BLOCK)]
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float32, device=Q.device)
 

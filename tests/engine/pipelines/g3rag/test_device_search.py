@@ -21,6 +21,7 @@ from hopgraph.engine.pipelines.g3rag import device_search as ds
 from hopgraph.engine.pipelines.g3rag.masked import DIFFUSED, FILL, SEED, tiered_ranking
 from hopgraph.engine.pipelines.g3rag.name_links import ChunkNames, name_link_diffusion
 from hopgraph.engine.ranking import topk_entries
+from hopgraph.engine.ranking_tensors import topk_entries_tensors
 from hopgraph.kernels import call, use_backend
 from hopgraph.kernels.transfers import counting_transfers
 
@@ -193,7 +194,7 @@ def test_topk_entries_on_tensors_equals_the_host(rng):
         column = rng.permutation(200)[:P]
         score = rng.choice(np.array([0.5, 0.25, -np.inf, np.nan, 1.0, 0.0, np.inf], np.float32), P)
         want = topk_entries(query, column, score, B, k)
-        got = ds.topk_entries_tensors(*(torch.from_numpy(np.asarray(a)) for a in (query, column, score)), B, k)
+        got = topk_entries_tensors(*(torch.from_numpy(np.asarray(a)) for a in (query, column, score)), B, k)
         np.testing.assert_array_equal(got[0].numpy(), want[0])
         np.testing.assert_array_equal(got[1].numpy(), want[1])
 
